@@ -1,0 +1,89 @@
+# yolotrain build. `make` builds ./yolotrain (CUDA when nvcc is found, CPU-only otherwise),
+# `make NVCC=` forces CPU-only, `make STATIC=1` links third-party libraries statically,
+# `make test` builds and runs every test, `make deps` installs the build dependencies.
+
+CC      ?= gcc
+NVCC    ?= $(shell command -v nvcc 2>/dev/null)
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wshadow -I. -pthread
+NVFLAGS ?= -O2 -g -arch=sm_90 -gencode=arch=compute_90,code=compute_90
+NVFLAGS += -std=c++17 -I. -Xcompiler -Wall,-Wno-unused-parameter
+ifneq ($(WERROR),)
+  CFLAGS  += -Werror
+  NVFLAGS += -Werror all-warnings
+endif
+ifneq ($(SANITIZE),)
+  CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer
+  LDFLAGS += -fsanitize=address,undefined
+endif
+
+THIRD   := -lpng -ljpeg -linih -lyaml -lopenblas -lz
+ifneq ($(STATIC),)
+  # static OpenBLAS pulls in libgfortran (LAPACK parts); link that statically too
+  THIRD := -Wl,-Bstatic -lpng16 -ljpeg -linih -lyaml -lopenblas -lgfortran -lquadmath -lz -Wl,-Bdynamic
+endif
+LDLIBS  += $(THIRD) -lpthread -lm
+
+ifeq ($(NVCC),)
+  $(info nvcc not found or disabled: building CPU-only yolotrain)
+  VARIANT := cpu
+  GPU_SRCS :=
+else
+  CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+  VARIANT := cuda
+  CFLAGS  += -DUSE_CUDA -I$(CUDA_HOME)/include
+  NVFLAGS += -DUSE_CUDA
+  LDLIBS  += -L$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
+  GPU_SRCS := $(wildcard gpu/*.cu)
+endif
+
+B        := build/$(VARIANT)
+LIB_SRCS := $(filter-out core/main.c,$(wildcard core/*.c io/*.c cfg/*.c))
+LIB_OBJS := $(LIB_SRCS:%.c=$(B)/%.o) $(GPU_SRCS:%.cu=$(B)/%.o)
+TEST_SRCS:= $(wildcard test/test_*.c)
+TESTS    := $(TEST_SRCS:test/%.c=$(B)/test/%)
+BENCH_SRCS := $(wildcard bench/*.c)
+BENCHES  := $(BENCH_SRCS:bench/%.c=bench/%)
+
+.PHONY: all test deps clean benches FORCE
+all: yolotrain
+
+yolotrain: $(B)/core/main.o $(B)/libyt.a FORCE
+	$(CC) $(LDFLAGS) -o $@ $(B)/core/main.o $(B)/libyt.a $(LDLIBS)
+
+$(B)/libyt.a: $(LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(B)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c -o $@ $<
+
+$(B)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -MMD -MP -c -o $@ $<
+
+$(B)/test/%: test/%.c $(B)/libyt.a test/test.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(B)/libyt.a $(LDLIBS)
+
+benches: $(BENCHES)
+bench/%: bench/%.c $(B)/libyt.a
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(B)/libyt.a $(LDLIBS)
+
+test: yolotrain $(TESTS)
+	@bash test/run.sh $(B)/test
+
+deps:
+	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	 if command -v apt-get >/dev/null; then \
+	   $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends \
+	     gcc make libpng-dev libjpeg62-turbo-dev libinih-dev libyaml-dev libopenblas-dev zlib1g-dev gfortran \
+	   || $$SUDO apt-get install -y -qq --no-install-recommends \
+	     gcc make libpng-dev libjpeg-turbo8-dev libinih-dev libyaml-dev libopenblas-dev zlib1g-dev gfortran; \
+	 else echo "make deps: no apt-get here; install libpng, libjpeg-turbo, inih, libyaml and OpenBLAS development packages by hand" >&2; exit 1; fi
+
+clean:
+	rm -rf build yolotrain $(BENCHES)
+
+-include $(shell find build -name '*.d' 2>/dev/null)

@@ -1,0 +1,73 @@
+// config.h: the effective configuration of a run: the model described layer by layer, the
+// hyperparameters and the training settings, read from an INI file (inih) plus command-line
+// overrides. Every value remembers the file:line it came from so later checks can cite it.
+#pragma once
+#include "core/util.h"
+
+#define CFG_MAX_LAYERS 64
+#define CFG_MAX_FROM   8
+#define CFG_MAX_ARGS   8
+#define CFG_PATH       1024
+
+typedef struct { char file[CFG_PATH]; int line; } Where;   // line 0: default; file "command line"
+
+// One row of the model table, written in the INI as in YOLOv9's yaml:
+//   [backbone] / [head]:   <index> = <from>, <number>, <module>, [<args>]
+//   e.g.  4 = -1, 1, RepNCSPELAN4, [128, 128, 64, 3]
+//        11 = [-1, 6], 1, Concat, [1]
+//        22 = [15, 18, 21], 1, DDetect, [nc]
+typedef struct {
+    int    index;                    // layer number, 0-based, consecutive
+    int    from[CFG_MAX_FROM];       // as written: -1 = previous layer, else an absolute index
+    int    n_from;
+    int    number;                   // repeats column (depth-scaled by the model builder)
+    char   module[32];               // Conv, ELAN1, AConv, RepNCSPELAN4, SPPELAN, Upsample, Concat, DDetect, ...
+    double args[CFG_MAX_ARGS];       // numeric args; `nc` is replaced by the model's nc, `None` by NAN
+    int    n_args;
+    char   sarg[32];                 // the string argument where one is written ('nearest'), else ""
+    Where  at;
+} LayerSpec;
+
+typedef struct {                     // [hyp]: hyp.scratch-high.yaml keys and values
+    double lr0, lrf, momentum, weight_decay, warmup_epochs, warmup_momentum, warmup_bias_lr;
+    double box, cls, dfl, cls_pw, obj, obj_pw, iou_t, anchor_t, fl_gamma;
+    double hsv_h, hsv_s, hsv_v, degrees, translate, scale, shear, perspective;
+    double flipud, fliplr, mosaic, mixup, copy_paste;
+} Hyp;
+
+typedef struct {
+    char   file[CFG_PATH];           // the INI file read
+    // [model]
+    int    nc;                       // classes; 0 = take from the dataset
+    double depth_multiple, width_multiple;
+    int    reg_max;
+    LayerSpec layers[CFG_MAX_LAYERS];
+    int    n_layers;
+    // [train]
+    char   data[CFG_PATH];           // data.yaml path; "" = the built-in synthetic dataset
+    char   hyp_file[CFG_PATH];       // hyp=FILE.yaml: loaded over [hyp]
+    char   weights[CFG_PATH];        // initial weights (safetensors), "" = from scratch
+    char   device[256];              // "", "cpu", "cpu:2", "0", "0,1", "[0,1]"
+    char   precision[16];            // bf16 | tf32 | fp32
+    char   cache[16];                // "" | ram
+    char   project[CFG_PATH], name[256];
+    char   optimizer[16];            // SGD
+    int    epochs, batch, imgsz, workers, seed, exist_ok, close_mosaic, min_items, patience;
+    int    save_period, strict, cos_lr, rect;
+    // [parallel] (multi-GPU; DESIGN.md section 2)
+    char   reduce[16];               // device0 | sharded
+    char   loss_on[16];              // local | device0
+    char   split[256];               // even | auto | w0,w1,...
+    Hyp    hyp;
+    // [data]: the same keys a data.yaml has; io/dataset.c interprets them
+    int    n_data_kv;
+    struct { char key[64]; char value[CFG_PATH]; Where at; } data_kv[32];
+} Config;
+
+// Read `path`, then apply overrides (argv-style: "key=value" or "--key" "value"). Returns 0, or -1
+// with err naming file:line (or the override), the text, and what is allowed.
+int  config_load(const char *path, int argc, char **argv, Config *cfg, Err *err);
+// Where a key got its value (for messages of later checks), or NULL for an unknown key.
+const Where *config_where(const Config *cfg, const char *key);
+// Print the effective configuration as INI (args.ini; the start-up summary).
+void config_print(const Config *cfg, FILE *f);

@@ -1,0 +1,51 @@
+// ops.h: the CPU reference ops of the model, forward and backward. Each op has plain loops that
+// are the specification; conv also has a CBLAS (OpenBLAS) GEMM path checked against the loops.
+// CUDA twins (gpu/*.cu) keep the same contracts with a Device* first.
+// Conventions: outputs of forward are written (=); gradients of inputs and parameters
+// accumulate (+=) unless a comment says "=", so a tensor read by several consumers gets the sum.
+// A NULL output (or Map with data NULL) means "not needed": skip it.
+#pragma once
+#include "core/tensor.h"
+
+// ---- convolution --------------------------------------------------------------------------
+// x (N,H,W,C) * w (K, C/groups, R, S) [PyTorch layout] + b (K, may be NULL) -> y (N,P,Q,K)
+typedef struct { int N, C, H, W, K, R, S, stride, pad, groups, P, Q; } ConvDims;
+ConvDims conv_dims(int N, int C, int H, int W, int K, int k, int stride, int pad, int groups);
+size_t   conv_workspace_floats(const ConvDims *d);   // scratch the GEMM path needs (im2col)
+void conv_forward_cpu(const ConvDims *d, Map x, const float *w, const float *b, Map y, float *ws);
+void conv_backward_cpu(const ConvDims *d, Map x, const float *w, Map dy,
+                       Map dx, float *dw, float *db, float *ws);  // dx, dw, db +=
+// plain-loop references (slow; the tests compare the GEMM path against them)
+void conv_forward_ref(const ConvDims *d, Map x, const float *w, const float *b, Map y);
+void conv_backward_ref(const ConvDims *d, Map x, const float *w, Map dy, Map dx, float *dw, float *db);
+
+// ---- batch normalisation over the N*H*W pixels of each channel ----------------------------
+// Training: batch mean and biased variance normalise; running stats move by momentum with the
+// unbiased variance (PyTorch semantics). mean/invstd (C) are saved for backward.
+void bn_forward_train_cpu(Map z, const float *gamma, const float *beta, float eps, float momentum,
+                          float *running_mean, float *running_var, float *mean, float *invstd, Map u);
+void bn_forward_eval_cpu(Map z, const float *gamma, const float *beta, float eps,
+                         const float *running_mean, const float *running_var, Map u);
+// du -> dz (=), dgamma, dbeta (+=); training-mode statistics (mean, invstd from the forward)
+void bn_backward_cpu(Map z, const float *gamma, const float *mean, const float *invstd, Map du,
+                     Map dz, float *dgamma, float *dbeta);
+
+// ---- elementwise --------------------------------------------------------------------------
+void silu_forward_cpu(Map u, Map y);              // y = u * sigmoid(u); y may alias u
+void silu_backward_cpu(Map u, Map dy, Map du);     // du = dy * silu'(u)  (=)
+void add_forward_cpu(Map a, Map b, Map y);         // y = a + b
+void copy_map_cpu(Map src, Map dst);               // dst = src
+void accumulate_map_cpu(Map src, Map dst);         // dst += src
+void zero_map_cpu(Map m);
+
+// ---- pooling and resampling ---------------------------------------------------------------
+// max pool, k x k, stride, pad; padding never wins (acts as -inf). Backward routes dy to the
+// first maximum in scan order (PyTorch's choice on ties).
+void maxpool_forward_cpu(Map x, int k, int stride, int pad, Map y);
+void maxpool_backward_cpu(Map x, int k, int stride, int pad, Map dy, Map dx);   // dx +=
+// average pool, k x k, stride, pad, count_include_pad, floor mode
+void avgpool_forward_cpu(Map x, int k, int stride, int pad, Map y);
+void avgpool_backward_cpu(int k, int stride, int pad, Map dy, Map dx);          // dx +=
+// nearest-neighbour upsampling by an integer factor
+void upsample_forward_cpu(Map x, int factor, Map y);
+void upsample_backward_cpu(int factor, Map dy, Map dx);                           // dx +=

@@ -1,0 +1,20 @@
+// tensor.h: Map, the one activation type. Dimension legend used across core/ and gpu/:
+// N batch, H,W height/width in, C channels in, K channels out, P,Q height/width out, R,S kernel.
+#pragma once
+#include <stddef.h>
+
+// Map: an NHWC feature map with a pixel stride. Element (n,h,w,c) is data[((n*H + h)*W + w)*ld + c].
+// ld >= C; ld > C makes a channel slice of a wider buffer, so a concat is a set of slices that
+// producers write into directly, and a channel split is a slice (DESIGN.md section 4).
+typedef struct { float *data; int N, H, W, C, ld; } Map;
+
+static inline Map map_make(float *data, int N, int H, int W, int C) {
+    Map m = { data, N, H, W, C, C };
+    return m;
+}
+static inline Map map_slice(Map m, int c0, int nc) { m.data += c0; m.C = nc; return m; }
+static inline size_t map_pixels(Map m) { return (size_t)m.N * m.H * m.W; }
+static inline size_t map_floats(Map m) { return map_pixels(m) * m.C; }
+static inline float *map_at(Map m, int n, int h, int w) {
+    return m.data + (((size_t)n * m.H + h) * m.W + w) * m.ld;
+}

@@ -1,0 +1,102 @@
+// util.c: see util.h.
+#include "core/util.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static atomic_size_t n_allocs;
+
+int err_set(Err *e, const char *fmt, ...) {
+    if (!e) return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+void die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "yolotrain: internal error: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(1);
+}
+
+void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) die("out of host memory allocating %zu bytes", n);
+    atomic_fetch_add(&n_allocs, 1);
+    return p;
+}
+
+void *xcalloc(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) die("out of host memory allocating %zu x %zu bytes", n, size);
+    atomic_fetch_add(&n_allocs, 1);
+    return p;
+}
+
+void *xrealloc(void *p, size_t n) {
+    void *q = realloc(p, n ? n : 1);
+    if (!q) die("out of host memory reallocating %zu bytes", n);
+    atomic_fetch_add(&n_allocs, 1);
+    return q;
+}
+
+char *xstrdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *p = xmalloc(n);
+    memcpy(p, s, n);
+    return p;
+}
+
+size_t alloc_count(void) { return atomic_load(&n_allocs); }
+
+double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+Rng rng_for(uint64_t seed, uint64_t a, uint64_t b) {
+    uint64_t x = seed * 0x100000001b3ull ^ (a + 0x632be59bd9b4e019ull) * 0x9e3779b97f4a7c15ull ^ b;
+    Rng r;
+    r.s[0] = splitmix64(&x);
+    r.s[1] = splitmix64(&x);
+    if (!r.s[0] && !r.s[1]) r.s[1] = 1;
+    return r;
+}
+
+uint64_t rng_u64(Rng *r) {  // xoroshiro128+
+    uint64_t s0 = r->s[0], s1 = r->s[1], out = s0 + s1;
+    s1 ^= s0;
+    r->s[0] = ((s0 << 24) | (s0 >> 40)) ^ s1 ^ (s1 << 16);
+    r->s[1] = (s1 << 37) | (s1 >> 27);
+    return out;
+}
+
+double rng_uniform(Rng *r, double lo, double hi) {
+    return lo + (hi - lo) * ((rng_u64(r) >> 11) * 0x1.0p-53);
+}
+
+int rng_int(Rng *r, int n) { return n <= 0 ? 0 : (int)((rng_u64(r) >> 11) % (uint64_t)n); }
+
+double rng_normal(Rng *r) {
+    double u1 = rng_uniform(r, 0, 1), u2 = rng_uniform(r, 0, 1);
+    if (u1 < 1e-300) u1 = 1e-300;
+    return sqrt(-2 * log(u1)) * cos(2 * M_PI * u2);
+}

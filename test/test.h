@@ -1,0 +1,65 @@
+// test.h: the whole test harness. A test file defines `static void test_x(void)` functions and a
+// main that calls RUN(test_x) for each, then `return test_summary();`. Each test prints one line:
+//   ok   file: name            FAIL file: name (followed by the failed checks)     skip file: name: reason
+// test/run.sh adds the lines of every test binary into the final "N passed, N failed, N skipped".
+#pragma once
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int t_pass, t_fail, t_skip;
+static int t_failed_now;
+static char t_skip_reason[256];
+
+// CHECK(cond, fmt, ...): on failure print where and why, mark the current test failed, go on.
+#define CHECK(cond, ...) do { if (!(cond)) { \
+    printf("    %s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
+    printf(__VA_ARGS__); printf("\n"); t_failed_now = 1; } } while (0)
+// SKIP(fmt, ...): the test cannot run here (say why), return from it.
+#define SKIP(...) do { snprintf(t_skip_reason, sizeof t_skip_reason, __VA_ARGS__); return; } while (0)
+#define RUN(fn) test_run_(#fn, fn)
+
+static void test_run_(const char *name, void (*fn)(void)) {
+    t_failed_now = 0; t_skip_reason[0] = 0;
+    fflush(stdout);
+    fn();
+    if (t_failed_now) { printf("FAIL %s: %s\n", __FILE__, name); t_fail++; }
+    else if (t_skip_reason[0]) { printf("skip %s: %s: %s\n", __FILE__, name, t_skip_reason); t_skip++; }
+    else { printf("ok   %s: %s\n", __FILE__, name); t_pass++; }
+    fflush(stdout);
+}
+
+static int test_summary(void) {
+    printf("# %s: %d passed, %d failed, %d skipped\n", __FILE__, t_pass, t_fail, t_skip);
+    return t_fail ? 1 : 0;
+}
+
+// close_enough: |got - ref| <= atol + rtol*|ref| (STYLE.md section 7)
+static inline int close_enough(double got, double ref, double atol, double rtol) {
+    return fabs(got - ref) <= atol + rtol * fabs(ref) && !isnan(got);
+}
+
+// The read-only shared folder (fixtures, coco128): $YT_SHARED, else ../shared beside the checkout.
+// Returns NULL when it is absent, so tests can SKIP with a reason.
+static const char *shared_dir(void) {
+    static char buf[4096];
+    const char *env = getenv("YT_SHARED");
+    snprintf(buf, sizeof buf, "%s", env && *env ? env : "../shared");
+    struct stat st;
+    return stat(buf, &st) == 0 && S_ISDIR(st.st_mode) ? buf : NULL;
+}
+
+// A scratch folder for files a test writes: $TMPDIR/yt-test-<pid>-<tag>, created fresh.
+static inline const char *test_tmpdir(const char *tag) {
+    static char buf[4096];
+    const char *t = getenv("TMPDIR");
+    snprintf(buf, sizeof buf, "%s/yt-test-%d-%s", t && *t ? t : "/tmp", (int)getpid(), tag);
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", buf, buf);
+    if (system(cmd) != 0) { printf("cannot create %s\n", buf); exit(1); }
+    return buf;
+}
