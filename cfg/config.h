@@ -8,6 +8,8 @@
 #define CFG_MAX_FROM   8
 #define CFG_MAX_ARGS   8
 #define CFG_PATH       1024
+#define CFG_MAX_KEYS   80          // entries of the key table in cfg/schema.c
+#define CFG_LINE_MAX   1000        // longest INI line, comment included
 
 typedef struct { char file[CFG_PATH]; int line; } Where;   // line 0: default; file "command line"
 
@@ -24,7 +26,9 @@ typedef struct {
     char   module[32];               // Conv, ELAN1, AConv, RepNCSPELAN4, SPPELAN, Upsample, Concat, DDetect, ...
     double args[CFG_MAX_ARGS];       // numeric args; `nc` is replaced by the model's nc, `None` by NAN
     int    n_args;
-    char   sarg[32];                 // the string argument where one is written ('nearest'), else ""
+    char   sarg[32];                 // the string argument where one is written ('nearest'), else "";
+                                     // it is the last arg written and not counted in n_args
+    unsigned nc_mask;                // bit i set: args[i] was written `nc` (config_set_nc rewrites it)
     Where  at;
 } LayerSpec;
 
@@ -43,6 +47,7 @@ typedef struct {
     int    reg_max;
     LayerSpec layers[CFG_MAX_LAYERS];
     int    n_layers;
+    int    n_backbone;               // layers[0, n_backbone) came from [backbone], the rest from [head]
     // [train]
     char   data[CFG_PATH];           // data.yaml path; "" = the built-in synthetic dataset
     char   hyp_file[CFG_PATH];       // hyp=FILE.yaml: loaded over [hyp]
@@ -62,12 +67,30 @@ typedef struct {
     // [data]: the same keys a data.yaml has; io/dataset.c interprets them
     int    n_data_kv;
     struct { char key[64]; char value[CFG_PATH]; Where at; } data_kv[32];
-} Config;
+    Where  key_at[CFG_MAX_KEYS];     // where each key of the table got its value (see config_where)
+} Config;                            // about 0.25 MB: allocate it, or keep it static, in threads
 
 // Read `path`, then apply overrides (argv-style: "key=value" or "--key" "value"). Returns 0, or -1
 // with err naming file:line (or the override), the text, and what is allowed.
+// Precedence: defaults < the INI < the hyp=FILE.yaml keys < command-line overrides. Overrides are
+// "key=value", "--key value" or "--key=value"; key may be "section.key" ("data.path" sets a [data]
+// key); '-' in a key reads as '_'. Their Where is file "command line", line = position in argv + 1.
+// path may be NULL: defaults and overrides only. In the INI, `#` and `;` start a comment at a line
+// start or after a blank (a `#` inside quotes is kept); lines hold at most CFG_LINE_MAX characters.
 int  config_load(const char *path, int argc, char **argv, Config *cfg, Err *err);
-// Where a key got its value (for messages of later checks), or NULL for an unknown key.
+// Where a key got its value (for messages of later checks), or NULL for an unknown key. key is
+// "name" or "section.name"; "data.KEY" finds a [data] key. line 0 means the built-in default.
 const Where *config_where(const Config *cfg, const char *key);
-// Print the effective configuration as INI (args.ini; the start-up summary).
+// Print the effective configuration as INI (args.ini; the start-up summary). config_load reads it
+// back to the same Config (Where aside).
 void config_print(const Config *cfg, FILE *f);
+
+// Every key at its default, no layers, no [data] keys.
+void config_defaults(Config *cfg);
+// Set the class count and rewrite every layer arg written `nc` (io/ calls it once the dataset's
+// names are known, when [model] nc = 0).
+void config_set_nc(Config *cfg, int nc);
+// "cfg/s.ini:12", "command line argument 3" or "default", into buf; returns buf.
+const char *config_where_text(const Where *w, char *buf, size_t n);
+// The value of a [data] key, or NULL when it was not given.
+const char *config_data_get(const Config *cfg, const char *key);

@@ -1,6 +1,9 @@
 // dataset.h: a YOLO-layout detection dataset: image files paired with label files, described by an
 // Ultralytics-style data.yaml or an INI [data] section, validated before use.
 #pragma once
+#include <stdio.h>
+
+#include "cfg/config.h"
 #include "core/util.h"
 
 typedef struct { int cls; float cx, cy, w, h; } Box;   // normalised to the image, centre and size
@@ -9,16 +12,88 @@ typedef struct {
     char *image;        // path of the image file
     char *label;        // path of its label file (may not exist: a background image)
     int   w, h;         // image size from its header
+    int   channels;     // colour components stored in the file (1 gray, 2 gray+alpha, 3, 4)
     int   nbox;
-    Box  *box;
+    Box  *box;          // (nbox): file order, or np.unique order when the file had duplicate rows
 } Sample;
+
+// Why an image was left out; each excluded image is counted under the first reason found.
+typedef enum {
+    DS_UNSUPPORTED,     // not JPEG/PNG (bmp, tif, webp, ...): our decoders read only those two
+    DS_BAD_IMAGE,       // unreadable or corrupt image, or smaller than 10 px
+    DS_BAD_LABEL_FILE,  // label file unreadable
+    DS_BAD_CLASS,       // class id not an integer in [0, nc)
+    DS_BAD_COUNT,       // wrong number of values on a row
+    DS_NOT_NUMBER,      // NaN, inf or not a number
+    DS_OUT_OF_BOUNDS,   // a coordinate outside [0,1] by more than 0.01
+    DS_ZERO_SIZE,       // w or h <= 0
+    DS_MIN_ITEMS,       // fewer than min_items labels (an option, never fatal under strict)
+    DS_N_REASONS
+} DatasetReason;
+extern const char *const dataset_reason_name[DS_N_REASONS];
 
 typedef struct {
     int     n;          // samples kept after validation
-    Sample *s;
+    Sample *s;          // (n), sorted by image path
     int     nc;
     char  **names;      // nc class names
     int     n_excluded, n_background, n_warnings;
+    // what validation found (check prints these)
+    int     n_listed;             // image files found, before validation
+    int     n_instances;          // boxes over kept samples
+    int    *class_count;          // (nc) instances per class over kept samples
+    int     n_gray;               // kept samples whose file has one colour component
+    int     n_orphan_labels;      // label files with no image (ignored, not a warning)
+    int     n_duplicates;         // duplicate label rows dropped (each also a warning)
+    int     excluded_by[DS_N_REASONS];
 } Dataset;
 
+typedef struct {
+    int   strict;       // 1: an excluded image makes dataset_open fail (after reporting all of them)
+    int   min_items;    // > 0: drop images with fewer labels (YOLOv9 --min-items); not a problem
+    int   nc;           // > 0: validate class ids against this (the model's nc) instead of the names
+    int   quiet;        // 1: no summary line (problems are still reported)
+    FILE *report;       // where problems and the summary go; NULL = stderr
+} DatasetOptions;
+
+// Where the splits of a dataset live, read from a data.yaml or an INI [data] section; all paths
+// resolved. Relative paths resolve against `path:` (itself relative to the describing file's folder)
+// or, without it, against that file's folder (for [data] keys: the INI's folder, cfg->file); never
+// against the current directory, which Ultralytics also tries. Entries of a .txt list resolve
+// against the list file's folder (Ultralytics does so only for entries starting with "./").
+enum { DS_TRAIN, DS_VAL, DS_TEST, DS_N_SPLITS };
+typedef struct {
+    char  *file;                    // the yaml or INI it came from (for messages)
+    int    nc;
+    char **names;                   // (nc)
+    char **src[DS_N_SPLITS];        // folders or list files, resolved
+    int    n_src[DS_N_SPLITS];
+    Where  at[DS_N_SPLITS];         // where each split's key is written; line 0: absent
+} DataSpec;
+
+// Read a data.yaml (yaml != NULL), else cfg->data when set, else cfg's [data] keys. `names` may be
+// a list or a {0: a, 1: b} mapping (an INI: "a, b" or "[a, b]"); `nc`, when given, must equal the
+// number of names; `train` and `val` are required; `download:` and unknown yaml keys are ignored.
+// Returns 0, or -1 with err naming file:line.
+int  dataspec_read(const char *yaml, const Config *cfg, DataSpec *out, Err *err);
+void dataspec_free(DataSpec *d);
+
+// List and validate one split ("train", "val" or "test"). Images: files with extensions bmp dng
+// jpeg jpg mpo png tif tiff webp pfm (any case) found recursively in folders (hidden entries skipped,
+// symlinks followed, each folder once) and in list files; sorted by path (string order, like the
+// reference); a path listed twice is kept once. Each pairs with the label at its path with the last
+// /images/ replaced by /labels/ and the extension by .txt; a missing or empty label file makes a
+// background image. Only JPEG and PNG are decoded: other formats are excluded as unsupported.
+// Every problem goes to opt->report as "file:line: reason" (labels) or "file: reason" (images) and
+// the image is excluded; duplicate label rows are dropped instead, with a warning, and such a file's
+// rows become np.unique's sorted order. Rows with more than 6 values make the whole file polygons,
+// each turned into its bounding box (the points themselves are not kept). Coordinates within 0.01
+// outside [0,1] are clipped, with a warning. Label files in the labels folder of a listed image
+// folder that match no image are reported and counted, not warned about (list files choose subsets
+// on purpose, so their folders are not scanned). A summary line follows unless opt->quiet.
+// opt may be NULL (defaults). Returns 0, or -1 with err: bad description, no images, nothing usable,
+// no labels at all in "train", or (strict) any exclusion other than min_items. On -1, *out holds
+// nothing to free.
+int  dataset_open(const char *yaml, const Config *cfg, const char *split,
+                  const DatasetOptions *opt, Dataset *out, Err *err);
 void dataset_free(Dataset *ds);

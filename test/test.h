@@ -23,18 +23,18 @@ static char t_skip_reason[256];
 #define SKIP(...) do { snprintf(t_skip_reason, sizeof t_skip_reason, __VA_ARGS__); return; } while (0)
 #define RUN(fn) test_run_(#fn, fn)
 
-static void test_run_(const char *name, void (*fn)(void)) {
+static inline void test_run_(const char *name, void (*fn)(void)) {
     t_failed_now = 0; t_skip_reason[0] = 0;
     fflush(stdout);
     fn();
-    if (t_failed_now) { printf("FAIL %s: %s\n", __FILE__, name); t_fail++; }
-    else if (t_skip_reason[0]) { printf("skip %s: %s: %s\n", __FILE__, name, t_skip_reason); t_skip++; }
-    else { printf("ok   %s: %s\n", __FILE__, name); t_pass++; }
+    if (t_failed_now) { printf("FAIL %s: %s\n", __BASE_FILE__, name); t_fail++; }
+    else if (t_skip_reason[0]) { printf("skip %s: %s: %s\n", __BASE_FILE__, name, t_skip_reason); t_skip++; }
+    else { printf("ok   %s: %s\n", __BASE_FILE__, name); t_pass++; }
     fflush(stdout);
 }
 
-static int test_summary(void) {
-    printf("# %s: %d passed, %d failed, %d skipped\n", __FILE__, t_pass, t_fail, t_skip);
+static inline int test_summary(void) {
+    printf("# %s: %d passed, %d failed, %d skipped\n", __BASE_FILE__, t_pass, t_fail, t_skip);
     return t_fail ? 1 : 0;
 }
 
@@ -45,7 +45,7 @@ static inline int close_enough(double got, double ref, double atol, double rtol)
 
 // The read-only shared folder (fixtures, coco128): $YT_SHARED, else ../shared beside the checkout.
 // Returns NULL when it is absent, so tests can SKIP with a reason.
-static const char *shared_dir(void) {
+static inline const char *shared_dir(void) {
     static char buf[4096];
     const char *env = getenv("YT_SHARED");
     snprintf(buf, sizeof buf, "%s", env && *env ? env : "../shared");
@@ -58,7 +58,7 @@ static inline const char *test_tmpdir(const char *tag) {
     static char buf[4096];
     const char *t = getenv("TMPDIR");
     snprintf(buf, sizeof buf, "%s/yt-test-%d-%s", t && *t ? t : "/tmp", (int)getpid(), tag);
-    char cmd[4200];
+    char cmd[8400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", buf, buf);
     if (system(cmd) != 0) { printf("cannot create %s\n", buf); exit(1); }
     return buf;

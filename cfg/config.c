@@ -1,0 +1,325 @@
+// config.c: config_load reads the INI with inih (our line reader strips `#`/`;` comments and counts
+// lines, so every key keeps its file:line), then applies command-line overrides and a hyp yaml.
+#include "cfg/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <ini.h>
+#include <stdarg.h>
+#include <string.h>
+
+#include "cfg/parts.h"
+
+static const char *const COMMAND_LINE = "command line";
+
+static void where_set(Where *w, const char *file, int line) {
+    snprintf(w->file, sizeof w->file, "%s", file);
+    w->line = line;
+}
+
+const char *config_where_text(const Where *w, char *buf, size_t n) {
+    if (w->line == 0) snprintf(buf, n, "default");
+    else if (!strcmp(w->file, COMMAND_LINE)) snprintf(buf, n, "command line argument %d", w->line);
+    else snprintf(buf, n, "%s:%d", w->file, w->line);
+    return buf;
+}
+
+void config_defaults(Config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    Where none = { "", 0 };
+    Err err;
+    for (int i = 0; i < cfg_n_keys; i++)
+        if (key_set(cfg, &cfg_keys[i], cfg_keys[i].def, &none, &err)) die("bad default: %s", err.msg);
+}
+
+void config_set_nc(Config *cfg, int nc) {
+    cfg->nc = nc;
+    for (int l = 0; l < cfg->n_layers; l++)
+        for (int i = 0; i < cfg->layers[l].n_args; i++)
+            if (cfg->layers[l].nc_mask >> i & 1) cfg->layers[l].args[i] = nc;
+}
+
+const char *config_data_get(const Config *cfg, const char *key) {
+    for (int i = 0; i < cfg->n_data_kv; i++)
+        if (!strcmp(cfg->data_kv[i].key, key)) return cfg->data_kv[i].value;
+    return NULL;
+}
+
+const Where *config_where(const Config *cfg, const char *key) {
+    const char *dot = strchr(key, '.');
+    char section[32] = "";
+    if (dot && (size_t)(dot - key) < sizeof section) snprintf(section, sizeof section, "%.*s", (int)(dot - key), key);
+    if (section_known(section)) key = dot + 1;
+    else section[0] = 0;
+    if (!strcmp(section, "data")) {
+        for (int i = 0; i < cfg->n_data_kv; i++)
+            if (!strcmp(cfg->data_kv[i].key, key)) return &cfg->data_kv[i].at;
+        return NULL;
+    }
+    const Key *k = key_find(section[0] ? section : NULL, key);
+    return k ? &cfg->key_at[k - cfg_keys] : NULL;
+}
+
+// ---- one key from any source
+
+// A [data] key: free-form, interpreted by io/dataset.c.
+static int data_set(Config *cfg, const char *key, const char *value, const Where *at, Err *err) {
+    char w[CFG_PATH + 32];
+    config_where_text(at, w, sizeof w);
+    int i = 0;
+    while (i < cfg->n_data_kv && strcmp(cfg->data_kv[i].key, key)) i++;
+    if (i == 32) return err_set(err, "%s: [data] %s: too many [data] keys; at most 32", w, key);
+    if (!*key || strlen(key) >= sizeof cfg->data_kv[i].key)
+        return err_set(err, "%s: [data] %s: a key of 1 to 63 characters is needed", w, key);
+    if (strlen(value) >= sizeof cfg->data_kv[i].value)
+        return err_set(err, "%s: [data] %s: the value is too long; at most %d characters", w, key, CFG_PATH - 1);
+    if (i < cfg->n_data_kv && !strcmp(cfg->data_kv[i].at.file, at->file) && strcmp(at->file, COMMAND_LINE))
+        return err_set(err, "%s: [data] %s: already set at line %d; give each key once", w, key,
+                       cfg->data_kv[i].at.line);
+    snprintf(cfg->data_kv[i].key, sizeof cfg->data_kv[i].key, "%s", key);
+    unquote(value, cfg->data_kv[i].value, sizeof cfg->data_kv[i].value);
+    cfg->data_kv[i].at = *at;
+    if (i == cfg->n_data_kv) cfg->n_data_kv++;
+    return 0;
+}
+
+// Set `name` of `section` (a known section) from a file or the command line.
+static int entry_set(Config *cfg, const char *section, const char *name, const char *value,
+                     const Where *at, Err *err) {
+    char w[CFG_PATH + 32], hint[600];
+    config_where_text(at, w, sizeof w);
+    if (!strcmp(section, "backbone") || !strcmp(section, "head")) {
+        if (!strcmp(at->file, COMMAND_LINE))
+            return err_set(err, "%s: %s.%s: layer rows can only be written in the INI file", w, section, name);
+        return layer_add(cfg, section, name, value, at, err);
+    }
+    if (!strcmp(section, "data")) return data_set(cfg, name, value, at, err);
+    const Key *k = key_find(section, name);
+    if (!k) {
+        key_suggest(section, name, hint, sizeof hint);
+        return err_set(err, "%s: [%s] %s = %s: unknown key; %s", w, section, name, value, hint);
+    }
+    const Where *prev = &cfg->key_at[k - cfg_keys];
+    if (prev->line && !strcmp(prev->file, at->file) && strcmp(at->file, COMMAND_LINE))
+        return err_set(err, "%s: [%s] %s = %s: already set at line %d; give each key once", w, section,
+                       name, value, prev->line);
+    return key_set(cfg, k, value, at, err);
+}
+
+// ---- the INI file
+
+typedef struct {
+    Config     *cfg;
+    const char *path;
+    FILE       *f;
+    Err        *err;
+    int         failed;
+    int         line;                         // the line inih is handling now
+    int         long_line;                    // a line whose value was too long for inih's buffer:
+    char        long_value[CFG_LINE_MAX + 1]; //   inih got "key =", the value waits here
+} IniRead;
+
+static int read_fail(IniRead *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int read_fail(IniRead *r, const char *fmt, ...) {
+    char what[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    err_set(r->err, "%s:%d: %s", r->path, r->line, what);
+    r->failed = 1;
+    return 0;
+}
+
+// Cut a `#` or `;` comment: at the line start or after whitespace, and outside quotes.
+static void strip_comment(char *s) {
+    char quote = 0;
+    for (char *p = s; *p; p++) {
+        if (quote) { if (*p == quote) quote = 0; continue; }
+        int after_space = p == s || isspace((unsigned char)p[-1]);
+        if ((*p == '#' || *p == ';') && after_space) { *p = 0; return; }
+        if ((*p == '\'' || *p == '"') && (p == s || strchr(" \t=,[:", p[-1]))) quote = *p;
+    }
+}
+
+static char *trim(char *s) {
+    while (isspace((unsigned char)*s)) s++;
+    size_t n = strlen(s);
+    while (n && isspace((unsigned char)s[n - 1])) s[--n] = 0;
+    return s;
+}
+
+// Check a "[section]" line and rewrite it as "[name]" (inih keeps inner spaces); 1 when fine.
+static int section_line(IniRead *r, char *s) {
+    const char *close = strchr(s, ']');
+    if (!close || close[1]) return read_fail(r, "%s: a section line is [name] alone; sections are [model], "
+                                             "[backbone], [head], [train], [parallel], [hyp], [data]", s);
+    char name[32];
+    size_t len = (size_t)(close - s - 1);
+    snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), s + 1);
+    if (len >= sizeof name || !section_known(trim(name)))
+        return read_fail(r, "%s: unknown section; sections are [model], [backbone], [head], [train], "
+                         "[parallel], [hyp], [data]", s);
+    sprintf(s, "[%s]", trim(name));                  // never longer than the line it replaces
+    return 1;
+}
+
+// Hand inih a value-less "key =" and keep the value, for lines longer than inih's buffer.
+static char *long_line(IniRead *r, char *s, char *str, int num) {
+    size_t key_len = strcspn(s, "=:");
+    if (!s[key_len] || (int)key_len > num - 4)
+        return read_fail(r, "%.60s...: a line this long must be `key = value`", s), NULL;
+    snprintf(r->long_value, sizeof r->long_value, "%s", trim(s + key_len + 1));
+    r->long_line = r->line;
+    snprintf(str, num, "%.*s=", (int)key_len, s);
+    return str;
+}
+
+// inih's reader: called once per line, before the handler runs for that line. Leading blanks are
+// trimmed, so inih's indented continuation lines never apply.
+static char *read_line(char *str, int num, void *stream) {
+    IniRead *r = stream;
+    char raw[CFG_LINE_MAX + 2];
+    if (r->failed || !fgets(raw, sizeof raw, r->f)) return NULL;
+    r->line++;
+    size_t n = strlen(raw);
+    if (n && raw[n - 1] == '\n') raw[--n] = 0;
+    else if (n > CFG_LINE_MAX) {
+        read_fail(r, "the line is longer than %d characters; shorten it", CFG_LINE_MAX);
+        return NULL;
+    }
+    char *s = raw;
+    if (r->line == 1 && !strncmp(s, "\xEF\xBB\xBF", 3)) s += 3;   // a UTF-8 byte-order mark
+    strip_comment(s);
+    s = trim(s);
+    if (*s == '[' && !section_line(r, s)) return NULL;
+    if ((int)strlen(s) > num - 3) return long_line(r, s, str, num);
+    snprintf(str, num, "%s", s);
+    return str;
+}
+
+static int on_key(void *user, const char *section, const char *name, const char *value) {
+    IniRead *r = user;
+    if (r->failed) return 0;
+    if (r->long_line == r->line) value = r->long_value;
+    Where at;
+    where_set(&at, r->path, r->line);
+    if (!*section) {
+        err_set(r->err, "%s:%d: %s = %s: a key before any section; put it under [model], [train], "
+                "[parallel], [hyp] or [data]", r->path, r->line, name, value);
+        r->failed = 1;
+        return 0;
+    }
+    if (entry_set(r->cfg, section, name, value, &at, r->err)) r->failed = 1;
+    return !r->failed;
+}
+
+static int ini_read(Config *cfg, const char *path, Err *err) {
+    IniRead r = { .cfg = cfg, .path = path, .err = err };
+    r.f = fopen(path, "rb");
+    if (!r.f) return err_set(err, "%s: cannot open the config: %s", path, strerror(errno));
+    int bad = ini_parse_stream(read_line, &r, on_key, &r);
+    fclose(r.f);
+    if (r.failed) return -1;
+    if (bad > 0) return err_set(err, "%s:%d: not `key = value`, a [section] or a comment", path, bad);
+    return 0;
+}
+
+// ---- command-line overrides
+
+// One "name=value" (name: key or section.key, '-' read as '_') from argv position pos.
+static int override_one(Config *cfg, const char *arg, size_t name_len, const char *value, int pos, Err *err) {
+    char name[128], section[32] = "";
+    snprintf(name, sizeof name, "%.*s", (int)(name_len < sizeof name ? name_len : sizeof name - 1), arg);
+    for (char *p = name; *p; p++) if (*p == '-') *p = '_';
+    Where at;
+    where_set(&at, COMMAND_LINE, pos);
+    const char *dot = strchr(name, '.'), *key = name;
+    if (dot && (size_t)(dot - name) < sizeof section) {
+        snprintf(section, sizeof section, "%.*s", (int)(dot - name), name);
+        if (section_known(section)) key = dot + 1;
+        else section[0] = 0;
+    }
+    if (section[0]) return entry_set(cfg, section, key, value, &at, err);
+    const Key *k = key_find(NULL, key);
+    if (!k) {
+        char hint[600];
+        key_suggest(NULL, key, hint, sizeof hint);
+        return err_set(err, "command line argument %d: %s: unknown key; %s", pos, arg, hint);
+    }
+    return key_set(cfg, k, value, &at, err);
+}
+
+static int overrides_apply(Config *cfg, int argc, char **argv, Err *err) {
+    const char *prev = NULL, *prev_value = NULL;   // the previous override, for the stray-word hint
+    size_t prev_len = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *eq = strchr(a, '='), *value;
+        int pos = i + 1;
+        if (!strncmp(a, "--", 2)) {
+            a += 2;
+            eq = strchr(a, '=');
+            if (!eq && (i + 1 == argc || !strncmp(argv[i + 1], "--", 2)))
+                return err_set(err, "command line argument %d: --%s needs a value; write --%s VALUE or "
+                               "%s=VALUE", pos, a, a, a);
+            value = eq ? eq + 1 : argv[++i];
+        } else if (eq) {
+            value = eq + 1;
+        } else if (prev) {
+            return err_set(err, "command line argument %d: '%s' is not key=value; a value of several parts "
+                           "is one argument, commas and no spaces: %.*s=%s,%s", pos, a, (int)prev_len, prev,
+                           prev_value, a);
+        } else {
+            return err_set(err, "command line argument %d: '%s' is not key=value; write key=value or "
+                           "--key value", pos, a);
+        }
+        size_t name_len = eq ? (size_t)(eq - a) : strlen(a);
+        if (override_one(cfg, a, name_len, value, pos, err)) return -1;
+        prev = a, prev_len = name_len, prev_value = value;
+    }
+    return 0;
+}
+
+int config_load(const char *path, int argc, char **argv, Config *cfg, Err *err) {
+    config_defaults(cfg);
+    if (path) {
+        snprintf(cfg->file, sizeof cfg->file, "%s", path);
+        if (ini_read(cfg, path, err)) return -1;
+    }
+    if (overrides_apply(cfg, argc, argv, err)) return -1;
+    if (cfg->hyp_file[0] && hyp_yaml_load(cfg, cfg->hyp_file, err)) return -1;
+    config_set_nc(cfg, cfg->nc);
+    return 0;
+}
+
+// ---- printing
+
+void config_print(const Config *cfg, FILE *f) {
+    char value[CFG_LINE_MAX + 1];
+    fprintf(f, "# yolotrain configuration%s%s\n", cfg->file[0] ? ", read from " : "", cfg->file);
+    for (int s = 0; cfg_sections[s]; s++) {
+        const char *sec = cfg_sections[s];
+        if (!strcmp(sec, "backbone") || !strcmp(sec, "head")) {
+            int head = !strcmp(sec, "head"), lo = head ? cfg->n_backbone : 0;
+            int hi = head ? cfg->n_layers : cfg->n_backbone;
+            if (lo < hi) fprintf(f, "\n[%s]\n", sec);
+            for (int l = lo; l < hi; l++) {
+                layer_format(&cfg->layers[l], value, sizeof value);
+                fprintf(f, "%d = %s\n", cfg->layers[l].index, value);
+            }
+        } else if (!strcmp(sec, "data")) {
+            if (cfg->n_data_kv) fprintf(f, "\n[data]\n");
+            for (int i = 0; i < cfg->n_data_kv; i++) {
+                text_format(cfg->data_kv[i].value, value, sizeof value);
+                fprintf(f, "%s = %s\n", cfg->data_kv[i].key, value);
+            }
+        } else {
+            fprintf(f, "\n[%s]\n", sec);
+            for (int i = 0; i < cfg_n_keys; i++) {
+                if (strcmp(cfg_keys[i].section, sec)) continue;
+                key_format(cfg, &cfg_keys[i], value, sizeof value);
+                fprintf(f, "%s = %s\n", cfg_keys[i].name, value);
+            }
+        }
+    }
+}

@@ -1,0 +1,331 @@
+// schema.c: the table of every configuration key (section, type, allowed values, default, field)
+// and the one set of functions that parse, check and print a value for any entry of it.
+#include "cfg/parts.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static int check_device(const char *v, char *why, size_t n);
+static int check_split(const char *v, char *why, size_t n);
+
+#define F(field) offsetof(Config, field), sizeof(((Config *)0)->field)
+#define INT(sec, name, field, lo, hi, def)     { sec, name, KEY_INT, F(field), lo, hi, 0, NULL, NULL, def }
+#define INTM(sec, name, field, lo, hi, m, def) { sec, name, KEY_INT, F(field), lo, hi, m, NULL, NULL, def }
+#define BOOL(sec, name, field, def)            { sec, name, KEY_BOOL, F(field), 0, 1, 0, NULL, NULL, def }
+#define DBL(sec, name, field, lo, hi, def)     { sec, name, KEY_DOUBLE, F(field), lo, hi, 0, NULL, NULL, def }
+#define STR(sec, name, field, check, def)      { sec, name, KEY_STRING, F(field), 0, 0, 0, NULL, check, def }
+#define ENUM(sec, name, field, allowed, def)   { sec, name, KEY_ENUM, F(field), 0, 0, 0, allowed, NULL, def }
+#define HYP(name, lo, hi, def)                 DBL("hyp", #name, hyp.name, lo, hi, def)
+
+const Key cfg_keys[] = {
+    INT ("model", "nc",             nc,             0, 100000, "0"),   // 0: from the dataset
+    DBL ("model", "depth_multiple", depth_multiple, 0.01, 10, "1.0"),
+    DBL ("model", "width_multiple", width_multiple, 0.01, 10, "1.0"),
+    INT ("model", "reg_max",        reg_max,        1, 64, "16"),
+
+    STR ("train", "data",         data,         NULL, ""),        // "": the built-in synthetic set
+    STR ("train", "hyp",          hyp_file,     NULL, ""),
+    STR ("train", "weights",      weights,      NULL, ""),
+    STR ("train", "device",       device,       check_device, ""),
+    ENUM("train", "precision",    precision,    "bf16|tf32|fp32", "bf16"),
+    ENUM("train", "cache",        cache,        "|ram|none", ""),
+    STR ("train", "project",      project,      NULL, "runs/train"),
+    STR ("train", "name",         name,         NULL, "exp"),
+    ENUM("train", "optimizer",    optimizer,    "SGD", "SGD"),
+    INT ("train", "epochs",       epochs,       1, 1000000, "300"),
+    INT ("train", "batch",        batch,        1, 1048576, "64"),
+    INTM("train", "imgsz",        imgsz,        32, 8192, 32, "640"),
+    INT ("train", "workers",      workers,      0, 1024, "8"),
+    INT ("train", "seed",         seed,         0, INT_MAX, "0"),
+    BOOL("train", "exist_ok",     exist_ok,     "0"),
+    INT ("train", "close_mosaic", close_mosaic, 0, 1000000, "15"),
+    INT ("train", "min_items",    min_items,    0, 1000000, "0"),
+    INT ("train", "patience",     patience,     0, 1000000, "100"),
+    INT ("train", "save_period",  save_period,  -1, 1000000, "-1"),  // -1: off
+    BOOL("train", "strict",       strict,       "0"),
+    BOOL("train", "cos_lr",       cos_lr,       "0"),
+    BOOL("train", "rect",         rect,         "0"),
+
+    ENUM("parallel", "reduce",  reduce,  "device0|sharded", "device0"),
+    ENUM("parallel", "loss_on", loss_on, "local|device0", "local"),
+    STR ("parallel", "split",   split,   check_split, "even"),
+
+    // hyp.scratch-high.yaml [WongKinYiu/yolov9 data/hyps/hyp.scratch-high.yaml]
+    HYP(lr0, 0, 10, "0.01"),             HYP(lrf, 0, 10, "0.01"),
+    HYP(momentum, 0, 1, "0.937"),        HYP(weight_decay, 0, 1, "0.0005"),
+    HYP(warmup_epochs, 0, 1000, "3.0"),  HYP(warmup_momentum, 0, 1, "0.8"),
+    HYP(warmup_bias_lr, 0, 10, "0.1"),
+    HYP(box, 0, 1000, "7.5"),            HYP(cls, 0, 1000, "0.5"),
+    HYP(dfl, 0, 1000, "1.5"),            HYP(cls_pw, 0, 1000, "1.0"),
+    HYP(obj, 0, 1000, "0.7"),            HYP(obj_pw, 0, 1000, "1.0"),
+    HYP(iou_t, 0, 1, "0.20"),            HYP(anchor_t, 0, 1000, "5.0"),
+    HYP(fl_gamma, 0, 100, "0.0"),
+    HYP(hsv_h, 0, 1, "0.015"),           HYP(hsv_s, 0, 1, "0.7"),
+    HYP(hsv_v, 0, 1, "0.4"),             HYP(degrees, 0, 180, "0.0"),
+    HYP(translate, 0, 1, "0.1"),         HYP(scale, 0, 10, "0.9"),
+    HYP(shear, 0, 180, "0.0"),           HYP(perspective, 0, 1, "0.0"),
+    HYP(flipud, 0, 1, "0.0"),            HYP(fliplr, 0, 1, "0.5"),
+    HYP(mosaic, 0, 1, "1.0"),            HYP(mixup, 0, 1, "0.15"),
+    HYP(copy_paste, 0, 1, "0.3"),
+};
+const int cfg_n_keys = sizeof cfg_keys / sizeof cfg_keys[0];
+_Static_assert(sizeof cfg_keys / sizeof cfg_keys[0] <= CFG_MAX_KEYS, "raise CFG_MAX_KEYS");
+
+const char *const cfg_sections[] = { "model", "backbone", "head", "train", "parallel", "hyp", "data", NULL };
+
+int section_known(const char *section) {
+    for (int i = 0; cfg_sections[i]; i++)
+        if (!strcmp(cfg_sections[i], section)) return 1;
+    return 0;
+}
+
+const Key *key_find(const char *section, const char *name) {
+    for (int i = 0; i < cfg_n_keys; i++)
+        if ((!section || !strcmp(cfg_keys[i].section, section)) && !strcmp(cfg_keys[i].name, name))
+            return &cfg_keys[i];
+    return NULL;
+}
+
+void unquote(const char *value, char *out, size_t n) {
+    size_t len = strlen(value);
+    if (len >= 2 && (value[0] == '\'' || value[0] == '"') && value[len - 1] == value[0])
+        snprintf(out, n, "%.*s", (int)(len - 2), value + 1);
+    else
+        snprintf(out, n, "%s", value);
+}
+
+// ---- parsing one value: 0, or -1 with `why` = "problem; what is allowed"
+
+static int parse_int(const Key *k, const char *s, int *out, char *why, size_t n) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end) {
+        snprintf(why, n, "not an integer; allowed: integers from %.0f to %.0f", k->lo, k->hi);
+        return -1;
+    }
+    if (errno == ERANGE || v < k->lo || v > k->hi) {
+        snprintf(why, n, "out of range; allowed: integers from %.0f to %.0f", k->lo, k->hi);
+        return -1;
+    }
+    if (k->multiple && v % k->multiple) {
+        long below = v / k->multiple * k->multiple, above = below + k->multiple;
+        if (below < k->lo) snprintf(why, n, "not a positive multiple of %d; nearest valid value: %ld", k->multiple, above);
+        else snprintf(why, n, "not a positive multiple of %d; nearest valid values: %ld or %ld", k->multiple, below, above);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_bool(const char *s, int *out, char *why, size_t n) {
+    static const char *const yes[] = { "1", "true", "yes", "on" }, *const no[] = { "0", "false", "no", "off" };
+    for (int i = 0; i < 4; i++) {
+        if (!strcasecmp(s, yes[i])) { *out = 1; return 0; }
+        if (!strcasecmp(s, no[i])) { *out = 0; return 0; }
+    }
+    snprintf(why, n, "not a yes/no value; allowed: 0 or 1 (also false/true, no/yes, off/on)");
+    return -1;
+}
+
+static int parse_double(const Key *k, const char *s, double *out, char *why, size_t n) {
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end || !isfinite(v)) {
+        snprintf(why, n, "not a number; allowed: numbers from %g to %g", k->lo, k->hi);
+        return -1;
+    }
+    if (v < k->lo || v > k->hi) {
+        snprintf(why, n, "out of range; allowed: numbers from %g to %g", k->lo, k->hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+// The '|'-separated words of `allowed`, written "a, b, c" ("" shown as "").
+static void allowed_list(const char *allowed, char *buf, size_t n) {
+    size_t o = 0;
+    for (const char *w = allowed;; ) {
+        size_t len = strcspn(w, "|");
+        o += snprintf(buf + o, n - o, "%s%s%.*s%s", w == allowed ? "" : ", ", len ? "" : "\"",
+                      (int)len, w, len ? "" : "\"");
+        if (o >= n || !w[len]) return;
+        w += len + 1;
+    }
+}
+
+static int parse_enum(const Key *k, const char *s, char *out, char *why, size_t n) {
+    for (const char *w = k->allowed;; ) {
+        size_t len = strcspn(w, "|");
+        if (strlen(s) == len && !strncmp(s, w, len)) { snprintf(out, k->size, "%s", s); return 0; }
+        if (!w[len]) break;
+        w += len + 1;
+    }
+    char list[256];
+    allowed_list(k->allowed, list, sizeof list);
+    snprintf(why, n, "not an allowed word; allowed: %s", list);
+    return -1;
+}
+
+static int parse_string(const Key *k, const char *s, char *out, char *why, size_t n) {
+    if (strlen(s) >= k->size) {
+        snprintf(why, n, "too long; allowed: at most %zu characters", k->size - 1);
+        return -1;
+    }
+    if (k->check && k->check(s, why, n)) return -1;
+    snprintf(out, k->size, "%s", s);
+    return 0;
+}
+
+int key_set(Config *cfg, const Key *k, const char *value, const Where *at, Err *err) {
+    char text[CFG_LINE_MAX + 1], why[512];
+    unquote(value, text, sizeof text);
+    void *field = (char *)cfg + k->offset;
+    int rc;
+    switch (k->type) {
+    case KEY_INT:    rc = parse_int(k, text, field, why, sizeof why); break;
+    case KEY_BOOL:   rc = parse_bool(text, field, why, sizeof why); break;
+    case KEY_DOUBLE: rc = parse_double(k, text, field, why, sizeof why); break;
+    case KEY_ENUM:   rc = parse_enum(k, text, field, why, sizeof why); break;
+    default:         rc = parse_string(k, text, field, why, sizeof why); break;
+    }
+    if (rc) {
+        char w[CFG_PATH + 32];
+        int cut = strlen(value) > 80;             // keep the problem visible after a long value
+        return err_set(err, "%s: [%s] %s = %.*s%s: %s", config_where_text(at, w, sizeof w),
+                       k->section, k->name, cut ? 60 : 80, value, cut ? "..." : "", why);
+    }
+    cfg->key_at[k - cfg_keys] = *at;
+    return 0;
+}
+
+// ---- printing
+
+void number_format(double v, char *buf, size_t n) {
+    char text[32];
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(text, sizeof text, "%.*g", prec, v);
+        if (strtod(text, NULL) == v) break;
+    }
+    snprintf(buf, n, "%s", text);
+}
+
+void text_format(const char *v, char *buf, size_t n) {
+    size_t len = strlen(v);
+    int plain = len && !isspace((unsigned char)v[0]) && !isspace((unsigned char)v[len - 1])
+                && !strchr("#;'\"", v[0]) && !strstr(v, " #") && !strstr(v, "\t#");
+    if (plain) snprintf(buf, n, "%s", v);
+    else if (strchr(v, '"')) snprintf(buf, n, "'%s'", v);
+    else snprintf(buf, n, "\"%s\"", v);
+}
+
+void key_format(const Config *cfg, const Key *k, char *buf, size_t n) {
+    const void *field = (const char *)cfg + k->offset;
+    if (k->type == KEY_INT || k->type == KEY_BOOL) snprintf(buf, n, "%d", *(const int *)field);
+    else if (k->type == KEY_DOUBLE) number_format(*(const double *)field, buf, n);
+    else text_format(field, buf, n);
+}
+
+// ---- suggestions for misspelt keys
+
+static int edit_distance(const char *a, const char *b) {
+    int la = (int)strlen(a), lb = (int)strlen(b), row[64];
+    if (la > 63 || lb > 63) return 99;
+    for (int j = 0; j <= lb; j++) row[j] = j;
+    for (int i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = i;
+        for (int j = 1; j <= lb; j++) {
+            int up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[lb];
+}
+
+static int close_to(const char *name, const char *key) {
+    size_t ln = strlen(name), lk = strlen(key);
+    if (ln >= 3 && lk >= 3 && (strstr(name, key) || strstr(key, name))) return 1;
+    return edit_distance(name, key) <= (ln <= 3 ? 1 : 2 + (int)ln / 6);
+}
+
+void key_suggest(const char *section, const char *name, char *buf, size_t n) {
+    const Key *elsewhere = section ? key_find(NULL, name) : NULL;
+    if (elsewhere) { snprintf(buf, n, "%s belongs in [%s]", name, elsewhere->section); return; }
+    size_t o = snprintf(buf, n, "close keys:");
+    int found = 0;
+    for (int i = 0; i < cfg_n_keys && o < n; i++) {
+        const Key *k = &cfg_keys[i];
+        if ((section && strcmp(k->section, section)) || !close_to(name, k->name)) continue;
+        o += snprintf(buf + o, n - o, "%s %s%s%s", found++ ? "," : "", section ? "" : k->section,
+                      section ? "" : ".", k->name);
+    }
+    if (found) return;
+    if (!section) { snprintf(buf, n, "no key is close; every key is listed in cfg/s.ini"); return; }
+    o = snprintf(buf, n, "keys of [%s]:", section);
+    for (int i = 0; i < cfg_n_keys && o < n; i++)
+        if (!strcmp(cfg_keys[i].section, section))
+            o += snprintf(buf + o, n - o, "%s %s", found++ ? "," : "", cfg_keys[i].name);
+}
+
+// ---- rules for free-form strings
+
+// "", cpu, cpu:N, or GPU ids: 0 | 0,1 | [0,1]
+static int check_device(const char *v, char *why, size_t n) {
+    static const char *forms = "allowed: \"\" (automatic), cpu, cpu:N (N CPU devices), "
+                               "a GPU id such as 0, or a list 0,1 or [0,1]";
+    if (!*v || !strcmp(v, "cpu")) return 0;
+    const char *p = v;
+    char *end;
+    if (!strncmp(v, "cpu:", 4)) {
+        long k = strtol(v + 4, &end, 10);
+        if (end != v + 4 && !*end && k >= 1 && k <= 1024) return 0;
+        snprintf(why, n, "cpu:N needs a device count N from 1 to 1024; %s", forms);
+        return -1;
+    }
+    int bracket = *p == '[';
+    p += bracket;
+    for (;;) {
+        while (*p == ' ') p++;
+        if (!isdigit((unsigned char)*p)) break;
+        strtol(p, &end, 10);
+        p = end;
+        while (*p == ' ') p++;
+        if (isdigit((unsigned char)*p)) {
+            snprintf(why, n, "GPU ids are separated by commas; write device=0,1 (no spaces)");
+            return -1;
+        }
+        if (*p == ',') { p++; continue; }
+        if ((bracket && p[0] == ']' && !p[1]) || (!bracket && !*p)) return 0;
+        break;
+    }
+    snprintf(why, n, "not a device list; %s", forms);
+    return -1;
+}
+
+// even | auto | w0,w1,... (positive numbers, one per device)
+static int check_split(const char *v, char *why, size_t n) {
+    if (!strcmp(v, "even") || !strcmp(v, "auto")) return 0;
+    const char *p = v;
+    for (;;) {
+        char *end;
+        double w = strtod(p, &end);
+        if (end == p || !isfinite(w) || w <= 0) break;
+        p = end;
+        while (*p == ' ') p++;
+        if (!*p) return 0;
+        if (*p++ != ',') break;
+    }
+    snprintf(why, n, "not a split; allowed: even, auto, or positive weights per device such as 3,1");
+    return -1;
+}

@@ -1,0 +1,65 @@
+// loss.h: the YOLOv9 detection loss (utils/loss_tal.py ComputeLoss): task-aligned assignment, then BCE
+// (cls), CIoU (box) and DFL on the three raw head maps, and the gradient of the total into the maps.
+// Legend: N batch, A anchors (P3, P4, P5, each row-major), G targets, nc classes, R = 16 DFL bins.
+// Head map channels: 4*R box logits (side*R + bin, sides l,t,r,b), then nc class logits.
+#pragma once
+#include "core/tensor.h"
+#include "core/util.h"
+
+#define LOSS_REG_MAX 16   // R: DFL bins per box side
+#define LOSS_LEVELS  3    // P3, P4, P5
+
+typedef struct {
+    Map          head[LOSS_LEVELS];   // (N, H_l, W_l, 4R + nc); stride_l = img_h / H_l = img_w / W_l
+    int          nc;
+    int          img_h, img_w;        // network input size in pixels; targets are normalised to it
+    const float *targets;             // (G, 6) rows: image index, class, cx, cy, w, h (normalised)
+    int          n_targets;
+} LossBatch;
+
+typedef struct {
+    double box, cls, dfl;   // the logged items: gains 7.5 / 0.5 / 1.5 applied, divided by the normaliser
+    double total;           // batch_mult * (box + cls + dfl): the value the gradient is of
+    double tss;             // the normaliser used: max(sum of target scores, 1)
+    int    n_fg;            // foreground (assigned) anchors
+} LossOut;
+
+// LossWork: the assignment and its scratch, sized on first use and grown only when a larger batch,
+// image or target count appears, so a training loop allocates nothing per step.
+typedef struct LossWork LossWork;
+LossWork *loss_work_new(void);
+void      loss_work_free(LossWork *w);
+
+// loss_assign: the task-aligned assigner (topk 10, alpha 0.5, beta 6, YOLOv9 conflict rule) on the
+// detached predictions. Writes the local sum of target scores to *tss_local. -1 with a message if a
+// target row is invalid (image index outside [0,N), class outside [0,nc), non-finite values) or the map
+// sizes do not fit the image size. Tie rule where the reference is unspecified (torch.topk on equal
+// alignment metrics): the lower anchor index is taken first.
+int loss_assign(LossWork *w, const LossBatch *b, double *tss_local, Err *err);
+
+// loss_compute: the loss for the assignment made by the last loss_assign on the same LossBatch (the
+// maps may have changed since: the assignment is detached, as in the reference). tss_norm is the
+// normaliser, max(sum of target scores, 1) over every image of the step (several devices: the global
+// sum). batch_mult is the "x batch size" factor: N for a single call, the global batch when devices
+// each compute a share of a DataParallel-style batch (the shares' totals and items then add up).
+// grad (same shapes as head, may be NULL) receives d total / d head maps (=), every channel.
+void loss_compute(LossWork *w, const LossBatch *b, double tss_norm, double batch_mult,
+                  Map grad[LOSS_LEVELS], LossOut *out);
+
+// loss_forward_backward: loss_assign, then loss_compute with the local normaliser and batch_mult = N.
+int loss_forward_backward(LossWork *w, const LossBatch *b, Map grad[LOSS_LEVELS], LossOut *out,
+                          Err *err);
+
+// loss_target: after loss_assign, the target row (index into b->targets) anchor a of image n is
+// assigned to, or -1 for background; *score (may be NULL) gets its target score.
+int loss_target(const LossWork *w, int n, int a, double *score);
+
+// Building blocks, exposed for the tests.
+// loss_ciou: CIoU of boxes b1, b2 (x1,y1,x2,y2) as bbox_iou(b1, b2, xywh=False, CIoU=True). If d1 is
+// not NULL it receives dCIoU/db1, with alpha held constant (the reference computes it under no_grad).
+double loss_ciou(const double b1[4], const double b2[4], double d1[4]);
+// loss_dfl_decode: softmax p (R) of R logits and the expectation sum_i i*p_i (a distance in cells).
+double loss_dfl_decode(const float *logits, double p[LOSS_REG_MAX]);
+// loss_dfl_side: the DFL of one side with target distance t (clamped to [0, R-1-0.01]):
+// wl*CE(logits, floor t) + wr*CE(logits, floor t + 1).
+double loss_dfl_side(const float *logits, double t);

@@ -1,0 +1,528 @@
+// model.c: builds the detector from the config's layer table. Each YOLOv9 module is expanded into
+// primitive nodes (conv+BN+SiLU, RepConvN, pools, upsample, copy, add) whose parameters carry the
+// PyTorch state-dict names of the reference, so weights load from and save to PyTorch directly.
+// Concats inside modules cost nothing: producers write into their channel slice (DESIGN.md section 4).
+#include "core/model.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    Model           *m;
+    const Config    *cfg;
+    const LayerSpec *spec;    // the config row being expanded (for error messages)
+    Err             *err;
+    int              cap_params, cap_values, cap_nodes;
+    int              layer;   // index of the config layer being expanded
+    int              max_hw;  // planned input size
+    int             *vh, *vw; // planned spatial size per value (filled as values are made)
+} Builder;
+
+enum { NAME_LEN = sizeof(((ParamInfo *)0)->name) };
+
+// namef: a parameter or module name; the reference's names are far shorter than NAME_LEN
+static void namef(char *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void namef(char *out, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(out, NAME_LEN, fmt, ap);
+    va_end(ap);
+    if (n >= NAME_LEN) die("parameter name too long: %s...", out);
+}
+
+// ---- parameters and values -----------------------------------------------------------------
+
+static int add_param(Builder *b, const char *name, ParamKind kind, int ndim, const int *shape) {
+    Model *m = b->m;
+    if (m->n_params == b->cap_params) {
+        b->cap_params = b->cap_params ? 2 * b->cap_params : 256;
+        m->params = xrealloc(m->params, b->cap_params * sizeof *m->params);
+    }
+    ParamInfo *p = &m->params[m->n_params];
+    memset(p, 0, sizeof *p);
+    namef(p->name, "%s", name);
+    p->kind = kind;
+    p->ndim = ndim;
+    p->n = 1;
+    for (int i = 0; i < ndim; i++) { p->shape[i] = shape[i]; p->n *= shape[i]; }
+    p->offset = m->n_state;
+    m->n_state += (p->n + 15) & ~(size_t)15;   // 64-byte aligned tensors
+    m->layers[b->layer].params += kind == PK_RUNNING_MEAN || kind == PK_RUNNING_VAR ? 0 : p->n;
+    return m->n_params++;
+}
+
+static int grow_values(Builder *b) {
+    Model *m = b->m;
+    if (m->n_values == b->cap_values) {
+        b->cap_values = b->cap_values ? 2 * b->cap_values : 256;
+        m->values = xrealloc(m->values, b->cap_values * sizeof *m->values);
+        b->vh = xrealloc(b->vh, b->cap_values * sizeof *b->vh);
+        b->vw = xrealloc(b->vw, b->cap_values * sizeof *b->vw);
+    }
+    return m->n_values++;
+}
+
+// A value with its own buffer of C channels at planned spatial size h x w.
+static int new_value(Builder *b, int C, int h, int w) {
+    int v = grow_values(b);
+    Value *val = &b->m->values[v];
+    val->C = C; val->stride = b->max_hw / (h ? h : 1); val->parent = -1; val->c0 = 0;
+    val->offset = b->m->n_act;
+    b->m->n_act += ((size_t)b->m->max_n * h * w * C + 15) & ~(size_t)15;
+    b->vh[v] = h; b->vw[v] = w;
+    return v;
+}
+
+static int slice_value(Builder *b, int parent, int c0, int C) {
+    int v = grow_values(b);
+    Value *val = &b->m->values[v];
+    while (b->m->values[parent].parent >= 0) {       // slices always refer to the owning value
+        c0 += b->m->values[parent].c0;
+        parent = b->m->values[parent].parent;
+    }
+    *val = b->m->values[parent];
+    val->C = C; val->parent = parent; val->c0 = c0;
+    b->vh[v] = b->vh[parent]; b->vw[v] = b->vw[parent];
+    return v;
+}
+
+static Node *add_node(Builder *b, OpKind op, int in, int out) {
+    Model *m = b->m;
+    if (m->n_nodes == b->cap_nodes) {
+        b->cap_nodes = b->cap_nodes ? 2 * b->cap_nodes : 256;
+        m->nodes = xrealloc(m->nodes, b->cap_nodes * sizeof *m->nodes);
+    }
+    Node *n = &m->nodes[m->n_nodes++];
+    memset(n, 0, sizeof *n);
+    n->op = op; n->in = in; n->in2 = -1; n->out = out; n->layer = b->layer;
+    n->cv.w = n->cv.b = n->cv.bn_w = n->cv.bn_b = n->cv.bn_mean = n->cv.bn_var = -1;
+    n->cv2 = n->cv;
+    return n;
+}
+
+// ---- convolutions ---------------------------------------------------------------------------
+
+static int conv_out(int h, int k, int s) { return (h + 2 * (k / 2) - k) / s + 1; }
+
+// Fill a ConvUnit: weight "<name>.weight" (K, C/g, k, k), and either BN "<bn>.{weight,bias,...}" or
+// a bias "<name>.bias". The pre-BN output z and the batch statistics get arena space.
+static void conv_unit(Builder *b, ConvUnit *u, const char *wname, const char *bn, int bias,
+                      int C, int K, int k, int s, int g, int in_h, int in_w) {
+    Model *m = b->m;
+    char name[NAME_LEN];
+    int ws[4] = { K, C / g, k, k }, ks[1] = { K };
+    namef(name, "%s.weight", wname);
+    u->w = add_param(b, name, PK_WEIGHT, 4, ws);
+    u->d = conv_dims(m->max_n, C, in_h, in_w, K, k, s, k / 2, g);
+    m->layers[b->layer].flops += 2.0 * u->d.P * u->d.Q * K * (C / g) * k * k;   // one image
+    size_t wsz = conv_workspace_floats(&u->d);
+    if (wsz > m->n_ws) m->n_ws = wsz;
+    if (bias) {
+        namef(name, "%s.bias", wname);
+        u->b = add_param(b, name, PK_BIAS, 1, ks);
+    }
+    if (bn) {
+        namef(name, "%s.weight", bn);       u->bn_w = add_param(b, name, PK_BN_WEIGHT, 1, ks);
+        namef(name, "%s.bias", bn);         u->bn_b = add_param(b, name, PK_BIAS, 1, ks);
+        namef(name, "%s.running_mean", bn); u->bn_mean = add_param(b, name, PK_RUNNING_MEAN, 1, ks);
+        namef(name, "%s.running_var", bn);  u->bn_var = add_param(b, name, PK_RUNNING_VAR, 1, ks);
+        u->z = m->n_act;
+        m->n_act += ((size_t)m->max_n * u->d.P * u->d.Q * K + 15) & ~(size_t)15;
+        u->stats = m->n_stats;
+        m->n_stats += 2 * (size_t)K;
+    }
+}
+
+// Conv(c1, c2, k, s, g) of the reference: conv without bias, BN, SiLU. Named "<p>.conv", "<p>.bn".
+// Writes into value `out` (a slice, say) or a new value when out < 0; returns the output value.
+static int conv_bn(Builder *b, const char *p, int in, int out, int K, int k, int s, int g) {
+    const Value *x = &b->m->values[in];
+    int h = conv_out(b->vh[in], k, s), w = conv_out(b->vw[in], k, s), C = x->C;
+    if (out < 0) out = new_value(b, K, h, w);
+    Node *n = add_node(b, OP_CONV, in, out);
+    n->act = 1;
+    char wn[NAME_LEN], bn[NAME_LEN];
+    namef(wn, "%s.conv", p);
+    namef(bn, "%s.bn", p);
+    conv_unit(b, &n->cv, wn, bn, 0, C, K, k, s, g, b->vh[in], b->vw[in]);
+    return out;
+}
+
+// A plain nn.Conv2d with bias (the head's last 1x1 convs), named "<p>.weight", "<p>.bias".
+static int conv_bias(Builder *b, const char *p, int in, int out, int K, int g) {
+    Node *n = add_node(b, OP_CONV, in, out);
+    conv_unit(b, &n->cv, p, NULL, 1, b->m->values[in].C, K, 1, 1, g, b->vh[in], b->vw[in]);
+    return out;
+}
+
+// RepConvN in training form: SiLU(BN(conv3x3 x) + BN(conv1x1 x)), names "<p>.conv1", "<p>.conv2".
+static int repconv(Builder *b, const char *p, int in, int K) {
+    int out = new_value(b, K, b->vh[in], b->vw[in]);
+    Node *n = add_node(b, OP_REPCONV, in, out);
+    n->act = 1;
+    char wn[NAME_LEN], bn[NAME_LEN];
+    int C = b->m->values[in].C;
+    namef(wn, "%s.conv1.conv", p); namef(bn, "%s.conv1.bn", p);
+    conv_unit(b, &n->cv, wn, bn, 0, C, K, 3, 1, 1, b->vh[in], b->vw[in]);
+    namef(wn, "%s.conv2.conv", p); namef(bn, "%s.conv2.bn", p);
+    conv_unit(b, &n->cv2, wn, bn, 0, C, K, 1, 1, 1, b->vh[in], b->vw[in]);
+    return out;
+}
+
+static int pool(Builder *b, OpKind op, int in, int out, int k, int s, int pad) {
+    int h = (b->vh[in] + 2 * pad - k) / s + 1, w = (b->vw[in] + 2 * pad - k) / s + 1;
+    if (out < 0) out = new_value(b, b->m->values[in].C, h, w);
+    Node *n = add_node(b, op, in, out);
+    n->k = k; n->stride = s; n->pad = pad;
+    return out;
+}
+
+// ---- the reference's modules (WongKinYiu/yolov9 models/common.py) ---------------------------
+
+// RepNBottleneck: x + Conv3x3(RepConvN(x)), written into `out` (or a new value).
+static int rep_bottleneck(Builder *b, const char *p, int in, int out) {
+    char q[NAME_LEN];
+    int C = b->m->values[in].C;
+    namef(q, "%s.cv1", p);
+    int r = repconv(b, q, in, C);
+    namef(q, "%s.cv2", p);
+    int y = conv_bn(b, q, r, -1, C, 3, 1, 1);
+    if (out < 0) out = new_value(b, C, b->vh[in], b->vw[in]);
+    Node *n = add_node(b, OP_ADD, in, out);
+    n->in2 = y;
+    return out;
+}
+
+// RepNCSP(c1 -> c2, n): cv3(concat[m(cv1 x), cv2 x]), the bottleneck path first.
+static int rep_ncsp(Builder *b, const char *p, int in, int c2, int n) {
+    char q[NAME_LEN];
+    int c_ = c2 / 2, h = b->vh[in], w = b->vw[in];
+    int cat = new_value(b, 2 * c_, h, w);
+    namef(q, "%s.cv1", p);
+    int t = conv_bn(b, q, in, -1, c_, 1, 1, 1);
+    namef(q, "%s.cv2", p);
+    conv_bn(b, q, in, slice_value(b, cat, c_, c_), c_, 1, 1, 1);
+    for (int i = 0; i < n; i++) {
+        namef(q, "%s.m.%d", p, i);
+        t = rep_bottleneck(b, q, t, i == n - 1 ? slice_value(b, cat, 0, c_) : -1);
+    }
+    namef(q, "%s.cv3", p);
+    return conv_bn(b, q, cat, -1, c2, 1, 1, 1);
+}
+
+// ELAN1 (c3, c4 = 0 arguments) and RepNCSPELAN4: a = cv1 x split in halves y0, y1; y2 = cv2(y1);
+// y3 = cv3(y2); out = cv4(concat[y0, y1, y2, y3]). `rep` = RepNCSP depth (0 for ELAN1).
+static int elan(Builder *b, const char *p, int in, int c2, int c3, int c4, int rep) {
+    char q[NAME_LEN], q2[NAME_LEN];
+    int h = b->vh[in], w = b->vw[in];
+    int cat = new_value(b, c3 + 2 * c4, h, w);
+    namef(q, "%s.cv1", p);
+    conv_bn(b, q, in, slice_value(b, cat, 0, c3), c3, 1, 1, 1);
+    int y = slice_value(b, cat, c3 / 2, c3 / 2);
+    for (int i = 0; i < 2; i++) {                   // cv2, cv3
+        int dst = slice_value(b, cat, c3 + i * c4, c4);
+        if (rep) {
+            namef(q, "%s.cv%d.0", p, 2 + i);
+            int t = rep_ncsp(b, q, y, c4, rep);
+            namef(q2, "%s.cv%d.1", p, 2 + i);
+            conv_bn(b, q2, t, dst, c4, 3, 1, 1);
+        } else {
+            namef(q, "%s.cv%d", p, 2 + i);
+            conv_bn(b, q, y, dst, c4, 3, 1, 1);
+        }
+        y = dst;
+    }
+    namef(q, "%s.cv4", p);
+    return conv_bn(b, q, cat, -1, c2, 1, 1, 1);
+}
+
+// SPPELAN: y0 = cv1 x, y1..y3 = chained max-pools 5/1/2, out = cv5(concat[y0..y3]).
+static int sppelan(Builder *b, const char *p, int in, int c2, int c3) {
+    char q[NAME_LEN];
+    int cat = new_value(b, 4 * c3, b->vh[in], b->vw[in]);
+    namef(q, "%s.cv1", p);
+    int y = conv_bn(b, q, in, slice_value(b, cat, 0, c3), c3, 1, 1, 1);
+    for (int i = 1; i < 4; i++) y = pool(b, OP_MAXPOOL, y, slice_value(b, cat, i * c3, c3), 5, 1, 2);
+    namef(q, "%s.cv5", p);
+    return conv_bn(b, q, cat, -1, c2, 1, 1, 1);
+}
+
+static int make_divisible(double x, int d) { return (int)ceil(x / d) * d; }
+
+// DDetect: per level a box branch (3x3, 3x3 g4, 1x1 g4 + bias) and a class branch (3x3, 3x3, 1x1
+// + bias) writing into the level's output map [64 box logits | nc class logits].
+static void ddetect(Builder *b, const char *p, const int *in, int nl) {
+    Model *m = b->m;
+    int nc = m->nc, R = m->reg_max;
+    int ch0 = m->values[in[0]].C;
+    int c2 = make_divisible(fmax(fmax(ch0 / 4, 4 * R), 16), 4);
+    int c3 = ch0 > (2 * nc < 128 ? 2 * nc : 128) ? ch0 : (2 * nc < 128 ? 2 * nc : 128);
+    char q[NAME_LEN];
+    m->n_levels = nl;
+    for (int i = 0; i < nl; i++) {
+        int x = in[i], h = b->vh[x], w = b->vw[x];
+        int out = new_value(b, 4 * R + nc, h, w);
+        namef(q, "%s.cv2.%d.0", p, i); int t = conv_bn(b, q, x, -1, c2, 3, 1, 1);
+        namef(q, "%s.cv2.%d.1", p, i); t = conv_bn(b, q, t, -1, c2, 3, 1, 4);
+        namef(q, "%s.cv2.%d.2", p, i); conv_bias(b, q, t, slice_value(b, out, 0, 4 * R), 4 * R, 4);
+        namef(q, "%s.cv3.%d.0", p, i); t = conv_bn(b, q, x, -1, c3, 3, 1, 1);
+        namef(q, "%s.cv3.%d.1", p, i); t = conv_bn(b, q, t, -1, c3, 3, 1, 1);
+        namef(q, "%s.cv3.%d.2", p, i); conv_bias(b, q, t, slice_value(b, out, 4 * R, nc), nc, 1);
+        m->head[i] = out;
+        m->strides[i] = b->max_hw / h;
+    }
+    int shape[4] = { 1, R, 1, 1 };
+    namef(q, "%s.dfl.conv.weight", p);
+    add_param(b, q, PK_FIXED, 4, shape);
+}
+
+// ---- the layer table ------------------------------------------------------------------------
+
+static int fail(Builder *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(Builder *b, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return err_set(b->err, "%s:%d: layer %d (%s): %s", b->spec->at.file, b->spec->at.line,
+                   b->spec->index, b->spec->module, msg);
+}
+
+// Argument i as a positive integer channel count, scaled by width_multiple like the reference.
+static int arg_int(Builder *b, int i, int *out) {
+    double v = b->spec->args[i];
+    if (i >= b->spec->n_args || !isfinite(v) || v < 1 || v != floor(v) || v > 65536)
+        return fail(b, "argument %d must be a positive integer", i + 1);
+    *out = (int)v;
+    return 0;
+}
+
+static int need_args(Builder *b, int lo, int hi) {
+    if (b->spec->n_args < lo || b->spec->n_args > hi)
+        return fail(b, "%s takes %d to %d arguments", b->spec->module, lo, hi);
+    return 0;
+}
+
+static int build_layer(Builder *b, const int *in, int n_in, int *out) {
+    const LayerSpec *s = b->spec;
+    const char *mod = s->module;
+    Model *m = b->m;
+    char p[NAME_LEN];
+    namef(p, "model.%d", s->index);
+    double wm = b->cfg->width_multiple > 0 ? b->cfg->width_multiple : 1.0;
+    int c[4] = { 0 };
+    if (!strcmp(mod, "Upsample") || !strcmp(mod, "Concat") || !strcmp(mod, "DDetect")) {
+    } else {
+        for (int i = 0; i < s->n_args && i < 4; i++)
+            if (i == 0 || strcmp(mod, "Conv")) { if (arg_int(b, i, &c[i])) return -1; }
+        c[0] = make_divisible(c[0] * wm, 8);
+    }
+    if (strcmp(mod, "Concat") && strcmp(mod, "DDetect") && n_in != 1)
+        return fail(b, "%s takes one input, got %d", mod, n_in);
+    int x = in[0];
+    if (!strcmp(mod, "Conv")) {
+        if (need_args(b, 1, 5)) return -1;
+        int k = s->n_args > 1 ? (int)s->args[1] : 1, st = s->n_args > 2 ? (int)s->args[2] : 1;
+        int g = s->n_args > 4 ? (int)s->args[4] : 1;
+        if (k < 1 || k % 2 == 0 || k > 15) return fail(b, "kernel size %d must be odd, 1 to 15", k);
+        if (st < 1 || st > 8) return fail(b, "stride %d must be 1 to 8", st);
+        if (g < 1 || m->values[x].C % g || c[0] % g)
+            return fail(b, "groups %d must divide the input (%d) and output (%d) channels", g, m->values[x].C, c[0]);
+        *out = conv_bn(b, p, x, -1, c[0], k, st, g);
+    } else if (!strcmp(mod, "AConv")) {
+        if (need_args(b, 1, 1)) return -1;
+        int a = pool(b, OP_AVGPOOL, x, -1, 2, 1, 0);
+        char q[NAME_LEN]; namef(q, "%s.cv1", p);
+        *out = conv_bn(b, q, a, -1, c[0], 3, 2, 1);
+    } else if (!strcmp(mod, "ELAN1") || !strcmp(mod, "RepNCSPELAN4")) {
+        int rep = !strcmp(mod, "ELAN1") ? 0 : (s->n_args > 3 ? c[3] : 1);
+        if (need_args(b, 3, rep ? 4 : 3)) return -1;
+        if (c[1] % 2) return fail(b, "c3 = %d must be even (it is split in halves)", c[1]);
+        *out = elan(b, p, x, c[0], c[1], c[2], rep);
+    } else if (!strcmp(mod, "SPPELAN")) {
+        if (need_args(b, 2, 2)) return -1;
+        *out = sppelan(b, p, x, c[0], c[1]);
+    } else if (!strcmp(mod, "Upsample")) {
+        int f = s->n_args > 1 && isfinite(s->args[1]) ? (int)s->args[1] : 2;
+        if (f < 1 || f > 8) return fail(b, "scale factor %d must be 1 to 8", f);
+        if (s->sarg[0] && strcmp(s->sarg, "nearest"))
+            return fail(b, "mode '%s' is not supported: only 'nearest'", s->sarg);
+        *out = new_value(b, m->values[x].C, b->vh[x] * f, b->vw[x] * f);
+        add_node(b, OP_UPSAMPLE, x, *out)->k = f;
+    } else if (!strcmp(mod, "Concat")) {
+        int C = 0;
+        for (int i = 0; i < n_in; i++) {
+            if (b->vh[in[i]] != b->vh[x] || b->vw[in[i]] != b->vw[x])
+                return fail(b, "Concat inputs differ in size: input %d is %dx%d, input 1 is %dx%d at imgsz %d", i + 1, b->vh[in[i]], b->vw[in[i]], b->vh[x], b->vw[x], b->max_hw);
+            C += m->values[in[i]].C;
+        }
+        *out = new_value(b, C, b->vh[x], b->vw[x]);
+        for (int i = 0, c0 = 0; i < n_in; c0 += m->values[in[i]].C, i++)
+            add_node(b, OP_COPY, in[i], slice_value(b, *out, c0, m->values[in[i]].C));
+    } else if (!strcmp(mod, "DDetect")) {
+        if (n_in < 1 || n_in > 4) return fail(b, "%s takes 1 to 4 input maps, got %d", mod, n_in);
+        ddetect(b, p, in, n_in);
+        *out = -1;
+    } else {
+        return fail(b, "unknown module '%s'; known: Conv, AConv, ELAN1, RepNCSPELAN4, SPPELAN, "
+                       "Upsample, Concat, DDetect", mod);
+    }
+    return 0;
+}
+
+static void layer_info(Builder *b, const LayerSpec *s, int out) {
+    LayerInfo *li = &b->m->layers[b->layer];
+    li->n_from = s->n_from;
+    memcpy(li->from, s->from, sizeof li->from);
+    snprintf(li->module, sizeof li->module, "%s", s->module);
+    int o = 0;
+    li->args[0] = 0;
+    for (int i = 0; i < s->n_args && o < (int)sizeof li->args - 16; i++) {
+        if (isnan(s->args[i])) o += snprintf(li->args + o, sizeof li->args - o, "%sNone", i ? ", " : "");
+        else o += snprintf(li->args + o, sizeof li->args - o, "%s%g", i ? ", " : "", s->args[i]);
+    }
+    if (s->sarg[0]) snprintf(li->args + o, sizeof li->args - o, "%s'%s'", o ? ", " : "", s->sarg);
+    li->out = out;
+}
+
+int model_build(const Config *cfg, int max_n, int imgsz, Model *m, Err *err) {
+    memset(m, 0, sizeof *m);
+    if (imgsz < 32 || imgsz % 32) return err_set(err, "%s: imgsz=%d must be a positive multiple of 32", cfg->file, imgsz);
+    if (cfg->n_layers < 1) return err_set(err, "%s: the model has no layers ([backbone] and [head])", cfg->file);
+    m->nc = cfg->nc > 0 ? cfg->nc : 80;
+    m->reg_max = cfg->reg_max > 0 ? cfg->reg_max : 16;
+    m->max_n = max_n;
+    m->imgsz = imgsz;
+    m->bn_batches = 0;
+    m->layers = xcalloc(cfg->n_layers, sizeof *m->layers);
+    m->n_layers = cfg->n_layers;
+    Builder b = { .m = m, .cfg = cfg, .err = err, .max_hw = imgsz };
+    m->input = new_value(&b, 3, imgsz, imgsz);
+    int *lay = xmalloc(cfg->n_layers * sizeof *lay);
+    int rc = 0, have_head = 0;
+    for (int i = 0; i < cfg->n_layers && !rc; i++) {
+        const LayerSpec *s = &cfg->layers[i];
+        b.spec = s; b.layer = i;
+        int in[CFG_MAX_FROM], n_in = s->n_from;
+        for (int j = 0; j < n_in && !rc; j++) {
+            int f = s->from[j] < 0 ? i + s->from[j] : s->from[j];
+            if (f < -1 || f >= i || (f >= 0 && lay[f] < 0))
+                rc = fail(&b, "from %d does not refer to an earlier layer with an output", s->from[j]);
+            else in[j] = f < 0 ? m->input : lay[f];
+        }
+        if (!rc && have_head) rc = fail(&b, "layers after the detection head are not supported");
+        if (!rc) rc = build_layer(&b, in, n_in, &lay[i]);
+        if (!rc) { layer_info(&b, s, lay[i]); have_head = !strcmp(s->module, "DDetect"); }
+    }
+    if (!rc && !have_head)
+        rc = err_set(err, "%s: the model has no detection head: the last layer must be DDetect", cfg->file);
+    free(lay);
+    m->vh = b.vh; m->vw = b.vw;
+    if (rc) { model_free(m); return -1; }
+    m->state = xcalloc(m->n_state, sizeof(float));
+    m->grad = xcalloc(m->n_state, sizeof(float));
+    m->act = xcalloc(m->n_act, sizeof(float));
+    m->dact = xcalloc(m->n_act, sizeof(float));
+    m->stats = xcalloc(m->n_stats + 1, sizeof(float));
+    m->ws = xcalloc(m->n_ws + 1, sizeof(float));
+    for (int i = 0; i < m->n_nodes; i++) {
+        const ConvDims *d = &m->nodes[i].cv.d;
+        size_t s = (size_t)max_n * d->P * d->Q * d->K;
+        if (s > m->n_tmp) m->n_tmp = s;
+    }
+    m->tmp_a = xcalloc(m->n_tmp + 1, sizeof(float));
+    m->tmp_b = xcalloc(m->n_tmp + 1, sizeof(float));
+    model_init_weights(m, 0);
+    return 0;
+}
+
+void model_free(Model *m) {
+    free(m->params); free(m->state); free(m->grad);
+    free(m->values); free(m->nodes); free(m->layers); free(m->vh); free(m->vw);
+    free(m->act); free(m->dact); free(m->stats); free(m->ws); free(m->tmp_a); free(m->tmp_b);
+    memset(m, 0, sizeof *m);
+}
+
+int model_find_param(const Model *m, const char *name) {
+    for (int i = 0; i < m->n_params; i++)
+        if (!strcmp(m->params[i].name, name)) return i;
+    return -1;
+}
+
+size_t model_count_params(const Model *m) {
+    size_t n = 0;
+    for (int i = 0; i < m->n_params; i++)
+        if (param_trainable(m->params[i].kind) || m->params[i].kind == PK_FIXED) n += m->params[i].n;
+    return n;
+}
+
+double model_flops(const Model *m, int imgsz) {
+    double f = 0;
+    for (int i = 0; i < m->n_layers; i++) f += m->layers[i].flops;
+    double r = (double)imgsz / m->imgsz;
+    return f * r * r;
+}
+
+static int owner(const Model *m, int v) { return m->values[v].parent < 0 ? v : m->values[v].parent; }
+
+void model_set_size(Model *m, int h, int w) {
+    m->vh[m->input] = h; m->vw[m->input] = w;
+    for (int i = 0; i < m->n_nodes; i++) {
+        const Node *n = &m->nodes[i];
+        int x = owner(m, n->in), y = owner(m, n->out), H = m->vh[x], W = m->vw[x];
+        switch (n->op) {
+        case OP_CONV: case OP_REPCONV:
+            H = (H + 2 * n->cv.d.pad - n->cv.d.R) / n->cv.d.stride + 1;
+            W = (W + 2 * n->cv.d.pad - n->cv.d.S) / n->cv.d.stride + 1;
+            break;
+        case OP_MAXPOOL: case OP_AVGPOOL:
+            H = (H + 2 * n->pad - n->k) / n->stride + 1;
+            W = (W + 2 * n->pad - n->k) / n->stride + 1;
+            break;
+        case OP_UPSAMPLE: H *= n->k; W *= n->k; break;
+        case OP_COPY: case OP_ADD: break;
+        }
+        m->vh[y] = H; m->vw[y] = W;
+    }
+    for (int v = 0; v < m->n_values; v++) { m->vh[v] = m->vh[owner(m, v)]; m->vw[v] = m->vw[owner(m, v)]; }
+}
+
+// ---- initial weights ------------------------------------------------------------------------
+
+// PyTorch's default conv init (kaiming_uniform with a = sqrt(5): U(+-1/sqrt(fan_in)), the same
+// bound for biases), BN gamma 1, beta 0, running_var 0.9 and one tracked batch (the reference's
+// stride probe ran one train-mode forward), then DDetect's bias_init.
+void model_init_weights(Model *m, uint64_t seed) {
+    Rng r = rng_for(seed, 0x1d17, 0);
+    for (int i = 0; i < m->n_params; i++) {
+        ParamInfo *p = &m->params[i];
+        float *x = m->state + p->offset;
+        size_t fan_in = p->ndim == 4 ? (size_t)p->shape[1] * p->shape[2] * p->shape[3] : 1;
+        if (p->kind == PK_BIAS && i > 0 && m->params[i - 1].kind == PK_WEIGHT)
+            fan_in = (size_t)m->params[i - 1].shape[1] * m->params[i - 1].shape[2] * m->params[i - 1].shape[3];
+        double bound = 1.0 / sqrt((double)fan_in);
+        for (size_t j = 0; j < p->n; j++) {
+            switch (p->kind) {
+            case PK_WEIGHT:       x[j] = (float)rng_uniform(&r, -bound, bound); break;
+            case PK_BN_WEIGHT:    x[j] = 1.0f; break;
+            case PK_BIAS:         x[j] = (i > 0 && m->params[i - 1].kind == PK_WEIGHT) ? (float)rng_uniform(&r, -bound, bound) : 0.0f; break;
+            case PK_RUNNING_MEAN: x[j] = 0.0f; break;
+            case PK_RUNNING_VAR:  x[j] = 0.9f; break;
+            case PK_FIXED:        x[j] = (float)j; break;
+            }
+        }
+    }
+    m->bn_batches = 1;
+    // bias_init: box logits 1.0, class logits ln(5 / nc / (640 / stride)^2)
+    for (int i = 0; i < m->n_nodes; i++) {
+        const Node *n = &m->nodes[i];
+        if (n->op != OP_CONV || n->cv.b < 0) continue;
+        const Value *v = &m->values[n->out];
+        float *bias = m->state + m->params[n->cv.b].offset;
+        for (int k = 0; k < n->cv.d.K; k++)
+            bias[k] = v->c0 == 0 ? 1.0f : (float)log(5.0 / m->nc / pow(640.0 / v->stride, 2));
+    }
+}

@@ -1,0 +1,119 @@
+// model.h: a detector built from the config's layer table: its parameters (PyTorch state-dict names,
+// one contiguous float array), its graph of primitive nodes, and the CPU executor (model_cpu.c).
+// Legend: N batch, H,W map size, C channels; values are NHWC Maps (core/tensor.h).
+#pragma once
+#include <stdint.h>
+
+#include "cfg/config.h"
+#include "core/ops.h"
+
+// ---- parameters ----------------------------------------------------------------------------
+typedef enum {
+    PK_WEIGHT,        // conv weight: trained, weight decay (optimizer group 1)
+    PK_BN_WEIGHT,     // BN gamma: trained, no decay (group 2)
+    PK_BIAS,          // BN beta and conv biases: trained, no decay (group 0)
+    PK_RUNNING_MEAN,  // BN buffers: not trained, averaged by EMA
+    PK_RUNNING_VAR,
+    PK_FIXED,         // the DFL projection 0..15: saved, never trained
+} ParamKind;
+
+typedef struct {
+    char      name[128];   // e.g. "model.4.cv2.0.m.1.cv1.conv1.conv.weight"
+    ParamKind kind;
+    int       shape[4], ndim;
+    size_t    offset, n;   // floats into Model.state (and Model.grad, same layout)
+} ParamInfo;
+
+static inline int param_trainable(ParamKind k) { return k <= PK_BIAS; }
+static inline int param_group(ParamKind k) {   // optimizer group: 0 bias, 1 decayed weight, 2 BN weight
+    return k == PK_BIAS ? 0 : k == PK_WEIGHT ? 1 : k == PK_BN_WEIGHT ? 2 : -1;
+}
+
+// ---- graph ---------------------------------------------------------------------------------
+// A value is a feature map: its own buffer, or a channel slice of another value (concat inputs are
+// written into their slice directly; a split is a slice). Gradients mirror values exactly.
+typedef struct {
+    int C, stride;          // channels; spatial size = input size / stride
+    int parent, c0;         // slice of value `parent` at channel c0; parent = -1: owns a buffer
+    size_t offset;          // owned: floats into the activation (and gradient) arena, for max batch
+} Value;
+
+typedef enum {
+    OP_CONV,      // conv (+ BN + SiLU when bn >= 0), or conv + bias (head outputs)
+    OP_REPCONV,   // SiLU(BN(conv3x3 x) + BN(conv1x1 x)): RepConvN in training form
+    OP_MAXPOOL, OP_AVGPOOL, OP_UPSAMPLE,
+    OP_COPY,      // out = in (a model-level concat input copied into its slice)
+    OP_ADD,       // out = in + in2 (residual)
+} OpKind;
+
+typedef struct {        // one conv + optional BN; parameter indices into Model.params (-1: none)
+    ConvDims d;          // N is set at run time
+    int w, b;            // conv weight, conv bias
+    int bn_w, bn_b, bn_mean, bn_var;
+    size_t z;            // offset of the pre-BN output (kept for backward) in the activation arena
+    size_t stats;        // offset of 2*K floats (batch mean, invstd) in the stats arena
+} ConvUnit;
+
+typedef struct {
+    OpKind   op;
+    int      in, in2, out;   // value ids (in2: OP_ADD)
+    int      act;            // SiLU after (OP_CONV, OP_REPCONV)
+    int      k, stride, pad; // pools; k = factor for OP_UPSAMPLE
+    ConvUnit cv, cv2;        // OP_CONV uses cv; OP_REPCONV uses cv (3x3) and cv2 (1x1)
+    int      layer;          // config layer this node belongs to
+} Node;
+
+typedef struct {         // what `info` prints per config layer
+    int    from[CFG_MAX_FROM], n_from;
+    char   module[32], args[96];
+    size_t params;
+    double flops;         // 2 x multiply-adds for one image at the planned size
+    int    out;           // output value (-1 for the head)
+} LayerInfo;
+
+typedef struct {
+    int       nc, reg_max, n_levels;
+    int       max_n, imgsz;        // planned largest batch and (square) input size
+    // parameters and their gradients: one array each, same layout
+    ParamInfo *params;  int n_params;
+    float     *state, *grad;  size_t n_state;
+    int64_t   bn_batches;          // num_batches_tracked (the same for every BN)
+    // graph
+    Value     *values;  int n_values;
+    int       *vh, *vw;            // current spatial size per value (model_set_size)
+    Node      *nodes;   int n_nodes;
+    LayerInfo *layers;  int n_layers;
+    int        input;              // value id of the input image (N,S,S,3)
+    int        head[4];            // value ids of the head maps, one per level (C = 4*reg_max + nc)
+    int        strides[4];
+    // CPU activations: arenas sized for (max_n, imgsz)
+    float     *act, *dact, *stats, *ws, *tmp_a, *tmp_b;
+    size_t     n_act, n_stats, n_ws, n_tmp;   // tmp: two maps the size of the largest conv output
+} Model;
+
+// Build from the config for inputs of up to max_n images of imgsz x imgsz. Errors (unknown
+// module, channel mismatch, bad arguments) name the config file:line.
+int  model_build(const Config *cfg, int max_n, int imgsz, Model *m, Err *err);
+void model_free(Model *m);
+// Fresh weights as the reference initialises them (PyTorch default conv init, BN 1/0, bias_init).
+void model_init_weights(Model *m, uint64_t seed);
+int  model_find_param(const Model *m, const char *name);
+size_t model_count_params(const Model *m);     // as PyTorch counts: trainable + fixed
+double model_flops(const Model *m, int imgsz); // 2 x MACs for one image of imgsz x imgsz
+void model_print_info(const Model *m, const Config *cfg, FILE *f);
+
+// Weights in safetensors with PyTorch state-dict names (prefix "" or e.g. "param/").
+int  model_load(Model *m, const char *path, const char *prefix, Err *err);
+int  model_save(const Model *m, const char *path, Err *err);
+
+// Set the input size (h, w multiples of 32, at most imgsz) and propagate every value's size.
+void model_set_size(Model *m, int h, int w);
+
+// Run time (CPU executor, model_cpu.c), for a batch of n <= max_n images at the size set last.
+Map  model_value(const Model *m, int v, int n);   // activation view
+Map  model_grad(const Model *m, int v, int n);    // gradient view
+void model_forward_cpu(Model *m, const float *images_nhwc, int n, int h, int w, int train);
+// d loss / d head maps must be in model_grad(head[i]); accumulates parameter gradients into
+// m->grad (callers zero it per optimizer step) and writes input gradients nowhere.
+void model_backward_cpu(Model *m, int n, int h, int w);
+void model_zero_grad(Model *m);

@@ -1,0 +1,147 @@
+// model_cpu.c: runs the model's node list on the CPU, forward (training or evaluation BN) and
+// backward. Backward recomputes each BN output and its SiLU from the stored pre-BN map z instead of
+// keeping them (DESIGN.md section 3). Every gradient accumulates (+=), so slices and values read
+// by several nodes just work.
+#include <string.h>
+
+#include "core/model.h"
+
+static const float BN_EPS = 1e-3f, BN_MOMENTUM = 0.03f;
+
+static Map arena_view(const Model *m, float *arena, int v, int n) {
+    const Value *val = &m->values[v];
+    int own = val->parent < 0 ? v : val->parent;
+    Map x = { arena + m->values[own].offset + val->c0, n, m->vh[v], m->vw[v], val->C, m->values[own].C };
+    return x;
+}
+
+Map model_value(const Model *m, int v, int n) { return arena_view(m, m->act, v, n); }
+Map model_grad(const Model *m, int v, int n) { return arena_view(m, m->dact, v, n); }
+
+static float *P(const Model *m, int i) { return i < 0 ? NULL : m->state + m->params[i].offset; }
+static float *G(const Model *m, int i) { return i < 0 ? NULL : m->grad + m->params[i].offset; }
+
+static ConvDims unit_dims(const Model *m, const ConvUnit *u, int in, int n) {
+    return conv_dims(n, u->d.C, m->vh[in], m->vw[in], u->d.K, u->d.R, u->d.stride, u->d.pad, u->d.groups);
+}
+
+// z (pre-BN conv output) of a unit, contiguous (N,P,Q,K)
+static Map unit_z(const Model *m, const ConvUnit *u, const ConvDims *d) {
+    return map_make(m->act + u->z, d->N, d->P, d->Q, d->K);
+}
+
+// conv, then BN (train or eval) into u; without BN the conv (with bias) writes u directly.
+static void unit_forward(Model *m, const ConvUnit *cu, int in, Map out, int n, int train) {
+    ConvDims d = unit_dims(m, cu, in, n);
+    Map x = model_value(m, in, n);
+    if (cu->bn_w < 0) { conv_forward_cpu(&d, x, P(m, cu->w), P(m, cu->b), out, m->ws); return; }
+    Map z = unit_z(m, cu, &d);
+    conv_forward_cpu(&d, x, P(m, cu->w), NULL, z, m->ws);
+    if (train) {
+        float *mean = m->stats + cu->stats, *invstd = mean + d.K;
+        bn_forward_train_cpu(z, P(m, cu->bn_w), P(m, cu->bn_b), BN_EPS, BN_MOMENTUM,
+                             P(m, cu->bn_mean), P(m, cu->bn_var), mean, invstd, out);
+    } else {
+        bn_forward_eval_cpu(z, P(m, cu->bn_w), P(m, cu->bn_b), BN_EPS, P(m, cu->bn_mean), P(m, cu->bn_var), out);
+    }
+}
+
+// u = (z - mean) * invstd * gamma + beta with the batch statistics saved by the forward
+static void bn_recompute(const Model *m, const ConvUnit *cu, Map z, Map u) {
+    const float *mean = m->stats + cu->stats, *invstd = mean + z.C;
+    const float *g = P(m, cu->bn_w), *b = P(m, cu->bn_b);
+    size_t np = map_pixels(z);
+    for (size_t i = 0; i < np; i++) {
+        const float *zi = z.data + i * z.ld;
+        float *ui = u.data + i * u.ld;
+        for (int c = 0; c < z.C; c++) ui[c] = (zi[c] - mean[c]) * invstd[c] * g[c] + b[c];
+    }
+}
+
+// Backward of one conv unit given du (gradient at the BN output, or at the conv output without BN).
+static void unit_backward(Model *m, const ConvUnit *cu, int in, Map du, int n) {
+    ConvDims d = unit_dims(m, cu, in, n);
+    Map x = model_value(m, in, n), dx = model_grad(m, in, n), dz = du;
+    if (cu->bn_w >= 0) {
+        Map z = unit_z(m, cu, &d);
+        dz = map_make(m->tmp_b, d.N, d.P, d.Q, d.K);
+        const float *mean = m->stats + cu->stats;
+        bn_backward_cpu(z, P(m, cu->bn_w), mean, mean + d.K, du, dz, G(m, cu->bn_w), G(m, cu->bn_b));
+    }
+    if (in == m->input) dx.data = NULL;          // no gradient for the images
+    conv_backward_cpu(&d, x, P(m, cu->w), dz, dx, G(m, cu->w), G(m, cu->b), m->ws);
+}
+
+void model_forward_cpu(Model *m, const float *images, int n, int h, int w, int train) {
+    model_set_size(m, h, w);
+    Map in = model_value(m, m->input, n);
+    memcpy(in.data, images, map_floats(in) * sizeof(float));
+    for (int i = 0; i < m->n_nodes; i++) {
+        const Node *nd = &m->nodes[i];
+        Map x = model_value(m, nd->in, n), y = model_value(m, nd->out, n);
+        switch (nd->op) {
+        case OP_CONV:
+            unit_forward(m, &nd->cv, nd->in, y, n, train);
+            if (nd->act) silu_forward_cpu(y, y);
+            break;
+        case OP_REPCONV: {
+            Map t = map_make(m->tmp_a, n, y.H, y.W, y.C);
+            unit_forward(m, &nd->cv, nd->in, y, n, train);
+            unit_forward(m, &nd->cv2, nd->in, t, n, train);
+            accumulate_map_cpu(t, y);
+            silu_forward_cpu(y, y);
+            break;
+        }
+        case OP_MAXPOOL:  maxpool_forward_cpu(x, nd->k, nd->stride, nd->pad, y); break;
+        case OP_AVGPOOL:  avgpool_forward_cpu(x, nd->k, nd->stride, nd->pad, y); break;
+        case OP_UPSAMPLE: upsample_forward_cpu(x, nd->k, y); break;
+        case OP_COPY:     copy_map_cpu(x, y); break;
+        case OP_ADD:      add_forward_cpu(x, model_value(m, nd->in2, n), y); break;
+        }
+    }
+    if (train) m->bn_batches++;
+    memset(m->dact, 0, m->n_act * sizeof(float));  // gradients of this batch start from zero
+}
+
+// du = dy * silu'(u) with u the recomputed pre-activation of a conv (or RepConv) node
+static Map act_grad(Model *m, const Node *nd, int n) {
+    const ConvUnit *cu = &nd->cv;
+    ConvDims d = unit_dims(m, cu, nd->in, n);
+    Map u = map_make(m->tmp_a, n, d.P, d.Q, d.K);
+    bn_recompute(m, cu, unit_z(m, cu, &d), u);
+    if (nd->op == OP_REPCONV) {
+        ConvDims d2 = unit_dims(m, &nd->cv2, nd->in, n);
+        Map u2 = map_make(m->tmp_b, n, d2.P, d2.Q, d2.K);
+        bn_recompute(m, &nd->cv2, unit_z(m, &nd->cv2, &d2), u2);
+        accumulate_map_cpu(u2, u);
+    }
+    silu_backward_cpu(u, model_grad(m, nd->out, n), u);   // elementwise: du may alias u
+    return u;
+}
+
+void model_backward_cpu(Model *m, int n, int h, int w) {
+    (void)h; (void)w;
+    for (int i = m->n_nodes - 1; i >= 0; i--) {
+        const Node *nd = &m->nodes[i];
+        Map dy = model_grad(m, nd->out, n), x = model_value(m, nd->in, n), dx = model_grad(m, nd->in, n);
+        switch (nd->op) {
+        case OP_CONV: case OP_REPCONV: {
+            if (!nd->act) { unit_backward(m, &nd->cv, nd->in, dy, n); break; }
+            Map du = act_grad(m, nd, n);          // in tmp_a; unit_backward keeps dz in tmp_b
+            unit_backward(m, &nd->cv, nd->in, du, n);
+            if (nd->op == OP_REPCONV) unit_backward(m, &nd->cv2, nd->in, du, n);
+            break;
+        }
+        case OP_MAXPOOL:  maxpool_backward_cpu(x, nd->k, nd->stride, nd->pad, dy, dx); break;
+        case OP_AVGPOOL:  avgpool_backward_cpu(nd->k, nd->stride, nd->pad, dy, dx); break;
+        case OP_UPSAMPLE: upsample_backward_cpu(nd->k, dy, dx); break;
+        case OP_COPY:     accumulate_map_cpu(dy, dx); break;
+        case OP_ADD:
+            accumulate_map_cpu(dy, dx);
+            accumulate_map_cpu(dy, model_grad(m, nd->in2, n));
+            break;
+        }
+    }
+}
+
+void model_zero_grad(Model *m) { memset(m->grad, 0, m->n_state * sizeof(float)); }

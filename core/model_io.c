@@ -1,0 +1,92 @@
+// model_io.c: model weights in safetensors under the PyTorch state-dict names of the reference, so
+// PyTorch's load_state_dict reads what we save and we read what it saves (or a fixture's "param/").
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/model.h"
+#include "io/safetensors.h"
+
+static const char NBT[] = "num_batches_tracked";
+
+// "<prefix>model.2.cv1.bn.running_var" -> "<prefix>model.2.cv1.bn.num_batches_tracked"
+static int nbt_name(const char *prefix, const char *running_var, char *out, size_t size) {
+    size_t n = strlen(running_var) - strlen("running_var");
+    return snprintf(out, size, "%s%.*s%s", prefix, (int)n, running_var, NBT) < (int)size ? 0 : -1;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && !strcmp(s + a - b, suffix);
+}
+
+static void shape_text(const int64_t *shape, int ndim, char *buf, size_t size) {
+    int o = snprintf(buf, size, "(");
+    for (int i = 0; i < ndim && o < (int)size - 24; i++)
+        o += snprintf(buf + o, size - o, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    snprintf(buf + o, size - o, ")");
+}
+
+static int load_param(Model *m, const SafeTensors *st, const ParamInfo *p, const char *prefix, Err *err) {
+    char name[256], want[96], got[96];
+    snprintf(name, sizeof name, "%s%s", prefix, p->name);
+    const StTensor *t = st_find(st, name);
+    if (!t) return err_set(err, "%s: tensor '%s' is missing: the weights do not match this model's config",
+                           st->path, name);
+    int64_t shape[4];
+    for (int i = 0; i < p->ndim; i++) shape[i] = p->shape[i];
+    int same = t->ndim == p->ndim;
+    for (int i = 0; same && i < p->ndim; i++) same = t->shape[i] == shape[i];
+    if (!same) {
+        shape_text(shape, p->ndim, want, sizeof want);
+        shape_text(t->shape, t->ndim, got, sizeof got);
+        return err_set(err, "%s: tensor '%s' has shape %s, the model expects %s (a different nc or config?)",
+                       st->path, name, got, want);
+    }
+    return st_read_f32(st, name, m->state + p->offset, p->n, err);
+}
+
+int model_load(Model *m, const char *path, const char *prefix, Err *err) {
+    SafeTensors st;
+    if (st_open(path, &st, err)) return -1;
+    int rc = 0;
+    size_t plen = strlen(prefix);
+    for (int i = 0; i < m->n_params && !rc; i++) rc = load_param(m, &st, &m->params[i], prefix, err);
+    for (int i = 0; i < st.n && !rc; i++) {              // extra tensors: a config/weights mismatch
+        const char *name = st.tensor[i].name;
+        if (strncmp(name, prefix, plen)) continue;
+        if (ends_with(name, NBT)) {
+            float v;
+            if (st_numel(&st.tensor[i]) == 1 && !st_read_f32(&st, name, &v, 1, err)) m->bn_batches = (int64_t)v;
+            continue;
+        }
+        if (model_find_param(m, name + plen) < 0)
+            rc = err_set(err, "%s: tensor '%s' is not part of this model: the weights belong to another config",
+                         path, name);
+    }
+    st_close(&st);
+    return rc;
+}
+
+int model_save(const Model *m, const char *path, Err *err) {
+    int n = 0;
+    for (int i = 0; i < m->n_params; i++) n += 1 + (m->params[i].kind == PK_RUNNING_VAR);
+    StWriteTensor *t = xcalloc(n, sizeof *t);
+    char (*nbt)[128] = xcalloc(n, sizeof *nbt);
+    int64_t batches = m->bn_batches;
+    int k = 0;
+    for (int i = 0; i < m->n_params; i++) {
+        const ParamInfo *p = &m->params[i];
+        t[k] = (StWriteTensor){ .name = p->name, .dtype = ST_F32, .ndim = p->ndim, .data = m->state + p->offset };
+        for (int d = 0; d < p->ndim; d++) t[k].shape[d] = p->shape[d];
+        k++;
+        if (p->kind == PK_RUNNING_VAR) {                  // PyTorch keeps an int64 counter per BN
+            nbt_name("", p->name, nbt[k], sizeof nbt[k]);
+            t[k] = (StWriteTensor){ .name = nbt[k], .dtype = ST_I64, .ndim = 0, .data = &batches };
+            k++;
+        }
+    }
+    int rc = st_write(path, t, n, "{\"format\":\"pt\"}", err);
+    free(t);
+    free(nbt);
+    return rc;
+}

@@ -1,0 +1,251 @@
+// train.c: one training run: dataset, loader, model, optimizer schedule, EMA, logs, checkpoints.
+// The step follows YOLOv9's train.py (reference section 4.8): forward, loss x batch, backward,
+// and every `accumulate` batches: clip to norm 10, SGD nesterov, EMA update.
+#include "core/train.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/dataset.h"
+#include "io/loader.h"
+#include "io/picture.h"
+#include "io/synth.h"
+
+// ---- the step ------------------------------------------------------------------------------
+
+int trainer_init(Trainer *t, const Config *cfg, int nb, Err *err) {
+    memset(t, 0, sizeof *t);
+    if (model_build(cfg, cfg->batch, cfg->imgsz, &t->m, err)) return -1;
+    Model *m = &t->m;
+    if (cfg->weights[0]) {
+        if (model_load(m, cfg->weights, "", err)) { model_free(m); return -1; }
+    } else {
+        model_init_weights(m, (uint64_t)cfg->seed);
+    }
+    t->slots = xcalloc(m->n_params, sizeof *t->slots);
+    for (int i = 0; i < m->n_params; i++) {
+        const ParamInfo *p = &m->params[i];
+        int g = param_group(p->kind);
+        if (g < 0 && p->kind != PK_FIXED) continue;      // BN buffers are no parameters
+        t->slots[t->n_slots++] = (ParamSlot){ m->state + p->offset, g >= 0 ? m->grad + p->offset : NULL, p->n, g };
+    }
+    sgd_init(&t->sgd, t->slots, t->n_slots);
+    LrKind kind = cfg->cos_lr ? LR_COSINE : LR_LINEAR;
+    opt_schedule_init(&t->sched, &cfg->hyp, kind, cfg->epochs, nb, cfg->batch);
+    t->ema = xmalloc(m->n_state * sizeof(float));
+    memcpy(t->ema, m->state, m->n_state * sizeof(float));
+    t->lw = loss_work_new();
+    t->input = xmalloc((size_t)cfg->batch * cfg->imgsz * cfg->imgsz * 3 * sizeof(float));
+    model_zero_grad(m);
+    return 0;
+}
+
+void trainer_free(Trainer *t) {
+    sgd_free(&t->sgd);
+    loss_work_free(t->lw);
+    free(t->slots); free(t->ema); free(t->input);
+    model_free(&t->m);
+    memset(t, 0, sizeof *t);
+}
+
+int trainer_step(Trainer *t, int n, int S, const float *targets, int nt, int epoch, int i,
+                 LossOut *out, Err *err) {
+    Model *m = &t->m;
+    double t0 = now_seconds();
+    model_forward_cpu(m, t->input, n, S, S, 1);
+    double t1 = now_seconds();
+    LossBatch lb = { .nc = m->nc, .img_h = S, .img_w = S, .targets = targets, .n_targets = nt };
+    Map grad[LOSS_LEVELS];
+    for (int l = 0; l < LOSS_LEVELS; l++) {
+        lb.head[l] = model_value(m, m->head[l], n);
+        grad[l] = model_grad(m, m->head[l], n);
+    }
+    if (loss_forward_backward(t->lw, &lb, grad, out, err)) return -1;
+    double t2 = now_seconds();
+    model_backward_cpu(m, n, S, S);
+    double t3 = now_seconds();
+    OptStep st = opt_schedule_next(&t->sched, epoch, i);
+    if (st.step) {
+        clip_grad_norm(t->slots, t->n_slots, 10.0f);
+        sgd_step(&t->sgd, &st);                        // also zeroes the gradients
+        ema_update_cpu(t->ema, m->state, m->n_state, ema_decay(++t->ema_updates));
+    }
+    double t4 = now_seconds();
+    t->t.forward += t1 - t0; t->t.loss += t2 - t1; t->t.backward += t3 - t2; t->t.optim += t4 - t3;
+    return 0;
+}
+
+int trainer_save(const Trainer *t, const char *path, Err *err) {
+    Model view = t->m;                 // the same names and shapes, with the EMA's values
+    view.state = t->ema;
+    return model_save(&view, path, err);
+}
+
+// ---- the run -------------------------------------------------------------------------------
+
+static volatile sig_atomic_t stop_requested;
+static void on_signal(int sig) { stop_requested = sig; }
+
+static int make_dirs(const char *path) {
+    char buf[4 * CFG_PATH];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, 0755) && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    return mkdir(buf, 0755) && errno != EEXIST ? -1 : 0;
+}
+
+// runs/train/exp, exp2, exp3, ... (first free), or exactly NAME with exist_ok; plus weights/.
+static int run_dir(const Config *cfg, char *dir, size_t size, Err *err) {
+    struct stat st;
+    for (int k = 1; k < 10000; k++) {
+        if (k == 1) snprintf(dir, size, "%s/%s", cfg->project, cfg->name);
+        else snprintf(dir, size, "%s/%s%d", cfg->project, cfg->name, k);
+        if (cfg->exist_ok || stat(dir, &st)) break;
+    }
+    char w[CFG_PATH * 2 + 16];
+    snprintf(w, sizeof w, "%s/weights", dir);
+    if (make_dirs(w)) return err_set(err, "cannot create %s: %s; set project= to a writable folder", w, strerror(errno));
+    return 0;
+}
+
+static double rss_gb(void) {
+    long pages = 0, rss = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) { if (fscanf(f, "%ld %ld", &pages, &rss) != 2) rss = 0; fclose(f); }
+    return rss * (double)sysconf(_SC_PAGESIZE) / 1e9;
+}
+
+typedef struct { double box, cls, dfl; int n; } Running;
+
+static void progress(const Config *cfg, int epoch, const Running *r, int inst, int S, int i, int nb,
+                     double t_epoch, int images, int final) {
+    char ep[32], mem[16];
+    snprintf(ep, sizeof ep, "%d/%d", epoch, cfg->epochs - 1);
+    snprintf(mem, sizeof mem, "%.3gG", rss_gb());
+    double ips = t_epoch > 0 ? images / t_epoch : 0, eta = i ? t_epoch / i * (nb - i) : 0;
+    int bar = 10 * i / nb;
+    printf("%s%11s%11s%11.4g%11.4g%11.4g%11d%11d: %3d%%|%.*s%.*s| %d/%d %.1fimg/s ETA %d:%02d", final ? "\r" : "\r",
+           ep, mem, r->box / r->n, r->cls / r->n, r->dfl / r->n, inst, S, 100 * i / nb, bar * 3,
+           "██████████████████████████████", (10 - bar), "          ", i, nb, ips, (int)eta / 60, (int)eta % 60);
+    if (final) printf("\n");
+    fflush(stdout);
+}
+
+static int open_data(Config *cfg, Dataset *ds, Err *err) {
+    if (!cfg->data[0] && !cfg->n_data_kv) {
+        if (synth_ensure(SYNTH_DIR, err)) return -1;
+        snprintf(cfg->data, sizeof cfg->data, "%s/data.yaml", SYNTH_DIR);
+        printf("data: the built-in synthetic dataset (%s; `yolotrain synth` regenerates it)\n", cfg->data);
+    }
+    DatasetOptions opt = { .strict = cfg->strict, .min_items = cfg->min_items, .report = stderr };
+    if (dataset_open(NULL, cfg, "train", &opt, ds, err)) return -1;
+    if (cfg->nc != ds->nc) {
+        printf("Overriding model nc=%d with nc=%d from the dataset\n", cfg->nc, ds->nc);
+        config_set_nc(cfg, ds->nc);
+    }
+    return 0;
+}
+
+static int check_device(const Config *cfg) {
+    if (!cfg->device[0] || !strncmp(cfg->device, "cpu", 3)) return 0;
+    fprintf(stderr, "yolotrain: device=%s: GPU training is not available in this build yet; use device=cpu\n",
+            cfg->device);
+    return -1;
+}
+
+static int train_epochs(Config *cfg, Trainer *t, Loader *ld, const Dataset *ds, const char *dir) {
+    int nb = loader_batches(ld), S = cfg->imgsz;
+    char path[CFG_PATH * 2 + 64];
+    Err err;
+    printf("%11s%11s%11s%11s%11s%11s%11s\n", "Epoch", "mem", "box_loss", "cls_loss", "dfl_loss", "Instances", "Size");
+    for (int epoch = 0; epoch < cfg->epochs && !stop_requested; epoch++) {
+        int mosaic_on = epoch < cfg->epochs - cfg->close_mosaic;
+        if (epoch && epoch == cfg->epochs - cfg->close_mosaic) printf("Closing dataloader mosaic\n");
+        loader_start_epoch(ld, epoch, mosaic_on);
+        model_zero_grad(&t->m);                        // train.py zeroes at every epoch start
+        Running r = { 0 };
+        double t0 = now_seconds();
+        int images = 0, inst = 0, i = 0;
+        Batch *b;
+        for (double tw = now_seconds(); !stop_requested && loader_next(ld, &b); tw = now_seconds(), i++) {
+            t->t.data += now_seconds() - tw;
+            if (epoch == 0 && i == 0) {
+                snprintf(path, sizeof path, "%s/train_batch0.jpg", dir);
+                if (picture_batch(b, ds->names, ds->nc, path, &err)) fprintf(stderr, "note: %s\n", err.msg);
+            }
+            loader_batch_to_float(b, t->input);
+            LossOut lo;
+            if (trainer_step(t, b->n, S, b->targets, b->nt, epoch, i, &lo, &err)) {
+                fprintf(stderr, "\nyolotrain: %s\n", err.msg);
+                loader_release(ld, b);
+                return 1;
+            }
+            r.box += lo.box; r.cls += lo.cls; r.dfl += lo.dfl; r.n++;
+            images += b->n; inst = b->nt;
+            loader_release(ld, b);
+            progress(cfg, epoch, &r, inst, S, i + 1, nb, now_seconds() - t0, images, 0);
+        }
+        progress(cfg, epoch, &r, inst, S, i, nb, now_seconds() - t0, images, 1);
+        snprintf(path, sizeof path, "%s/weights/last.safetensors", dir);
+        if (trainer_save(t, path, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return 1; }
+    }
+    return 0;
+}
+
+int train_run(Config *cfg) {
+    Err err;
+    if (check_device(cfg)) return 2;
+    Dataset ds;
+    if (open_data(cfg, &ds, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return 2; }
+    char dir[CFG_PATH * 2];
+    if (run_dir(cfg, dir, sizeof dir, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); dataset_free(&ds); return 1; }
+    LoaderConfig lc = { .batch = cfg->batch, .workers = cfg->workers, .seed = (uint64_t)cfg->seed, .train = 1,
+                        .cache_ram = !strcmp(cfg->cache, "ram") };
+    const Hyp *h = &cfg->hyp;
+    lc.aug = (AugParams){ .img_size = cfg->imgsz, .hsv_h = h->hsv_h, .hsv_s = h->hsv_s, .hsv_v = h->hsv_v,
+                          .degrees = h->degrees, .translate = h->translate, .scale = h->scale, .shear = h->shear,
+                          .perspective = h->perspective, .flipud = h->flipud, .fliplr = h->fliplr,
+                          .mosaic = h->mosaic, .mixup = h->mixup };
+    Loader *ld;
+    if (loader_open(&lc, &ds, &ld, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); dataset_free(&ds); return 2; }
+    Trainer t;
+    if (trainer_init(&t, cfg, loader_batches(ld), &err)) {
+        fprintf(stderr, "yolotrain: %s\n", err.msg);
+        loader_close(ld); dataset_free(&ds);
+        return 2;
+    }
+    char path[CFG_PATH * 2 + 32];
+    snprintf(path, sizeof path, "%s/args.ini", dir);
+    FILE *f = fopen(path, "w");
+    if (f) { config_print(cfg, f); fclose(f); }
+    printf("model: %s, %zu parameters, nc=%d; device: cpu; %d images, batch %d, %d batches/epoch, "
+           "accumulate %d, weight_decay %.3g\nLogging results to %s\nStarting training for %d epochs...\n",
+           cfg->file, model_count_params(&t.m), t.m.nc, ds.n, cfg->batch, loader_batches(ld),
+           t.sched.accumulate, t.sched.weight_decay, dir, cfg->epochs);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    double t0 = now_seconds();
+    int rc = train_epochs(cfg, &t, ld, &ds, dir);
+    if (stop_requested) {
+        snprintf(path, sizeof path, "%s/weights/last.safetensors", dir);
+        rc = trainer_save(&t, path, &err) ? 1 : rc;
+        printf("\nstopped by signal %d: EMA weights saved to %s\n", (int)stop_requested, path);
+    }
+    double total = now_seconds() - t0;
+    const PhaseTimes *p = &t.t;
+    printf("%.3f hours. Time per phase: data wait %.1f s, forward %.1f s, loss %.1f s, backward %.1f s, "
+           "optimizer %.1f s\nResults saved to %s\n", total / 3600, p->data, p->forward, p->loss, p->backward,
+           p->optim, dir);
+    trainer_free(&t);
+    loader_close(ld);
+    dataset_free(&ds);
+    return rc;
+}

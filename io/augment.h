@@ -1,0 +1,105 @@
+// augment.h: one training or validation sample as YOLOv9's LoadImagesAndLabels.__getitem__ makes it
+// (reference §3.3-§3.8): long-side load, letterbox, 4-image mosaic, random perspective, mixup, HSV, flips.
+// Legend: s img_size (640); W,H output width and height; boxes in pixels are xyxy, normalised ones cxcywh.
+#pragma once
+#include "core/util.h"
+#include "io/dataset.h"
+#include "io/image.h"
+
+typedef struct { int cls; float x1, y1, x2, y2; } BoxXyxy;   // pixels of one image (float32 as the reference)
+
+// The hyper-parameters augmentation reads (copied from Hyp; names as in hyp.scratch-high.yaml).
+typedef struct {
+    int    img_size;                  // s: long side of loaded images, side of a training sample
+    double hsv_h, hsv_s, hsv_v;       // HSV gains: 0.015 0.7 0.4
+    double degrees, translate, scale, shear, perspective;   // 0 0.1 0.9 0 0
+    double flipud, fliplr;            // probabilities: 0 0.5
+    double mosaic, mixup;             // probabilities: 1 0.15 (mixup only happens inside mosaic)
+    int    close_mosaic;              // 1: mosaic, and so mixup, off (the last close_mosaic epochs)
+} AugParams;
+
+// Where samples come from: a RAM cache or a decoder. get() gives the image resized so its long side is
+// img_size (augment_load_resize: augment=1 for training, 0 for validation) and its normalised boxes. The
+// result is only read, never written. put() hands both back when done; if put is NULL they are owned by
+// the caller and freed with image_free() and free(). get() may be called from several threads at once.
+typedef struct {
+    int    n;                         // samples, indices 0..n-1
+    void  *ctx;
+    int  (*get)(void *ctx, int index, Image *img, Box **boxes, int *nbox, Err *err);
+    void (*put)(void *ctx, int index, Image *img, Box *boxes);
+} SampleSource;
+
+// ---- the two entry points -------------------------------------------------------------------------
+// Training sample (§3.8, YOLOv9 order): with probability mosaic (and close_mosaic == 0) a 4-image mosaic
+// (partners drawn uniformly from src with rng) then maybe mixup with a second mosaic; otherwise letterbox to
+// s×s and random_perspective with border 0. Then boxes clipped to [0, W-1e-3]×[0, H-1e-3] and
+// normalised, HSV, flip up-down, flip left-right. Copy-paste is a no-op: it needs polygon segments and our
+// labels are boxes. On success *out (s×s) and *boxes (*n entries, NULL when 0) belong to the caller
+// (image_free, free). Returns 0, or -1 with err from src->get.
+int augment_train_sample(const AugParams *p, const SampleSource *src, int index, Rng *rng,
+                         Image *out, Box **boxes, int *n, Err *err);
+
+// Letterbox geometry: the scale r, the float half-paddings the labels move by, and the integer borders.
+typedef struct { double r, padw, padh; int top, bottom, left, right; } LetterboxInfo;
+
+// Validation sample: the loaded image letterboxed to (shape_w, shape_h) with scaleup off and no
+// randomness (§3.9 rect); boxes clipped and normalised to the output. info (may be NULL) maps predictions
+// back. Ownership and errors as augment_train_sample.
+int augment_val_sample(const SampleSource *src, int index, int shape_w, int shape_h,
+                       Image *out, Box **boxes, int *n, LetterboxInfo *info, Err *err);
+
+// ---- the steps, each usable alone ------------------------------------------------------------------
+// load_image's resize (§3.3): r = s/max(w,h); if r != 1 resize to (int(w·r), int(h·r)) with INTER_LINEAR
+// when augmenting or enlarging, INTER_AREA otherwise. Always returns a new image.
+Image augment_load_resize(const Image *src, int img_size, int augment);
+
+// letterbox (§3.4): r = min(new_h/h, new_w/w) (≤ 1 unless scaleup), new_unpad = round-half-even(w·r, h·r),
+// padding dw = new_w − unpad_w (mod stride when stride > 0, YOLOv9's auto) split as round(dw/2 ∓ 0.1),
+// colour 114, INTER_LINEAR. Returns a new image of (unpad_w + dw, unpad_h + dh); info as above.
+Image augment_letterbox(const Image *src, int new_w, int new_h, int scaleup, int stride, LetterboxInfo *info);
+
+// xywhn2xyxy: normalised boxes of a w×h image to pixels, shifted by (padw, padh), in float32.
+void augment_boxes_to_pixels(const Box *in, int n, double w, double h, double padw, double padh,
+                             BoxXyxy *out);
+
+// The mosaic centre (§3.5): yc then xc, each int(U(s/2, 3s/2)).
+void augment_mosaic_centre(Rng *rng, int s, int *xc, int *yc);
+// Copy `tile` into quadrant q (0 top-left, 1 top-right, 2 bottom-left, 3 bottom-right) of the 2s×2s
+// canvas around (xc, yc), cropping it to fit; its boxes go to out (nb entries, shifted with the tile,
+// clipped to [0, 2s]; empty ones are kept for box_candidates to remove).
+void augment_mosaic_place(Image *canvas, const Image *tile, const Box *b, int nb, int q, int xc, int yc,
+                          BoxXyxy *out);
+// load_mosaic: the 4-tile mosaic of index and 3 partners (shuffled), then random_perspective with border
+// −s/2, giving s×s. *boxes (*n entries) belongs to the caller (free). Returns 0 or -1 (err from get).
+int augment_load_mosaic(const AugParams *p, const SampleSource *src, int index, Rng *rng,
+                        Image *out, BoxXyxy **boxes, int *n, Err *err);
+
+// random_perspective (§3.6): draws M = T·S·R·P·C (draw order: perspective x, y, angle, scale, shear x,
+// y, translate x, y), warps src to (w + 2·border) × (h + 2·border) (bilinear, border 114; a copy when
+// border is 0 and M is the identity), moves the boxes (4 corners, min/max, clip to [0,W]×[0,H]) and keeps
+// those that pass box_candidates, compacting boxes[0..*n). Returns the new image.
+Image augment_random_perspective(const Image *src, BoxXyxy *boxes, int *n, const AugParams *p, int border,
+                                 Rng *rng);
+// The warp alone: dst(x,y) = src(M⁻¹·(x,y,1)), M a row-major 3×3 forward matrix (affine when its last row
+// is 0 0 1). Bilinear with OpenCV's fixed point (1/32 px positions, integer weights), outside pixels 114.
+Image augment_warp(const Image *src, const double M[9], int out_w, int out_h);
+// box_candidates with wh_thr 2, ar_thr 100, area_thr 0.1, eps 1e-16, strict comparisons. w1, h1: the
+// pre-warp size times the drawn scale (float32 as the reference computes it); w2, h2: after the warp.
+int augment_box_candidate(float w1, float h1, double w2, double h2);
+
+// augment_hsv (§3.7): r = U(−1,1)³·(hgain, sgain, vgain) + 1, then augment_hsv_apply; nothing at all
+// (no draws either) when every gain is 0.
+void augment_hsv(Image *im, double hgain, double sgain, double vgain, Rng *rng);
+// RGB→HSV (OpenCV uint8: H in [0,180)), LUTs H' = trunc((x·r0) mod 180), S',V' = trunc(clip(x·r1|2, 0, 255)),
+// HSV→RGB, in place.
+void augment_hsv_apply(Image *im, const double r[3]);
+void augment_hsv_luts(const double r[3], uint8_t lut[3][256]);
+
+// Flips in place; boxes are normalised (cx → 1−cx, cy → 1−cy).
+void augment_flip_lr(Image *im, Box *b, int n);
+void augment_flip_ud(Image *im, Box *b, int n);
+
+// mixup: im = trunc(im·r + im2·(1−r)) with r ~ Beta(32,32) drawn here and returned; same-size images.
+double augment_mixup(Image *im, const Image *im2, Rng *rng);
+// Beta(a, b) from two Marsaglia–Tsang gamma draws (a, b ≥ 1).
+double augment_beta(Rng *rng, double a, double b);

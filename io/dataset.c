@@ -1,0 +1,938 @@
+// dataset.c: see dataset.h. In order: path and list helpers; the description (a data.yaml through
+// libyaml's document API, or the INI [data] keys); listing image files; reading and checking label
+// files; dataset_open, which validates every image of a split and prints the summary.
+#include "io/dataset.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <yaml.h>
+
+#include "io/image.h"
+
+#define COORD_TOL      0.01f   // Ultralytics accepts coordinates in [-0.01, 1.01]; we clip them to [0,1]
+#define MIN_IMAGE_SIDE 10      // the reference drops images under 10 px a side (verify_image_label)
+
+const char *const dataset_reason_name[DS_N_REASONS] = {
+    "unsupported image format", "unreadable or corrupt image", "unreadable label file",
+    "bad class id", "wrong number of values", "not a number", "coordinates out of bounds",
+    "zero-size box", "fewer than min_items labels",
+};
+
+static const char *const split_key[DS_N_SPLITS] = {"train", "val", "test"};
+static const char *const image_exts[] = {"bmp", "dng", "jpeg", "jpg", "mpo", "png", "tif", "tiff",
+                                         "webp", "pfm", NULL};
+static const char *const decoded_exts[] = {"jpeg", "jpg", "mpo", "png", NULL};   // mpo is JPEG
+
+// ---- helpers ---------------------------------------------------------------------------------
+typedef struct { char **v; int n, cap; } StrList;
+
+static void strlist_push(StrList *l, char *s) {   // takes ownership of s
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 16;
+        l->v = xrealloc(l->v, (size_t)l->cap * sizeof *l->v);
+    }
+    l->v[l->n++] = s;
+}
+
+static void strlist_free(StrList *l) {
+    for (int i = 0; i < l->n; i++) free(l->v[i]);
+    free(l->v);
+    *l = (StrList){0};
+}
+
+static int str_cmp(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void strlist_sort(StrList *l) {   // string order, as Python's sorted()
+    if (l->n > 1) qsort(l->v, (size_t)l->n, sizeof *l->v, str_cmp);
+}
+
+static int strlist_has(const StrList *l, const char *s) {   // l sorted
+    return l->n > 0 && bsearch(&s, l->v, (size_t)l->n, sizeof *l->v, str_cmp) != NULL;
+}
+
+static char *str_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *str_fmt(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    char *s = xmalloc((size_t)n + 1);
+    va_start(ap, fmt);
+    vsnprintf(s, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+static void where_set(Where *w, const char *file, int line) {
+    snprintf(w->file, sizeof w->file, "%s", file);
+    w->line = line;
+}
+
+// The folder part of a path: "a/b.yaml" -> "a", "b.yaml" -> ".", "/b" -> "/".
+static char *path_dir(const char *path) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) return xstrdup(".");
+    if (slash == path) return xstrdup("/");
+    return str_fmt("%.*s", (int)(slash - path), path);
+}
+
+// dir/rel, or rel alone when it is absolute or dir is "."; leading "./" of rel is dropped so that
+// paths print the way users write them.
+static char *path_join(const char *dir, const char *rel) {
+    while (rel[0] == '.' && rel[1] == '/') {
+        rel += 2;
+        while (*rel == '/') rel++;
+    }
+    if (!*rel || !strcmp(rel, ".")) return xstrdup(dir);
+    if (rel[0] == '/' || !strcmp(dir, ".")) return xstrdup(rel);
+    size_t n = strlen(dir);
+    return str_fmt("%s%s%s", dir, dir[n - 1] == '/' ? "" : "/", rel);
+}
+
+// The extension after the last '.' of the file name, "" when there is none.
+static const char *path_ext(const char *path) {
+    const char *base = strrchr(path, '/');
+    const char *dot = strrchr(base ? base + 1 : path, '.');
+    return dot ? dot + 1 : "";
+}
+
+static int ext_in(const char *path, const char *const *exts) {
+    const char *ext = path_ext(path);
+    for (int i = 0; exts[i]; i++)
+        if (!strcasecmp(ext, exts[i])) return 1;
+    return 0;
+}
+
+// img2label_paths: the last "/images/" becomes "/labels/" and the extension ".txt". A relative path
+// may also start with "images/" (the reference's paths are absolute, so they always have the slash).
+static char *label_path(const char *image) {
+    const char *seg = NULL;
+    for (const char *p = strstr(image, "images/"); p; p = strstr(p + 1, "images/"))
+        if (p == image || p[-1] == '/') seg = p;
+    char *s = seg ? str_fmt("%.*slabels/%s", (int)(seg - image), image, seg + 7) : xstrdup(image);
+    const char *ext = path_ext(s);   // listed images always have one
+    int keep = *ext ? (int)(ext - 1 - s) : (int)strlen(s);
+    char *out = str_fmt("%.*s.txt", keep, s);
+    free(s);
+    return out;
+}
+
+// ---- the report stream -------------------------------------------------------------------------
+typedef enum { SAY_WARN, SAY_EXCLUDE, SAY_NOTE } SayKind;
+
+typedef struct {
+    FILE *f;
+    int   n_warnings;
+    char  first[768];       // the first exclusion message, for the strict-mode error
+} Report;
+
+// Print "file:line: message" (line 0: "file: message") and count it.
+static void say(Report *r, SayKind kind, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static void say(Report *r, SayKind kind, const char *file, int line, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    char where[32] = "";
+    if (line > 0) snprintf(where, sizeof where, ":%d", line);
+    fprintf(r->f, "%s%s: %s\n", file, where, msg);
+    if (kind == SAY_WARN) r->n_warnings++;
+    if (kind == SAY_EXCLUDE && !r->first[0])
+        snprintf(r->first, sizeof r->first, "%.400s%s: %.300s", file, where, msg);
+}
+
+// ---- the description: data.yaml or [data] ------------------------------------------------------
+typedef struct {              // the keys as written, before paths are resolved
+    char   *root;             // `path:`, or NULL
+    long    nc;
+    Where   nc_at, names_at;  // line 0: key absent
+    StrList names;
+    StrList src[DS_N_SPLITS];
+    Where   src_at[DS_N_SPLITS];
+} RawSpec;
+
+static void rawspec_free(RawSpec *r) {
+    free(r->root);
+    strlist_free(&r->names);
+    for (int k = 0; k < DS_N_SPLITS; k++) strlist_free(&r->src[k]);
+}
+
+static int split_index(const char *key) {
+    for (int k = 0; k < DS_N_SPLITS; k++)
+        if (!strcmp(key, split_key[k])) return k;
+    return -1;
+}
+
+static int yline(const yaml_node_t *n) { return (int)n->start_mark.line + 1; }
+
+static const char *yscalar(const yaml_node_t *n) {
+    return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
+}
+
+static int ynull(const yaml_node_t *n) {          // "", ~ and null, unquoted
+    const char *v = yscalar(n);
+    return v && n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+           (!*v || !strcmp(v, "~") || !strcasecmp(v, "null"));
+}
+
+static int parse_nc(const char *s, const Where *at, long *nc, Err *err) {
+    char *end;
+    errno = 0;
+    *nc = s ? strtol(s, &end, 10) : 0;
+    if (!s || end == s || *end || errno || *nc <= 0 || *nc > 100000)
+        return err_set(err, "%s:%d: nc: '%s' is not a class count (a positive integer)", at->file,
+                       at->line, s ? s : "");
+    return 0;
+}
+
+// train/val/test: a path or a list of paths.
+static int yaml_split(yaml_document_t *doc, yaml_node_t *v, const Where *at, StrList *out, Err *err) {
+    if (ynull(v)) return 0;
+    if (yscalar(v)) { strlist_push(out, xstrdup(yscalar(v))); return 0; }
+    if (v->type == YAML_SEQUENCE_NODE) {
+        for (yaml_node_item_t *i = v->data.sequence.items.start; i < v->data.sequence.items.top; i++) {
+            yaml_node_t *e = yaml_document_get_node(doc, *i);
+            if (!yscalar(e) || ynull(e)) break;
+            strlist_push(out, xstrdup(yscalar(e)));
+        }
+        if (out->n == v->data.sequence.items.top - v->data.sequence.items.start) return 0;
+    }
+    return err_set(err, "%s:%d: expected a folder, a .txt list of images, or a list of them",
+                   at->file, yline(v));
+}
+
+// names: a list, or a mapping {0: a, 1: b, ...} whose keys are exactly 0..n-1.
+static int yaml_names(yaml_document_t *doc, yaml_node_t *v, const char *file, StrList *out,
+                      Err *err) {
+    if (v->type == YAML_SEQUENCE_NODE) {
+        for (yaml_node_item_t *i = v->data.sequence.items.start; i < v->data.sequence.items.top; i++) {
+            yaml_node_t *e = yaml_document_get_node(doc, *i);
+            if (!yscalar(e))
+                return err_set(err, "%s:%d: names: each name must be a word", file, yline(e));
+            strlist_push(out, xstrdup(yscalar(e)));
+        }
+        return 0;
+    }
+    if (v->type != YAML_MAPPING_NODE)
+        return err_set(err, "%s:%d: names: expected a list [a, b] or a mapping {0: a, 1: b}", file,
+                       yline(v));
+    int n = (int)(v->data.mapping.pairs.top - v->data.mapping.pairs.start);
+    for (int i = 0; i < n; i++) strlist_push(out, NULL);
+    for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = yaml_document_get_node(doc, p->key), *e = yaml_document_get_node(doc, p->value);
+        const char *ks = yscalar(k);
+        char *end = NULL;
+        long id = ks ? strtol(ks, &end, 10) : -1;
+        if (!ks || end == ks || *end || id < 0 || id >= n || out->v[id] || !yscalar(e))
+            return err_set(err, "%s:%d: names: '%s' is not a free class index 0..%d (a mapping of %d "
+                           "names needs keys 0..%d, each once, each with a name)",
+                           file, yline(k), ks ? ks : "?", n - 1, n, n - 1);
+        out->v[id] = xstrdup(yscalar(e));
+    }
+    return 0;
+}
+
+// One key of the top-level mapping; unknown keys (download, yaml_file, ...) are ignored.
+static int yaml_key(yaml_document_t *doc, const char *file, yaml_node_t *k, yaml_node_t *v,
+                    RawSpec *raw, Err *err) {
+    const char *key = yscalar(k);
+    Where at;
+    where_set(&at, file, yline(k));
+    int split = split_index(key);
+    if (split >= 0) {
+        raw->src_at[split] = at;
+        return yaml_split(doc, v, &at, &raw->src[split], err);
+    }
+    if (!strcmp(key, "path")) {
+        if (!ynull(v) && !yscalar(v))
+            return err_set(err, "%s:%d: path: expected a folder", file, at.line);
+        if (!ynull(v)) raw->root = xstrdup(yscalar(v));
+        return 0;
+    }
+    if (!strcmp(key, "nc")) {
+        raw->nc_at = at;
+        return parse_nc(yscalar(v), &at, &raw->nc, err);
+    }
+    if (!strcmp(key, "names")) {
+        raw->names_at = at;
+        return yaml_names(doc, v, file, &raw->names, err);
+    }
+    return 0;
+}
+
+static int yaml_walk(yaml_document_t *doc, const char *file, RawSpec *raw, Err *err) {
+    yaml_node_t *root = yaml_document_get_root_node(doc);
+    if (!root || root->type != YAML_MAPPING_NODE)
+        return err_set(err, "%s: not a YAML mapping; a data.yaml has keys train, val and names", file);
+    for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = yaml_document_get_node(doc, p->key), *v = yaml_document_get_node(doc, p->value);
+        if (!yscalar(k)) continue;
+        for (yaml_node_pair_t *q = root->data.mapping.pairs.start; q < p; q++) {
+            const char *prev = yscalar(yaml_document_get_node(doc, q->key));
+            if (prev && !strcmp(prev, yscalar(k)))
+                return err_set(err, "%s:%d: '%s' given twice (also at line %d); keep one", file,
+                               yline(k), prev, yline(yaml_document_get_node(doc, q->key)));
+        }
+        if (yaml_key(doc, file, k, v, raw, err) != 0) return -1;
+    }
+    return 0;
+}
+
+static int yaml_read(const char *file, RawSpec *raw, Err *err) {
+    FILE *f = fopen(file, "rb");
+    if (!f) return err_set(err, "%s: cannot open the dataset description: %s", file, strerror(errno));
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    yaml_parser_initialize(&parser);
+    yaml_parser_set_input_file(&parser, f);
+    int rc;
+    if (!yaml_parser_load(&parser, &doc)) {
+        rc = err_set(err, "%s:%d: YAML syntax error: %s%s%s", file, (int)parser.problem_mark.line + 1,
+                     parser.problem ? parser.problem : "?", parser.context ? " " : "",
+                     parser.context ? parser.context : "");
+    } else {
+        rc = yaml_walk(&doc, file, raw, err);
+        yaml_document_delete(&doc);
+    }
+    yaml_parser_delete(&parser);
+    fclose(f);
+    return rc;
+}
+
+// An INI list value: "[a, b]" or, where commas always separate (names), "a, b". Quotes are dropped.
+static void ini_list(const char *value, int commas, StrList *out) {
+    char *s = xstrdup(value), *p = s, *end = s + strlen(s);
+    while (*p == ' ' || *p == '\t') p++;
+    while (end > p && (end[-1] == ' ' || end[-1] == '\t')) *--end = 0;
+    if (*p == '[' && end > p && end[-1] == ']') { p++; *--end = 0; commas = 1; }
+    for (char *item = p; item; ) {
+        char *comma = commas ? strchr(item, ',') : NULL;
+        if (comma) *comma = 0;
+        while (*item == ' ' || *item == '\t') item++;
+        char *e = item + strlen(item);
+        while (e > item && (e[-1] == ' ' || e[-1] == '\t')) *--e = 0;
+        if (e - item >= 2 && (*item == '\'' || *item == '"') && e[-1] == *item) { item++; *--e = 0; }
+        if (*item) strlist_push(out, xstrdup(item));
+        item = comma ? comma + 1 : NULL;
+    }
+    free(s);
+}
+
+static int ini_read(const Config *cfg, RawSpec *raw, Err *err) {
+    for (int i = 0; i < cfg->n_data_kv; i++) {
+        const char *key = cfg->data_kv[i].key, *value = cfg->data_kv[i].value;
+        const Where *at = &cfg->data_kv[i].at;
+        int split = split_index(key);
+        if (split >= 0) {
+            raw->src_at[split] = *at;
+            strlist_free(&raw->src[split]);
+            ini_list(value, 0, &raw->src[split]);
+        } else if (!strcmp(key, "path")) {
+            free(raw->root);
+            raw->root = value[0] ? xstrdup(value) : NULL;
+        } else if (!strcmp(key, "nc")) {
+            raw->nc_at = *at;
+            if (parse_nc(value, at, &raw->nc, err) != 0) return -1;
+        } else if (!strcmp(key, "names")) {
+            raw->names_at = *at;
+            strlist_free(&raw->names);
+            ini_list(value, 1, &raw->names);
+        } else if (strcmp(key, "download") != 0) {
+            return err_set(err, "%s:%d: [data]: unknown key '%s'; known: path, train, val, test, nc, "
+                           "names, download", at->file, at->line, key);
+        }
+    }
+    return 0;
+}
+
+// Names and nc agree; train and val are present; paths are resolved against `base` (or `path:`).
+static int spec_finish(RawSpec *raw, const char *file, const char *base, DataSpec *d, Err *err) {
+    if (!raw->src_at[DS_TRAIN].line || !raw->src_at[DS_VAL].line)
+        return err_set(err, "%s: no '%s' key: train and val are required (each a folder, a .txt list "
+                       "of images, or a list of them)", file,
+                       raw->src_at[DS_TRAIN].line ? "val" : "train");
+    if (raw->names_at.line && raw->names.n == 0)
+        return err_set(err, "%s:%d: names is empty", raw->names_at.file, raw->names_at.line);
+    if (!raw->names_at.line && !raw->nc_at.line)
+        return err_set(err, "%s: no 'names' key: add names: [a, b, ...] (or at least nc: N)", file);
+    if (raw->names_at.line && raw->nc_at.line && raw->nc != raw->names.n)
+        return err_set(err, "%s:%d: nc: %ld, but names (line %d) has %d entries; make them agree or "
+                       "drop nc", raw->nc_at.file, raw->nc_at.line, raw->nc, raw->names_at.line,
+                       raw->names.n);
+    if (!raw->names_at.line)
+        for (long i = 0; i < raw->nc; i++) strlist_push(&raw->names, str_fmt("class_%ld", i));
+    d->file = xstrdup(file);
+    d->nc = raw->names.n;
+    d->names = raw->names.v;
+    raw->names = (StrList){0};
+    char *root = raw->root ? path_join(base, raw->root) : xstrdup(base);
+    for (int k = 0; k < DS_N_SPLITS; k++) {
+        d->at[k] = raw->src_at[k];
+        d->n_src[k] = raw->src[k].n;
+        d->src[k] = xcalloc((size_t)raw->src[k].n + 1, sizeof(char *));
+        for (int i = 0; i < raw->src[k].n; i++) d->src[k][i] = path_join(root, raw->src[k].v[i]);
+    }
+    free(root);
+    return 0;
+}
+
+int dataspec_read(const char *yaml, const Config *cfg, DataSpec *out, Err *err) {
+    memset(out, 0, sizeof *out);
+    if (!yaml && cfg && cfg->data[0] && cfg->n_data_kv > 0)
+        return err_set(err, "%s:%d: a [data] section and data=%s both describe the dataset; keep one",
+                       cfg->data_kv[0].at.file, cfg->data_kv[0].at.line, cfg->data);
+    if (!yaml && cfg && cfg->data[0]) yaml = cfg->data;
+    if (!yaml && !(cfg && cfg->n_data_kv > 0))
+        return err_set(err, "no dataset: set data=FILE.yaml or write a [data] section");
+    RawSpec raw = {0};
+    const char *file = yaml ? yaml : cfg->file[0] ? cfg->file : "[data]";
+    char *base = path_dir(yaml ? yaml : cfg->file[0] ? cfg->file : ".");
+    int rc = yaml ? yaml_read(yaml, &raw, err) : ini_read(cfg, &raw, err);
+    if (rc == 0) rc = spec_finish(&raw, file, base, out, err);
+    rawspec_free(&raw);
+    free(base);
+    if (rc != 0) dataspec_free(out);
+    return rc;
+}
+
+void dataspec_free(DataSpec *d) {
+    for (int i = 0; d->names && i < d->nc; i++) free(d->names[i]);
+    free(d->names);
+    for (int k = 0; k < DS_N_SPLITS; k++) {
+        for (int i = 0; i < d->n_src[k]; i++) free(d->src[k][i]);
+        free(d->src[k]);
+    }
+    free(d->file);
+    memset(d, 0, sizeof *d);
+}
+
+// ---- listing image files -----------------------------------------------------------------------
+typedef struct { dev_t dev; ino_t ino; } DirId;
+
+typedef struct {
+    StrList images;           // image files found
+    StrList folders;          // folders listed (their labels folders are scanned for orphans)
+    DirId  *seen;             // (n_seen) folders visited: a symlink loop ends at the second visit
+    int     n_seen, cap_seen;
+    Report *r;
+} Lister;
+
+static int lister_first_visit(Lister *L, const struct stat *st) {
+    for (int i = 0; i < L->n_seen; i++)
+        if (L->seen[i].dev == st->st_dev && L->seen[i].ino == st->st_ino) return 0;
+    if (L->n_seen == L->cap_seen) {
+        L->cap_seen = L->cap_seen ? 2 * L->cap_seen : 16;
+        L->seen = xrealloc(L->seen, (size_t)L->cap_seen * sizeof *L->seen);
+    }
+    L->seen[L->n_seen++] = (DirId){st->st_dev, st->st_ino};
+    return 1;
+}
+
+// Every image file under dir, following symlinks; hidden entries are skipped, as glob("**/*.*") does.
+static void list_folder(Lister *L, const char *dir, const struct stat *st) {
+    if (!lister_first_visit(L, st)) {
+        say(L->r, SAY_WARN, dir, 0, "folder reached a second time (a symlink loop or a second link); "
+            "listed once");
+        return;
+    }
+    DIR *dp = opendir(dir);
+    if (!dp) { say(L->r, SAY_WARN, dir, 0, "cannot read folder: %s", strerror(errno)); return; }
+    strlist_push(&L->folders, xstrdup(dir));
+    for (struct dirent *e; (e = readdir(dp)); ) {
+        if (e->d_name[0] == '.') continue;
+        char *path = path_join(dir, e->d_name);
+        struct stat es;
+        if (stat(path, &es) != 0) {
+            if (ext_in(path, image_exts))
+                say(L->r, SAY_WARN, path, 0, "cannot read: %s", strerror(errno));
+        } else if (S_ISDIR(es.st_mode)) {
+            list_folder(L, path, &es);
+        } else if (ext_in(path, image_exts)) {
+            strlist_push(&L->images, path);
+            continue;
+        }
+        free(path);
+    }
+    closedir(dp);
+}
+
+// A list file: one image path a line, relative ones resolved against the list file's folder.
+static int list_file(Lister *L, const char *file, const Where *at, Err *err) {
+    FILE *f = fopen(file, "rb");
+    if (!f) return err_set(err, "%s:%d: cannot read %s: %s", at->file, at->line, file, strerror(errno));
+    char *dir = path_dir(file), *line = NULL;
+    size_t cap = 0;
+    for (int no = 1; getline(&line, &cap, f) >= 0; no++) {
+        char *s = line + (no == 1 && !strncmp(line, "\xEF\xBB\xBF", 3) ? 3 : 0);
+        while (*s == ' ' || *s == '\t') s++;
+        for (char *e = s + strlen(s); e > s && strchr(" \t\r\n", e[-1]); ) *--e = 0;
+        if (!*s) continue;
+        if (ext_in(s, image_exts)) strlist_push(&L->images, path_join(dir, s));
+        else say(L->r, SAY_WARN, file, no, "'%s' is not an image file name (bmp dng jpeg jpg mpo png "
+                 "tif tiff webp pfm); ignored", s);
+    }
+    free(line);
+    free(dir);
+    fclose(f);
+    return 0;
+}
+
+// All images of split k, sorted by path (string order, like the reference), each path once.
+static int split_list(const DataSpec *d, int k, Lister *L, Err *err) {
+    const Where *at = &d->at[k];
+    for (int i = 0; i < d->n_src[k]; i++) {
+        const char *src = d->src[k][i];
+        struct stat st;
+        if (stat(src, &st) != 0)
+            return err_set(err, "%s:%d: %s: %s: %s (relative paths resolve against the folder of %s, "
+                           "or against its path: key)", at->file, at->line, split_key[k], src,
+                           strerror(errno), d->file);
+        if (S_ISDIR(st.st_mode)) list_folder(L, src, &st);
+        else if (list_file(L, src, at, err) != 0) return -1;
+    }
+    StrList *im = &L->images;
+    strlist_sort(im);
+    int n = 0;
+    for (int i = 0; i < im->n; i++) {
+        if (n > 0 && !strcmp(im->v[n - 1], im->v[i])) {
+            say(L->r, SAY_WARN, im->v[i], 0, "listed more than once; kept once");
+            free(im->v[i]);
+        } else {
+            im->v[n++] = im->v[i];
+        }
+    }
+    im->n = n;
+    if (n == 0)
+        return err_set(err, "%s:%d: %s: no images found in %s (formats: bmp dng jpeg jpg mpo png tif "
+                       "tiff webp pfm)", at->file, at->line, split_key[k],
+                       d->n_src[k] ? d->src[k][0] : "an empty list");
+    return 0;
+}
+
+// ---- label files -------------------------------------------------------------------------------
+typedef struct { int line, first, nf; } RowSpan;   // tokens [first, first+nf) of one written row
+
+typedef struct {
+    char    *buf;
+    char   **tok;  int n_tok, cap_tok;
+    RowSpan *row;  int n_row, cap_row;
+} LabelText;
+
+typedef struct { float v[5]; int line; } Row;      // class, cx, cy, w, h as float32 (np.float32)
+
+static void label_text_free(LabelText *t) {
+    free(t->buf); free(t->tok); free(t->row);
+    memset(t, 0, sizeof *t);
+}
+
+// Split into rows of whitespace-separated tokens. Lines end in \n, \r\n or \r; a UTF-8 BOM and
+// blank lines are skipped; line numbers count every line, as an editor shows them.
+static void label_text_split(LabelText *t, size_t n) {
+    char *p = t->buf + (n >= 3 && !memcmp(t->buf, "\xEF\xBB\xBF", 3) ? 3 : 0), *end = t->buf + n;
+    for (char *q = p; q < end; q++) if (!*q) *q = '\x01';        // a NUL must not end a number early
+    for (int line = 1; p < end; line++) {
+        char *eol = p;
+        while (eol < end && *eol != '\n' && *eol != '\r') eol++;
+        char *next = eol + (eol < end && *eol == '\r' && eol + 1 < end && eol[1] == '\n' ? 2 : 1);
+        *eol = 0;
+        RowSpan r = {line, t->n_tok, 0};
+        char *save = NULL;
+        for (char *s = strtok_r(p, " \t\v\f", &save); s; s = strtok_r(NULL, " \t\v\f", &save), r.nf++) {
+            if (t->n_tok == t->cap_tok) {
+                t->cap_tok = t->cap_tok ? 2 * t->cap_tok : 64;
+                t->tok = xrealloc(t->tok, (size_t)t->cap_tok * sizeof *t->tok);
+            }
+            t->tok[t->n_tok++] = s;
+        }
+        if (r.nf > 0) {
+            if (t->n_row == t->cap_row) {
+                t->cap_row = t->cap_row ? 2 * t->cap_row : 16;
+                t->row = xrealloc(t->row, (size_t)t->cap_row * sizeof *t->row);
+            }
+            t->row[t->n_row++] = r;
+        }
+        p = next;
+    }
+}
+
+// 0 read, 1 no such file (a background image), -1 unreadable (errno set).
+static int label_text_read(const char *path, LabelText *t) {
+    memset(t, 0, sizeof *t);
+    FILE *f = fopen(path, "rb");
+    if (!f) return errno == ENOENT ? 1 : -1;
+    size_t n = 0, cap = 4096;
+    t->buf = xmalloc(cap + 1);
+    for (size_t got; (got = fread(t->buf + n, 1, cap - n, f)) > 0; ) {
+        n += got;
+        if (n == cap) t->buf = xrealloc(t->buf, (cap *= 2) + 1);
+    }
+    int bad = ferror(f);
+    int saved = errno;
+    fclose(f);
+    if (bad) { errno = saved ? saved : EIO; return -1; }
+    t->buf[n] = 0;
+    label_text_split(t, n);
+    return 0;
+}
+
+typedef struct {            // what checking one split needs
+    Report  r;
+    int     nc;
+    const char *nc_from;    // where nc came from, for messages
+} Checker;
+
+static int row_count_ok(Checker *c, const char *file, const RowSpan *rs, int polygons) {
+    if (!polygons && rs->nf < 5)
+        say(&c->r, SAY_EXCLUDE, file, rs->line, "%d value%s; a row is: class cx cy w h", rs->nf,
+            rs->nf == 1 ? "" : "s");
+    else if (!polygons && rs->nf == 6)
+        say(&c->r, SAY_EXCLUDE, file, rs->line, "6 values; a row is: class cx cy w h (5 values), or a "
+            "polygon: class x1 y1 x2 y2 x3 y3 ...");
+    else if (polygons && (rs->nf < 3 || (rs->nf - 1) % 2))
+        say(&c->r, SAY_EXCLUDE, file, rs->line, "%d values in a polygon file (a row has more than 6): "
+            "a polygon row is class x1 y1 x2 y2 ... (x y pairs)", rs->nf);
+    else
+        return 1;
+    return 0;
+}
+
+// Parse every value of a row into v[] as float32; -1 or the reason the row is bad.
+static int row_numbers(Checker *c, const char *file, const LabelText *t, const RowSpan *rs, float *v) {
+    for (int i = 0; i < rs->nf; i++) {
+        const char *s = t->tok[rs->first + i];
+        char *end;
+        double x = strtod(s, &end);
+        if (end == s || *end) {
+            say(&c->r, SAY_EXCLUDE, file, rs->line, "'%s' is not a number", s);
+            return DS_NOT_NUMBER;
+        }
+        if (!isfinite(x) || !isfinite((float)x)) {
+            say(&c->r, SAY_EXCLUDE, file, rs->line, "'%s' is not a finite number", s);
+            return DS_NOT_NUMBER;
+        }
+        v[i] = (float)x;
+    }
+    if (v[0] != floorf(v[0])) {
+        say(&c->r, SAY_EXCLUDE, file, rs->line, "class '%s' is not an integer", t->tok[rs->first]);
+        return DS_BAD_CLASS;
+    }
+    if (v[0] < 0 || v[0] >= (float)c->nc) {
+        say(&c->r, SAY_EXCLUDE, file, rs->line, "class %s is outside 0..%d (nc = %d, from %s)",
+            t->tok[rs->first], c->nc - 1, c->nc, c->nc_from);
+        return DS_BAD_CLASS;
+    }
+    return -1;
+}
+
+static const char *coord_name(int i, int polygons, char *buf, size_t n) {
+    static const char *const box[] = {"cx", "cy", "w", "h"};
+    if (!polygons) return box[i];
+    snprintf(buf, n, "%c%d", i % 2 ? 'y' : 'x', i / 2 + 1);
+    return buf;
+}
+
+// Coordinates v[1..n) within [0,1] up to the tolerance, then clipped; -1 or DS_OUT_OF_BOUNDS.
+static int row_bounds(Checker *c, const char *file, const RowSpan *rs, int polygons, float *v) {
+    int clipped = 0;
+    for (int i = 1; i < rs->nf; i++) {
+        if (v[i] < -COORD_TOL || v[i] > 1 + COORD_TOL) {
+            char name[16];
+            say(&c->r, SAY_EXCLUDE, file, rs->line, "%s = %g is outside [0, 1] (by more than the %g "
+                "tolerance)", coord_name(i - 1, polygons, name, sizeof name), v[i], COORD_TOL);
+            return DS_OUT_OF_BOUNDS;
+        }
+        if (v[i] < 0 || v[i] > 1) { v[i] = fminf(fmaxf(v[i], 0), 1); clipped = 1; }
+    }
+    if (clipped)
+        say(&c->r, SAY_WARN, file, rs->line, "values up to %g outside [0, 1] clipped", COORD_TOL);
+    return -1;
+}
+
+// segments2boxes: a polygon's bounding box as cx cy w h, in float32 like the reference.
+static void polygon_box(const float *xy, int n_pts, float *box) {
+    float x1 = xy[0], y1 = xy[1], x2 = xy[0], y2 = xy[1];
+    for (int i = 1; i < n_pts; i++) {
+        x1 = fminf(x1, xy[2 * i]); x2 = fmaxf(x2, xy[2 * i]);
+        y1 = fminf(y1, xy[2 * i + 1]); y2 = fmaxf(y2, xy[2 * i + 1]);
+    }
+    box[0] = (x1 + x2) / 2; box[1] = (y1 + y2) / 2; box[2] = x2 - x1; box[3] = y2 - y1;
+}
+
+// One row into out; -1 when good, else the reason (already reported).
+static int row_parse(Checker *c, const char *file, const LabelText *t, const RowSpan *rs,
+                     int polygons, Row *out) {
+    if (!row_count_ok(c, file, rs, polygons)) return DS_BAD_COUNT;
+    float *v = xmalloc((size_t)rs->nf * sizeof *v);
+    int reason = row_numbers(c, file, t, rs, v);
+    if (reason < 0) reason = row_bounds(c, file, rs, polygons, v);
+    if (reason < 0) {
+        out->v[0] = v[0];
+        out->line = rs->line;
+        if (polygons) polygon_box(v + 1, (rs->nf - 1) / 2, out->v + 1);
+        else memcpy(out->v + 1, v + 1, 4 * sizeof *v);
+        if (out->v[3] <= 0 || out->v[4] <= 0) {
+            say(&c->r, SAY_EXCLUDE, file, rs->line, "zero-size box (w = %g, h = %g)", out->v[3],
+                out->v[4]);
+            reason = DS_ZERO_SIZE;
+        }
+    }
+    free(v);
+    return reason;
+}
+
+static int row_cmp(const void *a, const void *b) {   // np.unique(axis=0) order, then line
+    const Row *x = a, *y = b;
+    for (int i = 0; i < 5; i++)
+        if (x->v[i] != y->v[i]) return x->v[i] < y->v[i] ? -1 : 1;
+    return (x->line > y->line) - (x->line < y->line);
+}
+
+// Files with duplicate rows become their unique rows in sorted order (YOLOv9's np.unique); others
+// keep their order. Returns the new row count.
+static int rows_dedupe(Checker *c, const char *file, Row *rows, int n, int *n_dup) {
+    Row *sorted = xmalloc((size_t)(n ? n : 1) * sizeof *sorted);
+    memcpy(sorted, rows, (size_t)n * sizeof *rows);
+    qsort(sorted, (size_t)n, sizeof *sorted, row_cmp);
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        if (m > 0 && !memcmp(sorted[m - 1].v, sorted[i].v, sizeof sorted[i].v)) {
+            say(&c->r, SAY_WARN, file, sorted[i].line, "duplicate of line %d; dropped",
+                sorted[m - 1].line);
+            (*n_dup)++;
+        } else {
+            sorted[m++] = sorted[i];
+        }
+    }
+    if (m < n) memcpy(rows, sorted, (size_t)m * sizeof *rows);
+    free(sorted);
+    return m;
+}
+
+// Read and check a label file into s->box; -1 when usable (missing or empty: no boxes), else the
+// first reason; every bad row is reported.
+static int labels_load(Checker *c, const char *file, Sample *s, int *n_dup) {
+    LabelText t;
+    int rc = label_text_read(file, &t);
+    if (rc != 0) {
+        if (rc < 0) say(&c->r, SAY_EXCLUDE, file, 0, "cannot read the label file: %s", strerror(errno));
+        label_text_free(&t);
+        return rc < 0 ? DS_BAD_LABEL_FILE : -1;
+    }
+    int polygons = 0;
+    for (int i = 0; i < t.n_row; i++) polygons |= t.row[i].nf > 6;
+    Row *rows = xmalloc((size_t)(t.n_row ? t.n_row : 1) * sizeof *rows);
+    int first = -1, n = 0;
+    for (int i = 0; i < t.n_row; i++) {
+        int reason = row_parse(c, file, &t, &t.row[i], polygons, &rows[n]);
+        if (reason >= 0 && first < 0) first = reason;
+        if (reason < 0) n++;
+    }
+    if (first < 0) {
+        n = rows_dedupe(c, file, rows, n, n_dup);
+        s->nbox = n;
+        s->box = xmalloc((size_t)(n ? n : 1) * sizeof *s->box);
+        for (int i = 0; i < n; i++)
+            s->box[i] = (Box){(int)rows[i].v[0], rows[i].v[1], rows[i].v[2], rows[i].v[3], rows[i].v[4]};
+    }
+    free(rows);
+    label_text_free(&t);
+    return first;
+}
+
+// ---- images ------------------------------------------------------------------------------------
+// A JPEG whose last bytes are not the FFD9 end marker was cut short; the reference re-saves such a
+// file in place, we never write into a dataset (users.md E2), so it is only a warning.
+static int jpeg_truncated(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    unsigned char head[2] = {0}, tail[2] = {0};
+    int jpeg = fread(head, 1, 2, f) == 2 && head[0] == 0xFF && head[1] == 0xD8;
+    int ok = !jpeg || (fseek(f, -2, SEEK_END) == 0 && fread(tail, 1, 2, f) == 2 &&
+                       tail[0] == 0xFF && tail[1] == 0xD9);
+    fclose(f);
+    return !ok;
+}
+
+// Size and colour components from the header; -1 when usable, else the reason (reported).
+static int image_check(Checker *c, const char *path, Sample *s) {
+    if (!ext_in(path, decoded_exts)) {
+        say(&c->r, SAY_EXCLUDE, path, 0, "unsupported format .%s: only JPEG and PNG are decoded; "
+            "convert it", path_ext(path));
+        return DS_UNSUPPORTED;
+    }
+    Err e = {{0}};
+    ImageInfo info;
+    if (image_info(path, &info, &e) != 0) {
+        size_t n = strlen(path);   // image.c's messages start with "path: "; say() adds it again
+        int named = !strncmp(e.msg, path, n) && !strncmp(e.msg + n, ": ", 2);
+        const char *why = named ? e.msg + n + 2 : e.msg;
+        say(&c->r, SAY_EXCLUDE, path, 0, "%s", why);
+        return DS_BAD_IMAGE;
+    }
+    s->w = info.w;
+    s->h = info.h;
+    s->channels = info.channels;
+    if (s->w < MIN_IMAGE_SIDE || s->h < MIN_IMAGE_SIDE) {
+        say(&c->r, SAY_EXCLUDE, path, 0, "image is %dx%d; images under %d pixels a side are not used",
+            s->w, s->h, MIN_IMAGE_SIDE);
+        return DS_BAD_IMAGE;
+    }
+    if (jpeg_truncated(path))
+        say(&c->r, SAY_WARN, path, 0, "JPEG without its end marker (truncated?); used as it is");
+    return -1;
+}
+
+// ---- dataset_open --------------------------------------------------------------------------------
+static void dataset_push(Dataset *ds, const Sample *s) {
+    if ((ds->n & (ds->n - 1)) == 0)        // capacity doubles at powers of two
+        ds->s = xrealloc(ds->s, (size_t)(ds->n ? 2 * ds->n : 1) * sizeof *ds->s);
+    ds->s[ds->n++] = *s;
+}
+
+// Validate one image and its labels; keep it in ds or count why not.
+static void validate_image(Checker *c, const char *path, int min_items, Dataset *ds) {
+    Sample s = {.image = xstrdup(path), .label = label_path(path)};
+    int reason = image_check(c, path, &s);
+    if (reason < 0) reason = labels_load(c, s.label, &s, &ds->n_duplicates);
+    if (reason < 0 && s.nbox < min_items) reason = DS_MIN_ITEMS;
+    if (reason >= 0) {
+        ds->excluded_by[reason]++;
+        ds->n_excluded++;
+        free(s.image); free(s.label); free(s.box);
+        return;
+    }
+    dataset_push(ds, &s);
+}
+
+// Label files in the labels folder of every listed image folder that belong to no listed image.
+static void orphans_report(Checker *c, const Lister *L, Dataset *ds) {
+    StrList labels = {0}, dirs = {0};
+    for (int i = 0; i < L->images.n; i++) strlist_push(&labels, label_path(L->images.v[i]));
+    strlist_sort(&labels);
+    for (int i = 0; i < L->folders.n; i++) {
+        char *probe = str_fmt("%s/x.jpg", L->folders.v[i]);
+        char *lab = label_path(probe);
+        strlist_push(&dirs, path_dir(lab));
+        free(probe); free(lab);
+    }
+    strlist_sort(&dirs);
+    StrList orphans = {0};
+    for (int i = 0; i < dirs.n; i++) {
+        DIR *dp = (i > 0 && !strcmp(dirs.v[i], dirs.v[i - 1])) ? NULL : opendir(dirs.v[i]);
+        for (struct dirent *e; dp && (e = readdir(dp)); ) {
+            size_t len = strlen(e->d_name);
+            if (e->d_name[0] == '.' || len < 5 || strcmp(e->d_name + len - 4, ".txt")) continue;
+            char *path = path_join(dirs.v[i], e->d_name);
+            if (strlist_has(&labels, path)) free(path);
+            else strlist_push(&orphans, path);
+        }
+        if (dp) closedir(dp);
+    }
+    strlist_sort(&orphans);
+    for (int i = 0; i < orphans.n; i++)
+        say(&c->r, SAY_NOTE, orphans.v[i], 0, "label file without an image; ignored");
+    ds->n_orphan_labels = orphans.n;
+    strlist_free(&orphans);
+    strlist_free(&labels);
+    strlist_free(&dirs);
+}
+
+static void dataset_count(Dataset *ds) {
+    ds->class_count = xcalloc((size_t)ds->nc, sizeof *ds->class_count);
+    for (int i = 0; i < ds->n; i++) {
+        const Sample *s = &ds->s[i];
+        ds->n_background += s->nbox == 0;
+        ds->n_gray += s->channels == 1;
+        ds->n_instances += s->nbox;
+        for (int j = 0; j < s->nbox; j++) ds->class_count[s->box[j].cls]++;
+    }
+}
+
+static void summary_print(const Dataset *ds, const char *split, int min_items, FILE *f) {
+    if (ds->excluded_by[DS_MIN_ITEMS])
+        fprintf(f, "%s: %d/%d images filtered from dataset (fewer than min_items = %d labels)\n", split,
+                ds->excluded_by[DS_MIN_ITEMS], ds->n_listed, min_items);
+    fprintf(f, "%s: images %d, backgrounds %d, instances %d; excluded %d, warnings %d, label files "
+            "without an image %d\n", split, ds->n, ds->n_background, ds->n_instances, ds->n_excluded,
+            ds->n_warnings, ds->n_orphan_labels);
+}
+
+// Failing outcomes once everything is reported: strict exclusions, nothing usable, no labels to train.
+static int dataset_verdict(const Dataset *ds, const Checker *c, const char *split, int strict,
+                           const DataSpec *d, Err *err) {
+    int fatal = ds->n_excluded - ds->excluded_by[DS_MIN_ITEMS];
+    if (strict && fatal > 0)
+        return err_set(err, "%s: %d image%s excluded and strict = 1; the first: %s (fix the data or "
+                       "set strict = 0)", split, fatal, fatal == 1 ? "" : "s", c->r.first);
+    if (ds->n == 0)
+        return err_set(err, "%s: none of the %d images is usable (see the problems reported above; "
+                       "dataset %s)", split, ds->n_listed, d->file);
+    if (!strcmp(split, "train") && ds->n_instances == 0)
+        return err_set(err, "train: no labels in %d images; training needs labelled images (dataset %s)",
+                       ds->n, d->file);
+    return 0;
+}
+
+static void dataset_names(Dataset *ds, const DataSpec *d, int nc) {
+    ds->nc = nc;
+    ds->names = xcalloc((size_t)nc, sizeof *ds->names);
+    for (int i = 0; i < nc; i++)
+        ds->names[i] = i < d->nc ? xstrdup(d->names[i]) : str_fmt("class_%d", i);
+}
+
+int dataset_open(const char *yaml, const Config *cfg, const char *split,
+                 const DatasetOptions *opt, Dataset *out, Err *err) {
+    static const DatasetOptions defaults = {0};
+    if (!opt) opt = &defaults;
+    memset(out, 0, sizeof *out);
+    int k = split_index(split);
+    if (k < 0) return err_set(err, "unknown split '%s': use train, val or test", split);
+    DataSpec d;
+    if (dataspec_read(yaml, cfg, &d, err) != 0) return -1;
+    if (!d.at[k].line) {
+        err_set(err, "%s: no '%s' key: add %s: FOLDER (or a .txt list of images)", d.file, split, split);
+        dataspec_free(&d);
+        return -1;
+    }
+    Checker c = {.r = {.f = opt->report ? opt->report : stderr},
+                 .nc = opt->nc > 0 ? opt->nc : d.nc, .nc_from = opt->nc > 0 ? "the model" : d.file};
+    Lister L = {.r = &c.r};
+    int rc = split_list(&d, k, &L, err);
+    if (rc == 0) {
+        dataset_names(out, &d, c.nc);
+        out->n_listed = L.images.n;
+        for (int i = 0; i < L.images.n; i++) validate_image(&c, L.images.v[i], opt->min_items, out);
+        orphans_report(&c, &L, out);
+        out->n_warnings = c.r.n_warnings;
+        dataset_count(out);
+        if (!opt->quiet) summary_print(out, split, opt->min_items, c.r.f);
+        rc = dataset_verdict(out, &c, split, opt->strict, &d, err);
+        if (rc != 0) dataset_free(out);
+    }
+    strlist_free(&L.images);
+    strlist_free(&L.folders);
+    free(L.seen);
+    dataspec_free(&d);
+    return rc;
+}
+
+void dataset_free(Dataset *ds) {
+    for (int i = 0; i < ds->n; i++) {
+        free(ds->s[i].image); free(ds->s[i].label); free(ds->s[i].box);
+    }
+    free(ds->s);
+    for (int i = 0; ds->names && i < ds->nc; i++) free(ds->names[i]);
+    free(ds->names);
+    free(ds->class_count);
+    memset(ds, 0, sizeof *ds);
+}

@@ -1,0 +1,403 @@
+// loader.c: see loader.h. Workers claim samples one at a time in epoch order, write each straight into
+// its slot of the ring and the worker that finishes a batch gathers its targets, so the bytes never
+// depend on which worker did what. Legend: N batch, S side, T_max target rows one image may bring.
+#include "io/loader.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CACHE_MARGIN 0.10   // YOLOv9's: refuse unless bytes * (1 + margin) < available
+#define PAGE         4096
+
+typedef struct {
+    Batch  b;
+    int    id;              // batch number held, -1 when free
+    int    filled;          // samples written
+    int    ready, handed;   // all written; given to the consumer
+    float *stage;           // (N, T_max, 5) each image's boxes, gathered into b.targets when complete
+    int   *stage_n;         // (N)
+} Slot;
+
+typedef struct {            // decode + long-side resize once per image, by whichever worker needs it first
+    pthread_mutex_t *lock;  // (n)
+    Image           *img;   // (n) px NULL until loaded
+    uint8_t         *failed;// (n)
+} Cache;
+
+struct Loader {
+    LoaderConfig    cfg;
+    const Dataset  *ds;
+    SampleSource    src;
+    Cache          *cache;
+    atomic_uchar   *bad;          // (n) 1 once an image failed to load: replaced from then on
+    atomic_int      n_bad;
+    int             t_max;
+    int             n_slots;
+    Slot           *slot;
+    int            *order;        // (n) this epoch's samples
+    // the rest is guarded by mu
+    pthread_mutex_t mu;
+    pthread_cond_t  work;         // workers: a sample to claim, a slot freed, or stop
+    pthread_cond_t  done;         // consumer and loader_start_epoch: a batch ready, or workers idle
+    int             active, stop, gen, busy;
+    int             epoch, n_batches, next_sample, next_batch;
+    int             finished;     // samples finished this epoch
+    double          t_start, t_last, wait_s;
+    int             n_threads;
+    pthread_t      *threads;
+};
+
+// ---- sources: where a sample's long-side-resized image and boxes come from ----
+
+static int load_resized(const Loader *l, int i, Image *out, Err *err) {
+    Image raw;
+    if (image_load(l->ds->s[i].image, &raw, err)) return -1;
+    *out = augment_load_resize(&raw, l->cfg.aug.img_size, l->cfg.train);
+    image_free(&raw);
+    return 0;
+}
+
+static int cache_load(Loader *l, int i, Image *out, Err *err) {
+    Cache *c = l->cache;
+    int rc = 0;
+    pthread_mutex_lock(&c->lock[i]);
+    if (!c->img[i].px && !c->failed[i]) {
+        rc = load_resized(l, i, &c->img[i], err);
+        c->failed[i] = rc != 0;
+    } else if (c->failed[i]) {
+        rc = err_set(err, "%s: unreadable (cached failure)", l->ds->s[i].image);
+    }
+    pthread_mutex_unlock(&c->lock[i]);
+    if (rc == 0) *out = c->img[i];   // a view: only read, never freed by put
+    return rc;
+}
+
+// The first failure of an image is reported (once, by whichever worker meets it); from then on the
+// next readable index stands in for it, so a file that vanishes mid-run never stops training.
+static int source_get(void *ctx, int index, Image *img, Box **boxes, int *nbox, Err *err) {
+    Loader *l = ctx;
+    int n = l->ds->n;
+    for (int k = 0; k < n; k++) {
+        int j = (index + k) % n;
+        if (atomic_load(&l->bad[j])) continue;
+        Err e;
+        if ((l->cache ? cache_load(l, j, img, &e) : load_resized(l, j, img, &e)) == 0) {
+            *boxes = l->ds->s[j].box;
+            *nbox = l->ds->s[j].nbox;
+            return 0;
+        }
+        if (!atomic_exchange(&l->bad[j], 1)) {
+            atomic_fetch_add(&l->n_bad, 1);
+            fprintf(l->cfg.report ? l->cfg.report : stderr,
+                    "warning: %s; using another image in its place from now on\n", e.msg);
+        }
+    }
+    return err_set(err, "every one of the %d images failed to load; check the dataset folder", n);
+}
+
+static void source_put(void *ctx, int index, Image *img, Box *boxes) {
+    Loader *l = ctx;
+    if (!l->cache) image_free(img);   // boxes belong to the Dataset
+}
+
+size_t loader_cache_bytes(const Dataset *ds, int img_size) {
+    size_t bytes = 0;
+    for (int i = 0; i < ds->n; i++) {   // the sizes augment_load_resize makes
+        const Sample *s = &ds->s[i];
+        if (s->w < 1 || s->h < 1) {         // size unknown: count a full square
+            bytes += (size_t)img_size * img_size * 3;
+            continue;
+        }
+        double r = (double)img_size / (s->w > s->h ? s->w : s->h);
+        int w = (int)(s->w * r), h = (int)(s->h * r);
+        bytes += (size_t)(w > 1 ? w : 1) * (size_t)(h > 1 ? h : 1) * 3;
+    }
+    return bytes;
+}
+
+static size_t mem_available(void) {   // MemAvailable of /proc/meminfo in bytes, 0 if unknown
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return (size_t)kb * 1024;
+}
+
+static int cache_open(Loader *l, Err *err) {
+    size_t need = loader_cache_bytes(l->ds, l->cfg.aug.img_size);
+    size_t have = l->cfg.mem_available ? l->cfg.mem_available : mem_available();
+    if (need * (1 + CACHE_MARGIN) >= (double)have)
+        return err_set(err, "cache=ram: %d images at imgsz %d need %.2f GB (+%.0f%% margin = %.2f GB) but "
+                       "only %.2f GB of memory is available; set cache= (off) or a smaller imgsz",
+                       l->ds->n, l->cfg.aug.img_size, need / 1e9, 100 * CACHE_MARGIN,
+                       need * (1 + CACHE_MARGIN) / 1e9, have / 1e9);
+    Cache *c = xcalloc(1, sizeof *c);
+    c->lock = xmalloc(l->ds->n * sizeof *c->lock);
+    c->img = xcalloc(l->ds->n, sizeof *c->img);
+    c->failed = xcalloc(l->ds->n, 1);
+    for (int i = 0; i < l->ds->n; i++) pthread_mutex_init(&c->lock[i], NULL);
+    l->cache = c;
+    return 0;
+}
+
+static void cache_free(Cache *c, int n) {
+    if (!c) return;
+    for (int i = 0; i < n; i++) {
+        pthread_mutex_destroy(&c->lock[i]);
+        if (c->img[i].px) image_free(&c->img[i]);
+    }
+    free(c->lock), free(c->img), free(c->failed), free(c);
+}
+
+// ---- one sample ----
+
+// Write sample `index` into image slot i of s: pixels, staged boxes and letterbox info. A sample that
+// cannot be made at all (no image of the dataset loads) becomes a grey image without boxes.
+static void make_sample(Loader *l, Slot *s, int i, int index, int epoch) {
+    int S = l->cfg.aug.img_size, n = 0;
+    Image out = { 0 };
+    Box *box = NULL;
+    Err e;
+    LetterboxInfo info = { 0 };
+    Rng rng = rng_for(l->cfg.seed, (uint64_t)epoch, (uint64_t)index + 1);
+    // validation letterboxes to the square S x S; rect batch shapes (§3.9) are a later refinement
+    int rc = l->cfg.train ? augment_train_sample(&l->cfg.aug, &l->src, index, &rng, &out, &box, &n, &e)
+                          : augment_val_sample(&l->src, index, S, S, &out, &box, &n, &info, &e);
+    uint8_t *dst = s->b.images + (size_t)i * S * S * 3;
+    if (rc) {
+        fprintf(l->cfg.report ? l->cfg.report : stderr, "warning: sample %d: %s\n", index, e.msg);
+        memset(dst, 114, (size_t)S * S * 3);
+        n = 0;
+    } else {
+        if (out.w != S || out.h != S || n > l->t_max)
+            die("loader: sample %d came out %dx%d with %d boxes (expected %dx%d, at most %d)",
+                index, out.w, out.h, n, S, S, l->t_max);
+        memcpy(dst, out.px, (size_t)S * S * 3);
+        image_free(&out);
+    }
+    float *st = s->stage + (size_t)i * l->t_max * 5;
+    for (int k = 0; k < n; k++) {
+        st[5 * k + 0] = (float)box[k].cls;
+        st[5 * k + 1] = box[k].cx, st[5 * k + 2] = box[k].cy, st[5 * k + 3] = box[k].w, st[5 * k + 4] = box[k].h;
+    }
+    free(box);
+    s->stage_n[i] = n;
+    s->b.index[i] = index;
+    s->b.info[i] = info;
+}
+
+static void gather_targets(Slot *s, int t_max) {   // stage (N,T_max,5) -> targets (T,6), image order
+    int t = 0;
+    for (int i = 0; i < s->b.n; i++)
+        for (int k = 0; k < s->stage_n[i]; k++, t++) {
+            s->b.targets[6 * t] = (float)i;
+            memcpy(&s->b.targets[6 * t + 1], &s->stage[((size_t)i * t_max + k) * 5], 5 * sizeof(float));
+        }
+    s->b.nt = t;
+}
+
+// ---- workers ----
+
+typedef struct { Slot *slot; int i, index, epoch, gen; } Claim;
+
+// Under mu: wait for the next sample of the epoch whose batch has (or can take) a slot. 0 on stop.
+static int claim(Loader *l, Claim *c) {
+    int N = l->cfg.batch;
+    for (;;) {
+        if (l->stop) return 0;
+        if (l->active && l->next_sample < l->ds->n) {
+            int b = l->next_sample / N;
+            Slot *s = &l->slot[b % l->n_slots];
+            if (s->id == -1) {
+                s->id = b, s->filled = 0, s->ready = 0;
+                s->b.n = l->ds->n - b * N < N ? l->ds->n - b * N : N;
+                s->b.epoch = l->epoch, s->b.number = b;
+            }
+            if (s->id == b) {
+                int k = l->next_sample++;
+                *c = (Claim){ s, k % N, l->order[k], l->epoch, l->gen };
+                l->busy++;
+                return 1;
+            }
+        }
+        pthread_cond_wait(&l->work, &l->mu);
+    }
+}
+
+static void *worker(void *arg) {
+    Loader *l = arg;
+    Claim c;
+    pthread_mutex_lock(&l->mu);
+    while (claim(l, &c)) {
+        pthread_mutex_unlock(&l->mu);
+        make_sample(l, c.slot, c.i, c.index, c.epoch);
+        pthread_mutex_lock(&l->mu);
+        l->busy--;
+        if (c.gen == l->gen) {      // else loader_start_epoch dropped this epoch's work
+            l->finished++;
+            l->t_last = now_seconds();
+            if (++c.slot->filled == c.slot->b.n) {
+                gather_targets(c.slot, l->t_max);
+                c.slot->ready = 1;
+            }
+        }
+        pthread_cond_broadcast(&l->done);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+// ---- public ----
+
+static void *page_alloc(size_t bytes) {
+    void *p = NULL;
+    if (posix_memalign(&p, PAGE, bytes ? bytes : 1)) die("out of host memory allocating %zu bytes", bytes);
+    return p;
+}
+
+// Batch buffers are allocated once here. A GPU build will pin b.images and b.targets with
+// cudaHostRegister after loader_open, so host-to-device copies run asynchronously from them.
+static void slots_alloc(Loader *l) {
+    int N = l->cfg.batch, S = l->cfg.aug.img_size;
+    l->slot = xcalloc(l->n_slots, sizeof *l->slot);
+    for (int k = 0; k < l->n_slots; k++) {
+        Slot *s = &l->slot[k];
+        s->id = -1;
+        s->b.S = S, s->b.slot = k;
+        s->b.images = page_alloc((size_t)N * S * S * 3);
+        s->b.targets = page_alloc((size_t)N * l->t_max * 6 * sizeof(float));
+        s->b.index = xcalloc(N, sizeof *s->b.index);
+        s->b.info = xcalloc(N, sizeof *s->b.info);
+        s->stage = xmalloc((size_t)N * l->t_max * 5 * sizeof(float));
+        s->stage_n = xcalloc(N, sizeof *s->stage_n);
+    }
+}
+
+static int check_config(const LoaderConfig *c, const Dataset *ds, Err *err) {
+    if (ds->n < 1) return err_set(err, "loader: the dataset has no images");
+    if (c->batch < 1 || c->workers < 1 || c->aug.img_size < 32 || (c->prefetch && c->prefetch < 2))
+        return err_set(err, "loader: batch=%d workers=%d imgsz=%d prefetch=%d: need batch >= 1, "
+                       "workers >= 1, imgsz >= 32, prefetch 0 or >= 2", c->batch, c->workers,
+                       c->aug.img_size, c->prefetch);
+    return 0;
+}
+
+int loader_open(const LoaderConfig *cfg, const Dataset *ds, Loader **out, Err *err) {
+    if (check_config(cfg, ds, err)) return -1;
+    Loader *l = xcalloc(1, sizeof *l);
+    l->cfg = *cfg, l->ds = ds;
+    if (cfg->cache_ram && cache_open(l, err)) {
+        free(l);
+        return -1;
+    }
+    int max_box = 0;
+    for (int i = 0; i < ds->n; i++) max_box = ds->s[i].nbox > max_box ? ds->s[i].nbox : max_box;
+    l->t_max = (cfg->train ? 8 : 1) * (max_box ? max_box : 1);   // mosaic 4 images, mixup 4 more
+    l->n_slots = cfg->prefetch ? cfg->prefetch : 3;
+    l->src = (SampleSource){ ds->n, l, source_get, source_put };
+    l->bad = xcalloc(ds->n, sizeof *l->bad);
+    l->order = xmalloc(ds->n * sizeof *l->order);
+    slots_alloc(l);
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->work, NULL);
+    pthread_cond_init(&l->done, NULL);
+    l->threads = xmalloc(cfg->workers * sizeof *l->threads);
+    for (; l->n_threads < cfg->workers; l->n_threads++)
+        if (pthread_create(&l->threads[l->n_threads], NULL, worker, l)) break;
+    if (l->n_threads == 0) {
+        loader_close(l);
+        return err_set(err, "loader: cannot start worker threads; lower workers");
+    }
+    *out = l;
+    return 0;
+}
+
+void loader_close(Loader *l) {
+    if (!l) return;
+    pthread_mutex_lock(&l->mu);
+    l->stop = 1, l->gen++;
+    pthread_cond_broadcast(&l->work);
+    pthread_mutex_unlock(&l->mu);
+    for (int t = 0; t < l->n_threads; t++) pthread_join(l->threads[t], NULL);
+    for (int k = 0; k < l->n_slots; k++) {
+        Slot *s = &l->slot[k];
+        free(s->b.images), free(s->b.targets), free(s->b.index), free(s->b.info);
+        free(s->stage), free(s->stage_n);
+    }
+    cache_free(l->cache, l->ds->n);
+    pthread_cond_destroy(&l->done), pthread_cond_destroy(&l->work), pthread_mutex_destroy(&l->mu);
+    free(l->slot), free(l->threads), free(l->order), free((void *)l->bad), free(l);
+}
+
+int loader_batches(const Loader *l) { return (l->ds->n + l->cfg.batch - 1) / l->cfg.batch; }
+
+static void epoch_order(Loader *l, int epoch) {
+    int n = l->ds->n;
+    for (int i = 0; i < n; i++) l->order[i] = i;
+    if (!l->cfg.train) return;
+    Rng rng = rng_for(l->cfg.seed, (uint64_t)epoch, 0);
+    for (int i = n - 1; i > 0; i--) {   // Fisher-Yates
+        int j = rng_int(&rng, i + 1), t = l->order[i];
+        l->order[i] = l->order[j], l->order[j] = t;
+    }
+}
+
+void loader_start_epoch(Loader *l, int epoch, int mosaic_on) {
+    pthread_mutex_lock(&l->mu);
+    l->gen++, l->active = 0;
+    while (l->busy) pthread_cond_wait(&l->done, &l->mu);   // workers read order and aug unlocked
+    epoch_order(l, epoch);
+    l->cfg.aug.close_mosaic = !mosaic_on;
+    for (int k = 0; k < l->n_slots; k++) l->slot[k].id = -1, l->slot[k].ready = l->slot[k].handed = 0;
+    l->epoch = epoch, l->n_batches = loader_batches(l);
+    l->next_sample = l->next_batch = l->finished = 0;
+    l->wait_s = 0, l->t_start = l->t_last = now_seconds();
+    l->active = 1;
+    pthread_cond_broadcast(&l->work);
+    pthread_mutex_unlock(&l->mu);
+}
+
+int loader_next(Loader *l, Batch **b) {
+    pthread_mutex_lock(&l->mu);
+    if (!l->active) die("loader_next before loader_start_epoch");
+    if (l->next_batch == l->n_batches) {
+        pthread_mutex_unlock(&l->mu);
+        return 0;
+    }
+    Slot *s = &l->slot[l->next_batch % l->n_slots];
+    if (s->handed) die("loader_next: all %d batch buffers are held; release one first", l->n_slots);
+    double t0 = now_seconds();
+    while (!(s->id == l->next_batch && s->ready)) pthread_cond_wait(&l->done, &l->mu);
+    l->wait_s += now_seconds() - t0;
+    s->handed = 1;
+    l->next_batch++;
+    *b = &s->b;
+    pthread_mutex_unlock(&l->mu);
+    return 1;
+}
+
+void loader_release(Loader *l, Batch *b) {
+    pthread_mutex_lock(&l->mu);
+    Slot *s = &l->slot[b->slot];
+    s->id = -1, s->ready = s->handed = 0;
+    pthread_cond_broadcast(&l->work);
+    pthread_mutex_unlock(&l->mu);
+}
+
+LoaderStats loader_stats(Loader *l) {
+    pthread_mutex_lock(&l->mu);
+    double dt = l->t_last - l->t_start;
+    LoaderStats st = { l->epoch, l->finished, l->wait_s, dt > 0 ? l->finished / dt : 0,
+                       atomic_load(&l->n_bad) };
+    pthread_mutex_unlock(&l->mu);
+    return st;
+}
+
+void loader_batch_to_float(const Batch *b, float *nhwc_out) {
+    size_t n = (size_t)b->n * b->S * b->S * 3;
+    for (size_t i = 0; i < n; i++) nhwc_out[i] = b->images[i] / 255.0f;   // as imgs.float() / 255
+}

@@ -1,0 +1,69 @@
+// loader.h: worker threads that decode, augment and batch samples ahead of the trainer, into a ring
+// of batch buffers allocated once. Batches are byte-identical for any worker count (DESIGN.md §5).
+// Legend: N images per batch, S square sample side (img_size), T target rows of a batch.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/util.h"
+#include "io/augment.h"
+#include "io/dataset.h"
+
+typedef struct {
+    int       batch;          // N (>= 1)
+    int       workers;        // threads (>= 1)
+    int       prefetch;       // batch buffers in the ring (>= 2); 0 = 3
+    uint64_t  seed;
+    int       train;          // 1: shuffled, augmented (aug); 0: validation, in order, letterbox only
+    AugParams aug;            // aug.img_size is S in both modes; the rest is read when train = 1
+    int       cache_ram;      // 1: decode and resize each image once, keep it for every epoch
+    size_t    mem_available;  // bytes the RAM cache may use; 0 = MemAvailable of /proc/meminfo
+    FILE     *report;         // where unreadable images are reported; NULL = stderr
+} LoaderConfig;
+
+typedef struct {
+    int            n;         // images in this batch; the last batch of an epoch may have fewer than N
+    int            S;
+    uint8_t       *images;    // (n,S,S,3) RGB, page-aligned
+    int            nt;
+    float         *targets;   // (nt,6): image in batch, class, cx, cy, w, h, normalised to S
+    int           *index;     // (n) dataset index of each image
+    LetterboxInfo *info;      // (n) validation: letterbox of the long-side-resized image (see
+                              // augment_val_sample); training: zeros
+    int            epoch, number;   // number: 0.. within the epoch
+    int            slot;      // private to the loader
+} Batch;
+
+typedef struct {
+    int    epoch;
+    int    samples;           // finished this epoch so far
+    double wait_s;            // time the trainer spent blocked in loader_next this epoch
+    double samples_per_s;     // samples / (latest finish - loader_start_epoch)
+    int    n_bad;             // images that failed to load since loader_open (each reported once)
+} LoaderStats;
+
+typedef struct Loader Loader;
+
+// Start cfg->workers threads over ds (which must outlive the loader). With cache_ram, first checks
+// that the resized images fit: returns -1 with err stating both numbers when loader_cache_bytes()
+// plus a 10% margin exceeds the available memory. Returns 0 with *out set, or -1 with err.
+int  loader_open(const LoaderConfig *cfg, const Dataset *ds, Loader **out, Err *err);
+// Stop the workers (even mid-epoch: each finishes at most its current sample), join, free all.
+void loader_close(Loader *l);
+int  loader_batches(const Loader *l);   // batches per epoch: ceil(n / N)
+// Begin epoch `epoch`: the order is a Fisher-Yates shuffle from rng_for(seed, epoch, 0) (train) or
+// 0..n-1 (validation); sample i draws from rng_for(seed, epoch, i + 1) (+1: stream 0 is the
+// shuffle's). mosaic_on = 0 closes mosaic (and so mixup). Work of an unfinished epoch is dropped;
+// release every batch first.
+void loader_start_epoch(Loader *l, int epoch, int mosaic_on);
+// Block until the next batch of the epoch is ready: returns 1 with *b set, 0 when the epoch is done.
+// One consumer thread; it may hold at most prefetch - 1 batches while asking for the next.
+int  loader_next(Loader *l, Batch **b);
+void loader_release(Loader *l, Batch *b);   // its buffer goes back to the workers
+LoaderStats loader_stats(Loader *l);
+// Bytes the RAM cache would take: every image resized so its long side is img_size (from the sizes
+// validation read in the headers).
+size_t loader_cache_bytes(const Dataset *ds, int img_size);
+// The model's input (CPU path): nhwc_out (n,S,S,3) = images / 255.
+void loader_batch_to_float(const Batch *b, float *nhwc_out);

@@ -1,0 +1,72 @@
+// picture.c: see picture.h. Layout as the reference's plot_images: ns x ns tiles (ns = ceil(sqrt n)),
+// shrunk so the picture is at most 1920 px, on white. Legend: S sample side, t tile side.
+#include "io/picture.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define MAX_TILES 16
+#define MAX_SIZE  1920
+
+// Ultralytics' Colors palette, so pictures look like the reference's.
+static const uint8_t palette[20][3] = {
+    { 255, 56, 56 }, { 255, 157, 151 }, { 255, 112, 31 }, { 255, 178, 29 }, { 207, 210, 49 },
+    { 72, 249, 10 }, { 146, 204, 23 }, { 61, 219, 134 }, { 26, 147, 52 }, { 0, 212, 187 },
+    { 44, 153, 168 }, { 0, 194, 255 }, { 52, 69, 147 }, { 100, 115, 255 }, { 0, 24, 236 },
+    { 132, 56, 255 }, { 82, 0, 133 }, { 203, 56, 255 }, { 255, 149, 200 }, { 255, 55, 199 },
+};
+
+static void blit(Image *dst, const Image *src, int ox, int oy) {
+    for (int y = 0; y < src->h; y++)
+        memcpy(dst->px + ((size_t)(oy + y) * dst->w + ox) * 3, src->px + (size_t)y * src->w * 3,
+               (size_t)src->w * 3);
+}
+
+static void draw_tiles(Image *canvas, const Batch *b, int n, int ns, int t) {
+    static const uint8_t white[3] = { 255, 255, 255 };
+    for (int i = 0; i < n; i++) {
+        Image view = { b->S, b->S, b->images + (size_t)i * b->S * b->S * 3 };   // read only
+        int ox = (i % ns) * t, oy = (i / ns) * t;
+        if (t == b->S) {
+            blit(canvas, &view, ox, oy);
+        } else {
+            Image tile = image_resize(&view, t, t, 1);
+            blit(canvas, &tile, ox, oy);
+            image_free(&tile);
+        }
+        image_draw_rect(canvas, ox, oy, ox + t - 1, oy + t - 1, 2, white);
+    }
+}
+
+static void draw_boxes(Image *canvas, const Batch *b, int n, int ns, int t, char *const *names, int nc) {
+    static const uint8_t white[3] = { 255, 255, 255 };
+    for (int k = 0; k < b->nt; k++) {
+        const float *r = &b->targets[6 * k];   // image, class, cx, cy, w, h
+        int i = (int)r[0], cls = (int)r[1];
+        if (i >= n) continue;
+        int ox = (i % ns) * t, oy = (i / ns) * t;
+        int x1 = ox + (int)lround((r[2] - r[4] / 2) * t), y1 = oy + (int)lround((r[3] - r[5] / 2) * t);
+        int x2 = ox + (int)lround((r[2] + r[4] / 2) * t), y2 = oy + (int)lround((r[3] + r[5] / 2) * t);
+        const uint8_t *c = palette[(cls < 0 ? -cls : cls) % 20];
+        image_draw_rect(canvas, x1, y1, x2, y2, 2, c);
+        char label[64];
+        if (cls >= 0 && cls < nc && names) snprintf(label, sizeof label, "%s", names[cls]);
+        else snprintf(label, sizeof label, "%d", cls);
+        image_draw_text(canvas, x1 + 2, y1 + 2, label, white, c);
+    }
+}
+
+int picture_batch(const Batch *b, char *const *names, int nc, const char *path, Err *err) {
+    int n = b->n < MAX_TILES ? b->n : MAX_TILES;
+    if (n < 1) return err_set(err, "%s: the batch has no images to draw", path);
+    int ns = (int)ceil(sqrt((double)n));
+    double scale = (double)MAX_SIZE / (ns * b->S);
+    int t = scale < 1 ? (int)(b->S * scale) : b->S;
+    Image canvas = image_new(ns * t, ((n + ns - 1) / ns) * t, 255);
+    draw_tiles(&canvas, b, n, ns, t);
+    draw_boxes(&canvas, b, n, ns, t, names, nc);
+    int rc = image_save_jpeg(path, &canvas, 90, err);
+    image_free(&canvas);
+    return rc;
+}

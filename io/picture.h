@@ -1,0 +1,10 @@
+// picture.h: a JPEG of a batch's first images in a grid, with their boxes and class names; what
+// `yolotrain check` shows and what training writes as train_batch0.jpg.
+#pragma once
+#include "core/util.h"
+#include "io/loader.h"
+
+// Draw up to 16 images of b (4x4 at most; the picture is at most 1920 px wide) with each target's
+// box in its class colour and its name (names[cls] when cls < nc, else the number) and save it as a
+// JPEG at path. Returns 0, or -1 with err naming the file.
+int picture_batch(const Batch *b, char *const *names, int nc, const char *path, Err *err);

@@ -1,0 +1,65 @@
+// safetensors.h: read and write the safetensors format (Hugging Face): an 8-byte little-endian header
+// length, a JSON header naming each tensor's dtype, shape and byte range, then the raw little-endian data.
+// Shapes are listed outermost first (row-major, as PyTorch stores them).
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/util.h"
+
+#define ST_MAX_DIMS 8
+
+typedef enum { ST_F64, ST_F32, ST_F16, ST_BF16, ST_I64, ST_I32, ST_I16, ST_I8, ST_U8, ST_BOOL } StDtype;
+
+typedef struct {
+    const char *name;
+    StDtype     dtype;
+    int         ndim;
+    int64_t     shape[ST_MAX_DIMS];
+    size_t      nbytes;
+    const void *data;    // inside the mapped file; may be unaligned: read it with st_read_f32 or memcpy
+} StTensor;
+
+typedef struct {
+    char          *path;
+    unsigned char *map;        // the whole file, mapped read-only
+    size_t         map_size;
+    StTensor      *tensor;     // (n) in header order: iterate with for (i = 0; i < n; i++)
+    int            n;
+    const StTensor **by_name;  // (n) the tensors sorted by name, for st_find
+    char         **meta_key;   // (n_meta) the __metadata__ string map
+    char         **meta_val;
+    int            n_meta;
+} SafeTensors;
+
+// st_open: map `path` and parse its header. Rejects (-1, message naming the file and tensor) a short
+// file, a header length over 100 MB or past the end, malformed JSON, an unknown dtype, a byte size that
+// is not numel * dtype size, ranges past the end of the file or overlapping. On success the caller owns
+// *st and releases it with st_close.
+int st_open(const char *path, SafeTensors *st, Err *err);
+void st_close(SafeTensors *st);
+
+const StTensor *st_find(const SafeTensors *st, const char *name);   // NULL when absent
+const char     *st_meta(const SafeTensors *st, const char *key);    // NULL when absent
+size_t          st_numel(const StTensor *t);
+size_t          st_dtype_size(StDtype d);
+const char     *st_dtype_name(StDtype d);                           // "F32", ...
+
+// st_read_f32: convert tensor `name` (F32, F64, F16, BF16, I64, I32) to n floats in out. -1 if it is
+// absent, of another dtype, or does not hold exactly n elements.
+int st_read_f32(const SafeTensors *st, const char *name, float *out, size_t n, Err *err);
+
+// A tensor to write: data holds numel(shape) elements of dtype (ST_F32 or ST_I64), row-major.
+typedef struct {
+    const char *name;
+    StDtype     dtype;
+    int         ndim;
+    int64_t     shape[ST_MAX_DIMS];
+    const void *data;
+} StWriteTensor;
+
+// st_write: write n tensors, in the given order, and the optional __metadata__ (a JSON object of
+// string values, e.g. "{\"format\":\"pt\"}", or NULL). The header is padded with spaces so the data
+// starts 8-byte aligned, as the reference writer does. Written to path.tmp, flushed (fsync) and
+// renamed over path, so a crash never leaves a partial file. -1 on bad input or I/O failure.
+int st_write(const char *path, const StWriteTensor *t, int n, const char *meta_json, Err *err);

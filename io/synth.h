@@ -1,0 +1,35 @@
+// synth.h: the built-in synthetic detection dataset: six classes of shapes on textured backgrounds,
+// written as real JPEG files with YOLO labels and a data.yaml, the same bytes for the same config.
+#pragma once
+#include <stdint.h>
+#include "core/util.h"
+#include "io/image.h"
+
+#define SYNTH_DIR         "data/synth"         // default folder, relative to the working directory
+#define SYNTH_NC          6
+#define SYNTH_MAX_OBJECTS 8                    // placed per image (some may be dropped as hidden)
+
+extern const char *const synth_names[SYNTH_NC];   // circle square triangle ring cross star
+
+typedef struct {
+    int      n_train, n_val;       // images per split (512, 128)
+    int      min_side, max_side;   // each image side drawn uniformly in [min, max] pixels (256, 480)
+    uint64_t seed;                 // 0
+    int      threads;              // writer threads; 0 = online CPUs
+} SynthConfig;
+
+// One labelled object: its class, flat colour and tight pixel box of its visible part
+// (x1,y1 inclusive top-left pixel edge, x2,y2 exclusive bottom-right edge).
+typedef struct { int cls; uint8_t rgb[3]; int x1, y1, x2, y2; } SynthObject;
+
+SynthConfig synth_defaults(void);
+// Render image `index` of split 0 (train) or 1 (val) in memory, before JPEG encoding: *out gets a new
+// image (image_free it), obj[] its labelled objects in label-file order; returns their count.
+int synth_render(const SynthConfig *c, int split, int index, Image *out,
+                 SynthObject obj[SYNTH_MAX_OBJECTS]);
+// (Re)generate the dataset under dir: images/{train,val}/NNNNNN.jpg, labels/{train,val}/NNNNNN.txt,
+// data.yaml and a completion marker written last. Our own numbered files beyond the new counts
+// are removed. Returns 0, or -1 with err naming the path that could not be written.
+int synth_generate(const char *dir, const SynthConfig *c, Err *err);
+// Generate with synth_defaults() unless dir already holds a completed dataset. Returns 0 or -1.
+int synth_ensure(const char *dir, Err *err);

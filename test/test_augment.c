@@ -1,0 +1,510 @@
+// test_augment.c: io/augment against the reference's numbers (§3.4-§3.7, §7 #29-#33) and against
+// the pixels: synthetic images of coloured rectangles whose boxes must still frame their colour.
+// Legend: s sample side; class k is drawn in colour COLOURS[k] on a dark background.
+#include "io/augment.h"
+#include "test/test.h"
+
+static const uint8_t COLOURS[6][3] = { {255,0,0}, {0,255,0}, {0,0,255}, {255,255,0}, {255,0,255}, {0,255,255} };
+static const uint8_t BACKGROUND = 40;
+
+// ---- a synthetic dataset: images of 2-3 filled rectangles, held in memory ---------------------------
+
+#define N_SYN 6
+typedef struct { Image img[N_SYN]; Box box[N_SYN][3]; int nbox[N_SYN]; int gets, puts; } Synth;
+
+static void fill_rect(Image *im, int x1, int y1, int x2, int y2, const uint8_t rgb[3]) {
+    for (int y = y1; y < y2; y++)
+        for (int x = x1; x < x2; x++) memcpy(im->px + ((size_t)y * im->w + x) * 3, rgb, 3);
+}
+
+// Rectangle k of an image: a box with its pixels; sizes vary with the index, none overlap.
+static void synth_make(Synth *sy, int s) {
+    memset(sy, 0, sizeof *sy);
+    for (int i = 0; i < N_SYN; i++) {
+        int w = i % 2 ? s : s * 3 / 4, h = i % 2 ? s * 2 / 3 : s;   // long side s, landscape or portrait
+        sy->img[i] = image_new(w, h, BACKGROUND);
+        sy->nbox[i] = 2 + i % 2;
+        for (int k = 0; k < sy->nbox[i]; k++) {
+            int cls = (i + k) % 6;
+            int x1 = w / 10 + k * w * 3 / 10, y1 = h / 8 + (k % 2) * h / 3;
+            int x2 = x1 + w / 5 + i * w / 100, y2 = y1 + h / 4 + 5 * k;   // within 0.95w, 0.75h
+            fill_rect(&sy->img[i], x1, y1, x2, y2, COLOURS[cls]);
+            sy->box[i][k] = (Box){ cls, (x1 + x2) / 2.f / w, (y1 + y2) / 2.f / h,
+                                   (float)(x2 - x1) / w, (float)(y2 - y1) / h };
+        }
+    }
+}
+
+static void synth_free(Synth *sy) { for (int i = 0; i < N_SYN; i++) image_free(&sy->img[i]); }
+
+// A RAM-cache-like source: views into the synthetic images, handed back through put.
+static int synth_get(void *ctx, int index, Image *img, Box **boxes, int *nbox, Err *err) {
+    Synth *sy = ctx;
+    *img = sy->img[index];
+    *boxes = sy->box[index];
+    *nbox = sy->nbox[index];
+    sy->gets++;
+    return 0;
+}
+static void synth_put(void *ctx, int index, Image *img, Box *boxes) { ((Synth *)ctx)->puts++; }
+
+static SampleSource synth_source(Synth *sy) {
+    return (SampleSource){ .n = N_SYN, .ctx = sy, .get = synth_get, .put = synth_put };
+}
+
+static AugParams params_geometry(int s) {     // hyp.scratch-high geometry; colour, mixup off
+    return (AugParams){ .img_size = s, .translate = 0.1, .scale = 0.9, .fliplr = 0.5, .flipud = 0.5,
+                        .mosaic = 1.0 };
+}
+
+// ---- checking boxes against pixels -------------------------------------------------------------------
+
+static int near_colour(const uint8_t *p, const uint8_t *c, int tol) {
+    return abs(p[0] - c[0]) <= tol && abs(p[1] - c[1]) <= tol && abs(p[2] - c[2]) <= tol;
+}
+
+// Every box of at least 6 px: its centre pixel has its class colour, and the pixels of that colour in a
+// window around it span the box within 2 px. With rotation or shear a box cut by the image edge is the
+// clipped box of all 4 corners, wider than what is left in view, so then `whole_only` skips those.
+// Returns the number of boxes checked.
+static int check_boxes_frame_colour(const Image *im, const Box *b, int n, int whole_only, const char *what) {
+    int checked = 0;
+    for (int i = 0; i < n; i++) {
+        double x1 = (b[i].cx - b[i].w / 2) * im->w, x2 = (b[i].cx + b[i].w / 2) * im->w;
+        double y1 = (b[i].cy - b[i].h / 2) * im->h, y2 = (b[i].cy + b[i].h / 2) * im->h;
+        if (x2 - x1 < 6 || y2 - y1 < 6) continue;
+        if (whole_only && (x1 < 0.5 || y1 < 0.5 || x2 > im->w - 1.5 || y2 > im->h - 1.5)) continue;
+        const uint8_t *c = COLOURS[b[i].cls];
+        int cx = (int)(b[i].cx * im->w), cy = (int)(b[i].cy * im->h);
+        const uint8_t *p = im->px + ((size_t)cy * im->w + cx) * 3;
+        CHECK(near_colour(p, c, 60), "%s: box %d class %d centre (%d,%d) is (%d,%d,%d)", what, i, b[i].cls,
+              cx, cy, p[0], p[1], p[2]);
+        int wx1 = (int)fmax(0, x1 - 4), wx2 = (int)fmin(im->w, x2 + 4);
+        int wy1 = (int)fmax(0, y1 - 4), wy2 = (int)fmin(im->h, y2 + 4);
+        int rx1 = INT32_MAX, ry1 = INT32_MAX, rx2 = -1, ry2 = -1;
+        for (int y = wy1; y < wy2; y++)
+            for (int x = wx1; x < wx2; x++)
+                if (near_colour(im->px + ((size_t)y * im->w + x) * 3, c, 60)) {
+                    if (x < rx1) rx1 = x;
+                    if (x > rx2) rx2 = x;
+                    if (y < ry1) ry1 = y;
+                    if (y > ry2) ry2 = y;
+                }
+        CHECK(fabs(rx1 - x1) <= 2 && fabs(rx2 + 1 - x2) <= 2 && fabs(ry1 - y1) <= 2 && fabs(ry2 + 1 - y2) <= 2,
+              "%s: box %d (%.1f,%.1f,%.1f,%.1f) but its colour spans (%d,%d,%d,%d)", what, i, x1, y1, x2, y2,
+              rx1, ry1, rx2 + 1, ry2 + 1);
+        checked++;
+    }
+    return checked;
+}
+
+// ---- letterbox and load ------------------------------------------------------------------------------
+
+static void test_letterbox_reference_numbers(void) {     // §7 #32
+    Image im = image_new(1280, 720, 200);
+    LetterboxInfo lb;
+    Image out = augment_letterbox(&im, 640, 640, 1, 0, &lb);
+    CHECK(out.w == 640 && out.h == 640, "size %dx%d", out.w, out.h);
+    CHECK(lb.r == 0.5 && lb.top == 140 && lb.bottom == 140 && lb.left == 0 && lb.right == 0,
+          "r %g top %d bottom %d left %d right %d", lb.r, lb.top, lb.bottom, lb.left, lb.right);
+    CHECK(lb.padw == 0 && lb.padh == 140, "pads %g %g", lb.padw, lb.padh);
+    CHECK(out.px[(139 * 640 + 5) * 3] == 114 && out.px[(140 * 640 + 5) * 3] == 200 &&
+          out.px[(499 * 640 + 5) * 3] == 200 && out.px[(500 * 640 + 5) * 3] == 114, "border rows");
+    image_free(&out);
+    out = augment_letterbox(&im, 640, 640, 1, 32, &lb);   // auto: dh = 280 mod 32 = 24
+    CHECK(out.w == 640 && out.h == 384 && lb.top == 12 && lb.bottom == 12, "auto %dx%d top %d bottom %d",
+          out.w, out.h, lb.top, lb.bottom);
+    image_free(&out);
+    image_free(&im);
+}
+
+static void test_letterbox_odd_cases(void) {
+    Image im = image_new(100, 51, 9);
+    LetterboxInfo lb;
+    Image out = augment_letterbox(&im, 64, 64, 1, 0, &lb);   // r 0.64: 64×round(32.64)=33, dh 31
+    CHECK(out.w == 64 && out.h == 64 && lb.top == 15 && lb.bottom == 16 && lb.padh == 15.5,
+          "odd dh: %dx%d top %d bottom %d padh %g", out.w, out.h, lb.top, lb.bottom, lb.padh);
+    Box b = { 1, 0.5f, 0.5f, 1, 1 };
+    BoxXyxy px;
+    augment_boxes_to_pixels(&b, 1, lb.r * im.w, lb.r * im.h, lb.padw, lb.padh, &px);
+    CHECK(px.x1 == 0 && px.x2 == 64 && close_enough(px.y1, 15.5, 1e-5, 0) &&
+          close_enough(px.y2, 15.5 + 0.64 * 51, 1e-4, 0), "labels move by the float half-padding: %g %g %g %g",
+          px.x1, px.y1, px.x2, px.y2);
+    image_free(&out); image_free(&im);
+
+    int ws[2] = { 101, 103 }, expect[2] = { 50, 52 };   // 50.5 and 51.5: Python rounds half to even
+    for (int i = 0; i < 2; i++) {
+        im = image_new(ws[i], 60, 9);
+        out = augment_letterbox(&im, 64, 30, 1, 0, &lb);
+        int unpad = 64 - lb.left - lb.right;
+        CHECK(lb.r == 0.5 && unpad == expect[i], "w %d: unpad %d, want %d", ws[i], unpad, expect[i]);
+        image_free(&out); image_free(&im);
+    }
+
+    im = image_new(100, 50, 9);                          // scaleup off keeps small images at r = 1
+    out = augment_letterbox(&im, 640, 640, 0, 0, &lb);
+    CHECK(lb.r == 1 && lb.left == 270 && lb.right == 270 && lb.top == 295 && lb.bottom == 295 &&
+          out.px[(295 * 640 + 270) * 3] == 9 && out.px[(294 * 640 + 270) * 3] == 114,
+          "no scaleup: r %g l %d r %d t %d b %d", lb.r, lb.left, lb.right, lb.top, lb.bottom);
+    image_free(&out);
+    out = augment_letterbox(&im, 640, 640, 1, 0, &lb);
+    CHECK(lb.r == 6.4 && out.w == 640 && out.h == 640 && lb.top == 160, "scaleup r %g top %d", lb.r, lb.top);
+    image_free(&out); image_free(&im);
+}
+
+static void test_load_resize(void) {
+    Image im = image_new(300, 200, 7);
+    Image out = augment_load_resize(&im, 640, 1);
+    CHECK(out.w == 640 && out.h == 426, "300x200 -> %dx%d, want 640x426 (int truncates)", out.w, out.h);
+    image_free(&out);
+    out = augment_load_resize(&im, 300, 0);
+    CHECK(out.w == 300 && out.h == 200 && out.px != im.px && out.px[0] == 7, "r = 1 copies");
+    image_free(&out); image_free(&im);
+    im = image_new(720, 1280, 7);
+    out = augment_load_resize(&im, 640, 0);
+    CHECK(out.w == 360 && out.h == 640, "720x1280 -> %dx%d", out.w, out.h);
+    image_free(&out); image_free(&im);
+}
+
+// ---- mosaic -----------------------------------------------------------------------------------------
+
+static void test_mosaic_centre_range(void) {    // §7 #29
+    Rng rng = rng_for(1, 2, 3);
+    int lo = 1 << 30, hi = -1;
+    for (int i = 0; i < 20000; i++) {
+        int xc, yc;
+        augment_mosaic_centre(&rng, 640, &xc, &yc);
+        lo = xc < lo ? xc : lo; lo = yc < lo ? yc : lo;
+        hi = xc > hi ? xc : hi; hi = yc > hi ? yc : hi;
+    }
+    CHECK(lo >= 320 && hi < 960 && lo < 330 && hi > 950, "centres span [%d, %d], want within [320, 960)", lo, hi);
+}
+
+static void test_mosaic_place_quadrants(void) {
+    int s = 64, xc = 50, yc = 70;
+    Image canvas = image_new(2 * s, 2 * s, 114);
+    int sizes[4][2] = { {64, 48}, {40, 64}, {64, 64}, {30, 64} };
+    for (int q = 0; q < 4; q++) {
+        Image tile = image_new(sizes[q][0], sizes[q][1], 0);
+        fill_rect(&tile, 0, 0, tile.w, tile.h, COLOURS[q]);
+        Box whole = { q, 0.5f, 0.5f, 1, 1 };
+        BoxXyxy b;
+        augment_mosaic_place(&canvas, &tile, &whole, 1, q, xc, yc, &b);
+        int ex1 = q % 2 ? xc : xc - tile.w, ey1 = q < 2 ? yc - tile.h : yc;
+        float want[4] = { fmaxf(ex1, 0), fmaxf(ey1, 0), fminf(ex1 + tile.w, 2 * s), fminf(ey1 + tile.h, 2 * s) };
+        CHECK(b.x1 == want[0] && b.y1 == want[1] && b.x2 == want[2] && b.y2 == want[3],
+              "quadrant %d box (%g,%g,%g,%g) want (%g,%g,%g,%g)", q, b.x1, b.y1, b.x2, b.y2,
+              want[0], want[1], want[2], want[3]);
+        image_free(&tile);
+    }
+    int probe[4][2] = { {xc - 1, yc - 1}, {xc, yc - 1}, {xc - 1, yc}, {xc, yc} };
+    for (int q = 0; q < 4; q++) {
+        const uint8_t *p = canvas.px + ((size_t)probe[q][1] * canvas.w + probe[q][0]) * 3;
+        CHECK(near_colour(p, COLOURS[q], 0), "quadrant %d missing at its corner of the centre", q);
+    }
+    CHECK(canvas.px[((size_t)(yc + 10) * canvas.w + xc + 35) * 3] == 114, "canvas beyond the tiles keeps 114");
+    image_free(&canvas);
+}
+
+static void test_mosaic_output_and_boxes(void) {
+    int s = 320;
+    Synth sy;
+    synth_make(&sy, s);
+    SampleSource src = synth_source(&sy);
+    AugParams p = params_geometry(s);
+    int checked = 0;
+    for (int seed = 0; seed < 8; seed++) {
+        Rng rng = rng_for(7, 0, (uint64_t)seed);
+        Image out; BoxXyxy *b; int n; Err err;
+        CHECK(augment_load_mosaic(&p, &src, seed % N_SYN, &rng, &out, &b, &n, &err) == 0, "mosaic");
+        CHECK(out.w == s && out.h == s, "mosaic is %dx%d, want %dx%d", out.w, out.h, s, s);
+        Box *nb = xmalloc(sizeof *nb * (size_t)(n + 1));
+        for (int i = 0; i < n; i++) {
+            CHECK(b[i].x1 >= 0 && b[i].x2 <= s && b[i].y1 >= 0 && b[i].y2 <= s && b[i].x2 - b[i].x1 > 2 &&
+                  b[i].y2 - b[i].y1 > 2, "box %d outside or too small", i);
+            nb[i] = (Box){ b[i].cls, (b[i].x1 + b[i].x2) / 2 / s, (b[i].y1 + b[i].y2) / 2 / s,
+                           (b[i].x2 - b[i].x1) / s, (b[i].y2 - b[i].y1) / s };
+        }
+        checked += check_boxes_frame_colour(&out, nb, n, 0, "mosaic");
+        free(nb); free(b); image_free(&out);
+    }
+    CHECK(checked >= 10, "only %d boxes checked", checked);
+    CHECK(sy.gets == 32 && sy.puts == 32, "get %d put %d, want 32 each", sy.gets, sy.puts);
+    synth_free(&sy);
+}
+
+// ---- random_perspective ------------------------------------------------------------------------------
+
+// One image, one transform family at a time: the boxes must still frame their rectangles.
+static void check_perspective(const char *what, AugParams p, int border) {
+    int s = 256, checked = 0;
+    Synth sy;
+    synth_make(&sy, s);
+    for (int seed = 0; seed < 6; seed++) {
+        Rng rng = rng_for(3, 1, (uint64_t)seed);
+        int i = seed % N_SYN, n = sy.nbox[i];
+        BoxXyxy px[3];
+        augment_boxes_to_pixels(sy.box[i], n, sy.img[i].w, sy.img[i].h, 0, 0, px);
+        Image out = augment_random_perspective(&sy.img[i], px, &n, &p, border, &rng);
+        CHECK(out.w == sy.img[i].w + 2 * border && out.h == sy.img[i].h + 2 * border, "%s: size", what);
+        Box nb[3];
+        for (int k = 0; k < n; k++)
+            nb[k] = (Box){ px[k].cls, (px[k].x1 + px[k].x2) / 2 / out.w, (px[k].y1 + px[k].y2) / 2 / out.h,
+                           (px[k].x2 - px[k].x1) / out.w, (px[k].y2 - px[k].y1) / out.h };
+        checked += check_boxes_frame_colour(&out, nb, n, p.degrees != 0 || p.shear != 0 || p.perspective != 0, what);
+        image_free(&out);
+    }
+    CHECK(checked >= 6, "%s: only %d boxes checked", what, checked);
+    synth_free(&sy);
+}
+
+static void test_perspective_scale(void)     { check_perspective("scale", (AugParams){ .scale = 0.5 }, 0); }
+static void test_perspective_translate(void) { check_perspective("translate", (AugParams){ .translate = 0.2 }, 0); }
+static void test_perspective_rotate(void)    { check_perspective("rotate", (AugParams){ .degrees = 40 }, 0); }
+static void test_perspective_shear(void)     { check_perspective("shear", (AugParams){ .shear = 10 }, 0); }
+static void test_perspective_border(void)    { check_perspective("border", (AugParams){ .scale = 0.2 }, -32); }
+static void test_perspective_warp(void)      { check_perspective("perspective", (AugParams){ .perspective = 2e-4 }, 0); }
+
+static void test_perspective_identity_copies(void) {
+    Image im = image_new(31, 17, 5);
+    im.px[100] = 250;
+    BoxXyxy b = { 2, 1, 2, 20, 15 };
+    int n = 1;
+    Rng rng = rng_for(0, 0, 0);
+    Image out = augment_random_perspective(&im, &b, &n, &(AugParams){ 0 }, 0, &rng);
+    CHECK(out.w == 31 && out.h == 17 && memcmp(out.px, im.px, 31 * 17 * 3) == 0, "identity M must copy");
+    CHECK(n == 1 && b.x1 == 1 && b.y1 == 2 && b.x2 == 20 && b.y2 == 15, "identity M keeps the box");
+    image_free(&out); image_free(&im);
+}
+
+static void test_warp_translation_exact(void) {
+    Image im = image_new(9, 7, 0);
+    for (int i = 0; i < 9 * 7 * 3; i++) im.px[i] = (uint8_t)(i * 37);
+    double M[9] = { 1, 0, 2, 0, 1, -1, 0, 0, 1 };         // integer shift: dst(x,y) = src(x-2, y+1)
+    Image out = augment_warp(&im, M, 9, 7);
+    int bad = 0;
+    for (int y = 0; y < 7; y++)
+        for (int x = 0; x < 9; x++)
+            for (int c = 0; c < 3; c++) {
+                int sx = x - 2, sy = y + 1;
+                int want = sx >= 0 && sy < 7 ? im.px[(sy * 9 + sx) * 3 + c] : 114;
+                bad += out.px[(y * 9 + x) * 3 + c] != want;
+            }
+    CHECK(bad == 0, "%d values differ from an exact integer shift", bad);
+    image_free(&out);
+    double half[9] = { 1, 0, 0.5, 0, 1, 0, 0, 0, 1 };    // half a pixel: the mean of two neighbours
+    out = augment_warp(&im, half, 9, 7);
+    int a = im.px[(3 * 9 + 3) * 3], b = im.px[(3 * 9 + 4) * 3];
+    CHECK(out.px[(3 * 9 + 4) * 3] == (a + b + 1) / 2, "half-pixel shift %d, want (%d+%d+1)/2",
+          out.px[(3 * 9 + 4) * 3], a, b);
+    image_free(&out); image_free(&im);
+}
+
+static void test_box_candidates(void) {
+    CHECK(augment_box_candidate(10, 10, 10, 10), "an unchanged box stays");
+    CHECK(!augment_box_candidate(10, 10, 2, 10), "w2 = 2 px is too small (strict)");
+    CHECK(!augment_box_candidate(10, 10, 10, 2), "h2 = 2 px is too small (strict)");
+    CHECK(augment_box_candidate(10, 10, 2.01, 10), "w2 = 2.01 px stays");
+    CHECK(!augment_box_candidate(100, 100, 31, 31), "9.6%% of the area is dropped");
+    CHECK(augment_box_candidate(100, 100, 32, 32), "10.2%% of the area stays");
+    CHECK(!augment_box_candidate(10, 10, 2.5, 4), "exactly 10%% of the area is dropped (strict)");
+    CHECK(!augment_box_candidate(300, 3, 300, 3), "aspect 100 is dropped (strict)");
+    CHECK(augment_box_candidate(299, 3, 299, 3), "aspect 99.7 stays");
+    CHECK(augment_box_candidate(0, 0, 10, 10), "a zero-area original keeps a real box (eps 1e-16)");
+}
+
+// ---- colour ----------------------------------------------------------------------------------------
+
+static void test_hsv_zero_gains_identity(void) {
+    Image im = image_new(16, 16, 0);
+    for (int i = 0; i < 16 * 16 * 3; i++) im.px[i] = (uint8_t)(i * 91 + 7);
+    Image ref = image_new(16, 16, 0);
+    memcpy(ref.px, im.px, 16 * 16 * 3);
+    Rng rng = rng_for(1, 1, 1), before = rng;
+    augment_hsv(&im, 0, 0, 0, &rng);
+    CHECK(memcmp(im.px, ref.px, 16 * 16 * 3) == 0, "gains 0 must not change the image");
+    CHECK(rng.s[0] == before.s[0] && rng.s[1] == before.s[1], "gains 0 draw nothing");
+    double one[3] = { 1, 1, 1 };                          // r = 1: only the uint8 round trip remains
+    augment_hsv_apply(&im, one);
+    int worst = 0;
+    for (int i = 0; i < 16 * 16 * 3; i++) worst = abs(im.px[i] - ref.px[i]) > worst ? abs(im.px[i] - ref.px[i]) : worst;
+    CHECK(worst <= 4, "HSV round trip off by %d levels", worst);
+    image_free(&im); image_free(&ref);
+}
+
+static void test_hsv_luts(void) {   // §7 #33
+    uint8_t lut[3][256];
+    double r[3] = { 1.5, 2.0, 0.999 };
+    augment_hsv_luts(r, lut);
+    CHECK(lut[0][120] == 0 && lut[0][179] == 88 && lut[0][60] == 90 && lut[0][121] == 1,
+          "hue wraps mod 180: %d %d %d %d", lut[0][120], lut[0][179], lut[0][60], lut[0][121]);
+    CHECK(lut[1][127] == 254 && lut[1][128] == 255 && lut[1][255] == 255, "saturation clips at 255");
+    CHECK(lut[2][255] == 254 && lut[2][100] == 99, "value truncates (254.745 -> 254, 99.9 -> 99)");
+    double neg[3] = { -0.5, -1, 1 };
+    augment_hsv_luts(neg, lut);
+    CHECK(lut[0][3] == 178 && lut[1][9] == 0, "negative gains: hue %d (want 178), sat %d", lut[0][3], lut[1][9]);
+}
+
+static void test_hsv_pixels(void) {
+    Image im = image_new(3, 1, 0);
+    memcpy(im.px, (uint8_t[]){ 255, 0, 0, 0, 255, 0, 0, 0, 255 }, 9);
+    double r[3] = { 1.5, 1, 1 };                          // H: red 0 -> 0, green 60 -> 90 (cyan), blue 120 -> 0
+    augment_hsv_apply(&im, r);
+    uint8_t want[9] = { 255, 0, 0, 0, 255, 255, 255, 0, 0 };
+    CHECK(memcmp(im.px, want, 9) == 0, "got %d,%d,%d %d,%d,%d %d,%d,%d", im.px[0], im.px[1], im.px[2],
+          im.px[3], im.px[4], im.px[5], im.px[6], im.px[7], im.px[8]);
+    double dark[3] = { 1, 1, 0.5 };
+    augment_hsv_apply(&im, dark);
+    CHECK(im.px[0] == 127 && im.px[1] == 0, "V 255·0.5 truncates to 127, got %d", im.px[0]);
+    image_free(&im);
+}
+
+// ---- flips, mixup -------------------------------------------------------------------------------------
+
+static void test_flips(void) {
+    Image im = image_new(5, 3, 0);
+    im.px[0] = 10;                                        // top-left red
+    Box b = { 0, 0.2f, 0.25f, 0.1f, 0.1f };
+    augment_flip_lr(&im, &b, 1);
+    CHECK(im.px[4 * 3] == 10 && im.px[0] == 0 && close_enough(b.cx, 0.8, 1e-6, 0), "left-right");
+    augment_flip_ud(&im, &b, 1);
+    CHECK(im.px[(2 * 5 + 4) * 3] == 10 && close_enough(b.cy, 0.75, 1e-6, 0) && b.w == 0.1f, "up-down");
+    image_free(&im);
+}
+
+static void test_mixup_beta(void) {
+    Rng rng = rng_for(5, 0, 0);
+    double sum = 0, sum2 = 0, lo = 1, hi = 0;
+    int n = 20000;
+    for (int i = 0; i < n; i++) {
+        double r = augment_beta(&rng, 32, 32);
+        sum += r; sum2 += r * r;
+        lo = fmin(lo, r); hi = fmax(hi, r);
+    }
+    double mean = sum / n, var = sum2 / n - mean * mean;  // Beta(32,32): mean 0.5, var 1/260
+    CHECK(lo > 0 && hi < 1 && fabs(mean - 0.5) < 0.003 && fabs(var - 1 / 260.0) < 0.0004,
+          "r in (%g, %g), mean %g, var %g (want 0.5, %g)", lo, hi, mean, var, 1 / 260.0);
+    Image a = image_new(4, 4, 200), b = image_new(4, 4, 100);
+    double r = augment_mixup(&a, &b, &rng);
+    CHECK(a.px[7] == (uint8_t)(200 * r + 100 * (1 - r)), "blend truncates: %d for r %g", a.px[7], r);
+    image_free(&a); image_free(&b);
+}
+
+// ---- whole samples -------------------------------------------------------------------------------------
+
+static void test_train_sample_boxes_and_flips(void) {
+    int s = 320, checked = 0, n_mixup_labels = 0;
+    Synth sy;
+    synth_make(&sy, s);
+    SampleSource src = synth_source(&sy);
+    for (int mosaic = 0; mosaic < 2; mosaic++)
+        for (int seed = 0; seed < 10; seed++) {
+            AugParams p = params_geometry(s);
+            p.mosaic = mosaic;
+            Rng rng = rng_for(11, (uint64_t)mosaic, (uint64_t)seed);
+            Image out; Box *b; int n; Err err;
+            CHECK(augment_train_sample(&p, &src, seed % N_SYN, &rng, &out, &b, &n, &err) == 0, "sample");
+            CHECK(out.w == s && out.h == s, "sample is %dx%d", out.w, out.h);
+            for (int i = 0; i < n; i++)
+                CHECK(b[i].cx - b[i].w / 2 >= -1e-6 && b[i].cx + b[i].w / 2 <= 1 + 1e-6 &&
+                      b[i].cy - b[i].h / 2 >= -1e-6 && b[i].cy + b[i].h / 2 <= 1 + 1e-6, "box %d outside", i);
+            checked += check_boxes_frame_colour(&out, b, n, 0, mosaic ? "train mosaic" : "train letterbox");
+            free(b); image_free(&out);
+        }
+    CHECK(checked >= 20, "only %d boxes checked", checked);
+
+    AugParams p = params_geometry(s);                     // mixup always: labels of two mosaics
+    p.mixup = 1;
+    p.hsv_h = 0.015; p.hsv_s = 0.7; p.hsv_v = 0.4;
+    for (int seed = 0; seed < 4; seed++) {
+        Rng rng = rng_for(12, 0, (uint64_t)seed), ref = rng;
+        Image m1; BoxXyxy *b1; int n1; Err err;
+        rng_uniform(&ref, 0, 1);                          // the sample's mosaic draw, then its first mosaic
+        augment_load_mosaic(&p, &src, 1, &ref, &m1, &b1, &n1, &err);
+        Image out; Box *b; int n;
+        augment_train_sample(&p, &src, 1, &rng, &out, &b, &n, &err);
+        n_mixup_labels += n > n1;
+        free(b); free(b1); image_free(&out); image_free(&m1);
+    }
+    CHECK(n_mixup_labels >= 3, "mixup should append the partner's labels (%d of 4 samples did)", n_mixup_labels);
+    CHECK(sy.gets == sy.puts, "get %d put %d", sy.gets, sy.puts);
+    synth_free(&sy);
+}
+
+static void test_close_mosaic(void) {
+    int s = 160;
+    Synth sy;
+    synth_make(&sy, s);
+    SampleSource src = synth_source(&sy);
+    AugParams p = params_geometry(s);
+    p.close_mosaic = 1;
+    p.mixup = 1;
+    Rng rng = rng_for(1, 2, 3);
+    Image out; Box *b; int n; Err err;
+    CHECK(augment_train_sample(&p, &src, 0, &rng, &out, &b, &n, &err) == 0, "sample");
+    CHECK(sy.gets == 1, "closed mosaic loads one image, loaded %d", sy.gets);
+    free(b); image_free(&out);
+    synth_free(&sy);
+}
+
+static void test_determinism(void) {
+    int s = 320;
+    Synth sy;
+    synth_make(&sy, s);
+    SampleSource src = synth_source(&sy);
+    AugParams p = { .img_size = s, .hsv_h = 0.015, .hsv_s = 0.7, .hsv_v = 0.4, .degrees = 5, .translate = 0.1,
+                    .scale = 0.9, .shear = 2, .fliplr = 0.5, .mosaic = 1, .mixup = 0.5 };
+    Image out[3]; Box *b[3]; int n[3]; Err err;
+    uint64_t seeds[3] = { 9, 9, 10 };
+    for (int k = 0; k < 3; k++) {
+        Rng rng = rng_for(seeds[k], 4, 2);
+        augment_train_sample(&p, &src, 2, &rng, &out[k], &b[k], &n[k], &err);
+    }
+    CHECK(n[0] == n[1] && memcmp(out[0].px, out[1].px, (size_t)s * s * 3) == 0 &&
+          (n[0] == 0 || memcmp(b[0], b[1], sizeof(Box) * (size_t)n[0]) == 0), "same seed, different sample");
+    CHECK(memcmp(out[0].px, out[2].px, (size_t)s * s * 3) != 0, "different seeds gave the same sample");
+    for (int k = 0; k < 3; k++) { free(b[k]); image_free(&out[k]); }
+    synth_free(&sy);
+}
+
+static void test_val_sample(void) {
+    Synth sy;
+    synth_make(&sy, 256);
+    SampleSource src = synth_source(&sy);
+    Image out; Box *b; int n; LetterboxInfo lb; Err err;
+    CHECK(augment_val_sample(&src, 1, 256, 256, &out, &b, &n, &lb, &err) == 0, "val sample");
+    CHECK(out.w == 256 && out.h == 256 && lb.r == 1 && lb.top == 43 && lb.bottom == 43 && n == sy.nbox[1],
+          "256x170 in 256x256: %dx%d r %g top %d bottom %d n %d", out.w, out.h, lb.r, lb.top, lb.bottom, n);
+    CHECK(check_boxes_frame_colour(&out, b, n, 0, "val") == n, "every val box checked");
+    free(b); image_free(&out);
+    synth_free(&sy);
+}
+
+int main(void) {
+    (void)shared_dir;   // test.h defines it static (not inline); these tests make their own images
+    RUN(test_letterbox_reference_numbers);
+    RUN(test_letterbox_odd_cases);
+    RUN(test_load_resize);
+    RUN(test_mosaic_centre_range);
+    RUN(test_mosaic_place_quadrants);
+    RUN(test_mosaic_output_and_boxes);
+    RUN(test_perspective_scale);
+    RUN(test_perspective_translate);
+    RUN(test_perspective_rotate);
+    RUN(test_perspective_shear);
+    RUN(test_perspective_border);
+    RUN(test_perspective_warp);
+    RUN(test_perspective_identity_copies);
+    RUN(test_warp_translation_exact);
+    RUN(test_box_candidates);
+    RUN(test_hsv_zero_gains_identity);
+    RUN(test_hsv_luts);
+    RUN(test_hsv_pixels);
+    RUN(test_flips);
+    RUN(test_mixup_beta);
+    RUN(test_train_sample_boxes_and_flips);
+    RUN(test_close_mosaic);
+    RUN(test_determinism);
+    RUN(test_val_sample);
+    return test_summary();
+}

@@ -1,0 +1,321 @@
+// test_loader.c: the threaded batch loader gives the same bytes for any worker count, covers every
+// sample once per epoch, survives an image that breaks mid-run, refuses a RAM cache that cannot fit,
+// and closes promptly mid-epoch. Data: a small synthetic set. Legend: N batch, SIDE the sample side.
+#include <limits.h>
+#include <stdint.h>
+
+#include "io/loader.h"
+#include "io/picture.h"
+#include "io/synth.h"
+#include "test/test.h"
+
+#define N_IMAGES 20
+#define SIDE     96
+
+static Dataset ds;
+static char data_dir[PATH_MAX];
+
+// A Dataset built straight from the synthetic set's rendering (no label parsing involved).
+static int make_dataset(void) {
+    snprintf(data_dir, sizeof data_dir, "%s", test_tmpdir("loader"));
+    SynthConfig c = synth_defaults();
+    c.n_train = N_IMAGES, c.n_val = 0, c.min_side = 60, c.max_side = 180, c.seed = 3;
+    Err err;
+    if (synth_generate(data_dir, &c, &err)) { printf("%s\n", err.msg); return -1; }
+    ds.n = N_IMAGES, ds.nc = SYNTH_NC, ds.names = (char **)synth_names;
+    ds.s = calloc(N_IMAGES, sizeof *ds.s);
+    for (int i = 0; i < N_IMAGES; i++) {
+        Sample *s = &ds.s[i];
+        Image im;
+        SynthObject o[SYNTH_MAX_OBJECTS];
+        s->nbox = synth_render(&c, 0, i, &im, o);
+        s->w = im.w, s->h = im.h;
+        image_free(&im);
+        size_t len = strlen(data_dir) + 32;
+        s->image = malloc(len);
+        snprintf(s->image, len, "%s/images/train/%06d.jpg", data_dir, i);
+        s->box = calloc(s->nbox + 1, sizeof *s->box);
+        for (int k = 0; k < s->nbox; k++)
+            s->box[k] = (Box){ o[k].cls, 0.5f * (o[k].x1 + o[k].x2) / s->w, 0.5f * (o[k].y1 + o[k].y2) / s->h,
+                               (float)(o[k].x2 - o[k].x1) / s->w, (float)(o[k].y2 - o[k].y1) / s->h };
+    }
+    return 0;
+}
+
+static LoaderConfig config(int workers, int train) {
+    LoaderConfig c = { .batch = 6, .workers = workers, .seed = 11, .train = train };
+    c.aug = (AugParams){ .img_size = SIDE, .hsv_h = 0.015, .hsv_s = 0.7, .hsv_v = 0.4, .translate = 0.1,
+                         .scale = 0.9, .fliplr = 0.5, .mosaic = 1, .mixup = 0.5 };
+    return c;
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static uint64_t batch_hash(const Batch *b) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    h = fnv(h, &b->n, sizeof b->n), h = fnv(h, &b->nt, sizeof b->nt);
+    h = fnv(h, b->images, (size_t)b->n * b->S * b->S * 3);
+    h = fnv(h, b->targets, (size_t)b->nt * 6 * sizeof(float));
+    return fnv(h, b->index, (size_t)b->n * sizeof(int));
+}
+
+// Run epochs 0..n_epochs-1 (mosaic off in the last one) and hash every batch into out.
+static int run_epochs(const LoaderConfig *c, int n_epochs, uint64_t *out, int max_out) {
+    Loader *l;
+    Err err;
+    if (loader_open(c, &ds, &l, &err)) { printf("    %s\n", err.msg); return -1; }
+    int k = 0;
+    for (int e = 0; e < n_epochs; e++) {
+        loader_start_epoch(l, e, e < n_epochs - 1);
+        Batch *b;
+        while (loader_next(l, &b)) {
+            if (k < max_out) out[k++] = batch_hash(b);
+            loader_release(l, b);
+        }
+    }
+    loader_close(l);
+    return k;
+}
+
+static void test_same_bytes_for_any_worker_count(void) {
+    uint64_t h[3][16];
+    int n[3];
+    for (int w = 1; w <= 3; w++) {
+        LoaderConfig c = config(w, 1);
+        c.prefetch = w == 3 ? 2 : 0;
+        n[w - 1] = run_epochs(&c, 2, h[w - 1], 16);
+    }
+    CHECK(n[0] == 8, "%d batches in 2 epochs of %d images by 6, expected 8", n[0], N_IMAGES);
+    for (int w = 2; w <= 3; w++) {
+        CHECK(n[w - 1] == n[0], "workers=%d: %d batches, workers=1: %d", w, n[w - 1], n[0]);
+        for (int k = 0; k < n[0] && k < n[w - 1]; k++)
+            CHECK(h[w - 1][k] == h[0][k], "workers=%d: batch %d differs from workers=1", w, k);
+    }
+    LoaderConfig c = config(2, 1);
+    c.seed = 12;
+    uint64_t other[16];
+    run_epochs(&c, 2, other, 16);
+    CHECK(other[0] != h[0][0], "seed 12 gave the same first batch as seed 11");
+}
+
+static void test_epoch_covers_every_sample_once(void) {
+    LoaderConfig c = config(3, 1);
+    Loader *l;
+    Err err;
+    CHECK(loader_open(&c, &ds, &l, &err) == 0, "%s", err.msg);
+    int order[2][N_IMAGES];
+    for (int e = 0; e < 2; e++) {
+        int seen[N_IMAGES] = { 0 }, k = 0, last = -1, sizes = 0;
+        loader_start_epoch(l, e, 1);
+        Batch *b;
+        while (loader_next(l, &b)) {
+            CHECK(b->epoch == e && b->number == last + 1, "batch %d of epoch %d came as %d", last + 1, e, b->number);
+            last = b->number;
+            sizes = sizes * 10 + b->n;
+            for (int i = 0; i < b->n; i++, k++) seen[b->index[i]]++, order[e][k] = b->index[i];
+            for (int t = 0; t < b->nt; t++) {
+                const float *r = &b->targets[6 * t];
+                CHECK(r[0] >= 0 && r[0] < b->n && r[1] >= 0 && r[1] < SYNTH_NC, "row %d: image %g class %g", t, r[0], r[1]);
+                CHECK(r[2] >= 0 && r[2] <= 1 && r[3] >= 0 && r[3] <= 1 && r[4] > 0 && r[5] > 0,
+                      "row %d: box %g %g %g %g", t, r[2], r[3], r[4], r[5]);
+            }
+            loader_release(l, b);
+        }
+        CHECK(sizes == 6662, "batch sizes %d, expected 6,6,6,2 (the last one smaller)", sizes);
+        for (int i = 0; i < N_IMAGES; i++) CHECK(seen[i] == 1, "epoch %d: sample %d seen %d times", e, i, seen[i]);
+        LoaderStats st = loader_stats(l);
+        CHECK(st.epoch == e && st.samples == N_IMAGES && st.samples_per_s > 0 && st.wait_s >= 0,
+              "stats: epoch %d samples %d, %.1f/s, wait %.3f s", st.epoch, st.samples, st.samples_per_s, st.wait_s);
+    }
+    CHECK(memcmp(order[0], order[1], sizeof order[0]) != 0, "epochs 0 and 1 have the same order");
+    loader_close(l);
+}
+
+// Validation: in order, no randomness, each image letterboxed into SIDE x SIDE with its boxes moved along.
+static void test_validation_letterbox(void) {
+    LoaderConfig c = config(2, 0);
+    Loader *l;
+    Err err;
+    CHECK(loader_open(&c, &ds, &l, &err) == 0, "%s", err.msg);
+    loader_start_epoch(l, 0, 1);
+    Batch *b;
+    int k = 0;
+    while (loader_next(l, &b)) {
+        int t = 0;
+        for (int i = 0; i < b->n; i++, k++) {
+            const Sample *s = &ds.s[k];
+            CHECK(b->index[i] == k, "validation image %d is sample %d", k, b->index[i]);
+            double r0 = (double)SIDE / (s->w > s->h ? s->w : s->h);
+            int w = (int)(s->w * r0), h = (int)(s->h * r0);   // the long-side-resized image
+            for (int j = 0; j < s->nbox; j++, t++) {
+                const float *row = &b->targets[6 * t];
+                double cx = (s->box[j].cx * w + (SIDE - w) / 2.0) / SIDE, cy = (s->box[j].cy * h + (SIDE - h) / 2.0) / SIDE;
+                CHECK(row[0] == i && row[1] == s->box[j].cls, "image %d box %d: row %g %g", k, j, row[0], row[1]);
+                CHECK(fabs(row[2] - cx) < 2e-3 && fabs(row[3] - cy) < 2e-3, "image %d box %d: centre %g,%g "
+                      "expected %g,%g", k, j, row[2], row[3], cx, cy);
+            }
+            CHECK(b->info[i].r == 1, "image %d: letterbox scale %g", k, b->info[i].r);
+        }
+        CHECK(t == b->nt, "batch %d: %d rows, expected %d", b->number, b->nt, t);
+        loader_release(l, b);
+    }
+    CHECK(k == N_IMAGES, "%d validation images", k);
+    loader_close(l);
+}
+
+static void test_batch_to_float(void) {
+    LoaderConfig c = config(1, 0);
+    Loader *l;
+    Err err;
+    CHECK(loader_open(&c, &ds, &l, &err) == 0, "%s", err.msg);
+    loader_start_epoch(l, 0, 1);
+    Batch *b;
+    CHECK(loader_next(l, &b) == 1, "no batch");
+    size_t n = (size_t)b->n * SIDE * SIDE * 3;
+    float *x = malloc(n * sizeof *x);
+    loader_batch_to_float(b, x);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += x[i] != b->images[i] / 255.0f;
+    CHECK(bad == 0, "%zu values differ from images/255", bad);
+    CHECK(((uintptr_t)b->images & 4095) == 0, "batch images not page-aligned");
+    free(x);
+    loader_release(l, b);
+    loader_close(l);
+}
+
+static void test_ram_cache(void) {
+    LoaderConfig c = config(2, 1);
+    c.cache_ram = 1, c.mem_available = 100000;   // bytes: far too little
+    Loader *l = NULL;
+    Err err = { "" };
+    CHECK(loader_open(&c, &ds, &l, &err) == -1, "a cache larger than the memory was accepted");
+    CHECK(strstr(err.msg, "cache=ram") && strstr(err.msg, "GB") && strstr(err.msg, "smaller imgsz"),
+          "refusal message: %s", err.msg);
+    size_t need = loader_cache_bytes(&ds, SIDE);
+    CHECK(need > 0 && need < (size_t)N_IMAGES * SIDE * SIDE * 3 + 1, "estimate %zu bytes", need);
+    uint64_t plain[8], cached[8];
+    c.mem_available = 0;    // the real MemAvailable
+    int n = run_epochs(&c, 2, cached, 8);
+    c.cache_ram = 0;
+    run_epochs(&c, 2, plain, 8);
+    CHECK(n == 8, "cached: %d batches", n);
+    for (int k = 0; k < n; k++) CHECK(cached[k] == plain[k], "batch %d differs with cache=ram", k);
+}
+
+static void test_close_mid_epoch(void) {
+    for (int hold = 0; hold < 2; hold++) {
+        LoaderConfig c = config(3, 1);
+        c.batch = 2, c.prefetch = 2;
+        Loader *l;
+        Err err;
+        CHECK(loader_open(&c, &ds, &l, &err) == 0, "%s", err.msg);
+        loader_start_epoch(l, 0, 1);
+        Batch *b;
+        if (hold) CHECK(loader_next(l, &b) == 1, "no batch");   // held, never released
+        double t = now_seconds();
+        loader_close(l);   // a hang here is caught by the alarm in main
+        CHECK(now_seconds() - t < 5, "close took %.1f s", now_seconds() - t);
+    }
+}
+
+// A file that becomes unreadable between epochs is reported once, by name, and replaced.
+static void test_bad_image_mid_run(void) {
+    LoaderConfig c = config(2, 1);
+    c.report = tmpfile();
+    Loader *l;
+    Err err;
+    CHECK(loader_open(&c, &ds, &l, &err) == 0, "%s", err.msg);
+    const char *victim = ds.s[4].image;
+    for (int e = 0; e < 3; e++) {
+        if (e == 1) {
+            FILE *f = fopen(victim, "w");
+            if (f) fputs("not an image any more", f), fclose(f);
+        }
+        loader_start_epoch(l, e, 1);
+        Batch *b;
+        int images = 0;
+        while (loader_next(l, &b)) images += b->n, loader_release(l, b);
+        CHECK(images == N_IMAGES, "epoch %d: %d images", e, images);
+    }
+    CHECK(loader_stats(l).n_bad == 1, "%d bad images counted", loader_stats(l).n_bad);
+    loader_close(l);
+    char text[4096] = "";
+    rewind(c.report);
+    size_t len = fread(text, 1, sizeof text - 1, c.report);
+    text[len] = 0;
+    fclose(c.report);
+    int mentions = 0;
+    for (const char *p = text; (p = strstr(p, victim)); p++) mentions++;
+    CHECK(mentions == 1, "%s reported %d times:\n%s", victim, mentions, text);
+}
+
+static void test_picture(void) {
+    LoaderConfig c = config(2, 1);
+    c.batch = 7;
+    Loader *l;
+    Err err;
+    CHECK(loader_open(&c, &ds, &l, &err) == 0, "%s", err.msg);
+    loader_start_epoch(l, 0, 1);
+    Batch *b;
+    CHECK(loader_next(l, &b) == 1, "no batch");
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/batch.jpg", data_dir);
+    CHECK(picture_batch(b, ds.names, ds.nc, path, &err) == 0, "%s", err.msg);
+    Image im;
+    CHECK(image_load(path, &im, &err) == 0, "%s", err.msg);
+    CHECK(im.w == 3 * SIDE && im.h == 3 * SIDE, "picture %dx%d, expected %dx%d", im.w, im.h, 3 * SIDE, 3 * SIDE);
+    image_free(&im);
+    loader_release(l, b);
+    loader_close(l);
+}
+
+// Real JPEGs of many sizes (coco128 through dataset_open): full batches with plausible targets,
+// then close while the workers are still busy.
+static void test_coco128(void) {
+    const char *shared = shared_dir();
+    if (!shared) SKIP("no shared folder (set YT_SHARED)");
+    char yaml[PATH_MAX + 64];
+    snprintf(yaml, sizeof yaml, "%s/data/coco128/data.yaml", shared);
+    if (access(yaml, R_OK) != 0) SKIP("no data/coco128/data.yaml in the shared folder");
+    Dataset coco;
+    Err err;
+    DatasetOptions opt = { .quiet = 1, .report = tmpfile() };
+    CHECK(dataset_open(yaml, NULL, "train", &opt, &coco, &err) == 0, "%s", err.msg);
+    fclose(opt.report);
+    if (t_failed_now) return;
+    LoaderConfig c = config(2, 1);
+    c.batch = 8;
+    Loader *l;
+    CHECK(loader_open(&c, &coco, &l, &err) == 0, "%s", err.msg);
+    loader_start_epoch(l, 0, 1);
+    for (int k = 0; k < 2; k++) {
+        Batch *b;
+        CHECK(loader_next(l, &b) == 1 && b->n == 8, "batch %d missing or short", k);
+        CHECK(b->nt > 8, "batch %d: only %d targets in 8 mosaics of coco128", k, b->nt);
+        for (int t = 0; t < b->nt; t++) CHECK(b->targets[6 * t + 1] >= 0 && b->targets[6 * t + 1] < coco.nc,
+                                              "row %d: class %g", t, b->targets[6 * t + 1]);
+        loader_release(l, b);
+    }
+    CHECK(loader_stats(l).n_bad == 0, "%d bad images", loader_stats(l).n_bad);
+    loader_close(l);
+    dataset_free(&coco);
+}
+
+int main(void) {
+    alarm(120);   // a hang (a worker never joined) fails the run instead of stalling CI
+    if (make_dataset()) return 1;
+    RUN(test_same_bytes_for_any_worker_count);
+    RUN(test_epoch_covers_every_sample_once);
+    RUN(test_validation_letterbox);
+    RUN(test_batch_to_float);
+    RUN(test_ram_cache);
+    RUN(test_close_mid_epoch);
+    RUN(test_picture);
+    RUN(test_coco128);
+    RUN(test_bad_image_mid_run);   // last: it breaks an image file
+    return test_summary();
+}

@@ -1,0 +1,198 @@
+// test_model.c: the gelan-s graph built from cfg/s.ini: parameter count and FLOPs of the reference,
+// build errors that name the config line, weights round trip, and the forward pass against the
+// PyTorch fixture (outputs and BN running statistics after one training-mode forward).
+#include "test/test.h"
+
+#include "cfg/config.h"
+#include "core/model.h"
+#include "io/safetensors.h"
+
+static int load_cfg(const char *path, Config *cfg) {
+    Err err;
+    if (config_load(path, 0, NULL, cfg, &err)) { printf("    %s\n", err.msg); return -1; }
+    return 0;
+}
+
+static void test_gelan_s_params_and_flops(void) {
+    static Config cfg;
+    Model m;
+    Err err;
+    if (load_cfg("cfg/s.ini", &cfg)) { CHECK(0, "cfg/s.ini does not load"); return; }
+    if (model_build(&cfg, 1, 640, &m, &err)) { CHECK(0, "%s", err.msg); return; }
+    CHECK(model_count_params(&m) == 7226208, "params %zu, want 7,226,208", model_count_params(&m));
+    double gf = model_flops(&m, 640) / 1e9;
+    CHECK(fabs(gf - 26.71) < 0.02, "GFLOPs %.3f, want 26.71", gf);
+    model_set_size(&m, 640, 640);
+    int anchors = 0;
+    for (int l = 0; l < m.n_levels; l++) anchors += m.vh[m.head[l]] * m.vw[m.head[l]];
+    CHECK(anchors == 8400, "anchors %d", anchors);
+    CHECK(m.n_levels == 3 && m.strides[0] == 8 && m.strides[1] == 16 && m.strides[2] == 32, "strides");
+    CHECK(m.layers[22].params == 1501888, "head params %zu, want 1,501,888", m.layers[22].params);
+    CHECK(m.layers[4].params == 258432, "layer 4 params %zu, want 258,432", m.layers[4].params);
+    CHECK(m.layers[21].params == 1061632, "layer 21 params %zu", m.layers[21].params);
+    const float *cls = m.state + m.params[model_find_param(&m, "model.22.cv3.0.2.bias")].offset;
+    CHECK(fabsf(cls[0] - -11.53664f) < 1e-4, "P3 class bias %f, want -11.53664", cls[0]);
+    model_free(&m);
+}
+
+static void test_gelan_t_builds(void) {
+    static Config cfg;
+    Model m;
+    Err err;
+    if (load_cfg("cfg/t.ini", &cfg)) { CHECK(0, "cfg/t.ini does not load"); return; }
+    if (model_build(&cfg, 2, 320, &m, &err)) { CHECK(0, "%s", err.msg); return; }
+    CHECK(model_count_params(&m) > 1000000 && model_count_params(&m) < 3000000, "gelan-t params %zu",
+          model_count_params(&m));
+    model_free(&m);
+}
+
+// cfg/t.ini with one row replaced (a sed expression) must fail with the file:line of that row.
+static void expect_build_error(const char *dir, const char *sed, const char *needle) {
+    char path[4200], cmd[9000];
+    snprintf(path, sizeof path, "%s/bad.ini", dir);
+    snprintf(cmd, sizeof cmd, "sed '%s' cfg/t.ini > %s", sed, path);
+    if (system(cmd)) { CHECK(0, "sed failed"); return; }
+    static Config cfg;
+    Err err = { "" };
+    Model m;
+    if (config_load(path, 0, NULL, &cfg, &err)) {      // the parser may already refuse it
+        CHECK(strstr(err.msg, "bad.ini:") && strstr(err.msg, needle), "parser message '%s' lacks file:line or '%s'",
+              err.msg, needle);
+        return;
+    }
+    int rc = model_build(&cfg, 1, 64, &m, &err);
+    CHECK(rc == -1, "'%s' was accepted", sed);
+    CHECK(strstr(err.msg, "bad.ini:") && strstr(err.msg, needle), "message '%s' lacks file:line or '%s'", err.msg, needle);
+    if (!rc) model_free(&m);
+}
+
+static void test_build_errors_name_the_line(void) {
+    const char *dir = test_tmpdir("model");
+    if (system("grep -q '^1 = -1, 1, Conv, \\[32, 3, 2\\]' cfg/t.ini") || system("grep -q '^11 = \\[-1, 6\\]' cfg/t.ini"))
+        SKIP("cfg/t.ini rows 1 and 11 are not the expected gelan-t rows");
+    expect_build_error(dir, "s/^1 = -1, 1, Conv, \\[32, 3, 2\\]/1 = -1, 1, Conv, [32, 4, 2]/", "kernel size 4");
+    expect_build_error(dir, "s/^1 = -1, 1, Conv, \\[32, 3, 2\\]/1 = -1, 1, Conv, [32, 3, 2, 1, 3]/", "groups 3");
+    expect_build_error(dir, "s/^11 = \\[-1, 6\\]/11 = [-1, 4]/", "differ in size");
+    expect_build_error(dir, "s/^1 = -1, 1, Conv, \\[32, 3, 2\\]/1 = -1, 1, Conv, [0, 3, 2]/", "positive");
+}
+
+static void test_save_load_round_trip(void) {
+    static Config cfg;
+    Model a, b;
+    Err err;
+    if (load_cfg("cfg/t.ini", &cfg)) { CHECK(0, "cfg/t.ini does not load"); return; }
+    if (model_build(&cfg, 1, 64, &a, &err) || model_build(&cfg, 1, 64, &b, &err)) { CHECK(0, "%s", err.msg); return; }
+    model_init_weights(&a, 7);
+    a.bn_batches = 42;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/w.safetensors", test_tmpdir("model_io"));
+    CHECK(model_save(&a, path, &err) == 0, "save: %s", err.msg);
+    CHECK(model_load(&b, path, "", &err) == 0, "load: %s", err.msg);
+    CHECK(!memcmp(a.state, b.state, a.n_state * sizeof(float)), "weights differ after the round trip");
+    CHECK(b.bn_batches == 42, "num_batches_tracked %lld", (long long)b.bn_batches);
+    // a model of other width must refuse these weights, naming a tensor
+    static Config cfg2;
+    Model c;
+    if (!load_cfg("cfg/s.ini", &cfg2) && !model_build(&cfg2, 1, 64, &c, &err)) {
+        CHECK(model_load(&c, path, "", &err) == -1, "gelan-s loaded gelan-t weights");
+        CHECK(strstr(err.msg, "model.") && strstr(err.msg, "shape"), "message: %s", err.msg);
+        model_free(&c);
+    }
+    model_free(&a); model_free(&b);
+}
+
+// NCHW (fixture) -> NHWC
+static float *nchw_to_nhwc(const float *x, int N, int C, int H, int W) {
+    float *y = xmalloc((size_t)N * C * H * W * sizeof(float));
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++)
+            for (int h = 0; h < H; h++)
+                for (int w = 0; w < W; w++)
+                    y[(((size_t)n * H + h) * W + w) * C + c] = x[(((size_t)n * C + c) * H + h) * W + w];
+    return y;
+}
+
+// Compare n values per element (|got - ref| <= atol + rtol*|ref|) and as a whole (relative L2
+// error <= l2tol); report the worst element. Returns 1 when both hold.
+static int compare(const char *what, const float *got, const float *ref, size_t n, double atol, double rtol,
+                   double l2tol) {
+    size_t worst = 0, bad = 0;
+    double wr = -1, se = 0, sr = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - ref[i]), lim = atol + rtol * fabs(ref[i]);
+        if (!(e <= lim)) bad++;
+        if (e / lim > wr || isnan(got[i])) { wr = isnan(got[i]) ? 1e30 : e / lim; worst = i; }
+        se += e * e; sr += (double)ref[i] * ref[i];
+    }
+    double l2 = sr > 0 ? sqrt(se / sr) : sqrt(se);
+    if (bad || !(l2 <= l2tol) || getenv("YT_VERBOSE"))
+        printf("    %-48s worst [%zu] got %.7g ref %.7g (%.2f of tolerance), %zu of %zu outside, rel. L2 %.2g\n",
+               what, worst, got[worst], ref[worst], wr, bad, n, l2);
+    return bad == 0 && l2 <= l2tol;
+}
+
+static void test_fixture_forward(void) {
+    const char *sh = shared_dir();
+    if (!sh) SKIP("../shared is absent (set YT_SHARED)");
+    char path[4200];
+    snprintf(path, sizeof path, "%s/fixtures/gelan_s_step.safetensors", sh);
+    static Config cfg;
+    Model m;
+    Err err;
+    SafeTensors st;
+    if (load_cfg("cfg/s.ini", &cfg)) { CHECK(0, "cfg/s.ini"); return; }
+    if (st_open(path, &st, &err)) { CHECK(0, "%s", err.msg); return; }
+    const StTensor *im = st_find(&st, "input/images");
+    CHECK(im && im->ndim == 4 && im->shape[1] == 3, "input/images");
+    if (!im) { st_close(&st); return; }
+    int N = (int)im->shape[0], H = (int)im->shape[2], W = (int)im->shape[3];
+    if (model_build(&cfg, N, H, &m, &err)) { CHECK(0, "%s", err.msg); st_close(&st); return; }
+    CHECK(model_load(&m, path, "param/", &err) == 0, "%s", err.msg);
+    float *x = xmalloc((size_t)N * 3 * H * W * sizeof(float));
+    st_read_f32(&st, "input/images", x, (size_t)N * 3 * H * W, &err);
+    float *xh = nchw_to_nhwc(x, N, 3, H, W);
+    double t0 = now_seconds();
+    model_forward_cpu(&m, xh, N, H, W, 1);
+    printf("    forward of %d x %dx%d in training mode: %.2f s\n", N, H, W, now_seconds() - t0);
+    const char *outs[3] = { "output/p3", "output/p4", "output/p5" };
+    for (int l = 0; l < 3; l++) {
+        Map y = model_value(&m, m.head[l], N);
+        size_t n = map_floats(y);
+        float *ref = xmalloc(n * sizeof(float)), *got = xmalloc(n * sizeof(float));
+        if (st_read_f32(&st, outs[l], ref, n, &err)) { CHECK(0, "%s", err.msg); free(ref); free(got); continue; }
+        float *refh = nchw_to_nhwc(ref, N, y.C, y.H, y.W);
+        for (size_t i = 0; i < map_pixels(y); i++) memcpy(got + i * y.C, y.data + i * y.ld, y.C * sizeof(float));
+        // Tolerance: fp32 GEMM sums (OpenBLAS) through ~100 convolutions with batch-statistics BN put
+        // single elements up to ~6e-4 off; with the double-accumulating reference loops the same check
+        // lands within 2x of 1e-4 (measured), so this is rounding, not a defect. The whole-tensor
+        // relative L2 error stays tight.
+        CHECK(compare(outs[l], got, refh, n, 1e-3, 1e-3, 1e-4), "%s differs from the fixture", outs[l]);
+        free(ref); free(got); free(refh);
+    }
+    int n_bn = 0, bad_bn = 0;
+    for (int i = 0; i < m.n_params; i++) {
+        const ParamInfo *p = &m.params[i];
+        if (p->kind != PK_RUNNING_MEAN && p->kind != PK_RUNNING_VAR) continue;
+        char name[256];
+        snprintf(name, sizeof name, "bn_after/%s", p->name);
+        float *ref = xmalloc(p->n * sizeof(float));
+        if (st_read_f32(&st, name, ref, p->n, &err)) { CHECK(0, "%s", err.msg); free(ref); continue; }
+        n_bn++;
+        bad_bn += !compare(name, m.state + p->offset, ref, p->n, 1e-6, 1e-4, 1e-4);
+        free(ref);
+    }
+    CHECK(n_bn == 2 * 146 || n_bn > 200, "compared %d BN statistics tensors", n_bn);
+    CHECK(bad_bn == 0, "%d of %d BN statistics tensors differ", bad_bn, n_bn);
+    free(x); free(xh);
+    model_free(&m);
+    st_close(&st);
+}
+
+int main(void) {
+    RUN(test_gelan_s_params_and_flops);
+    RUN(test_gelan_t_builds);
+    RUN(test_build_errors_name_the_line);
+    RUN(test_save_load_round_trip);
+    RUN(test_fixture_forward);
+    return test_summary();
+}

@@ -1,0 +1,157 @@
+// test_step.c: the single most important test: one whole training step of gelan-s (forward, loss,
+// backward) against the PyTorch fixture: the loss and its three items, and every parameter gradient.
+#include "test/test.h"
+
+#include "cfg/config.h"
+#include "core/loss.h"
+#include "core/model.h"
+#include "io/safetensors.h"
+
+static float *nchw_to_nhwc(const float *x, int N, int C, int H, int W) {
+    float *y = xmalloc((size_t)N * C * H * W * sizeof(float));
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++)
+            for (int h = 0; h < H; h++)
+                for (int w = 0; w < W; w++)
+                    y[(((size_t)n * H + h) * W + w) * C + c] = x[(((size_t)n * C + c) * H + h) * W + w];
+    return y;
+}
+
+// A scalar of the fixture's json metadata, e.g. "loss_total" or element i of "loss_items_box_cls_dfl".
+static double json_number(const char *path, const char *key, int index) {
+    FILE *f = fopen(path, "r");
+    if (!f) return NAN;
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char pat[128];
+    snprintf(pat, sizeof pat, "\"%s\"", key);
+    char *p = strstr(buf, pat);
+    if (!p) return NAN;
+    p = strchr(p + strlen(pat), ':') + 1;
+    while (*p == ' ' || *p == '\n' || *p == '[') p++;
+    for (int i = 0; i < index; i++) { p = strchr(p, ','); if (!p) return NAN; p++; }
+    return strtod(p, NULL);
+}
+
+typedef struct { int n_tensors, n_bad; double worst_ratio; char worst[160]; } GradReport;
+
+// Compare our gradient of parameter p with the fixture: whole (grad/NAME) or sampled
+// (grad_idx/NAME, grad_val/NAME) plus the whole-tensor [sum, L2 norm, max abs] (grad_stats/NAME).
+static void compare_grad(const SafeTensors *st, const Model *m, const ParamInfo *p, GradReport *r) {
+    char name[256];
+    Err err;
+    const float *g = m->grad + p->offset;
+    double atol_scale = 0;             // tolerance: rtol 1e-3 per element, atol 1e-3 of the tensor's max
+    int bad = 0;
+    double ratio = 0;
+    snprintf(name, sizeof name, "grad/%s", p->name);
+    if (st_find(st, name)) {
+        float *ref = xmalloc(p->n * sizeof(float));
+        st_read_f32(st, name, ref, p->n, &err);
+        for (size_t i = 0; i < p->n; i++) atol_scale = fmax(atol_scale, fabs(ref[i]));
+        for (size_t i = 0; i < p->n; i++) {
+            double e = fabs((double)g[i] - ref[i]), lim = 1e-3 * atol_scale + 1e-3 * fabs(ref[i]) + 1e-12;
+            bad += !(e <= lim);
+            ratio = fmax(ratio, e / lim);
+        }
+        free(ref);
+    } else {
+        char ni[256], nv[256], ns[256];
+        snprintf(ni, sizeof ni, "grad_idx/%s", p->name);
+        snprintf(nv, sizeof nv, "grad_val/%s", p->name);
+        snprintf(ns, sizeof ns, "grad_stats/%s", p->name);
+        const StTensor *ti = st_find(st, ni);
+        if (!ti) return;                                   // the fixture has no gradient (DFL)
+        size_t k = st_numel(ti);
+        float *idx = xmalloc(k * sizeof(float)), *val = xmalloc(k * sizeof(float)), stats[4];
+        st_read_f32(st, ni, idx, k, &err);
+        st_read_f32(st, nv, val, k, &err);
+        st_read_f32(st, ns, stats, 4, &err);
+        atol_scale = stats[2];
+        for (size_t i = 0; i < k; i++) {
+            size_t j = (size_t)idx[i];
+            double e = fabs((double)g[j] - val[i]), lim = 1e-3 * atol_scale + 1e-3 * fabs(val[i]) + 1e-12;
+            bad += !(e <= lim);
+            ratio = fmax(ratio, e / lim);
+        }
+        double sum = 0, sq = 0, mx = 0;
+        for (size_t i = 0; i < p->n; i++) { sum += g[i]; sq += (double)g[i] * g[i]; mx = fmax(mx, fabs(g[i])); }
+        double l2 = sqrt(sq);
+        double e_l2 = fabs(l2 - stats[1]) / (1e-3 * stats[1] + 1e-12), e_mx = fabs(mx - stats[2]) / (1e-3 * stats[2] + 1e-12);
+        // the sum cancels: per-element errors of rtol r bound its error by r*L1 <= r*sqrt(n)*L2; we ask
+        // ten times less than that bound with r = 1e-3
+        double e_sum = fabs(sum - stats[0]) / (1e-4 * sqrt((double)p->n) * stats[1] + 1e-12);
+        bad += e_l2 > 1 || e_mx > 1 || e_sum > 1;
+        if (getenv("YT_VERBOSE")) printf("    %s: samples %.2f, L2 %.2f, max %.2f, sum %.2f of tolerance\n", p->name, ratio, e_l2, e_mx, e_sum);
+        ratio = fmax(ratio, fmax(e_l2, fmax(e_mx, e_sum)));
+        free(idx); free(val);
+    }
+    r->n_tensors++;
+    r->n_bad += bad > 0;
+    if (ratio > r->worst_ratio) { r->worst_ratio = ratio; snprintf(r->worst, sizeof r->worst, "%s", p->name); }
+    if (bad || getenv("YT_VERBOSE")) printf("    %-56s %s (%.2f of tolerance)\n", p->name, bad ? "DIFFERS" : "ok", ratio);
+}
+
+static void test_fixture_step(void) {
+    const char *sh = shared_dir();
+    if (!sh) SKIP("../shared is absent (set YT_SHARED)");
+    char path[4200], jpath[4200];
+    snprintf(path, sizeof path, "%s/fixtures/gelan_s_step.safetensors", sh);
+    snprintf(jpath, sizeof jpath, "%s/fixtures/gelan_s_step.json", sh);
+    static Config cfg;
+    Err err;
+    if (config_load("cfg/s.ini", 0, NULL, &cfg, &err)) { CHECK(0, "%s", err.msg); return; }
+    SafeTensors st;
+    if (st_open(path, &st, &err)) { CHECK(0, "%s", err.msg); return; }
+    const StTensor *im = st_find(&st, "input/images"), *tg = st_find(&st, "input/targets");
+    int N = (int)im->shape[0], H = (int)im->shape[2], W = (int)im->shape[3], G = (int)tg->shape[0];
+    Model m;
+    if (model_build(&cfg, N, H, &m, &err)) { CHECK(0, "%s", err.msg); st_close(&st); return; }
+    CHECK(model_load(&m, path, "param/", &err) == 0, "%s", err.msg);
+    float *x = xmalloc((size_t)N * 3 * H * W * sizeof(float)), *targets = xmalloc((size_t)G * 6 * sizeof(float));
+    st_read_f32(&st, "input/images", x, (size_t)N * 3 * H * W, &err);
+    st_read_f32(&st, "input/targets", targets, (size_t)G * 6, &err);
+    float *xh = nchw_to_nhwc(x, N, 3, H, W);
+
+    double t0 = now_seconds();
+    model_forward_cpu(&m, xh, N, H, W, 1);
+    LossBatch lb = { .nc = m.nc, .img_h = H, .img_w = W, .targets = targets, .n_targets = G };
+    Map grad[LOSS_LEVELS];
+    for (int l = 0; l < LOSS_LEVELS; l++) { lb.head[l] = model_value(&m, m.head[l], N); grad[l] = model_grad(&m, m.head[l], N); }
+    LossWork *lw = loss_work_new();
+    LossOut out;
+    CHECK(loss_forward_backward(lw, &lb, grad, &out, &err) == 0, "%s", err.msg);
+    double t1 = now_seconds();
+    model_zero_grad(&m);
+    model_backward_cpu(&m, N, H, W);
+    printf("    forward + loss %.2f s, backward %.2f s (batch %d at %dx%d, 2 cores)\n", t1 - t0, now_seconds() - t1, N, H, W);
+
+    double ref_total = json_number(jpath, "loss_total", 0);
+    double ref_items[3] = { json_number(jpath, "loss_items_box_cls_dfl", 0), json_number(jpath, "loss_items_box_cls_dfl", 1),
+                            json_number(jpath, "loss_items_box_cls_dfl", 2) };
+    printf("    loss %.9g (ref %.9g); box %.9g (%.9g) cls %.9g (%.9g) dfl %.9g (%.9g)\n", out.total, ref_total,
+           out.box, ref_items[0], out.cls, ref_items[1], out.dfl, ref_items[2]);
+    CHECK(close_enough(out.total, ref_total, 0, 1e-5), "loss_total");
+    CHECK(close_enough(out.box, ref_items[0], 0, 1e-5), "box");
+    CHECK(close_enough(out.cls, ref_items[1], 0, 1e-5), "cls");
+    CHECK(close_enough(out.dfl, ref_items[2], 0, 1e-5), "dfl");
+
+    GradReport r = { 0 };
+    for (int i = 0; i < m.n_params; i++)
+        if (param_trainable(m.params[i].kind)) compare_grad(&st, &m, &m.params[i], &r);
+    printf("    gradients: %d tensors compared, %d differ; worst %s at %.2f of tolerance\n", r.n_tensors, r.n_bad,
+           r.worst, r.worst_ratio);
+    CHECK(r.n_tensors == 464 + 211, "compared %d gradient tensors, the fixture has 675", r.n_tensors);
+    CHECK(r.n_bad == 0, "%d gradient tensors differ from the fixture", r.n_bad);
+    loss_work_free(lw);
+    free(x); free(xh); free(targets);
+    model_free(&m);
+    st_close(&st);
+}
+
+int main(void) {
+    RUN(test_fixture_step);
+    return test_summary();
+}
