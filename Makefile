@@ -34,12 +34,12 @@ else
   CFLAGS  += -DUSE_CUDA -I$(CUDA_HOME)/include
   NVFLAGS += -DUSE_CUDA
   LDLIBS  += -L$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
-  GPU_SRCS := $(wildcard gpu/*.cu)
+  GPU_SRCS := $(wildcard gpu/*.cu gpu/*.c)
 endif
 
 B        := build/$(VARIANT)
 LIB_SRCS := $(filter-out core/main.c,$(wildcard core/*.c io/*.c cfg/*.c))
-LIB_OBJS := $(LIB_SRCS:%.c=$(B)/%.o) $(GPU_SRCS:%.cu=$(B)/%.o)
+LIB_OBJS := $(LIB_SRCS:%.c=$(B)/%.o) $(patsubst %.c,$(B)/%.o,$(GPU_SRCS:%.cu=$(B)/%.o))
 TEST_SRCS:= $(wildcard test/test_*.c)
 TESTS    := $(TEST_SRCS:test/%.c=$(B)/test/%)
 BENCH_SRCS := $(wildcard bench/*.c)

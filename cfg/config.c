@@ -273,6 +273,8 @@ static int overrides_apply(Config *cfg, int argc, char **argv, Err *err) {
             return err_set(err, "command line argument %d: '%s' is not key=value; write key=value or "
                            "--key value", pos, a);
         }
+        if (strpbrk(value, "\r\n"))      // args.ini could not hold it (config_print writes lines)
+            return err_set(err, "command line argument %d: %s: a value cannot hold a line break", pos, a);
         size_t name_len = eq ? (size_t)(eq - a) : strlen(a);
         if (override_one(cfg, a, name_len, value, pos, err)) return -1;
         prev = a, prev_len = name_len, prev_value = value;

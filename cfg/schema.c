@@ -185,7 +185,10 @@ static int parse_string(const Key *k, const char *s, char *out, char *why, size_
 }
 
 int key_set(Config *cfg, const Key *k, const char *value, const Where *at, Err *err) {
-    char text[CFG_LINE_MAX + 1], why[512];
+    char text[CFG_LINE_MAX + 1], why[512], w[CFG_PATH + 32];
+    if (strlen(value) >= sizeof text)         // a command-line value would be cut short silently
+        return err_set(err, "%s: [%s] %s = %.60s...: too long; allowed: at most %d characters",
+                       config_where_text(at, w, sizeof w), k->section, k->name, value, CFG_LINE_MAX);
     unquote(value, text, sizeof text);
     void *field = (char *)cfg + k->offset;
     int rc;
@@ -197,7 +200,6 @@ int key_set(Config *cfg, const Key *k, const char *value, const Where *at, Err *
     default:         rc = parse_string(k, text, field, why, sizeof why); break;
     }
     if (rc) {
-        char w[CFG_PATH + 32];
         int cut = strlen(value) > 80;             // keep the problem visible after a long value
         return err_set(err, "%s: [%s] %s = %.*s%s: %s", config_where_text(at, w, sizeof w),
                        k->section, k->name, cut ? 60 : 80, value, cut ? "..." : "", why);
@@ -217,10 +219,17 @@ void number_format(double v, char *buf, size_t n) {
     snprintf(buf, n, "%s", text);
 }
 
+// 1 when a '#' follows whitespace (any isspace, as config.c's strip_comment sees it): a comment.
+static int has_comment_mark(const char *v) {
+    for (const char *p = strchr(v, '#'); p; p = strchr(p + 1, '#'))
+        if (p > v && isspace((unsigned char)p[-1])) return 1;
+    return 0;
+}
+
 void text_format(const char *v, char *buf, size_t n) {
     size_t len = strlen(v);
     int plain = len && !isspace((unsigned char)v[0]) && !isspace((unsigned char)v[len - 1])
-                && !strchr("#;'\"", v[0]) && !strstr(v, " #") && !strstr(v, "\t#");
+                && !strchr("#;'\"", v[0]) && !has_comment_mark(v);
     if (plain) snprintf(buf, n, "%s", v);
     else if (strchr(v, '"')) snprintf(buf, n, "'%s'", v);
     else snprintf(buf, n, "\"%s\"", v);

@@ -5,8 +5,10 @@
 #include <string.h>
 
 #include "cfg/config.h"
+#include "core/detect.h"
 #include "core/model.h"
 #include "core/train.h"
+#include "core/val.h"
 #include "io/check.h"
 #include "io/synth.h"
 
@@ -15,6 +17,8 @@ static void usage(FILE *f) {
         "usage: yolotrain CONFIG.ini [key=value | --key value ...]   train (cfg/s.ini: gelan-s)\n"
         "       yolotrain info CONFIG.ini [overrides]                  layer table, parameters, FLOPs\n"
         "       yolotrain check [CONFIG.ini] [data=FILE.yaml] [...]    validate a dataset, summarise it\n"
+        "       yolotrain val CONFIG.ini weights=FILE [data=FILE.yaml]  P, R, mAP50, mAP50-95 on the val split\n"
+        "       yolotrain detect CONFIG.ini weights=FILE source=IMAGE|DIR|LIST.txt [conf=0.25] [iou=0.45]\n"
         "       yolotrain synth [overrides]                            regenerate the built-in dataset\n"
         "Overrides name any key of the config (epochs=10, --batch 16, device=cpu, data=coco128.yaml).\n");
 }
@@ -65,6 +69,21 @@ static int cmd_synth(int argc, char **argv, Config *cfg) {
     return 0;
 }
 
+static int cmd_val(int argc, char **argv, Config *cfg) {
+    if (load(argc, argv, cfg)) return 2;
+    if (!cfg->n_layers) { fprintf(stderr, "yolotrain val: name a model config, e.g. cfg/s.ini\n"); return 2; }
+    return val_run(cfg);
+}
+
+static int cmd_detect(int argc, char **argv, Config *cfg) {
+    DetectOptions o;
+    Err err;
+    if (detect_take_args(&argc, argv, &o, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return 2; }
+    if (load(argc, argv, cfg)) return 2;
+    if (!cfg->n_layers) { fprintf(stderr, "yolotrain detect: name a model config, e.g. cfg/s.ini\n"); return 2; }
+    return detect_run(cfg, &o);
+}
+
 static int cmd_train(int argc, char **argv, Config *cfg) {
     if (load(argc, argv, cfg)) return 2;
     if (!cfg->n_layers) { fprintf(stderr, "yolotrain: name a model config to train, e.g. cfg/s.ini\n"); return 2; }
@@ -78,6 +97,7 @@ int main(int argc, char **argv) {
     }
     static const struct { const char *name; int (*run)(int, char **, Config *); } cmds[] = {
         { "info", cmd_info }, { "check", cmd_check }, { "synth", cmd_synth }, { "train", cmd_train },
+        { "val", cmd_val }, { "detect", cmd_detect },
     };
     Config *cfg = xmalloc(sizeof *cfg);           // large: not on the stack
     int rc = -1;

@@ -396,6 +396,7 @@ int model_build(const Config *cfg, int max_n, int imgsz, Model *m, Err *err) {
     m->reg_max = cfg->reg_max > 0 ? cfg->reg_max : 16;
     m->max_n = max_n;
     m->imgsz = imgsz;
+    m->be = &backend_cpu;
     m->bn_batches = 0;
     m->layers = xcalloc(cfg->n_layers, sizeof *m->layers);
     m->n_layers = cfg->n_layers;
@@ -440,9 +441,11 @@ int model_build(const Config *cfg, int max_n, int imgsz, Model *m, Err *err) {
 }
 
 void model_free(Model *m) {
-    free(m->params); free(m->state); free(m->grad);
-    free(m->values); free(m->nodes); free(m->layers); free(m->vh); free(m->vw);
-    free(m->act); free(m->dact); free(m->stats); free(m->ws); free(m->tmp_a); free(m->tmp_b);
+    if (!m->on_device) {
+        free(m->state); free(m->grad);
+        free(m->act); free(m->dact); free(m->stats); free(m->ws); free(m->tmp_a); free(m->tmp_b);
+    }
+    free(m->params); free(m->values); free(m->nodes); free(m->layers); free(m->vh); free(m->vw);
     memset(m, 0, sizeof *m);
 }
 

@@ -1,10 +1,12 @@
 // model.h: a detector built from the config's layer table: its parameters (PyTorch state-dict names,
-// one contiguous float array), its graph of primitive nodes, and the CPU executor (model_cpu.c).
+// one contiguous float array), its graph of primitive nodes, and the executor (model_run.c) that
+// walks the graph on a backend (core/backend.h: the CPU reference ops, or the CUDA twins).
 // Legend: N batch, H,W map size, C channels; values are NHWC Maps (core/tensor.h).
 #pragma once
 #include <stdint.h>
 
 #include "cfg/config.h"
+#include "core/backend.h"
 #include "core/ops.h"
 
 // ---- parameters ----------------------------------------------------------------------------
@@ -86,7 +88,11 @@ typedef struct {
     int        input;              // value id of the input image (N,S,S,3)
     int        head[4];            // value ids of the head maps, one per level (C = 4*reg_max + nc)
     int        strides[4];
-    // CPU activations: arenas sized for (max_n, imgsz)
+    // where it runs: the backend and its context (NULL for the CPU; the Device of a GPU)
+    const Backend *be;
+    void      *be_ctx;
+    int        on_device;          // 1: the arenas below belong to the GPU's memory plan
+    // activations: arenas sized for (max_n, imgsz), in the backend's memory like state and grad
     float     *act, *dact, *stats, *ws, *tmp_a, *tmp_b;
     size_t     n_act, n_stats, n_ws, n_tmp;   // tmp: two maps the size of the largest conv output
 } Model;
@@ -109,11 +115,14 @@ int  model_save(const Model *m, const char *path, Err *err);
 // Set the input size (h, w multiples of 32, at most imgsz) and propagate every value's size.
 void model_set_size(Model *m, int h, int w);
 
-// Run time (CPU executor, model_cpu.c), for a batch of n <= max_n images at the size set last.
+// Run time (model_run.c), for a batch of n <= max_n images at the size set last. Pointers of the
+// views are in the backend's memory.
 Map  model_value(const Model *m, int v, int n);   // activation view
 Map  model_grad(const Model *m, int v, int n);    // gradient view
-void model_forward_cpu(Model *m, const float *images_nhwc, int n, int h, int w, int train);
+// images_nhwc: (n,h,w,3) floats in host memory. Training mode uses batch statistics in BN and
+// updates the running ones; it also zeroes the activation gradients for the next backward.
+void model_forward(Model *m, const float *images_nhwc, int n, int h, int w, int train);
 // d loss / d head maps must be in model_grad(head[i]); accumulates parameter gradients into
 // m->grad (callers zero it per optimizer step) and writes input gradients nowhere.
-void model_backward_cpu(Model *m, int n, int h, int w);
+void model_backward(Model *m, int n);
 void model_zero_grad(Model *m);

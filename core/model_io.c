@@ -26,7 +26,7 @@ static void shape_text(const int64_t *shape, int ndim, char *buf, size_t size) {
     snprintf(buf + o, size - o, ")");
 }
 
-static int load_param(Model *m, const SafeTensors *st, const ParamInfo *p, const char *prefix, Err *err) {
+static int load_param(float *state, const SafeTensors *st, const ParamInfo *p, const char *prefix, Err *err) {
     char name[256], want[96], got[96];
     snprintf(name, sizeof name, "%s%s", prefix, p->name);
     const StTensor *t = st_find(st, name);
@@ -42,7 +42,7 @@ static int load_param(Model *m, const SafeTensors *st, const ParamInfo *p, const
         return err_set(err, "%s: tensor '%s' has shape %s, the model expects %s (a different nc or config?)",
                        st->path, name, got, want);
     }
-    return st_read_f32(st, name, m->state + p->offset, p->n, err);
+    return st_read_f32(st, name, state + p->offset, p->n, err);
 }
 
 int model_load(Model *m, const char *path, const char *prefix, Err *err) {
@@ -50,7 +50,9 @@ int model_load(Model *m, const char *path, const char *prefix, Err *err) {
     if (st_open(path, &st, err)) return -1;
     int rc = 0;
     size_t plen = strlen(prefix);
-    for (int i = 0; i < m->n_params && !rc; i++) rc = load_param(m, &st, &m->params[i], prefix, err);
+    float *host = xmalloc(m->n_state * sizeof(float));   // the state may live on a GPU
+    m->be->download(m->be_ctx, host, m->state, m->n_state);
+    for (int i = 0; i < m->n_params && !rc; i++) rc = load_param(host, &st, &m->params[i], prefix, err);
     for (int i = 0; i < st.n && !rc; i++) {              // extra tensors: a config/weights mismatch
         const char *name = st.tensor[i].name;
         if (strncmp(name, prefix, plen)) continue;
@@ -63,6 +65,8 @@ int model_load(Model *m, const char *path, const char *prefix, Err *err) {
             rc = err_set(err, "%s: tensor '%s' is not part of this model: the weights belong to another config",
                          path, name);
     }
+    if (!rc) m->be->upload(m->be_ctx, m->state, host, m->n_state);
+    free(host);
     st_close(&st);
     return rc;
 }
@@ -71,12 +75,14 @@ int model_save(const Model *m, const char *path, Err *err) {
     int n = 0;
     for (int i = 0; i < m->n_params; i++) n += 1 + (m->params[i].kind == PK_RUNNING_VAR);
     StWriteTensor *t = xcalloc(n, sizeof *t);
+    float *host = xmalloc(m->n_state * sizeof(float));    // the state may live on a GPU
+    m->be->download(m->be_ctx, host, m->state, m->n_state);
     char (*nbt)[128] = xcalloc(n, sizeof *nbt);
     int64_t batches = m->bn_batches;
     int k = 0;
     for (int i = 0; i < m->n_params; i++) {
         const ParamInfo *p = &m->params[i];
-        t[k] = (StWriteTensor){ .name = p->name, .dtype = ST_F32, .ndim = p->ndim, .data = m->state + p->offset };
+        t[k] = (StWriteTensor){ .name = p->name, .dtype = ST_F32, .ndim = p->ndim, .data = host + p->offset };
         for (int d = 0; d < p->ndim; d++) t[k].shape[d] = p->shape[d];
         k++;
         if (p->kind == PK_RUNNING_VAR) {                  // PyTorch keeps an int64 counter per BN
@@ -88,5 +94,6 @@ int model_save(const Model *m, const char *path, Err *err) {
     int rc = st_write(path, t, n, "{\"format\":\"pt\"}", err);
     free(t);
     free(nbt);
+    free(host);
     return rc;
 }

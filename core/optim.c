@@ -84,19 +84,32 @@ OptStep opt_schedule_next(OptSchedule *s, int epoch, int i) {
 
 // ---- SGD -----------------------------------------------------------------------------------
 
-void sgd_init(Sgd *o, const ParamSlot *slots, int n_slots) {
+size_t sgd_buffer_floats(const ParamSlot *slots, int n_slots) {
+    size_t n = 0;
+    for (int k = 0; k < n_slots; k++) n += slots[k].group >= 0 ? slots[k].n : 0;
+    return n;
+}
+
+void sgd_init(Sgd *o, const ParamSlot *slots, int n_slots, const Backend *be, void *ctx, float *buf) {
     memset(o, 0, sizeof *o);
     o->slots = slots;  o->n_slots = n_slots;
+    o->be = be;  o->ctx = ctx;
     for (int k = 0; k < n_slots; k++) {
         int g = slots[k].group;
         if (g < -1 || g > 2) die("sgd_init: slot %d has group %d (want -1..2)", k, g);
         if (g >= 0 && (!slots[k].w || !slots[k].g)) die("sgd_init: slot %d lacks w or g", k);
-        if (g >= 0) o->n_train += slots[k].n;
     }
-    o->buf = xcalloc(o->n_train, sizeof(float));
+    o->n_train = sgd_buffer_floats(slots, n_slots);
+    o->own_buf = !buf;
+    o->buf = buf ? buf : xcalloc(o->n_train, sizeof(float));
+    o->prep = be->optim_prepare(ctx, slots, n_slots, o->buf);
 }
 
-void sgd_free(Sgd *o) { free(o->buf); memset(o, 0, sizeof *o); }
+void sgd_free(Sgd *o) {
+    if (o->own_buf) free(o->buf);
+    free(o->prep);
+    memset(o, 0, sizeof *o);
+}
 
 // PyTorch's grad.add(param, alpha=wd) and friends are one fused multiply-add per element
 // (vec::fmadd on the CPU, contracted a + alpha*b on CUDA), hence fmaf; buf*mu is rounded alone.
@@ -115,16 +128,20 @@ void sgd_apply_cpu(float *w, float *g, float *buf, size_t n, float lr, float mu,
 }
 
 void sgd_step(Sgd *o, const OptStep *st) {
-    float *buf = o->buf;
-    for (int k = 0; k < o->n_slots; k++) {
-        const ParamSlot *p = &o->slots[k];
+    float lr[3] = { (float)st->lr[0], (float)st->lr[1], (float)st->lr[2] };
+    o->be->sgd_apply(o->ctx, o->prep, lr, (float)st->momentum, (float)st->weight_decay, o->steps == 0);
+    o->steps++;
+}
+
+// The CPU backend's slot loop (backend_cpu.c): wd applies to group 1 only.
+void sgd_apply_slots_cpu(const ParamSlot *slots, int n_slots, float *buf, const float lr[3], float mu,
+                         float wd, int first) {
+    for (int k = 0; k < n_slots; k++) {
+        const ParamSlot *p = &slots[k];
         if (p->group < 0) continue;
-        float wd = p->group == 1 ? (float)st->weight_decay : 0.0f;
-        sgd_apply_cpu(p->w, p->g, buf, p->n, (float)st->lr[p->group], (float)st->momentum, wd,
-                      o->steps == 0);
+        sgd_apply_cpu(p->w, p->g, buf, p->n, lr[p->group], mu, p->group == 1 ? wd : 0.0f, first);
         buf += p->n;
     }
-    o->steps++;
 }
 
 // ---- gradient clipping ---------------------------------------------------------------------
@@ -139,16 +156,24 @@ void grad_scale_cpu(float *g, size_t n, float s) {
     for (size_t i = 0; i < n; i++) g[i] *= s;
 }
 
-float clip_grad_norm(const ParamSlot *slots, int n_slots, float max_norm) {
-    // PyTorch takes the norm of per-tensor fp32 norms; a double sum is that up to fp32 rounding.
+double grad_sumsq_slots_cpu(const ParamSlot *slots, int n_slots) {
     double ss = 0;
     for (int k = 0; k < n_slots; k++)
         if (slots[k].group >= 0) ss += grad_sumsq_cpu(slots[k].g, slots[k].n);
-    float total = (float)sqrt(ss);
+    return ss;
+}
+
+void grad_scale_slots_cpu(const ParamSlot *slots, int n_slots, float s) {
+    for (int k = 0; k < n_slots; k++)
+        if (slots[k].group >= 0) grad_scale_cpu(slots[k].g, slots[k].n, s);
+}
+
+float clip_grad_norm(const Sgd *o, float max_norm) {
+    // PyTorch takes the norm of per-tensor fp32 norms; a double sum is that up to fp32 rounding.
+    float total = (float)sqrt(o->be->grad_sumsq(o->ctx, o->prep));
     float coef = 1.0f / (total + 1e-6f) * max_norm;   // max_norm / t is t.reciprocal() * max_norm
     if (coef >= 1.0f) return total;                    // clamp(max=1): scaling by 1 changes nothing
-    for (int k = 0; k < n_slots; k++)
-        if (slots[k].group >= 0) grad_scale_cpu(slots[k].g, slots[k].n, coef);
+    o->be->grad_scale(o->ctx, o->prep, coef);
     return total;
 }
 

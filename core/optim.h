@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "cfg/config.h"   // Hyp
+#include "core/backend.h"
 
 #define OPT_NBS 64        // nominal batch size: gradients of ~64 images make one step
 
@@ -48,21 +49,25 @@ void    opt_schedule_init(OptSchedule *s, const Hyp *h, LrKind kind, int epochs,
 // optimizer step (and records it), with the lr/momentum/weight decay PyTorch would use.
 OptStep opt_schedule_next(OptSchedule *s, int epoch, int i);
 
-// ---- parameters as the model lends them --------------------------------------------------
-// group: 0 biases (no decay), 1 conv weights (decay), 2 BN weights (no decay), -1 fixed (the
-// DFL projection: never updated, decayed or clipped; g may be NULL).
-typedef struct { float *w, *g; size_t n; int group; } ParamSlot;
+// ---- parameters as the model lends them: ParamSlot (core/backend.h) ------------------------
 
 // ---- SGD, nesterov, 3 groups (momentum buffers for the trainable slots, in slot order) -----
 typedef struct {
     const ParamSlot *slots;   // borrowed: must outlive the Sgd
     int     n_slots;
+    const Backend *be;        // where the slots live (CPU or a GPU) and the update runs
+    void   *ctx;
     float  *buf;              // (n_train) momentum buffers, one contiguous array
+    int     own_buf;          // 1: buf was allocated here (host)
+    void   *prep;             // the backend's prepared slots (Backend.optim_prepare)
     size_t  n_train;          // floats in groups 0..2
     int64_t steps;            // steps taken; the first sets buf = g (PyTorch's lazy buffer)
 } Sgd;
 
-void sgd_init(Sgd *o, const ParamSlot *slots, int n_slots);   // dies on a group outside -1..2
+// buf: n_train floats in the backend's memory, or NULL to allocate them on the host (CPU).
+// Dies on a group outside -1..2.
+void sgd_init(Sgd *o, const ParamSlot *slots, int n_slots, const Backend *be, void *ctx, float *buf);
+size_t sgd_buffer_floats(const ParamSlot *slots, int n_slots);
 void sgd_free(Sgd *o);
 // One step of every trainable slot with st's lr[group], momentum and weight decay (group 1
 // only), then zero their gradients.
@@ -75,9 +80,14 @@ void sgd_apply_cpu(float *w, float *g, float *buf, size_t n, float lr, float mu,
 // ---- gradient clipping (torch.nn.utils.clip_grad_norm_) -----------------------------------
 // total = L2 norm over the gradients of all trainable slots; when total > max_norm every such
 // gradient is multiplied by max_norm/(total + 1e-6). Returns total (inf/NaN pass through).
-float clip_grad_norm(const ParamSlot *slots, int n_slots, float max_norm);
+float clip_grad_norm(const Sgd *o, float max_norm);
 double grad_sumsq_cpu(const float *g, size_t n);   // sum of squares, in double
 void   grad_scale_cpu(float *g, size_t n, float s);
+// the CPU backend's slot-level twins (core/backend.h)
+double grad_sumsq_slots_cpu(const ParamSlot *slots, int n_slots);
+void   grad_scale_slots_cpu(const ParamSlot *slots, int n_slots, float s);
+void   sgd_apply_slots_cpu(const ParamSlot *slots, int n_slots, float *buf, const float lr[3], float mu,
+                           float wd, int first);
 
 // ---- EMA of the model's floating state (ModelEMA) -----------------------------------------
 // d(u) = 0.9999*(1 - exp(-u/2000)); u counts EMA updates, 1 at the first (after step one).

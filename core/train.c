@@ -13,11 +13,13 @@
 #include "io/dataset.h"
 #include "io/loader.h"
 #include "io/picture.h"
+#include "core/val.h"
+#include "gpu/device.h"
 #include "io/synth.h"
 
 // ---- the step ------------------------------------------------------------------------------
 
-int trainer_init(Trainer *t, const Config *cfg, int nb, Err *err) {
+int trainer_init(Trainer *t, const Config *cfg, int nb, int gpu, Err *err) {
     memset(t, 0, sizeof *t);
     if (model_build(cfg, cfg->batch, cfg->imgsz, &t->m, err)) return -1;
     Model *m = &t->m;
@@ -26,6 +28,19 @@ int trainer_init(Trainer *t, const Config *cfg, int nb, Err *err) {
     } else {
         model_init_weights(m, (uint64_t)cfg->seed);
     }
+    float *sgd_buf = NULL;                             // NULL: the optimizer allocates it on the host
+    if (gpu < 0) {
+        t->ema = xmalloc(m->n_state * sizeof(float));
+        memcpy(t->ema, m->state, m->n_state * sizeof(float));
+        t->lw = loss_work_new();
+    } else {
+#ifdef USE_CUDA
+        if (trainer_gpu_init(t, cfg, gpu, &sgd_buf, err)) { model_free(m); return -1; }
+#else
+        model_free(m);
+        return err_set(err, "device=%d: this yolotrain was built without CUDA; use device=cpu", gpu);
+#endif
+    }
     t->slots = xcalloc(m->n_params, sizeof *t->slots);
     for (int i = 0; i < m->n_params; i++) {
         const ParamInfo *p = &m->params[i];
@@ -33,12 +48,9 @@ int trainer_init(Trainer *t, const Config *cfg, int nb, Err *err) {
         if (g < 0 && p->kind != PK_FIXED) continue;      // BN buffers are no parameters
         t->slots[t->n_slots++] = (ParamSlot){ m->state + p->offset, g >= 0 ? m->grad + p->offset : NULL, p->n, g };
     }
-    sgd_init(&t->sgd, t->slots, t->n_slots);
+    sgd_init(&t->sgd, t->slots, t->n_slots, m->be, m->be_ctx, sgd_buf);
     LrKind kind = cfg->cos_lr ? LR_COSINE : LR_LINEAR;
     opt_schedule_init(&t->sched, &cfg->hyp, kind, cfg->epochs, nb, cfg->batch);
-    t->ema = xmalloc(m->n_state * sizeof(float));
-    memcpy(t->ema, m->state, m->n_state * sizeof(float));
-    t->lw = loss_work_new();
     t->input = xmalloc((size_t)cfg->batch * cfg->imgsz * cfg->imgsz * 3 * sizeof(float));
     model_zero_grad(m);
     return 0;
@@ -46,8 +58,15 @@ int trainer_init(Trainer *t, const Config *cfg, int nb, Err *err) {
 
 void trainer_free(Trainer *t) {
     sgd_free(&t->sgd);
-    loss_work_free(t->lw);
-    free(t->slots); free(t->ema); free(t->input);
+    free(t->slots); free(t->input);
+    if (t->dev) {
+#ifdef USE_CUDA
+        trainer_gpu_free(t);                           // the GPU memory, the model's included
+#endif
+    } else {
+        loss_work_free(t->lw);
+        free(t->ema);
+    }
     model_free(&t->m);
     memset(t, 0, sizeof *t);
 }
@@ -56,7 +75,7 @@ int trainer_step(Trainer *t, int n, int S, const float *targets, int nt, int epo
                  LossOut *out, Err *err) {
     Model *m = &t->m;
     double t0 = now_seconds();
-    model_forward_cpu(m, t->input, n, S, S, 1);
+    model_forward(m, t->input, n, S, S, 1);
     double t1 = now_seconds();
     LossBatch lb = { .nc = m->nc, .img_h = S, .img_w = S, .targets = targets, .n_targets = nt };
     Map grad[LOSS_LEVELS];
@@ -64,15 +83,21 @@ int trainer_step(Trainer *t, int n, int S, const float *targets, int nt, int epo
         lb.head[l] = model_value(m, m->head[l], n);
         grad[l] = model_grad(m, m->head[l], n);
     }
+#ifdef USE_CUDA
+    if (t->dev) {
+        if (trainer_gpu_loss(t, &lb, grad, out, err)) return -1;
+    } else
+#endif
     if (loss_forward_backward(t->lw, &lb, grad, out, err)) return -1;
     double t2 = now_seconds();
-    model_backward_cpu(m, n, S, S);
+    model_backward(m, n);
     double t3 = now_seconds();
     OptStep st = opt_schedule_next(&t->sched, epoch, i);
+    memcpy(t->lr, st.lr, sizeof t->lr);
     if (st.step) {
-        clip_grad_norm(t->slots, t->n_slots, 10.0f);
+        clip_grad_norm(&t->sgd, 10.0f);
         sgd_step(&t->sgd, &st);                        // also zeroes the gradients
-        ema_update_cpu(t->ema, m->state, m->n_state, ema_decay(++t->ema_updates));
+        m->be->ema_update(m->be_ctx, t->ema, m->state, m->n_state, ema_decay(++t->ema_updates));
     }
     double t4 = now_seconds();
     t->t.forward += t1 - t0; t->t.loss += t2 - t1; t->t.backward += t3 - t2; t->t.optim += t4 - t3;
@@ -125,14 +150,18 @@ static double rss_gb(void) {
 
 typedef struct { double box, cls, dfl; int n; } Running;
 
+// The reference's progress line; redrawn in place on a terminal, printed once per epoch otherwise.
 static void progress(const Config *cfg, int epoch, const Running *r, int inst, int S, int i, int nb,
                      double t_epoch, int images, int final) {
+    static int tty = -1;
+    if (tty < 0) tty = isatty(STDOUT_FILENO);
+    if (!final && !tty) return;
     char ep[32], mem[16];
     snprintf(ep, sizeof ep, "%d/%d", epoch, cfg->epochs - 1);
     snprintf(mem, sizeof mem, "%.3gG", rss_gb());
     double ips = t_epoch > 0 ? images / t_epoch : 0, eta = i ? t_epoch / i * (nb - i) : 0;
     int bar = 10 * i / nb;
-    printf("%s%11s%11s%11.4g%11.4g%11.4g%11d%11d: %3d%%|%.*s%.*s| %d/%d %.1fimg/s ETA %d:%02d", final ? "\r" : "\r",
+    printf("%s%11s%11s%11.4g%11.4g%11.4g%11d%11d: %3d%%|%.*s%.*s| %d/%d %.1fimg/s ETA %d:%02d", tty ? "\r" : "",
            ep, mem, r->box / r->n, r->cls / r->n, r->dfl / r->n, inst, S, 100 * i / nb, bar * 3,
            "██████████████████████████████", (10 - bar), "          ", i, nb, ips, (int)eta / 60, (int)eta % 60);
     if (final) printf("\n");
@@ -154,15 +183,113 @@ static int open_data(Config *cfg, Dataset *ds, Err *err) {
     return 0;
 }
 
-static int check_device(const Config *cfg) {
-    if (!cfg->device[0] || !strncmp(cfg->device, "cpu", 3)) return 0;
-    fprintf(stderr, "yolotrain: device=%s: GPU training is not available in this build yet; use device=cpu\n",
-            cfg->device);
-    return -1;
+// Keys the config accepts for pieces that are not built yet: say so instead of ignoring them.
+static void note_unbuilt_keys(const Config *cfg) {
+    if (cfg->rect) printf("note: rect=1 has no effect yet: training batches are square (imgsz x imgsz)\n");
+    if (strcmp(cfg->reduce, "device0") || strcmp(cfg->loss_on, "local") || strcmp(cfg->split, "even"))
+        printf("note: [parallel] reduce/loss_on/split apply to several GPUs; this run uses one CPU device\n");
 }
 
-static int train_epochs(Config *cfg, Trainer *t, Loader *ld, const Dataset *ds, const char *dir) {
+// device=: "cpu", "" (the first GPU if there is one, else the CPU), or one GPU id ("0", "[1]").
+// Several GPUs need the multi-GPU driver, which is not built yet. Returns the GPU id, -1 for the
+// CPU, or -2 after printing why the value cannot be used.
+static int pick_device(const Config *cfg) {
+    GpuInfo gpus[16];
+#ifdef USE_CUDA
+    int n = gpu_list(gpus, 16);
+#else
+    int n = 0;
+#endif
+    char buf[256];
+    int k = 0;
+    for (const char *p = cfg->device; *p && k < (int)sizeof buf - 1; p++)
+        if (!strchr("[]() '", *p)) buf[k++] = *p;
+    buf[k] = 0;
+    if (!strcmp(buf, "cpu") || !strcmp(buf, "cpu:1")) return -1;
+    if (!buf[0]) {
+        if (!n) printf("device: no GPU found, training on the CPU\n");
+        return n ? 0 : -1;
+    }
+    char *end;
+    long id = strtol(buf, &end, 10);
+    if (*end == ',' || !strncmp(buf, "cpu:", 4)) {
+        fprintf(stderr, "yolotrain: device=%s: training on several devices needs the multi-GPU driver, which is not "
+                        "built yet; use one GPU (device=0) or device=cpu\n", cfg->device);
+        return -2;
+    }
+    if (end == buf || *end || id < 0 || id >= n) {
+        fprintf(stderr, "yolotrain: device=%s: %s; the GPUs found are:%s\n", cfg->device,
+                end == buf || *end ? "write cpu, a GPU id such as 0, or nothing for the first GPU" : "no such GPU",
+                n ? "" : " none (use device=cpu)");
+        for (int i = 0; i < n && i < 16; i++)
+            fprintf(stderr, "  %d: %s, %.0f GiB, bus %s\n", i, gpus[i].name, gpus[i].mem_bytes / 1073741824.0,
+                    gpus[i].bus_id);
+        return -2;
+    }
+    return (int)id;
+}
+
+typedef struct {              // what the run keeps across epochs for validation and checkpoints
+    const Dataset *train, *val;
+    const char    *dir;
+    double         best_fitness;
+    int            best_epoch;
+    ValResult      best;         // metrics of the best epoch (Metrics arrays freed at the end)
+} RunState;
+
+// results.csv as the reference writes it: %20s header, %20.5g values, epoch 0-based
+static void results_row(const RunState *rs, int epoch, const Running *r, const ValResult *v, const double lr[3]) {
+    char path[CFG_PATH * 2 + 64];
+    snprintf(path, sizeof path, "%s/results.csv", rs->dir);
+    FILE *f = fopen(path, "a");
+    if (!f) { fprintf(stderr, "yolotrain: cannot append to %s: %s\n", path, strerror(errno)); return; }
+    if (ftell(f) == 0) {
+        const char *keys[] = { "epoch", "train/box_loss", "train/cls_loss", "train/dfl_loss", "metrics/precision",
+                               "metrics/recall", "metrics/mAP_0.5", "metrics/mAP_0.5:0.95", "val/box_loss",
+                               "val/cls_loss", "val/dfl_loss", "x/lr0", "x/lr1", "x/lr2" };
+        for (int i = 0; i < 14; i++) fprintf(f, "%20s%s", keys[i], i < 13 ? "," : "\n");
+    }
+    double vals[14] = { epoch, r->box / r->n, r->cls / r->n, r->dfl / r->n, v->m.mp, v->m.mr, v->m.map50, v->m.map,
+                        v->box, v->cls, v->dfl, lr[0], lr[1], lr[2] };
+    for (int i = 0; i < 14; i++) fprintf(f, "%20.5g%s", vals[i], i < 13 ? "," : "\n");
+    fclose(f);
+}
+
+// After an epoch: validate the EMA weights, log, save last (and best by fitness). -1 on a failed save.
+static int end_epoch(Config *cfg, Trainer *t, RunState *rs, int epoch, const Running *r) {
+    Err err;
+    char path[CFG_PATH * 2 + 64];
+    ValOptions vo = val_options(cfg);
+    ValResult v = { 0 };
+    float *live = t->m.state;
+    t->m.state = t->ema;                              // validation and checkpoints use the EMA
+    int vrc = val_evaluate(&t->m, rs->val, &vo, &v, &err);
+    t->m.state = live;
+    if (vrc) { fprintf(stderr, "yolotrain: validation failed: %s\n", err.msg); memset(&v, 0, sizeof v); }
+    results_row(rs, epoch, r, &v, t->lr);
+    snprintf(path, sizeof path, "%s/weights/last.safetensors", rs->dir);
+    if (trainer_save(t, path, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return -1; }
+    if (!vrc && (v.fitness > rs->best_fitness || rs->best_epoch < 0)) {
+        rs->best_fitness = v.fitness;
+        rs->best_epoch = epoch;
+        snprintf(path, sizeof path, "%s/weights/best.safetensors", rs->dir);
+        if (trainer_save(t, path, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return -1; }
+        val_result_free(&rs->best);
+        rs->best = v;
+    } else if (!vrc) {
+        val_result_free(&v);
+    }
+    if (cfg->save_period > 0 && (epoch + 1) % cfg->save_period == 0) {
+        snprintf(path, sizeof path, "%s/weights/epoch%d.safetensors", rs->dir, epoch);
+        if (trainer_save(t, path, &err)) fprintf(stderr, "yolotrain: %s\n", err.msg);
+    }
+    return 0;
+}
+
+static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
     int nb = loader_batches(ld), S = cfg->imgsz;
+    const Dataset *ds = rs->train;
+    const char *dir = rs->dir;
     char path[CFG_PATH * 2 + 64];
     Err err;
     printf("%11s%11s%11s%11s%11s%11s%11s\n", "Epoch", "mem", "box_loss", "cls_loss", "dfl_loss", "Instances", "Size");
@@ -194,19 +321,33 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, const Dataset *ds, 
             progress(cfg, epoch, &r, inst, S, i + 1, nb, now_seconds() - t0, images, 0);
         }
         progress(cfg, epoch, &r, inst, S, i, nb, now_seconds() - t0, images, 1);
-        snprintf(path, sizeof path, "%s/weights/last.safetensors", dir);
-        if (trainer_save(t, path, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return 1; }
+        if (stop_requested) break;                     // saved by the caller; no validation
+        if (end_epoch(cfg, t, rs, epoch, &r)) return 1;
+        if (cfg->patience > 0 && epoch - rs->best_epoch >= cfg->patience) {
+            printf("Stopping training early as no improvement observed in last %d epochs. Best results "
+                   "observed at epoch %d; the best model is saved as best.safetensors.\n", cfg->patience, rs->best_epoch);
+            break;
+        }
     }
     return 0;
 }
 
 int train_run(Config *cfg) {
     Err err;
-    if (check_device(cfg)) return 2;
+    int gpu = pick_device(cfg);
+    if (gpu == -2) return 2;
+    note_unbuilt_keys(cfg);
     Dataset ds;
     if (open_data(cfg, &ds, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return 2; }
+    Dataset vds;
+    DatasetOptions vopt = { .strict = cfg->strict, .nc = ds.nc, .report = stderr };
+    if (dataset_open(NULL, cfg, "val", &vopt, &vds, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); dataset_free(&ds); return 2; }
     char dir[CFG_PATH * 2];
-    if (run_dir(cfg, dir, sizeof dir, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); dataset_free(&ds); return 1; }
+    if (run_dir(cfg, dir, sizeof dir, &err)) {
+        fprintf(stderr, "yolotrain: %s\n", err.msg);
+        dataset_free(&ds); dataset_free(&vds);
+        return 1;
+    }
     LoaderConfig lc = { .batch = cfg->batch, .workers = cfg->workers, .seed = (uint64_t)cfg->seed, .train = 1,
                         .cache_ram = !strcmp(cfg->cache, "ram") };
     const Hyp *h = &cfg->hyp;
@@ -215,25 +356,32 @@ int train_run(Config *cfg) {
                           .perspective = h->perspective, .flipud = h->flipud, .fliplr = h->fliplr,
                           .mosaic = h->mosaic, .mixup = h->mixup };
     Loader *ld;
-    if (loader_open(&lc, &ds, &ld, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); dataset_free(&ds); return 2; }
-    Trainer t;
-    if (trainer_init(&t, cfg, loader_batches(ld), &err)) {
+    if (loader_open(&lc, &ds, &ld, &err)) {
         fprintf(stderr, "yolotrain: %s\n", err.msg);
-        loader_close(ld); dataset_free(&ds);
+        dataset_free(&ds); dataset_free(&vds);
+        return 2;
+    }
+    Trainer t;
+    if (trainer_init(&t, cfg, loader_batches(ld), gpu, &err)) {
+        fprintf(stderr, "yolotrain: %s\n", err.msg);
+        loader_close(ld); dataset_free(&ds); dataset_free(&vds);
         return 2;
     }
     char path[CFG_PATH * 2 + 32];
     snprintf(path, sizeof path, "%s/args.ini", dir);
     FILE *f = fopen(path, "w");
     if (f) { config_print(cfg, f); fclose(f); }
-    printf("model: %s, %zu parameters, nc=%d; device: cpu; %d images, batch %d, %d batches/epoch, "
+    char where[64];
+    snprintf(where, sizeof where, gpu < 0 ? "cpu" : "GPU %d (%s)", gpu, cfg->precision);
+    printf("model: %s, %zu parameters, nc=%d; device: %s; %d images, batch %d, %d batches/epoch, "
            "accumulate %d, weight_decay %.3g\nLogging results to %s\nStarting training for %d epochs...\n",
-           cfg->file, model_count_params(&t.m), t.m.nc, ds.n, cfg->batch, loader_batches(ld),
+           cfg->file, model_count_params(&t.m), t.m.nc, where, ds.n, cfg->batch, loader_batches(ld),
            t.sched.accumulate, t.sched.weight_decay, dir, cfg->epochs);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     double t0 = now_seconds();
-    int rc = train_epochs(cfg, &t, ld, &ds, dir);
+    RunState rs = { .train = &ds, .val = &vds, .dir = dir, .best_epoch = -1 };
+    int rc = train_epochs(cfg, &t, ld, &rs);
     if (stop_requested) {
         snprintf(path, sizeof path, "%s/weights/last.safetensors", dir);
         rc = trainer_save(&t, path, &err) ? 1 : rc;
@@ -242,10 +390,15 @@ int train_run(Config *cfg) {
     double total = now_seconds() - t0;
     const PhaseTimes *p = &t.t;
     printf("%.3f hours. Time per phase: data wait %.1f s, forward %.1f s, loss %.1f s, backward %.1f s, "
-           "optimizer %.1f s\nResults saved to %s\n", total / 3600, p->data, p->forward, p->loss, p->backward,
-           p->optim, dir);
+           "optimizer %.1f s\n", total / 3600, p->data, p->forward, p->loss, p->backward, p->optim);
+    if (rs.best_epoch >= 0)
+        printf("Best epoch %d: P %.3f R %.3f mAP50 %.3f mAP50-95 %.3f (fitness %.4f)\n", rs.best_epoch,
+               rs.best.m.mp, rs.best.m.mr, rs.best.m.map50, rs.best.m.map, rs.best_fitness);
+    printf("Results saved to %s (weights/last.safetensors, weights/best.safetensors, results.csv)\n", dir);
+    val_result_free(&rs.best);
     trainer_free(&t);
     loader_close(ld);
     dataset_free(&ds);
+    dataset_free(&vds);
     return rc;
 }

@@ -1,11 +1,19 @@
-// device.cu: CUDA checks and GPU enumeration.
-#include <cuda_runtime.h>
-#include <stdio.h>
-#include <stdlib.h>
+// device.cu: GPU enumeration and the per-device context: stream, cuBLAS handle and the five
+// arenas, each one cudaMalloc made at init (plan, then allocate: STYLE.md section 5).
 #include <string.h>
 
-extern "C" {
 #include "gpu/device.h"
+
+enum { BLAS_WORKSPACE_BYTES = 32 << 20 };   // cuBLAS's recommendation for Hopper
+static const size_t IM2COL_CAP_FLOATS = (size_t)1 << 25;   // 128 MiB of fp32 im2col rows
+
+static size_t n_mallocs;   // process-wide count of cudaMalloc calls, for gpu_alloc_count
+
+extern "C" size_t gpu_alloc_count(void) { return n_mallocs; }
+
+static cudaError_t counted_malloc(void **p, size_t bytes) {
+    n_mallocs++;
+    return cudaMalloc(p, bytes);
 }
 
 extern "C" int gpu_list(GpuInfo *out, int max) {
@@ -24,3 +32,95 @@ extern "C" int gpu_list(GpuInfo *out, int max) {
     }
     return n;
 }
+
+static Arena *arena_of(Device *dev, int k) {
+    Arena *all[ARENA_COUNT] = { &dev->params, &dev->grads, &dev->optim, &dev->acts, &dev->scratch };
+    return all[k];
+}
+
+static const char *ARENA_NAMES[ARENA_COUNT] = { "params", "grads", "optim", "acts", "scratch" };
+
+static double mib(size_t bytes) { return bytes / 1048576.0; }
+
+// The planned arenas must fit in what the GPU has free now; say by how much they do not.
+static int check_fits(int id, const size_t bytes[ARENA_COUNT], Err *err) {
+    size_t free_b = 0, total_b = 0, want = BLAS_WORKSPACE_BYTES;
+    for (int k = 0; k < ARENA_COUNT; k++) want += bytes[k];
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        cudaGetLastError();
+        return err_set(err, "GPU %d: cannot read its free memory; check the driver with nvidia-smi",
+                       id);
+    }
+    if (want <= free_b) return 0;
+    return err_set(err, "out of GPU memory on GPU %d: the plan needs %.0f MiB (params %.0f, grads "
+                   "%.0f, optim %.0f, acts %.0f, scratch %.0f, cuBLAS %.0f) but %.0f of %.0f MiB "
+                   "are free; lower batch or imgsz", id, mib(want), mib(bytes[0]),
+                   mib(bytes[1]), mib(bytes[2]), mib(bytes[3]), mib(bytes[4]),
+                   mib(BLAS_WORKSPACE_BYTES), mib(free_b), mib(total_b));
+}
+
+extern "C" void device_defaults(Device *dev, int id) {
+    memset(dev, 0, sizeof *dev);
+    dev->id = id;
+    dev->precision = GPU_FP32;
+    dev->col_cap_floats = IM2COL_CAP_FLOATS;
+}
+
+extern "C" int device_init(Device *dev, int id, const size_t arena_bytes[ARENA_COUNT], Err *err) {
+    device_defaults(dev, id);
+    if (cudaSetDevice(id) != cudaSuccess) {
+        cudaGetLastError();
+        return err_set(err, "GPU %d cannot be used; list the GPUs with nvidia-smi and pick one", id);
+    }
+    if (check_fits(id, arena_bytes, err)) return -1;
+    checkCuda(cudaStreamCreateWithFlags(&dev->stream, cudaStreamNonBlocking));
+    checkCublas(cublasCreate(&dev->blas));
+    checkCublas(cublasSetStream(dev->blas, dev->stream));
+    // Our own workspace, so cuBLAS never allocates inside the step loop.
+    checkCuda(counted_malloc(&dev->blas_workspace, BLAS_WORKSPACE_BYTES));
+    checkCublas(cublasSetWorkspace(dev->blas, dev->blas_workspace, BLAS_WORKSPACE_BYTES));
+    for (int k = 0; k < ARENA_COUNT; k++) {
+        Arena *a = arena_of(dev, k);
+        a->name = ARENA_NAMES[k];
+        a->size = arena_bytes[k];
+        if (a->size && counted_malloc((void **)&a->base, a->size) != cudaSuccess) {
+            cudaGetLastError();
+            err_set(err, "out of GPU memory on GPU %d allocating the %s arena (%.0f MiB); lower "
+                    "batch or imgsz", id, a->name, mib(a->size));
+            device_free(dev);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+extern "C" void device_free(Device *dev) {
+    if (!dev->stream) return;
+    checkCuda(cudaSetDevice(dev->id));
+    checkCuda(cudaStreamSynchronize(dev->stream));
+    for (int k = ARENA_COUNT - 1; k >= 0; k--) {
+        Arena *a = arena_of(dev, k);
+        if (a->base) checkCuda(cudaFree(a->base));
+        a->base = NULL;
+        a->size = a->used = 0;
+    }
+    checkCublas(cublasDestroy(dev->blas));
+    checkCuda(cudaFree(dev->blas_workspace));
+    checkCuda(cudaStreamDestroy(dev->stream));
+    memset(dev, 0, sizeof *dev);
+}
+
+extern "C" void device_sync(Device *dev) { checkCuda(cudaStreamSynchronize(dev->stream)); }
+
+extern "C" void *arena_take(Arena *a, size_t bytes, size_t align) {
+    if (align == 0 || (align & (align - 1)))
+        die("arena_take(%s): alignment %zu is not a power of two", a->name, align);
+    size_t start = (a->used + align - 1) & ~(align - 1);
+    if (start > a->size || bytes > a->size - start)
+        die("arena %s: %zu bytes asked with %zu of %zu used; the memory plan is wrong", a->name,
+            bytes, a->used, a->size);
+    a->used = start + bytes;
+    return a->base + start;
+}
+
+extern "C" void arena_reset(Arena *a) { a->used = 0; }

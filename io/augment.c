@@ -76,7 +76,8 @@ void augment_boxes_to_pixels(const Box *in, int n, double w, double h, double pa
 // OpenCV's warpAffine/warpPerspective with INTER_LINEAR and a constant border, written for 3 channels:
 // every output pixel gets a source position in 1/32 px (X, Y), then 4 integer taps whose weights are
 // products of (32 − f) and f; (Σ w·v + 512) >> 10 equals OpenCV's 15-bit table arithmetic because
-// those weights are exact. OpenCV 4.11+ computes warps in float; both differ from it by at most 1 level.
+// those weights are exact. Checked equal to cv2 4.6 warpAffine/warpPerspective (OpenCV ≥ 4.11 rewrote
+// its warps in float and may differ from both by a level).
 
 // The inverse of an affine M written as OpenCV's invertAffineTransform, so rounding matches it too.
 static void affine_invert(const double M[9], double inv[9]) {

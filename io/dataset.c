@@ -763,6 +763,20 @@ static int jpeg_truncated(const char *path) {
     return !ok;
 }
 
+// A PNG with no IEND chunk in its last 4 KB was cut short: libpng's decoder rejects it (it reads up
+// to IEND), so it is excluded now rather than failing in the loader. The slack allows trailing bytes.
+static int png_truncated(const char *path) {
+    static const unsigned char iend[8] = {'I', 'E', 'N', 'D', 0xAE, 0x42, 0x60, 0x82};   // type, CRC
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    unsigned char head[4] = {0}, tail[4096];
+    int png = fread(head, 1, 4, f) == 4 && !memcmp(head, "\x89PNG", 4);
+    if (png && fseek(f, -(long)sizeof tail, SEEK_END) != 0) rewind(f);   // under 4 KB: all of it
+    size_t n = png ? fread(tail, 1, sizeof tail, f) : 0;
+    fclose(f);
+    return png && !memmem(tail, n, iend, sizeof iend);
+}
+
 // Size and colour components from the header; -1 when usable, else the reason (reported).
 static int image_check(Checker *c, const char *path, Sample *s) {
     if (!ext_in(path, decoded_exts)) {
@@ -785,6 +799,11 @@ static int image_check(Checker *c, const char *path, Sample *s) {
     if (s->w < MIN_IMAGE_SIDE || s->h < MIN_IMAGE_SIDE) {
         say(&c->r, SAY_EXCLUDE, path, 0, "image is %dx%d; images under %d pixels a side are not used",
             s->w, s->h, MIN_IMAGE_SIDE);
+        return DS_BAD_IMAGE;
+    }
+    if (png_truncated(path)) {
+        say(&c->r, SAY_EXCLUDE, path, 0, "PNG without its IEND end chunk (truncated); re-export or "
+            "remove it");
         return DS_BAD_IMAGE;
     }
     if (jpeg_truncated(path))

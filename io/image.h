@@ -25,6 +25,8 @@ int   image_probe(const char *path, int *w, int *h, Err *err);
 // 3 RGB/YCbCr/palette, 4 RGBA/CMYK) and the format name ("JPEG" or "PNG").
 typedef struct { int w, h, channels; const char *format; } ImageInfo;
 int   image_info(const char *path, ImageInfo *info, Err *err);
+// Save through `path.tmp` and a rename, so readers never see half a file. JPEG: quality 1..100
+// (clamped), 4:2:0 chroma. PNG: 8-bit RGB, lossless.
 int   image_save_jpeg(const char *path, const Image *im, int quality, Err *err);
 int   image_save_png(const char *path, const Image *im, Err *err);
 // Resize to (w,h) >= 1: bilinear (OpenCV INTER_LINEAR pixel-centre convention), or area averaging

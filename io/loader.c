@@ -279,9 +279,9 @@ static void slots_alloc(Loader *l) {
 
 static int check_config(const LoaderConfig *c, const Dataset *ds, Err *err) {
     if (ds->n < 1) return err_set(err, "loader: the dataset has no images");
-    if (c->batch < 1 || c->workers < 1 || c->aug.img_size < 32 || (c->prefetch && c->prefetch < 2))
+    if (c->batch < 1 || c->workers < 0 || c->aug.img_size < 32 || (c->prefetch && c->prefetch < 2))
         return err_set(err, "loader: batch=%d workers=%d imgsz=%d prefetch=%d: need batch >= 1, "
-                       "workers >= 1, imgsz >= 32, prefetch 0 or >= 2", c->batch, c->workers,
+                       "workers >= 0, imgsz >= 32, prefetch 0 or >= 2", c->batch, c->workers,
                        c->aug.img_size, c->prefetch);
     return 0;
 }
@@ -305,8 +305,9 @@ int loader_open(const LoaderConfig *cfg, const Dataset *ds, Loader **out, Err *e
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->work, NULL);
     pthread_cond_init(&l->done, NULL);
-    l->threads = xmalloc(cfg->workers * sizeof *l->threads);
-    for (; l->n_threads < cfg->workers; l->n_threads++)
+    int workers = cfg->workers ? cfg->workers : 1;   // the reference's 0 (main process): one thread
+    l->threads = xmalloc(workers * sizeof *l->threads);
+    for (; l->n_threads < workers; l->n_threads++)
         if (pthread_create(&l->threads[l->n_threads], NULL, worker, l)) break;
     if (l->n_threads == 0) {
         loader_close(l);
@@ -383,8 +384,10 @@ int loader_next(Loader *l, Batch **b) {
 void loader_release(Loader *l, Batch *b) {
     pthread_mutex_lock(&l->mu);
     Slot *s = &l->slot[b->slot];
-    s->id = -1, s->ready = s->handed = 0;
-    pthread_cond_broadcast(&l->work);
+    if (s->handed) {   // else a batch of an epoch that loader_start_epoch already dropped
+        s->id = -1, s->ready = s->handed = 0;
+        pthread_cond_broadcast(&l->work);
+    }
     pthread_mutex_unlock(&l->mu);
 }
 

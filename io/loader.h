@@ -12,7 +12,7 @@
 
 typedef struct {
     int       batch;          // N (>= 1)
-    int       workers;        // threads (>= 1)
+    int       workers;        // threads; 0 (the reference's "load in the main process") = 1
     int       prefetch;       // batch buffers in the ring (>= 2); 0 = 3
     uint64_t  seed;
     int       train;          // 1: shuffled, augmented (aug); 0: validation, in order, letterbox only

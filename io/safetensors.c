@@ -354,7 +354,8 @@ static int open_parsed(SafeTensors *st, Err *err) {
     st->tensor = xmalloc((size_t)st->n * sizeof(StTensor) + 1);
     for (int i = 0; i < st->n; i++) {
         st->tensor[i] = e[i].t;
-        st->tensor[i].data = st->map + 8 + hlen + e[i].begin;
+        // offsets are only known to lie inside the file once check_entries passed
+        st->tensor[i].data = rc ? NULL : st->map + 8 + hlen + e[i].begin;
     }
     free(e);
     if (!rc) rc = index_names(st, err);

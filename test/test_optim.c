@@ -136,7 +136,7 @@ static void test_sgd_matches_reference(void) {
         slots[k] = (ParamSlot){ w[k], g[k], N, k };
     }
     Sgd o;
-    sgd_init(&o, slots, 3);
+    sgd_init(&o, slots, 3, &backend_cpu, NULL, NULL);
     const double mu[3] = { 0.8, 0.85, 0.937 };   // momentum moves during warmup; buffers follow it
     for (int t = 0; t < 3; t++) {
         OptStep st = { .lr = { 0.1, 0.02, 0.05 }, .momentum = mu[t], .weight_decay = 0.01 };
@@ -165,7 +165,7 @@ static void test_sgd_groups_and_fixed(void) {   // same w, g and lr everywhere: 
         slots[k] = (ParamSlot){ w[k], g[k], N, group[k] };
     }
     Sgd o;
-    sgd_init(&o, slots, 4);
+    sgd_init(&o, slots, 4, &backend_cpu, NULL, NULL);
     OptStep st = { .step = 1, .lr = { 0.1, 0.1, 0.1 }, .momentum = 0.9, .weight_decay = 0.05 };
     for (int t = 0; t < 3; t++) {
         for (int k = 0; k < 4; k++)
@@ -187,7 +187,10 @@ static void test_sgd_groups_and_fixed(void) {   // same w, g and lr everywhere: 
 static void test_clip(void) {
     float a[2] = { 12, 0 }, b[1] = { 16 }, fixed_g[1] = { 1000 }, fixed_w[1] = { 7 };
     ParamSlot slots[3] = { { a, a, 2, 1 }, { fixed_w, fixed_g, 1, -1 }, { b, b, 1, 0 } };
-    float total = clip_grad_norm(slots, 3, 10.0f);   // sqrt(12^2 + 16^2) = 20; fixed ignored
+    Sgd o;
+    sgd_init(&o, slots, 3, &backend_cpu, NULL, NULL);
+    float total = clip_grad_norm(&o, 10.0f);   // sqrt(12^2 + 16^2) = 20; fixed ignored
+    sgd_free(&o);
     CHECK(total == 20.0f, "total %.9g", total);
     float coef = 1.0f / (20.0f + 1e-6f) * 10.0f;
     CHECK(a[0] == 12 * coef && b[0] == 16 * coef && a[1] == 0, "scaled %.9g %.9g", a[0], b[0]);
@@ -195,7 +198,9 @@ static void test_clip(void) {
     CHECK(fixed_g[0] == 1000, "the fixed tensor's grad is not clipped");
     float c[2] = { 3, 4 };
     ParamSlot small = { c, c, 2, 2 };
-    total = clip_grad_norm(&small, 1, 10.0f);
+    sgd_init(&o, &small, 1, &backend_cpu, NULL, NULL);
+    total = clip_grad_norm(&o, 10.0f);
+    sgd_free(&o);
     CHECK(total == 5.0f && c[0] == 3 && c[1] == 4, "small grads stay: %g %g %g", total, c[0], c[1]);
 }
 

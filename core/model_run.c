@@ -1,9 +1,10 @@
-// model_cpu.c: runs the model's node list on the CPU, forward (training or evaluation BN) and
-// backward. Backward recomputes each BN output and its SiLU from the stored pre-BN map z instead of
+// model_run.c: runs the model's node list on its backend (the CPU reference ops or the CUDA twins),
+// forward (training or evaluation BN) and backward. Backward recomputes each BN output and its SiLU from the stored pre-BN map z instead of
 // keeping them (DESIGN.md section 3). Every gradient accumulates (+=), so slices and values read
 // by several nodes just work.
 #include <string.h>
 
+#include "core/backend.h"
 #include "core/model.h"
 
 static const float BN_EPS = 1e-3f, BN_MOMENTUM = 0.03f;
@@ -34,28 +35,24 @@ static Map unit_z(const Model *m, const ConvUnit *u, const ConvDims *d) {
 static void unit_forward(Model *m, const ConvUnit *cu, int in, Map out, int n, int train) {
     ConvDims d = unit_dims(m, cu, in, n);
     Map x = model_value(m, in, n);
-    if (cu->bn_w < 0) { conv_forward_cpu(&d, x, P(m, cu->w), P(m, cu->b), out, m->ws); return; }
+    const Backend *be = m->be;
+    if (cu->bn_w < 0) { be->conv_forward(m->be_ctx, &d, x, P(m, cu->w), P(m, cu->b), out, m->ws); return; }
     Map z = unit_z(m, cu, &d);
-    conv_forward_cpu(&d, x, P(m, cu->w), NULL, z, m->ws);
+    be->conv_forward(m->be_ctx, &d, x, P(m, cu->w), NULL, z, m->ws);
     if (train) {
         float *mean = m->stats + cu->stats, *invstd = mean + d.K;
-        bn_forward_train_cpu(z, P(m, cu->bn_w), P(m, cu->bn_b), BN_EPS, BN_MOMENTUM,
+        be->bn_forward_train(m->be_ctx, z, P(m, cu->bn_w), P(m, cu->bn_b), BN_EPS, BN_MOMENTUM,
                              P(m, cu->bn_mean), P(m, cu->bn_var), mean, invstd, out);
     } else {
-        bn_forward_eval_cpu(z, P(m, cu->bn_w), P(m, cu->bn_b), BN_EPS, P(m, cu->bn_mean), P(m, cu->bn_var), out);
+        be->bn_forward_eval(m->be_ctx, z, P(m, cu->bn_w), P(m, cu->bn_b), BN_EPS, P(m, cu->bn_mean),
+                            P(m, cu->bn_var), out);
     }
 }
 
 // u = (z - mean) * invstd * gamma + beta with the batch statistics saved by the forward
 static void bn_recompute(const Model *m, const ConvUnit *cu, Map z, Map u) {
-    const float *mean = m->stats + cu->stats, *invstd = mean + z.C;
-    const float *g = P(m, cu->bn_w), *b = P(m, cu->bn_b);
-    size_t np = map_pixels(z);
-    for (size_t i = 0; i < np; i++) {
-        const float *zi = z.data + i * z.ld;
-        float *ui = u.data + i * u.ld;
-        for (int c = 0; c < z.C; c++) ui[c] = (zi[c] - mean[c]) * invstd[c] * g[c] + b[c];
-    }
+    const float *mean = m->stats + cu->stats;
+    m->be->bn_apply(m->be_ctx, z, P(m, cu->bn_w), P(m, cu->bn_b), mean, mean + z.C, u);
 }
 
 // Backward of one conv unit given du (gradient at the BN output, or at the conv output without BN).
@@ -66,41 +63,43 @@ static void unit_backward(Model *m, const ConvUnit *cu, int in, Map du, int n) {
         Map z = unit_z(m, cu, &d);
         dz = map_make(m->tmp_b, d.N, d.P, d.Q, d.K);
         const float *mean = m->stats + cu->stats;
-        bn_backward_cpu(z, P(m, cu->bn_w), mean, mean + d.K, du, dz, G(m, cu->bn_w), G(m, cu->bn_b));
+        m->be->bn_backward(m->be_ctx, z, P(m, cu->bn_w), mean, mean + d.K, du, dz, G(m, cu->bn_w), G(m, cu->bn_b));
     }
     if (in == m->input) dx.data = NULL;          // no gradient for the images
-    conv_backward_cpu(&d, x, P(m, cu->w), dz, dx, G(m, cu->w), G(m, cu->b), m->ws);
+    m->be->conv_backward(m->be_ctx, &d, x, P(m, cu->w), dz, dx, G(m, cu->w), G(m, cu->b), m->ws);
 }
 
-void model_forward_cpu(Model *m, const float *images, int n, int h, int w, int train) {
+void model_forward(Model *m, const float *images, int n, int h, int w, int train) {
+    const Backend *be = m->be;
+    void *ctx = m->be_ctx;
     model_set_size(m, h, w);
     Map in = model_value(m, m->input, n);
-    memcpy(in.data, images, map_floats(in) * sizeof(float));
+    be->upload(ctx, in.data, images, map_floats(in));
     for (int i = 0; i < m->n_nodes; i++) {
         const Node *nd = &m->nodes[i];
         Map x = model_value(m, nd->in, n), y = model_value(m, nd->out, n);
         switch (nd->op) {
         case OP_CONV:
             unit_forward(m, &nd->cv, nd->in, y, n, train);
-            if (nd->act) silu_forward_cpu(y, y);
+            if (nd->act) be->silu_forward(ctx, y, y);
             break;
         case OP_REPCONV: {
             Map t = map_make(m->tmp_a, n, y.H, y.W, y.C);
             unit_forward(m, &nd->cv, nd->in, y, n, train);
             unit_forward(m, &nd->cv2, nd->in, t, n, train);
-            accumulate_map_cpu(t, y);
-            silu_forward_cpu(y, y);
+            be->accumulate_map(ctx, t, y);
+            be->silu_forward(ctx, y, y);
             break;
         }
-        case OP_MAXPOOL:  maxpool_forward_cpu(x, nd->k, nd->stride, nd->pad, y); break;
-        case OP_AVGPOOL:  avgpool_forward_cpu(x, nd->k, nd->stride, nd->pad, y); break;
-        case OP_UPSAMPLE: upsample_forward_cpu(x, nd->k, y); break;
-        case OP_COPY:     copy_map_cpu(x, y); break;
-        case OP_ADD:      add_forward_cpu(x, model_value(m, nd->in2, n), y); break;
+        case OP_MAXPOOL:  be->maxpool_forward(ctx, x, nd->k, nd->stride, nd->pad, y); break;
+        case OP_AVGPOOL:  be->avgpool_forward(ctx, x, nd->k, nd->stride, nd->pad, y); break;
+        case OP_UPSAMPLE: be->upsample_forward(ctx, x, nd->k, y); break;
+        case OP_COPY:     be->copy_map(ctx, x, y); break;
+        case OP_ADD:      be->add_forward(ctx, x, model_value(m, nd->in2, n), y); break;
         }
     }
     if (train) m->bn_batches++;
-    memset(m->dact, 0, m->n_act * sizeof(float));  // gradients of this batch start from zero
+    be->zero(ctx, m->dact, m->n_act);              // gradients of this batch start from zero
 }
 
 // du = dy * silu'(u) with u the recomputed pre-activation of a conv (or RepConv) node
@@ -113,14 +112,15 @@ static Map act_grad(Model *m, const Node *nd, int n) {
         ConvDims d2 = unit_dims(m, &nd->cv2, nd->in, n);
         Map u2 = map_make(m->tmp_b, n, d2.P, d2.Q, d2.K);
         bn_recompute(m, &nd->cv2, unit_z(m, &nd->cv2, &d2), u2);
-        accumulate_map_cpu(u2, u);
+        m->be->accumulate_map(m->be_ctx, u2, u);
     }
-    silu_backward_cpu(u, model_grad(m, nd->out, n), u);   // elementwise: du may alias u
+    m->be->silu_backward(m->be_ctx, u, model_grad(m, nd->out, n), u);   // elementwise: du may alias u
     return u;
 }
 
-void model_backward_cpu(Model *m, int n, int h, int w) {
-    (void)h; (void)w;
+void model_backward(Model *m, int n) {
+    const Backend *be = m->be;
+    void *ctx = m->be_ctx;
     for (int i = m->n_nodes - 1; i >= 0; i--) {
         const Node *nd = &m->nodes[i];
         Map dy = model_grad(m, nd->out, n), x = model_value(m, nd->in, n), dx = model_grad(m, nd->in, n);
@@ -132,16 +132,16 @@ void model_backward_cpu(Model *m, int n, int h, int w) {
             if (nd->op == OP_REPCONV) unit_backward(m, &nd->cv2, nd->in, du, n);
             break;
         }
-        case OP_MAXPOOL:  maxpool_backward_cpu(x, nd->k, nd->stride, nd->pad, dy, dx); break;
-        case OP_AVGPOOL:  avgpool_backward_cpu(nd->k, nd->stride, nd->pad, dy, dx); break;
-        case OP_UPSAMPLE: upsample_backward_cpu(nd->k, dy, dx); break;
-        case OP_COPY:     accumulate_map_cpu(dy, dx); break;
+        case OP_MAXPOOL:  be->maxpool_backward(ctx, x, nd->k, nd->stride, nd->pad, dy, dx); break;
+        case OP_AVGPOOL:  be->avgpool_backward(ctx, nd->k, nd->stride, nd->pad, dy, dx); break;
+        case OP_UPSAMPLE: be->upsample_backward(ctx, nd->k, dy, dx); break;
+        case OP_COPY:     be->accumulate_map(ctx, dy, dx); break;
         case OP_ADD:
-            accumulate_map_cpu(dy, dx);
-            accumulate_map_cpu(dy, model_grad(m, nd->in2, n));
+            be->accumulate_map(ctx, dy, dx);
+            be->accumulate_map(ctx, dy, model_grad(m, nd->in2, n));
             break;
         }
     }
 }
 
-void model_zero_grad(Model *m) { memset(m->grad, 0, m->n_state * sizeof(float)); }
+void model_zero_grad(Model *m) { m->be->zero(m->be_ctx, m->grad, m->n_state); }

@@ -1,0 +1,83 @@
+// step.c: training-step speed with a per-phase breakdown (forward, loss, backward, optimizer).
+//   make benches && ./bench/step                    CPU: gelan-s 4x256, gelan-t 8x320, gelan-s 4x640
+//   ./bench/step CONFIG imgsz batch steps [device [precision]]...   e.g. cfg/s.ini 640 64 20 0 bf16
+// "fwd1" is one training-mode forward alone. Images and targets are random (data loading is
+// measured by bench/loader and by the training loop's own data-wait figure). On a GPU every phase
+// ends in a stream wait (the loss items and the gradient norm come back to the host), so the
+// phase times are real; the plan printed is the whole GPU memory the run holds (nothing else is
+// allocated after it).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cfg/config.h"
+#include "core/train.h"
+#ifdef USE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+static void random_batch(Trainer *t, int n, int S, float *targets, int *nt, Rng *r) {
+    for (size_t i = 0; i < (size_t)n * S * S * 3; i++) t->input[i] = (float)rng_uniform(r, 0, 1);
+    *nt = 0;
+    for (int b = 0; b < n; b++)
+        for (int k = 0; k < 6; k++, (*nt)++) {
+            float *row = targets + 6 * *nt;
+            row[0] = b; row[1] = rng_int(r, t->m.nc);
+            row[4] = (float)rng_uniform(r, 0.05, 0.4); row[5] = (float)rng_uniform(r, 0.05, 0.4);
+            row[2] = (float)rng_uniform(r, row[4] / 2, 1 - row[4] / 2);
+            row[3] = (float)rng_uniform(r, row[5] / 2, 1 - row[5] / 2);
+        }
+}
+
+static void sync(const Trainer *t) {
+#ifdef USE_CUDA
+    if (t->dev) cudaDeviceSynchronize();
+#endif
+}
+
+static int bench(const char *cfgfile, int S, int n, int steps, int gpu, const char *precision) {
+    static Config cfg;
+    Err err;
+    char a1[32], a2[32], a3[32];
+    snprintf(a1, sizeof a1, "imgsz=%d", S);
+    snprintf(a2, sizeof a2, "batch=%d", n);
+    snprintf(a3, sizeof a3, "precision=%s", precision);
+    char *ov[] = { a1, a2, a3, "epochs=1" };
+    if (config_load(cfgfile, 4, ov, &cfg, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
+    Trainer t;
+    if (trainer_init(&t, &cfg, steps + 1, gpu, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
+    static float targets[6 * 6 * 256];
+    int nt;
+    Rng r = rng_for(1, 2, 3);
+    random_batch(&t, n, S, targets, &nt, &r);
+    LossOut lo;
+    for (int i = 0; i < 2; i++) trainer_step(&t, n, S, targets, nt, 0, i, &lo, &err);   // warm-up
+    sync(&t);
+    double t0 = now_seconds();
+    model_forward(&t.m, t.input, n, S, S, 1);
+    sync(&t);
+    double fwd = now_seconds() - t0;
+    memset(&t.t, 0, sizeof t.t);
+    t0 = now_seconds();
+    for (int i = 2; i < steps + 2; i++) trainer_step(&t, n, S, targets, nt, 0, i, &lo, &err);
+    sync(&t);
+    double dt = (now_seconds() - t0) / steps;
+    const PhaseTimes *p = &t.t;
+    printf("%-10s %4d %5d %5s %5s %8.4f  %8.4f  %8.4f %7.4f %8.4f %7.4f  %7.1f\n", cfg.file, S, n,
+           gpu < 0 ? "cpu" : "gpu", gpu < 0 ? "fp32" : precision, fwd, dt, p->forward / steps, p->loss / steps,
+           p->backward / steps, p->optim / steps, n / dt);
+    trainer_free(&t);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    printf("%-10s %4s %5s %5s %5s %8s  %8s  %8s %7s %8s %7s  %7s\n", "config", "size", "batch", "dev", "prec",
+           "fwd1 s", "step s", "forward", "loss", "backward", "optim", "img/s");
+    if (argc > 1) {
+        if (argc < 5) { fprintf(stderr, "usage: bench/step CONFIG imgsz batch steps [device [precision]]\n"); return 2; }
+        int gpu = argc > 5 && strcmp(argv[5], "cpu") ? atoi(argv[5]) : -1;
+        return bench(argv[1], atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), gpu, argc > 6 ? argv[6] : "bf16");
+    }
+    return bench("cfg/s.ini", 256, 4, 2, -1, "fp32") || bench("cfg/t.ini", 320, 8, 3, -1, "fp32") ||
+           bench("cfg/s.ini", 640, 4, 2, -1, "fp32");
+}

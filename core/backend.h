@@ -1,0 +1,56 @@
+// backend.h: the ops one model executor (core/model_run.c) needs, as a table of functions, so the
+// same node walk drives the CPU reference ops (core/backend_cpu.c) or their CUDA twins
+// (gpu/backend_gpu.c). ctx is the backend's state: NULL for the CPU, the Device for a GPU.
+// Contracts are those of core/ops.h (outputs =, gradients +=); pointers live in the backend's memory.
+#pragma once
+#include <stddef.h>
+
+#include "core/ops.h"
+
+// A trainable tensor as the optimizer sees it: weights, gradients, element count, and its group:
+// 0 biases (no decay), 1 conv weights (decay), 2 BN weights (no decay), -1 fixed (the DFL
+// projection: never updated, decayed or clipped; g may be NULL).
+typedef struct { float *w, *g; size_t n; int group; } ParamSlot;
+
+typedef struct Backend {
+    const char *name;     // "cpu", "cuda"
+    void (*conv_forward)(void *ctx, const ConvDims *d, Map x, const float *w, const float *b, Map y, float *ws);
+    void (*conv_backward)(void *ctx, const ConvDims *d, Map x, const float *w, Map dy, Map dx, float *dw,
+                          float *db, float *ws);
+    void (*bn_forward_train)(void *ctx, Map z, const float *gamma, const float *beta, float eps, float momentum,
+                             float *running_mean, float *running_var, float *mean, float *invstd, Map u);
+    void (*bn_forward_eval)(void *ctx, Map z, const float *gamma, const float *beta, float eps,
+                            const float *running_mean, const float *running_var, Map u);
+    void (*bn_backward)(void *ctx, Map z, const float *gamma, const float *mean, const float *invstd, Map du,
+                        Map dz, float *dgamma, float *dbeta);
+    // u = (z - mean) * invstd * gamma + beta with saved batch statistics (backward recomputes BN outputs)
+    void (*bn_apply)(void *ctx, Map z, const float *gamma, const float *beta, const float *mean,
+                     const float *invstd, Map u);
+    void (*silu_forward)(void *ctx, Map u, Map y);
+    void (*silu_backward)(void *ctx, Map u, Map dy, Map du);
+    void (*add_forward)(void *ctx, Map a, Map b, Map y);
+    void (*copy_map)(void *ctx, Map src, Map dst);
+    void (*accumulate_map)(void *ctx, Map src, Map dst);
+    void (*maxpool_forward)(void *ctx, Map x, int k, int stride, int pad, Map y);
+    void (*maxpool_backward)(void *ctx, Map x, int k, int stride, int pad, Map dy, Map dx);
+    void (*avgpool_forward)(void *ctx, Map x, int k, int stride, int pad, Map y);
+    void (*avgpool_backward)(void *ctx, int k, int stride, int pad, Map dy, Map dx);
+    void (*upsample_forward)(void *ctx, Map x, int factor, Map y);
+    void (*upsample_backward)(void *ctx, int factor, Map dy, Map dx);
+    // the optimizer's elementwise parts (core/optim.c has the formulas) over every slot of group
+    // >= 0, prepared once: optim_prepare returns a handle (release it with free) for the slots and
+    // their momentum buffers `buf` packed in slot order. Then: sum of squared gradients (double),
+    // gradients *= s, and one SGD nesterov step with lr[group], momentum mu, weight decay wd on group 1.
+    void *(*optim_prepare)(void *ctx, const ParamSlot *slots, int n_slots, float *buf);
+    double (*grad_sumsq)(void *ctx, const void *prep);
+    void (*grad_scale)(void *ctx, const void *prep, float s);
+    void (*sgd_apply)(void *ctx, const void *prep, const float lr[3], float mu, float wd, int first);
+    // ema <- ema*d; ema <- ema + (1-d)*x (fp32, PyTorch's rounding order)
+    void (*ema_update)(void *ctx, float *ema, const float *x, size_t n, double d);
+    // memory of the backend: zero n floats; copy n floats from / to host memory (blocking)
+    void (*zero)(void *ctx, float *p, size_t n);
+    void (*upload)(void *ctx, float *dst, const float *host, size_t n);
+    void (*download)(void *ctx, float *host, const float *src, size_t n);
+} Backend;
+
+extern const Backend backend_cpu;

@@ -1,0 +1,66 @@
+// backend_cpu.c: the CPU reference ops (core/ops.h) behind the Backend table.
+#include <string.h>
+
+#include "core/backend.h"
+#include "core/optim.h"
+
+static void conv_fwd(void *c, const ConvDims *d, Map x, const float *w, const float *b, Map y, float *ws) {
+    conv_forward_cpu(d, x, w, b, y, ws);
+}
+static void conv_bwd(void *c, const ConvDims *d, Map x, const float *w, Map dy, Map dx, float *dw, float *db,
+                     float *ws) {
+    conv_backward_cpu(d, x, w, dy, dx, dw, db, ws);
+}
+static void bn_train(void *c, Map z, const float *g, const float *b, float eps, float mom, float *rm, float *rv,
+                     float *mean, float *invstd, Map u) {
+    bn_forward_train_cpu(z, g, b, eps, mom, rm, rv, mean, invstd, u);
+}
+static void bn_eval(void *c, Map z, const float *g, const float *b, float eps, const float *rm, const float *rv,
+                    Map u) {
+    bn_forward_eval_cpu(z, g, b, eps, rm, rv, u);
+}
+static void bn_bwd(void *c, Map z, const float *g, const float *mean, const float *invstd, Map du, Map dz,
+                   float *dg, float *db) {
+    bn_backward_cpu(z, g, mean, invstd, du, dz, dg, db);
+}
+static void bn_apply(void *c, Map z, const float *g, const float *b, const float *mean, const float *invstd, Map u) {
+    size_t np = map_pixels(z);
+    for (size_t i = 0; i < np; i++) {
+        const float *zi = z.data + i * z.ld;
+        float *ui = u.data + i * u.ld;
+        for (int k = 0; k < z.C; k++) ui[k] = (zi[k] - mean[k]) * invstd[k] * g[k] + b[k];
+    }
+}
+static void silu_fwd(void *c, Map u, Map y) { silu_forward_cpu(u, y); }
+static void silu_bwd(void *c, Map u, Map dy, Map du) { silu_backward_cpu(u, dy, du); }
+static void add_fwd(void *c, Map a, Map b, Map y) { add_forward_cpu(a, b, y); }
+static void copy(void *c, Map s, Map d) { copy_map_cpu(s, d); }
+static void accumulate(void *c, Map s, Map d) { accumulate_map_cpu(s, d); }
+static void maxpool_fwd(void *c, Map x, int k, int s, int p, Map y) { maxpool_forward_cpu(x, k, s, p, y); }
+static void maxpool_bwd(void *c, Map x, int k, int s, int p, Map dy, Map dx) { maxpool_backward_cpu(x, k, s, p, dy, dx); }
+static void avgpool_fwd(void *c, Map x, int k, int s, int p, Map y) { avgpool_forward_cpu(x, k, s, p, y); }
+static void avgpool_bwd(void *c, int k, int s, int p, Map dy, Map dx) { avgpool_backward_cpu(k, s, p, dy, dx); }
+static void upsample_fwd(void *c, Map x, int f, Map y) { upsample_forward_cpu(x, f, y); }
+static void upsample_bwd(void *c, int f, Map dy, Map dx) { upsample_backward_cpu(f, dy, dx); }
+typedef struct { const ParamSlot *slots; int n; float *buf; } Prepared;
+static void *prepare(void *c, const ParamSlot *slots, int n, float *buf) {
+    Prepared *p = xmalloc(sizeof *p);
+    *p = (Prepared){ slots, n, buf };
+    return p;
+}
+static double sumsq(void *c, const void *h) { const Prepared *p = h; return grad_sumsq_slots_cpu(p->slots, p->n); }
+static void scale(void *c, const void *h, float f) { const Prepared *p = h; grad_scale_slots_cpu(p->slots, p->n, f); }
+static void sgd(void *c, const void *h, const float lr[3], float mu, float wd, int first) {
+    const Prepared *p = h;
+    sgd_apply_slots_cpu(p->slots, p->n, p->buf, lr, mu, wd, first);
+}
+static void ema(void *c, float *e, const float *x, size_t n, double d) { ema_update_cpu(e, x, n, d); }
+static void zero(void *c, float *p, size_t n) { memset(p, 0, n * sizeof(float)); }
+static void upload(void *c, float *dst, const float *src, size_t n) { memcpy(dst, src, n * sizeof(float)); }
+static void download(void *c, float *dst, const float *src, size_t n) { memcpy(dst, src, n * sizeof(float)); }
+
+const Backend backend_cpu = {
+    "cpu", conv_fwd, conv_bwd, bn_train, bn_eval, bn_bwd, bn_apply, silu_fwd, silu_bwd, add_fwd, copy, accumulate,
+    maxpool_fwd, maxpool_bwd, avgpool_fwd, avgpool_bwd, upsample_fwd, upsample_bwd, prepare, sumsq, scale, sgd, ema,
+    zero, upload, download,
+};

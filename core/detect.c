@@ -1,0 +1,337 @@
+// detect.c: inference on image files (YOLOv9 detect.py): letterbox (auto: padded to a multiple of 32),
+// forward in evaluation mode, decode, NMS (conf 0.25, iou 0.45, best class), boxes back to the image,
+// then drawn pictures and label files under runs/detect/NAME. Legend: A anchors, nc classes.
+#include "core/detect.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/model.h"
+#include "io/augment.h"
+#include "io/dataset.h"
+#include "io/image.h"
+#include "io/safetensors.h"
+#include "io/synth.h"
+
+// ---- arguments -----------------------------------------------------------------------------
+
+static int parse_float(const char *key, const char *v, float lo, float hi, float *out, Err *err) {
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || end == v || *end || !(x >= lo && x <= hi))
+        return err_set(err, "command line: %s=%s: expected a number in [%g, %g]", key, v, lo, hi);
+    *out = (float)x;
+    return 0;
+}
+
+// One of our keys at argv[i] ("key=v", "--key=v" or "--key v"): *used = arguments consumed (0: not ours).
+static int take_one(int argc, char **argv, int i, DetectOptions *o, int *used, Err *err) {
+    static const char *const keys[] = { "source", "conf", "iou" };
+    const char *a = argv[i], *s = !strncmp(a, "--", 2) ? a + 2 : a;
+    *used = 0;
+    for (int k = 0; k < 3; k++) {
+        size_t n = strlen(keys[k]);
+        if (strncmp(s, keys[k], n) || (s[n] && s[n] != '=')) continue;
+        if (!s[n] && s == a) return 0;            // a bare word "source" is no key
+        const char *v = s[n] ? s + n + 1 : i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v || !*v) return err_set(err, "command line: %s needs a value, e.g. %s=images/", keys[k], keys[k]);
+        *used = s[n] ? 1 : 2;
+        if (k == 0) { snprintf(o->source, sizeof o->source, "%s", v); return 0; }
+        return parse_float(keys[k], v, 0, 1, k == 1 ? &o->nms.conf_thres : &o->nms.iou_thres, err);
+    }
+    return 0;
+}
+
+int detect_take_args(int *argc, char **argv, DetectOptions *o, Err *err) {
+    memset(o, 0, sizeof *o);
+    o->nms = nms_detect_options();
+    int n = 0;
+    for (int i = 0; i < *argc;) {
+        int used;
+        if (take_one(*argc, argv, i, o, &used, err)) return -1;
+        if (!used) argv[n++] = argv[i++];
+        else i += used;
+    }
+    *argc = n;
+    return 0;
+}
+
+// ---- sources -------------------------------------------------------------------------------
+
+typedef struct { char **path; int n, cap; } PathList;
+
+static void paths_add(PathList *l, const char *p) {
+    if (l->n == l->cap) l->cap = 2 * l->cap + 16, l->path = xrealloc(l->path, sizeof *l->path * l->cap);
+    l->path[l->n++] = xstrdup(p);
+}
+
+static int is_image_name(const char *name) {
+    const char *dot = strrchr(name, '.');
+    if (!dot) return 0;
+    char ext[8] = { 0 };
+    for (int i = 0; i < 7 && dot[1 + i]; i++) ext[i] = (char)tolower((unsigned char)dot[1 + i]);
+    return !strcmp(ext, "jpg") || !strcmp(ext, "jpeg") || !strcmp(ext, "png");
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static int list_folder(const char *dir, PathList *l, Err *err) {
+    DIR *d = opendir(dir);
+    if (!d) return err_set(err, "source=%s: cannot open the folder: %s", dir, strerror(errno));
+    char p[2 * CFG_PATH];
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.' || !is_image_name(e->d_name)) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        paths_add(l, p);
+    }
+    closedir(d);
+    qsort(l->path, l->n, sizeof *l->path, cmp_str);
+    return 0;
+}
+
+static int list_file(const char *txt, PathList *l, Err *err) {
+    FILE *f = fopen(txt, "r");
+    if (!f) return err_set(err, "source=%s: cannot open the list: %s", txt, strerror(errno));
+    char line[2 * CFG_PATH];
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\r\n")] = 0;
+        if (line[0]) paths_add(l, line);
+    }
+    fclose(f);
+    return 0;
+}
+
+// source: a folder (its JPEG/PNG files, sorted), a .txt list (one path a line), or one image.
+static int list_sources(const char *src, PathList *l, Err *err) {
+    struct stat st;
+    if (!src[0]) return err_set(err, "detect needs source=IMAGE, source=FOLDER or source=LIST.txt");
+    if (stat(src, &st)) return err_set(err, "source=%s: %s", src, strerror(errno));
+    size_t n = strlen(src);
+    int rc = S_ISDIR(st.st_mode) ? list_folder(src, l, err)
+           : n > 4 && !strcmp(src + n - 4, ".txt") ? list_file(src, l, err) : (paths_add(l, src), 0);
+    if (!rc && !l->n) rc = err_set(err, "source=%s: no JPEG or PNG images found", src);
+    return rc;
+}
+
+static void paths_free(PathList *l) {
+    for (int i = 0; i < l->n; i++) free(l->path[i]);
+    free(l->path);
+}
+
+// ---- classes and output folder ---------------------------------------------------------------
+
+// nc of a weights file: the rows of the first head's class conv bias (DDetect cv3.0.2).
+static int weights_nc(const char *path, int *nc, Err *err) {
+    SafeTensors st;
+    if (st_open(path, &st, err)) return -1;
+    *nc = 0;
+    const char *tail = ".cv3.0.2.bias";
+    for (int i = 0; i < st.n && !*nc; i++) {
+        size_t n = strlen(st.tensor[i].name), t = strlen(tail);
+        if (n > t && !strcmp(st.tensor[i].name + n - t, tail) && st.tensor[i].ndim == 1) *nc = (int)st.tensor[i].shape[0];
+    }
+    st_close(&st);
+    return *nc ? 0 : err_set(err, "%s: no detection head (*%s) found: not weights of a YOLO detector", path, tail);
+}
+
+// nc names: the dataset's (when configured), the synthetic dataset's (nc 6), or class0.. .
+static char **class_names(const Config *cfg, int nc, Err *err) {
+    char **names = xcalloc(nc, sizeof *names);
+    if (cfg->data[0] || cfg->n_data_kv) {
+        DataSpec spec;
+        if (dataspec_read(NULL, cfg, &spec, err)) { free(names); return NULL; }
+        int ok = spec.nc == nc;
+        for (int c = 0; ok && c < nc; c++) names[c] = xstrdup(spec.names[c]);
+        if (!ok) err_set(err, "%s names %d classes but the weights have %d", spec.file, spec.nc, nc);
+        dataspec_free(&spec);
+        if (!ok) { free(names); return NULL; }
+        return names;
+    }
+    char buf[32];
+    for (int c = 0; c < nc; c++) {
+        snprintf(buf, sizeof buf, "class%d", c);
+        names[c] = xstrdup(nc == SYNTH_NC ? synth_names[c] : buf);
+    }
+    return names;
+}
+
+static int make_dirs(const char *path) {   // mkdir -p
+    char buf[3 * CFG_PATH];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, 0755) && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    return mkdir(buf, 0755) && errno != EEXIST ? -1 : 0;
+}
+
+// runs/detect/exp, exp2, ... (project= from the command line replaces runs/detect; the INIs' project is
+// the training folder), and its labels/ folder.
+static int output_dir(const Config *cfg, char *dir, size_t size, Err *err) {
+    const Where *w = config_where(cfg, "project");
+    const char *project = w && !strcmp(w->file, "command line") ? cfg->project : "runs/detect";
+    struct stat st;
+    for (int k = 1; k < 10000; k++) {
+        if (k == 1) snprintf(dir, size, "%s/%s", project, cfg->name);
+        else snprintf(dir, size, "%s/%s%d", project, cfg->name, k);
+        if (cfg->exist_ok || stat(dir, &st)) break;
+    }
+    char p[3 * CFG_PATH];
+    snprintf(p, sizeof p, "%s/labels", dir);
+    if (make_dirs(p)) return err_set(err, "cannot create %s: %s; set project= to a writable folder", p, strerror(errno));
+    return 0;
+}
+
+// ---- one image -----------------------------------------------------------------------------
+
+typedef struct {
+    Model  *m;
+    char  **names;
+    float  *input, *boxes, *scores;   // (S, S, 3), (A, 4), (A, nc) for the largest input
+    Det    *det;                      // (max_det)
+    const DetectOptions *o;
+    const char *dir;
+} Detector;
+
+// Ultralytics' 20-colour palette, one per class modulo 20.
+static void class_colour(int c, uint8_t rgb[3]) {
+    static const uint32_t hex[20] = { 0xFF3838, 0xFF9D97, 0xFF701F, 0xFFB21D, 0xCFD231, 0x48F90A, 0x92CC17,
+        0x3DDB86, 0x1A9334, 0x00D4BB, 0x2C99A8, 0x00C2FF, 0x344593, 0x6473FF, 0x0018EC, 0x8438FF, 0x520085,
+        0xCB38FF, 0xFF95C8, 0xFF37C7 };
+    uint32_t h = hex[c % 20];
+    rgb[0] = (uint8_t)(h >> 16); rgb[1] = (uint8_t)(h >> 8); rgb[2] = (uint8_t)h;
+}
+
+static void draw(Image *im, const Det *d, int nd, char *const *names) {
+    int lw = (int)fmax(round((im->w + im->h + 3) / 2.0 * 0.003), 2);   // the reference's line width
+    int scale = lw > 2 ? lw - 1 : 1;
+    static const uint8_t white[3] = { 255, 255, 255 };
+    for (int i = nd - 1; i >= 0; i--) {                 // reversed, as detect.py: best on top
+        uint8_t c[3];
+        class_colour(d[i].cls, c);
+        int x1 = (int)d[i].x1, y1 = (int)d[i].y1, x2 = (int)d[i].x2, y2 = (int)d[i].y2;
+        image_draw_rect(im, x1, y1, x2, y2, lw, c);
+        char label[160];
+        snprintf(label, sizeof label, "%s %.2f", names[d[i].cls], d[i].conf);
+        int tw, th;
+        image_text_size(label, scale, &tw, &th);
+        image_draw_text_scaled(im, x1, y1 >= th ? y1 - th : y1, scale, label, white, c);
+    }
+}
+
+// labels/STEM.txt: `cls cx cy w h conf` normalised to the image, '%g' as detect.py writes them.
+static int write_labels(const char *path, const Det *d, int nd, int w, int h, Err *err) {
+    FILE *f = fopen(path, "w");
+    if (!f) return err_set(err, "cannot write %s: %s", path, strerror(errno));
+    for (int i = 0; i < nd; i++)
+        fprintf(f, "%d %g %g %g %g %g\n", d[i].cls, (d[i].x1 + d[i].x2) / 2 / w, (d[i].y1 + d[i].y2) / 2 / h,
+                (d[i].x2 - d[i].x1) / w, (d[i].y2 - d[i].y1) / h, d[i].conf);
+    return fclose(f) ? err_set(err, "cannot write %s: %s", path, strerror(errno)) : 0;
+}
+
+// Letterbox (scale up allowed, padded to a multiple of 32), forward, decode, NMS, back to the image.
+static int infer(Detector *dt, const Image *img) {
+    Model *m = dt->m;
+    LetterboxInfo lb;
+    Image lbi = augment_letterbox(img, m->imgsz, m->imgsz, 1, 32, &lb);
+    size_t npx = (size_t)lbi.w * lbi.h * 3;
+    for (size_t k = 0; k < npx; k++) dt->input[k] = lbi.px[k] / 255.0f;
+    model_forward(m, dt->input, 1, lbi.h, lbi.w, 0);
+    image_free(&lbi);
+    Map head[4];
+    for (int l = 0; l < m->n_levels; l++) head[l] = model_value(m, m->head[l], 1);
+    nms_decode(head, m->strides, m->n_levels, 0, m->nc, dt->boxes, dt->scores);
+    int nd = nms_run(dt->boxes, dt->scores, nms_anchors(head, m->n_levels), m->nc, &dt->o->nms, dt->det);
+    float r = (float)lb.r, pw = (float)lb.padw, ph = (float)lb.padh;
+    for (int i = 0; i < nd; i++) {                     // scale_boxes: unpad, unscale, clip
+        Det *d = &dt->det[i];
+        d->x1 = fminf(fmaxf((d->x1 - pw) / r, 0), (float)img->w); d->x2 = fminf(fmaxf((d->x2 - pw) / r, 0), (float)img->w);
+        d->y1 = fminf(fmaxf((d->y1 - ph) / r, 0), (float)img->h); d->y2 = fminf(fmaxf((d->y2 - ph) / r, 0), (float)img->h);
+    }
+    return nd;
+}
+
+// One source image: detections, the drawn copy and (when anything was found) its label file.
+static int detect_one(Detector *dt, const char *path, int i, int n, Err *err) {
+    Image img;
+    if (image_load(path, &img, err)) return -1;
+    double t0 = now_seconds();
+    int nd = infer(dt, &img);
+    double ms = (now_seconds() - t0) * 1e3;
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    char out[4 * CFG_PATH], stem[CFG_PATH];
+    snprintf(stem, sizeof stem, "%s", base);
+    char *dot = strrchr(stem, '.');
+    if (dot) *dot = 0;
+    snprintf(out, sizeof out, "%s/labels/%s.txt", dt->dir, stem);
+    int rc = nd ? write_labels(out, dt->det, nd, img.w, img.h, err) : 0;
+    draw(&img, dt->det, nd, dt->names);
+    snprintf(out, sizeof out, "%s/%s", dt->dir, base);
+    size_t len = strlen(out);
+    int png = len > 4 && !strcasecmp(out + len - 4, ".png");
+    if (!rc) rc = png ? image_save_png(out, &img, err) : image_save_jpeg(out, &img, 95, err);
+    printf("image %d/%d %s: %dx%d %d detection%s, %.1fms\n", i + 1, n, path, img.w, img.h, nd, nd == 1 ? "" : "s", ms);
+    image_free(&img);
+    return rc;
+}
+
+static int detect_all(Detector *dt, const PathList *src) {
+    int failed = 0;
+    Err err;
+    for (int i = 0; i < src->n; i++)
+        if (detect_one(dt, src->path[i], i, src->n, &err)) { fprintf(stderr, "yolotrain detect: %s\n", err.msg); failed++; }
+    printf("Results saved to %s (%d images, %d labels in %s/labels)%s\n", dt->dir, src->n - failed, src->n - failed,
+           dt->dir, failed ? "; some images failed, see above" : "");
+    return failed ? 1 : 0;
+}
+
+static int setup_model(Config *cfg, Model *m, Err *err) {
+    int nc;
+    if (!cfg->weights[0]) return err_set(err, "detect needs weights=FILE.safetensors");
+    if (!cfg->n_layers) return err_set(err, "detect needs a model config, e.g. yolotrain detect cfg/s.ini weights=...");
+    if (weights_nc(cfg->weights, &nc, err)) return -1;
+    if (cfg->nc != nc) config_set_nc(cfg, nc);
+    if (model_build(cfg, 1, cfg->imgsz, m, err)) return -1;
+    if (model_load(m, cfg->weights, "", err)) { model_free(m); return -1; }
+    return 0;
+}
+
+int detect_run(Config *cfg, const DetectOptions *o) {
+    if (cfg->device[0] && strncmp(cfg->device, "cpu", 3)) {
+        fprintf(stderr, "yolotrain detect: device=%s: GPU inference is not available yet; use device=cpu\n", cfg->device);
+        return 2;
+    }
+    Err err;
+    PathList src = { 0 };
+    Model m;
+    if (list_sources(o->source, &src, &err) || setup_model(cfg, &m, &err)) {
+        fprintf(stderr, "yolotrain detect: %s\n", err.msg);
+        paths_free(&src);
+        return 2;
+    }
+    char dir[2 * CFG_PATH + 16];
+    char **names = class_names(cfg, m.nc, &err);
+    int rc = !names ? 2 : output_dir(cfg, dir, sizeof dir, &err) ? 1 : 0;
+    if (rc) fprintf(stderr, "yolotrain detect: %s\n", err.msg);
+    if (!rc) {
+        int S = m.imgsz;
+        size_t A = (size_t)(S / 8) * (S / 8) + (size_t)(S / 16) * (S / 16) + (size_t)(S / 32) * (S / 32);
+        Detector dt = { &m, names, xmalloc(sizeof(float) * S * S * 3), xmalloc(sizeof(float) * A * 4),
+                        xmalloc(sizeof(float) * A * m.nc), xmalloc(sizeof(Det) * (o->nms.max_det + 1)), o, dir };
+        rc = detect_all(&dt, &src);
+        free(dt.input); free(dt.boxes); free(dt.scores); free(dt.det);
+    }
+    for (int c = 0; names && c < m.nc; c++) free(names[c]);
+    free(names);
+    model_free(&m);
+    paths_free(&src);
+    return rc;
+}

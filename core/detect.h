@@ -1,0 +1,22 @@
+// detect.h: `yolotrain detect`: run a trained model on images (a file, a folder or a .txt list) as
+// YOLOv9's detect.py does, writing each image with its boxes drawn and a YOLO-format label file.
+#pragma once
+#include "cfg/config.h"
+#include "core/nms.h"
+
+typedef struct {
+    char       source[CFG_PATH];   // an image, a folder of images, or a .txt list of image paths
+    NmsOptions nms;                // nms_detect_options() with conf= and iou= applied
+} DetectOptions;
+
+// detect_take_args: take the keys the config does not know (source=, conf=, iou=; also --key value and
+// --key=value) out of argv, shifting the rest down and lowering *argc, so config_load sees only its own
+// keys. Returns 0, or -1 with err for a bad number or a missing value. source stays "" when absent.
+int detect_take_args(int *argc, char **argv, DetectOptions *o, Err *err);
+
+// detect_run: the model of cfg with cfg->weights (required; nc is read from them) on o->source.
+// Class names: the dataset's when data= (or [data]) is given, else the built-in synthetic dataset's
+// when nc matches it, else class0, class1, ... Output: runs/detect/NAME (exp, exp2, ...; project= on the
+// command line and exist_ok= as for training) holding the drawn images (same file names) and labels/STEM.txt with
+// `cls cx cy w h conf` rows normalised to the image. device=cpu only. Returns the exit status.
+int detect_run(Config *cfg, const DetectOptions *o);

@@ -1,0 +1,81 @@
+// backend_gpu.c: the CUDA twins (gpu/ops.h) behind the Backend table; ctx is the Device.
+#include <stdlib.h>
+
+#include "core/backend.h"
+#include "gpu/device.h"
+#include "gpu/ops.h"
+#include "gpu/optim.h"
+
+#define DEV ((Device *)ctx)
+
+static void conv_fwd(void *ctx, const ConvDims *d, Map x, const float *w, const float *b, Map y, float *ws) {
+    conv_forward_gpu(DEV, d, x, w, b, y);
+}
+static void conv_bwd(void *ctx, const ConvDims *d, Map x, const float *w, Map dy, Map dx, float *dw, float *db,
+                     float *ws) {
+    conv_backward_gpu(DEV, d, x, w, dy, dx, dw, db);
+}
+static void bn_train(void *ctx, Map z, const float *g, const float *b, float eps, float mom, float *rm, float *rv,
+                     float *mean, float *invstd, Map u) {
+    bn_forward_train_gpu(DEV, z, g, b, eps, mom, rm, rv, mean, invstd, u);
+}
+static void bn_eval(void *ctx, Map z, const float *g, const float *b, float eps, const float *rm, const float *rv,
+                    Map u) {
+    bn_forward_eval_gpu(DEV, z, g, b, eps, rm, rv, u);
+}
+static void bn_bwd(void *ctx, Map z, const float *g, const float *mean, const float *invstd, Map du, Map dz,
+                   float *dg, float *db) {
+    bn_backward_gpu(DEV, z, g, mean, invstd, du, dz, dg, db);
+}
+static void bn_apply(void *ctx, Map z, const float *g, const float *b, const float *mean, const float *invstd,
+                     Map u) {
+    bn_apply_gpu(DEV, z, g, b, mean, invstd, u);
+}
+static void silu_fwd(void *ctx, Map u, Map y) { silu_forward_gpu(DEV, u, y); }
+static void silu_bwd(void *ctx, Map u, Map dy, Map du) { silu_backward_gpu(DEV, u, dy, du); }
+static void add_fwd(void *ctx, Map a, Map b, Map y) { add_forward_gpu(DEV, a, b, y); }
+static void copy(void *ctx, Map s, Map d) { copy_map_gpu(DEV, s, d); }
+static void accumulate(void *ctx, Map s, Map d) { accumulate_map_gpu(DEV, s, d); }
+static void maxpool_fwd(void *ctx, Map x, int k, int s, int p, Map y) { maxpool_forward_gpu(DEV, x, k, s, p, y); }
+static void maxpool_bwd(void *ctx, Map x, int k, int s, int p, Map dy, Map dx) {
+    maxpool_backward_gpu(DEV, x, k, s, p, dy, dx);
+}
+static void avgpool_fwd(void *ctx, Map x, int k, int s, int p, Map y) { avgpool_forward_gpu(DEV, x, k, s, p, y); }
+static void avgpool_bwd(void *ctx, int k, int s, int p, Map dy, Map dx) { avgpool_backward_gpu(DEV, k, s, p, dy, dx); }
+static void upsample_fwd(void *ctx, Map x, int f, Map y) { upsample_forward_gpu(DEV, x, f, y); }
+static void upsample_bwd(void *ctx, int f, Map dy, Map dx) { upsample_backward_gpu(DEV, f, dy, dx); }
+// The slots and their momentum buffers as one device table, so each optimizer op is one or two launches.
+static void *prepare(void *ctx, const ParamSlot *slots, int n, float *buf) {
+    GpuSlot *hs = xcalloc(n, sizeof *hs);
+    for (int k = 0; k < n; k++) {
+        hs[k] = (GpuSlot){ slots[k].w, slots[k].g, slots[k].group >= 0 ? buf : NULL, slots[k].n, slots[k].group, 0 };
+        if (slots[k].group >= 0) buf += slots[k].n;
+    }
+    GpuSlots *p = xmalloc(sizeof *p);
+    *p = optim_slots_upload(DEV, &DEV->optim, hs, n);
+    free(hs);
+    return p;
+}
+static double sumsq(void *ctx, const void *p) { return grad_sumsq_slots_gpu(DEV, *(const GpuSlots *)p); }
+static void scale(void *ctx, const void *p, float f) { grad_scale_slots_gpu(DEV, *(const GpuSlots *)p, f); }
+static void sgd(void *ctx, const void *p, const float lr[3], float mu, float wd, int first) {
+    sgd_apply_slots_gpu(DEV, *(const GpuSlots *)p, lr, mu, wd, first);
+}
+static void ema(void *ctx, float *e, const float *x, size_t n, double d) { ema_update_gpu(DEV, e, x, n, d); }
+static void zero(void *ctx, float *p, size_t n) {
+    checkCuda(cudaMemsetAsync(p, 0, n * sizeof(float), DEV->stream));
+}
+static void upload(void *ctx, float *dst, const float *src, size_t n) {
+    checkCuda(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, DEV->stream));
+    checkCuda(cudaStreamSynchronize(DEV->stream));    // src may be reused by the caller at once
+}
+static void download(void *ctx, float *dst, const float *src, size_t n) {
+    checkCuda(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, DEV->stream));
+    checkCuda(cudaStreamSynchronize(DEV->stream));
+}
+
+const Backend backend_gpu = {
+    "cuda", conv_fwd, conv_bwd, bn_train, bn_eval, bn_bwd, bn_apply, silu_fwd, silu_bwd, add_fwd, copy, accumulate,
+    maxpool_fwd, maxpool_bwd, avgpool_fwd, avgpool_bwd, upsample_fwd, upsample_bwd, prepare, sumsq, scale, sgd, ema,
+    zero, upload, download,
+};

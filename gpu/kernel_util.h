@@ -1,0 +1,39 @@
+// kernel_util.h: what the gpu/*.cu files share (C++ only, not a public header): launch sizes,
+// Map element addressing inside kernels, shape checks and the scratch stack discipline.
+// Legend: N batch, H,W size, C channels, ld pixel stride, M = N*H*W pixels.
+#pragma once
+#include "gpu/ops.h"
+
+enum { THREADS = 256 };
+static const unsigned MAX_BLOCKS = 65535u * 8;   // grid-stride loops cover the rest
+
+// blocks for n threads' worth of work (at least one; grid-stride loops do any remainder)
+static inline unsigned blocks_for(size_t n) {
+    size_t b = (n + THREADS - 1) / THREADS;
+    return b < 1 ? 1u : b > MAX_BLOCKS ? MAX_BLOCKS : (unsigned)b;
+}
+
+#define GRID_STRIDE(i, n) \
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); \
+         i += (size_t)gridDim.x * blockDim.x)
+
+// elements of a map (tensor.h's map_floats is host-only)
+__device__ static inline size_t map_n(Map m) { return (size_t)m.N * m.H * m.W * m.C; }
+
+// element i of a map in (n, h, w, c) order
+__device__ static inline float *map_elem(Map m, size_t i) {
+    return m.data + (i / m.C) * m.ld + i % m.C;
+}
+
+// Shapes are fixed when the model is built, so a mismatch is a bug in the caller.
+static inline void same_shape_gpu(Map a, Map b, const char *who) {
+    if (a.N != b.N || a.H != b.H || a.W != b.W || a.C != b.C || a.ld < a.C || b.ld < b.C)
+        die("%s: maps %dx%dx%dx%d (ld %d) and %dx%dx%dx%d (ld %d) differ", who, a.N, a.H, a.W,
+            a.C, a.ld, b.N, b.H, b.W, b.C, b.ld);
+}
+
+// Scratch is a stack: an op takes what it needs and gives it all back before returning. Stream
+// order makes the reuse safe: the next op's kernels run after this op's kernels on dev->stream.
+static inline void *scratch_take(Device *dev, size_t bytes) {
+    return arena_take(&dev->scratch, bytes, 256);
+}

@@ -1,0 +1,619 @@
+// loss.cu: the YOLOv9 loss on the GPU, the twin of core/loss.c (same formulas, in double). The
+// assigner runs as kernels: decode, one block per gt for its top 10, per-anchor conflict rule and
+// normalisation; then the loss terms and d total / d head (=). Sums are deterministic: a fixed grid
+// of PARTS blocks writes partials, one block adds them in a fixed order; atomics are integer only.
+// Legend: N batch, A anchors, G targets, nc classes, C = 4R + nc channels, R = 16 DFL bins.
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+#include "gpu/kernel_util.h"
+#include "gpu/loss.h"
+
+#define R        LOSS_REG_MAX
+#define TOPK     10
+#define TAL_EPS  1e-9           // assigner: in-box margin and normalisation
+#define IOU_EPS  1e-7           // bbox_iou
+#define DIST_MAX (R - 1 - 0.01) // bbox2dist clamp: 14.99
+#define GAIN_BOX 7.5
+#define GAIN_CLS 0.5
+#define GAIN_DFL 1.5
+
+enum { PARTS = 1024, WARPS = THREADS / 32 };   // partial-sum blocks; warps per block
+enum { SUM_CLS, SUM_BOX, SUM_DFL, N_SUMS };    // compute phase; the assign phase uses 0 (tss), 1 (fg)
+
+typedef struct { double x1, y1, x2, y2; int cls, row, img, pad; } GtBox;   // pixels; row in targets
+typedef struct { int level, row, col; double x, y, stride; } Anchor;       // x, y in cells
+
+// The three head maps (and their gradients, data NULL when not wanted) with the anchor layout.
+typedef struct {
+    Map head[LOSS_LEVELS], grad[LOSS_LEVELS];
+    int start[LOSS_LEVELS + 1];   // first anchor of each level; start[LOSS_LEVELS] = A
+    double stride[LOSS_LEVELS];
+} Heads;
+
+struct GpuLossWork {
+    int max_n, max_targets, nc, max_anchors;
+    int N, A, G, n_fg;              // of the last assignment
+    char *block;                    // the one device allocation, holding every buffer below
+    GtBox *gt;                      // (G) grouped by image, each image's targets in input order
+    int *gt_begin;                  // (N+1) image n owns gt[gt_begin[n] .. gt_begin[n+1])
+    double *pbox;                   // (N*A*4) detached predicted box in pixels
+    int *npos, *asg;                // (N*A) gts that picked the anchor; assigned gt or -1
+    double *tm, *um, *score;        // (N*A) metric and overlap with the final gt; target score
+    unsigned long long *gmax_t, *gmax_u;   // (G) per gt, max over its positives (as double bits)
+    double *part, *sums;            // (N_SUMS*PARTS) block partials; (N_SUMS) their totals
+    GtBox *gt_host;                 // pinned staging: (max_targets), (max_n+1), (N_SUMS)
+    int *begin_host, *fill_host;
+    double *sums_host;
+};
+
+// ---- device math: as core/loss.c, term for term ----------------------------------------------
+constexpr double PI = 3.14159265358979323846;
+
+__device__ static double dmin_da(double a, double b) { return a < b ? 1 : a > b ? 0 : 0.5; }
+
+// ciou: loss_ciou of core/loss.c (CIoU of b1, b2; d1 = dCIoU/db1 with alpha constant, may be NULL)
+__device__ static double ciou(const double b1[4], const double b2[4], double d1[4]) {
+    double w1 = b1[2] - b1[0], h1 = b1[3] - b1[1] + IOU_EPS;
+    double w2 = b2[2] - b2[0], h2 = b2[3] - b2[1] + IOU_EPS;
+    double iw = fmin(b1[2], b2[2]) - fmax(b1[0], b2[0]), ih = fmin(b1[3], b2[3]) - fmax(b1[1], b2[1]);
+    double inter = fmax(iw, 0.0) * fmax(ih, 0.0);
+    double uni = w1 * h1 + w2 * h2 - inter + IOU_EPS, iou = inter / uni;
+    double cw = fmax(b1[2], b2[2]) - fmin(b1[0], b2[0]), ch = fmax(b1[3], b2[3]) - fmin(b1[1], b2[1]);
+    double c2 = cw * cw + ch * ch + IOU_EPS;
+    double sx = b2[0] + b2[2] - b1[0] - b1[2], sy = b2[1] + b2[3] - b1[1] - b1[3];
+    double rho2 = (sx * sx + sy * sy) / 4;
+    double k = 4 / (PI * PI), da = atan(w2 / h2) - atan(w1 / h1), v = k * da * da;
+    double alpha = v / (v - iou + (1 + IOU_EPS));
+    if (d1) {
+        double gx = ih > 0 ? ih : 0, gy = iw > 0 ? iw : 0;
+        double di[4] = { iw >= 0 ? -gx * dmin_da(-b1[0], -b2[0]) : 0, ih >= 0 ? -gy * dmin_da(-b1[1], -b2[1]) : 0,
+                         iw >= 0 ? gx * dmin_da(b1[2], b2[2]) : 0, ih >= 0 ? gy * dmin_da(b1[3], b2[3]) : 0 };
+        double dwh[4] = { -h1, -w1, h1, w1 };
+        double dcw[4] = { -dmin_da(b1[0], b2[0]), 0, dmin_da(-b1[2], -b2[2]), 0 };
+        double dch[4] = { 0, -dmin_da(b1[1], b2[1]), 0, dmin_da(-b1[3], -b2[3]) };
+        double r = w1 / h1, datan = 1 / (1 + r * r);
+        double dr[4] = { -1 / h1, w1 / (h1 * h1), 1 / h1, -w1 / (h1 * h1) };
+        double drho[4] = { -sx / 2, -sy / 2, -sx / 2, -sy / 2 };
+        for (int i = 0; i < 4; i++) {
+            double diou = (di[i] - iou * (dwh[i] - di[i])) / uni;
+            double dc2 = 2 * cw * dcw[i] + 2 * ch * dch[i];
+            double dratio = drho[i] / c2 - rho2 / (c2 * c2) * dc2;
+            double dv = -2 * k * da * datan * dr[i];
+            d1[i] = diou - dratio - alpha * dv;
+        }
+    }
+    return iou - (rho2 / c2 + v * alpha);
+}
+
+// dfl_decode: softmax p of R logits and the expectation Σ i·p_i (loss_dfl_decode)
+__device__ static double dfl_decode(const float *x, double p[R]) {
+    double m = x[0], sum = 0, e = 0;
+    for (int i = 1; i < R; i++) m = fmax(m, (double)x[i]);
+    for (int i = 0; i < R; i++) sum += p[i] = exp(x[i] - m);
+    for (int i = 0; i < R; i++) e += i * (p[i] /= sum);
+    return e;
+}
+
+__device__ static int dfl_split(double t, double *wl) {
+    t = fmin(fmax(t, 0.0), DIST_MAX);
+    int left = (int)t;
+    *wl = (left + 1) - t;
+    return left;
+}
+
+__device__ static double dfl_side(const float *x, double t) {
+    double m = x[0], s = 0, wl;
+    for (int i = 1; i < R; i++) m = fmax(m, (double)x[i]);
+    for (int i = 0; i < R; i++) s += exp(x[i] - m);
+    double lse = m + log(s);
+    int left = dfl_split(t, &wl);
+    return wl * (lse - x[left]) + (1 - wl) * (lse - x[left + 1]);
+}
+
+__device__ static double sigmoid(double x) { return x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x)); }
+
+// ---- anchors and boxes --------------------------------------------------------------------------
+__device__ static Anchor anchor_of(const Heads &h, int a) {
+    int l = a < h.start[1] ? 0 : a < h.start[2] ? 1 : 2, p = a - h.start[l], W = h.head[l].W;
+    Anchor an = { l, p / W, p % W, p % W + 0.5, p / W + 0.5, h.stride[l] };
+    return an;
+}
+
+__device__ static float *pixel(Map m, int n, const Anchor &an) {
+    return m.data + (((size_t)n * m.H + an.row) * m.W + an.col) * m.ld;
+}
+
+__device__ static int in_box(const GtBox *g, const Anchor &an) {
+    double x = an.x * an.stride, y = an.y * an.stride;
+    return fmin(fmin(x - g->x1, y - g->y1), fmin(g->x2 - x, g->y2 - y)) > TAL_EPS;
+}
+
+// overlap and align_metric are not inlined: the top-k phases and the conflict rule must see the
+// same bits for the same pair (inlined copies may contract multiply-adds differently).
+__device__ __noinline__ static double overlap(const GtBox *g, const double *pb) {
+    double gb[4] = { g->x1, g->y1, g->x2, g->y2 };
+    return fmax(ciou(gb, pb, NULL), 0.0);
+}
+
+// t = score^0.5 * overlap^6 for the gt's class logit; *u receives the overlap
+__device__ __noinline__ static double align_metric(const GtBox *g, const double *pb, float logit,
+                                                   double *u) {
+    *u = overlap(g, pb);
+    return pow(sigmoid(logit), 0.5) * pow(*u, 6.0);
+}
+
+// the metric of gt g at anchor a of its image, 0 outside the box (torch.topk runs on metric*inbox)
+__device__ static double metric_in_box(const Heads &h, const GtBox *g, const double *pbox, int a,
+                                       int *in) {
+    Anchor an = anchor_of(h, a);
+    *in = in_box(g, an);
+    if (!*in) return 0;
+    size_t cell = (size_t)g->img * h.start[LOSS_LEVELS] + a;
+    double u;
+    return align_metric(g, pbox + 4 * cell, pixel(h.head[an.level], g->img, an)[4 * R + g->cls], &u);
+}
+
+// the sum of v over a block of THREADS threads, in a fixed order; every thread gets it
+__device__ static double block_sum(double v, double *sh) {
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = THREADS / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    double r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+// ---- kernels: assignment ----------------------------------------------------------------------
+
+// per cell: the detached predicted box in pixels, and the pick counters cleared
+__global__ void decode_kernel(Heads h, int N, int G, double *pbox, int *npos, int *asg,
+                              unsigned long long *gmax_t, unsigned long long *gmax_u) {
+    int A = h.start[LOSS_LEVELS];
+    GRID_STRIDE(i, (size_t)N * A) {
+        Anchor an = anchor_of(h, (int)(i % A));
+        const float *x = pixel(h.head[an.level], (int)(i / A), an);
+        double p[R], l = dfl_decode(x, p), t = dfl_decode(x + R, p);
+        double r = dfl_decode(x + 2 * R, p), b = dfl_decode(x + 3 * R, p);
+        double *box = pbox + 4 * i;
+        box[0] = (an.x - l) * an.stride;  box[1] = (an.y - t) * an.stride;
+        box[2] = (an.x + r) * an.stride;  box[3] = (an.y + b) * an.stride;
+        npos[i] = 0;
+        asg[i] = INT_MAX;   // atomicMin target: the lowest gt that picks the cell
+    }
+    GRID_STRIDE(j, (size_t)G) gmax_t[j] = gmax_u[j] = 0;
+}
+
+__device__ static void pick(int *npos, int *asg, size_t cell, int j) {
+    atomicAdd(npos + cell, 1);
+    atomicMin(asg + cell, j);
+}
+
+__device__ static int ranks_before(double t1, int a1, double t2, int a2) {
+    return t1 > t2 || (t1 == t2 && a1 < a2);
+}
+
+// The k best (t desc, anchor asc) with t > 0: each thread keeps its own best k over its strided
+// anchors, then k rounds of a block argmax take the heads. Returns how many were picked.
+__device__ static int topk_best(const Heads &h, const GtBox *g, int j, const double *pbox, int k,
+                                int *npos, int *asg) {
+    __shared__ double sh_t[THREADS];
+    __shared__ int sh_a[THREADS];
+    int tid = threadIdx.x, A = h.start[LOSS_LEVELS], ln = 0, in;
+    double lt[TOPK];
+    int la[TOPK];
+    for (int a = tid; a < A; a += THREADS) {
+        double t = metric_in_box(h, g, pbox, a, &in);
+        if (!(t > 0) || (ln == k && !(t > lt[k - 1]))) continue;
+        int p = ln < k ? ln++ : k - 1;
+        for (; p > 0 && lt[p - 1] < t; p--) { lt[p] = lt[p - 1]; la[p] = la[p - 1]; }
+        lt[p] = t;
+        la[p] = a;
+    }
+    int head = 0, nb = 0;
+    for (; nb < k; nb++) {
+        sh_t[tid] = head < ln ? lt[head] : -1;
+        sh_a[tid] = head < ln ? la[head] : INT_MAX;
+        __syncthreads();
+        for (int s = THREADS / 2; s > 0; s >>= 1) {
+            if (tid < s && ranks_before(sh_t[tid + s], sh_a[tid + s], sh_t[tid], sh_a[tid])) {
+                sh_t[tid] = sh_t[tid + s];
+                sh_a[tid] = sh_a[tid + s];
+            }
+            __syncthreads();
+        }
+        double bt = sh_t[0];
+        int ba = sh_a[0];
+        __syncthreads();
+        if (!(bt > 0)) break;
+        if (head < ln && la[head] == ba) head++;
+        if (tid == 0) pick(npos, asg, (size_t)g->img * A + ba, j);
+    }
+    return nb;
+}
+
+// When fewer than k have t > 0, torch.topk fills with zero-metric anchors: we take the lowest
+// indices, as the CPU twin, and only those inside the box become positives. Anchors are scanned
+// in chunks of THREADS in order; a ballot ranks the zero-metric ones within each chunk.
+__device__ static void topk_fill_zero(const Heads &h, const GtBox *g, int j, const double *pbox,
+                                      int need, int *npos, int *asg) {
+    __shared__ int sh_warp[WARPS];
+    int tid = threadIdx.x, lane = tid & 31, A = h.start[LOSS_LEVELS], in = 0;
+    for (int base = 0, taken = 0; base < A && taken < need; base += THREADS) {
+        int a = base + tid;
+        double t = a < A ? metric_in_box(h, g, pbox, a, &in) : 1;
+        int zero = a < A && t <= 0;
+        unsigned m = __ballot_sync(0xffffffffu, zero);
+        if (lane == 0) sh_warp[tid >> 5] = __popc(m);
+        __syncthreads();
+        int before = 0, total = 0;
+        for (int q = 0; q < WARPS; q++) { before += q < (tid >> 5) ? sh_warp[q] : 0; total += sh_warp[q]; }
+        int rank = taken + before + __popc(m & ((1u << lane) - 1));
+        if (zero && in && rank < need) pick(npos, asg, (size_t)g->img * A + a, j);
+        taken += total;
+        __syncthreads();
+    }
+}
+
+// one block per gt: its positives before conflict resolution (select_topk of core/loss.c)
+__global__ void topk_kernel(Heads h, const GtBox *gt, const double *pbox, int *npos, int *asg) {
+    int j = blockIdx.x, A = h.start[LOSS_LEVELS], k = A < TOPK ? A : TOPK;
+    const GtBox *g = gt + j;
+    if (!(g->x1 + g->y1 + g->x2 + g->y2 > 0)) return;   // mask_gt: padding-like rows never match
+    int nb = topk_best(h, g, j, pbox, k, npos, asg);
+    if (nb < k) topk_fill_zero(h, g, j, pbox, k - nb, npos, asg);
+}
+
+// per cell: the conflict rule (argmax of the overlap over all gts of the image, ties to the lowest
+// index), then the metric and overlap with the final gt and the per-gt maxima (max of non-negative
+// doubles = max of their bit patterns, so the integer atomicMax is exact and order-free)
+__global__ void resolve_kernel(Heads h, int N, const GtBox *gt, const int *gt_begin,
+                               const double *pbox, const int *npos, int *asg, double *tm,
+                               double *um, unsigned long long *gmax_t,
+                               unsigned long long *gmax_u) {
+    int A = h.start[LOSS_LEVELS];
+    GRID_STRIDE(i, (size_t)N * A) {
+        if (npos[i] == 0) { asg[i] = -1; continue; }
+        int n = (int)(i / A), j = asg[i];
+        const double *pb = pbox + 4 * i;
+        if (npos[i] > 1) {
+            double bu = -1;
+            for (int q = gt_begin[n]; q < gt_begin[n + 1]; q++) {
+                double u = overlap(gt + q, pb);
+                if (u > bu) { bu = u; j = q; }
+            }
+        }
+        Anchor an = anchor_of(h, (int)(i % A));
+        double u, t = align_metric(gt + j, pb, pixel(h.head[an.level], n, an)[4 * R + gt[j].cls], &u);
+        asg[i] = j;
+        tm[i] = t;
+        um[i] = u;
+        // + 0.0 turns a -0 (whose bits would win every max) into +0
+        atomicMax(gmax_t + j, (unsigned long long)__double_as_longlong(t + 0.0));
+        atomicMax(gmax_u + j, (unsigned long long)__double_as_longlong(u + 0.0));
+    }
+}
+
+// per cell: target score t * max_u / (max_t + eps); partials of Σ score (0) and of fg cells (1)
+__global__ void score_kernel(size_t cells, const int *asg, const double *tm,
+                             const unsigned long long *gmax_t, const unsigned long long *gmax_u,
+                             double *score, double *part) {
+    __shared__ double sh[THREADS];
+    double tss = 0, fg = 0;
+    GRID_STRIDE(i, cells) {
+        int j = asg[i];
+        double s = 0;
+        if (j >= 0) {
+            s = tm[i] * __longlong_as_double((long long)gmax_u[j]) /
+                (__longlong_as_double((long long)gmax_t[j]) + TAL_EPS);
+            fg += 1;
+        }
+        score[i] = s;
+        tss += s;
+    }
+    tss = block_sum(tss, sh);
+    fg = block_sum(fg, sh);
+    if (threadIdx.x == 0) { part[blockIdx.x] = tss; part[PARTS + blockIdx.x] = fg; }
+}
+
+// sums[k] = Σ_p part[k*PARTS + p] in a fixed order, for k < n_sums (one block)
+__global__ void finish_kernel(const double *part, int n_sums, double *sums) {
+    __shared__ double sh[THREADS];
+    for (int k = 0; k < n_sums; k++) {
+        double v = 0;
+        for (int p = threadIdx.x; p < PARTS; p += THREADS) v += part[k * PARTS + p];
+        v = block_sum(v, sh);
+        if (threadIdx.x == 0) sums[k] = v;
+    }
+}
+
+// ---- kernels: loss terms and gradients --------------------------------------------------------
+
+// One warp per cell, lanes along the channels: BCE over the nc classes (target score only at the
+// assigned class) and its gradient; background cells also get zero box gradients.
+__global__ void cls_kernel(Heads h, int N, const GtBox *gt, const int *asg, const double *score,
+                           double k_cls, double *part) {
+    __shared__ double sh[THREADS];
+    int A = h.start[LOSS_LEVELS], nc = h.head[0].C - 4 * R, lane = threadIdx.x & 31;
+    double sum = 0;
+    for (size_t i = (size_t)blockIdx.x * WARPS + threadIdx.x / 32; i < (size_t)N * A;
+         i += (size_t)gridDim.x * WARPS) {
+        int n = (int)(i / A), j = asg[i], label = j >= 0 ? gt[j].cls : -1;
+        Anchor an = anchor_of(h, (int)(i % A));
+        const float *x = pixel(h.head[an.level], n, an) + 4 * R;
+        float *g = h.grad[0].data ? pixel(h.grad[an.level], n, an) : NULL;
+        if (g && j < 0)
+            for (int c = lane; c < 4 * R; c += 32) g[c] = 0;
+        for (int c = lane; c < nc; c += 32) {
+            // log(1 + e) rather than log1p, as the CPU twin
+            double xc = x[c], z = c == label ? score[i] : 0, e = exp(-fabs(xc)), den = 1 + e;
+            sum += fmax(xc, 0.0) - xc * z + log(den);
+            if (g) g[4 * R + c] = (float)(k_cls * ((xc >= 0 ? 1 : e) / den - z));
+        }
+    }
+    sum = block_sum(sum, sh);
+    if (threadIdx.x == 0) part[SUM_CLS * PARTS + blockIdx.x] = sum;
+}
+
+typedef struct { double box, dfl; } BoxSums;
+
+// (1 - CIoU) and DFL of one foreground cell weighted by its score, and the 4R box gradients
+// (box_anchor of core/loss.c): the CIoU gradient reaches the logits through the softmax expectation.
+__device__ static void box_anchor(const float *x, const Anchor &an, const GtBox *gt, double wgt,
+                                  double k_box, double k_dfl, BoxSums *s, float *g) {
+    double p[4][R], e[4];
+    for (int k = 0; k < 4; k++) e[k] = dfl_decode(x + k * R, p[k]);
+    double pb[4] = { an.x - e[0], an.y - e[1], an.x + e[2], an.y + e[3] };
+    double tb[4] = { gt->x1 / an.stride, gt->y1 / an.stride, gt->x2 / an.stride, gt->y2 / an.stride };
+    double dpb[4], c = ciou(pb, tb, dpb);
+    s->box += (1 - c) * wgt;
+    double kb = k_box * wgt;
+    double de[4] = { kb * dpb[0], kb * dpb[1], -kb * dpb[2], -kb * dpb[3] };   // x1 = ax - l, x2 = ax + r
+    double dist[4] = { an.x - tb[0], an.y - tb[1], tb[2] - an.x, tb[3] - an.y };
+    double kd = k_dfl * wgt / 4;   // mean over the four sides
+    for (int k = 0; k < 4; k++) {
+        double wl;
+        int left = dfl_split(dist[k], &wl);
+        s->dfl += dfl_side(x + k * R, dist[k]) * wgt / 4;
+        if (!g) continue;
+        for (int i = 0; i < R; i++) {
+            double dce = p[k][i] - (i == left ? wl : 0) - (i == left + 1 ? 1 - wl : 0);
+            g[k * R + i] = (float)(p[k][i] * (i - e[k]) * de[k] + kd * dce);
+        }
+    }
+}
+
+// one thread per cell; only foreground cells work
+__global__ void box_kernel(Heads h, int N, const GtBox *gt, const int *asg, const double *score,
+                           double k_box, double k_dfl, double *part) {
+    __shared__ double sh[THREADS];
+    int A = h.start[LOSS_LEVELS];
+    BoxSums s = { 0, 0 };
+    GRID_STRIDE(i, (size_t)N * A) {
+        int j = asg[i], n = (int)(i / A);
+        if (j < 0) continue;
+        Anchor an = anchor_of(h, (int)(i % A));
+        float *g = h.grad[0].data ? pixel(h.grad[an.level], n, an) : NULL;
+        box_anchor(pixel(h.head[an.level], n, an), an, gt + j, score[i], k_box, k_dfl, &s, g);
+    }
+    double box = block_sum(s.box, sh), dfl = block_sum(s.dfl, sh);
+    if (threadIdx.x == 0) {
+        part[SUM_BOX * PARTS + blockIdx.x] = box;
+        part[SUM_DFL * PARTS + blockIdx.x] = dfl;
+    }
+}
+
+// ---- host: inputs (the checks and messages of core/loss.c) ------------------------------------
+static int check_maps(const LossBatch *b, int *A, Err *err) {
+    int N = b->head[0].N, C = 4 * R + b->nc;
+    *A = 0;
+    if (b->nc < 1) return err_set(err, "loss: nc = %d; need at least one class", b->nc);
+    for (int l = 0; l < LOSS_LEVELS; l++) {
+        Map m = b->head[l];
+        if (m.N != N || m.C != C || m.H < 1 || m.W < 1 || m.ld < m.C)
+            return err_set(err, "loss: head map P%d is %dx%dx%dx%d (ld %d); expected N=%d, C=4*%d+%d=%d",
+                           l + 3, m.N, m.H, m.W, m.C, m.ld, N, R, b->nc, C);
+        if (b->img_h % m.H || b->img_w % m.W || b->img_h / m.H != b->img_w / m.W)
+            return err_set(err, "loss: head map P%d is %dx%d, which is no integer stride of the %dx%d image",
+                           l + 3, m.H, m.W, b->img_h, b->img_w);
+        *A += m.H * m.W;
+    }
+    return 0;
+}
+
+// validate the rows, group them by image keeping their order, convert to pixel xyxy (host staging)
+static int load_targets(GpuLossWork *w, const LossBatch *b, Err *err) {
+    int N = w->N, *begin = w->begin_host, *fill = w->fill_host;
+    memset(begin, 0, (size_t)(N + 1) * sizeof(int));
+    for (int i = 0; i < b->n_targets; i++) {
+        const float *t = b->targets + 6 * i;
+        for (int k = 0; k < 6; k++)
+            if (!isfinite(t[k])) return err_set(err, "loss: target row %d has a non-finite value", i);
+        if (t[0] != floorf(t[0]) || t[0] < 0 || t[0] >= N)
+            return err_set(err, "loss: target row %d: image index %g outside [0, %d)", i, t[0], N);
+        if (t[1] != floorf(t[1]) || t[1] < 0 || t[1] >= b->nc)
+            return err_set(err, "loss: target row %d: class %g outside [0, %d)", i, t[1], b->nc);
+        begin[(int)t[0] + 1]++;
+    }
+    for (int n = 0; n < N; n++) begin[n + 1] += begin[n];
+    for (int n = 0; n < N; n++) fill[n] = begin[n];
+    for (int i = 0; i < b->n_targets; i++) {
+        const float *t = b->targets + 6 * i;
+        double cx = t[2] * (double)b->img_w, cy = t[3] * (double)b->img_h;
+        double bw = t[4] * (double)b->img_w, bh = t[5] * (double)b->img_h;
+        int n = (int)t[0];
+        GtBox g = { cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2, (int)t[1], i, n, 0 };
+        w->gt_host[fill[n]++] = g;
+    }
+    return 0;
+}
+
+static Heads heads_of(const LossBatch *b, Map grad[LOSS_LEVELS]) {
+    Heads h;
+    memset(&h, 0, sizeof h);
+    for (int l = 0; l < LOSS_LEVELS; l++) {
+        h.head[l] = b->head[l];
+        if (grad) {
+            same_shape_gpu(b->head[l], grad[l], "loss_compute_gpu");
+            h.grad[l] = grad[l];
+        }
+        h.start[l + 1] = h.start[l] + b->head[l].H * b->head[l].W;
+        h.stride[l] = (double)b->img_h / b->head[l].H;
+    }
+    return h;
+}
+
+// ---- host: work buffers -----------------------------------------------------------------------
+
+// the next `bytes` at *off, 256-aligned; with base NULL only the size is counted
+static void *place(char *base, size_t *off, size_t bytes) {
+    size_t start = (*off + 255) & ~(size_t)255;
+    *off = start + bytes;
+    return base ? base + start : NULL;
+}
+
+// lays every device buffer out in one block (base NULL: sizing only); returns the block's bytes
+static size_t work_place(GpuLossWork *w, char *base) {
+    size_t off = 0, cells = (size_t)w->max_n * w->max_anchors, G = (size_t)w->max_targets + 1;
+    w->gt = (GtBox *)place(base, &off, G * sizeof(GtBox));
+    w->gt_begin = (int *)place(base, &off, (size_t)(w->max_n + 1) * sizeof(int));
+    w->pbox = (double *)place(base, &off, cells * 4 * sizeof(double));
+    w->npos = (int *)place(base, &off, cells * sizeof(int));
+    w->asg = (int *)place(base, &off, cells * sizeof(int));
+    w->tm = (double *)place(base, &off, cells * sizeof(double));
+    w->um = (double *)place(base, &off, cells * sizeof(double));
+    w->score = (double *)place(base, &off, cells * sizeof(double));
+    w->gmax_t = (unsigned long long *)place(base, &off, G * sizeof(unsigned long long));
+    w->gmax_u = (unsigned long long *)place(base, &off, G * sizeof(unsigned long long));
+    w->part = (double *)place(base, &off, (size_t)N_SUMS * PARTS * sizeof(double));
+    w->sums = (double *)place(base, &off, N_SUMS * sizeof(double));
+    return off;
+}
+
+extern "C" GpuLossWork *loss_work_new_gpu(Device *dev, int max_n, int max_targets, int nc,
+                                          int max_anchors) {
+    if (max_n < 1 || max_targets < 0 || nc < 1 || max_anchors < 1)
+        die("loss_work_new_gpu: sizes %d images, %d targets, %d classes, %d anchors", max_n,
+            max_targets, nc, max_anchors);
+    GpuLossWork *w = (GpuLossWork *)xcalloc(1, sizeof *w);
+    w->max_n = max_n; w->max_targets = max_targets; w->nc = nc; w->max_anchors = max_anchors;
+    checkCuda(cudaSetDevice(dev->id));
+    if (cudaMalloc((void **)&w->block, work_place(w, NULL)) != cudaSuccess) {
+        cudaGetLastError();
+        free(w);
+        return NULL;
+    }
+    work_place(w, w->block);
+    checkCuda(cudaMallocHost((void **)&w->gt_host, (size_t)(max_targets + 1) * sizeof(GtBox)));
+    checkCuda(cudaMallocHost((void **)&w->begin_host, (size_t)(max_n + 1) * sizeof(int)));
+    checkCuda(cudaMallocHost((void **)&w->sums_host, N_SUMS * sizeof(double)));
+    w->fill_host = (int *)xmalloc((size_t)(max_n + 1) * sizeof(int));
+    return w;
+}
+
+extern "C" void loss_work_free_gpu(GpuLossWork *w) {
+    if (!w) return;
+    checkCuda(cudaFree(w->block));
+    checkCuda(cudaFreeHost(w->gt_host));
+    checkCuda(cudaFreeHost(w->begin_host));
+    checkCuda(cudaFreeHost(w->sums_host));
+    free(w->fill_host);
+    free(w);
+}
+
+// ---- host: the two phases ---------------------------------------------------------------------
+
+// queue finish_kernel and copy its n sums to w->sums_host, then wait for them
+static void read_sums(Device *dev, GpuLossWork *w, int n) {
+    finish_kernel<<<1, THREADS, 0, dev->stream>>>(w->part, n, w->sums);
+    checkLaunch(dev);
+    checkCuda(cudaMemcpyAsync(w->sums_host, w->sums, n * sizeof(double), cudaMemcpyDeviceToHost,
+                              dev->stream));
+    checkCuda(cudaStreamSynchronize(dev->stream));
+}
+
+static void assign_launch(Device *dev, GpuLossWork *w, const Heads *h) {
+    size_t cells = (size_t)w->N * w->A;
+    checkCuda(cudaMemcpyAsync(w->gt, w->gt_host, (size_t)w->G * sizeof(GtBox),
+                              cudaMemcpyHostToDevice, dev->stream));
+    checkCuda(cudaMemcpyAsync(w->gt_begin, w->begin_host, (size_t)(w->N + 1) * sizeof(int),
+                              cudaMemcpyHostToDevice, dev->stream));
+    decode_kernel<<<blocks_for(cells), THREADS, 0, dev->stream>>>(*h, w->N, w->G, w->pbox, w->npos,
+                                                                  w->asg, w->gmax_t, w->gmax_u);
+    checkLaunch(dev);
+    if (w->G > 0) {
+        topk_kernel<<<w->G, THREADS, 0, dev->stream>>>(*h, w->gt, w->pbox, w->npos, w->asg);
+        checkLaunch(dev);
+    }
+    resolve_kernel<<<blocks_for(cells), THREADS, 0, dev->stream>>>(
+        *h, w->N, w->gt, w->gt_begin, w->pbox, w->npos, w->asg, w->tm, w->um, w->gmax_t, w->gmax_u);
+    checkLaunch(dev);
+    score_kernel<<<PARTS, THREADS, 0, dev->stream>>>(cells, w->asg, w->tm, w->gmax_t, w->gmax_u,
+                                                     w->score, w->part);
+    checkLaunch(dev);
+}
+
+extern "C" int loss_assign_gpu(Device *dev, GpuLossWork *w, const LossBatch *b, double *tss_local,
+                               Err *err) {
+    int A, N = b->head[0].N;
+    *tss_local = 0;
+    if (check_maps(b, &A, err)) return -1;
+    if (b->n_targets < 0 || (b->n_targets > 0 && !b->targets))
+        return err_set(err, "loss: %d targets without data", b->n_targets);
+    if (N > w->max_n || A > w->max_anchors || b->n_targets > w->max_targets || b->nc > w->nc)
+        return err_set(err, "loss: %d images, %d anchors, %d targets, %d classes exceed the GPU loss "
+                       "work (%d, %d, %d, %d); make it for the largest batch", N, A, b->n_targets,
+                       b->nc, w->max_n, w->max_anchors, w->max_targets, w->nc);
+    w->N = N; w->A = A; w->G = b->n_targets;
+    if (load_targets(w, b, err)) return -1;
+    Heads h = heads_of(b, NULL);
+    assign_launch(dev, w, &h);
+    read_sums(dev, w, 2);
+    *tss_local = w->sums_host[0];
+    w->n_fg = (int)w->sums_host[1];
+    return 0;
+}
+
+extern "C" void loss_compute_gpu(Device *dev, GpuLossWork *w, const LossBatch *b, double tss_norm,
+                                 double batch_mult, Map grad[LOSS_LEVELS], LossOut *out) {
+    Heads h = heads_of(b, grad);
+    if (h.start[LOSS_LEVELS] != w->A || b->head[0].N != w->N)
+        die("loss_compute_gpu: the batch (%d images, %d anchors) is not the one assigned (%d, %d)",
+            b->head[0].N, h.start[LOSS_LEVELS], w->N, w->A);
+    double k_box = GAIN_BOX * batch_mult / tss_norm, k_cls = GAIN_CLS * batch_mult / tss_norm;
+    double k_dfl = GAIN_DFL * batch_mult / tss_norm;
+    cls_kernel<<<PARTS, THREADS, 0, dev->stream>>>(h, w->N, w->gt, w->asg, w->score, k_cls, w->part);
+    checkLaunch(dev);
+    box_kernel<<<PARTS, THREADS, 0, dev->stream>>>(h, w->N, w->gt, w->asg, w->score, k_box, k_dfl,
+                                                   w->part);
+    checkLaunch(dev);
+    read_sums(dev, w, N_SUMS);
+    out->box = GAIN_BOX * w->sums_host[SUM_BOX] / tss_norm;
+    out->cls = GAIN_CLS * w->sums_host[SUM_CLS] / tss_norm;
+    out->dfl = GAIN_DFL * w->sums_host[SUM_DFL] / tss_norm;
+    out->total = batch_mult * (out->box + out->cls + out->dfl);
+    out->tss = tss_norm;
+    out->n_fg = w->n_fg;
+}
+
+extern "C" int loss_forward_backward_gpu(Device *dev, GpuLossWork *w, const LossBatch *b,
+                                         Map grad[LOSS_LEVELS], LossOut *out, Err *err) {
+    double tss;
+    if (loss_assign_gpu(dev, w, b, &tss, err)) return -1;
+    loss_compute_gpu(dev, w, b, fmax(tss, 1), b->head[0].N, grad, out);
+    return 0;
+}
+
+extern "C" void loss_targets_gpu(Device *dev, const GpuLossWork *w, int *row, double *score) {
+    size_t cells = (size_t)w->N * w->A;
+    checkCuda(cudaMemcpyAsync(row, w->asg, cells * sizeof(int), cudaMemcpyDeviceToHost, dev->stream));
+    if (score)
+        checkCuda(cudaMemcpyAsync(score, w->score, cells * sizeof(double), cudaMemcpyDeviceToHost,
+                                  dev->stream));
+    checkCuda(cudaStreamSynchronize(dev->stream));
+    for (size_t i = 0; i < cells; i++) row[i] = row[i] >= 0 ? w->gt_host[row[i]].row : -1;
+}

@@ -1,0 +1,76 @@
+// model_gpu.c: moves a built model onto one GPU (see model_gpu.h).
+#include "gpu/model_gpu.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/ops.h"
+
+static size_t fl(size_t n) { return (n * sizeof(float) + 255) & ~(size_t)255; }
+
+GpuPlan model_gpu_plan(const Model *m, GpuPrecision prec) {
+    Device probe;
+    device_defaults(&probe, 0);
+    probe.precision = prec;
+    size_t scratch = 0;
+    for (int i = 0; i < m->n_nodes; i++) {            // the largest scratch any single op asks for
+        const Node *nd = &m->nodes[i];
+        for (int u = 0; u < 2; u++) {
+            const ConvUnit *cu = u ? &nd->cv2 : &nd->cv;
+            if (cu->w < 0 || (nd->op != OP_CONV && nd->op != OP_REPCONV)) continue;
+            size_t c = conv_workspace_bytes_gpu(&probe, &cu->d);
+            Map z = map_make(NULL, cu->d.N, cu->d.P, cu->d.Q, cu->d.K);
+            size_t b = bn_workspace_bytes_gpu(z);
+            if (c > scratch) scratch = c;
+            if (b > scratch) scratch = b;
+        }
+    }
+    GpuPlan p = { { 0 }, fl(m->n_act), fl(m->n_act), fl(m->n_stats + 1), 2 * fl(m->n_tmp + 1) };
+    p.arena[ARENA_PARAMS] = fl(m->n_state);
+    p.arena[ARENA_GRADS] = fl(m->n_state);
+    p.arena[ARENA_OPTIM] = 2 * fl(m->n_state) + ((size_t)1 << 20);   // + the optimizer's slot table
+    p.arena[ARENA_ACTS] = p.acts + p.grads_of_acts + p.stats + p.temps;
+    p.arena[ARENA_SCRATCH] = scratch + ((size_t)64 << 20);   // + room for the loss and small reductions
+    return p;
+}
+
+void model_gpu_print_plan(const GpuPlan *p, int id, FILE *f) {
+    double g = 1 << 30, total = 0;
+    for (int k = 0; k < ARENA_COUNT; k++) total += p->arena[k];
+    fprintf(f, "GPU %d memory plan: weights %.2f GiB, grads %.2f GiB, optimizer+EMA %.2f GiB, activations %.2f GiB "
+               "(+ their gradients %.2f GiB, BN stats and temporaries %.2f GiB), op scratch %.2f GiB; total %.2f GiB\n",
+            id, p->arena[ARENA_PARAMS] / g, p->arena[ARENA_GRADS] / g, p->arena[ARENA_OPTIM] / g, p->acts / g,
+            p->grads_of_acts / g, (p->stats + p->temps) / g, p->arena[ARENA_SCRATCH] / g, total / g);
+}
+
+int model_to_gpu(Model *m, Device *dev, int id, GpuPrecision prec, Err *err) {
+    GpuPlan p = model_gpu_plan(m, prec);
+    if (device_init(dev, id, p.arena, err)) return -1;
+    dev->precision = prec;
+    float *state = arena_take(&dev->params, p.arena[ARENA_PARAMS], 256);
+    float *grad = arena_take(&dev->grads, p.arena[ARENA_GRADS], 256);
+    checkCuda(cudaMemcpy(state, m->state, m->n_state * sizeof(float), cudaMemcpyHostToDevice));
+    checkCuda(cudaMemset(grad, 0, m->n_state * sizeof(float)));
+    free(m->state); free(m->grad); free(m->act); free(m->dact); free(m->stats); free(m->ws);
+    free(m->tmp_a); free(m->tmp_b);
+    m->state = state;
+    m->grad = grad;
+    m->act = arena_take(&dev->acts, p.acts, 256);
+    m->dact = arena_take(&dev->acts, p.grads_of_acts, 256);
+    m->stats = arena_take(&dev->acts, p.stats, 256);
+    m->tmp_a = arena_take(&dev->acts, p.temps / 2, 256);
+    m->tmp_b = arena_take(&dev->acts, p.temps / 2, 256);
+    m->ws = NULL;                                   // the conv twins use the scratch arena
+    m->be = &backend_gpu;
+    m->be_ctx = dev;
+    m->on_device = 1;
+    return 0;
+}
+
+void model_gpu_download_state(const Model *m, float *host) {
+    m->be->download(m->be_ctx, host, m->state, m->n_state);
+}
+
+void model_gpu_upload_state(Model *m, const float *host) {
+    m->be->upload(m->be_ctx, m->state, host, m->n_state);
+}

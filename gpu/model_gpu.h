@@ -1,0 +1,27 @@
+// model_gpu.h: a built model moved onto one GPU: its memory planned from the model (parameters,
+// gradients, optimizer state, activations, op scratch), allocated once, and the state uploaded.
+// Afterwards model_forward / model_backward run the CUDA twins (gpu/backend_gpu.c).
+#pragma once
+#include "core/model.h"
+#include "gpu/device.h"
+
+#ifdef USE_CUDA
+extern const Backend backend_gpu;
+
+typedef struct {                 // bytes per arena, and the parts of the activation arena
+    size_t arena[ARENA_COUNT];
+    size_t acts, grads_of_acts, stats, temps;
+} GpuPlan;
+
+// The memory a model needs on a GPU at its planned batch and size (optim: 2 x state, for the
+// momentum buffers and the EMA).
+GpuPlan model_gpu_plan(const Model *m, GpuPrecision prec);
+void    model_gpu_print_plan(const GpuPlan *p, int id, FILE *f);
+// Allocate on GPU `id` (refusing with the numbers and a suggestion when it does not fit), upload
+// the state, and switch m to the GPU backend. dev must outlive m; model_free(m) leaves dev alone:
+// free it with device_free after. Returns 0, or -1 with err.
+int     model_to_gpu(Model *m, Device *dev, int id, GpuPrecision prec, Err *err);
+// Copy the state (weights and BN buffers) between the GPU and a host array of m->n_state floats.
+void    model_gpu_download_state(const Model *m, float *host);
+void    model_gpu_upload_state(Model *m, const float *host);
+#endif

@@ -1,0 +1,60 @@
+// ops.h (gpu): the CUDA twins of core/ops.h. Same argument order and the same = / += contract
+// as the CPU twin, with a Device* first; Map data and every pointer are device memory. Each op is
+// queued on dev->stream (no host sync) and borrows dev->scratch only for its own duration.
+#pragma once
+#include "gpu/device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include "core/ops.h"
+
+// ---- convolution (gpu/conv.cu): im2col + cuBLAS, or one GEMM for a 1x1 stride-1 conv ---------
+// Scratch bytes conv_forward_gpu/conv_backward_gpu need on `dev` (its precision and im2col cap).
+size_t conv_workspace_bytes_gpu(const Device *dev, const ConvDims *d);
+void conv_forward_gpu(Device *dev, const ConvDims *d, Map x, const float *w, const float *b, Map y);
+void conv_backward_gpu(Device *dev, const ConvDims *d, Map x, const float *w, Map dy, Map dx,
+                       float *dw, float *db);   // dx, dw, db +=
+
+// ---- batch normalisation (gpu/bn.cu): statistics in double, deterministic ----------------------
+size_t bn_workspace_bytes_gpu(Map z);   // scratch the three BN twins need for this map
+void bn_forward_train_gpu(Device *dev, Map z, const float *gamma, const float *beta, float eps,
+                          float momentum, float *running_mean, float *running_var, float *mean,
+                          float *invstd, Map u);
+// The same, fused with SiLU in one pass: y = silu(u); u is also stored unless u.data is NULL (the
+// backward can recompute it from z and the saved statistics).
+void bn_silu_forward_train_gpu(Device *dev, Map z, const float *gamma, const float *beta,
+                               float eps, float momentum, float *running_mean, float *running_var,
+                               float *mean, float *invstd, Map u, Map y);
+void bn_forward_eval_gpu(Device *dev, Map z, const float *gamma, const float *beta, float eps,
+                         const float *running_mean, const float *running_var, Map u);
+void bn_backward_gpu(Device *dev, Map z, const float *gamma, const float *mean,
+                     const float *invstd, Map du, Map dz, float *dgamma, float *dbeta);
+// u = (z - mean)·invstd·gamma + beta from saved statistics (=), as the backward recomputes BN
+// outputs on the CPU (core/model_cpu.c), bit for bit.
+void bn_apply_gpu(Device *dev, Map z, const float *gamma, const float *beta, const float *mean,
+                  const float *invstd, Map u);
+// du = dy·silu'(u) (=) with u recomputed as bn_apply_gpu, in one pass; du may alias dy or be a
+// contiguous temp.
+void bn_apply_silu_backward_gpu(Device *dev, Map z, const float *gamma, const float *beta,
+                                const float *mean, const float *invstd, Map dy, Map du);
+
+// ---- elementwise (gpu/elementwise.cu) ----------------------------------------------------------
+void silu_forward_gpu(Device *dev, Map u, Map y);            // y may alias u
+void silu_backward_gpu(Device *dev, Map u, Map dy, Map du);  // du = (may alias dy)
+void add_forward_gpu(Device *dev, Map a, Map b, Map y);
+void copy_map_gpu(Device *dev, Map src, Map dst);            // src, dst must not partly overlap
+void accumulate_map_gpu(Device *dev, Map src, Map dst);
+void zero_map_gpu(Device *dev, Map m);
+
+// ---- pooling and resampling (gpu/pool.cu); backward passes gather, so they are deterministic ---
+void maxpool_forward_gpu(Device *dev, Map x, int k, int stride, int pad, Map y);
+void maxpool_backward_gpu(Device *dev, Map x, int k, int stride, int pad, Map dy, Map dx);
+void avgpool_forward_gpu(Device *dev, Map x, int k, int stride, int pad, Map y);
+void avgpool_backward_gpu(Device *dev, int k, int stride, int pad, Map dy, Map dx);
+void upsample_forward_gpu(Device *dev, Map x, int factor, Map y);
+void upsample_backward_gpu(Device *dev, int factor, Map dy, Map dx);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,200 @@
+// pool.cu: max pool, average pool (count_include_pad, floor mode) and nearest upsampling, the CUDA
+// twins of core/pool.c. Forward writes (=); backward adds (+=) and is a gather: one thread per dx
+// element sums its windows in the CPU twin's scan order, so results are deterministic and equal
+// to the CPU's. Legend: N batch, C channels, H,W in, P,Q out, k kernel, f upsampling factor.
+#include <math.h>
+
+#include "gpu/kernel_util.h"
+
+struct Window { int k, stride, pad; };
+
+// The output size is fixed when the model is built, so a mismatch is a bug in the caller.
+static void pool_check(Map x, Window win, Map y, const char *who) {
+    int P = (x.H + 2 * win.pad - win.k) / win.stride + 1;
+    int Q = (x.W + 2 * win.pad - win.k) / win.stride + 1;
+    if (win.stride < 1 || win.k < 1 || win.pad < 0 || y.N != x.N || y.C != x.C || y.H != P ||
+        y.W != Q)
+        die("%s: %dx%dx%dx%d, k %d stride %d pad %d cannot give %dx%dx%dx%d", who, x.N, x.H, x.W,
+            x.C, win.k, win.stride, win.pad, y.N, y.H, y.W, y.C);
+}
+
+// (n, h, w, c) of element i of map m
+struct Pos { int n, h, w, c; };
+__device__ static Pos pos_of(Map m, size_t i) {
+    Pos p;
+    p.c = (int)(i % m.C);
+    size_t px = i / m.C;
+    p.w = (int)(px % m.W);
+    p.h = (int)(px / m.W % m.H);
+    p.n = (int)(px / ((size_t)m.W * m.H));
+    return p;
+}
+
+__device__ static inline float *at(Map m, int n, int h, int w, int c) {
+    return m.data + (((size_t)n * m.H + h) * m.W + w) * m.ld + c;
+}
+
+// Output rows p whose window (p*stride - pad .. + k-1) covers input row h: [*lo, *hi).
+__device__ static void covering(int h, Window win, int P, int *lo, int *hi) {
+    int a = h + win.pad - win.k + 1;
+    *lo = a <= 0 ? 0 : (a + win.stride - 1) / win.stride;
+    int b = (h + win.pad) / win.stride + 1;
+    *hi = b < P ? b : P;
+}
+
+// PyTorch's rule, as the CPU twin: NaN takes over; otherwise only a strictly larger value does.
+__device__ static inline bool beats(float v, float best) { return v > best || isnan(v); }
+
+// ---- kernels -------------------------------------------------------------------------------
+
+__global__ void maxpool_fwd_kernel(Map x, Window win, Map y) {
+    GRID_STRIDE(i, map_n(y)) {
+        Pos o = pos_of(y, i);
+        float best = -INFINITY;   // padding never wins
+        for (int r = 0; r < win.k; r++) {
+            int h = o.h * win.stride - win.pad + r;
+            if (h < 0 || h >= x.H) continue;
+            for (int s = 0; s < win.k; s++) {
+                int w = o.w * win.stride - win.pad + s;
+                if (w < 0 || w >= x.W) continue;
+                float v = *at(x, o.n, h, w, o.c);
+                if (beats(v, best)) best = v;
+            }
+        }
+        *map_elem(y, i) = best;
+    }
+}
+
+// Flat input position (h*W + w) of the first maximum of window (p, q), as maxpool_route scans.
+__device__ static int window_argmax(Map x, Window win, int n, int p, int q, int c) {
+    float best = -INFINITY;
+    int arg = -1;
+    for (int r = 0; r < win.k; r++) {
+        int h = p * win.stride - win.pad + r;
+        if (h < 0 || h >= x.H) continue;
+        for (int s = 0; s < win.k; s++) {
+            int w = q * win.stride - win.pad + s;
+            if (w < 0 || w >= x.W) continue;
+            float v = *at(x, n, h, w, c);
+            if (arg < 0 || beats(v, best)) { best = v; arg = h * x.W + w; }
+        }
+    }
+    return arg;
+}
+
+// dx(n,h,w,c) += dy of every window (in p, q order) whose first maximum is (h, w)
+__global__ void maxpool_bwd_kernel(Map x, Window win, Map dy, Map dx) {
+    GRID_STRIDE(i, map_n(dx)) {
+        Pos e = pos_of(dx, i);
+        int p0, p1, q0, q1;
+        covering(e.h, win, dy.H, &p0, &p1);
+        covering(e.w, win, dy.W, &q0, &q1);
+        float acc = *map_elem(dx, i);
+        for (int p = p0; p < p1; p++)
+            for (int q = q0; q < q1; q++)
+                if (window_argmax(x, win, e.n, p, q, e.c) == e.h * x.W + e.w)
+                    acc += *at(dy, e.n, p, q, e.c);
+        *map_elem(dx, i) = acc;
+    }
+}
+
+// In floor mode every window ends inside the padded input, so count_include_pad divides by k*k.
+__global__ void avgpool_fwd_kernel(Map x, Window win, Map y) {
+    GRID_STRIDE(i, map_n(y)) {
+        Pos o = pos_of(y, i);
+        float sum = 0.0f;
+        for (int r = 0; r < win.k; r++) {
+            int h = o.h * win.stride - win.pad + r;
+            if (h < 0 || h >= x.H) continue;
+            for (int s = 0; s < win.k; s++) {
+                int w = o.w * win.stride - win.pad + s;
+                if (w >= 0 && w < x.W) sum += *at(x, o.n, h, w, o.c);
+            }
+        }
+        *map_elem(y, i) = sum / (float)(win.k * win.k);
+    }
+}
+
+__global__ void avgpool_bwd_kernel(Window win, Map dy, Map dx) {
+    GRID_STRIDE(i, map_n(dx)) {
+        Pos e = pos_of(dx, i);
+        int p0, p1, q0, q1;
+        covering(e.h, win, dy.H, &p0, &p1);
+        covering(e.w, win, dy.W, &q0, &q1);
+        float area = (float)(win.k * win.k), acc = *map_elem(dx, i);
+        for (int p = p0; p < p1; p++)
+            for (int q = q0; q < q1; q++) acc += *at(dy, e.n, p, q, e.c) / area;
+        *map_elem(dx, i) = acc;
+    }
+}
+
+// y(n, h, w) = x(n, h / f, w / f)
+__global__ void upsample_fwd_kernel(Map x, int f, Map y) {
+    GRID_STRIDE(i, map_n(y)) {
+        Pos o = pos_of(y, i);
+        *map_elem(y, i) = *at(x, o.n, o.h / f, o.w / f, o.c);
+    }
+}
+
+__global__ void upsample_bwd_kernel(int f, Map dy, Map dx) {
+    GRID_STRIDE(i, map_n(dx)) {
+        Pos e = pos_of(dx, i);
+        float acc = *map_elem(dx, i);
+        for (int a = 0; a < f; a++)
+            for (int b = 0; b < f; b++) acc += *at(dy, e.n, e.h * f + a, e.w * f + b, e.c);
+        *map_elem(dx, i) = acc;
+    }
+}
+
+// ---- launchers -----------------------------------------------------------------------------
+
+extern "C" void maxpool_forward_gpu(Device *dev, Map x, int k, int stride, int pad, Map y) {
+    Window win = { k, stride, pad };
+    pool_check(x, win, y, "maxpool_forward_gpu");
+    maxpool_fwd_kernel<<<blocks_for(map_floats(y)), THREADS, 0, dev->stream>>>(x, win, y);
+    checkLaunch(dev);
+}
+
+extern "C" void maxpool_backward_gpu(Device *dev, Map x, int k, int stride, int pad, Map dy,
+                                     Map dx) {
+    Window win = { k, stride, pad };
+    pool_check(x, win, dy, "maxpool_backward_gpu");
+    if (!dx.data) return;
+    same_shape_gpu(x, dx, "maxpool_backward_gpu");
+    maxpool_bwd_kernel<<<blocks_for(map_floats(dx)), THREADS, 0, dev->stream>>>(x, win, dy, dx);
+    checkLaunch(dev);
+}
+
+extern "C" void avgpool_forward_gpu(Device *dev, Map x, int k, int stride, int pad, Map y) {
+    Window win = { k, stride, pad };
+    pool_check(x, win, y, "avgpool_forward_gpu");
+    avgpool_fwd_kernel<<<blocks_for(map_floats(y)), THREADS, 0, dev->stream>>>(x, win, y);
+    checkLaunch(dev);
+}
+
+extern "C" void avgpool_backward_gpu(Device *dev, int k, int stride, int pad, Map dy, Map dx) {
+    Window win = { k, stride, pad };
+    pool_check(dx, win, dy, "avgpool_backward_gpu");
+    if (!dx.data) return;
+    avgpool_bwd_kernel<<<blocks_for(map_floats(dx)), THREADS, 0, dev->stream>>>(win, dy, dx);
+    checkLaunch(dev);
+}
+
+static void upsample_check(Map x, int factor, Map y, const char *who) {
+    if (factor < 1 || y.N != x.N || y.C != x.C || y.H != x.H * factor || y.W != x.W * factor)
+        die("%s: %dx%dx%dx%d upsampled by %d cannot give %dx%dx%dx%d", who, x.N, x.H, x.W, x.C,
+            factor, y.N, y.H, y.W, y.C);
+}
+
+extern "C" void upsample_forward_gpu(Device *dev, Map x, int factor, Map y) {
+    upsample_check(x, factor, y, "upsample_forward_gpu");
+    upsample_fwd_kernel<<<blocks_for(map_floats(y)), THREADS, 0, dev->stream>>>(x, factor, y);
+    checkLaunch(dev);
+}
+
+extern "C" void upsample_backward_gpu(Device *dev, int factor, Map dy, Map dx) {
+    upsample_check(dx, factor, dy, "upsample_backward_gpu");
+    if (!dx.data) return;
+    upsample_bwd_kernel<<<blocks_for(map_floats(dx)), THREADS, 0, dev->stream>>>(factor, dy, dx);
+    checkLaunch(dev);
+}

@@ -1,0 +1,53 @@
+// train_gpu.c: the trainer's GPU side: the model, its EMA and momentum buffers in one GPU's memory
+// plan, and the loss computed there (DESIGN.md sections 3 and 4).
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/train.h"
+#include "gpu/loss.h"
+#include "gpu/model_gpu.h"
+#include "gpu/optim.h"
+
+static GpuPrecision precision_of(const char *p) {
+    return !strcmp(p, "fp32") ? GPU_FP32 : !strcmp(p, "tf32") ? GPU_TF32 : GPU_BF16;
+}
+
+// Mosaic with mixup joins the labels of up to eight images into one sample.
+enum { TARGETS_PER_IMAGE = 512 };
+
+int trainer_gpu_init(Trainer *t, const Config *cfg, int id, float **sgd_buf, Err *err) {
+    Model *m = &t->m;
+    Device *dev = xcalloc(1, sizeof *dev);
+    float *initial = xmalloc(m->n_state * sizeof(float));    // the EMA starts from these weights
+    memcpy(initial, m->state, m->n_state * sizeof(float));
+    GpuPrecision prec = precision_of(cfg->precision);
+    GpuPlan plan = model_gpu_plan(m, prec);
+    model_gpu_print_plan(&plan, id, stdout);
+    if (model_to_gpu(m, dev, id, prec, err)) { free(initial); free(dev); return -1; }
+    t->dev = dev;
+    t->ema = arena_take(&dev->optim, m->n_state * sizeof(float), 256);
+    m->be->upload(dev, t->ema, initial, m->n_state);
+    free(initial);
+    *sgd_buf = arena_take(&dev->optim, m->n_state * sizeof(float), 256);
+    int anchors = 0;
+    model_set_size(m, m->imgsz, m->imgsz);
+    for (int l = 0; l < m->n_levels; l++) anchors += m->vh[m->head[l]] * m->vw[m->head[l]];
+    t->gpu_loss = loss_work_new_gpu(dev, m->max_n, m->max_n * TARGETS_PER_IMAGE, m->nc, anchors);
+    if (!t->gpu_loss) {
+        trainer_gpu_free(t);
+        return err_set(err, "GPU %d: no memory left for the loss at batch %d; lower batch or imgsz", id, m->max_n);
+    }
+    return 0;
+}
+
+void trainer_gpu_free(Trainer *t) {                    // the caller frees the model's host side
+    if (t->gpu_loss) loss_work_free_gpu(t->gpu_loss);
+    device_free(t->dev);
+    free(t->dev);
+    t->dev = NULL;
+    t->gpu_loss = NULL;
+}
+
+int trainer_gpu_loss(Trainer *t, const LossBatch *b, Map grad[LOSS_LEVELS], LossOut *out, Err *err) {
+    return loss_forward_backward_gpu(t->dev, t->gpu_loss, b, grad, out, err);
+}

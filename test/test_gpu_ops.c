@@ -1,0 +1,479 @@
+// test_gpu_ops.c: every CUDA twin of gpu/ops.h against its CPU twin of core/ops.h on the same fresh
+// random inputs, odd shapes and channel slices (ld > C) with guard values checked after each op
+// (STYLE.md section 7). Without CUDA in the build, or without a GPU, every test is a skip.
+// Legend: N batch, C/K channels, H,W in, P,Q out, k kernel, G groups.
+#include "core/ops.h"
+#include "core/util.h"
+#include "test/test.h"
+#ifdef USE_CUDA
+#include "gpu/ops.h"
+#endif
+
+#define GPU_TESTS(X) X(test_conv_fp32) X(test_conv_tf32) X(test_conv_bf16) X(test_conv_chunked) \
+    X(test_bn_train) X(test_bn_silu) X(test_bn_eval) X(test_bn_backward) X(test_elementwise) X(test_maxpool)     \
+    X(test_avgpool) X(test_upsample) X(test_step_allocates_nothing) X(test_init_refuses)
+
+#ifndef USE_CUDA
+static void skip_no_cuda(void) { SKIP("no CUDA in this build"); }
+#define RUN_SKIPPED(fn) test_run_(#fn, skip_no_cuda);
+int main(void) {
+    GPU_TESTS(RUN_SKIPPED)
+    return test_summary();
+}
+#else
+
+static const float GUARD = -777.0f;   // fills every element outside a slice; must survive each op
+
+// Tolerances: |gpu - cpu| <= arel·max|cpu| + rtol·|cpu|. fp32 as STYLE.md section 7; tf32 rounds
+// GEMM inputs to 10 mantissa bits, bf16 to 8, so they are held to a share of the largest value
+// (on an H200 the worst seen were 3.1e-4 and 2.5e-3: the bounds leave a 4-6x margin).
+typedef struct { double rtol, arel; const char *name; } Tol;
+static const Tol FP32 = { 1e-4, 1e-5, "fp32" }, TF32 = { 0.0, 2e-3, "tf32" },
+                 BF16 = { 0.0, 1e-2, "bf16" };
+
+// ---- the device and paired host/device buffers --------------------------------------------
+
+static Device dev;
+static int dev_state;   // 0 untried, 1 ready, -1 no GPU
+
+static int gpu_ready(void) {
+    if (dev_state) return dev_state > 0;
+    GpuInfo info;
+    Err err;
+    size_t bytes[ARENA_COUNT] = { 0, 0, 0, (size_t)256 << 20, (size_t)256 << 20 };
+    dev_state = gpu_list(&info, 1) > 0 && device_init(&dev, 0, bytes, &err) == 0 ? 1 : -1;
+    return dev_state > 0;
+}
+#define NEED_GPU() do { if (!gpu_ready()) SKIP("no GPU"); arena_reset(&dev.acts); } while (0)
+
+// One (N,H,W,C) map twice: on the host (h) and the device (d), each the channel slice
+// [extra, extra+C) of a buffer with ld = C + 2*extra, all GUARD. Vectors are (1,1,1,n) maps.
+typedef struct { Map h, d; int extra; size_t total; } Pair;
+
+static void pair_upload(Pair p);
+
+static Pair pair_new(int N, int H, int W, int C, int extra) {
+    Pair p;
+    int ld = C + 2 * extra;
+    p.extra = extra;
+    p.total = (size_t)N * H * W * ld;
+    float *hb = xmalloc(p.total * sizeof(float)), *db = arena_take(&dev.acts, p.total * 4, 256);
+    for (size_t i = 0; i < p.total; i++) hb[i] = GUARD;
+    p.h = (Map){ hb + extra, N, H, W, C, ld };
+    p.d = (Map){ db + extra, N, H, W, C, ld };
+    pair_upload(p);   // the guards, on the device too
+    return p;
+}
+static Pair vec_new(int n) { return pair_new(1, 1, 1, n, 0); }
+static void pair_free(Pair p) { free(p.h.data - p.extra); }
+
+static void pair_upload(Pair p) {
+    checkCuda(cudaMemcpyAsync(p.d.data - p.extra, p.h.data - p.extra, p.total * sizeof(float),
+                              cudaMemcpyHostToDevice, dev.stream));
+    device_sync(&dev);
+}
+
+static float *elem(Map m, size_t j) { return m.data + (j / m.C) * m.ld + j % m.C; }
+
+// fresh values in [lo, hi) in the slice, the same on host and device
+static void pair_rand(Pair p, Rng *g, double lo, double hi) {
+    for (size_t j = 0; j < map_floats(p.h); j++) *elem(p.h, j) = (float)rng_uniform(g, lo, hi);
+    pair_upload(p);
+}
+
+// The device buffer (guards included) against the host one, which holds the CPU twin's result.
+static void compare(const char *what, Pair p, Tol t) {
+    device_sync(&dev);
+    float *got = xmalloc(p.total * sizeof(float));
+    checkCuda(cudaMemcpy(got, p.d.data - p.extra, p.total * sizeof(float), cudaMemcpyDeviceToHost));
+    Map g = p.h;
+    g.data = got + p.extra;
+    size_t bad_guards = 0, bad = 0, worst = 0, n = map_floats(p.h);
+    for (size_t i = 0; i < p.total; i++) {
+        int c = (int)(i % p.h.ld);
+        if ((c < p.extra || c >= p.extra + p.h.C) && got[i] != GUARD) bad_guards++;
+    }
+    double maxref = 0.0, worst_err = -1.0;
+    for (size_t j = 0; j < n; j++) maxref = fmax(maxref, fabs(*elem(p.h, j)));
+    for (size_t j = 0; j < n; j++) {
+        double a = *elem(g, j), b = *elem(p.h, j), e = fabs(a - b);
+        if (!close_enough(a, b, t.arel * maxref, t.rtol)) bad++;
+        if (e > worst_err || isnan(e)) { worst_err = e; worst = j; }
+    }
+    CHECK(bad_guards == 0, "%s: %zu guard values outside the slice were overwritten", what,
+          bad_guards);
+    CHECK(bad == 0, "%s (%s): %zu of %zu differ; worst [%zu] gpu %.8g cpu %.8g, max err %.3g, "
+          "max|cpu| %.3g", what, t.name, bad, n, worst, *elem(g, worst), *elem(p.h, worst),
+          worst_err, maxref);
+    for (size_t j = 0, shown = 0; bad && j < n && shown < 5; j++) {
+        double a = *elem(g, j), b = *elem(p.h, j);
+        if (close_enough(a, b, t.arel * maxref, t.rtol)) continue;
+        printf("      [%zu] gpu %.8g cpu %.8g\n", j, a, b);
+        shown++;
+    }
+    printf("# %-28s %s max|gpu-cpu|/max|cpu| = %.3g\n", what, t.name,
+           maxref > 0 ? worst_err / maxref : worst_err);
+    free(got);
+}
+
+// ---- convolution --------------------------------------------------------------------------
+
+typedef struct { int N, C, H, W, K, k, stride, pad, groups, x_extra, y_extra; } ConvCase;
+static const ConvCase CONV_CASES[] = {
+    { 3, 13, 13, 13, 19, 3, 1, 1, 1, 3, 2 },    // 3x3, slices in and out
+    { 1, 12, 7, 7, 20, 3, 2, 1, 4, 0, 5 },      // stride 2, groups 4 (the head convs)
+    { 3, 10, 13, 13, 10, 5, 1, 2, 10, 1, 1 },   // depthwise 5x5
+    { 3, 21, 13, 13, 11, 1, 1, 0, 1, 4, 3 },    // pointwise: one GEMM through both ld
+    { 1, 16, 13, 13, 8, 1, 2, 0, 4, 0, 0 },     // 1x1 stride 2 groups 4: the im2col path
+    { 3, 7, 13, 13, 12, 3, 2, 0, 1, 2, 0 },     // stride 2, no padding, odd size
+};
+
+static void conv_case(const ConvCase *cc, int with_bias, Tol t, Rng *g) {
+    ConvDims d = conv_dims(cc->N, cc->C, cc->H, cc->W, cc->K, cc->k, cc->stride, cc->pad,
+                           cc->groups);
+    size_t nw = (size_t)d.K * (d.C / d.groups) * d.R * d.S;
+    Pair x = pair_new(d.N, d.H, d.W, d.C, cc->x_extra), y = pair_new(d.N, d.P, d.Q, d.K, cc->y_extra);
+    Pair w = vec_new((int)nw), b = vec_new(d.K), dy = pair_new(d.N, d.P, d.Q, d.K, cc->y_extra);
+    Pair dx = pair_new(d.N, d.H, d.W, d.C, cc->x_extra), dw = vec_new((int)nw), db = vec_new(d.K);
+    pair_rand(x, g, -1, 1); pair_rand(w, g, -0.5, 0.5); pair_rand(b, g, -1, 1);
+    pair_rand(dy, g, -1, 1);
+    pair_rand(dx, g, -1, 1); pair_rand(dw, g, -1, 1); pair_rand(db, g, -1, 1);   // += priors
+    float *ws = xmalloc((conv_workspace_floats(&d) + 1) * sizeof(float));
+    const float *bh = with_bias ? b.h.data : NULL, *bd = with_bias ? b.d.data : NULL;
+
+    conv_forward_cpu(&d, x.h, w.h.data, bh, y.h, ws);
+    conv_forward_gpu(&dev, &d, x.d, w.d.data, bd, y.d);
+    conv_backward_cpu(&d, x.h, w.h.data, dy.h, dx.h, dw.h.data, with_bias ? db.h.data : NULL, ws);
+    conv_backward_gpu(&dev, &d, x.d, w.d.data, dy.d, dx.d, dw.d.data, with_bias ? db.d.data : NULL);
+    char name[64];
+    snprintf(name, sizeof name, "conv k%d s%d g%d y", d.R, d.stride, d.groups);
+    compare(name, y, t);
+    snprintf(name, sizeof name, "conv k%d s%d g%d dx", d.R, d.stride, d.groups);
+    compare(name, dx, t);
+    snprintf(name, sizeof name, "conv k%d s%d g%d dw", d.R, d.stride, d.groups);
+    compare(name, dw, t);
+    snprintf(name, sizeof name, "conv k%d s%d g%d db", d.R, d.stride, d.groups);
+    compare(name, db, FP32);   // a plain sum in double: no GEMM rounding
+    free(ws);
+    Pair all[] = { x, y, w, b, dy, dx, dw, db };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
+static void conv_all(GpuPrecision prec, Tol t, uint64_t seed) {
+    NEED_GPU();
+    Rng g = rng_for(seed, 0, 0);
+    dev.precision = prec;
+    for (size_t i = 0; i < sizeof CONV_CASES / sizeof *CONV_CASES; i++) {
+        arena_reset(&dev.acts);
+        conv_case(&CONV_CASES[i], i % 2 == 0, t, &g);
+    }
+    dev.precision = GPU_FP32;
+}
+
+static void test_conv_fp32(void) { conv_all(GPU_FP32, FP32, 11); }
+static void test_conv_tf32(void) { conv_all(GPU_TF32, TF32, 12); }
+static void test_conv_bf16(void) { conv_all(GPU_BF16, BF16, 13); }
+
+// A tiny im2col cap forces many chunks: forward, dW accumulation and col2im across chunks.
+static void test_conv_chunked(void) {
+    NEED_GPU();
+    Rng g = rng_for(14, 0, 0);
+    size_t cap = dev.col_cap_floats;
+    dev.col_cap_floats = 1000;
+    for (int i = 0; i < 3; i++) {
+        arena_reset(&dev.acts);
+        conv_case(&CONV_CASES[i], 1, FP32, &g);
+    }
+    dev.col_cap_floats = cap;
+}
+
+// ---- batch normalisation ------------------------------------------------------------------
+
+typedef struct { int N, H, W, C, extra; } Shape;
+static const Shape BN_SHAPES[] = { { 3, 7, 7, 13, 2 }, { 1, 13, 13, 37, 0 }, { 1, 1, 1, 5, 1 } };
+static const float EPS = 1e-3f, MOMENTUM = 0.03f;
+
+static void test_bn_train(void) {
+    NEED_GPU();
+    Rng g = rng_for(21, 0, 0);
+    for (size_t i = 0; i < sizeof BN_SHAPES / sizeof *BN_SHAPES; i++) {
+        Shape s = BN_SHAPES[i];
+        arena_reset(&dev.acts);
+        Pair z = pair_new(s.N, s.H, s.W, s.C, s.extra), u = pair_new(s.N, s.H, s.W, s.C, 3);
+        Pair ga = vec_new(s.C), be = vec_new(s.C), rm = vec_new(s.C), rv = vec_new(s.C);
+        Pair mean = vec_new(s.C), invstd = vec_new(s.C);
+        pair_rand(z, &g, 0.5, 3.5);   // mean far from 0: a one-pass variance would show it
+        pair_rand(ga, &g, 0.5, 1.5); pair_rand(be, &g, -1, 1);
+        pair_rand(rm, &g, -1, 1); pair_rand(rv, &g, 0.5, 1.5);
+            bn_forward_train_cpu(z.h, ga.h.data, be.h.data, EPS, MOMENTUM, rm.h.data, rv.h.data,
+                             mean.h.data, invstd.h.data, u.h);
+        bn_forward_train_gpu(&dev, z.d, ga.d.data, be.d.data, EPS, MOMENTUM, rm.d.data, rv.d.data,
+                             mean.d.data, invstd.d.data, u.d);
+        compare("bn train u", u, FP32);
+        compare("bn train running_mean", rm, FP32);
+        compare("bn train running_var", rv, FP32);
+        compare("bn train mean", mean, FP32);
+        compare("bn train invstd", invstd, FP32);
+        Pair all[] = { z, u, ga, be, rm, rv, mean, invstd };
+        for (size_t k = 0; k < sizeof all / sizeof *all; k++) pair_free(all[k]);
+    }
+}
+
+// The fused BN + SiLU forward equals BN then SiLU on the CPU, with and without storing u.
+static void test_bn_silu(void) {
+    NEED_GPU();
+    Rng g = rng_for(24, 0, 0);
+    for (int store_u = 0; store_u < 2; store_u++) {
+        Shape s = BN_SHAPES[store_u];
+        arena_reset(&dev.acts);
+        Pair z = pair_new(s.N, s.H, s.W, s.C, s.extra), u = pair_new(s.N, s.H, s.W, s.C, 1);
+        Pair y = pair_new(s.N, s.H, s.W, s.C, 2), ga = vec_new(s.C), be = vec_new(s.C);
+        Pair mean = vec_new(s.C), invstd = vec_new(s.C);
+        pair_rand(z, &g, -2, 3); pair_rand(ga, &g, 0.5, 1.5); pair_rand(be, &g, -1, 1);
+        bn_forward_train_cpu(z.h, ga.h.data, be.h.data, EPS, MOMENTUM, NULL, NULL, mean.h.data,
+                             invstd.h.data, u.h);
+        silu_forward_cpu(u.h, y.h);
+        Map ud = u.d;
+        if (!store_u) {   // u stays all GUARD on both sides
+            ud.data = NULL;
+            for (size_t j = 0; j < map_floats(u.h); j++) *elem(u.h, j) = GUARD;
+        }
+        bn_silu_forward_train_gpu(&dev, z.d, ga.d.data, be.d.data, EPS, MOMENTUM, NULL, NULL,
+                                  mean.d.data, invstd.d.data, ud, y.d);
+        compare("bn+silu y", y, FP32);
+        compare("bn+silu u", u, FP32);
+        compare("bn+silu invstd", invstd, FP32);
+        Pair all[] = { z, u, y, ga, be, mean, invstd };
+        for (size_t k = 0; k < sizeof all / sizeof *all; k++) pair_free(all[k]);
+    }
+}
+
+static void test_bn_eval(void) {
+    NEED_GPU();
+    Rng g = rng_for(22, 0, 0);
+    for (size_t i = 0; i < sizeof BN_SHAPES / sizeof *BN_SHAPES; i++) {
+        Shape s = BN_SHAPES[i];
+        arena_reset(&dev.acts);
+        Pair z = pair_new(s.N, s.H, s.W, s.C, s.extra), u = pair_new(s.N, s.H, s.W, s.C, 1);
+        Pair ga = vec_new(s.C), be = vec_new(s.C), rm = vec_new(s.C), rv = vec_new(s.C);
+        pair_rand(z, &g, -2, 2); pair_rand(ga, &g, 0.5, 1.5); pair_rand(be, &g, -1, 1);
+        pair_rand(rm, &g, -1, 1); pair_rand(rv, &g, 0.5, 1.5);
+            bn_forward_eval_cpu(z.h, ga.h.data, be.h.data, EPS, rm.h.data, rv.h.data, u.h);
+        bn_forward_eval_gpu(&dev, z.d, ga.d.data, be.d.data, EPS, rm.d.data, rv.d.data, u.d);
+        compare("bn eval u", u, FP32);
+        Pair all[] = { z, u, ga, be, rm, rv };
+        for (size_t k = 0; k < sizeof all / sizeof *all; k++) pair_free(all[k]);
+    }
+}
+
+static void test_bn_backward(void) {
+    NEED_GPU();
+    Rng g = rng_for(23, 0, 0);
+    for (size_t i = 0; i < sizeof BN_SHAPES / sizeof *BN_SHAPES; i++) {
+        Shape s = BN_SHAPES[i];
+        arena_reset(&dev.acts);
+        Pair z = pair_new(s.N, s.H, s.W, s.C, s.extra), u = pair_new(s.N, s.H, s.W, s.C, 0);
+        Pair du = pair_new(s.N, s.H, s.W, s.C, 2), dz = pair_new(s.N, s.H, s.W, s.C, 1);
+        Pair ga = vec_new(s.C), be = vec_new(s.C), mean = vec_new(s.C), invstd = vec_new(s.C);
+        Pair dga = vec_new(s.C), dbe = vec_new(s.C);
+        pair_rand(z, &g, -1, 2); pair_rand(du, &g, -1, 1);
+        pair_rand(ga, &g, 0.5, 1.5); pair_rand(be, &g, -1, 1);
+        pair_rand(dga, &g, -1, 1); pair_rand(dbe, &g, -1, 1);   // += priors
+            // the saved statistics come from the CPU forward, the same for both twins
+        bn_forward_train_cpu(z.h, ga.h.data, be.h.data, EPS, MOMENTUM, NULL, NULL, mean.h.data,
+                             invstd.h.data, u.h);
+        pair_upload(mean); pair_upload(invstd);
+        bn_backward_cpu(z.h, ga.h.data, mean.h.data, invstd.h.data, du.h, dz.h, dga.h.data,
+                        dbe.h.data);
+        bn_backward_gpu(&dev, z.d, ga.d.data, mean.d.data, invstd.d.data, du.d, dz.d, dga.d.data,
+                        dbe.d.data);
+        compare("bn backward dz", dz, FP32);
+        compare("bn backward dgamma", dga, FP32);
+        compare("bn backward dbeta", dbe, FP32);
+        Pair all[] = { z, u, du, dz, ga, be, mean, invstd, dga, dbe };
+        for (size_t k = 0; k < sizeof all / sizeof *all; k++) pair_free(all[k]);
+    }
+}
+
+// ---- elementwise --------------------------------------------------------------------------
+
+static const Shape EW_SHAPES[] = { { 3, 7, 7, 13, 2 }, { 1, 13, 13, 5, 0 } };
+
+static void elementwise_shape(Shape s, Rng *g) {
+    arena_reset(&dev.acts);
+    Pair a = pair_new(s.N, s.H, s.W, s.C, s.extra), b = pair_new(s.N, s.H, s.W, s.C, 1);
+    Pair y = pair_new(s.N, s.H, s.W, s.C, 3), d = pair_new(s.N, s.H, s.W, s.C, s.extra);
+    pair_rand(a, g, -8, 8);
+    *elem(a.h, 0) = -100.0f;   // exp overflows to inf: must give -0, not NaN
+    pair_upload(a);
+    pair_rand(b, g, -1, 1);
+    silu_forward_cpu(a.h, y.h);
+    silu_forward_gpu(&dev, a.d, y.d);
+    compare("silu forward", y, FP32);
+    silu_backward_cpu(a.h, b.h, d.h);   // d is written (=): its old contents must not matter
+    silu_backward_gpu(&dev, a.d, b.d, d.d);
+    compare("silu backward", d, FP32);
+    add_forward_cpu(a.h, b.h, y.h);
+    add_forward_gpu(&dev, a.d, b.d, y.d);
+    compare("add", y, FP32);
+    pair_rand(d, g, -1, 1);
+    accumulate_map_cpu(b.h, d.h);
+    accumulate_map_gpu(&dev, b.d, d.d);
+    compare("accumulate", d, FP32);
+    copy_map_cpu(a.h, y.h);
+    copy_map_gpu(&dev, a.d, y.d);
+    compare("copy", y, FP32);
+    zero_map_cpu(d.h);
+    zero_map_gpu(&dev, d.d);
+    compare("zero", d, FP32);
+    Pair all[] = { a, b, y, d };
+    for (size_t k = 0; k < sizeof all / sizeof *all; k++) pair_free(all[k]);
+}
+
+static void test_elementwise(void) {
+    NEED_GPU();
+    Rng g = rng_for(31, 0, 0);
+    for (size_t i = 0; i < sizeof EW_SHAPES / sizeof *EW_SHAPES; i++)
+        elementwise_shape(EW_SHAPES[i], &g);
+}
+
+// ---- pooling and resampling ---------------------------------------------------------------
+
+typedef struct { int k, stride, pad; } Win;
+static const Win MAX_WINS[] = { { 5, 1, 2 }, { 3, 2, 1 }, { 2, 2, 0 } };
+static const Win AVG_WINS[] = { { 3, 1, 1 }, { 2, 2, 0 }, { 3, 2, 1 } };
+
+static int pool_out(int n, Win w) { return (n + 2 * w.pad - w.k) / w.stride + 1; }
+
+static void pool_case(int is_max, Win w, Shape s, Rng *g) {
+    arena_reset(&dev.acts);
+    int P = pool_out(s.H, w), Q = pool_out(s.W, w);
+    Pair x = pair_new(s.N, s.H, s.W, s.C, s.extra), y = pair_new(s.N, P, Q, s.C, 2);
+    Pair dy = pair_new(s.N, P, Q, s.C, 1), dx = pair_new(s.N, s.H, s.W, s.C, s.extra);
+    // few distinct values, so windows hold ties and the first maximum must win
+    for (size_t j = 0; j < map_floats(x.h); j++) *elem(x.h, j) = (float)(rng_int(g, 5) / 4.0 - 0.5);
+    pair_upload(x);
+    pair_rand(dy, g, -1, 1);
+    pair_rand(dx, g, -1, 1);   // += prior
+    if (is_max) {
+        maxpool_forward_cpu(x.h, w.k, w.stride, w.pad, y.h);
+        maxpool_forward_gpu(&dev, x.d, w.k, w.stride, w.pad, y.d);
+        maxpool_backward_cpu(x.h, w.k, w.stride, w.pad, dy.h, dx.h);
+        maxpool_backward_gpu(&dev, x.d, w.k, w.stride, w.pad, dy.d, dx.d);
+    } else {
+        avgpool_forward_cpu(x.h, w.k, w.stride, w.pad, y.h);
+        avgpool_forward_gpu(&dev, x.d, w.k, w.stride, w.pad, y.d);
+        avgpool_backward_cpu(w.k, w.stride, w.pad, dy.h, dx.h);
+        avgpool_backward_gpu(&dev, w.k, w.stride, w.pad, dy.d, dx.d);
+    }
+    char name[64];
+    snprintf(name, sizeof name, "%s k%d s%d p%d y", is_max ? "maxpool" : "avgpool", w.k,
+             w.stride, w.pad);
+    compare(name, y, FP32);
+    snprintf(name, sizeof name, "%s k%d s%d p%d dx", is_max ? "maxpool" : "avgpool", w.k,
+             w.stride, w.pad);
+    compare(name, dx, FP32);
+    Pair all[] = { x, y, dy, dx };
+    for (size_t k = 0; k < sizeof all / sizeof *all; k++) pair_free(all[k]);
+}
+
+static const Shape POOL_SHAPES[] = { { 3, 13, 13, 11, 2 }, { 1, 7, 7, 6, 0 } };
+
+static void test_maxpool(void) {
+    NEED_GPU();
+    Rng g = rng_for(41, 0, 0);
+    for (size_t i = 0; i < 3; i++)
+        for (size_t j = 0; j < 2; j++) pool_case(1, MAX_WINS[i], POOL_SHAPES[j], &g);
+}
+
+static void test_avgpool(void) {
+    NEED_GPU();
+    Rng g = rng_for(42, 0, 0);
+    for (size_t i = 0; i < 3; i++)
+        for (size_t j = 0; j < 2; j++) pool_case(0, AVG_WINS[i], POOL_SHAPES[j], &g);
+}
+
+static void test_upsample(void) {
+    NEED_GPU();
+    Rng g = rng_for(43, 0, 0);
+    for (int f = 2; f <= 3; f++) {
+        arena_reset(&dev.acts);
+        Shape s = { 3, 7, 5, 9, 1 };
+        Pair x = pair_new(s.N, s.H, s.W, s.C, s.extra), y = pair_new(s.N, s.H * f, s.W * f, s.C, 2);
+        Pair dy = pair_new(s.N, s.H * f, s.W * f, s.C, 0), dx = pair_new(s.N, s.H, s.W, s.C, 3);
+        pair_rand(x, &g, -1, 1); pair_rand(dy, &g, -1, 1); pair_rand(dx, &g, -1, 1);
+            upsample_forward_cpu(x.h, f, y.h);
+        upsample_forward_gpu(&dev, x.d, f, y.d);
+        upsample_backward_cpu(f, dy.h, dx.h);
+        upsample_backward_gpu(&dev, f, dy.d, dx.d);
+        compare(f == 2 ? "upsample x2 y" : "upsample x3 y", y, FP32);
+        compare(f == 2 ? "upsample x2 dx" : "upsample x3 dx", dx, FP32);
+        Pair all[] = { x, y, dy, dx };
+        for (size_t k = 0; k < sizeof all / sizeof *all; k++) pair_free(all[k]);
+    }
+}
+
+// ---- memory discipline --------------------------------------------------------------------
+
+// One conv + BN + SiLU training step on device maps, in every precision. t holds x, dx (N,H,W,C),
+// z, u, y (N,H,W,K); p holds w, dw (K,C,3,3) then gamma, beta, mean, invstd, dgamma, dbeta (K).
+typedef struct { Pair x, dx, z, u, y, p; } Toy;
+
+static void toy_step(Toy *t, const ConvDims *d) {
+    size_t nw = (size_t)d->K * d->C * d->R * d->S;
+    float *w = t->p.d.data, *dw = w + nw, *gamma = dw + nw, *beta = gamma + d->K;
+    float *mean = beta + d->K, *invstd = mean + d->K, *dgamma = invstd + d->K, *dbeta = dgamma + d->K;
+    for (int p = GPU_FP32; p <= GPU_BF16; p++) {
+        dev.precision = (GpuPrecision)p;
+        conv_forward_gpu(&dev, d, t->x.d, w, NULL, t->z.d);
+        bn_forward_train_gpu(&dev, t->z.d, gamma, beta, EPS, MOMENTUM, NULL, NULL, mean, invstd,
+                             t->u.d);
+        silu_forward_gpu(&dev, t->u.d, t->y.d);
+        silu_backward_gpu(&dev, t->u.d, t->y.d, t->y.d);   // dy = y stands in for the loss grad
+        bn_backward_gpu(&dev, t->z.d, gamma, mean, invstd, t->y.d, t->u.d, dgamma, dbeta);
+        conv_backward_gpu(&dev, d, t->x.d, w, t->u.d, t->dx.d, dw, NULL);
+    }
+    dev.precision = GPU_FP32;
+    device_sync(&dev);
+}
+
+// After a warm-up, three steps make no cudaMalloc of ours and take no GPU memory (cuBLAS's
+// included: its workspace is ours), and leave the scratch arena as they found it.
+static void test_step_allocates_nothing(void) {
+    NEED_GPU();
+    ConvDims d = conv_dims(2, 16, 20, 20, 24, 3, 1, 1, 1);
+    Toy t = { pair_new(2, 20, 20, 16, 0), pair_new(2, 20, 20, 16, 0), pair_new(2, 20, 20, 24, 0),
+              pair_new(2, 20, 20, 24, 0), pair_new(2, 20, 20, 24, 0), vec_new(2 * 24 * 16 * 9 + 6 * 24) };
+    Rng g = rng_for(51, 0, 0);
+    Pair *all[] = { &t.x, &t.dx, &t.z, &t.u, &t.y, &t.p };
+    for (size_t k = 0; k < sizeof all / sizeof *all; k++) pair_rand(*all[k], &g, 0.5, 1);
+    toy_step(&t, &d);
+    size_t before = gpu_alloc_count(), scratch = dev.scratch.used, free0, free1, total;
+    checkCuda(cudaMemGetInfo(&free0, &total));
+    for (int step = 0; step < 3; step++) toy_step(&t, &d);
+    checkCuda(cudaMemGetInfo(&free1, &total));
+    CHECK(gpu_alloc_count() == before, "%zu cudaMalloc calls in 3 steps",
+          gpu_alloc_count() - before);
+    CHECK(free1 == free0, "free GPU memory moved from %zu to %zu bytes", free0, free1);
+    CHECK(dev.scratch.used == scratch, "scratch used %zu, was %zu", dev.scratch.used, scratch);
+    for (size_t k = 0; k < sizeof all / sizeof *all; k++) pair_free(*all[k]);
+}
+
+// A plan larger than the GPU is refused with the numbers, not a crash.
+static void test_init_refuses(void) {
+    NEED_GPU();
+    Device big;
+    Err err = { { 0 } };
+    size_t bytes[ARENA_COUNT] = { (size_t)1 << 50, 0, 0, 0, 0 };
+    CHECK(device_init(&big, 0, bytes, &err) == -1, "a 1 PiB plan was accepted");
+    CHECK(strstr(err.msg, "out of GPU memory") && strstr(err.msg, "params"), "message: %s",
+          err.msg);
+}
+
+#define RUN_ONE(fn) RUN(fn);
+int main(void) {
+    GPU_TESTS(RUN_ONE)
+    if (dev_state > 0) device_free(&dev);
+    return test_summary();
+}
+#endif
