@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/model.h"
+
 #include "cfg/config.h"
 #include "core/train.h"
 #ifdef USE_CUDA
@@ -33,6 +35,40 @@ static void sync(const Trainer *t) {
 #ifdef USE_CUDA
     if (t->dev) cudaDeviceSynchronize();
 #endif
+}
+
+// FLOPs of one node at batch n (2 x multiply-adds); backward computes dx and dw: twice that.
+static double node_flops(const Model *m, const Node *nd, int n) {
+    double f = 0;
+    for (int u = 0; u < 2; u++) {
+        const ConvUnit *cu = u ? &nd->cv2 : &nd->cv;
+        if (cu->w < 0 || (nd->op != OP_CONV && nd->op != OP_REPCONV)) continue;
+        const ConvDims *d = &cu->d;
+        f += 2.0 * n * d->P * d->Q * d->K * (d->C / d->groups) * d->R * d->S;   // P, Q per image
+    }
+    return f;
+}
+
+// With YT_PROFILE set: the 15 most expensive (node, direction) pairs of the profiled steps.
+static void print_profile(const Model *m, int n, int steps) {
+    static const char *ops[] = { "conv", "repconv", "maxpool", "avgpool", "upsample", "copy", "add" };
+    int k = 2 * m->n_nodes, *order = xmalloc(k * sizeof *order);
+    double fwd = 0, bwd = 0;
+    for (int i = 0; i < k; i++) { order[i] = i; if (i % 2) bwd += m->prof[i]; else fwd += m->prof[i]; }
+    for (int i = 1; i < k; i++)
+        for (int j = i; j > 0 && m->prof[order[j]] > m->prof[order[j - 1]]; j--) { int t = order[j]; order[j] = order[j - 1]; order[j - 1] = t; }
+    printf("profiled (a wait after every node): forward %.1f ms, backward %.1f ms per step\n", 1e3 * fwd / steps,
+           1e3 * bwd / steps);
+    printf("%4s %-9s %-8s %-44s %9s %9s %6s\n", "node", "dir", "op", "tensor", "ms/step", "TFLOP/s", "share");
+    for (int r = 0; r < 15 && r < k; r++) {
+        int i = order[r] / 2, b = order[r] % 2;
+        const Node *nd = &m->nodes[i];
+        double t = m->prof[order[r]] / steps, f = node_flops(m, nd, n) * (b ? 2 : 1);
+        const char *name = nd->cv.w >= 0 && (nd->op == OP_CONV || nd->op == OP_REPCONV) ? m->params[nd->cv.w].name : "-";
+        printf("%4d %-9s %-8s %-44.44s %9.3f %9.1f %5.1f%%\n", i, b ? "backward" : "forward", ops[nd->op], name, 1e3 * t,
+               f > 0 ? f / t / 1e12 : 0, 100 * m->prof[order[r]] / (fwd + bwd));
+    }
+    free(order);
 }
 
 static int bench(const char *cfgfile, int S, int n, int steps, int gpu, const char *precision) {
@@ -66,6 +102,13 @@ static int bench(const char *cfgfile, int S, int n, int steps, int gpu, const ch
     printf("%-10s %4d %5d %5s %5s %8.4f  %8.4f  %8.4f %7.4f %8.4f %7.4f  %7.1f\n", cfg.file, S, n,
            gpu < 0 ? "cpu" : "gpu", gpu < 0 ? "fp32" : precision, fwd, dt, p->forward / steps, p->loss / steps,
            p->backward / steps, p->optim / steps, n / dt);
+    if (getenv("YT_PROFILE")) {
+        t.m.prof = xcalloc(2 * (size_t)t.m.n_nodes, sizeof(double));
+        for (int i = 0; i < steps; i++) trainer_step(&t, n, S, targets, nt, 0, steps + 2 + i, &lo, &err);
+        print_profile(&t.m, n, steps);
+        free(t.m.prof);
+        t.m.prof = NULL;
+    }
     trainer_free(&t);
     return 0;
 }

@@ -71,8 +71,9 @@ static int data_set(Config *cfg, const char *key, const char *value, const Where
     if (i == 32) return err_set(err, "%s: [data] %s: too many [data] keys; at most 32", w, key);
     if (!*key || strlen(key) >= sizeof cfg->data_kv[i].key)
         return err_set(err, "%s: [data] %s: a key of 1 to 63 characters is needed", w, key);
-    if (strlen(value) >= sizeof cfg->data_kv[i].value)
-        return err_set(err, "%s: [data] %s: the value is too long; at most %d characters", w, key, CFG_PATH - 1);
+    size_t max = CFG_LINE_MAX - strlen(key) - 5;     // config_print's `key = "value"` must read back
+    if (strlen(value) > max)
+        return err_set(err, "%s: [data] %s: the value is too long; at most %zu characters", w, key, max);
     if (i < cfg->n_data_kv && !strcmp(cfg->data_kv[i].at.file, at->file) && strcmp(at->file, COMMAND_LINE))
         return err_set(err, "%s: [data] %s: already set at line %d; give each key once", w, key,
                        cfg->data_kv[i].at.line);

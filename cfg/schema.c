@@ -185,10 +185,7 @@ static int parse_string(const Key *k, const char *s, char *out, char *why, size_
 }
 
 int key_set(Config *cfg, const Key *k, const char *value, const Where *at, Err *err) {
-    char text[CFG_LINE_MAX + 1], why[512], w[CFG_PATH + 32];
-    if (strlen(value) >= sizeof text)         // a command-line value would be cut short silently
-        return err_set(err, "%s: [%s] %s = %.60s...: too long; allowed: at most %d characters",
-                       config_where_text(at, w, sizeof w), k->section, k->name, value, CFG_LINE_MAX);
+    char text[CFG_LINE_MAX + 1], why[512];
     unquote(value, text, sizeof text);
     void *field = (char *)cfg + k->offset;
     int rc;
@@ -199,7 +196,15 @@ int key_set(Config *cfg, const Key *k, const char *value, const Where *at, Err *
     case KEY_ENUM:   rc = parse_enum(k, text, field, why, sizeof why); break;
     default:         rc = parse_string(k, text, field, why, sizeof why); break;
     }
+    // config_print writes `name = "value"`, a line config_load must read back (CFG_LINE_MAX); a
+    // longer command-line value was once cut short silently by unquote
+    size_t max = CFG_LINE_MAX - strlen(k->name) - 5;
+    if (!rc && strlen(value) > max) {
+        snprintf(why, sizeof why, "too long; allowed: at most %zu characters", max);
+        rc = -1;
+    }
     if (rc) {
+        char w[CFG_PATH + 32];
         int cut = strlen(value) > 80;             // keep the problem visible after a long value
         return err_set(err, "%s: [%s] %s = %.*s%s: %s", config_where_text(at, w, sizeof w),
                        k->section, k->name, cut ? 60 : 80, value, cut ? "..." : "", why);

@@ -47,6 +47,8 @@ typedef struct Backend {
     void (*sgd_apply)(void *ctx, const void *prep, const float lr[3], float mu, float wd, int first);
     // ema <- ema*d; ema <- ema + (1-d)*x (fp32, PyTorch's rounding order)
     void (*ema_update)(void *ctx, float *ema, const float *x, size_t n, double d);
+    // wait until everything queued has finished (profiling)
+    void (*sync)(void *ctx);
     // memory of the backend: zero n floats; copy n floats from / to host memory (blocking)
     void (*zero)(void *ctx, float *p, size_t n);
     void (*upload)(void *ctx, float *dst, const float *host, size_t n);

@@ -55,6 +55,7 @@ static void sgd(void *c, const void *h, const float lr[3], float mu, float wd, i
     sgd_apply_slots_cpu(p->slots, p->n, p->buf, lr, mu, wd, first);
 }
 static void ema(void *c, float *e, const float *x, size_t n, double d) { ema_update_cpu(e, x, n, d); }
+static void sync(void *c) {}
 static void zero(void *c, float *p, size_t n) { memset(p, 0, n * sizeof(float)); }
 static void upload(void *c, float *dst, const float *src, size_t n) { memcpy(dst, src, n * sizeof(float)); }
 static void download(void *c, float *dst, const float *src, size_t n) { memcpy(dst, src, n * sizeof(float)); }
@@ -62,5 +63,5 @@ static void download(void *c, float *dst, const float *src, size_t n) { memcpy(d
 const Backend backend_cpu = {
     "cpu", conv_fwd, conv_bwd, bn_train, bn_eval, bn_bwd, bn_apply, silu_fwd, silu_bwd, add_fwd, copy, accumulate,
     maxpool_fwd, maxpool_bwd, avgpool_fwd, avgpool_bwd, upsample_fwd, upsample_bwd, prepare, sumsq, scale, sgd, ema,
-    zero, upload, download,
+    sync, zero, upload, download,
 };

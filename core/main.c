@@ -53,7 +53,10 @@ static int cmd_check(int argc, char **argv, Config *cfg) {
         if (synth_ensure(SYNTH_DIR, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return 1; }
         snprintf(cfg->data, sizeof cfg->data, "%s/data.yaml", SYNTH_DIR);
     }
-    if (check_run(cfg, stdout, &err)) { fprintf(stderr, "yolotrain check: %s\n", err.msg); return 2; }
+    char picture[CFG_PATH + 64];
+    snprintf(picture, sizeof picture, "%s/check_batch.jpg", cfg->project);
+    if (make_dirs(cfg->project)) { fprintf(stderr, "yolotrain check: cannot create %s\n", cfg->project); return 1; }
+    if (check_run(cfg, stdout, picture, &err)) { fprintf(stderr, "yolotrain check: %s\n", err.msg); return 2; }
     return 0;
 }
 

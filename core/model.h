@@ -92,6 +92,7 @@ typedef struct {
     const Backend *be;
     void      *be_ctx;
     int        on_device;          // 1: the arenas below belong to the GPU's memory plan
+    double    *prof;               // (2 * n_nodes) seconds per node, forward and backward; NULL: off
     // activations: arenas sized for (max_n, imgsz), in the backend's memory like state and grad
     float     *act, *dact, *stats, *ws, *tmp_a, *tmp_b;
     size_t     n_act, n_stats, n_ws, n_tmp;   // tmp: two maps the size of the largest conv output

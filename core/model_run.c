@@ -69,15 +69,24 @@ static void unit_backward(Model *m, const ConvUnit *cu, int in, Map du, int n) {
     m->be->conv_backward(m->be_ctx, &d, x, P(m, cu->w), dz, dx, G(m, cu->w), G(m, cu->b), m->ws);
 }
 
-void model_forward(Model *m, const float *images, int n, int h, int w, int train) {
+// Profiling (m->prof set): wait for the backend around each node and add its time.
+static double prof_start(Model *m) {
+    if (!m->prof) return 0;
+    m->be->sync(m->be_ctx);
+    return now_seconds();
+}
+
+static void prof_stop(Model *m, int node, int backward, double t0) {
+    if (!m->prof) return;
+    m->be->sync(m->be_ctx);
+    m->prof[2 * node + backward] += now_seconds() - t0;
+}
+
+static void node_forward(Model *m, const Node *nd, int n, int train) {
     const Backend *be = m->be;
     void *ctx = m->be_ctx;
-    model_set_size(m, h, w);
-    Map in = model_value(m, m->input, n);
-    be->upload(ctx, in.data, images, map_floats(in));
-    for (int i = 0; i < m->n_nodes; i++) {
-        const Node *nd = &m->nodes[i];
-        Map x = model_value(m, nd->in, n), y = model_value(m, nd->out, n);
+    Map x = model_value(m, nd->in, n), y = model_value(m, nd->out, n);
+    {
         switch (nd->op) {
         case OP_CONV:
             unit_forward(m, &nd->cv, nd->in, y, n, train);
@@ -97,6 +106,19 @@ void model_forward(Model *m, const float *images, int n, int h, int w, int train
         case OP_COPY:     be->copy_map(ctx, x, y); break;
         case OP_ADD:      be->add_forward(ctx, x, model_value(m, nd->in2, n), y); break;
         }
+    }
+}
+
+void model_forward(Model *m, const float *images, int n, int h, int w, int train) {
+    const Backend *be = m->be;
+    void *ctx = m->be_ctx;
+    model_set_size(m, h, w);
+    Map in = model_value(m, m->input, n);
+    be->upload(ctx, in.data, images, map_floats(in));
+    for (int i = 0; i < m->n_nodes; i++) {
+        double t0 = prof_start(m);
+        node_forward(m, &m->nodes[i], n, train);
+        prof_stop(m, i, 0, t0);
     }
     if (train) m->bn_batches++;
     be->zero(ctx, m->dact, m->n_act);              // gradients of this batch start from zero
@@ -118,12 +140,11 @@ static Map act_grad(Model *m, const Node *nd, int n) {
     return u;
 }
 
-void model_backward(Model *m, int n) {
+static void node_backward(Model *m, const Node *nd, int n) {
     const Backend *be = m->be;
     void *ctx = m->be_ctx;
-    for (int i = m->n_nodes - 1; i >= 0; i--) {
-        const Node *nd = &m->nodes[i];
-        Map dy = model_grad(m, nd->out, n), x = model_value(m, nd->in, n), dx = model_grad(m, nd->in, n);
+    Map dy = model_grad(m, nd->out, n), x = model_value(m, nd->in, n), dx = model_grad(m, nd->in, n);
+    {
         switch (nd->op) {
         case OP_CONV: case OP_REPCONV: {
             if (!nd->act) { unit_backward(m, &nd->cv, nd->in, dy, n); break; }
@@ -141,6 +162,14 @@ void model_backward(Model *m, int n) {
             be->accumulate_map(ctx, dy, model_grad(m, nd->in2, n));
             break;
         }
+    }
+}
+
+void model_backward(Model *m, int n) {
+    for (int i = m->n_nodes - 1; i >= 0; i--) {
+        double t0 = prof_start(m);
+        node_backward(m, &m->nodes[i], n);
+        prof_stop(m, i, 1, t0);
     }
 }
 

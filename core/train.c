@@ -115,7 +115,7 @@ int trainer_save(const Trainer *t, const char *path, Err *err) {
 static volatile sig_atomic_t stop_requested;
 static void on_signal(int sig) { stop_requested = sig; }
 
-static int make_dirs(const char *path) {
+int make_dirs(const char *path) {
     char buf[4 * CFG_PATH];
     snprintf(buf, sizeof buf, "%s", path);
     for (char *p = buf + 1; *p; p++) {
@@ -141,24 +141,29 @@ static int run_dir(const Config *cfg, char *dir, size_t size, Err *err) {
     return 0;
 }
 
-static double rss_gb(void) {
+// Memory of the run for the progress line: the GPU's used memory when training on one, else RSS.
+static double mem_gb(const Trainer *t) {
+#ifdef USE_CUDA
+    if (t->dev) return device_mem_used(t->dev) / 1073741824.0;
+#endif
     long pages = 0, rss = 0;
     FILE *f = fopen("/proc/self/statm", "r");
     if (f) { if (fscanf(f, "%ld %ld", &pages, &rss) != 2) rss = 0; fclose(f); }
-    return rss * (double)sysconf(_SC_PAGESIZE) / 1e9;
+    return rss * (double)sysconf(_SC_PAGESIZE) / 1073741824.0;
 }
+
 
 typedef struct { double box, cls, dfl; int n; } Running;
 
 // The reference's progress line; redrawn in place on a terminal, printed once per epoch otherwise.
-static void progress(const Config *cfg, int epoch, const Running *r, int inst, int S, int i, int nb,
-                     double t_epoch, int images, int final) {
+static void progress(const Config *cfg, const Trainer *t, int epoch, const Running *r, int inst, int S, int i,
+                     int nb, double t_epoch, int images, int final) {
     static int tty = -1;
     if (tty < 0) tty = isatty(STDOUT_FILENO);
     if (!final && !tty) return;
     char ep[32], mem[16];
     snprintf(ep, sizeof ep, "%d/%d", epoch, cfg->epochs - 1);
-    snprintf(mem, sizeof mem, "%.3gG", rss_gb());
+    snprintf(mem, sizeof mem, "%.3gG", mem_gb(t));
     double ips = t_epoch > 0 ? images / t_epoch : 0, eta = i ? t_epoch / i * (nb - i) : 0;
     int bar = 10 * i / nb;
     printf("%s%11s%11s%11.4g%11.4g%11.4g%11d%11d: %3d%%|%.*s%.*s| %d/%d %.1fimg/s ETA %d:%02d", tty ? "\r" : "",
@@ -318,9 +323,9 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
             r.box += lo.box; r.cls += lo.cls; r.dfl += lo.dfl; r.n++;
             images += b->n; inst = b->nt;
             loader_release(ld, b);
-            progress(cfg, epoch, &r, inst, S, i + 1, nb, now_seconds() - t0, images, 0);
+            progress(cfg, t, epoch, &r, inst, S, i + 1, nb, now_seconds() - t0, images, 0);
         }
-        progress(cfg, epoch, &r, inst, S, i, nb, now_seconds() - t0, images, 1);
+        progress(cfg, t, epoch, &r, inst, S, i, nb, now_seconds() - t0, images, 1);
         if (stop_requested) break;                     // saved by the caller; no validation
         if (end_epoch(cfg, t, rs, epoch, &r)) return 1;
         if (cfg->patience > 0 && epoch - rs->best_epoch >= cfg->patience) {
@@ -348,13 +353,7 @@ int train_run(Config *cfg) {
         dataset_free(&ds); dataset_free(&vds);
         return 1;
     }
-    LoaderConfig lc = { .batch = cfg->batch, .workers = cfg->workers, .seed = (uint64_t)cfg->seed, .train = 1,
-                        .cache_ram = !strcmp(cfg->cache, "ram") };
-    const Hyp *h = &cfg->hyp;
-    lc.aug = (AugParams){ .img_size = cfg->imgsz, .hsv_h = h->hsv_h, .hsv_s = h->hsv_s, .hsv_v = h->hsv_v,
-                          .degrees = h->degrees, .translate = h->translate, .scale = h->scale, .shear = h->shear,
-                          .perspective = h->perspective, .flipud = h->flipud, .fliplr = h->fliplr,
-                          .mosaic = h->mosaic, .mixup = h->mixup };
+    LoaderConfig lc = loader_config(cfg, 1);
     Loader *ld;
     if (loader_open(&lc, &ds, &ld, &err)) {
         fprintf(stderr, "yolotrain: %s\n", err.msg);

@@ -47,5 +47,8 @@ void trainer_gpu_free(Trainer *t);    // the loss work and the device; model_fre
 int  trainer_gpu_loss(Trainer *t, const LossBatch *b, Map grad[LOSS_LEVELS], LossOut *out, Err *err);
 #endif
 
+// mkdir -p; 0, or -1 with errno set
+int  make_dirs(const char *path);
+
 // `yolotrain CONFIG`: the whole run. Returns the process exit status.
 int  train_run(Config *cfg);

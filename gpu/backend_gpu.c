@@ -62,6 +62,7 @@ static void sgd(void *ctx, const void *p, const float lr[3], float mu, float wd,
     sgd_apply_slots_gpu(DEV, *(const GpuSlots *)p, lr, mu, wd, first);
 }
 static void ema(void *ctx, float *e, const float *x, size_t n, double d) { ema_update_gpu(DEV, e, x, n, d); }
+static void sync(void *ctx) { checkCuda(cudaStreamSynchronize(DEV->stream)); }
 static void zero(void *ctx, float *p, size_t n) {
     checkCuda(cudaMemsetAsync(p, 0, n * sizeof(float), DEV->stream));
 }
@@ -77,5 +78,5 @@ static void download(void *ctx, float *dst, const float *src, size_t n) {
 const Backend backend_gpu = {
     "cuda", conv_fwd, conv_bwd, bn_train, bn_eval, bn_bwd, bn_apply, silu_fwd, silu_bwd, add_fwd, copy, accumulate,
     maxpool_fwd, maxpool_bwd, avgpool_fwd, avgpool_bwd, upsample_fwd, upsample_bwd, prepare, sumsq, scale, sgd, ema,
-    zero, upload, download,
+    sync, zero, upload, download,
 };

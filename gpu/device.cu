@@ -124,3 +124,10 @@ extern "C" void *arena_take(Arena *a, size_t bytes, size_t align) {
 }
 
 extern "C" void arena_reset(Arena *a) { a->used = 0; }
+
+extern "C" size_t device_mem_used(const Device *dev) {
+    size_t free_b = 0, total = 0;
+    checkCuda(cudaSetDevice(dev->id));
+    checkCuda(cudaMemGetInfo(&free_b, &total));
+    return total - free_b;
+}

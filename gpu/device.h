@@ -71,6 +71,7 @@ int device_init(Device *dev, int id, const size_t arena_bytes[ARENA_COUNT], Err 
 void device_defaults(Device *dev, int id);
 void device_free(Device *dev);                 // undoes device_init, in reverse
 void device_sync(Device *dev);                 // wait for everything queued on dev->stream
+size_t device_mem_used(const Device *dev);     // bytes in use on the GPU (all processes), from the driver
 
 // `bytes` from the arena at an `align`-byte boundary (a power of two). Running out means the
 // memory plan was wrong: a bug, so it dies naming the arena and the numbers.

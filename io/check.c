@@ -1,10 +1,10 @@
 // check.c: see check.h. The numbers come from dataset_open; this file only opens both splits and
 // prints them.
 #include "io/check.h"
+#include "io/picture.h"
 
 #include <string.h>
 
-int (*check_picture_hook)(const Config *cfg, const Dataset *train, Err *err);
 
 static void print_classes(const Dataset *ds, FILE *out) {
     int present = 0;
@@ -38,7 +38,7 @@ static void print_split(const Dataset *ds, FILE *out) {
     fprintf(out, "grayscale images: %d (expanded to RGB when loaded)\n", ds->n_gray);
 }
 
-int check_run(const Config *cfg, FILE *out, Err *err) {
+int check_run(const Config *cfg, FILE *out, const char *picture, Err *err) {
     static const char *const splits[2] = {"train", "val"};
     DatasetOptions opt = {.strict = cfg->strict, .min_items = cfg->min_items,
                           .nc = cfg->nc > 0 ? cfg->nc : 0, .quiet = 1, .report = out};
@@ -54,10 +54,14 @@ int check_run(const Config *cfg, FILE *out, Err *err) {
             continue;
         }
         print_split(&ds, out);
-        if (i == 0 && check_picture_hook && check_picture_hook(cfg, &ds, &e) != 0) {
-            fprintf(out, "picture of augmented samples: %s\n", e.msg);
-            if (rc == 0) *err = e;
-            rc = -1;
+        if (i == 0 && picture) {
+            if (picture_augmented(cfg, &ds, picture, &e) != 0) {
+                fprintf(out, "picture of augmented samples: %s\n", e.msg);
+                if (rc == 0) *err = e;
+                rc = -1;
+            } else {
+                fprintf(out, "augmented training samples drawn with their labels: %s\n", picture);
+            }
         }
         dataset_free(&ds);
     }

@@ -404,3 +404,14 @@ void loader_batch_to_float(const Batch *b, float *nhwc_out) {
     size_t n = (size_t)b->n * b->S * b->S * 3;
     for (size_t i = 0; i < n; i++) nhwc_out[i] = b->images[i] / 255.0f;   // as imgs.float() / 255
 }
+
+LoaderConfig loader_config(const Config *cfg, int train) {
+    const Hyp *h = &cfg->hyp;
+    LoaderConfig lc = { .batch = cfg->batch, .workers = cfg->workers, .seed = (uint64_t)cfg->seed,
+                        .train = train, .cache_ram = !strcmp(cfg->cache, "ram") };
+    lc.aug = (AugParams){ .img_size = cfg->imgsz, .hsv_h = h->hsv_h, .hsv_s = h->hsv_s, .hsv_v = h->hsv_v,
+                          .degrees = h->degrees, .translate = h->translate, .scale = h->scale, .shear = h->shear,
+                          .perspective = h->perspective, .flipud = h->flipud, .fliplr = h->fliplr,
+                          .mosaic = h->mosaic, .mixup = h->mixup };
+    return lc;
+}

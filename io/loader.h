@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cfg/config.h"
 #include "core/util.h"
 #include "io/augment.h"
 #include "io/dataset.h"
@@ -44,6 +45,10 @@ typedef struct {
 } LoaderStats;
 
 typedef struct Loader Loader;
+
+// The loader settings of a run: batch, workers, seed, cache and the [hyp] augmentation of cfg;
+// train = 0 gives validation batches (letterboxed, in order).
+LoaderConfig loader_config(const Config *cfg, int train);
 
 // Start cfg->workers threads over ds (which must outlive the loader). With cache_ram, first checks
 // that the resized images fit: returns -1 with err stating both numbers when loader_cache_bytes()

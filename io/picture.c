@@ -70,3 +70,17 @@ int picture_batch(const Batch *b, char *const *names, int nc, const char *path, 
     image_free(&canvas);
     return rc;
 }
+
+int picture_augmented(const Config *cfg, const Dataset *train, const char *path, Err *err) {
+    LoaderConfig lc = loader_config(cfg, 1);
+    lc.batch = train->n < 16 ? train->n : 16;
+    lc.cache_ram = 0;
+    Loader *ld;
+    if (loader_open(&lc, train, &ld, err)) return -1;
+    loader_start_epoch(ld, 0, 1);
+    Batch *b;
+    int rc = loader_next(ld, &b) ? picture_batch(b, train->names, train->nc, path, err) : err_set(err, "no batch");
+    if (rc == 0) loader_release(ld, b);
+    loader_close(ld);
+    return rc;
+}

@@ -8,3 +8,8 @@
 // box in its class colour and its name (names[cls] when cls < nc, else the number) and save it as a
 // JPEG at path. Returns 0, or -1 with err naming the file.
 int picture_batch(const Batch *b, char *const *names, int nc, const char *path, Err *err);
+
+// The first training batch of epoch 0 as the loader augments it with cfg's settings (at most 16
+// images), drawn by picture_batch. What `yolotrain check` writes so a person can see that
+// augmentation and labels line up.
+int picture_augmented(const Config *cfg, const Dataset *train, const char *path, Err *err);

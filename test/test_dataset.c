@@ -426,7 +426,7 @@ static void test_check_run(void) {
     size_t n;
     FILE *f = open_memstream(&text, &n);
     Err err;
-    int rc = check_run(cfg, f, &err);
+    int rc = check_run(cfg, f, NULL, &err);
     fclose(f);
     CHECK(rc == 0, "%s", err.msg);
     CHECK_HAS(text, "== train\nimages: 2 (of 2 found)\nbackgrounds (no labels): 0\ninstances: 2\n"
@@ -437,7 +437,7 @@ static void test_check_run(void) {
     put(root, "labels/b/y1.txt", "7 0.5 0.5 0.2 0.2\n");
     cfg->strict = 1;
     f = open_memstream(&text, &n);
-    rc = check_run(cfg, f, &err);
+    rc = check_run(cfg, f, NULL, &err);
     fclose(f);
     CHECK(rc == -1, "a bad val label under strict must fail");
     CHECK_HAS(text, "labels/b/y1.txt:1: class 7 is outside 0..2");
@@ -480,7 +480,7 @@ static void test_coco128(void) {
     size_t n;
     FILE *f = open_memstream(&text, &n);
     Err err;
-    CHECK(check_run(cfg, f, &err) == 0, "%s", err.msg);
+    CHECK(check_run(cfg, f, NULL, &err) == 0, "%s", err.msg);
     fclose(f);
     CHECK_HAS(text, "images: 128 (of 128 found)\nbackgrounds (no labels): 2\ninstances: 929\n"
               "  person: 254\n");

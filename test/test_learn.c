@@ -8,7 +8,7 @@
 #include "io/image.h"
 #include "io/synth.h"
 
-enum { N = 4, S = 160, STEPS = 300, MAX_OBJ = N * SYNTH_MAX_OBJECTS };
+enum { N = 4, S = 160, STEPS = 400, MAX_OBJ = N * SYNTH_MAX_OBJECTS };
 
 typedef struct { float x1, y1, x2, y2, score; int cls; } Det;
 

@@ -2,7 +2,7 @@
 # run.sh: build the libFuzzer targets of test/fuzz/ and fuzz each for a bounded time.
 #
 #   bash test/fuzz/run.sh [target ...]     default: every target; run from anywhere
-#   FUZZ_SECONDS=60  seconds per target (default 60); FUZZ_SECONDS=0 only replays the seed corpus
+#   FUZZ_SECONDS=60  seconds per target (default 60); FUZZ_SECONDS=0 only replays the corpora
 #   FUZZ_CC=clang    the compiler (needs clang's libFuzzer runtime: Debian/Ubuntu libclang-rt-14-dev,
 #                    or libclang-rt-dev for the default clang)
 #
@@ -15,12 +15,13 @@
 # Binaries go to build/fuzz/, the growing corpus to build/fuzz/corpus/<target>/ (seeded from
 # test/fuzz/corpus/<target>/, which stays as committed), crashing inputs to build/fuzz/crashes/.
 # Prints libFuzzer's final line per target (executions, exec/s, coverage) and exits 1 on any crash,
-# leak, sanitizer report or timeout. A crash found becomes a regression file once fixed:
+# leak, sanitizer report, failed check of a target (abort) or timeout (10 s for one input). A crash
+# found becomes a regression file once fixed:
 #   build/fuzz/fuzz_x build/fuzz/crashes/fuzz_x-crash-...   # reproduce
 #   cp build/fuzz/crashes/fuzz_x-crash-... test/fuzz/corpus/fuzz_x/regress-<what>   # after the fix
 # Every run replays the whole seed corpus first, so the regression files are checked each time.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 CC=${FUZZ_CC:-clang}
 SECONDS_EACH=${FUZZ_SECONDS:-60}
 OUT=build/fuzz
@@ -53,10 +54,12 @@ for t in "${targets[@]}"; do
     fi
     mkdir -p "$OUT/corpus/$t"
     log="$OUT/$t.log"
+    replay_only=()
+    [ "$SECONDS_EACH" = 0 ] && replay_only=(-runs=0)
     # first dir: where new inputs go; the seed dir is only read
     "$OUT/$t" "$OUT/corpus/$t" "test/fuzz/corpus/$t" -max_total_time="$SECONDS_EACH" \
         -max_len="${MAX_LEN[$t]}" -timeout=10 -rss_limit_mb=2560 -print_final_stats=1 \
-        -artifact_prefix="$OUT/crashes/$t-" $([ "$SECONDS_EACH" = 0 ] && echo -runs=0) \
+        -artifact_prefix="$OUT/crashes/$t-" "${replay_only[@]}" \
         </dev/null >"$log" 2>&1
     rc=$?
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")

@@ -1,0 +1,127 @@
+// test_gpu_train.c: training on the GPU. The first steps match the CPU's losses; bf16 and tf32
+// training track the fp32 loss curve over a few hundred steps; the step loop allocates nothing.
+#include "test/test.h"
+
+#include "cfg/config.h"
+#include "core/train.h"
+#include "io/image.h"
+#include "io/synth.h"
+#ifdef USE_CUDA
+#include "gpu/device.h"
+#endif
+
+enum { N = 8, S = 256, STEPS = 240, MAX_T = N * SYNTH_MAX_OBJECTS };
+
+#ifdef USE_CUDA
+typedef struct { float images[N * S * S * 3]; float targets[MAX_T * 6]; int nt; } Batch8;
+
+// Eight synthetic images rendered at S x S and their target rows.
+static void make_batch(Batch8 *b) {
+    SynthConfig sc = synth_defaults();
+    sc.min_side = sc.max_side = S;
+    b->nt = 0;
+    for (int n = 0; n < N; n++) {
+        Image im;
+        SynthObject obj[SYNTH_MAX_OBJECTS];
+        int k = synth_render(&sc, 0, n, &im, obj);
+        for (size_t i = 0; i < (size_t)S * S * 3; i++) b->images[(size_t)n * S * S * 3 + i] = im.px[i] / 255.0f;
+        for (int j = 0; j < k; j++) {
+            float *r = b->targets + 6 * b->nt++;
+            r[0] = n; r[1] = obj[j].cls;
+            r[2] = (obj[j].x1 + obj[j].x2) / 2.0f / S; r[3] = (obj[j].y1 + obj[j].y2) / 2.0f / S;
+            r[4] = (float)(obj[j].x2 - obj[j].x1) / S; r[5] = (float)(obj[j].y2 - obj[j].y1) / S;
+        }
+        image_free(&im);
+    }
+}
+
+// Train `steps` steps on the batch on `gpu` (-1: CPU) at `precision`; losses[i] = total of step i.
+static int run(const Batch8 *b, int gpu, const char *precision, int steps, double *losses, size_t *allocs) {
+    static Config cfg;
+    Err err;
+    char prec[32];
+    snprintf(prec, sizeof prec, "precision=%s", precision);
+    char *ov[] = { "batch=8", "imgsz=256", "epochs=1", "nc=6", "seed=0", prec };
+    if (config_load("cfg/t.ini", 6, ov, &cfg, &err)) { printf("    %s\n", err.msg); return -1; }
+    Trainer t;
+    if (trainer_init(&t, &cfg, 1, gpu, &err)) { printf("    %s\n", err.msg); return -1; }
+    t.sched.batch_total = 64; t.sched.accumulate = 1; t.sched.nw = 30;   // a step per batch (test_learn)
+    memcpy(t.input, b->images, sizeof b->images);
+    LossOut lo;
+    size_t a0 = 0;
+    for (int i = 0; i < steps; i++) {
+        if (i == 3) a0 = gpu_alloc_count();
+        if (trainer_step(&t, N, S, b->targets, b->nt, 0, i, &lo, &err)) { printf("    %s\n", err.msg); break; }
+        losses[i] = lo.total;
+    }
+    if (allocs) *allocs = gpu_alloc_count() - a0;
+    trainer_free(&t);
+    return 0;
+}
+
+static int have_gpu(void) { GpuInfo g[1]; return gpu_list(g, 1) > 0; }
+
+static double mean(const double *x, int a, int b) {
+    double s = 0;
+    for (int i = a; i < b; i++) s += x[i];
+    return s / (b - a);
+}
+#endif
+
+static void test_gpu_matches_cpu_first_steps(void) {
+#ifndef USE_CUDA
+    SKIP("no CUDA in this build");
+#else
+    if (!have_gpu()) SKIP("no GPU");
+    static Batch8 b;
+    make_batch(&b);
+    double cpu[3], gpu[3];
+    if (run(&b, -1, "fp32", 3, cpu, NULL) || run(&b, 0, "fp32", 3, gpu, NULL)) { CHECK(0, "run failed"); return; }
+    // The first loss comes from identical weights: fp32 rounding only. Later steps follow updates made
+    // at warmup's bias lr of 0.1, which magnify the differences (measured 5e-6, then 5e-4 at step 2).
+    for (int i = 0; i < 3; i++) {
+        printf("    step %d: loss cpu %.7g gpu %.7g\n", i, cpu[i], gpu[i]);
+        CHECK(close_enough(gpu[i], cpu[i], 0, i ? 2e-3 : 2e-5), "step %d: gpu %.9g cpu %.9g", i, gpu[i], cpu[i]);
+    }
+#endif
+}
+
+// bf16 and tf32 training must follow the fp32 curve. Early on the three runs part (they make
+// different early updates at warmup's high bias lr and regroup; measured up to 45% apart around step
+// 50), so the test asks: each learns (loss down more than 4x), and over the last 60 steps every
+// 20-step window is within 10% of fp32's.
+static void test_reduced_precision_tracks_fp32(void) {
+#ifndef USE_CUDA
+    SKIP("no CUDA in this build");
+#else
+    if (!have_gpu()) SKIP("no GPU");
+    static Batch8 b;
+    static double l32[STEPS], l16[STEPS], ltf[STEPS];
+    make_batch(&b);
+    size_t allocs = 1;
+    if (run(&b, 0, "fp32", STEPS, l32, &allocs) || run(&b, 0, "bf16", STEPS, l16, NULL) ||
+        run(&b, 0, "tf32", STEPS, ltf, NULL)) { CHECK(0, "run failed"); return; }
+    CHECK(allocs == 0, "%zu device allocations in %d steps", allocs, STEPS - 3);
+    CHECK(mean(l32, STEPS - 20, STEPS) < mean(l32, 0, 20) / 4, "fp32 did not learn: %.3g -> %.3g",
+          mean(l32, 0, 20), mean(l32, STEPS - 20, STEPS));
+    double worst16 = 0, worsttf = 0;
+    for (int w = 0; w + 20 <= STEPS; w += 20) {
+        double f = mean(l32, w, w + 20), h = mean(l16, w, w + 20), t = mean(ltf, w, w + 20);
+        printf("    steps %3d-%3d: fp32 %8.4f  bf16 %8.4f  tf32 %8.4f\n", w, w + 19, f, h, t);
+        if (w < STEPS - 60) continue;
+        worst16 = fmax(worst16, fabs(h - f) / f);
+        worsttf = fmax(worsttf, fabs(t - f) / f);
+    }
+    printf("    last 60 steps, worst window: bf16 %.1f%%, tf32 %.1f%% from fp32\n", 100 * worst16, 100 * worsttf);
+    CHECK(mean(l16, STEPS - 20, STEPS) < mean(l16, 0, 20) / 4, "bf16 did not learn");
+    CHECK(mean(ltf, STEPS - 20, STEPS) < mean(ltf, 0, 20) / 4, "tf32 did not learn");
+    CHECK(worst16 < 0.10, "bf16 ends %.1f%% away from the fp32 curve", 100 * worst16);
+    CHECK(worsttf < 0.10, "tf32 ends %.1f%% away from the fp32 curve", 100 * worsttf);
+#endif
+}
+
+int main(void) {
+    RUN(test_gpu_matches_cpu_first_steps);
+    RUN(test_reduced_precision_tracks_fp32);
+    return test_summary();
+}
