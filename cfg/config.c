@@ -69,8 +69,9 @@ static int data_set(Config *cfg, const char *key, const char *value, const Where
     int i = 0;
     while (i < cfg->n_data_kv && strcmp(cfg->data_kv[i].key, key)) i++;
     if (i == 32) return err_set(err, "%s: [data] %s: too many [data] keys; at most 32", w, key);
-    if (!*key || strlen(key) >= sizeof cfg->data_kv[i].key)
-        return err_set(err, "%s: [data] %s: a key of 1 to 63 characters is needed", w, key);
+    static const char word[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_";
+    if (!*key || strlen(key) >= sizeof cfg->data_kv[i].key || key[strspn(key, word)])
+        return err_set(err, "%s: [data] '%s': a key is a word of 1 to 63 letters, digits or '_'", w, key);
     size_t max = CFG_LINE_MAX - strlen(key) - 5;     // config_print's `key = "value"` must read back
     if (strlen(value) > max)
         return err_set(err, "%s: [data] %s: the value is too long; at most %zu characters", w, key, max);

@@ -52,6 +52,7 @@ typedef struct {
     char   data[CFG_PATH];           // data.yaml path; "" = the built-in synthetic dataset
     char   hyp_file[CFG_PATH];       // hyp=FILE.yaml: loaded over [hyp]
     char   weights[CFG_PATH];        // initial weights (safetensors), "" = from scratch
+    char   resume[CFG_PATH];         // "" | a run folder to continue | 1: the latest run
     char   device[256];              // "", "cpu", "cpu:2", "0", "0,1", "[0,1]"
     char   precision[16];            // bf16 | tf32 | fp32
     char   cache[16];                // "" | ram

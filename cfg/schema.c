@@ -32,6 +32,7 @@ const Key cfg_keys[] = {
     STR ("train", "data",         data,         NULL, ""),        // "": the built-in synthetic set
     STR ("train", "hyp",          hyp_file,     NULL, ""),
     STR ("train", "weights",      weights,      NULL, ""),
+    STR ("train", "resume",       resume,       NULL, ""),        // a run folder, or 1: the latest
     STR ("train", "device",       device,       check_device, ""),
     ENUM("train", "precision",    precision,    "bf16|tf32|fp32", "bf16"),
     ENUM("train", "cache",        cache,        "|ram|none", ""),

@@ -15,6 +15,7 @@
 static void usage(FILE *f) {
     fprintf(f,
         "usage: yolotrain CONFIG.ini [key=value | --key value ...]   train (cfg/s.ini: gelan-s)\n"
+        "       yolotrain resume=RUN_FOLDER|1 [overrides]                continue a stopped run exactly\n"
         "       yolotrain info CONFIG.ini [overrides]                  layer table, parameters, FLOPs\n"
         "       yolotrain check [CONFIG.ini] [data=FILE.yaml] [...]    validate a dataset, summarise it\n"
         "       yolotrain val CONFIG.ini weights=FILE [data=FILE.yaml]  P, R, mAP50, mAP50-95 on the val split\n"
@@ -89,6 +90,10 @@ static int cmd_detect(int argc, char **argv, Config *cfg) {
 
 static int cmd_train(int argc, char **argv, Config *cfg) {
     if (load(argc, argv, cfg)) return 2;
+    if (cfg->resume[0]) {                            // the run's own config; the rest are overrides
+        int skip = argc > 0 && !strchr(argv[0], '=') && strncmp(argv[0], "--", 2);
+        return train_resume(cfg, argc - skip, argv + skip);
+    }
     if (!cfg->n_layers) { fprintf(stderr, "yolotrain: name a model config to train, e.g. cfg/s.ini\n"); return 2; }
     return train_run(cfg);
 }

@@ -13,6 +13,8 @@
 #include "io/dataset.h"
 #include "io/loader.h"
 #include "io/picture.h"
+#include "io/plot.h"
+#include "core/checkpoint.h"
 #include "core/val.h"
 #include "gpu/device.h"
 #include "io/synth.h"
@@ -240,7 +242,22 @@ typedef struct {              // what the run keeps across epochs for validation
     double         best_fitness;
     int            best_epoch;
     ValResult      best;         // metrics of the best epoch (Metrics arrays freed at the end)
+    RunPoint       start;        // where this process starts (a resumed run: where the last one stopped)
+    int            stop_after;   // > 0: stop after this many steps, as on Ctrl-C (YT_STOP_AFTER_STEPS, tests)
 } RunState;
+
+// weights/last_state.safetensors: everything to continue from point p (see core/checkpoint.h)
+static int save_state(const Trainer *t, const RunState *rs, int epoch, int batch, const Running *r) {
+    Err err;
+    char path[CFG_PATH * 2 + 64];
+    snprintf(path, sizeof path, "%s/weights/last_state.safetensors", rs->dir);
+    RunPoint p = { epoch, batch, rs->best_fitness, rs->best_epoch, r->box, r->cls, r->dfl, r->n };
+    if (checkpoint_save(t, &p, path, &err)) {
+        fprintf(stderr, "yolotrain: %s; the previous state file, if any, is intact\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
 
 // results.csv as the reference writes it: %20s header, %20.5g values, epoch 0-based
 static void results_row(const RunState *rs, int epoch, const Running *r, const ValResult *v, const double lr[3]) {
@@ -272,6 +289,10 @@ static int end_epoch(Config *cfg, Trainer *t, RunState *rs, int epoch, const Run
     t->m.state = live;
     if (vrc) { fprintf(stderr, "yolotrain: validation failed: %s\n", err.msg); memset(&v, 0, sizeof v); }
     results_row(rs, epoch, r, &v, t->lr);
+    char csv[CFG_PATH * 2 + 64];
+    snprintf(csv, sizeof csv, "%s/results.csv", rs->dir);
+    snprintf(path, sizeof path, "%s/results.png", rs->dir);
+    if (plot_results(csv, path, &err)) fprintf(stderr, "note: %s\n", err.msg);
     snprintf(path, sizeof path, "%s/weights/last.safetensors", rs->dir);
     if (trainer_save(t, path, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return -1; }
     if (!vrc && (v.fitness > rs->best_fitness || rs->best_epoch < 0)) {
@@ -298,14 +319,17 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
     char path[CFG_PATH * 2 + 64];
     Err err;
     printf("%11s%11s%11s%11s%11s%11s%11s\n", "Epoch", "mem", "box_loss", "cls_loss", "dfl_loss", "Instances", "Size");
-    for (int epoch = 0; epoch < cfg->epochs && !stop_requested; epoch++) {
+    int steps = 0;
+    for (int epoch = rs->start.epoch; epoch < cfg->epochs && !stop_requested; epoch++) {
         int mosaic_on = epoch < cfg->epochs - cfg->close_mosaic;
         if (epoch && epoch == cfg->epochs - cfg->close_mosaic) printf("Closing dataloader mosaic\n");
-        loader_start_epoch(ld, epoch, mosaic_on);
-        model_zero_grad(&t->m);                        // train.py zeroes at every epoch start
+        int i = epoch == rs->start.epoch ? rs->start.batch : 0;   // a resumed epoch goes on where it stopped
+        loader_start_epoch_at(ld, epoch, mosaic_on, i);
         Running r = { 0 };
+        if (i == 0) model_zero_grad(&t->m);            // train.py zeroes at every epoch start
+        else r = (Running){ rs->start.box, rs->start.cls, rs->start.dfl, rs->start.n };
         double t0 = now_seconds();
-        int images = 0, inst = 0, i = 0;
+        int images = 0, inst = 0;
         Batch *b;
         for (double tw = now_seconds(); !stop_requested && loader_next(ld, &b); tw = now_seconds(), i++) {
             t->t.data += now_seconds() - tw;
@@ -324,10 +348,21 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
             images += b->n; inst = b->nt;
             loader_release(ld, b);
             progress(cfg, t, epoch, &r, inst, S, i + 1, nb, now_seconds() - t0, images, 0);
+            if (rs->stop_after > 0 && ++steps == rs->stop_after) stop_requested = -1;
         }
         progress(cfg, t, epoch, &r, inst, S, i, nb, now_seconds() - t0, images, 1);
-        if (stop_requested) break;                     // saved by the caller; no validation
+        if (stop_requested) {                          // mid-epoch: save where we are, no validation
+            snprintf(path, sizeof path, "%s/weights/last.safetensors", dir);
+            int bad = trainer_save(t, path, &err);
+            if (bad) fprintf(stderr, "yolotrain: %s\n", err.msg);
+            if (save_state(t, rs, epoch, i, &r) || bad) return 1;
+            printf("\nstopped (%s) at epoch %d, batch %d: saved %s/weights/last.safetensors and last_state.safetensors;"
+                   " continue with: ./yolotrain resume=%s\n", stop_requested < 0 ? "YT_STOP_AFTER_STEPS" : "signal",
+                   epoch, i, dir, dir);
+            return 0;
+        }
         if (end_epoch(cfg, t, rs, epoch, &r)) return 1;
+        if (save_state(t, rs, epoch + 1, 0, &(Running){ 0 })) return 1;
         if (cfg->patience > 0 && epoch - rs->best_epoch >= cfg->patience) {
             printf("Stopping training early as no improvement observed in last %d epochs. Best results "
                    "observed at epoch %d; the best model is saved as best.safetensors.\n", cfg->patience, rs->best_epoch);
@@ -335,6 +370,52 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
         }
     }
     return 0;
+}
+
+// The run folder `resume=` names: a folder, a file inside its weights/, or 1 for the newest run
+// under project that has a training state.
+static int find_run(const Config *cfg, char *dir, size_t size, Err *err) {
+    struct stat st;
+    if (!strcmp(cfg->resume, "1")) {
+        char cmd[CFG_PATH + 128];
+        snprintf(cmd, sizeof cmd, "ls -td '%s'/*/weights/last_state.safetensors 2>/dev/null | head -n 1", cfg->project);
+        FILE *f = popen(cmd, "r");
+        char line[CFG_PATH * 2] = "";
+        if (f) { if (!fgets(line, sizeof line, f)) line[0] = 0; pclose(f); }
+        char *w = strstr(line, "/weights/last_state.safetensors");
+        if (!w) return err_set(err, "resume=1: no run with a training state under %s; name the run folder", cfg->project);
+        *w = 0;
+        snprintf(dir, size, "%s", line);
+        return 0;
+    }
+    snprintf(dir, size, "%s", cfg->resume);
+    char *w = strstr(dir, "/weights/");
+    if (w) *w = 0;
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') dir[--n] = 0;
+    char state[CFG_PATH * 2 + 64];
+    snprintf(state, sizeof state, "%s/weights/last_state.safetensors", dir);
+    if (stat(state, &st)) return err_set(err, "resume=%s: %s is missing; a run saves it at each epoch end and when "
+                                         "stopped", cfg->resume, state);
+    return 0;
+}
+
+int train_resume(Config *cfg, int argc, char **argv) {
+    Err err;
+    char dir[CFG_PATH], ini[CFG_PATH + 16];
+    if (find_run(cfg, dir, sizeof dir, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return 2; }
+    snprintf(ini, sizeof ini, "%s/args.ini", dir);
+    if (config_load(ini, argc, argv, cfg, &err)) {   // the run's own config, then the command line
+        fprintf(stderr, "yolotrain: cannot resume: %s\n", err.msg);
+        return 2;
+    }
+    snprintf(cfg->resume, sizeof cfg->resume, "%s", dir);
+    char *slash = strrchr(dir, '/');
+    snprintf(cfg->name, sizeof cfg->name, "%s", slash ? slash + 1 : dir);
+    if (slash) { *slash = 0; snprintf(cfg->project, sizeof cfg->project, "%s", dir); }
+    else snprintf(cfg->project, sizeof cfg->project, ".");
+    cfg->exist_ok = 1;
+    return train_run(cfg);
 }
 
 int train_run(Config *cfg) {
@@ -376,24 +457,36 @@ int train_run(Config *cfg) {
            "accumulate %d, weight_decay %.3g\nLogging results to %s\nStarting training for %d epochs...\n",
            cfg->file, model_count_params(&t.m), t.m.nc, where, ds.n, cfg->batch, loader_batches(ld),
            t.sched.accumulate, t.sched.weight_decay, dir, cfg->epochs);
+    RunState rs = { .train = &ds, .val = &vds, .dir = dir, .best_epoch = -1 };
+    const char *sa = getenv("YT_STOP_AFTER_STEPS");
+    rs.stop_after = sa ? atoi(sa) : 0;
+    int rc = 0;
+    if (cfg->resume[0]) {
+        snprintf(path, sizeof path, "%s/weights/last_state.safetensors", dir);
+        if (checkpoint_load(&t, &rs.start, path, &err)) {
+            fprintf(stderr, "yolotrain: cannot resume: %s\n", err.msg);
+            rc = 2;
+        } else {
+            rs.best_fitness = rs.start.best_fitness;
+            rs.best_epoch = rs.start.best_epoch;
+            printf("Resuming %s from epoch %d, batch %d\n", dir, rs.start.epoch, rs.start.batch);
+        }
+    }
+    stop_requested = 0;
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     double t0 = now_seconds();
-    RunState rs = { .train = &ds, .val = &vds, .dir = dir, .best_epoch = -1 };
-    int rc = train_epochs(cfg, &t, ld, &rs);
-    if (stop_requested) {
-        snprintf(path, sizeof path, "%s/weights/last.safetensors", dir);
-        rc = trainer_save(&t, path, &err) ? 1 : rc;
-        printf("\nstopped by signal %d: EMA weights saved to %s\n", (int)stop_requested, path);
+    if (!rc) rc = train_epochs(cfg, &t, ld, &rs);
+    if (rc != 2) {                                   // 2: the run could not start
+        double total = now_seconds() - t0;
+        const PhaseTimes *p = &t.t;
+        printf("%.3f hours. Time per phase: data wait %.1f s, forward %.1f s, loss %.1f s, backward %.1f s, "
+               "optimizer %.1f s\n", total / 3600, p->data, p->forward, p->loss, p->backward, p->optim);
+        if (rs.best_epoch >= 0)
+            printf("Best epoch %d: P %.3f R %.3f mAP50 %.3f mAP50-95 %.3f (fitness %.4f)\n", rs.best_epoch,
+                   rs.best.m.mp, rs.best.m.mr, rs.best.m.map50, rs.best.m.map, rs.best_fitness);
+        printf("Results saved to %s (weights/last.safetensors, weights/best.safetensors, results.csv)\n", dir);
     }
-    double total = now_seconds() - t0;
-    const PhaseTimes *p = &t.t;
-    printf("%.3f hours. Time per phase: data wait %.1f s, forward %.1f s, loss %.1f s, backward %.1f s, "
-           "optimizer %.1f s\n", total / 3600, p->data, p->forward, p->loss, p->backward, p->optim);
-    if (rs.best_epoch >= 0)
-        printf("Best epoch %d: P %.3f R %.3f mAP50 %.3f mAP50-95 %.3f (fitness %.4f)\n", rs.best_epoch,
-               rs.best.m.mp, rs.best.m.mr, rs.best.m.map50, rs.best.m.map, rs.best_fitness);
-    printf("Results saved to %s (weights/last.safetensors, weights/best.safetensors, results.csv)\n", dir);
     val_result_free(&rs.best);
     trainer_free(&t);
     loader_close(ld);

@@ -50,5 +50,8 @@ int  trainer_gpu_loss(Trainer *t, const LossBatch *b, Map grad[LOSS_LEVELS], Los
 // mkdir -p; 0, or -1 with errno set
 int  make_dirs(const char *path);
 
-// `yolotrain CONFIG`: the whole run. Returns the process exit status.
+// `yolotrain CONFIG`: the whole run. Returns the process exit status. With cfg->resume set to a
+// run folder it continues that run from weights/last_state.safetensors.
 int  train_run(Config *cfg);
+// `yolotrain resume=FOLDER|1 [overrides]`: reload the run's args.ini, apply the overrides (argv), go on.
+int  train_resume(Config *cfg, int argc, char **argv);

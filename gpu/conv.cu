@@ -5,15 +5,24 @@
 // backward adds into dx, dw, db (+=). dev->precision picks fp32, tf32 or bf16 GEMM operands.
 // Legend: N batch, C channels in, K channels out, H,W in, P,Q out, R,S kernel, G groups,
 // Cg = C/G, Kg = K/G, M = N*P*Q output pixels, CRS = C*R*S columns of an im2col row.
+//
+// Column order. An im2col row holds its columns as (g, r, s, cg), not PyTorch's (g, cg, r, s):
+// in NHWC the Cg channels of one tap (r, s) are contiguous in x, so im2col and col2im move whole
+// runs of channels with coalesced (and, where Cg allows, 16-byte) accesses. The weight is
+// permuted to match once per call, (K, Cg, R, S) -> (K, R, S, Cg), and the weight gradient back.
 #include <cuda_bf16.h>
 
 #include "gpu/kernel_util.h"
+
+typedef __nv_bfloat16 bf16;
 
 static bool is_pointwise(const ConvDims *d) {
     return d->R == 1 && d->S == 1 && d->stride == 1 && d->pad == 0;
 }
 static size_t crs_of(const ConvDims *d) { return (size_t)d->C * d->R * d->S; }
 static size_t pixels_out(const ConvDims *d) { return (size_t)d->N * d->P * d->Q; }
+// (g, r, s, cg) differs from (g, cg, r, s) only when a group has several channels and taps
+static bool needs_permute(const ConvDims *d) { return d->R * d->S > 1 && d->C / d->groups > 1; }
 
 // Output pixels per GEMM: all of them for a pointwise conv, else as many im2col rows as the
 // device's cap allows (at least one).
@@ -34,16 +43,22 @@ static int bias_parts(size_t M) {
 }
 
 extern "C" size_t conv_workspace_bytes_gpu(const Device *dev, const ConvDims *d) {
-    size_t rows = chunk_rows(dev, d), crs = crs_of(d), bytes = 4 * 256;
-    if (!is_pointwise(d)) bytes += sizeof(float) * rows * crs;   // im2col rows, then dcol
-    if (dev->precision == GPU_BF16)   // bf16 copies of col (or x), dy and w
-        bytes += sizeof(__nv_bfloat16) * (rows * crs + rows * d->K + (size_t)d->K * crs / d->groups);
+    bool bf = dev->precision == GPU_BF16;
+    size_t rows = chunk_rows(dev, d), crs = crs_of(d), nw = (size_t)d->K * crs / d->groups;
+    size_t operand = bf ? sizeof(bf16) : sizeof(float), bytes = 8 * 256;
+    if (bf || needs_permute(d)) bytes += operand * nw;                 // the GEMM's weight
+    if (needs_permute(d)) bytes += sizeof(float) * nw;                 // permuted dW
+    if (!is_pointwise(d)) bytes += operand * rows * crs;               // im2col rows
+    if (!is_pointwise(d) && bf) bytes += sizeof(float) * rows * crs;   // fp32 dcol
+    if (bf) bytes += sizeof(bf16) * rows * d->K;                       // dy
+    if (bf && is_pointwise(d)) bytes += sizeof(bf16) * rows * crs;     // x
     // the bias gradient's partials are given back before anything else is taken
     size_t bias = sizeof(double) * bias_parts(pixels_out(d)) * d->K + 256;
     return bytes > bias ? bytes : bias;
 }
 
-// Shapes are fixed when the model is built, so a mismatch is a bug in the caller.
+// Shapes are fixed when the model is built, so a mismatch is a bug in the caller. Kernels index
+// pixels in 32 bits.
 static void conv_check(const ConvDims *d, Map x, Map y, const char *who) {
     if (x.data && (x.N != d->N || x.H != d->H || x.W != d->W || x.C != d->C || x.ld < x.C))
         die("%s: input map %dx%dx%dx%d (ld %d) does not match conv N=%d H=%d W=%d C=%d", who, x.N,
@@ -51,45 +66,112 @@ static void conv_check(const ConvDims *d, Map x, Map y, const char *who) {
     if (y.data && (y.N != d->N || y.H != d->P || y.W != d->Q || y.C != d->K || y.ld < y.C))
         die("%s: output map %dx%dx%dx%d (ld %d) does not match conv N=%d P=%d Q=%d K=%d", who, y.N,
             y.H, y.W, y.C, y.ld, d->N, d->P, d->Q, d->K);
+    if (pixels_out(d) >= (1u << 31) || (size_t)d->N * d->H >= (1u << 31))
+        die("%s: %d images of %dx%d are more pixels than the kernels index", who, d->N, d->H, d->W);
 }
 
 // ---- kernels -------------------------------------------------------------------------------
 
-// col (rows, CRS) = im2col of output pixels m0..m0+rows-1; column (c, r, s) matches the rows of
-// the PyTorch weight, so group g owns columns [g*Cg*R*S, (g+1)*Cg*R*S). Padding reads as 0.
-__global__ void im2col_kernel(ConvDims d, Map x, size_t m0, size_t rows, float *col) {
-    size_t crs = (size_t)d.C * d.R * d.S;
-    GRID_STRIDE(i, rows * crs) {
-        size_t m = m0 + i / crs;
-        int j = (int)(i % crs), c = j / (d.R * d.S), r = j / d.S % d.R, s = j % d.S;
-        int q = (int)(m % d.Q), p = (int)(m / d.Q % d.P), n = (int)(m / ((size_t)d.P * d.Q));
-        int h = p * d.stride - d.pad + r, v = q * d.stride - d.pad + s;
-        bool inside = h >= 0 && h < d.H && v >= 0 && v < d.W;
-        col[i] = inside ? x.data[(((size_t)n * d.H + h) * d.W + v) * x.ld + c] : 0.0f;
+// V consecutive floats: V = 4 moves 16 bytes (the caller checked the alignment), V = 1 one float.
+template <int V> __device__ static inline void load_v(const float *p, float (&a)[V]) {
+    if constexpr (V == 4) {
+        float4 t = *(const float4 *)p;
+        a[0] = t.x, a[1] = t.y, a[2] = t.z, a[3] = t.w;
+    } else {
+        a[0] = *p;
+    }
+}
+template <int V> __device__ static inline void store_v(float *p, const float (&a)[V]) {
+    if constexpr (V == 4) *(float4 *)p = make_float4(a[0], a[1], a[2], a[3]);
+    else *p = a[0];
+}
+template <int V> __device__ static inline void store_v(bf16 *p, const float (&a)[V]) {
+    if constexpr (V == 4) {   // round to nearest even, as __float2bfloat16
+        __nv_bfloat162 t[2] = { __floats2bfloat162_rn(a[0], a[1]),
+                                __floats2bfloat162_rn(a[2], a[3]) };
+        *(uint2 *)p = *(const uint2 *)t;
+    } else {
+        *p = __float2bfloat16(a[0]);
     }
 }
 
-// dx(n,h,v,c) += every dcol entry that im2col read from it, for rows m0..m0+rows-1: a gather, so
-// no atomics; terms are added in increasing output pixel as the CPU twin's col2im does.
-__global__ void col2im_kernel(ConvDims d, const float *dcol, size_t m0, size_t rows, Map dx) {
-    size_t crs = (size_t)d.C * d.R * d.S;
-    GRID_STRIDE(i, (size_t)d.N * d.H * d.W * d.C) {
-        int c = (int)(i % d.C), v = (int)(i / d.C % d.W), h = (int)(i / d.C / d.W % d.H);
-        int n = (int)(i / ((size_t)d.C * d.W * d.H));
-        float *out = dx.data + (((size_t)n * d.H + h) * d.W + v) * dx.ld + c;
-        float acc = *out;
+// Where one thread of a (columns x rows) launch starts and how far it strides: x walks the
+// columns of a row (the contiguous index), y the rows, grid-striding past 65535 blocks.
+#define ROW_LOOP(row, first, count) \
+    for (unsigned row = (first) + blockIdx.y * blockDim.y + threadIdx.y; row < (count); \
+         row += gridDim.y * blockDim.y)
+
+// col (rows, CRS) of T = im2col of output pixels m0..m0+rows-1, columns in (g, r, s, cg) order;
+// padding reads as 0. One thread per V columns, so a warp reads runs of a pixel's channels.
+template <typename T, int V>
+__global__ void im2col_kernel(ConvDims d, Map x, unsigned m0, unsigned rows, T *col) {
+    int crs = d.C * d.R * d.S, Cg = d.C / d.groups, rscg = d.R * d.S * Cg;
+    int j = (blockIdx.x * blockDim.x + threadIdx.x) * V;
+    if (j >= crs) return;
+    int g = j / rscg, rs = (j - g * rscg) / Cg, cg = j - g * rscg - rs * Cg;
+    int r = rs / d.S, s = rs - r * d.S;
+    const float *xc = x.data + g * Cg + cg;
+    ROW_LOOP(row, 0, rows) {
+        unsigned m = m0 + row, npix = m / d.Q, q = m - npix * d.Q, n = npix / d.P;
+        int p = (int)(npix - n * d.P);
+        int h = p * d.stride - d.pad + r, v = (int)q * d.stride - d.pad + s;
+        float a[V] = {};
+        if (h >= 0 && h < d.H && v >= 0 && v < d.W)
+            load_v<V>(xc + (((size_t)n * d.H + h) * d.W + v) * x.ld, a);
+        store_v<V>(col + (size_t)row * crs + j, a);
+    }
+}
+
+// dx(n,h,v,c) += every dcol entry that im2col read from it, for image rows nh0..nh1-1 (n*H + h)
+// and pixel rows m0..m0+rows-1: a gather, so no atomics; terms are added in increasing output
+// pixel as the CPU twin's col2im does. One thread per V channels of a pixel.
+template <int V>
+__global__ void col2im_kernel(ConvDims d, const float *dcol, unsigned m0, unsigned rows,
+                              unsigned nh0, unsigned nh1, Map dx) {
+    int crs = d.C * d.R * d.S, Cg = d.C / d.groups, rscg = d.R * d.S * Cg;
+    int e = (blockIdx.x * blockDim.x + threadIdx.x) * V;   // (v, c) within an image row
+    if (e >= d.W * d.C) return;
+    int v = e / d.C, c = e - v * d.C, g = c / Cg;
+    const float *dc = dcol + g * rscg + (c - g * Cg);
+    ROW_LOOP(nh, nh0, nh1) {
+        int n = (int)(nh / d.H), h = (int)(nh - n * d.H);
+        float *out = dx.data + ((size_t)nh * d.W + v) * dx.ld + c, acc[V], t[V];
+        load_v<V>(out, acc);
         for (int r = d.R - 1; r >= 0; r--) {   // r descending = output row p ascending
             int hp = h + d.pad - r;
             if (hp < 0 || hp % d.stride || hp / d.stride >= d.P) continue;
             for (int s = d.S - 1; s >= 0; s--) {
                 int vq = v + d.pad - s;
                 if (vq < 0 || vq % d.stride || vq / d.stride >= d.Q) continue;
-                size_t m = ((size_t)n * d.P + hp / d.stride) * d.Q + vq / d.stride;
-                if (m < m0 || m >= m0 + rows) continue;
-                acc += dcol[(m - m0) * crs + ((size_t)c * d.R + r) * d.S + s];
+                unsigned m = ((unsigned)n * d.P + hp / d.stride) * d.Q + vq / d.stride;
+                if (m < m0 || m - m0 >= rows) continue;
+                load_v<V>(dc + (size_t)(m - m0) * crs + (r * d.S + s) * Cg, t);
+                for (int i = 0; i < V; i++) acc[i] += t[i];
             }
         }
-        *out = acc;
+        store_v<V>(out, acc);
+    }
+}
+
+// wc (K, Cg·R·S) of T = w (K, Cg, R, S) with each row's columns reordered to (r, s, cg) when
+// `permute`, else copied; the GEMM's weight operand.
+template <typename T>
+__global__ void weight_to_cols_kernel(ConvDims d, const float *w, bool permute, T *wc) {
+    int Cg = d.C / d.groups, rs_n = d.R * d.S, cgrs = Cg * rs_n;
+    GRID_STRIDE(i, (size_t)d.K * cgrs) {
+        int j = (int)(i % cgrs), rs = j / Cg, cg = j - rs * Cg;
+        size_t src = permute ? i - j + (size_t)cg * rs_n + rs : i;
+        float a[1] = { w[src] };
+        store_v<1>(wc + i, a);
+    }
+}
+
+// dw (K, Cg, R, S) += dwc (K, R·S·Cg): the permuted weight gradient back in PyTorch order
+__global__ void weight_grad_from_cols_kernel(ConvDims d, const float *dwc, float *dw) {
+    int Cg = d.C / d.groups, rs_n = d.R * d.S, cgrs = Cg * rs_n;
+    GRID_STRIDE(i, (size_t)d.K * cgrs) {
+        int j = (int)(i % cgrs), cg = j / rs_n, rs = j - cg * rs_n;
+        dw[i] += dwc[i - j + (size_t)rs * Cg + cg];
     }
 }
 
@@ -127,8 +209,7 @@ __global__ void bias_combine_kernel(const double *part, int G, int K, float *db)
 }
 
 // dst (rows, cols) packed = bf16(src (rows, cols) with row stride ld), round to nearest even
-__global__ void to_bf16_kernel(const float *src, size_t rows, int cols, int ld,
-                               __nv_bfloat16 *dst) {
+__global__ void to_bf16_kernel(const float *src, size_t rows, int cols, int ld, bf16 *dst) {
     GRID_STRIDE(i, rows * cols) dst[i] = __float2bfloat16(src[(i / cols) * ld + i % cols]);
 }
 
@@ -141,8 +222,7 @@ struct Operand { const void *p; int ld; };
 // wants it; a bf16 copy lives in scratch until the caller's op returns.
 static Operand operand(Device *dev, const float *src, size_t rows, int cols, int ld) {
     if (dev->precision != GPU_BF16) return Operand{ src, ld };
-    __nv_bfloat16 *dst =
-        (__nv_bfloat16 *)scratch_take(dev, sizeof(__nv_bfloat16) * rows * cols);
+    bf16 *dst = (bf16 *)scratch_take(dev, sizeof(bf16) * rows * cols);
     to_bf16_kernel<<<blocks_for(rows * cols), THREADS, 0, dev->stream>>>(src, rows, cols, ld, dst);
     checkLaunch(dev);
     return Operand{ dst, cols };
@@ -168,7 +248,8 @@ static void gemm(Device *dev, const Gemm *g, int groups, float beta, float *c, i
                                            CUBLAS_GEMM_DEFAULT));
 }
 
-// The three products, per group, in row-major words (a = im2col rows or x, rows × CRS):
+// The three products, per group, in row-major words (a = im2col rows or x, rows × CRS; W is the
+// weight operand, its columns in the order of a's):
 //   forward      y  (rows, K)        = a · W^T      column-major: y^T  = W · a^T
 //   weight grad  dW (K, Cg·R·S)     += dy^T · a     column-major: dW^T = a^T · dy
 //   input grad   da (rows, CRS)      = dy · W       column-major: da^T = W^T · dy^T
@@ -180,10 +261,10 @@ static void gemm_forward(Device *dev, const ConvDims *d, Operand a, int rows, Op
 }
 
 static void gemm_weight_grad(Device *dev, const ConvDims *d, Operand dy, int rows, Operand a,
-                             float *dw) {
+                             float beta, float *dw) {
     int G = d->groups, Kg = d->K / G, cgrs = (int)(crs_of(d) / G);
     Gemm g = { CUBLAS_OP_N, CUBLAS_OP_T, cgrs, Kg, rows, a, dy, cgrs, Kg, (long long)Kg * cgrs };
-    gemm(dev, &g, G, 1.0f, dw, cgrs);
+    gemm(dev, &g, G, beta, dw, cgrs);
 }
 
 static void gemm_input_grad(Device *dev, const ConvDims *d, Operand dy, int rows, Operand w,
@@ -195,15 +276,94 @@ static void gemm_input_grad(Device *dev, const ConvDims *d, Operand dy, int rows
 
 // ---- launchers -----------------------------------------------------------------------------
 
-static void im2col(Device *dev, const ConvDims *d, Map x, size_t m0, size_t rows, float *col) {
-    im2col_kernel<<<blocks_for(rows * crs_of(d)), THREADS, 0, dev->stream>>>(*d, x, m0, rows, col);
+static bool aligned16(const void *p) { return (size_t)p % 16 == 0; }
+
+// A (columns x rows) launch of about THREADS threads a block: x covers `cols` threads of a row
+// in as few warps as fit, y the rows (grid-striding past the grid's limit).
+static void row_launch(size_t cols, size_t rows, dim3 *grid, dim3 *block) {
+    unsigned bx = (unsigned)((cols + THREADS - 1) / THREADS);
+    unsigned tx = (unsigned)((cols + bx - 1) / bx + 31) / 32 * 32, ty = THREADS / tx;
+    size_t by = (rows + ty - 1) / ty;
+    *block = dim3(tx, ty);
+    *grid = dim3(bx, by < 1 ? 1 : by > 65535 ? 65535 : (unsigned)by);
+}
+
+// 16-byte accesses when each group's channels, the pixel stride and the base allow them
+static bool vec4_ok(const ConvDims *d, Map m) {
+    return (d->C / d->groups) % 4 == 0 && m.ld % 4 == 0 && aligned16(m.data);
+}
+
+template <typename T>
+static void im2col(Device *dev, const ConvDims *d, Map x, size_t m0, size_t rows, T *col) {
+    dim3 grid, block;
+    if (vec4_ok(d, x)) {
+        row_launch(crs_of(d) / 4, rows, &grid, &block);
+        im2col_kernel<T, 4><<<grid, block, 0, dev->stream>>>(*d, x, (unsigned)m0, (unsigned)rows, col);
+    } else {
+        row_launch(crs_of(d), rows, &grid, &block);
+        im2col_kernel<T, 1><<<grid, block, 0, dev->stream>>>(*d, x, (unsigned)m0, (unsigned)rows, col);
+    }
     checkLaunch(dev);
 }
 
-// The weight operand (K, Cg·R·S), converted once per call under GPU_BF16.
+// The image rows n*H + h of dx that pixel rows m0..m0+rows-1 read: from the first row's window
+// top to the last row's window bottom.
+static void image_rows_of(const ConvDims *d, size_t m0, size_t rows, unsigned *nh0, unsigned *nh1) {
+    size_t PQ = (size_t)d->P * d->Q, last = m0 + rows - 1;
+    long top = (long)(m0 % PQ / d->Q) * d->stride - d->pad;
+    long bottom = (long)(last % PQ / d->Q) * d->stride - d->pad + d->R - 1;
+    top = top < 0 ? 0 : top >= d->H ? d->H - 1 : top;
+    bottom = bottom < 0 ? 0 : bottom >= d->H ? d->H - 1 : bottom;
+    *nh0 = (unsigned)(m0 / PQ * d->H + top);
+    *nh1 = (unsigned)(last / PQ * d->H + bottom + 1);
+}
+
+static void col2im(Device *dev, const ConvDims *d, const float *dcol, size_t m0, size_t rows,
+                   Map dx) {
+    unsigned nh0, nh1;
+    image_rows_of(d, m0, rows, &nh0, &nh1);
+    if (nh1 <= nh0) return;
+    dim3 grid, block;
+    bool v4 = vec4_ok(d, dx);
+    row_launch((size_t)d->W * d->C / (v4 ? 4 : 1), nh1 - nh0, &grid, &block);
+    if (v4)
+        col2im_kernel<4><<<grid, block, 0, dev->stream>>>(*d, dcol, (unsigned)m0, (unsigned)rows,
+                                                          nh0, nh1, dx);
+    else
+        col2im_kernel<1><<<grid, block, 0, dev->stream>>>(*d, dcol, (unsigned)m0, (unsigned)rows,
+                                                          nh0, nh1, dx);
+    checkLaunch(dev);
+}
+
+// The weight operand (K, Cg·R·S) in the columns' order, made once per call when it is permuted
+// or converted to bf16.
 static Operand weight_operand(Device *dev, const ConvDims *d, const float *w) {
     int cgrs = (int)(crs_of(d) / d->groups);
-    return operand(dev, w, d->K, cgrs, cgrs);
+    size_t n = (size_t)d->K * cgrs;
+    bool permute = needs_permute(d);
+    if (dev->precision == GPU_BF16) {
+        bf16 *wc = (bf16 *)scratch_take(dev, sizeof(bf16) * n);
+        weight_to_cols_kernel<<<blocks_for(n), THREADS, 0, dev->stream>>>(*d, w, permute, wc);
+        checkLaunch(dev);
+        return Operand{ wc, cgrs };
+    }
+    if (!permute) return Operand{ w, cgrs };
+    float *wc = (float *)scratch_take(dev, sizeof(float) * n);
+    weight_to_cols_kernel<<<blocks_for(n), THREADS, 0, dev->stream>>>(*d, w, permute, wc);
+    checkLaunch(dev);
+    return Operand{ wc, cgrs };
+}
+
+// im2col rows m0..m0+rows-1 as a GEMM operand: written straight in bf16 under GPU_BF16
+static Operand col_operand(Device *dev, const ConvDims *d, Map x, size_t m0, size_t rows,
+                           void *col) {
+    if (dev->precision == GPU_BF16) im2col(dev, d, x, m0, rows, (bf16 *)col);
+    else im2col(dev, d, x, m0, rows, (float *)col);
+    return Operand{ col, (int)crs_of(d) };
+}
+
+static size_t operand_bytes(const Device *dev) {
+    return dev->precision == GPU_BF16 ? sizeof(bf16) : sizeof(float);
 }
 
 extern "C" void conv_forward_gpu(Device *dev, const ConvDims *d, Map x, const float *w,
@@ -212,16 +372,11 @@ extern "C" void conv_forward_gpu(Device *dev, const ConvDims *d, Map x, const fl
     size_t mark = dev->scratch.used, M = pixels_out(d), chunk = chunk_rows(dev, d);
     int crs = (int)crs_of(d);
     Operand wo = weight_operand(dev, d, w);
-    float *col = is_pointwise(d) ? NULL : (float *)scratch_take(dev, sizeof(float) * chunk * crs);
+    void *col = is_pointwise(d) ? NULL : scratch_take(dev, operand_bytes(dev) * chunk * crs);
     for (size_t m0 = 0; m0 < M; m0 += chunk) {
         size_t rows = M - m0 < chunk ? M - m0 : chunk, mark_chunk = dev->scratch.used;
-        Operand a;
-        if (col) {
-            im2col(dev, d, x, m0, rows, col);
-            a = operand(dev, col, rows, crs, crs);
-        } else {
-            a = operand(dev, x.data + m0 * x.ld, rows, crs, x.ld);
-        }
+        Operand a = col ? col_operand(dev, d, x, m0, rows, col)
+                        : operand(dev, x.data + m0 * x.ld, rows, crs, x.ld);
         if (b) {
             fill_bias_kernel<<<blocks_for(rows * d->K), THREADS, 0, dev->stream>>>(y, m0, rows, b);
             checkLaunch(dev);
@@ -246,6 +401,24 @@ static void bias_grad(Device *dev, Map dy, float *db) {
     dev->scratch.used = mark;
 }
 
+// Scratch of one backward call: the permuted dW accumulates over chunks (NULL when dW goes
+// straight into dw), col holds im2col rows, dcol the input-gradient rows (col itself unless the
+// rows are bf16).
+struct BackwardScratch { float *dwc; void *col; float *dcol; };
+
+static BackwardScratch backward_scratch(Device *dev, const ConvDims *d, bool want_dw, bool want_dx) {
+    BackwardScratch s = { NULL, NULL, NULL };
+    size_t chunk = chunk_rows(dev, d), crs = crs_of(d);
+    if (want_dw && needs_permute(d))
+        s.dwc = (float *)scratch_take(dev, sizeof(float) * d->K * crs / d->groups);
+    if (is_pointwise(d)) return s;
+    s.col = scratch_take(dev, operand_bytes(dev) * chunk * crs);
+    s.dcol = (float *)s.col;
+    if (want_dx && dev->precision == GPU_BF16)
+        s.dcol = (float *)scratch_take(dev, sizeof(float) * chunk * crs);
+    return s;
+}
+
 extern "C" void conv_backward_gpu(Device *dev, const ConvDims *d, Map x, const float *w, Map dy,
                                   Map dx, float *dw, float *db) {
     conv_check(d, x, dy, "conv_backward_gpu");
@@ -255,29 +428,28 @@ extern "C" void conv_backward_gpu(Device *dev, const ConvDims *d, Map x, const f
     size_t mark = dev->scratch.used, M = pixels_out(d), chunk = chunk_rows(dev, d);
     int crs = (int)crs_of(d);
     Operand wo = weight_operand(dev, d, w);
-    float *col = is_pointwise(d) ? NULL : (float *)scratch_take(dev, sizeof(float) * chunk * crs);
+    BackwardScratch s = backward_scratch(dev, d, dw != NULL, dx.data != NULL);
     for (size_t m0 = 0; m0 < M; m0 += chunk) {
         size_t rows = M - m0 < chunk ? M - m0 : chunk, mark_chunk = dev->scratch.used;
         Operand dyo = operand(dev, dy.data + m0 * dy.ld, rows, d->K, dy.ld);
         if (dw) {
-            Operand a;
-            if (col) {
-                im2col(dev, d, x, m0, rows, col);
-                a = operand(dev, col, rows, crs, crs);
-            } else {
-                a = operand(dev, x.data + m0 * x.ld, rows, crs, x.ld);
-            }
-            gemm_weight_grad(dev, d, dyo, (int)rows, a, dw);
+            Operand a = s.col ? col_operand(dev, d, x, m0, rows, s.col)
+                              : operand(dev, x.data + m0 * x.ld, rows, crs, x.ld);
+            float beta = s.dwc && m0 == 0 ? 0.0f : 1.0f;
+            gemm_weight_grad(dev, d, dyo, (int)rows, a, beta, s.dwc ? s.dwc : dw);
         }
-        if (dx.data && !col) {   // pointwise: dx += dy · W straight through dx's ld
+        if (dx.data && !s.col) {   // pointwise: dx += dy · W straight through dx's ld
             gemm_input_grad(dev, d, dyo, (int)rows, wo, 1.0f, dx.data, dx.ld);
-        } else if (dx.data) {    // the im2col rows are spent: reuse them for dcol
-            gemm_input_grad(dev, d, dyo, (int)rows, wo, 0.0f, col, crs);
-            col2im_kernel<<<blocks_for(map_floats(dx)), THREADS, 0, dev->stream>>>(*d, col, m0,
-                                                                                   rows, dx);
-            checkLaunch(dev);
+        } else if (dx.data) {      // fp32 im2col rows are spent by now: dcol may reuse them
+            gemm_input_grad(dev, d, dyo, (int)rows, wo, 0.0f, s.dcol, crs);
+            col2im(dev, d, s.dcol, m0, rows, dx);
         }
         dev->scratch.used = mark_chunk;
+    }
+    if (s.dwc) {
+        size_t n = (size_t)d->K * crs / d->groups;
+        weight_grad_from_cols_kernel<<<blocks_for(n), THREADS, 0, dev->stream>>>(*d, s.dwc, dw);
+        checkLaunch(dev);
     }
     dev->scratch.used = mark;
 }

@@ -347,7 +347,9 @@ static void epoch_order(Loader *l, int epoch) {
     }
 }
 
-void loader_start_epoch(Loader *l, int epoch, int mosaic_on) {
+void loader_start_epoch(Loader *l, int epoch, int mosaic_on) { loader_start_epoch_at(l, epoch, mosaic_on, 0); }
+
+void loader_start_epoch_at(Loader *l, int epoch, int mosaic_on, int first_batch) {
     pthread_mutex_lock(&l->mu);
     l->gen++, l->active = 0;
     while (l->busy) pthread_cond_wait(&l->done, &l->mu);   // workers read order and aug unlocked
@@ -355,7 +357,9 @@ void loader_start_epoch(Loader *l, int epoch, int mosaic_on) {
     l->cfg.aug.close_mosaic = !mosaic_on;
     for (int k = 0; k < l->n_slots; k++) l->slot[k].id = -1, l->slot[k].ready = l->slot[k].handed = 0;
     l->epoch = epoch, l->n_batches = loader_batches(l);
-    l->next_sample = l->next_batch = l->finished = 0;
+    l->next_batch = first_batch < 0 ? 0 : first_batch > l->n_batches ? l->n_batches : first_batch;
+    l->next_sample = l->next_batch * l->cfg.batch < l->ds->n ? l->next_batch * l->cfg.batch : l->ds->n;
+    l->finished = 0;
     l->wait_s = 0, l->t_start = l->t_last = now_seconds();
     l->active = 1;
     pthread_cond_broadcast(&l->work);

@@ -62,6 +62,9 @@ int  loader_batches(const Loader *l);   // batches per epoch: ceil(n / N)
 // shuffle's). mosaic_on = 0 closes mosaic (and so mixup). Work of an unfinished epoch is dropped;
 // release every batch first.
 void loader_start_epoch(Loader *l, int epoch, int mosaic_on);
+// The same, starting at batch first_batch of the epoch (a resumed run): batches before it are skipped
+// without being made; the ones after are the same bytes as in an epoch started at 0.
+void loader_start_epoch_at(Loader *l, int epoch, int mosaic_on, int first_batch);
 // Block until the next batch of the epoch is ready: returns 1 with *b set, 0 when the epoch is done.
 // One consumer thread; it may hold at most prefetch - 1 batches while asking for the next.
 int  loader_next(Loader *l, Batch **b);

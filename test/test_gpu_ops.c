@@ -126,7 +126,11 @@ static const ConvCase CONV_CASES[] = {
     { 3, 21, 13, 13, 11, 1, 1, 0, 1, 4, 3 },    // pointwise: one GEMM through both ld
     { 1, 16, 13, 13, 8, 1, 2, 0, 4, 0, 0 },     // 1x1 stride 2 groups 4: the im2col path
     { 3, 7, 13, 13, 12, 3, 2, 0, 1, 2, 0 },     // stride 2, no padding, odd size
+    { 2, 32, 11, 11, 24, 3, 2, 1, 1, 0, 0 },    // C=32 stride 2 (model.1): 16-byte im2col/col2im
+    { 2, 16, 9, 9, 12, 3, 1, 1, 2, 4, 4 },      // 16-byte accesses through groups and ld slices
+    { 2, 3, 17, 17, 8, 3, 2, 1, 1, 0, 1 },      // the C=3 stem
 };
+static const int CHUNKED_CASES[] = { 0, 1, 2, 6, 7 };
 
 static void conv_case(const ConvCase *cc, int with_bias, Tol t, Rng *g) {
     ConvDims d = conv_dims(cc->N, cc->C, cc->H, cc->W, cc->K, cc->k, cc->stride, cc->pad,
@@ -180,9 +184,9 @@ static void test_conv_chunked(void) {
     Rng g = rng_for(14, 0, 0);
     size_t cap = dev.col_cap_floats;
     dev.col_cap_floats = 1000;
-    for (int i = 0; i < 3; i++) {
+    for (size_t i = 0; i < sizeof CHUNKED_CASES / sizeof *CHUNKED_CASES; i++) {
         arena_reset(&dev.acts);
-        conv_case(&CONV_CASES[i], 1, FP32, &g);
+        conv_case(&CONV_CASES[CHUNKED_CASES[i]], 1, FP32, &g);
     }
     dev.col_cap_floats = cap;
 }
