@@ -45,7 +45,7 @@ TESTS    := $(TEST_SRCS:test/%.c=$(B)/test/%)
 BENCH_SRCS := $(wildcard bench/*.c)
 BENCHES  := $(BENCH_SRCS:bench/%.c=bench/%)
 
-.PHONY: all test deps clean benches FORCE
+.PHONY: all test deps clean benches fuzz FORCE
 all: yolotrain
 
 yolotrain: $(B)/core/main.o $(B)/libyt.a FORCE
@@ -68,11 +68,17 @@ $(B)/test/%: test/%.c $(B)/libyt.a test/test.h
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(B)/libyt.a $(LDLIBS)
 
 benches: $(BENCHES)
-bench/%: bench/%.c $(B)/libyt.a
+# relinked every time: the CPU-only and the CUDA variant write the same bench/NAME
+bench/%: bench/%.c $(B)/libyt.a FORCE
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(B)/libyt.a $(LDLIBS)
 
 test: yolotrain $(TESTS)
 	@bash test/run.sh $(B)/test
+
+# make fuzz: the libFuzzer targets of test/fuzz/ (clang + its fuzzer runtime), FUZZ_SECONDS each
+FUZZ_SECONDS ?= 60
+fuzz:
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) bash test/fuzz/run.sh
 
 deps:
 	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
@@ -81,6 +87,8 @@ deps:
 	     gcc make libpng-dev libjpeg62-turbo-dev libinih-dev libyaml-dev libopenblas-dev zlib1g-dev gfortran \
 	   || $$SUDO apt-get install -y -qq --no-install-recommends \
 	     gcc make libpng-dev libjpeg-turbo8-dev libinih-dev libyaml-dev libopenblas-dev zlib1g-dev gfortran; \
+	   $$SUDO apt-get install -y -qq --no-install-recommends clang libclang-rt-dev >/dev/null 2>&1 \
+	     || echo "make deps: clang's libFuzzer runtime not installed: make fuzz will not build"; \
 	 else echo "make deps: no apt-get here; install libpng, libjpeg-turbo, inih, libyaml and OpenBLAS development packages by hand" >&2; exit 1; fi
 
 clean:

@@ -1,6 +1,7 @@
 // step.c: training-step speed with a per-phase breakdown (forward, loss, backward, optimizer).
 //   make benches && ./bench/step                    CPU: gelan-s 4x256, gelan-t 8x320, gelan-s 4x640
-//   ./bench/step CONFIG imgsz batch steps [device [precision]]...   e.g. cfg/s.ini 640 64 20 0 bf16
+//   ./bench/step CONFIG imgsz batch steps [device [precision]]   e.g. cfg/s.ini 640 64 20 0 bf16
+//   (device as in the config: cpu, cpu:2, 0, 0,1)
 // "fwd1" is one training-mode forward alone. Images and targets are random (data loading is
 // measured by bench/loader and by the training loop's own data-wait figure). On a GPU every phase
 // ends in a stream wait (the loss items and the gradient norm come back to the host), so the
@@ -11,6 +12,8 @@
 #include <string.h>
 
 #include "core/model.h"
+#include "core/multi.h"
+#include "gpu/device.h"
 
 #include "cfg/config.h"
 #include "core/train.h"
@@ -71,7 +74,7 @@ static void print_profile(const Model *m, int n, int steps) {
     free(order);
 }
 
-static int bench(const char *cfgfile, int S, int n, int steps, int gpu, const char *precision) {
+static int bench(const char *cfgfile, int S, int n, int steps, const char *device, const char *precision) {
     static Config cfg;
     Err err;
     char a1[32], a2[32], a3[32];
@@ -80,8 +83,18 @@ static int bench(const char *cfgfile, int S, int n, int steps, int gpu, const ch
     snprintf(a3, sizeof a3, "precision=%s", precision);
     char *ov[] = { a1, a2, a3, "epochs=1" };
     if (config_load(cfgfile, 4, ov, &cfg, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
+    GpuInfo gi[MULTI_MAX];
+#ifdef USE_CUDA
+    int n_gpus = gpu_list(gi, MULTI_MAX);
+#else
+    int n_gpus = 0;
+    (void)gi;
+#endif
+    DeviceList devs;
+    if (parse_devices(device, n_gpus, &devs, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
+    int gpu = devs.gpu[0];
     Trainer t;
-    if (trainer_init(&t, &cfg, steps + 1, gpu, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
+    if (trainer_init_devices(&t, &cfg, steps + 1, &devs, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
     static float targets[6 * 6 * 256];
     int nt;
     Rng r = rng_for(1, 2, 3);
@@ -89,10 +102,12 @@ static int bench(const char *cfgfile, int S, int n, int steps, int gpu, const ch
     LossOut lo;
     for (int i = 0; i < 2; i++) trainer_step(&t, n, S, targets, nt, 0, i, &lo, &err);   // warm-up
     sync(&t);
-    double t0 = now_seconds();
-    model_forward(&t.m, t.input, n, S, S, 1);
-    sync(&t);
-    double fwd = now_seconds() - t0;
+    double t0 = now_seconds(), fwd = 0;
+    if (devs.n == 1) {                                 // one device's forward alone (not split)
+        model_forward(&t.m, t.input, n, S, S, 1);
+        sync(&t);
+        fwd = now_seconds() - t0;
+    }
     memset(&t.t, 0, sizeof t.t);
     t0 = now_seconds();
     for (int i = 2; i < steps + 2; i++) trainer_step(&t, n, S, targets, nt, 0, i, &lo, &err);
@@ -100,8 +115,11 @@ static int bench(const char *cfgfile, int S, int n, int steps, int gpu, const ch
     double dt = (now_seconds() - t0) / steps;
     const PhaseTimes *p = &t.t;
     printf("%-10s %4d %5d %5s %5s %8.4f  %8.4f  %8.4f %7.4f %8.4f %7.4f  %7.1f\n", cfg.file, S, n,
-           gpu < 0 ? "cpu" : "gpu", gpu < 0 ? "fp32" : precision, fwd, dt, p->forward / steps, p->loss / steps,
-           p->backward / steps, p->optim / steps, n / dt);
+           device[0] ? device : gpu < 0 ? "cpu" : "gpu", gpu < 0 ? "fp32" : precision, fwd, dt, p->forward / steps,
+           p->loss / steps, p->backward / steps, p->optim / steps, n / dt);
+    if (devs.n > 1)
+        printf("  %d devices: per step gather %.4f s, broadcast %.4f s (device 0's phases above)\n", devs.n,
+               p->gather / steps, p->broadcast / steps);
     if (getenv("YT_PROFILE")) {
         t.m.prof = xcalloc(2 * (size_t)t.m.n_nodes, sizeof(double));
         for (int i = 0; i < steps; i++) trainer_step(&t, n, S, targets, nt, 0, steps + 2 + i, &lo, &err);
@@ -118,9 +136,9 @@ int main(int argc, char **argv) {
            "fwd1 s", "step s", "forward", "loss", "backward", "optim", "img/s");
     if (argc > 1) {
         if (argc < 5) { fprintf(stderr, "usage: bench/step CONFIG imgsz batch steps [device [precision]]\n"); return 2; }
-        int gpu = argc > 5 && strcmp(argv[5], "cpu") ? atoi(argv[5]) : -1;
-        return bench(argv[1], atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), gpu, argc > 6 ? argv[6] : "bf16");
+        return bench(argv[1], atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), argc > 5 ? argv[5] : "cpu",
+                     argc > 6 ? argv[6] : "bf16");
     }
-    return bench("cfg/s.ini", 256, 4, 2, -1, "fp32") || bench("cfg/t.ini", 320, 8, 3, -1, "fp32") ||
-           bench("cfg/s.ini", 640, 4, 2, -1, "fp32");
+    return bench("cfg/s.ini", 256, 4, 2, "cpu", "fp32") || bench("cfg/t.ini", 320, 8, 3, "cpu", "fp32") ||
+           bench("cfg/s.ini", 640, 4, 2, "cpu", "fp32");
 }

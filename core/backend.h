@@ -47,8 +47,15 @@ typedef struct Backend {
     void (*sgd_apply)(void *ctx, const void *prep, const float lr[3], float mu, float wd, int first);
     // ema <- ema*d; ema <- ema + (1-d)*x (fp32, PyTorch's rounding order)
     void (*ema_update)(void *ctx, float *ema, const float *x, size_t n, double d);
-    // wait until everything queued has finished (profiling)
+    // p *= s over n floats (averaging across devices)
+    void (*scale)(void *ctx, float *p, size_t n, float s);
+    // wait until everything queued has finished (profiling, handing work between devices)
     void (*sync)(void *ctx);
+    // make ctx's device the current one of the calling thread (each device's worker thread does it)
+    void (*bind)(void *ctx);
+    // dst (in ctx's memory) = n floats of src in src_ctx's memory (another device of this backend;
+    // queued behind ctx's earlier work)
+    void (*pull)(void *ctx, float *dst, void *src_ctx, const float *src, size_t n);
     // memory of the backend: zero n floats; copy n floats from / to host memory (blocking)
     void (*zero)(void *ctx, float *p, size_t n);
     void (*upload)(void *ctx, float *dst, const float *host, size_t n);

@@ -55,7 +55,10 @@ static void sgd(void *c, const void *h, const float lr[3], float mu, float wd, i
     sgd_apply_slots_cpu(p->slots, p->n, p->buf, lr, mu, wd, first);
 }
 static void ema(void *c, float *e, const float *x, size_t n, double d) { ema_update_cpu(e, x, n, d); }
+static void scale_n(void *c, float *p, size_t n, float f) { grad_scale_cpu(p, n, f); }
 static void sync(void *c) {}
+static void bind(void *c) {}
+static void pull(void *c, float *dst, void *sc, const float *src, size_t n) { memcpy(dst, src, n * sizeof(float)); }
 static void zero(void *c, float *p, size_t n) { memset(p, 0, n * sizeof(float)); }
 static void upload(void *c, float *dst, const float *src, size_t n) { memcpy(dst, src, n * sizeof(float)); }
 static void download(void *c, float *dst, const float *src, size_t n) { memcpy(dst, src, n * sizeof(float)); }
@@ -63,5 +66,5 @@ static void download(void *c, float *dst, const float *src, size_t n) { memcpy(d
 const Backend backend_cpu = {
     "cpu", conv_fwd, conv_bwd, bn_train, bn_eval, bn_bwd, bn_apply, silu_fwd, silu_bwd, add_fwd, copy, accumulate,
     maxpool_fwd, maxpool_bwd, avgpool_fwd, avgpool_bwd, upsample_fwd, upsample_bwd, prepare, sumsq, scale, sgd, ema,
-    sync, zero, upload, download,
+    scale_n, sync, bind, pull, zero, upload, download,
 };

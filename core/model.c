@@ -47,8 +47,11 @@ static int add_param(Builder *b, const char *name, ParamKind kind, int ndim, con
     p->ndim = ndim;
     p->n = 1;
     for (int i = 0; i < ndim; i++) { p->shape[i] = shape[i]; p->n *= shape[i]; }
-    p->offset = m->n_state;
-    m->n_state += (p->n + 15) & ~(size_t)15;   // 64-byte aligned tensors
+    // 64-byte aligned tensors; BN buffers in their own region (placed after the parameters once the
+    // model is built), so averaging them across devices is one contiguous operation
+    size_t *end = kind == PK_RUNNING_MEAN || kind == PK_RUNNING_VAR ? &m->n_buffers : &m->n_state;
+    p->offset = *end;
+    *end += (p->n + 15) & ~(size_t)15;
     m->layers[b->layer].params += kind == PK_RUNNING_MEAN || kind == PK_RUNNING_VAR ? 0 : p->n;
     return m->n_params++;
 }
@@ -423,6 +426,10 @@ int model_build(const Config *cfg, int max_n, int imgsz, Model *m, Err *err) {
     free(lay);
     m->vh = b.vh; m->vw = b.vw;
     if (rc) { model_free(m); return -1; }
+    m->buffers = m->n_state;                       // the buffer region follows the parameters
+    for (int i = 0; i < m->n_params; i++)
+        if (m->params[i].kind == PK_RUNNING_MEAN || m->params[i].kind == PK_RUNNING_VAR) m->params[i].offset += m->buffers;
+    m->n_state += m->n_buffers;
     m->state = xcalloc(m->n_state, sizeof(float));
     m->grad = xcalloc(m->n_state, sizeof(float));
     m->act = xcalloc(m->n_act, sizeof(float));

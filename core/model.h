@@ -79,6 +79,7 @@ typedef struct {
     // parameters and their gradients: one array each, same layout
     ParamInfo *params;  int n_params;
     float     *state, *grad;  size_t n_state;
+    size_t     buffers, n_buffers; // the BN running statistics: state[buffers .. buffers + n_buffers)
     int64_t   bn_batches;          // num_batches_tracked (the same for every BN)
     // graph
     Value     *values;  int n_values;

@@ -15,34 +15,46 @@
 #include "io/picture.h"
 #include "io/plot.h"
 #include "core/checkpoint.h"
+#include "core/multi.h"
 #include "core/val.h"
 #include "gpu/device.h"
 #include "io/synth.h"
 
 // ---- the step ------------------------------------------------------------------------------
 
-int trainer_init(Trainer *t, const Config *cfg, int nb, int gpu, Err *err) {
+// The model on its device and the loss work; the master also gets the optimizer state and the EMA.
+static int trainer_setup(Trainer *t, const Config *cfg, int gpu, int master, int micro, Err *err) {
     memset(t, 0, sizeof *t);
-    if (model_build(cfg, cfg->batch, cfg->imgsz, &t->m, err)) return -1;
+    if (model_build(cfg, micro, cfg->imgsz, &t->m, err)) return -1;
     Model *m = &t->m;
     if (cfg->weights[0]) {
         if (model_load(m, cfg->weights, "", err)) { model_free(m); return -1; }
     } else {
         model_init_weights(m, (uint64_t)cfg->seed);
     }
-    float *sgd_buf = NULL;                             // NULL: the optimizer allocates it on the host
+    t->master = master;
     if (gpu < 0) {
-        t->ema = xmalloc(m->n_state * sizeof(float));
-        memcpy(t->ema, m->state, m->n_state * sizeof(float));
+        if (master) {
+            t->ema = xmalloc(m->n_state * sizeof(float));
+            memcpy(t->ema, m->state, m->n_state * sizeof(float));
+            t->recv = xmalloc(m->n_state * sizeof(float));
+        }
         t->lw = loss_work_new();
     } else {
 #ifdef USE_CUDA
-        if (trainer_gpu_init(t, cfg, gpu, &sgd_buf, err)) { model_free(m); return -1; }
+        if (trainer_gpu_init(t, cfg, gpu, err)) { model_free(m); return -1; }
 #else
         model_free(m);
         return err_set(err, "device=%d: this yolotrain was built without CUDA; use device=cpu", gpu);
 #endif
     }
+    t->input = xmalloc((size_t)cfg->batch * cfg->imgsz * cfg->imgsz * 3 * sizeof(float));
+    model_zero_grad(m);
+    return 0;
+}
+
+static void optimizer_init(Trainer *t, const Config *cfg, int nb) {
+    Model *m = &t->m;
     t->slots = xcalloc(m->n_params, sizeof *t->slots);
     for (int i = 0; i < m->n_params; i++) {
         const ParamInfo *p = &m->params[i];
@@ -50,16 +62,35 @@ int trainer_init(Trainer *t, const Config *cfg, int nb, int gpu, Err *err) {
         if (g < 0 && p->kind != PK_FIXED) continue;      // BN buffers are no parameters
         t->slots[t->n_slots++] = (ParamSlot){ m->state + p->offset, g >= 0 ? m->grad + p->offset : NULL, p->n, g };
     }
-    sgd_init(&t->sgd, t->slots, t->n_slots, m->be, m->be_ctx, sgd_buf);
+    sgd_init(&t->sgd, t->slots, t->n_slots, m->be, m->be_ctx, t->sgd_buf);   // NULL: a host buffer
     LrKind kind = cfg->cos_lr ? LR_COSINE : LR_LINEAR;
     opt_schedule_init(&t->sched, &cfg->hyp, kind, cfg->epochs, nb, cfg->batch);
-    t->input = xmalloc((size_t)cfg->batch * cfg->imgsz * cfg->imgsz * 3 * sizeof(float));
-    model_zero_grad(m);
+}
+
+int trainer_init(Trainer *t, const Config *cfg, int nb, int gpu, Err *err) {
+    if (trainer_setup(t, cfg, gpu, 1, cfg->batch, err)) return -1;
+    optimizer_init(t, cfg, nb);
+    return 0;
+}
+
+int trainer_init_replica(Trainer *t, const Config *cfg, int gpu, int micro, Err *err) {
+    return trainer_setup(t, cfg, gpu, 0, micro, err);
+}
+
+int trainer_init_devices(Trainer *t, const Config *cfg, int nb, const DeviceList *devs, Err *err) {
+    if (devs->n == 1) return trainer_init(t, cfg, nb, devs->gpu[0], err);
+    int sizes[MULTI_MAX], micro = 0;
+    if (split_batch(cfg->split, cfg->batch, devs->n, sizes, err)) return -1;
+    for (int k = 0; k < devs->n; k++) micro = sizes[k] > micro ? sizes[k] : micro;
+    if (trainer_setup(t, cfg, devs->gpu[0], 1, micro, err)) return -1;
+    optimizer_init(t, cfg, nb);
+    if (multi_init(t, cfg, devs, micro, err)) { trainer_free(t); return -1; }
     return 0;
 }
 
 void trainer_free(Trainer *t) {
-    sgd_free(&t->sgd);
+    if (t->multi) multi_free(t);
+    if (t->master) sgd_free(&t->sgd);
     free(t->slots); free(t->input);
     if (t->dev) {
 #ifdef USE_CUDA
@@ -68,32 +99,54 @@ void trainer_free(Trainer *t) {
     } else {
         loss_work_free(t->lw);
         free(t->ema);
+        free(t->recv);
     }
     model_free(&t->m);
     memset(t, 0, sizeof *t);
 }
 
-int trainer_step(Trainer *t, int n, int S, const float *targets, int nt, int epoch, int i,
-                 LossOut *out, Err *err) {
+// ---- one iteration, in phases so several devices can share the loss normaliser ---------------
+
+static void loss_batch(Trainer *t, int n, int S, const float *targets, int nt) {
+    Model *m = &t->m;
+    t->lb = (LossBatch){ .nc = m->nc, .img_h = S, .img_w = S, .targets = targets, .n_targets = nt };
+    for (int l = 0; l < LOSS_LEVELS; l++) {
+        t->lb.head[l] = model_value(m, m->head[l], n);
+        t->grad_maps[l] = model_grad(m, m->head[l], n);
+    }
+}
+
+int trainer_forward_assign(Trainer *t, int n, int S, const float *images, const float *targets, int nt,
+                           double *tss, Err *err) {
+    double t0 = now_seconds();
+    model_forward(&t->m, images, n, S, S, 1);
+    double t1 = now_seconds();
+    loss_batch(t, n, S, targets, nt);
+    int rc;
+#ifdef USE_CUDA
+    if (t->dev) rc = trainer_gpu_assign(t, tss, err);
+    else
+#endif
+    rc = loss_assign(t->lw, &t->lb, tss, err);
+    t->t.forward += t1 - t0; t->t.loss += now_seconds() - t1;
+    return rc;
+}
+
+void trainer_compute_backward(Trainer *t, int n, double norm, double batch_mult, LossOut *out) {
+    double t0 = now_seconds();
+#ifdef USE_CUDA
+    if (t->dev) trainer_gpu_compute(t, norm, batch_mult, out);
+    else
+#endif
+    loss_compute(t->lw, &t->lb, norm, batch_mult, t->grad_maps, out);
+    double t1 = now_seconds();
+    model_backward(&t->m, n);
+    t->t.loss += t1 - t0; t->t.backward += now_seconds() - t1;
+}
+
+void trainer_update(Trainer *t, int epoch, int i) {
     Model *m = &t->m;
     double t0 = now_seconds();
-    model_forward(m, t->input, n, S, S, 1);
-    double t1 = now_seconds();
-    LossBatch lb = { .nc = m->nc, .img_h = S, .img_w = S, .targets = targets, .n_targets = nt };
-    Map grad[LOSS_LEVELS];
-    for (int l = 0; l < LOSS_LEVELS; l++) {
-        lb.head[l] = model_value(m, m->head[l], n);
-        grad[l] = model_grad(m, m->head[l], n);
-    }
-#ifdef USE_CUDA
-    if (t->dev) {
-        if (trainer_gpu_loss(t, &lb, grad, out, err)) return -1;
-    } else
-#endif
-    if (loss_forward_backward(t->lw, &lb, grad, out, err)) return -1;
-    double t2 = now_seconds();
-    model_backward(m, n);
-    double t3 = now_seconds();
     OptStep st = opt_schedule_next(&t->sched, epoch, i);
     memcpy(t->lr, st.lr, sizeof t->lr);
     if (st.step) {
@@ -101,8 +154,16 @@ int trainer_step(Trainer *t, int n, int S, const float *targets, int nt, int epo
         sgd_step(&t->sgd, &st);                        // also zeroes the gradients
         m->be->ema_update(m->be_ctx, t->ema, m->state, m->n_state, ema_decay(++t->ema_updates));
     }
-    double t4 = now_seconds();
-    t->t.forward += t1 - t0; t->t.loss += t2 - t1; t->t.backward += t3 - t2; t->t.optim += t4 - t3;
+    t->t.optim += now_seconds() - t0;
+}
+
+int trainer_step(Trainer *t, int n, int S, const float *targets, int nt, int epoch, int i,
+                 LossOut *out, Err *err) {
+    if (t->multi) return multi_step(t->multi, n, S, targets, nt, epoch, i, out, err);
+    double tss;
+    if (trainer_forward_assign(t, n, S, t->input, targets, nt, &tss, err)) return -1;
+    trainer_compute_backward(t, n, tss > 1 ? tss : 1, n, out);
+    trainer_update(t, epoch, i);
     return 0;
 }
 
@@ -193,47 +254,43 @@ static int open_data(Config *cfg, Dataset *ds, Err *err) {
 // Keys the config accepts for pieces that are not built yet: say so instead of ignoring them.
 static void note_unbuilt_keys(const Config *cfg) {
     if (cfg->rect) printf("note: rect=1 has no effect yet: training batches are square (imgsz x imgsz)\n");
-    if (strcmp(cfg->reduce, "device0") || strcmp(cfg->loss_on, "local") || strcmp(cfg->split, "even"))
-        printf("note: [parallel] reduce/loss_on/split apply to several GPUs; this run uses one CPU device\n");
+    if (strcmp(cfg->reduce, "device0") || strcmp(cfg->loss_on, "local") || !strcmp(cfg->split, "auto"))
+        printf("note: reduce=sharded, loss_on=device0 and split=auto are not built yet: this run gathers on device 0, "
+               "computes the loss on each device and splits evenly\n");
 }
 
-// device=: "cpu", "" (the first GPU if there is one, else the CPU), or one GPU id ("0", "[1]").
-// Several GPUs need the multi-GPU driver, which is not built yet. Returns the GPU id, -1 for the
-// CPU, or -2 after printing why the value cannot be used.
-static int pick_device(const Config *cfg) {
+// The devices device= names, or -1 after printing why it cannot be used (with the GPUs found).
+static int pick_devices(const Config *cfg, DeviceList *devs) {
     GpuInfo gpus[16];
 #ifdef USE_CUDA
     int n = gpu_list(gpus, 16);
 #else
     int n = 0;
 #endif
-    char buf[256];
-    int k = 0;
-    for (const char *p = cfg->device; *p && k < (int)sizeof buf - 1; p++)
-        if (!strchr("[]() '", *p)) buf[k++] = *p;
-    buf[k] = 0;
-    if (!strcmp(buf, "cpu") || !strcmp(buf, "cpu:1")) return -1;
-    if (!buf[0]) {
-        if (!n) printf("device: no GPU found, training on the CPU\n");
-        return n ? 0 : -1;
+    Err err;
+    if (!parse_devices(cfg->device, n, devs, &err)) {
+        if (!cfg->device[0] && devs->gpu[0] < 0) printf("device: no GPU found, training on the CPU\n");
+        return 0;
     }
-    char *end;
-    long id = strtol(buf, &end, 10);
-    if (*end == ',' || !strncmp(buf, "cpu:", 4)) {
-        fprintf(stderr, "yolotrain: device=%s: training on several devices needs the multi-GPU driver, which is not "
-                        "built yet; use one GPU (device=0) or device=cpu\n", cfg->device);
-        return -2;
-    }
-    if (end == buf || *end || id < 0 || id >= n) {
-        fprintf(stderr, "yolotrain: device=%s: %s; the GPUs found are:%s\n", cfg->device,
-                end == buf || *end ? "write cpu, a GPU id such as 0, or nothing for the first GPU" : "no such GPU",
-                n ? "" : " none (use device=cpu)");
-        for (int i = 0; i < n && i < 16; i++)
-            fprintf(stderr, "  %d: %s, %.0f GiB, bus %s\n", i, gpus[i].name, gpus[i].mem_bytes / 1073741824.0,
-                    gpus[i].bus_id);
-        return -2;
-    }
-    return (int)id;
+    fprintf(stderr, "yolotrain: %s; the GPUs found are:%s\n", err.msg, n ? "" : " none (use device=cpu)");
+    for (int i = 0; i < n && i < 16; i++)
+        fprintf(stderr, "  %d: %s, %.0f GiB, bus %s\n", i, gpus[i].name, gpus[i].mem_bytes / 1073741824.0, gpus[i].bus_id);
+    return -1;
+}
+
+// The start-up plan of a multi-device run: micro-batch per device, and what an uneven split costs.
+static void print_split(const Config *cfg, const DeviceList *devs) {
+    int sizes[MULTI_MAX];
+    Err err;
+    if (devs->n < 2 || split_batch(cfg->split, cfg->batch, devs->n, sizes, &err)) return;
+    printf("devices:");
+    for (int k = 0; k < devs->n; k++)
+        printf(" %s%d: %d images%s", devs->gpu[k] < 0 ? "cpu" : "GPU ", devs->gpu[k] < 0 ? k : devs->gpu[k], sizes[k],
+               k < devs->n - 1 ? "," : "\n");
+    if (!strcmp(cfg->split, "even") && cfg->batch % devs->n)
+        printf("warning: batch=%d does not divide by %d devices: split as torch.chunk gives %d and %d images, so the "
+               "device with fewer waits for the others each step; a multiple of %d (e.g. batch=%d) keeps them even\n",
+               cfg->batch, devs->n, sizes[0], sizes[devs->n - 1], devs->n, cfg->batch / devs->n * devs->n);
 }
 
 typedef struct {              // what the run keeps across epochs for validation and checkpoints
@@ -282,6 +339,7 @@ static int end_epoch(Config *cfg, Trainer *t, RunState *rs, int epoch, const Run
     Err err;
     char path[CFG_PATH * 2 + 64];
     ValOptions vo = val_options(cfg);
+    if (vo.batch > t->m.max_n) vo.batch = t->m.max_n;   // several devices: the master's micro-batch
     ValResult v = { 0 };
     float *live = t->m.state;
     t->m.state = t->ema;                              // validation and checkpoints use the EMA
@@ -420,8 +478,9 @@ int train_resume(Config *cfg, int argc, char **argv) {
 
 int train_run(Config *cfg) {
     Err err;
-    int gpu = pick_device(cfg);
-    if (gpu == -2) return 2;
+    DeviceList devs;
+    if (pick_devices(cfg, &devs)) return 2;
+    int gpu = devs.gpu[0];
     note_unbuilt_keys(cfg);
     Dataset ds;
     if (open_data(cfg, &ds, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return 2; }
@@ -442,7 +501,8 @@ int train_run(Config *cfg) {
         return 2;
     }
     Trainer t;
-    if (trainer_init(&t, cfg, loader_batches(ld), gpu, &err)) {
+    print_split(cfg, &devs);
+    if (trainer_init_devices(&t, cfg, loader_batches(ld), &devs, &err)) {
         fprintf(stderr, "yolotrain: %s\n", err.msg);
         loader_close(ld); dataset_free(&ds); dataset_free(&vds);
         return 2;
@@ -452,7 +512,8 @@ int train_run(Config *cfg) {
     FILE *f = fopen(path, "w");
     if (f) { config_print(cfg, f); fclose(f); }
     char where[64];
-    snprintf(where, sizeof where, gpu < 0 ? "cpu" : "GPU %d (%s)", gpu, cfg->precision);
+    if (devs.n > 1) snprintf(where, sizeof where, "%d %s (%s)", devs.n, gpu < 0 ? "CPU devices" : "GPUs", gpu < 0 ? "fp32" : cfg->precision);
+    else snprintf(where, sizeof where, gpu < 0 ? "cpu" : "GPU %d (%s)", gpu, cfg->precision);
     printf("model: %s, %zu parameters, nc=%d; device: %s; %d images, batch %d, %d batches/epoch, "
            "accumulate %d, weight_decay %.3g\nLogging results to %s\nStarting training for %d epochs...\n",
            cfg->file, model_count_params(&t.m), t.m.nc, where, ds.n, cfg->batch, loader_batches(ld),
@@ -480,8 +541,9 @@ int train_run(Config *cfg) {
     if (rc != 2) {                                   // 2: the run could not start
         double total = now_seconds() - t0;
         const PhaseTimes *p = &t.t;
-        printf("%.3f hours. Time per phase: data wait %.1f s, forward %.1f s, loss %.1f s, backward %.1f s, "
-               "optimizer %.1f s\n", total / 3600, p->data, p->forward, p->loss, p->backward, p->optim);
+        printf("%.3f hours. Time per phase (device 0): data wait %.1f s, forward %.1f s, loss %.1f s, backward %.1f s, "
+               "gather %.1f s, optimizer %.1f s, broadcast %.1f s\n", total / 3600, p->data, p->forward, p->loss,
+               p->backward, p->gather, p->optim, p->broadcast);
         if (rs.best_epoch >= 0)
             printf("Best epoch %d: P %.3f R %.3f mAP50 %.3f mAP50-95 %.3f (fitness %.4f)\n", rs.best_epoch,
                    rs.best.m.mp, rs.best.m.mr, rs.best.m.map50, rs.best.m.map, rs.best_fitness);

@@ -7,13 +7,19 @@
 #include "core/optim.h"
 
 typedef struct {                 // seconds spent per phase (a flame-style breakdown)
-    double data, forward, loss, backward, optim;
+    double data, forward, loss, backward, optim, gather, broadcast;
 } PhaseTimes;
 
-typedef struct {
+typedef struct Trainer {
     Model       m;
+    int         master;          // 1: holds the optimizer state and the EMA (device 0); 0: a replica
+    struct Multi *multi;         // several devices (core/multi.c), or NULL
     void       *dev;             // the Device when training on a GPU (gpu/train_gpu.c), else NULL
     void       *gpu_loss;        // its loss work (gpu/loss.h)
+    float      *sgd_buf;         // momentum buffers in the GPU's optimizer arena (NULL on the CPU)
+    float      *recv;            // master: n_state floats to receive another device's gradients
+    LossBatch   lb;              // the batch of the iteration in progress
+    Map         grad_maps[LOSS_LEVELS];
     float      *ema;             // (m.n_state) EMA of every float of state, in the model's memory;
                                  // what checkpoints hold
     int64_t     ema_updates;
@@ -30,7 +36,19 @@ typedef struct {
 // batches per epoch, and the EMA. Weights: cfg->weights when set, else the reference's init.
 // gpu: the GPU to train on, or -1 for the CPU.
 int  trainer_init(Trainer *t, const Config *cfg, int nb, int gpu, Err *err);
+// A replica for another device of a multi-device run: model (for micro-batches of up to `micro`
+// images), loss work and input, no optimizer.
+int  trainer_init_replica(Trainer *t, const Config *cfg, int gpu, int micro, Err *err);
+// The master on devs->gpu[0] and, for several devices, its replicas (core/multi.h).
+struct DeviceList;
+int  trainer_init_devices(Trainer *t, const Config *cfg, int nb, const struct DeviceList *devs, Err *err);
 void trainer_free(Trainer *t);
+// The iteration in phases (a multi-device step runs them on every device, with the normaliser
+// summed over devices between the first two). images: n (S,S,3) floats in host memory.
+int  trainer_forward_assign(Trainer *t, int n, int S, const float *images, const float *targets, int nt,
+                            double *tss, Err *err);
+void trainer_compute_backward(Trainer *t, int n, double norm, double batch_mult, LossOut *out);
+void trainer_update(Trainer *t, int epoch, int i);   // schedule; maybe clip, SGD, EMA
 // One iteration i of `epoch` on n images (n,S,S,3 floats in input) and their target rows
 // (img, cls, cx, cy, w, h): forward, loss, backward; then, when the schedule says so, clip the
 // gradients to norm 10, take the SGD step and update the EMA. Returns 0, or -1 on bad targets.
@@ -40,11 +58,12 @@ int  trainer_step(Trainer *t, int n, int S, const float *targets, int nt, int ep
 int  trainer_save(const Trainer *t, const char *path, Err *err);
 
 #ifdef USE_CUDA
-// gpu/train_gpu.c: move the model onto GPU `id` at cfg's precision; takes the EMA and the momentum
-// buffers (*sgd_buf) from its optimizer arena and makes the GPU loss work.
-int  trainer_gpu_init(Trainer *t, const Config *cfg, int id, float **sgd_buf, Err *err);
+// gpu/train_gpu.c: move the model onto GPU `id` at cfg's precision; a master takes the EMA and the
+// momentum buffers (t->sgd_buf) from its optimizer arena; makes the GPU loss work.
+int  trainer_gpu_init(Trainer *t, const Config *cfg, int id, Err *err);
 void trainer_gpu_free(Trainer *t);    // the loss work and the device; model_free does the rest
-int  trainer_gpu_loss(Trainer *t, const LossBatch *b, Map grad[LOSS_LEVELS], LossOut *out, Err *err);
+int  trainer_gpu_assign(Trainer *t, double *tss, Err *err);
+void trainer_gpu_compute(Trainer *t, double norm, double batch_mult, LossOut *out);
 #endif
 
 // mkdir -p; 0, or -1 with errno set

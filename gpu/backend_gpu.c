@@ -62,7 +62,12 @@ static void sgd(void *ctx, const void *p, const float lr[3], float mu, float wd,
     sgd_apply_slots_gpu(DEV, *(const GpuSlots *)p, lr, mu, wd, first);
 }
 static void ema(void *ctx, float *e, const float *x, size_t n, double d) { ema_update_gpu(DEV, e, x, n, d); }
+static void scale_n(void *ctx, float *p, size_t n, float f) { grad_scale_gpu(DEV, p, n, f); }
 static void sync(void *ctx) { checkCuda(cudaStreamSynchronize(DEV->stream)); }
+static void bind(void *ctx) { checkCuda(cudaSetDevice(DEV->id)); }
+static void pull(void *ctx, float *dst, void *src_ctx, const float *src, size_t n) {
+    checkCuda(cudaMemcpyPeerAsync(dst, DEV->id, src, ((Device *)src_ctx)->id, n * sizeof(float), DEV->stream));
+}
 static void zero(void *ctx, float *p, size_t n) {
     checkCuda(cudaMemsetAsync(p, 0, n * sizeof(float), DEV->stream));
 }
@@ -78,5 +83,5 @@ static void download(void *ctx, float *dst, const float *src, size_t n) {
 const Backend backend_gpu = {
     "cuda", conv_fwd, conv_bwd, bn_train, bn_eval, bn_bwd, bn_apply, silu_fwd, silu_bwd, add_fwd, copy, accumulate,
     maxpool_fwd, maxpool_bwd, avgpool_fwd, avgpool_bwd, upsample_fwd, upsample_bwd, prepare, sumsq, scale, sgd, ema,
-    sync, zero, upload, download,
+    scale_n, sync, bind, pull, zero, upload, download,
 };

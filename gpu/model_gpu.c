@@ -8,7 +8,7 @@
 
 static size_t fl(size_t n) { return (n * sizeof(float) + 255) & ~(size_t)255; }
 
-GpuPlan model_gpu_plan(const Model *m, GpuPrecision prec) {
+GpuPlan model_gpu_plan(const Model *m, GpuPrecision prec, int optim_states) {
     Device probe;
     device_defaults(&probe, 0);
     probe.precision = prec;
@@ -28,7 +28,7 @@ GpuPlan model_gpu_plan(const Model *m, GpuPrecision prec) {
     GpuPlan p = { { 0 }, fl(m->n_act), fl(m->n_act), fl(m->n_stats + 1), 2 * fl(m->n_tmp + 1) };
     p.arena[ARENA_PARAMS] = fl(m->n_state);
     p.arena[ARENA_GRADS] = fl(m->n_state);
-    p.arena[ARENA_OPTIM] = 2 * fl(m->n_state) + ((size_t)1 << 20);   // + the optimizer's slot table
+    p.arena[ARENA_OPTIM] = optim_states ? optim_states * fl(m->n_state) + ((size_t)1 << 20) : 0;
     p.arena[ARENA_ACTS] = p.acts + p.grads_of_acts + p.stats + p.temps;
     p.arena[ARENA_SCRATCH] = scratch + ((size_t)64 << 20);   // + room for the loss and small reductions
     return p;
@@ -43,8 +43,8 @@ void model_gpu_print_plan(const GpuPlan *p, int id, FILE *f) {
             p->grads_of_acts / g, (p->stats + p->temps) / g, p->arena[ARENA_SCRATCH] / g, total / g);
 }
 
-int model_to_gpu(Model *m, Device *dev, int id, GpuPrecision prec, Err *err) {
-    GpuPlan p = model_gpu_plan(m, prec);
+int model_to_gpu(Model *m, Device *dev, int id, const GpuPlan *plan, GpuPrecision prec, Err *err) {
+    GpuPlan p = plan ? *plan : model_gpu_plan(m, prec, 2);
     if (device_init(dev, id, p.arena, err)) return -1;
     dev->precision = prec;
     float *state = arena_take(&dev->params, p.arena[ARENA_PARAMS], 256);

@@ -13,14 +13,15 @@ typedef struct {                 // bytes per arena, and the parts of the activa
     size_t acts, grads_of_acts, stats, temps;
 } GpuPlan;
 
-// The memory a model needs on a GPU at its planned batch and size (optim: 2 x state, for the
-// momentum buffers and the EMA).
-GpuPlan model_gpu_plan(const Model *m, GpuPrecision prec);
+// The memory a model needs on a GPU at its planned batch and size; the optimizer arena holds
+// optim_states copies of the state (the master's momentum buffers, EMA and gradient receive
+// buffer: 3; a replica: 0) and the optimizer's slot table.
+GpuPlan model_gpu_plan(const Model *m, GpuPrecision prec, int optim_states);
 void    model_gpu_print_plan(const GpuPlan *p, int id, FILE *f);
-// Allocate on GPU `id` (refusing with the numbers and a suggestion when it does not fit), upload
+// Allocate `plan` (NULL: model_gpu_plan(m, prec, 2)) on GPU `id` (refusing with the numbers and a suggestion when it does not fit), upload
 // the state, and switch m to the GPU backend. dev must outlive m; model_free(m) leaves dev alone:
 // free it with device_free after. Returns 0, or -1 with err.
-int     model_to_gpu(Model *m, Device *dev, int id, GpuPrecision prec, Err *err);
+int     model_to_gpu(Model *m, Device *dev, int id, const GpuPlan *plan, GpuPrecision prec, Err *err);
 // Copy the state (weights and BN buffers) between the GPU and a host array of m->n_state floats.
 void    model_gpu_download_state(const Model *m, float *host);
 void    model_gpu_upload_state(Model *m, const float *host);

@@ -15,20 +15,23 @@ static GpuPrecision precision_of(const char *p) {
 // Mosaic with mixup joins the labels of up to eight images into one sample.
 enum { TARGETS_PER_IMAGE = 512 };
 
-int trainer_gpu_init(Trainer *t, const Config *cfg, int id, float **sgd_buf, Err *err) {
+int trainer_gpu_init(Trainer *t, const Config *cfg, int id, Err *err) {
     Model *m = &t->m;
     Device *dev = xcalloc(1, sizeof *dev);
     float *initial = xmalloc(m->n_state * sizeof(float));    // the EMA starts from these weights
     memcpy(initial, m->state, m->n_state * sizeof(float));
     GpuPrecision prec = precision_of(cfg->precision);
-    GpuPlan plan = model_gpu_plan(m, prec);
+    GpuPlan plan = model_gpu_plan(m, prec, t->master ? 3 : 0);
     model_gpu_print_plan(&plan, id, stdout);
-    if (model_to_gpu(m, dev, id, prec, err)) { free(initial); free(dev); return -1; }
+    if (model_to_gpu(m, dev, id, &plan, prec, err)) { free(initial); free(dev); return -1; }
     t->dev = dev;
-    t->ema = arena_take(&dev->optim, m->n_state * sizeof(float), 256);
-    m->be->upload(dev, t->ema, initial, m->n_state);
+    if (t->master) {                                   // EMA, momentum, and room to receive gradients
+        t->ema = arena_take(&dev->optim, m->n_state * sizeof(float), 256);
+        m->be->upload(dev, t->ema, initial, m->n_state);
+        t->sgd_buf = arena_take(&dev->optim, m->n_state * sizeof(float), 256);
+        t->recv = arena_take(&dev->optim, m->n_state * sizeof(float), 256);
+    }
     free(initial);
-    *sgd_buf = arena_take(&dev->optim, m->n_state * sizeof(float), 256);
     int anchors = 0;
     model_set_size(m, m->imgsz, m->imgsz);
     for (int l = 0; l < m->n_levels; l++) anchors += m->vh[m->head[l]] * m->vw[m->head[l]];
@@ -48,6 +51,10 @@ void trainer_gpu_free(Trainer *t) {                    // the caller frees the m
     t->gpu_loss = NULL;
 }
 
-int trainer_gpu_loss(Trainer *t, const LossBatch *b, Map grad[LOSS_LEVELS], LossOut *out, Err *err) {
-    return loss_forward_backward_gpu(t->dev, t->gpu_loss, b, grad, out, err);
+int trainer_gpu_assign(Trainer *t, double *tss, Err *err) {
+    return loss_assign_gpu(t->dev, t->gpu_loss, &t->lb, tss, err);
+}
+
+void trainer_gpu_compute(Trainer *t, double norm, double batch_mult, LossOut *out) {
+    loss_compute_gpu(t->dev, t->gpu_loss, &t->lb, norm, batch_mult, t->grad_maps, out);
 }

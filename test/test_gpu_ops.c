@@ -130,7 +130,7 @@ static const ConvCase CONV_CASES[] = {
     { 2, 16, 9, 9, 12, 3, 1, 1, 2, 4, 4 },      // 16-byte accesses through groups and ld slices
     { 2, 3, 17, 17, 8, 3, 2, 1, 1, 0, 1 },      // the C=3 stem
 };
-static const int CHUNKED_CASES[] = { 0, 1, 2, 6, 7 };
+static const int CHUNKED_CASES[] = { 0, 1, 2, 6, 7, 8 };
 
 static void conv_case(const ConvCase *cc, int with_bias, Tol t, Rng *g) {
     ConvDims d = conv_dims(cc->N, cc->C, cc->H, cc->W, cc->K, cc->k, cc->stride, cc->pad,
@@ -178,16 +178,20 @@ static void test_conv_fp32(void) { conv_all(GPU_FP32, FP32, 11); }
 static void test_conv_tf32(void) { conv_all(GPU_TF32, TF32, 12); }
 static void test_conv_bf16(void) { conv_all(GPU_BF16, BF16, 13); }
 
-// A tiny im2col cap forces many chunks: forward, dW accumulation and col2im across chunks.
+// A tiny im2col cap forces many chunks: forward, dW accumulation and col2im across chunks, in
+// fp32 and in bf16 (whose im2col rows and dcol live in separate buffers).
 static void test_conv_chunked(void) {
     NEED_GPU();
     Rng g = rng_for(14, 0, 0);
     size_t cap = dev.col_cap_floats;
     dev.col_cap_floats = 1000;
-    for (size_t i = 0; i < sizeof CHUNKED_CASES / sizeof *CHUNKED_CASES; i++) {
+    size_t n = sizeof CHUNKED_CASES / sizeof *CHUNKED_CASES;
+    for (size_t i = 0; i < 2 * n; i++) {
+        dev.precision = i < n ? GPU_FP32 : GPU_BF16;
         arena_reset(&dev.acts);
-        conv_case(&CONV_CASES[CHUNKED_CASES[i]], 1, FP32, &g);
+        conv_case(&CONV_CASES[CHUNKED_CASES[i % n]], 1, i < n ? FP32 : BF16, &g);
     }
+    dev.precision = GPU_FP32;
     dev.col_cap_floats = cap;
 }
 

@@ -128,7 +128,7 @@ static void fixture_step(int gpu, int prec, double loss_rtol) {
     Device dev;
     GpuLossWork *glw = NULL;
     if (gpu >= 0) {
-        if (model_to_gpu(&m, &dev, gpu, (GpuPrecision)prec, &err)) { CHECK(0, "%s", err.msg); model_free(&m); st_close(&st); return; }
+        if (model_to_gpu(&m, &dev, gpu, NULL, (GpuPrecision)prec, &err)) { CHECK(0, "%s", err.msg); model_free(&m); st_close(&st); return; }
         glw = loss_work_new_gpu(&dev, N, 64, m.nc, 1344);
     }
 #endif
