@@ -4,6 +4,7 @@
 // Contracts are those of core/ops.h (outputs =, gradients +=); pointers live in the backend's memory.
 #pragma once
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/ops.h"
 
@@ -59,6 +60,9 @@ typedef struct Backend {
     // memory of the backend: zero n floats; copy n floats from / to host memory (blocking)
     void (*zero)(void *ctx, float *p, size_t n);
     void (*upload)(void *ctx, float *dst, const float *host, size_t n);
+    // dst = n bytes of host memory / 255.0f: a uint8 batch becomes the model's input on the device,
+    // a quarter of the float bytes to copy
+    void (*upload_u8)(void *ctx, float *dst, const uint8_t *host, size_t n);
     void (*download)(void *ctx, float *host, const float *src, size_t n);
 } Backend;
 

@@ -62,9 +62,12 @@ static void pull(void *c, float *dst, void *sc, const float *src, size_t n) { me
 static void zero(void *c, float *p, size_t n) { memset(p, 0, n * sizeof(float)); }
 static void upload(void *c, float *dst, const float *src, size_t n) { memcpy(dst, src, n * sizeof(float)); }
 static void download(void *c, float *dst, const float *src, size_t n) { memcpy(dst, src, n * sizeof(float)); }
+static void upload_u8(void *c, float *dst, const uint8_t *src, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = src[i] / 255.0f;
+}
 
 const Backend backend_cpu = {
     "cpu", conv_fwd, conv_bwd, bn_train, bn_eval, bn_bwd, bn_apply, silu_fwd, silu_bwd, add_fwd, copy, accumulate,
     maxpool_fwd, maxpool_bwd, avgpool_fwd, avgpool_bwd, upsample_fwd, upsample_bwd, prepare, sumsq, scale, sgd, ema,
-    scale_n, sync, bind, pull, zero, upload, download,
+    scale_n, sync, bind, pull, zero, upload, upload_u8, download,
 };

@@ -124,6 +124,8 @@ Map  model_grad(const Model *m, int v, int n);    // gradient view
 // images_nhwc: (n,h,w,3) floats in host memory. Training mode uses batch statistics in BN and
 // updates the running ones; it also zeroes the activation gradients for the next backward.
 void model_forward(Model *m, const float *images_nhwc, int n, int h, int w, int train);
+// The same from a uint8 batch (n,h,w,3), divided by 255 on the model's device.
+void model_forward_u8(Model *m, const uint8_t *images_nhwc, int n, int h, int w, int train);
 // d loss / d head maps must be in model_grad(head[i]); accumulates parameter gradients into
 // m->grad (callers zero it per optimizer step) and writes input gradients nowhere.
 void model_backward(Model *m, int n);

@@ -109,19 +109,28 @@ static void node_forward(Model *m, const Node *nd, int n, int train) {
     }
 }
 
-void model_forward(Model *m, const float *images, int n, int h, int w, int train) {
-    const Backend *be = m->be;
-    void *ctx = m->be_ctx;
-    model_set_size(m, h, w);
-    Map in = model_value(m, m->input, n);
-    be->upload(ctx, in.data, images, map_floats(in));
+static void forward_nodes(Model *m, int n, int train) {
     for (int i = 0; i < m->n_nodes; i++) {
         double t0 = prof_start(m);
         node_forward(m, &m->nodes[i], n, train);
         prof_stop(m, i, 0, t0);
     }
     if (train) m->bn_batches++;
-    be->zero(ctx, m->dact, m->n_act);              // gradients of this batch start from zero
+    m->be->zero(m->be_ctx, m->dact, m->n_act);     // gradients of this batch start from zero
+}
+
+void model_forward(Model *m, const float *images, int n, int h, int w, int train) {
+    model_set_size(m, h, w);
+    Map in = model_value(m, m->input, n);
+    m->be->upload(m->be_ctx, in.data, images, map_floats(in));
+    forward_nodes(m, n, train);
+}
+
+void model_forward_u8(Model *m, const uint8_t *images, int n, int h, int w, int train) {
+    model_set_size(m, h, w);
+    Map in = model_value(m, m->input, n);
+    m->be->upload_u8(m->be_ctx, in.data, images, map_floats(in));
+    forward_nodes(m, n, train);
 }
 
 // du = dy * silu'(u) with u the recomputed pre-activation of a conv (or RepConv) node

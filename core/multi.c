@@ -81,7 +81,8 @@ enum { PHASE_FORWARD, PHASE_BACKWARD, PHASE_QUIT };
 
 typedef struct {             // one device's share of the step
     Trainer *t;
-    const float *images;
+    const float *images;     // floats, or
+    const uint8_t *images_u8; // the loader's bytes
     float   *targets;        // (nt, 6), image index local to the micro-batch
     int      cap, n, nt, rc;
     double   tss;
@@ -105,7 +106,8 @@ static void run_phase(Multi *mt, int k) {
     Job *j = &mt->job[k];
     if (!j->n) return;
     if (mt->phase == PHASE_FORWARD) {
-        j->rc = trainer_forward_assign(j->t, j->n, mt->S, j->images, j->targets, j->nt, &j->tss, &j->err);
+        j->rc = trainer_forward_assign(j->t, j->n, mt->S, j->images, j->images_u8, j->targets, j->nt, &j->tss,
+                                       &j->err);
     } else {
         trainer_compute_backward(j->t, j->n, mt->norm, mt->batch_mult, &j->out);
         j->t->m.be->sync(j->t->m.be_ctx);      // the master reads these gradients next
@@ -182,7 +184,9 @@ static void scatter(Multi *mt, int S, const float *targets, int nt) {
     for (int k = 0; k < mt->n; k++) {
         Job *j = &mt->job[k];
         j->n = mt->sizes[k];
-        j->images = mt->master->input + (size_t)first * S * S * 3;
+        const uint8_t *u8 = mt->master->input_u8;
+        j->images = u8 ? NULL : mt->master->input + (size_t)first * S * S * 3;
+        j->images_u8 = u8 ? u8 + (size_t)first * S * S * 3 : NULL;
         j->nt = 0;
         for (int r = 0; r < nt; r++) {
             int img = (int)targets[6 * r];

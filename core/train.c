@@ -116,10 +116,11 @@ static void loss_batch(Trainer *t, int n, int S, const float *targets, int nt) {
     }
 }
 
-int trainer_forward_assign(Trainer *t, int n, int S, const float *images, const float *targets, int nt,
-                           double *tss, Err *err) {
+int trainer_forward_assign(Trainer *t, int n, int S, const float *images, const uint8_t *images_u8,
+                           const float *targets, int nt, double *tss, Err *err) {
     double t0 = now_seconds();
-    model_forward(&t->m, images, n, S, S, 1);
+    if (images) model_forward(&t->m, images, n, S, S, 1);
+    else model_forward_u8(&t->m, images_u8, n, S, S, 1);
     double t1 = now_seconds();
     loss_batch(t, n, S, targets, nt);
     int rc;
@@ -161,7 +162,7 @@ int trainer_step(Trainer *t, int n, int S, const float *targets, int nt, int epo
                  LossOut *out, Err *err) {
     if (t->multi) return multi_step(t->multi, n, S, targets, nt, epoch, i, out, err);
     double tss;
-    if (trainer_forward_assign(t, n, S, t->input, targets, nt, &tss, err)) return -1;
+    if (trainer_forward_assign(t, n, S, t->input_u8 ? NULL : t->input, t->input_u8, targets, nt, &tss, err)) return -1;
     trainer_compute_backward(t, n, tss > 1 ? tss : 1, n, out);
     trainer_update(t, epoch, i);
     return 0;
@@ -395,9 +396,11 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
                 snprintf(path, sizeof path, "%s/train_batch0.jpg", dir);
                 if (picture_batch(b, ds->names, ds->nc, path, &err)) fprintf(stderr, "note: %s\n", err.msg);
             }
-            loader_batch_to_float(b, t->input);
+            t->input_u8 = b->images;                   // converted on the device: a quarter of the bytes
             LossOut lo;
-            if (trainer_step(t, b->n, S, b->targets, b->nt, epoch, i, &lo, &err)) {
+            int bad = trainer_step(t, b->n, S, b->targets, b->nt, epoch, i, &lo, &err);
+            t->input_u8 = NULL;                        // the batch goes back to the loader below
+            if (bad) {
                 fprintf(stderr, "\nyolotrain: %s\n", err.msg);
                 loader_release(ld, b);
                 return 1;

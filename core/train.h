@@ -28,6 +28,7 @@ typedef struct Trainer {
     OptSchedule sched;
     LossWork   *lw;
     float      *input;           // (max_n, S, S, 3) the batch as floats in [0,1]
+    const uint8_t *input_u8;     // or, when set, the loader's uint8 batch (converted on the device)
     PhaseTimes  t;
     double      lr[3];           // learning rates of the last iteration, per group (results.csv)
 } Trainer;
@@ -45,8 +46,9 @@ int  trainer_init_devices(Trainer *t, const Config *cfg, int nb, const struct De
 void trainer_free(Trainer *t);
 // The iteration in phases (a multi-device step runs them on every device, with the normaliser
 // summed over devices between the first two). images: n (S,S,3) floats in host memory.
-int  trainer_forward_assign(Trainer *t, int n, int S, const float *images, const float *targets, int nt,
-                            double *tss, Err *err);
+// images: floats, or images_u8 bytes when images is NULL
+int  trainer_forward_assign(Trainer *t, int n, int S, const float *images, const uint8_t *images_u8,
+                            const float *targets, int nt, double *tss, Err *err);
 void trainer_compute_backward(Trainer *t, int n, double norm, double batch_mult, LossOut *out);
 void trainer_update(Trainer *t, int epoch, int i);   // schedule; maybe clip, SGD, EMA
 // One iteration i of `epoch` on n images (n,S,S,3 floats in input) and their target rows

@@ -75,6 +75,7 @@ static void upload(void *ctx, float *dst, const float *src, size_t n) {
     checkCuda(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, DEV->stream));
     checkCuda(cudaStreamSynchronize(DEV->stream));    // src may be reused by the caller at once
 }
+static void upload_u8(void *ctx, float *dst, const uint8_t *src, size_t n) { upload_u8_gpu(DEV, dst, src, n); }
 static void download(void *ctx, float *dst, const float *src, size_t n) {
     checkCuda(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, DEV->stream));
     checkCuda(cudaStreamSynchronize(DEV->stream));
@@ -83,5 +84,5 @@ static void download(void *ctx, float *dst, const float *src, size_t n) {
 const Backend backend_gpu = {
     "cuda", conv_fwd, conv_bwd, bn_train, bn_eval, bn_bwd, bn_apply, silu_fwd, silu_bwd, add_fwd, copy, accumulate,
     maxpool_fwd, maxpool_bwd, avgpool_fwd, avgpool_bwd, upsample_fwd, upsample_bwd, prepare, sumsq, scale, sgd, ema,
-    scale_n, sync, bind, pull, zero, upload, download,
+    scale_n, sync, bind, pull, zero, upload, upload_u8, download,
 };

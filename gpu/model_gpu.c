@@ -25,6 +25,8 @@ GpuPlan model_gpu_plan(const Model *m, GpuPrecision prec, int optim_states) {
             if (b > scratch) scratch = b;
         }
     }
+    size_t input_bytes = (size_t)m->max_n * m->imgsz * m->imgsz * 3;   // a uint8 batch staged for upload
+    if (input_bytes > scratch) scratch = input_bytes;
     GpuPlan p = { { 0 }, fl(m->n_act), fl(m->n_act), fl(m->n_stats + 1), 2 * fl(m->n_tmp + 1) };
     p.arena[ARENA_PARAMS] = fl(m->n_state);
     p.arena[ARENA_GRADS] = fl(m->n_state);

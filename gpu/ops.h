@@ -40,6 +40,8 @@ void bn_apply_silu_backward_gpu(Device *dev, Map z, const float *gamma, const fl
                                 const float *mean, const float *invstd, Map dy, Map du);
 
 // ---- elementwise (gpu/elementwise.cu) ----------------------------------------------------------
+// dst (n floats, device) = src (n bytes, host) / 255.0f: copied as bytes into scratch, converted there
+void upload_u8_gpu(Device *dev, float *dst, const uint8_t *src, size_t n);
 void silu_forward_gpu(Device *dev, Map u, Map y);            // y may alias u
 void silu_backward_gpu(Device *dev, Map u, Map dy, Map du);  // du = (may alias dy)
 void add_forward_gpu(Device *dev, Map a, Map b, Map y);

@@ -120,8 +120,37 @@ static void test_reduced_precision_tracks_fp32(void) {
 #endif
 }
 
+// The GPU's uint8 input path gives the same losses as floats made on the host.
+static void test_gpu_u8_input(void) {
+#ifndef USE_CUDA
+    SKIP("no CUDA in this build");
+#else
+    if (!have_gpu()) SKIP("no GPU");
+    static Config cfg;
+    Err err;
+    char *ov[] = { "batch=8", "imgsz=256", "epochs=1", "nc=6", "seed=0", "precision=fp32" };
+    if (config_load("cfg/t.ini", 6, ov, &cfg, &err)) { CHECK(0, "%s", err.msg); return; }
+    static Batch8 b;
+    make_batch(&b);
+    static uint8_t u8[N * S * S * 3];
+    for (size_t i = 0; i < sizeof u8; i++) u8[i] = (uint8_t)(b.images[i] * 255.0f + 0.5f);
+    for (size_t i = 0; i < sizeof u8; i++) b.images[i] = u8[i] / 255.0f;
+    Trainer t;
+    if (trainer_init(&t, &cfg, 1, 0, &err)) { CHECK(0, "%s", err.msg); return; }
+    double s1, s2;
+    LossOut o1, o2;
+    trainer_forward_assign(&t, N, S, b.images, NULL, b.targets, b.nt, &s1, &err);
+    trainer_compute_backward(&t, N, s1 > 1 ? s1 : 1, N, &o1);
+    trainer_forward_assign(&t, N, S, NULL, u8, b.targets, b.nt, &s2, &err);
+    trainer_compute_backward(&t, N, s2 > 1 ? s2 : 1, N, &o2);
+    CHECK(s1 == s2 && o1.total == o2.total, "float %.9g / %.9g, uint8 %.9g / %.9g", s1, o1.total, s2, o2.total);
+    trainer_free(&t);
+#endif
+}
+
 int main(void) {
     RUN(test_gpu_matches_cpu_first_steps);
     RUN(test_reduced_precision_tracks_fp32);
+    RUN(test_gpu_u8_input);
     return test_summary();
 }

@@ -188,11 +188,36 @@ static void test_fixture_forward(void) {
     st_close(&st);
 }
 
+// A uint8 batch converted on the model's device gives the same input, so the same outputs, as the
+// host's images / 255.0f.
+static void test_u8_input_matches_float(void) {
+    static Config cfg;
+    Model m;
+    Err err;
+    if (load_cfg("cfg/t.ini", &cfg)) { CHECK(0, "cfg/t.ini"); return; }
+    if (model_build(&cfg, 2, 64, &m, &err)) { CHECK(0, "%s", err.msg); return; }
+    size_t n = 2 * 64 * 64 * 3;
+    uint8_t *u8 = xmalloc(n);
+    float *f = xmalloc(n * sizeof(float));
+    Rng r = rng_for(5, 6, 7);
+    for (size_t i = 0; i < n; i++) { u8[i] = (uint8_t)rng_int(&r, 256); f[i] = u8[i] / 255.0f; }
+    model_forward(&m, f, 2, 64, 64, 0);
+    Map h = model_value(&m, m.head[0], 2);
+    size_t nh = map_floats(h);
+    float *a = xmalloc(nh * sizeof(float));
+    memcpy(a, h.data, nh * sizeof(float));
+    model_forward_u8(&m, u8, 2, 64, 64, 0);
+    CHECK(!memcmp(a, model_value(&m, m.head[0], 2).data, nh * sizeof(float)), "uint8 and float inputs differ");
+    free(u8); free(f); free(a);
+    model_free(&m);
+}
+
 int main(void) {
     RUN(test_gelan_s_params_and_flops);
     RUN(test_gelan_t_builds);
     RUN(test_build_errors_name_the_line);
     RUN(test_save_load_round_trip);
     RUN(test_fixture_forward);
+    RUN(test_u8_input_matches_float);
     return test_summary();
 }

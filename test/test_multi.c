@@ -96,7 +96,7 @@ static void reference_step(Trainer *tp, const int *sizes, int nd, int n, LossOut
                 tg[6 * nt++] -= first;
             }
             double s;
-            trainer_forward_assign(t, sizes[k], S, images + (size_t)first * S * S * 3, tg, nt, &s, &err);
+            trainer_forward_assign(t, sizes[k], S, images + (size_t)first * S * S * 3, NULL, tg, nt, &s, &err);
             if (pass == 0) { tss += s; continue; }
             LossOut o;
             trainer_compute_backward(t, sizes[k], tss > 1 ? tss : 1, n, &o);
