@@ -37,7 +37,7 @@ else
   GPU_SRCS := $(wildcard gpu/*.cu gpu/*.c)
 endif
 
-B        := build/$(VARIANT)
+B        := build/$(VARIANT)$(if $(SANITIZE),-san)
 LIB_SRCS := $(filter-out core/main.c,$(wildcard core/*.c io/*.c cfg/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(B)/%.o) $(patsubst %.c,$(B)/%.o,$(GPU_SRCS:%.cu=$(B)/%.o))
 TEST_SRCS:= $(wildcard test/test_*.c)

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "io/dataset.h"
@@ -202,6 +203,20 @@ static int run_dir(const Config *cfg, char *dir, size_t size, Err *err) {
     char w[CFG_PATH * 2 + 16];
     snprintf(w, sizeof w, "%s/weights", dir);
     if (make_dirs(w)) return err_set(err, "cannot create %s: %s; set project= to a writable folder", w, strerror(errno));
+    return 0;
+}
+
+// Refuse to start when the run folder's disk cannot hold the checkpoints of one epoch end (last,
+// best, the training state, each written beside the old one before the rename): better now than
+// at epoch 180.
+static int check_space(const char *dir, const Model *m, Err *err) {
+    struct statvfs v;
+    if (statvfs(dir, &v)) return 0;                    // cannot tell: go on
+    double need = 2.0 * (2 * m->n_state + 2 * m->n_state + m->n_state) * sizeof(float) + (64 << 20);
+    double free_b = (double)v.f_bavail * v.f_frsize;
+    if (free_b < need)
+        return err_set(err, "%s: %.0f MB free, the checkpoints need about %.0f MB; free some space or set project= "
+                       "to another disk", dir, free_b / 1e6, need / 1e6);
     return 0;
 }
 
@@ -509,6 +524,11 @@ int train_run(Config *cfg) {
         fprintf(stderr, "yolotrain: %s\n", err.msg);
         loader_close(ld); dataset_free(&ds); dataset_free(&vds);
         return 2;
+    }
+    if (check_space(dir, &t.m, &err)) {
+        fprintf(stderr, "yolotrain: %s\n", err.msg);
+        trainer_free(&t); loader_close(ld); dataset_free(&ds); dataset_free(&vds);
+        return 1;
     }
     char path[CFG_PATH * 2 + 32];
     snprintf(path, sizeof path, "%s/args.ini", dir);
