@@ -368,17 +368,19 @@ static int end_epoch(Config *cfg, Trainer *t, RunState *rs, int epoch, const Run
     snprintf(path, sizeof path, "%s/results.png", rs->dir);
     if (plot_results(csv, path, &err)) fprintf(stderr, "note: %s\n", err.msg);
     snprintf(path, sizeof path, "%s/weights/last.safetensors", rs->dir);
-    if (trainer_save(t, path, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return -1; }
-    if (!vrc && (v.fitness > rs->best_fitness || rs->best_epoch < 0)) {
+    int rc = 0;
+    if (trainer_save(t, path, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); rc = -1; }
+    if (!rc && !vrc && (v.fitness > rs->best_fitness || rs->best_epoch < 0)) {
         rs->best_fitness = v.fitness;
         rs->best_epoch = epoch;
         snprintf(path, sizeof path, "%s/weights/best.safetensors", rs->dir);
-        if (trainer_save(t, path, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return -1; }
+        if (trainer_save(t, path, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); rc = -1; }
         val_result_free(&rs->best);
-        rs->best = v;
+        rs->best = v;                                  // kept: the final summary prints it
     } else if (!vrc) {
         val_result_free(&v);
     }
+    if (rc) return -1;
     if (cfg->save_period > 0 && (epoch + 1) % cfg->save_period == 0) {
         snprintf(path, sizeof path, "%s/weights/epoch%d.safetensors", rs->dir, epoch);
         if (trainer_save(t, path, &err)) fprintf(stderr, "yolotrain: %s\n", err.msg);
