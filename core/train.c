@@ -356,6 +356,7 @@ static int end_epoch(Config *cfg, Trainer *t, RunState *rs, int epoch, const Run
     char path[CFG_PATH * 2 + 64];
     ValOptions vo = val_options(cfg);
     if (vo.batch > t->m.max_n) vo.batch = t->m.max_n;   // several devices: the master's micro-batch
+    vo.picture_dir = rs->dir;
     ValResult v = { 0 };
     float *live = t->m.state;
     t->m.state = t->ema;                              // validation and checkpoints use the EMA

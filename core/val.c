@@ -3,6 +3,8 @@
 // Legend: N images per batch, S letterbox side, A anchors, nc classes, D detections of an image.
 #include "core/val.h"
 
+#include "io/picture.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,20 +74,52 @@ static int batch_labels(ValWork *w, const Batch *b, int i, int w0, int h0) {
     return n;
 }
 
+// The detections of image i (letterbox pixels) with confidence > 0.25 as target rows normalised to S,
+// appended to rows (for the picture of predictions); returns the new count.
+static int prediction_rows(const Det *d, int nd, int i, int S, float *rows, int n, int cap) {
+    for (int k = 0; k < nd && n < cap; k++) {
+        if (d[k].conf <= 0.25f) continue;
+        float *r = rows + 6 * n++;
+        r[0] = i; r[1] = d[k].cls;
+        r[2] = (d[k].x1 + d[k].x2) / 2 / S; r[3] = (d[k].y1 + d[k].y2) / 2 / S;
+        r[4] = (d[k].x2 - d[k].x1) / S; r[5] = (d[k].y2 - d[k].y1) / S;
+    }
+    return n;
+}
+
+// val_batch0_labels.jpg and val_batch0_pred.jpg: the first batch with its labels, then with the
+// model's detections (confidence > 0.25), so a person can see what the metrics measure.
+static void batch_pictures(const Dataset *ds, const ValOptions *o, const Batch *b, float *rows, int n_rows) {
+    char path[4096];
+    Err err;
+    snprintf(path, sizeof path, "%s/val_batch0_labels.jpg", o->picture_dir);
+    if (picture_batch(b, ds->names, ds->nc, path, &err)) fprintf(stderr, "note: %s\n", err.msg);
+    Batch pred = *b;
+    pred.targets = rows;
+    pred.nt = n_rows;
+    snprintf(path, sizeof path, "%s/val_batch0_pred.jpg", o->picture_dir);
+    if (picture_batch(&pred, ds->names, ds->nc, path, &err)) fprintf(stderr, "note: %s\n", err.msg);
+}
+
 static void batch_stats(Model *m, const Dataset *ds, const ValOptions *o, ValWork *w, const Batch *b,
                         MetricsStats *st) {
     const Map *head = w->head;
-    int A = nms_anchors(head, m->n_levels);
+    int A = nms_anchors(head, m->n_levels), picture = o->picture_dir && b->number == 0, n_rows = 0;
+    enum { ROWS = 4096 };
+    float *rows = picture ? xmalloc(sizeof(float) * 6 * ROWS) : NULL;
     for (int i = 0; i < b->n; i++) {
         double t0 = now_seconds();
         nms_decode(head, m->strides, m->n_levels, i, m->nc, w->boxes, w->scores);
         int nd = nms_run(w->boxes, w->scores, A, m->nc, &o->nms, w->det);
         w->t_nms += now_seconds() - t0;
+        if (picture) n_rows = prediction_rows(w->det, nd, i, b->S, rows, n_rows, ROWS);
         const Sample *s = &ds->s[b->index[i]];
         val_scale_boxes(w->det, nd, b->S, s->w, s->h, &b->info[i]);
         int ng = batch_labels(w, b, i, s->w, s->h);
         metrics_stats_add(st, w->det, nd, w->gt, ng);
     }
+    if (picture) batch_pictures(ds, o, b, rows, n_rows);
+    free(rows);
 }
 
 static int batch_losses(Model *m, ValWork *w, const Batch *b, ValResult *r, Err *err) {

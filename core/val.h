@@ -19,6 +19,7 @@ typedef struct {
     int        losses;    // 1: also the val box/cls/dfl losses on the letterboxed targets
     int        verbose;   // 1: per-class rows in the table
     FILE      *out;       // where the table goes; NULL: nowhere
+    const char *picture_dir;  // where val_batch0_labels.jpg / _pred.jpg go; NULL: no pictures
 } ValOptions;
 
 typedef struct {

@@ -56,6 +56,12 @@ static void test_same_seed_same_run(void) {
     snprintf(x, sizeof x, "%s/a/weights/last.safetensors", project);
     snprintf(y, sizeof y, "%s/b/weights/last.safetensors", project);
     CHECK(same_file(x, y), "the weights differ between two runs of the same seed");
+    struct stat st;                                    // and the run folder holds its pictures
+    const char *files[] = { "train_batch0.jpg", "val_batch0_labels.jpg", "val_batch0_pred.jpg", "results.png" };
+    for (int i = 0; i < 4; i++) {
+        snprintf(x, sizeof x, "%s/a/%s", project, files[i]);
+        CHECK(stat(x, &st) == 0 && st.st_size > 0, "%s is missing", x);
+    }
 }
 
 static void test_unusable_run_folder(void) {
