@@ -430,19 +430,27 @@ int model_build(const Config *cfg, int max_n, int imgsz, Model *m, Err *err) {
     for (int i = 0; i < m->n_params; i++)
         if (m->params[i].kind == PK_RUNNING_MEAN || m->params[i].kind == PK_RUNNING_VAR) m->params[i].offset += m->buffers;
     m->n_state += m->n_buffers;
-    m->state = xcalloc(m->n_state, sizeof(float));
-    m->grad = xcalloc(m->n_state, sizeof(float));
-    m->act = xcalloc(m->n_act, sizeof(float));
-    m->dact = xcalloc(m->n_act, sizeof(float));
-    m->stats = xcalloc(m->n_stats + 1, sizeof(float));
-    m->ws = xcalloc(m->n_ws + 1, sizeof(float));
     for (int i = 0; i < m->n_nodes; i++) {
         const ConvDims *d = &m->nodes[i].cv.d;
         size_t s = (size_t)max_n * d->P * d->Q * d->K;
         if (s > m->n_tmp) m->n_tmp = s;
     }
-    m->tmp_a = xcalloc(m->n_tmp + 1, sizeof(float));
-    m->tmp_b = xcalloc(m->n_tmp + 1, sizeof(float));
+    // Reserved, not touched: a GPU run frees them unused, a CPU run checks the memory first. A
+    // plan too large to reserve at all is the user's batch or imgsz, so it is an error, not a crash.
+    m->state = calloc(m->n_state, sizeof(float));
+    m->grad = calloc(m->n_state, sizeof(float));
+    m->act = calloc(m->n_act, sizeof(float));
+    m->dact = calloc(m->n_act, sizeof(float));
+    m->stats = calloc(m->n_stats + 1, sizeof(float));
+    m->ws = calloc(m->n_ws + 1, sizeof(float));
+    m->tmp_a = calloc(m->n_tmp + 1, sizeof(float));
+    m->tmp_b = calloc(m->n_tmp + 1, sizeof(float));
+    if (!m->state || !m->grad || !m->act || !m->dact || !m->stats || !m->ws || !m->tmp_a || !m->tmp_b) {
+        double gb = model_host_bytes(m) / 1e9;
+        model_free(m);
+        return err_set(err, "%s: batch %d at imgsz %d needs %.1f GB of memory for the model, which cannot be "
+                       "reserved here; lower batch or imgsz", cfg->file, max_n, imgsz, gb);
+    }
     model_init_weights(m, 0);
     return 0;
 }
@@ -467,6 +475,10 @@ size_t model_count_params(const Model *m) {
     for (int i = 0; i < m->n_params; i++)
         if (param_trainable(m->params[i].kind) || m->params[i].kind == PK_FIXED) n += m->params[i].n;
     return n;
+}
+
+size_t model_host_bytes(const Model *m) {
+    return sizeof(float) * (2 * m->n_state + 2 * m->n_act + m->n_stats + m->n_ws + 2 * m->n_tmp);
 }
 
 double model_flops(const Model *m, int imgsz) {

@@ -35,6 +35,15 @@ static int trainer_setup(Trainer *t, const Config *cfg, int gpu, int master, int
     }
     t->master = master;
     if (gpu < 0) {
+        // The arenas are reserved but not yet touched: refuse now rather than be killed mid-epoch.
+        double need = model_host_bytes(m) + sizeof(float) * (3.0 * m->n_state + (double)cfg->batch * cfg->imgsz * cfg->imgsz * 3);
+        double have = (double)mem_available_bytes();
+        if (have > 0 && need > 0.9 * have) {
+            model_free(m);
+            return err_set(err, "training on the CPU at batch %d and imgsz %d needs %.1f GB of memory, %.1f GB are "
+                           "available; lower batch or imgsz (cfg/t.ini is set up for CPU runs) or train on a GPU",
+                           micro, cfg->imgsz, need / 1e9, have / 1e9);
+        }
         if (master) {
             t->ema = xmalloc(m->n_state * sizeof(float));
             memcpy(t->ema, m->state, m->n_state * sizeof(float));

@@ -21,6 +21,7 @@ char *xstrdup(const char *s);
 size_t alloc_count(void);
 
 double now_seconds(void);        // monotonic clock
+size_t mem_available_bytes(void); // MemAvailable of /proc/meminfo, 0 if unknown
 
 // Rng: splitmix64-seeded xoshiro128+-style generator. rng_for(seed, a, b) gives an independent
 // stream per (seed, epoch, index), so results do not depend on thread count or order.

@@ -117,19 +117,10 @@ size_t loader_cache_bytes(const Dataset *ds, int img_size) {
     return bytes;
 }
 
-static size_t mem_available(void) {   // MemAvailable of /proc/meminfo in bytes, 0 if unknown
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[256];
-    unsigned long long kb = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
-    if (f) fclose(f);
-    return (size_t)kb * 1024;
-}
 
 static int cache_open(Loader *l, Err *err) {
     size_t need = loader_cache_bytes(l->ds, l->cfg.aug.img_size);
-    size_t have = l->cfg.mem_available ? l->cfg.mem_available : mem_available();
+    size_t have = l->cfg.mem_available ? l->cfg.mem_available : mem_available_bytes();
     if (need * (1 + CACHE_MARGIN) >= (double)have)
         return err_set(err, "cache=ram: %d images at imgsz %d need %.2f GB (+%.0f%% margin = %.2f GB) but "
                        "only %.2f GB of memory is available; set cache= (off) or a smaller imgsz",

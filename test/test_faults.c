@@ -87,9 +87,22 @@ static void test_failed_checkpoint_keeps_the_previous(void) {
     CHECK(system(cmd) == 0, "cleanup");
 }
 
+// A batch the machine cannot hold is refused with the numbers, before anything is touched.
+static void test_too_large_for_memory(void) {
+    static Config cfg;
+    Err err;
+    char *ov[] = { "batch=4096", "imgsz=640", "device=cpu", "epochs=1" };
+    if (config_load("cfg/s.ini", 4, ov, &cfg, &err)) { CHECK(0, "%s", err.msg); return; }
+    Trainer t;
+    int rc = trainer_init(&t, &cfg, 1, -1, &err);
+    if (rc == 0) { trainer_free(&t); SKIP("this machine has over 3 TB of memory"); }
+    CHECK(strstr(err.msg, "batch 4096") && strstr(err.msg, "GB"), "message: %s", err.msg);
+}
+
 int main(void) {
     RUN(test_same_seed_same_run);
     RUN(test_unusable_run_folder);
     RUN(test_failed_checkpoint_keeps_the_previous);
+    RUN(test_too_large_for_memory);
     return test_summary();
 }
