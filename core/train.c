@@ -517,12 +517,6 @@ int train_run(Config *cfg) {
     Dataset vds;
     DatasetOptions vopt = { .strict = cfg->strict, .nc = ds.nc, .report = stderr };
     if (dataset_open(NULL, cfg, "val", &vopt, &vds, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); dataset_free(&ds); return 2; }
-    char dir[CFG_PATH * 2];
-    if (run_dir(cfg, dir, sizeof dir, &err)) {
-        fprintf(stderr, "yolotrain: %s\n", err.msg);
-        dataset_free(&ds); dataset_free(&vds);
-        return 1;
-    }
     LoaderConfig lc = loader_config(cfg, 1);
     Loader *ld;
     if (loader_open(&lc, &ds, &ld, &err)) {
@@ -537,7 +531,8 @@ int train_run(Config *cfg) {
         loader_close(ld); dataset_free(&ds); dataset_free(&vds);
         return 2;
     }
-    if (check_space(dir, &t.m, &err)) {
+    char dir[CFG_PATH * 2];                        // made only once the run can start
+    if (run_dir(cfg, dir, sizeof dir, &err) || check_space(dir, &t.m, &err)) {
         fprintf(stderr, "yolotrain: %s\n", err.msg);
         trainer_free(&t); loader_close(ld); dataset_free(&ds); dataset_free(&vds);
         return 1;

@@ -63,3 +63,14 @@ static inline const char *test_tmpdir(const char *tag) {
     if (system(cmd) != 0) { printf("cannot create %s\n", buf); exit(1); }
     return buf;
 }
+
+// NCHW (PyTorch, the fixtures) -> NHWC (ours): a new array the caller frees.
+static inline float *nchw_to_nhwc(const float *x, int N, int C, int H, int W) {
+    float *y = malloc((size_t)N * C * H * W * sizeof(float));
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++)
+            for (int h = 0; h < H; h++)
+                for (int w = 0; w < W; w++)
+                    y[(((size_t)n * H + h) * W + w) * C + c] = x[(((size_t)n * C + c) * H + h) * W + w];
+    return y;
+}

@@ -101,17 +101,6 @@ static void test_save_load_round_trip(void) {
     model_free(&a); model_free(&b);
 }
 
-// NCHW (fixture) -> NHWC
-static float *nchw_to_nhwc(const float *x, int N, int C, int H, int W) {
-    float *y = xmalloc((size_t)N * C * H * W * sizeof(float));
-    for (int n = 0; n < N; n++)
-        for (int c = 0; c < C; c++)
-            for (int h = 0; h < H; h++)
-                for (int w = 0; w < W; w++)
-                    y[(((size_t)n * H + h) * W + w) * C + c] = x[(((size_t)n * C + c) * H + h) * W + w];
-    return y;
-}
-
 // Compare n values per element (|got - ref| <= atol + rtol*|ref|) and as a whole (relative L2
 // error <= l2tol); report the worst element. Returns 1 when both hold.
 static int compare(const char *what, const float *got, const float *ref, size_t n, double atol, double rtol,

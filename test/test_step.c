@@ -11,16 +11,6 @@
 #include "gpu/model_gpu.h"
 #endif
 
-static float *nchw_to_nhwc(const float *x, int N, int C, int H, int W) {
-    float *y = xmalloc((size_t)N * C * H * W * sizeof(float));
-    for (int n = 0; n < N; n++)
-        for (int c = 0; c < C; c++)
-            for (int h = 0; h < H; h++)
-                for (int w = 0; w < W; w++)
-                    y[(((size_t)n * H + h) * W + w) * C + c] = x[(((size_t)n * C + c) * H + h) * W + w];
-    return y;
-}
-
 // A scalar of the fixture's json metadata, e.g. "loss_total" or element i of "loss_items_box_cls_dfl".
 static double json_number(const char *path, const char *key, int index) {
     FILE *f = fopen(path, "r");
