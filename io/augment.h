@@ -38,6 +38,13 @@ typedef struct {
 // (image_free, free). Returns 0, or -1 with err from src->get.
 int augment_train_sample(const AugParams *p, const SampleSource *src, int index, Rng *rng,
                          Image *out, Box **boxes, int *n, Err *err);
+// The same bytes and boxes written into out->px (s×s, the caller's memory, e.g. a batch slot), with the
+// big temporaries in scratch: one per thread, reused across samples, so a sample allocates only its boxes
+// (large malloc/free pairs cost page faults that serialise threads). out->w and out->h must be s.
+typedef struct { Image mix; } AugScratch;      // the mixup partner; grown on demand
+int augment_train_sample_into(const AugParams *p, const SampleSource *src, int index, Rng *rng,
+                              AugScratch *scratch, Image *out, Box **boxes, int *n, Err *err);
+void augment_scratch_free(AugScratch *scratch);
 
 // Letterbox geometry: the scale r, the float half-paddings the labels move by, and the integer borders.
 typedef struct { double r, padw, padh; int top, bottom, left, right; } LetterboxInfo;
@@ -83,6 +90,24 @@ Image augment_random_perspective(const Image *src, BoxXyxy *boxes, int *n, const
 // The warp alone: dst(x,y) = src(M⁻¹·(x,y,1)), M a row-major 3×3 forward matrix (affine when its last row
 // is 0 0 1). Bilinear with OpenCV's fixed point (1/32 px positions, integer weights), outside pixels 114.
 Image augment_warp(const Image *src, const double M[9], int out_w, int out_h);
+
+// A warp source without its pixels copied: a w×h plane of grey 114 showing up to 4 non-overlapping
+// rectangles of other images (a mosaic's tiles, a letterbox's body). Warping it gives the bytes of
+// painting that canvas and warping the canvas, without painting it. Start from (Plane){ .w = w, .h = h }
+// and add pieces with augment_plane_add.
+#define AUG_PLANE_PIECES 4
+typedef struct { const uint8_t *px; size_t stride; int x0, y0, x1, y1; } Piece;   // px: pixel (x0,y0)
+typedef struct {
+    int   w, h, n;
+    Piece piece[AUG_PLANE_PIECES];
+    int   x0, y0, x1, y1;             // the pieces' bounding box (kept by augment_plane_add)
+} Plane;
+Plane augment_plane_of(const Image *im);          // one piece: the whole image
+// Show [x0,x1)×[y0,y1) of the plane from px (rows stride bytes apart); inside the plane, not overlapping
+// the other pieces; an empty rectangle adds nothing.
+void  augment_plane_add(Plane *pl, const uint8_t *px, size_t stride, int x0, int y0, int x1, int y1);
+// augment_warp of a plane into out (its w×h the output size; memory the caller's).
+void  augment_warp_plane(const Plane *pl, const double M[9], Image *out);
 // box_candidates with wh_thr 2, ar_thr 100, area_thr 0.1, eps 1e-16, strict comparisons. w1, h1: the
 // pre-warp size times the drawn scale (float32 as the reference computes it); w2, h2: after the warp.
 int augment_box_candidate(float w1, float h1, double w2, double h2);

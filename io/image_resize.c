@@ -164,7 +164,7 @@ static void resize_area(const Image *src, Image *dst) {
 Image image_resize(const Image *src, int w, int h, int area) {
     if (w <= 0 || h <= 0 || src->w <= 0 || src->h <= 0)
         die("image_resize: bad sizes %dx%d -> %dx%d", src->w, src->h, w, h);
-    Image dst = image_new(w, h, 0);
+    Image dst = { w, h, xmalloc((size_t)w * h * 3) };   // every byte is written below: no fill
     if (w == src->w && h == src->h) memcpy(dst.px, src->px, (size_t)w * h * 3);
     else if (area && w <= src->w && h <= src->h) resize_area(src, &dst);
     else if (2 * w == src->w && 2 * h == src->h)   // exact halving: bilinear weights are (1/2, 1/2),

@@ -7,6 +7,9 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #define CACHE_MARGIN 0.10   // YOLOv9's: refuse unless bytes * (1 + margin) < available
 #define PAGE         4096
@@ -54,6 +57,10 @@ struct Loader {
 static int load_resized(const Loader *l, int i, Image *out, Err *err) {
     Image raw;
     if (image_load(l->ds->s[i].image, &raw, err)) return -1;
+    if ((raw.w > raw.h ? raw.w : raw.h) == l->cfg.aug.img_size) {   // r = 1: the decoded image as it is
+        *out = raw;
+        return 0;
+    }
     *out = augment_load_resize(&raw, l->cfg.aug.img_size, l->cfg.train);
     image_free(&raw);
     return 0;
@@ -146,19 +153,21 @@ static void cache_free(Cache *c, int n) {
 
 // ---- one sample ----
 
-// Write sample `index` into image slot i of s: pixels, staged boxes and letterbox info. A sample that
-// cannot be made at all (no image of the dataset loads) becomes a grey image without boxes.
-static void make_sample(Loader *l, Slot *s, int i, int index, int epoch) {
+// Write sample `index` into image slot i of s: pixels, staged boxes and letterbox info. Training samples
+// are made in place (no copy; scratch: the worker's reusable buffers). A sample that cannot be made at
+// all (no image of the dataset loads) becomes a grey image without boxes.
+static void make_sample(Loader *l, Slot *s, int i, int index, int epoch, AugScratch *scratch) {
     int S = l->cfg.aug.img_size, n = 0;
-    Image out = { 0 };
+    uint8_t *dst = s->b.images + (size_t)i * S * S * 3;
+    Image out = { S, S, dst };
     Box *box = NULL;
     Err e;
     LetterboxInfo info = { 0 };
     Rng rng = rng_for(l->cfg.seed, (uint64_t)epoch, (uint64_t)index + 1);
     // validation letterboxes to the square S x S; rect batch shapes (§3.9) are a later refinement
-    int rc = l->cfg.train ? augment_train_sample(&l->cfg.aug, &l->src, index, &rng, &out, &box, &n, &e)
-                          : augment_val_sample(&l->src, index, S, S, &out, &box, &n, &info, &e);
-    uint8_t *dst = s->b.images + (size_t)i * S * S * 3;
+    int rc = l->cfg.train
+           ? augment_train_sample_into(&l->cfg.aug, &l->src, index, &rng, scratch, &out, &box, &n, &e)
+           : augment_val_sample(&l->src, index, S, S, &out, &box, &n, &info, &e);
     if (rc) {
         fprintf(l->cfg.report ? l->cfg.report : stderr, "warning: sample %d: %s\n", index, e.msg);
         memset(dst, 114, (size_t)S * S * 3);
@@ -167,8 +176,10 @@ static void make_sample(Loader *l, Slot *s, int i, int index, int epoch) {
         if (out.w != S || out.h != S || n > l->t_max)
             die("loader: sample %d came out %dx%d with %d boxes (expected %dx%d, at most %d)",
                 index, out.w, out.h, n, S, S, l->t_max);
-        memcpy(dst, out.px, (size_t)S * S * 3);
-        image_free(&out);
+        if (out.px != dst) {
+            memcpy(dst, out.px, (size_t)S * S * 3);
+            image_free(&out);
+        }
     }
     float *st = s->stage + (size_t)i * l->t_max * 5;
     for (int k = 0; k < n; k++) {
@@ -222,10 +233,11 @@ static int claim(Loader *l, Claim *c) {
 static void *worker(void *arg) {
     Loader *l = arg;
     Claim c;
+    AugScratch scratch = { 0 };
     pthread_mutex_lock(&l->mu);
     while (claim(l, &c)) {
         pthread_mutex_unlock(&l->mu);
-        make_sample(l, c.slot, c.i, c.index, c.epoch);
+        make_sample(l, c.slot, c.i, c.index, c.epoch, &scratch);
         pthread_mutex_lock(&l->mu);
         l->busy--;
         if (c.gen == l->gen) {      // else loader_start_epoch dropped this epoch's work
@@ -239,6 +251,7 @@ static void *worker(void *arg) {
         pthread_cond_broadcast(&l->done);
     }
     pthread_mutex_unlock(&l->mu);
+    augment_scratch_free(&scratch);
     return NULL;
 }
 
@@ -268,6 +281,14 @@ static void slots_alloc(Loader *l) {
     }
 }
 
+// The default ring: 3 batches, or more so that it holds two samples per worker beyond the batch in
+// hand; else workers idle behind a straggler (a mixup sample) of the oldest batch. Simulated with the
+// measured sample times, 32 workers on a ring of 3 batches of 16 are 81% busy, on 6 batches 100%.
+static int default_slots(int workers, int batch) {
+    int k = (2 * workers + batch - 1) / batch + 2;
+    return k > 3 ? k : 3;
+}
+
 static int check_config(const LoaderConfig *c, const Dataset *ds, Err *err) {
     if (ds->n < 1) return err_set(err, "loader: the dataset has no images");
     if (c->batch < 1 || c->workers < 0 || c->aug.img_size < 32 || (c->prefetch && c->prefetch < 2))
@@ -277,8 +298,27 @@ static int check_config(const LoaderConfig *c, const Dataset *ds, Err *err) {
     return 0;
 }
 
+// Workers allocate and free decoded images of about 1 MB all the time. glibc's defaults hand that memory
+// back to the kernel (munmap, or trimming the top of a thread's arena) and fault it in again: about 1,000
+// page faults a sample, which threads take in turn on the process's memory-map lock. Keep it instead:
+// no mmap below 32 MB, trim past 256 MB. Process-wide, once; harmless to the rest of the program.
+#ifdef __GLIBC__
+static void malloc_tune(void) {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 256 << 20);
+}
+#endif
+
+static void malloc_keep_memory(void) {
+#ifdef __GLIBC__
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, malloc_tune);
+#endif
+}
+
 int loader_open(const LoaderConfig *cfg, const Dataset *ds, Loader **out, Err *err) {
     if (check_config(cfg, ds, err)) return -1;
+    malloc_keep_memory();
     Loader *l = xcalloc(1, sizeof *l);
     l->cfg = *cfg, l->ds = ds;
     if (cfg->cache_ram && cache_open(l, err)) {
@@ -288,7 +328,7 @@ int loader_open(const LoaderConfig *cfg, const Dataset *ds, Loader **out, Err *e
     int max_box = 0;
     for (int i = 0; i < ds->n; i++) max_box = ds->s[i].nbox > max_box ? ds->s[i].nbox : max_box;
     l->t_max = (cfg->train ? 8 : 1) * (max_box ? max_box : 1);   // mosaic 4 images, mixup 4 more
-    l->n_slots = cfg->prefetch ? cfg->prefetch : 3;
+    l->n_slots = cfg->prefetch ? cfg->prefetch : default_slots(cfg->workers ? cfg->workers : 1, cfg->batch);
     l->src = (SampleSource){ ds->n, l, source_get, source_put };
     l->bad = xcalloc(ds->n, sizeof *l->bad);
     l->order = xmalloc(ds->n * sizeof *l->order);

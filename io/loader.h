@@ -14,7 +14,7 @@
 typedef struct {
     int       batch;          // N (>= 1)
     int       workers;        // threads; 0 (the reference's "load in the main process") = 1
-    int       prefetch;       // batch buffers in the ring (>= 2); 0 = 3
+    int       prefetch;       // batch buffers in the ring (>= 2); 0 = max(3, ceil(2·workers/N) + 2)
     uint64_t  seed;
     int       train;          // 1: shuffled, augmented (aug); 0: validation, in order, letterbox only
     AugParams aug;            // aug.img_size is S in both modes; the rest is read when train = 1

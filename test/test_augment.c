@@ -57,6 +57,110 @@ static AugParams params_geometry(int s) {     // hyp.scratch-high geometry; colo
                         .mosaic = 1.0 };
 }
 
+// ---- reference implementations: the plain code the fast paths in io/ must equal byte for byte --------
+
+#define PAD 114
+
+// OpenCV's saturate_cast<int>(double).
+static int sat_round_ref(double v) { return v >= INT32_MAX ? INT32_MAX : v <= INT32_MIN ? INT32_MIN : (int)lrint(v); }
+
+// warpAffine/warpPerspective, INTER_LINEAR, border 114, one whole image; per pixel from scratch.
+static Image warp_ref(const Image *src, const double M[9], int out_w, int out_h) {
+    double Mi[9];
+    if (M[6] == 0 && M[7] == 0 && M[8] == 1) {             // invertAffineTransform
+        double D = M[0] * M[4] - M[1] * M[3];
+        D = D != 0 ? 1 / D : 0;
+        Mi[0] = M[4] * D; Mi[1] = -M[1] * D; Mi[3] = -M[3] * D; Mi[4] = M[0] * D;
+        Mi[2] = -Mi[0] * M[2] - Mi[1] * M[5]; Mi[5] = -Mi[3] * M[2] - Mi[4] * M[5];
+        Mi[6] = 0; Mi[7] = 0; Mi[8] = 1;
+    } else {
+        double c0 = M[4] * M[8] - M[5] * M[7], c1 = M[5] * M[6] - M[3] * M[8], c2 = M[3] * M[7] - M[4] * M[6];
+        double det = M[0] * c0 + M[1] * c1 + M[2] * c2, d = det != 0 ? 1 / det : 0;
+        Mi[0] = c0 * d; Mi[1] = (M[2] * M[7] - M[1] * M[8]) * d; Mi[2] = (M[1] * M[5] - M[2] * M[4]) * d;
+        Mi[3] = c1 * d; Mi[4] = (M[0] * M[8] - M[2] * M[6]) * d; Mi[5] = (M[2] * M[3] - M[0] * M[5]) * d;
+        Mi[6] = c2 * d; Mi[7] = (M[1] * M[6] - M[0] * M[7]) * d; Mi[8] = (M[0] * M[4] - M[1] * M[3]) * d;
+    }
+    int affine = M[6] == 0 && M[7] == 0 && M[8] == 1;
+    Image out = image_new(out_w, out_h, 0);
+    for (int y = 0; y < out_h; y++)
+        for (int x = 0; x < out_w; x++) {
+            int X, Y;                                       // source position in 1/32 px
+            if (affine) {                                   // OpenCV: 1/1024 px increments, then >> 5
+                int X0 = sat_round_ref((Mi[1] * y + Mi[2]) * 1024) + 16, Y0 = sat_round_ref((Mi[4] * y + Mi[5]) * 1024) + 16;
+                X = (X0 + sat_round_ref(Mi[0] * x * 1024)) >> 5;
+                Y = (Y0 + sat_round_ref(Mi[3] * x * 1024)) >> 5;
+            } else {
+                double w = Mi[6] * x + Mi[7] * y + Mi[8];
+                w = w != 0 ? 32 / w : 0;
+                X = sat_round_ref((Mi[0] * x + Mi[1] * y + Mi[2]) * w);
+                Y = sat_round_ref((Mi[3] * x + Mi[4] * y + Mi[5]) * w);
+            }
+            int sx = X >> 5, sy = Y >> 5, fx = X & 31, fy = Y & 31;
+            int w4[4] = { (32 - fx) * (32 - fy), fx * (32 - fy), (32 - fx) * fy, fx * fy };
+            for (int c = 0; c < 3; c++) {
+                int sum = 512;
+                for (int k = 0; k < 4; k++) {
+                    int tx = sx + k % 2, ty = sy + k / 2;
+                    int v = tx < 0 || ty < 0 || tx >= src->w || ty >= src->h ? PAD : src->px[((size_t)ty * src->w + tx) * 3 + c];
+                    sum += v * w4[k];
+                }
+                out.px[((size_t)y * out_w + x) * 3 + c] = (uint8_t)(sum >> 10);
+            }
+        }
+    return out;
+}
+
+// OpenCV's uint8 RGB→HSV (integer, 12-bit division tables) and HSV→RGB (float, truncating), per pixel.
+static void rgb_to_hsv_ref(const uint8_t *px, uint8_t hsv[3]) {
+    int r = px[0], g = px[1], b = px[2];
+    int v = r > g ? r : g, mn = r < g ? r : g;
+    v = b > v ? b : v, mn = b < mn ? b : mn;
+    int diff = v - mn;
+    int sdiv = v ? sat_round_ref((255 << 12) / (1.0 * v)) : 0, hdiv = diff ? sat_round_ref((180 << 12) / (6.0 * diff)) : 0;
+    int s = (diff * sdiv + (1 << 11)) >> 12;
+    int h = v == r ? g - b : v == g ? b - r + 2 * diff : r - g + 4 * diff;
+    h = (h * hdiv + (1 << 11)) >> 12;
+    if (h < 0) h += 180;
+    hsv[0] = (uint8_t)h; hsv[1] = (uint8_t)s; hsv[2] = (uint8_t)v;
+}
+
+static uint8_t trunc_u8_ref(float v) { return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v); }
+
+static void hsv_to_rgb_ref(const uint8_t hsv[3], uint8_t *px) {
+    static const int sector_data[6][3] = { {1,3,0}, {1,0,2}, {3,0,1}, {0,2,1}, {0,1,3}, {2,1,0} };  // b g r
+    float h = hsv[0] * (6.f / 180), s = hsv[1] * (1.f / 255), v = hsv[2] * (1.f / 255);
+    int sector = (int)h;
+    h -= (float)sector;
+    float tab[4] = { v, v * (1 - s), v * (float)(1.0 - (double)s * h), v * (float)(1.0 - (double)s * (1 - h)) };
+    px[0] = trunc_u8_ref(tab[sector_data[sector][2]] * 255);
+    px[1] = trunc_u8_ref(tab[sector_data[sector][1]] * 255);
+    px[2] = trunc_u8_ref(tab[sector_data[sector][0]] * 255);
+}
+
+static void hsv_apply_ref(Image *im, const double r[3]) {
+    uint8_t lut[3][256];
+    augment_hsv_luts(r, lut);
+    for (size_t i = 0, n = (size_t)im->w * im->h; i < n; i++) {
+        uint8_t hsv[3];
+        rgb_to_hsv_ref(im->px + 3 * i, hsv);
+        hsv[0] = lut[0][hsv[0]]; hsv[1] = lut[1][hsv[1]]; hsv[2] = lut[2][hsv[2]];
+        hsv_to_rgb_ref(hsv, im->px + 3 * i);
+    }
+}
+
+static Image noise_image(Rng *rng, int w, int h) {
+    Image im = image_new(w, h, 0);
+    for (size_t i = 0; i < (size_t)w * h * 3; i++) im.px[i] = (uint8_t)rng_int(rng, 256);
+    return im;
+}
+
+static size_t count_diff(const Image *a, const Image *b) {
+    if (a->w != b->w || a->h != b->h) return (size_t)-1;
+    size_t d = 0;
+    for (size_t i = 0; i < (size_t)a->w * a->h * 3; i++) d += a->px[i] != b->px[i];
+    return d;
+}
+
 // ---- checking boxes against pixels -------------------------------------------------------------------
 
 static int near_colour(const uint8_t *p, const uint8_t *c, int tol) {
@@ -481,6 +585,155 @@ static void test_val_sample(void) {
     synth_free(&sy);
 }
 
+// ---- the fast paths equal the references -----------------------------------------------------------
+
+// Random images, sizes and matrices (rotation, scale down to 0.05, shear, translation, perspective,
+// identity), output larger and smaller than the source: augment_warp gives warp_ref's bytes.
+static void test_warp_matches_ref(void) {
+    Rng rng = rng_for(5, 5, 5);
+    int bad_cases = 0;
+    for (int k = 0; k < 300; k++) {
+        int w = 1 + rng_int(&rng, 90), h = 1 + rng_int(&rng, 90), ow = 1 + rng_int(&rng, 120), oh = 1 + rng_int(&rng, 120);
+        Image im = noise_image(&rng, w, h);
+        double a = rng_uniform(&rng, -3.2, 3.2), sc = exp(rng_uniform(&rng, log(0.05), log(4)));
+        double M[9] = { cos(a) * sc, sin(a) * sc + rng_uniform(&rng, -0.3, 0.3), rng_uniform(&rng, -60, 60),
+                        -sin(a) * sc, cos(a) * sc, rng_uniform(&rng, -60, 60), 0, 0, 1 };
+        if (k % 3 == 1) M[6] = rng_uniform(&rng, -2e-3, 2e-3), M[7] = rng_uniform(&rng, -2e-3, 2e-3);
+        if (k % 10 == 9) { double id[9] = { 1, 0, 0, 0, 1, 0, 0, 0, 1 }; memcpy(M, id, sizeof M); }
+        Image got = augment_warp(&im, M, ow, oh), want = warp_ref(&im, M, ow, oh);
+        size_t d = count_diff(&got, &want);
+        if (d) {
+            bad_cases++;
+            if (bad_cases < 4) printf("    case %d: %dx%d -> %dx%d, %zu bytes differ\n", k, w, h, ow, oh, d);
+        }
+        image_free(&got); image_free(&want); image_free(&im);
+    }
+    CHECK(bad_cases == 0, "%d of 300 warps differ from the reference", bad_cases);
+}
+
+// Every one of the 2^24 colours, under several gains (identity, the hyp's range, wrapping hue,
+// saturation and value clipped, negative): augment_hsv_apply gives hsv_apply_ref's bytes.
+static void test_hsv_matches_ref_all_colours(void) {
+    Image all = image_new(4096, 4096, 0), ref = image_new(4096, 4096, 0);
+    double gains[5][3] = { {1, 1, 1}, {0.985, 1.7, 0.6}, {1.015, 0.3, 1.4}, {1.9, 2.5, 3}, {-0.5, 0.2, 0.01} };
+    for (int g = 0; g < 5; g++) {
+        for (int i = 0; i < 1 << 24; i++)
+            all.px[3 * i] = (uint8_t)(i >> 16), all.px[3 * i + 1] = (uint8_t)(i >> 8), all.px[3 * i + 2] = (uint8_t)i;
+        memcpy(ref.px, all.px, (size_t)3 << 24);
+        augment_hsv_apply(&all, gains[g]);
+        hsv_apply_ref(&ref, gains[g]);
+        size_t d = count_diff(&all, &ref), first = 0;
+        while (d && all.px[first] == ref.px[first]) first++;
+        CHECK(d == 0, "gains %g %g %g: %zu bytes differ, first colour #%06zx gives %d, reference %d", gains[g][0],
+              gains[g][1], gains[g][2], d, first / 3, all.px[first], ref.px[first]);
+    }
+    image_free(&all); image_free(&ref);
+}
+
+// The fast HSV→RGB truncates without clamping: that is exact only if no (H', S', V') the LUTs can give
+// makes a channel of OpenCV's float formula leave [0, 256). Checked for all 180·256·256 of them.
+static void test_hsv_backward_never_clamps(void) {
+    long outside = 0;
+    for (int H = 0; H < 180; H++)
+        for (int S = 0; S < 256; S++)
+            for (int V = 0; V < 256; V++) {
+                float h = H * (6.f / 180), s = S * (1.f / 255), v = V * (1.f / 255);
+                h -= (float)(int)h;
+                float tab[4] = { v, v * (1 - s), v * (float)(1.0 - (double)s * h), v * (float)(1.0 - (double)s * (1 - h)) };
+                for (int k = 0; k < 4; k++) outside += !(tab[k] * 255 >= 0 && tab[k] * 255 < 256);
+            }
+    CHECK(outside == 0, "%ld channel values outside [0, 256)", outside);
+}
+
+// A source of noise tiles of random sizes, some far smaller than s (so the canvas has gaps).
+typedef struct { Image img[8]; Box box[8][2]; } Noise;
+
+static int noise_get(void *ctx, int index, Image *img, Box **boxes, int *nbox, Err *err) {
+    Noise *z = ctx;
+    *img = z->img[index], *boxes = z->box[index], *nbox = 2;
+    return 0;
+}
+
+static void noise_put(void *ctx, int index, Image *img, Box *boxes) {}   // views: nothing to free
+
+static void noise_make(Noise *z, int s, Rng *rng) {
+    for (int i = 0; i < 8; i++) {
+        int w = i % 3 == 2 ? 3 + rng_int(rng, s / 2) : s, h = i % 2 ? 3 + rng_int(rng, s) : s;
+        z->img[i] = noise_image(rng, w, h);
+        z->box[i][0] = (Box){ 1, 0.5f, 0.5f, 0.5f, 0.5f };
+        z->box[i][1] = (Box){ 2, 0.25f, 0.7f, 0.3f, 0.4f };
+    }
+}
+
+// The mosaic warped straight from its tiles equals painting the canvas (augment_mosaic_place) and warping
+// it; the letterbox likewise; same boxes, same draws.
+static void test_mosaic_and_letterbox_planes_match_painting(void) {
+    Rng g = rng_for(8, 8, 8);
+    int s = 96, bad = 0;
+    Noise z;
+    noise_make(&z, s, &g);
+    SampleSource src = { .n = 8, .ctx = &z, .get = noise_get, .put = noise_put };
+    for (int k = 0; k < 40; k++) {
+        AugParams p = { .img_size = s, .translate = 0.3, .scale = 0.95, .degrees = k % 2 ? 30 : 0,
+                        .shear = k % 4 == 1 ? 5 : 0, .perspective = k % 3 == 2 ? 1e-3 : 0 };
+        Rng a = rng_for(9, 1, (uint64_t)k), b = a;
+        Image out; BoxXyxy *bo; int n; Err err;
+        augment_load_mosaic(&p, &src, k % 8, &a, &out, &bo, &n, &err);
+        int xc, yc, idx[4] = { k % 8 }, total = 0;
+        augment_mosaic_centre(&b, s, &xc, &yc);
+        for (int i = 1; i < 4; i++) idx[i] = rng_int(&b, 8);
+        for (int i = 3; i > 0; i--) { int j = rng_int(&b, i + 1), t = idx[i]; idx[i] = idx[j]; idx[j] = t; }
+        Image canvas = image_new(2 * s, 2 * s, PAD);
+        BoxXyxy all[8];
+        for (int q = 0; q < 4; q++, total += 2) augment_mosaic_place(&canvas, &z.img[idx[q]], z.box[idx[q]], 2, q, xc, yc, all + total);
+        Image want = augment_random_perspective(&canvas, all, &total, &p, -s / 2, &b);
+        bad += count_diff(&out, &want) != 0 || n != total || memcmp(bo, all, sizeof *bo * (size_t)n) != 0 ||
+               a.s[0] != b.s[0] || a.s[1] != b.s[1];
+        free(bo); image_free(&out); image_free(&want); image_free(&canvas);
+
+        p.close_mosaic = 1;                                   // letterbox path: colour and flips off
+        a = rng_for(9, 2, (uint64_t)k), b = a;
+        Box *nb;
+        augment_train_sample(&p, &src, k % 8, &a, &out, &nb, &n, &err);
+        LetterboxInfo lb;
+        const Image *im = &z.img[k % 8];
+        Image boxed = augment_letterbox(im, s, s, 1, 0, &lb);
+        BoxXyxy px[2];
+        int np = 2;
+        augment_boxes_to_pixels(z.box[k % 8], 2, lb.r * im->w, lb.r * im->h, lb.padw, lb.padh, px);
+        want = augment_random_perspective(&boxed, px, &np, &p, 0, &b);
+        rng_uniform(&b, 0, 1), rng_uniform(&b, 0, 1);         // the two flip draws
+        bad += count_diff(&out, &want) != 0 || n != np || a.s[0] != b.s[0] || a.s[1] != b.s[1];
+        free(nb); image_free(&out); image_free(&want); image_free(&boxed);
+    }
+    CHECK(bad == 0, "%d of 80 samples differ from painting the canvas", bad);
+    for (int i = 0; i < 8; i++) image_free(&z.img[i]);
+}
+
+// augment_train_sample_into (caller's memory, reused scratch) gives augment_train_sample's bytes and boxes.
+static void test_train_sample_into(void) {
+    Rng g = rng_for(4, 4, 4);
+    int s = 64, bad = 0;
+    Noise z;
+    noise_make(&z, s, &g);
+    SampleSource src = { .n = 8, .ctx = &z, .get = noise_get, .put = noise_put };
+    AugParams p = { .img_size = s, .hsv_h = 0.015, .hsv_s = 0.7, .hsv_v = 0.4, .translate = 0.1, .scale = 0.9,
+                    .fliplr = 0.5, .flipud = 0.5, .mosaic = 0.8, .mixup = 0.5 };
+    AugScratch scratch = { 0 };
+    Image into = image_new(s, s, 0);
+    for (int k = 0; k < 30; k++) {
+        Rng a = rng_for(2, 0, (uint64_t)k), b = a;
+        Image out; Box *b1, *b2; int n1, n2; Err err;
+        augment_train_sample(&p, &src, k % 8, &a, &out, &b1, &n1, &err);
+        augment_train_sample_into(&p, &src, k % 8, &b, &scratch, &into, &b2, &n2, &err);
+        bad += count_diff(&out, &into) != 0 || n1 != n2 || (n1 && memcmp(b1, b2, sizeof *b1 * (size_t)n1) != 0);
+        free(b1); free(b2); image_free(&out);
+    }
+    CHECK(bad == 0, "%d of 30 samples differ", bad);
+    image_free(&into); augment_scratch_free(&scratch);
+    for (int i = 0; i < 8; i++) image_free(&z.img[i]);
+}
+
 int main(void) {
     (void)shared_dir;   // test.h defines it static (not inline); these tests make their own images
     RUN(test_letterbox_reference_numbers);
@@ -507,5 +760,10 @@ int main(void) {
     RUN(test_close_mosaic);
     RUN(test_determinism);
     RUN(test_val_sample);
+    RUN(test_warp_matches_ref);
+    RUN(test_hsv_matches_ref_all_colours);
+    RUN(test_hsv_backward_never_clamps);
+    RUN(test_mosaic_and_letterbox_planes_match_painting);
+    RUN(test_train_sample_into);
     return test_summary();
 }
