@@ -2,7 +2,8 @@
 //   make benches && ./bench/step                    CPU: gelan-s 4x256, gelan-t 8x320, gelan-s 4x640
 //   ./bench/step CONFIG imgsz batch steps [device [precision]]   e.g. cfg/s.ini 640 64 20 0 bf16
 //   (device as in the config: cpu, cpu:2, 0, 0,1)
-// "fwd1" is one training-mode forward alone. Images and targets are random (data loading is
+// "fwd1" is one training-mode forward alone. On one GPU the timed steps reuse the batch already on
+// the device (PyTorch's GPU-only figures are measured so); several devices upload each step. Images and targets are random (data loading is
 // measured by bench/loader and by the training loop's own data-wait figure). On a GPU every phase
 // ends in a stream wait (the loss items and the gradient norm come back to the host), so the
 // phase times are real; the plan printed is the whole GPU memory the run holds (nothing else is
@@ -101,10 +102,13 @@ static int bench(const char *cfgfile, int S, int n, int steps, const char *devic
     random_batch(&t, n, S, targets, &nt, &r);
     LossOut lo;
     for (int i = 0; i < 2; i++) trainer_step(&t, n, S, targets, nt, 0, i, &lo, &err);   // warm-up
+    // One GPU: the batch stays where warm-up uploaded it, as anchors.md measures PyTorch's step
+    // ("batch already on the GPU"); the loader's upload is in the end-to-end figures.
+    t.input_resident = devs.n == 1 && gpu >= 0;
     sync(&t);
     double t0 = now_seconds(), fwd = 0;
     if (devs.n == 1) {                                 // one device's forward alone (not split)
-        model_forward(&t.m, t.input, n, S, S, 1);
+        model_forward(&t.m, t.input_resident ? NULL : t.input, n, S, S, 1);
         sync(&t);
         fwd = now_seconds() - t0;
     }

@@ -21,6 +21,7 @@ static const Module modules[] = {
     { "Upsample",     2, 2, 1, "[size, scale, 'mode'], e.g. [None, 2, 'nearest']" },
     { "Concat",       0, 1, 0, "[dim]" },
     { "DDetect",      1, 1, 0, "[nc]" },
+    { "DualDDetect",  1, 1, 0, "[nc]" },      // PGI training: auxiliary levels, then main levels
 };
 enum { N_MODULES = sizeof modules / sizeof modules[0] };
 

@@ -13,6 +13,9 @@
 // projection: never updated, decayed or clipped; g may be NULL).
 typedef struct { float *w, *g; size_t n; int group; } ParamSlot;
 
+// A BN's parameters, the batch statistics its forward saved, and its parameter gradients (+=).
+typedef struct { const float *gamma, *beta, *mean, *invstd; float *dgamma, *dbeta; } BnSaved;
+
 typedef struct Backend {
     const char *name;     // "cpu", "cuda"
     void (*conv_forward)(void *ctx, const ConvDims *d, Map x, const float *w, const float *b, Map y, float *ws);
@@ -64,6 +67,15 @@ typedef struct Backend {
     // a quarter of the float bytes to copy
     void (*upload_u8)(void *ctx, float *dst, const uint8_t *host, size_t n);
     void (*download)(void *ctx, float *host, const float *src, size_t n);
+    // Fused forms the executor uses for conv + BN + SiLU units (the CPU composes them from the ops
+    // above, bit for bit). Forward: y = silu(BN_train(z)) (=). Backward, from dy (the gradient at y):
+    // dgamma, dbeta, dw (+=) and dx (+=; none when dx.data is NULL); tmp and dz, of z's shape, are
+    // the backend's to use for du and dz (a GPU recomputes du; under bf16 it keeps dz as bf16).
+    void (*bn_silu_forward_train)(void *ctx, Map z, const float *gamma, const float *beta, float eps,
+                                  float momentum, float *running_mean, float *running_var, float *mean,
+                                  float *invstd, Map y);
+    void (*conv_bn_silu_backward)(void *ctx, const ConvDims *d, Map x, const float *w, Map z, const BnSaved *bn,
+                                  Map dy, Map tmp, Map dz, Map dx, float *dw, float *ws);
 } Backend;
 
 extern const Backend backend_cpu;

@@ -42,6 +42,18 @@ static void avgpool_fwd(void *c, Map x, int k, int s, int p, Map y) { avgpool_fo
 static void avgpool_bwd(void *c, int k, int s, int p, Map dy, Map dx) { avgpool_backward_cpu(k, s, p, dy, dx); }
 static void upsample_fwd(void *c, Map x, int f, Map y) { upsample_forward_cpu(x, f, y); }
 static void upsample_bwd(void *c, int f, Map dy, Map dx) { upsample_backward_cpu(f, dy, dx); }
+static void bn_silu_train(void *c, Map z, const float *g, const float *b, float eps, float mom, float *rm,
+                          float *rv, float *mean, float *invstd, Map y) {
+    bn_forward_train_cpu(z, g, b, eps, mom, rm, rv, mean, invstd, y);
+    silu_forward_cpu(y, y);
+}
+static void conv_bn_silu_bwd(void *c, const ConvDims *d, Map x, const float *w, Map z, const BnSaved *bn, Map dy,
+                             Map tmp, Map dz, Map dx, float *dw, float *ws) {
+    bn_apply(c, z, bn->gamma, bn->beta, bn->mean, bn->invstd, tmp);
+    silu_backward_cpu(tmp, dy, tmp);
+    bn_backward_cpu(z, bn->gamma, bn->mean, bn->invstd, tmp, dz, bn->dgamma, bn->dbeta);
+    conv_backward_cpu(d, x, w, dz, dx, dw, NULL, ws);
+}
 typedef struct { const ParamSlot *slots; int n; float *buf; } Prepared;
 static void *prepare(void *c, const ParamSlot *slots, int n, float *buf) {
     Prepared *p = xmalloc(sizeof *p);
@@ -69,5 +81,5 @@ static void upload_u8(void *c, float *dst, const uint8_t *src, size_t n) {
 const Backend backend_cpu = {
     "cpu", conv_fwd, conv_bwd, bn_train, bn_eval, bn_bwd, bn_apply, silu_fwd, silu_bwd, add_fwd, copy, accumulate,
     maxpool_fwd, maxpool_bwd, avgpool_fwd, avgpool_bwd, upsample_fwd, upsample_bwd, prepare, sumsq, scale, sgd, ema,
-    scale_n, sync, bind, pull, zero, upload, upload_u8, download,
+    scale_n, sync, bind, pull, zero, upload, upload_u8, download, bn_silu_train, conv_bn_silu_bwd,
 };

@@ -177,18 +177,23 @@ static void make_anchors(LossWork *w, const LossBatch *b) {
     }
 }
 
+int loss_check_target(const float *t, int i, int N, int nc, Err *err) {
+    for (int k = 0; k < 6; k++)
+        if (!isfinite(t[k])) return err_set(err, "loss: target row %d has a non-finite value", i);
+    if (t[0] != floorf(t[0]) || t[0] < 0 || t[0] >= N)
+        return err_set(err, "loss: target row %d: image index %g outside [0, %d)", i, t[0], N);
+    if (t[1] != floorf(t[1]) || t[1] < 0 || t[1] >= nc)
+        return err_set(err, "loss: target row %d: class %g outside [0, %d)", i, t[1], nc);
+    return 0;
+}
+
 // load_targets: validate the rows, group them by image keeping their order, convert to pixel xyxy.
 static int load_targets(LossWork *w, const LossBatch *b, Err *err) {
     int N = w->N;
     memset(w->gt_begin, 0, (size_t)(N + 1) * sizeof(int));
     for (int i = 0; i < b->n_targets; i++) {
         const float *t = b->targets + 6 * i;
-        for (int k = 0; k < 6; k++)
-            if (!isfinite(t[k])) return err_set(err, "loss: target row %d has a non-finite value", i);
-        if (t[0] != floorf(t[0]) || t[0] < 0 || t[0] >= N)
-            return err_set(err, "loss: target row %d: image index %g outside [0, %d)", i, t[0], N);
-        if (t[1] != floorf(t[1]) || t[1] < 0 || t[1] >= b->nc)
-            return err_set(err, "loss: target row %d: class %g outside [0, %d)", i, t[1], b->nc);
+        if (loss_check_target(t, i, N, b->nc, err)) return -1;
         w->gt_begin[(int)t[0] + 1]++;
     }
     for (int n = 0; n < N; n++) w->gt_begin[n + 1] += w->gt_begin[n];
@@ -338,16 +343,15 @@ int loss_target(const LossWork *w, int n, int a, double *score) {
 // ---- loss terms and gradients -----------------------------------------------------------------
 typedef struct { double box, cls, dfl; double k_box, k_cls, k_dfl; } Sums;   // k: d total / d sum
 
-// cls_anchor: BCE-with-logits over the nc classes; target score only at the assigned class.
-static void cls_anchor(const float *x, int nc, int label, double score, Sums *s, float *g) {
+double loss_bce_logits(const float *x, int nc, int label, double score, double k, float *g) {
     double sum = 0;
     for (int c = 0; c < nc; c++) {
         // log(1 + e) rather than log1p: as exact in double for the terms that matter, and faster
         double z = c == label ? score : 0, e = exp(-fabs(x[c])), den = 1 + e;
         sum += fmax(x[c], 0) - x[c] * z + log(den);
-        if (g) g[c] = (float)(s->k_cls * ((x[c] >= 0 ? 1 : e) / den - z));
+        if (g) g[c] = (float)(k * ((x[c] >= 0 ? 1 : e) / den - z));
     }
-    s->cls += sum;
+    return sum;
 }
 
 // box_anchor: (1 - CIoU) and DFL of one foreground anchor, both weighted by its target score.
@@ -386,7 +390,8 @@ void loss_compute(LossWork *w, const LossBatch *b, double tss_norm, double batch
             float *g = grad ? map_at(grad[an->level], n, an->row, an->col) : NULL;
             size_t i = (size_t)n * w->A + a;
             int j = w->asg[i];
-            cls_anchor(x + 4 * R, b->nc, j >= 0 ? w->gt[j].cls : -1, w->score[i], &s, g ? g + 4 * R : NULL);
+            s.cls += loss_bce_logits(x + 4 * R, b->nc, j >= 0 ? w->gt[j].cls : -1, w->score[i], s.k_cls,
+                                     g ? g + 4 * R : NULL);
             if (j >= 0) box_anchor(x, an, &w->gt[j], w->score[i], &s, g);
             else if (g) memset(g, 0, 4 * R * sizeof(float));
         }
@@ -396,6 +401,17 @@ void loss_compute(LossWork *w, const LossBatch *b, double tss_norm, double batch
     out->total = batch_mult * (out->box + out->cls + out->dfl);
     out->tss = tss_norm;
     out->n_fg = w->n_fg;
+    out->tss_aux = 0;
+    out->n_fg_aux = 0;
+}
+
+void loss_add_aux(LossOut *main, const LossOut *aux) {
+    main->box += LOSS_AUX_WEIGHT * aux->box;
+    main->cls += LOSS_AUX_WEIGHT * aux->cls;
+    main->dfl += LOSS_AUX_WEIGHT * aux->dfl;
+    main->total += aux->total;
+    main->tss_aux = aux->tss;
+    main->n_fg_aux = aux->n_fg;
 }
 
 int loss_forward_backward(LossWork *w, const LossBatch *b, Map grad[LOSS_LEVELS], LossOut *out,

@@ -22,7 +22,18 @@ typedef struct {
     double total;           // batch_mult * (box + cls + dfl): the value the gradient is of
     double tss;             // the normaliser used: max(sum of target scores, 1)
     int    n_fg;            // foreground (assigned) anchors
+    double tss_aux;         // a dual head (loss_add_aux): the auxiliary head's normaliser, else 0
+    int    n_fg_aux;        // and its foreground anchors
 } LossOut;
+
+// A dual head (YOLOv9's PGI training, utils/loss_tal_dual.py) has two outputs, the main maps and the
+// auxiliary maps, each with its own assignment and its own normaliser. LossNorm carries one value per
+// output: the local target-score sums after assignment, or the normalisers max(global sum, 1) for the
+// compute phase (several devices sum each over devices, as for a single head). aux = 0 without one.
+typedef struct { double main, aux; } LossNorm;
+
+// The auxiliary head's share of the loss: its box, cls and dfl terms count x 0.25.
+#define LOSS_AUX_WEIGHT 0.25
 
 // LossWork: the assignment and its scratch, sized on first use and grown only when a larger batch,
 // image or target count appears, so a training loop allocates nothing per step.
@@ -50,11 +61,24 @@ void loss_compute(LossWork *w, const LossBatch *b, double tss_norm, double batch
 int loss_forward_backward(LossWork *w, const LossBatch *b, Map grad[LOSS_LEVELS], LossOut *out,
                           Err *err);
 
+// The dual loss, from the two heads' loss_compute calls: the main head's with batch_mult, the auxiliary
+// head's with LOSS_AUX_WEIGHT * batch_mult (batch_mult scales the gradient and the total, so that one
+// factor weighs both, on the CPU and on the GPU alike). loss_add_aux then adds the auxiliary items
+// x LOSS_AUX_WEIGHT and its (already weighted) total into main, and records its normaliser and
+// foreground count: main then holds the reference's items and loss.
+void loss_add_aux(LossOut *main, const LossOut *aux);
+
 // loss_target: after loss_assign, the target row (index into b->targets) anchor a of image n is
 // assigned to, or -1 for background; *score (may be NULL) gets its target score.
 int loss_target(const LossWork *w, int n, int a, double *score);
 
-// Building blocks, exposed for the tests.
+// Building blocks, shared with core/loss26.c and exposed for the tests.
+// loss_check_target: target row i (img, cls, cx, cy, w, h) of a batch of N images and nc classes is
+// finite with an integer image index in [0,N) and class in [0,nc); else -1 with a message.
+int loss_check_target(const float *row, int i, int N, int nc, Err *err);
+// loss_bce_logits: Σ_c BCE-with-logits of the nc logits x against a target of `score` at class
+// `label` (-1: none) and 0 elsewhere; g (may be NULL) gets k · d sum / d x.
+double loss_bce_logits(const float *x, int nc, int label, double score, double k, float *g);
 // loss_ciou: CIoU of boxes b1, b2 (x1,y1,x2,y2) as bbox_iou(b1, b2, xywh=False, CIoU=True). If d1 is
 // not NULL it receives dCIoU/db1, with alpha held constant (the reference computes it under no_grad).
 double loss_ciou(const double b1[4], const double b2[4], double d1[4]);

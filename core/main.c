@@ -6,6 +6,7 @@
 
 #include "cfg/config.h"
 #include "core/detect.h"
+#include "core/export.h"
 #include "core/model.h"
 #include "core/train.h"
 #include "core/val.h"
@@ -20,6 +21,7 @@ static void usage(FILE *f) {
         "       yolotrain check [CONFIG.ini] [data=FILE.yaml] [...]    validate a dataset, summarise it\n"
         "       yolotrain val CONFIG.ini weights=FILE [data=FILE.yaml]  P, R, mAP50, mAP50-95 on the val split\n"
         "       yolotrain detect CONFIG.ini weights=FILE source=IMAGE|DIR|LIST.txt [conf=0.25] [iou=0.45]\n"
+        "       yolotrain export weights=RUN/weights/best.safetensors [out=FILE]  yolov9-s -> gelan-s\n"
         "       yolotrain synth [overrides]                            regenerate the built-in dataset\n"
         "Overrides name any key of the config (epochs=10, --batch 16, device=cpu, data=coco128.yaml).\n");
 }
@@ -105,7 +107,7 @@ int main(int argc, char **argv) {
     }
     static const struct { const char *name; int (*run)(int, char **, Config *); } cmds[] = {
         { "info", cmd_info }, { "check", cmd_check }, { "synth", cmd_synth }, { "train", cmd_train },
-        { "val", cmd_val }, { "detect", cmd_detect },
+        { "val", cmd_val }, { "detect", cmd_detect }, { "export", export_run },
     };
     Config *cfg = xmalloc(sizeof *cfg);           // large: not on the stack
     int rc = -1;

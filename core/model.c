@@ -254,9 +254,12 @@ static int sppelan(Builder *b, const char *p, int in, int c2, int c3) {
 
 static int make_divisible(double x, int d) { return (int)ceil(x / d) * d; }
 
-// DDetect: per level a box branch (3x3, 3x3 g4, 1x1 g4 + bias) and a class branch (3x3, 3x3, 1x1
-// + bias) writing into the level's output map [64 box logits | nc class logits].
-static void ddetect(Builder *b, const char *p, const int *in, int nl) {
+// DDetect: per level a box branch (3x3, 3x3 g4, 1x1 g4 + bias) named "<p>.<box>.<level>" and a class
+// branch (3x3, 3x3, 1x1 + bias) named "<p>.<cls>.<level>", writing into the level's output map
+// [64 box logits | nc class logits], whose value ids go to maps[]; then the fixed DFL "<p>.<dfl>".
+// Branch widths follow the first input's channels, as the reference computes them per head.
+static void ddetect(Builder *b, const char *p, const int *in, int nl, const char *box, const char *cls,
+                    const char *dfl, int *maps) {
     Model *m = b->m;
     int nc = m->nc, R = m->reg_max;
     int ch0 = m->values[in[0]].C;
@@ -267,18 +270,31 @@ static void ddetect(Builder *b, const char *p, const int *in, int nl) {
     for (int i = 0; i < nl; i++) {
         int x = in[i], h = b->vh[x], w = b->vw[x];
         int out = new_value(b, 4 * R + nc, h, w);
-        namef(q, "%s.cv2.%d.0", p, i); int t = conv_bn(b, q, x, -1, c2, 3, 1, 1);
-        namef(q, "%s.cv2.%d.1", p, i); t = conv_bn(b, q, t, -1, c2, 3, 1, 4);
-        namef(q, "%s.cv2.%d.2", p, i); conv_bias(b, q, t, slice_value(b, out, 0, 4 * R), 4 * R, 4);
-        namef(q, "%s.cv3.%d.0", p, i); t = conv_bn(b, q, x, -1, c3, 3, 1, 1);
-        namef(q, "%s.cv3.%d.1", p, i); t = conv_bn(b, q, t, -1, c3, 3, 1, 1);
-        namef(q, "%s.cv3.%d.2", p, i); conv_bias(b, q, t, slice_value(b, out, 4 * R, nc), nc, 1);
-        m->head[i] = out;
+        namef(q, "%s.%s.%d.0", p, box, i); int t = conv_bn(b, q, x, -1, c2, 3, 1, 1);
+        namef(q, "%s.%s.%d.1", p, box, i); t = conv_bn(b, q, t, -1, c2, 3, 1, 4);
+        namef(q, "%s.%s.%d.2", p, box, i); conv_bias(b, q, t, slice_value(b, out, 0, 4 * R), 4 * R, 4);
+        namef(q, "%s.%s.%d.0", p, cls, i); t = conv_bn(b, q, x, -1, c3, 3, 1, 1);
+        namef(q, "%s.%s.%d.1", p, cls, i); t = conv_bn(b, q, t, -1, c3, 3, 1, 1);
+        namef(q, "%s.%s.%d.2", p, cls, i); conv_bias(b, q, t, slice_value(b, out, 4 * R, nc), nc, 1);
+        maps[i] = out;
         m->strides[i] = b->max_hw / h;
     }
     int shape[4] = { 1, R, 1, 1 };
-    namef(q, "%s.dfl.conv.weight", p);
+    namef(q, "%s.%s.conv.weight", p, dfl);
     add_param(b, q, PK_FIXED, 4, shape);
+}
+
+// DualDDetect (PGI training): inputs [aux P3..P5, main P3..P5]. The auxiliary head (cv2/cv3, dfl) reads
+// the first half, the main head (cv4/cv5, dfl2) the second; the main head is the model's head[].
+static int dual_ddetect(Builder *b, const char *p, const int *in, int n_in) {
+    int nl = n_in / 2;
+    for (int i = 0; i < nl; i++)
+        if (b->vh[in[i]] != b->vh[in[nl + i]] || b->vw[in[i]] != b->vw[in[nl + i]])
+            return i + 1;
+    ddetect(b, p, in, nl, "cv2", "cv3", "dfl", b->m->aux);
+    ddetect(b, p, in + nl, nl, "cv4", "cv5", "dfl2", b->m->head);
+    b->m->n_aux = nl;
+    return 0;
 }
 
 // ---- the layer table ------------------------------------------------------------------------
@@ -317,13 +333,14 @@ static int build_layer(Builder *b, const int *in, int n_in, int *out) {
     namef(p, "model.%d", s->index);
     double wm = b->cfg->width_multiple > 0 ? b->cfg->width_multiple : 1.0;
     int c[4] = { 0 };
-    if (!strcmp(mod, "Upsample") || !strcmp(mod, "Concat") || !strcmp(mod, "DDetect")) {
+    int head = !strcmp(mod, "DDetect") || !strcmp(mod, "DualDDetect");
+    if (!strcmp(mod, "Upsample") || !strcmp(mod, "Concat") || head) {
     } else {
         for (int i = 0; i < s->n_args && i < 4; i++)
             if (i == 0 || strcmp(mod, "Conv")) { if (arg_int(b, i, &c[i])) return -1; }
         c[0] = make_divisible(c[0] * wm, 8);
     }
-    if (strcmp(mod, "Concat") && strcmp(mod, "DDetect") && n_in != 1)
+    if (strcmp(mod, "Concat") && !head && n_in != 1)
         return fail(b, "%s takes one input, got %d", mod, n_in);
     int x = in[0];
     if (!strcmp(mod, "Conv")) {
@@ -367,11 +384,18 @@ static int build_layer(Builder *b, const int *in, int n_in, int *out) {
             add_node(b, OP_COPY, in[i], slice_value(b, *out, c0, m->values[in[i]].C));
     } else if (!strcmp(mod, "DDetect")) {
         if (n_in < 1 || n_in > 4) return fail(b, "%s takes 1 to 4 input maps, got %d", mod, n_in);
-        ddetect(b, p, in, n_in);
+        ddetect(b, p, in, n_in, "cv2", "cv3", "dfl", m->head);
+        *out = -1;
+    } else if (!strcmp(mod, "DualDDetect")) {
+        if (n_in % 2 || n_in < 2 || n_in > 8)
+            return fail(b, "%s takes 2 to 8 input maps, auxiliary levels then as many main levels, got %d", mod, n_in);
+        int bad = dual_ddetect(b, p, in, n_in);
+        if (bad) return fail(b, "auxiliary input %d and main input %d differ in size at imgsz %d; level i of "
+                             "both halves must have the same stride", bad, n_in / 2 + bad, b->max_hw);
         *out = -1;
     } else {
         return fail(b, "unknown module '%s'; known: Conv, AConv, ELAN1, RepNCSPELAN4, SPPELAN, "
-                       "Upsample, Concat, DDetect", mod);
+                       "Upsample, Concat, DDetect, DualDDetect", mod);
     }
     return 0;
 }
@@ -389,6 +413,24 @@ static void layer_info(Builder *b, const LayerSpec *s, int out) {
     }
     if (s->sarg[0]) snprintf(li->args + o, sizeof li->args - o, "%s'%s'", o ? ", " : "", s->sarg);
     li->out = out;
+}
+
+static int owner(const Model *m, int v) { return m->values[v].parent < 0 ? v : m->values[v].parent; }
+
+// Nodes that only the auxiliary head needs (PGI's branch and the head's cv2/cv3): walking back from
+// the main head's maps, a node is needed when something needed reads the buffer it writes.
+static void mark_train_only(Model *m) {
+    if (!m->n_aux) return;
+    unsigned char *need = xcalloc(m->n_values, 1);
+    for (int l = 0; l < m->n_levels; l++) need[owner(m, m->head[l])] = 1;
+    for (int i = m->n_nodes - 1; i >= 0; i--) {
+        Node *nd = &m->nodes[i];
+        nd->train_only = !need[owner(m, nd->out)];
+        if (nd->train_only) continue;
+        need[owner(m, nd->in)] = 1;
+        if (nd->in2 >= 0) need[owner(m, nd->in2)] = 1;
+    }
+    free(need);
 }
 
 int model_build(const Config *cfg, int max_n, int imgsz, Model *m, Err *err) {
@@ -419,13 +461,16 @@ int model_build(const Config *cfg, int max_n, int imgsz, Model *m, Err *err) {
         }
         if (!rc && have_head) rc = fail(&b, "layers after the detection head are not supported");
         if (!rc) rc = build_layer(&b, in, n_in, &lay[i]);
-        if (!rc) { layer_info(&b, s, lay[i]); have_head = !strcmp(s->module, "DDetect"); }
+        if (!rc) { layer_info(&b, s, lay[i]); have_head = lay[i] < 0; }
     }
     if (!rc && !have_head)
-        rc = err_set(err, "%s: the model has no detection head: the last layer must be DDetect", cfg->file);
+        rc = err_set(err, "%s: the model has no detection head: the last layer must be DDetect or DualDDetect",
+                     cfg->file);
     free(lay);
     m->vh = b.vh; m->vw = b.vw;
     if (rc) { model_free(m); return -1; }
+    mark_train_only(m);
+    model_plan_grads(m);
     m->buffers = m->n_state;                       // the buffer region follows the parameters
     for (int i = 0; i < m->n_params; i++)
         if (m->params[i].kind == PK_RUNNING_MEAN || m->params[i].kind == PK_RUNNING_VAR) m->params[i].offset += m->buffers;
@@ -440,7 +485,7 @@ int model_build(const Config *cfg, int max_n, int imgsz, Model *m, Err *err) {
     m->state = calloc(m->n_state, sizeof(float));
     m->grad = calloc(m->n_state, sizeof(float));
     m->act = calloc(m->n_act, sizeof(float));
-    m->dact = calloc(m->n_act, sizeof(float));
+    m->dact = calloc(m->n_dact + 1, sizeof(float));
     m->stats = calloc(m->n_stats + 1, sizeof(float));
     m->ws = calloc(m->n_ws + 1, sizeof(float));
     m->tmp_a = calloc(m->n_tmp + 1, sizeof(float));
@@ -461,6 +506,7 @@ void model_free(Model *m) {
         free(m->act); free(m->dact); free(m->stats); free(m->ws); free(m->tmp_a); free(m->tmp_b);
     }
     free(m->params); free(m->values); free(m->nodes); free(m->layers); free(m->vh); free(m->vw);
+    model_free_grad_plan(m);
     memset(m, 0, sizeof *m);
 }
 
@@ -478,7 +524,7 @@ size_t model_count_params(const Model *m) {
 }
 
 size_t model_host_bytes(const Model *m) {
-    return sizeof(float) * (2 * m->n_state + 2 * m->n_act + m->n_stats + m->n_ws + 2 * m->n_tmp);
+    return sizeof(float) * (2 * m->n_state + m->n_act + m->n_dact + m->n_stats + m->n_ws + 2 * m->n_tmp);
 }
 
 double model_flops(const Model *m, int imgsz) {
@@ -487,8 +533,6 @@ double model_flops(const Model *m, int imgsz) {
     double r = (double)imgsz / m->imgsz;
     return f * r * r;
 }
-
-static int owner(const Model *m, int v) { return m->values[v].parent < 0 ? v : m->values[v].parent; }
 
 void model_set_size(Model *m, int h, int w) {
     m->vh[m->input] = h; m->vw[m->input] = w;

@@ -63,6 +63,7 @@ typedef struct {
     int      k, stride, pad; // pools; k = factor for OP_UPSAMPLE
     ConvUnit cv, cv2;        // OP_CONV uses cv; OP_REPCONV uses cv (3x3) and cv2 (1x1)
     int      layer;          // config layer this node belongs to
+    int      train_only;     // 1: feeds only the auxiliary head (skipped by evaluation forwards)
 } Node;
 
 typedef struct {         // what `info` prints per config layer
@@ -87,8 +88,11 @@ typedef struct {
     Node      *nodes;   int n_nodes;
     LayerInfo *layers;  int n_layers;
     int        input;              // value id of the input image (N,S,S,3)
-    int        head[4];            // value ids of the head maps, one per level (C = 4*reg_max + nc)
+    int        head[4];            // value ids of the head maps, one per level (C = 4*reg_max + nc):
+                                   // the main head, the one inference, validation and export use
     int        strides[4];
+    int        aux[4], n_aux;      // DualDDetect (PGI training): the auxiliary head maps, same levels
+                                   // and strides as head[]; n_aux = 0 for a single head
     // where it runs: the backend and its context (NULL for the CPU; the Device of a GPU)
     const Backend *be;
     void      *be_ctx;
@@ -97,12 +101,21 @@ typedef struct {
     // activations: arenas sized for (max_n, imgsz), in the backend's memory like state and grad
     float     *act, *dact, *stats, *ws, *tmp_a, *tmp_b;
     size_t     n_act, n_stats, n_ws, n_tmp;   // tmp: two maps the size of the largest conv output
+    // activation gradients (core/grad_plan.c): an owned value's gradient sits at grad_offset[v] in
+    // dact (n_dact floats), shared with gradients never live at the same time; the buffers whose
+    // life starts at backward time T (node n_nodes-1-T; T = -1: the loss) are zero_list[zero_first[T+1]
+    // .. zero_first[T+2]), zeroed then
+    size_t    *grad_offset, n_dact;
+    int       *zero_first, *zero_list;
 } Model;
 
 // Build from the config for inputs of up to max_n images of imgsz x imgsz. Errors (unknown
 // module, channel mismatch, bad arguments) name the config file:line.
 int  model_build(const Config *cfg, int max_n, int imgsz, Model *m, Err *err);
 void model_free(Model *m);
+// core/grad_plan.c: plan grad_offset, n_dact and the zero lists from the graph (model_build does it)
+void model_plan_grads(Model *m);
+void model_free_grad_plan(Model *m);
 // Fresh weights as the reference initialises them (PyTorch default conv init, BN 1/0, bias_init).
 void model_init_weights(Model *m, uint64_t seed);
 int  model_find_param(const Model *m, const char *name);
@@ -122,12 +135,14 @@ void model_set_size(Model *m, int h, int w);
 // views are in the backend's memory.
 Map  model_value(const Model *m, int v, int n);   // activation view
 Map  model_grad(const Model *m, int v, int n);    // gradient view
-// images_nhwc: (n,h,w,3) floats in host memory. Training mode uses batch statistics in BN and
+// images_nhwc: (n,h,w,3) floats in host memory, or NULL: the batch an earlier call uploaded is still
+// in the model's input (benchmarks of the step alone). Training mode uses batch statistics in BN and
 // updates the running ones; it also zeroes the activation gradients for the next backward.
+// Evaluation mode computes the main head only (nodes that feed only m->aux are skipped).
 void model_forward(Model *m, const float *images_nhwc, int n, int h, int w, int train);
 // The same from a uint8 batch (n,h,w,3), divided by 255 on the model's device.
 void model_forward_u8(Model *m, const uint8_t *images_nhwc, int n, int h, int w, int train);
-// d loss / d head maps must be in model_grad(head[i]); accumulates parameter gradients into
-// m->grad (callers zero it per optimizer step) and writes input gradients nowhere.
+// d loss / d head maps must be in model_grad(head[i]) (and model_grad(aux[i])); accumulates parameter
+// gradients into m->grad (callers zero it per optimizer step) and writes input gradients nowhere.
 void model_backward(Model *m, int n);
 void model_zero_grad(Model *m);

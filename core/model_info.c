@@ -27,11 +27,30 @@ static void shape_text(const Model *m, int v, char *buf, size_t size) {
     snprintf(buf, size, "%d x %d x %d", m->values[v].C, m->vh[v], m->vw[v]);
 }
 
+// The parameters of the inference form (export.h): those of the nodes the main head needs, and its DFL.
+static size_t inference_params(const Model *m) {
+    size_t n = (size_t)m->reg_max;
+    for (int i = 0; i < m->n_nodes; i++) {
+        const Node *nd = &m->nodes[i];
+        const ConvUnit *u[2] = { &nd->cv, &nd->cv2 };
+        for (int k = 0; k < 2 && !nd->train_only; k++) {
+            const int idx[4] = { u[k]->w, u[k]->b, u[k]->bn_w, u[k]->bn_b };
+            for (int j = 0; j < 4; j++) n += idx[j] >= 0 ? m->params[idx[j]].n : 0;
+        }
+    }
+    return n;
+}
+
 void model_print_info(const Model *m, const Config *cfg, FILE *f) {
     Model *mm = (Model *)m;          // sizes only: set the planned input size
     model_set_size(mm, m->imgsz, m->imgsz);
     char a[32], from[48], shape[96];
-    fprintf(f, "%4s  %-14s %-14s %-24s %12s  %s\n", "#", "from", "module", "arguments", "params",
+    int fw = 14;                     // the from column, wide enough for a dual head's six inputs
+    for (int i = 0; i < m->n_layers; i++) {
+        from_text(&m->layers[i], from, sizeof from);
+        if ((int)strlen(from) > fw) fw = (int)strlen(from);
+    }
+    fprintf(f, "%4s  %-*s %-14s %-24s %12s  %s\n", "#", fw, "from", "module", "arguments", "params",
             "output (C x H x W)");
     for (int i = 0; i < m->n_layers; i++) {
         const LayerInfo *li = &m->layers[i];
@@ -44,12 +63,16 @@ void model_print_info(const Model *m, const Config *cfg, FILE *f) {
                 shape_text(m, m->head[l], s1, sizeof s1);
                 o += snprintf(shape + o, sizeof shape - o, "%s%s", l ? ", " : "", s1);
             }
+            if (m->n_aux) snprintf(shape + o, sizeof shape - o, " (main; aux the same)");
         }
-        fprintf(f, "%4d  %-14s %-14s %-24s %12s  %s\n", i, from, li->module, li->args, grouped(li->params, a), shape);
+        fprintf(f, "%4d  %-*s %-14s %-24s %12s  %s\n", i, fw, from, li->module, li->args, grouped(li->params, a), shape);
     }
     int anchors = 0;
     for (int l = 0; l < m->n_levels; l++) anchors += m->vh[m->head[l]] * m->vw[m->head[l]];
     fprintf(f, "%s: %d layers, %s parameters, %.1f GFLOPs at %d (2 x multiply-adds), nc=%d, %d anchors\n",
             cfg->file, m->n_layers, grouped(model_count_params(m), a), model_flops(m, m->imgsz) / 1e9,
             m->imgsz, m->nc, anchors);
+    if (m->n_aux)
+        fprintf(f, "auxiliary branch and head for training only (PGI): `yolotrain export` leaves %s parameters\n",
+                grouped(inference_params(m), a));
 }

@@ -9,15 +9,26 @@
 
 static const float BN_EPS = 1e-3f, BN_MOMENTUM = 0.03f;
 
-static Map arena_view(const Model *m, float *arena, int v, int n) {
+// Value v in an arena where its owner (itself, or the value it is a slice of) starts at `offset`.
+static Map arena_view(const Model *m, float *base, int v, int n) {
     const Value *val = &m->values[v];
     int own = val->parent < 0 ? v : val->parent;
-    Map x = { arena + m->values[own].offset + val->c0, n, m->vh[v], m->vw[v], val->C, m->values[own].C };
+    Map x = { base + val->c0, n, m->vh[v], m->vw[v], val->C, m->values[own].C };
     return x;
 }
 
-Map model_value(const Model *m, int v, int n) { return arena_view(m, m->act, v, n); }
-Map model_grad(const Model *m, int v, int n) { return arena_view(m, m->dact, v, n); }
+static int owner_of(const Model *m, int v) { return m->values[v].parent < 0 ? v : m->values[v].parent; }
+
+Map model_value(const Model *m, int v, int n) { return arena_view(m, m->act + m->values[owner_of(m, v)].offset, v, n); }
+Map model_grad(const Model *m, int v, int n) { return arena_view(m, m->dact + m->grad_offset[owner_of(m, v)], v, n); }
+
+// Zero the gradients whose life starts at backward time t (core/grad_plan.c).
+static void zero_grads_from(Model *m, int t, int n) {
+    for (int k = m->zero_first[t + 1]; k < m->zero_first[t + 2]; k++) {
+        Map g = model_grad(m, m->zero_list[k], n);
+        m->be->zero(m->be_ctx, g.data, map_floats(g));
+    }
+}
 
 static float *P(const Model *m, int i) { return i < 0 ? NULL : m->state + m->params[i].offset; }
 static float *G(const Model *m, int i) { return i < 0 ? NULL : m->grad + m->params[i].offset; }
@@ -31,22 +42,29 @@ static Map unit_z(const Model *m, const ConvUnit *u, const ConvDims *d) {
     return map_make(m->act + u->z, d->N, d->P, d->Q, d->K);
 }
 
-// conv, then BN (train or eval) into u; without BN the conv (with bias) writes u directly.
-static void unit_forward(Model *m, const ConvUnit *cu, int in, Map out, int n, int train) {
+// conv, then BN (train or eval) into u; without BN the conv (with bias) writes u directly. act: SiLU
+// follows, fused with a training BN; returns whether it was applied (else the caller applies it).
+static int unit_forward(Model *m, const ConvUnit *cu, int in, Map out, int n, int train, int act) {
     ConvDims d = unit_dims(m, cu, in, n);
     Map x = model_value(m, in, n);
     const Backend *be = m->be;
-    if (cu->bn_w < 0) { be->conv_forward(m->be_ctx, &d, x, P(m, cu->w), P(m, cu->b), out, m->ws); return; }
+    if (cu->bn_w < 0) { be->conv_forward(m->be_ctx, &d, x, P(m, cu->w), P(m, cu->b), out, m->ws); return 0; }
     Map z = unit_z(m, cu, &d);
     be->conv_forward(m->be_ctx, &d, x, P(m, cu->w), NULL, z, m->ws);
-    if (train) {
-        float *mean = m->stats + cu->stats, *invstd = mean + d.K;
-        be->bn_forward_train(m->be_ctx, z, P(m, cu->bn_w), P(m, cu->bn_b), BN_EPS, BN_MOMENTUM,
-                             P(m, cu->bn_mean), P(m, cu->bn_var), mean, invstd, out);
-    } else {
+    if (!train) {
         be->bn_forward_eval(m->be_ctx, z, P(m, cu->bn_w), P(m, cu->bn_b), BN_EPS, P(m, cu->bn_mean),
                             P(m, cu->bn_var), out);
+        return 0;
     }
+    float *mean = m->stats + cu->stats, *invstd = mean + d.K;
+    if (act) {
+        be->bn_silu_forward_train(m->be_ctx, z, P(m, cu->bn_w), P(m, cu->bn_b), BN_EPS, BN_MOMENTUM,
+                                  P(m, cu->bn_mean), P(m, cu->bn_var), mean, invstd, out);
+        return 1;
+    }
+    be->bn_forward_train(m->be_ctx, z, P(m, cu->bn_w), P(m, cu->bn_b), BN_EPS, BN_MOMENTUM,
+                         P(m, cu->bn_mean), P(m, cu->bn_var), mean, invstd, out);
+    return 0;
 }
 
 // u = (z - mean) * invstd * gamma + beta with the batch statistics saved by the forward
@@ -69,6 +87,18 @@ static void unit_backward(Model *m, const ConvUnit *cu, int in, Map du, int n) {
     m->be->conv_backward(m->be_ctx, &d, x, P(m, cu->w), dz, dx, G(m, cu->w), G(m, cu->b), m->ws);
 }
 
+// Backward of a conv + BN + SiLU unit from dy at the SiLU output, fused by the backend (tmp_a and
+// tmp_b are its scratch for du and dz).
+static void unit_backward_silu(Model *m, const ConvUnit *cu, int in, Map dy, int n) {
+    ConvDims d = unit_dims(m, cu, in, n);
+    Map x = model_value(m, in, n), dx = model_grad(m, in, n), z = unit_z(m, cu, &d);
+    if (in == m->input) dx.data = NULL;          // no gradient for the images
+    const float *mean = m->stats + cu->stats;
+    BnSaved bn = { P(m, cu->bn_w), P(m, cu->bn_b), mean, mean + d.K, G(m, cu->bn_w), G(m, cu->bn_b) };
+    m->be->conv_bn_silu_backward(m->be_ctx, &d, x, P(m, cu->w), z, &bn, dy, map_make(m->tmp_a, d.N, d.P, d.Q, d.K),
+                                 map_make(m->tmp_b, d.N, d.P, d.Q, d.K), dx, G(m, cu->w), m->ws);
+}
+
 // Profiling (m->prof set): wait for the backend around each node and add its time.
 static double prof_start(Model *m) {
     if (!m->prof) return 0;
@@ -89,13 +119,12 @@ static void node_forward(Model *m, const Node *nd, int n, int train) {
     {
         switch (nd->op) {
         case OP_CONV:
-            unit_forward(m, &nd->cv, nd->in, y, n, train);
-            if (nd->act) be->silu_forward(ctx, y, y);
+            if (!unit_forward(m, &nd->cv, nd->in, y, n, train, nd->act) && nd->act) be->silu_forward(ctx, y, y);
             break;
         case OP_REPCONV: {
             Map t = map_make(m->tmp_a, n, y.H, y.W, y.C);
-            unit_forward(m, &nd->cv, nd->in, y, n, train);
-            unit_forward(m, &nd->cv2, nd->in, t, n, train);
+            unit_forward(m, &nd->cv, nd->in, y, n, train, 0);
+            unit_forward(m, &nd->cv2, nd->in, t, n, train, 0);
             be->accumulate_map(ctx, t, y);
             be->silu_forward(ctx, y, y);
             break;
@@ -111,18 +140,19 @@ static void node_forward(Model *m, const Node *nd, int n, int train) {
 
 static void forward_nodes(Model *m, int n, int train) {
     for (int i = 0; i < m->n_nodes; i++) {
+        if (!train && m->nodes[i].train_only) continue;   // the auxiliary head is for training only
         double t0 = prof_start(m);
         node_forward(m, &m->nodes[i], n, train);
         prof_stop(m, i, 0, t0);
     }
     if (train) m->bn_batches++;
-    m->be->zero(m->be_ctx, m->dact, m->n_act);     // gradients of this batch start from zero
+    zero_grads_from(m, -1, n);                     // the head maps' gradients, which the loss writes
 }
 
 void model_forward(Model *m, const float *images, int n, int h, int w, int train) {
     model_set_size(m, h, w);
     Map in = model_value(m, m->input, n);
-    m->be->upload(m->be_ctx, in.data, images, map_floats(in));
+    if (images) m->be->upload(m->be_ctx, in.data, images, map_floats(in));
     forward_nodes(m, n, train);
 }
 
@@ -157,6 +187,7 @@ static void node_backward(Model *m, const Node *nd, int n) {
         switch (nd->op) {
         case OP_CONV: case OP_REPCONV: {
             if (!nd->act) { unit_backward(m, &nd->cv, nd->in, dy, n); break; }
+            if (nd->op == OP_CONV && nd->cv.bn_w >= 0) { unit_backward_silu(m, &nd->cv, nd->in, dy, n); break; }
             Map du = act_grad(m, nd, n);          // in tmp_a; unit_backward keeps dz in tmp_b
             unit_backward(m, &nd->cv, nd->in, du, n);
             if (nd->op == OP_REPCONV) unit_backward(m, &nd->cv2, nd->in, du, n);
@@ -177,6 +208,7 @@ static void node_backward(Model *m, const Node *nd, int n) {
 void model_backward(Model *m, int n) {
     for (int i = m->n_nodes - 1; i >= 0; i--) {
         double t0 = prof_start(m);
+        zero_grads_from(m, m->n_nodes - 1 - i, n);
         node_backward(m, &m->nodes[i], n);
         prof_stop(m, i, 1, t0);
     }

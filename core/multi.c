@@ -1,13 +1,23 @@
 // multi.c: several devices in one process (see multi.h). Device 0 is the master trainer; devices
-// 1..n-1 are replicas. Each step: scatter micro-batches, every worker thread runs forward and
-// assignment, the target-score sums are added, every worker runs loss and backward, then the
-// master gathers the gradients (and the BN running statistics) with device-to-device copies,
-// updates, and sends the new state back.
+// 1..n-1 are replicas, each driven by its own worker thread. Each step: scatter micro-batches;
+// every worker runs forward and assignment (or, with loss_on=device0, the forward alone and the
+// loss of the whole batch on device 0); the target-score sums are added; every worker runs loss and
+// backward; then the gradients are reduced (reduce=device0: gathered on the master, which updates
+// and broadcasts; reduce=sharded: each device sums, updates and all-gathers its own shard).
+// Legend: n_state floats of flat state (weights, BN buffers) and as many of gradients; B batch;
+// n devices; shard k = state[lo_k, hi_k); pi = floats of one image's head map at one level.
 #include "core/multi.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+
+#ifdef USE_CUDA
+#include "gpu/device.h"
+#include "gpu/loss.h"
+#include "gpu/peer.h"
+#endif
 
 // ---- devices and splits --------------------------------------------------------------------
 
@@ -50,6 +60,30 @@ int parse_devices(const char *spec, int n_gpus, DeviceList *out, Err *err) {
     return 0;
 }
 
+int split_weighted(const double *w, const int *cap, int B, int n, int *sizes) {
+    double sum = 0, ideal[MULTI_MAX];
+    for (int k = 0; k < n; k++) sum += w[k] > 0 ? w[k] : 0;
+    if (sum <= 0) return -1;
+    int given = 0;
+    for (int k = 0; k < n; k++) {
+        ideal[k] = w[k] > 0 ? B * w[k] / sum : 0;
+        sizes[k] = (int)ideal[k];
+        if (cap && sizes[k] > cap[k]) sizes[k] = cap[k];
+        given += sizes[k];
+    }
+    while (given < B) {                                // the remainder, one image at a time
+        int best = -1;
+        for (int k = 0; k < n; k++) {
+            if (w[k] <= 0 || (cap && sizes[k] >= cap[k])) continue;
+            if (best < 0 || ideal[k] - sizes[k] > ideal[best] - sizes[best]) best = k;
+        }
+        if (best < 0) return -1;
+        sizes[best]++;
+        given++;
+    }
+    return sizes[0] ? 0 : -1;
+}
+
 int split_batch(const char *split, int B, int n, int *sizes, Err *err) {
     memset(sizes, 0, sizeof(int) * n);
     if (!strcmp(split, "even") || !strcmp(split, "auto")) {   // torch.chunk
@@ -67,50 +101,241 @@ int split_batch(const char *split, int B, int n, int *sizes, Err *err) {
         p = *end == ',' ? end + 1 : end;
     }
     if (*p || sum <= 0) return err_set(err, "split=%s: give %d non-negative weights, one per device", split, n);
-    int given = 0;
-    for (int k = 0; k < n; k++) { sizes[k] = (int)(B * w[k] / sum); given += sizes[k]; }
-    for (int k = 0; given < B; k = (k + 1) % n)        // the rounding remainder, one image at a time
-        if (w[k] > 0) { sizes[k]++; given++; }
-    if (!sizes[0]) return err_set(err, "split=%s: device 0 gets no image of a batch of %d", split, B);
+    if (split_weighted(w, NULL, B, n, sizes))
+        return err_set(err, "split=%s: device 0 gets no image of a batch of %d", split, B);
     return 0;
 }
 
-// ---- workers -------------------------------------------------------------------------------
+int multi_plan_micro(const char *split, int B, int n, Err *err) {
+    int sizes[MULTI_MAX], micro = 0;
+    if (split_batch(split, B, n, sizes, err)) return -1;
+    for (int k = 0; k < n; k++) micro = sizes[k] > micro ? sizes[k] : micro;
+    if (!strcmp(split, "auto")) {
+        int more = (int)ceil(1.25 * micro);
+        micro = more < B ? more : B;
+    }
+    return micro;
+}
 
-enum { PHASE_FORWARD, PHASE_BACKWARD, PHASE_QUIT };
+// ---- state -----------------------------------------------------------------------------------
+
+enum { PH_FORWARD, PH_FORWARD_ONLY, PH_BACKWARD, PH_BACKWARD_D0, PH_REDUCE, PH_UPDATE, PH_ALLGATHER, PH_QUIT };
+static const char *PHASE_NAMES[] = { "forward", "forward", "backward", "backward", "reduce", "update",
+                                     "all-gather", "quit" };
+
+enum { AUTO_WARMUP = 2, AUTO_MEASURE = 4 };   // split=auto: steps skipped, then steps measured
 
 typedef struct {             // one device's share of the step
     Trainer *t;
     const float *images;     // floats, or
     const uint8_t *images_u8; // the loader's bytes
     float   *targets;        // (nt, 6), image index local to the micro-batch
-    int      cap, n, nt, rc;
-    double   tss;
+    int      tcap, n, first, nt, rc;
+    LossNorm tss;            // local target-score sums (main head, a dual head's auxiliary one)
+    double   sumsq;          // sum of squares of its shard's gradients
+    double   busy, compute;  // seconds busy in the phase just run; forward+loss+backward this step
     LossOut  out;
     Err      err;
+    float   *stage;          // host staging for copies when peer access is off
 } Job;
 
+typedef struct {             // reduce=sharded: what device k owns
+    size_t     lo, hi;       // state[lo, hi)
+    ParamSlot *slots;        // the trainable parts of the master's slots inside [lo, hi), in k's memory
+    int        n_slots, has_sgd;
+    Sgd        sgd;          // momentum: the master's buffer in place (k = 0), else k's own
+    size_t     mom_at;       // where its momentum sits in the master's packed buffer
+    float     *ema, *recv;   // (hi - lo) each; device 0: the master's EMA and receive buffer in place
+    float     *host_block;   // CPU devices: the memory of mom, ema, recv
+} Shard;
+
+typedef struct {             // loss_on=device0: the whole batch's head maps on device 0
+    float      *out[LOSS_LEVELS], *dout[LOSS_LEVELS];   // (B, H_l, W_l, C) each
+    LossWork   *lw;          // CPU
+    void       *gpu_lw;      // GPU (GpuLossWork)
+    int         max_B;
+} LossAtZero;
+
+typedef struct { int steps, done, use; double busy[MULTI_MAX], imgs[MULTI_MAX], rate[MULTI_MAX]; } AutoSplit;
+
 struct Multi {
-    int              n, sizes[MULTI_MAX], last_B;
+    int              n, n_reps, sizes[MULTI_MAX], cap[MULTI_MAX], last_B;   // n_reps: replicas built
     char             split[256];
+    int              sharded, loss_d0, staged, zero_first, dirty, step_now;
     Trainer         *master, rep[MULTI_MAX];   // rep[0] is unused: device 0 is the master
+    int              gpu[MULTI_MAX];
     Job              job[MULTI_MAX];
+    Shard            shard[MULTI_MAX];
+    LossAtZero       z;
+    AutoSplit        au;
+    MultiDevStats    stats[MULTI_MAX];
     pthread_t        thread[MULTI_MAX];
     pthread_barrier_t start, done;
     int              phase, S;
-    double           norm, batch_mult;
-    float           *recv;                     // n_state floats in the master's memory
+    LossNorm         norm;                     // the whole batch's normalisers
+    double           batch_mult, ema_d;
+    float            coef;                     // clip factor of the sharded step (1: none)
+    OptStep          st;
+    MultiFailHook    hook;
+    void            *hook_arg;
 };
 
+static const char *dev_name(const Multi *mt, int k, char *buf, size_t size) {
+    if (mt->gpu[k] < 0) snprintf(buf, size, "cpu %d", k);
+    else snprintf(buf, size, "GPU %d", mt->gpu[k]);
+    return buf;
+}
+
+// dst (in dt's memory) = n floats of src (in st's memory); through host memory when peer access is off
+static void copy_floats(Multi *mt, Trainer *dt, float *dst, Trainer *st, const float *src, size_t n, float *stage) {
+    if (!n) return;
+    if (!mt->staged || dt == st) { dt->m.be->pull(dt->m.be_ctx, dst, st->m.be_ctx, src, n); return; }
+    st->m.be->bind(st->m.be_ctx);
+    st->m.be->download(st->m.be_ctx, stage, src, n);   // blocking: behind st's queued work
+    dt->m.be->bind(dt->m.be_ctx);
+    dt->m.be->upload(dt->m.be_ctx, dst, stage, n);
+}
+
+static void add_into(Trainer *dst, float *to, const float *from, size_t n) {
+    Map a = map_make((float *)from, 1, 1, (int)n, 1), b = map_make(to, 1, 1, (int)n, 1);
+    dst->m.be->accumulate_map(dst->m.be_ctx, a, b);
+}
+
+static int used_devices(const Multi *mt) {
+    int used = 0;
+    for (int k = 0; k < mt->n; k++) used += mt->job[k].n > 0;
+    return used;
+}
+
+// ---- the work of one device in one phase -------------------------------------------------------
+
+static void forward_only(Multi *mt, Job *j) {
+    Model *m = &j->t->m;
+    double t0 = now_seconds();
+    if (j->images) model_forward(m, j->images, j->n, mt->S, mt->S, 1);
+    else model_forward_u8(m, j->images_u8, j->n, mt->S, mt->S, 1);
+    j->t->t.forward += now_seconds() - t0;
+}
+
+// loss_on=device0: this device's rows of the whole batch's output gradients, then its backward
+static void backward_from_zero(Multi *mt, int k) {
+    Job *j = &mt->job[k];
+    Model *m = &j->t->m;
+    double t0 = now_seconds();
+    for (int l = 0; l < m->n_levels; l++) {
+        Map g = model_grad(m, m->head[l], j->n);
+        size_t pi = map_floats(g) / j->n;
+        copy_floats(mt, j->t, g.data, mt->master, mt->z.dout[l] + j->first * pi, j->n * pi, j->stage);
+    }
+    double t1 = now_seconds();
+    model_backward(m, j->n);
+    j->t->t.loss += t1 - t0;
+    j->t->t.backward += now_seconds() - t1;
+}
+
+static void zero_outside(Trainer *t, size_t lo, size_t hi) {
+    Model *m = &t->m;
+    m->be->zero(m->be_ctx, m->grad, lo);
+    m->be->zero(m->be_ctx, m->grad + hi, m->n_state - hi);
+}
+
+// reduce=sharded, device k: the others' gradients of its shard summed into its own, its BN
+// running statistics averaged over the devices that ran images, and its gradients' sum of squares
+static void reduce_shard(Multi *mt, int k) {
+    Shard *sh = &mt->shard[k];
+    Trainer *t = mt->job[k].t;
+    Model *m = &t->m;
+    size_t n = sh->hi - sh->lo;
+    size_t blo = sh->lo > m->buffers ? sh->lo : m->buffers, bhi = sh->hi < m->buffers + m->n_buffers ? sh->hi : m->buffers + m->n_buffers;
+    int used = used_devices(mt);
+    if (bhi > blo && !mt->job[k].n) m->be->zero(m->be_ctx, m->state + blo, bhi - blo);   // it ran nothing
+    for (int j = 0; j < mt->n; j++) {
+        if (j == k || !mt->job[j].n) continue;
+        Trainer *o = mt->job[j].t;
+        copy_floats(mt, t, sh->recv, o, o->m.grad + sh->lo, n, mt->job[k].stage);
+        add_into(t, m->grad + sh->lo, sh->recv, n);
+        if (bhi <= blo) continue;
+        copy_floats(mt, t, sh->recv, o, o->m.state + blo, bhi - blo, mt->job[k].stage);
+        add_into(t, m->state + blo, sh->recv, bhi - blo);
+    }
+    if (bhi > blo && used > 1) m->be->scale(m->be_ctx, m->state + blo, bhi - blo, 1.0f / used);
+    mt->job[k].sumsq = sh->has_sgd ? m->be->grad_sumsq(m->be_ctx, sh->sgd.prep) : 0;
+}
+
+// reduce=sharded, device k: clip, SGD and EMA of its shard (when the schedule steps)
+static void update_shard(Multi *mt, int k) {
+    Shard *sh = &mt->shard[k];
+    Model *m = &mt->job[k].t->m;
+    zero_outside(mt->job[k].t, sh->lo, sh->hi);    // summed into their owners by the reduce
+    if (!mt->st.step) return;
+    if (sh->has_sgd) {
+        if (mt->coef < 1.0f) m->be->grad_scale(m->be_ctx, sh->sgd.prep, mt->coef);
+        sgd_step(&sh->sgd, &mt->st);
+    }
+    m->be->ema_update(m->be_ctx, sh->ema, m->state + sh->lo, sh->hi - sh->lo, mt->ema_d);
+}
+
+static void allgather_shards(Multi *mt, int k) {
+    Trainer *t = mt->job[k].t;
+    for (int j = 0; j < mt->n; j++) {
+        if (j == k) continue;
+        const Shard *o = &mt->shard[j];
+        copy_floats(mt, t, t->m.state + o->lo, mt->job[j].t, mt->job[j].t->m.state + o->lo, o->hi - o->lo,
+                    mt->job[k].stage);
+    }
+}
+
+static void do_phase(Multi *mt, int k) {
+    Job *j = &mt->job[k];
+    Trainer *t = j->t;
+    switch (mt->phase) {
+    case PH_FORWARD:
+        j->rc = trainer_forward_assign_heads(t, j->n, mt->S, j->images, j->images_u8, j->targets, j->nt, &j->tss,
+                                             &j->err);
+        break;
+    case PH_FORWARD_ONLY:
+        forward_only(mt, j);
+        break;
+    case PH_BACKWARD: trainer_compute_backward_heads(t, j->n, &mt->norm, mt->batch_mult, &j->out); break;
+    case PH_BACKWARD_D0: backward_from_zero(mt, k); break;
+    case PH_REDUCE: reduce_shard(mt, k); break;
+    case PH_UPDATE: update_shard(mt, k); break;
+    case PH_ALLGATHER: allgather_shards(mt, k); break;
+    }
+}
+
+// Device k's part of the current phase, timed by category; an error (the fail hook, a returned -1,
+// a pending CUDA error) is left in the job for the host to report after the barrier.
 static void run_phase(Multi *mt, int k) {
     Job *j = &mt->job[k];
-    if (!j->n) return;
-    if (mt->phase == PHASE_FORWARD) {
-        j->rc = trainer_forward_assign(j->t, j->n, mt->S, j->images, j->images_u8, j->targets, j->nt, &j->tss,
-                                       &j->err);
+    Trainer *t = j->t;
+    MultiDevStats *s = &mt->stats[k];
+    j->rc = 0;
+    j->busy = 0;
+    if (mt->phase == PH_FORWARD || mt->phase == PH_FORWARD_ONLY) {   // before any gradient of the step
+        if (mt->zero_first) model_zero_grad(&t->m);
+        if (k == 0 && mt->dirty) zero_outside(t, mt->shard[0].lo, mt->shard[0].hi);
+    }
+    if (mt->phase <= PH_BACKWARD_D0 && !j->n) return;  // no image for this device this step
+    double t0 = now_seconds(), f0 = t->t.forward, l0 = t->t.loss, b0 = t->t.backward;
+    if (mt->hook && mt->hook(k, PHASE_NAMES[mt->phase], mt->hook_arg)) {
+        j->rc = err_set(&j->err, "failed in its %s phase (injected)", PHASE_NAMES[mt->phase]);
+        return;
+    }
+    do_phase(mt, k);
+    t->m.be->sync(t->m.be_ctx);                     // the other devices read what it wrote next
+#ifdef USE_CUDA
+    char msg[256];
+    if (t->dev && !j->rc && peer_check(msg, sizeof msg)) j->rc = err_set(&j->err, "CUDA error in the %s phase: %s",
+                                                                          PHASE_NAMES[mt->phase], msg);
+#endif
+    j->busy = now_seconds() - t0;
+    if (mt->phase <= PH_BACKWARD_D0) {
+        s->forward += t->t.forward - f0; s->loss += t->t.loss - l0; s->backward += t->t.backward - b0;
+        j->compute += j->busy;
     } else {
-        trainer_compute_backward(j->t, j->n, mt->norm, mt->batch_mult, &j->out);
-        j->t->m.be->sync(j->t->m.be_ctx);      // the master reads these gradients next
+        double *cat = mt->phase == PH_REDUCE ? &s->gather : mt->phase == PH_UPDATE ? &s->update : &s->broadcast;
+        *cat += j->busy;
     }
 }
 
@@ -123,7 +348,7 @@ static void *worker(void *arg) {
     t->m.be->bind(t->m.be_ctx);               // this thread's device, once
     for (;;) {
         pthread_barrier_wait(&mt->start);
-        if (mt->phase == PHASE_QUIT) break;
+        if (mt->phase == PH_QUIT) break;
         run_phase(mt, a->k);
         pthread_barrier_wait(&mt->done);
     }
@@ -131,49 +356,367 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-static void run_all(Multi *mt, int phase) {
+// Every worker runs `phase`; returns -1 with err naming the first device that failed. Every
+// worker is back at the start barrier either way, so a failure leaves no thread waiting.
+static int run_all(Multi *mt, int phase, Err *err) {
     mt->phase = phase;
+    double t0 = now_seconds();
     pthread_barrier_wait(&mt->start);
-    if (phase != PHASE_QUIT) pthread_barrier_wait(&mt->done);
+    if (phase == PH_QUIT) return 0;
+    pthread_barrier_wait(&mt->done);
+    double wall = now_seconds() - t0;
+    for (int k = 0; k < mt->n; k++) mt->stats[k].idle += wall > mt->job[k].busy ? wall - mt->job[k].busy : 0;
+    for (int k = 0; k < mt->n; k++) {
+        if (!mt->job[k].rc) continue;
+        char name[32];
+        return err_set(err, "device %d (%s): %s", k, dev_name(mt, k, name, sizeof name), mt->job[k].err.msg);
+    }
+    return 0;
 }
 
-// ---- copies between devices ----------------------------------------------------------------
-
-static void add_into(Trainer *dst, float *to, const float *from, size_t n) {
-    Map a = map_make((float *)from, 1, 1, (int)n, 1), b = map_make(to, 1, 1, (int)n, 1);
-    dst->m.be->accumulate_map(dst->m.be_ctx, a, b);
+// Work the host does for device 0 alone (gather, update, broadcast under reduce=device0; the loss of
+// loss_on=device0): device 0 is busy, the others wait.
+static void host_work(Multi *mt, double *dev0_category, double seconds) {
+    *dev0_category += seconds;
+    for (int k = 1; k < mt->n; k++) mt->stats[k].idle += seconds;
 }
+
+// ---- reduce=device0 --------------------------------------------------------------------------
 
 // master.grad += sum of the replicas' gradients; BN running statistics := mean over devices
 static void gather(Multi *mt) {
     Trainer *m0 = mt->master;
     Model *m = &m0->m;
-    int used = 0;
-    for (int k = 0; k < mt->n; k++) used += mt->job[k].n > 0;
+    int used = used_devices(mt);
     m->be->bind(m->be_ctx);
     for (int k = 1; k < mt->n; k++) {
         if (!mt->job[k].n) continue;
-        Model *r = &mt->rep[k].m;
-        m->be->pull(m->be_ctx, mt->recv, r->be_ctx, r->grad, m->n_state);
-        add_into(m0, m->grad, mt->recv, m->n_state);
-        m->be->pull(m->be_ctx, mt->recv, r->be_ctx, r->state + m->buffers, m->n_buffers);
-        add_into(m0, m->state + m->buffers, mt->recv, m->n_buffers);
+        Trainer *r = &mt->rep[k];
+        copy_floats(mt, m0, m0->recv, r, r->m.grad, m->n_state, mt->job[0].stage);
+        add_into(m0, m->grad, m0->recv, m->n_state);
+        copy_floats(mt, m0, m0->recv, r, r->m.state + m->buffers, m->n_buffers, mt->job[0].stage);
+        add_into(m0, m->state + m->buffers, m0->recv, m->n_buffers);
     }
     if (used > 1) m->be->scale(m->be_ctx, m->state + m->buffers, m->n_buffers, 1.0f / used);
+    m->be->sync(m->be_ctx);
 }
 
 // every replica := the master's state (weights and BN buffers); replica gradients := 0
 static void broadcast(Multi *mt) {
-    Model *m = &mt->master->m;
+    Trainer *m0 = mt->master;
+    Model *m = &m0->m;
     m->be->sync(m->be_ctx);                       // the update is done before anyone copies it
     for (int k = 1; k < mt->n; k++) {
-        Model *r = &mt->rep[k].m;
-        r->be->bind(r->be_ctx);
-        r->be->pull(r->be_ctx, r->state, m->be_ctx, m->state, m->n_state);
-        model_zero_grad(r);
-        r->be->sync(r->be_ctx);
+        Trainer *r = &mt->rep[k];
+        double t0 = now_seconds();
+        r->m.be->bind(r->m.be_ctx);
+        copy_floats(mt, r, r->m.state, m0, m->state, m->n_state, mt->job[0].stage);
+        model_zero_grad(&r->m);
+        r->m.be->sync(r->m.be_ctx);
+        double dt = now_seconds() - t0;
+        mt->stats[k].broadcast += dt;
+        mt->stats[k].idle -= dt;                  // host_work below counts the whole broadcast as idle
     }
     m->be->bind(m->be_ctx);
+}
+
+// ---- loss_on=device0 -------------------------------------------------------------------------
+
+// The replicas' head maps into device 0's batch buffers, the loss of the whole batch there, and
+// its gradient w.r.t. the maps in dout (the workers copy their rows back before backward).
+static int loss_at_zero(Multi *mt, int B, const float *targets, int nt, LossOut *out, Err *err) {
+    Trainer *m0 = mt->master;
+    Model *m = &m0->m;
+    LossBatch lb = { .nc = m->nc, .img_h = mt->S, .img_w = mt->S, .targets = targets, .n_targets = nt };
+    Map grads[LOSS_LEVELS];
+    m->be->bind(m->be_ctx);
+    for (int l = 0; l < m->n_levels; l++) {
+        int v = m->head[l], H = m->vh[v], W = m->vw[v], C = m->values[v].C;
+        size_t pi = (size_t)H * W * C;
+        for (int k = 0; k < mt->n; k++) {
+            Job *j = &mt->job[k];
+            if (j->n) copy_floats(mt, m0, mt->z.out[l] + j->first * pi, j->t, model_value(&j->t->m, v, j->n).data,
+                                  j->n * pi, mt->job[0].stage);
+        }
+        lb.head[l] = map_make(mt->z.out[l], B, H, W, C);
+        grads[l] = map_make(mt->z.dout[l], B, H, W, C);
+    }
+    double tss = 0;
+    int rc;
+#ifdef USE_CUDA
+    if (m0->dev) {
+        if (!(rc = loss_assign_gpu(m0->dev, mt->z.gpu_lw, &lb, &tss, err)))
+            loss_compute_gpu(m0->dev, mt->z.gpu_lw, &lb, tss > 1 ? tss : 1, B, grads, out);
+    } else
+#endif
+    if (!(rc = loss_assign(mt->z.lw, &lb, &tss, err))) loss_compute(mt->z.lw, &lb, tss > 1 ? tss : 1, B, grads, out);
+    m->be->sync(m->be_ctx);
+    if (rc) {
+        char name[32], msg[sizeof err->msg];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        return err_set(err, "device 0 (%s): %s", dev_name(mt, 0, name, sizeof name), msg);
+    }
+    out->tss = tss > 1 ? tss : 1;
+    return 0;
+}
+
+static int loss_dev0_init(Multi *mt, int max_B, Err *err) {
+    Trainer *m0 = mt->master;
+    Model *m = &m0->m;
+    if (m->n_aux) return err_set(err, "loss_on=device0 is built for single-head models (this one has a dual head); "
+                                 "use loss_on=local");
+    mt->z.max_B = max_B;
+    int anchors = 0;
+    for (int l = 0; l < m->n_levels; l++) {
+        int v = m->head[l], side = m->imgsz / m->values[v].stride;
+        size_t n = (size_t)max_B * side * side * m->values[v].C;
+        anchors += side * side;
+#ifdef USE_CUDA
+        if (m0->dev) {
+            int id = ((Device *)m0->dev)->id;
+            mt->z.out[l] = peer_alloc(id, n);
+            mt->z.dout[l] = peer_alloc(id, n);
+            if (!mt->z.out[l] || !mt->z.dout[l])
+                return err_set(err, "loss_on=device0: GPU %d has no room for the batch's head outputs (%.0f MiB); "
+                               "use loss_on=local or a smaller batch", id, 2.0 * n * sizeof(float) / 1048576);
+            continue;
+        }
+#endif
+        mt->z.out[l] = xcalloc(n, sizeof(float));
+        mt->z.dout[l] = xcalloc(n, sizeof(float));
+    }
+#ifdef USE_CUDA
+    if (m0->dev) {
+        mt->z.gpu_lw = loss_work_new_gpu(m0->dev, max_B, max_B * 512, m->nc, anchors);
+        if (!mt->z.gpu_lw) return err_set(err, "loss_on=device0: no room on device 0 for the loss of %d images", max_B);
+        return 0;
+    }
+#endif
+    (void)anchors;                                 // the CPU's loss work sizes itself
+    mt->z.lw = loss_work_new();
+    return 0;
+}
+
+static void loss_dev0_free(Multi *mt) {
+    for (int l = 0; l < LOSS_LEVELS; l++) {
+#ifdef USE_CUDA
+        if (mt->master->dev) {
+            peer_free(((Device *)mt->master->dev)->id, mt->z.out[l]);
+            peer_free(((Device *)mt->master->dev)->id, mt->z.dout[l]);
+            continue;
+        }
+#endif
+        free(mt->z.out[l]);
+        free(mt->z.dout[l]);
+    }
+#ifdef USE_CUDA
+    if (mt->z.gpu_lw) loss_work_free_gpu(mt->z.gpu_lw);
+#endif
+    if (mt->z.lw) loss_work_free(mt->z.lw);
+}
+
+// ---- reduce=sharded ---------------------------------------------------------------------------
+
+// Contiguous shards of about n_state/n floats, boundaries on 64 floats (256 bytes) for the copies.
+static void shard_bounds(Multi *mt) {
+    size_t N = mt->master->m.n_state;
+    for (int k = 0; k < mt->n; k++) {
+        size_t lo = (N * k / mt->n) & ~(size_t)63, hi = k == mt->n - 1 ? N : (N * (k + 1) / mt->n) & ~(size_t)63;
+        mt->shard[k].lo = lo;
+        mt->shard[k].hi = hi;
+    }
+}
+
+// The trainable parts of the master's slots inside [lo, hi), pointing into device k's state; the
+// master packs momentum in slot order, so the shard's momentum is one run of it, from mom_at.
+static size_t shard_slots(Multi *mt, int k) {
+    Shard *sh = &mt->shard[k];
+    Trainer *m0 = mt->master, *t = mt->job[k].t;
+    size_t packed = 0, n_mom = 0;
+    sh->slots = xcalloc(m0->n_slots ? m0->n_slots : 1, sizeof *sh->slots);
+    for (int s = 0; s < m0->n_slots; s++) {
+        const ParamSlot *p = &m0->slots[s];
+        if (p->group < 0) continue;
+        size_t o = (size_t)(p->w - m0->m.state), a = o > sh->lo ? o : sh->lo, b = o + p->n < sh->hi ? o + p->n : sh->hi;
+        if (a < b) {
+            if (!n_mom) sh->mom_at = packed + (a - o);
+            else if (packed + (a - o) != sh->mom_at + n_mom) die("multi: the optimizer's slots are not in state order");
+            sh->slots[sh->n_slots++] = (ParamSlot){ t->m.state + a, t->m.grad + a, b - a, p->group };
+            n_mom += b - a;
+        }
+        packed += p->n;
+    }
+    return n_mom;
+}
+
+// Device k's momentum, EMA and receive buffer for its shard: device 0 uses the master's in place;
+// the others get their own (GPU: an optimizer arena of the shard's size).
+static int shard_init(Multi *mt, int k, Err *err) {
+    Shard *sh = &mt->shard[k];
+    Trainer *m0 = mt->master, *t = mt->job[k].t;
+    size_t n = sh->hi - sh->lo, n_mom = shard_slots(mt, k);
+    float *mom;
+    t->m.be->bind(t->m.be_ctx);
+    if (k == 0) {
+        sh->ema = m0->ema + sh->lo;
+        sh->recv = m0->recv;
+        mom = m0->sgd.buf + sh->mom_at;
+    } else {
+#ifdef USE_CUDA
+        if (t->dev) {
+            Device *dev = t->dev;
+            size_t bytes = (2 * n + n_mom) * sizeof(float) + 3 * 256 + sizeof(ParamSlot) * 8 * (size_t)sh->n_slots + (1 << 20);
+            if (peer_optim_arena(dev, bytes))
+                return err_set(err, "reduce=sharded: GPU %d has no room for its shard's optimizer state (%.0f MiB)",
+                               dev->id, bytes / 1048576.0);
+            sh->ema = arena_take(&dev->optim, n * sizeof(float), 256);
+            sh->recv = arena_take(&dev->optim, n * sizeof(float), 256);
+            mom = arena_take(&dev->optim, (n_mom ? n_mom : 1) * sizeof(float), 256);
+        } else
+#endif
+        {
+            sh->host_block = xcalloc(2 * n + n_mom + 1, sizeof(float));
+            sh->ema = sh->host_block;
+            sh->recv = sh->host_block + n;
+            mom = sh->host_block + 2 * n;
+        }
+        copy_floats(mt, t, sh->ema, m0, m0->ema + sh->lo, n, mt->job[k].stage);
+        t->m.be->sync(t->m.be_ctx);
+    }
+    if (n_mom) {
+        sgd_init(&sh->sgd, sh->slots, sh->n_slots, t->m.be, t->m.be_ctx, mom);
+        sh->has_sgd = 1;
+    }
+    m0->m.be->bind(m0->m.be_ctx);
+    return 0;
+}
+
+static void shard_free(Shard *sh) {
+    if (sh->has_sgd) sgd_free(&sh->sgd);
+    free(sh->slots);
+    free(sh->host_block);
+    memset(sh, 0, sizeof *sh);
+}
+
+// Schedule and clip factor on the host (one number per device: its shard's sum of squares), then
+// every device updates its shard and gathers the others'.
+static int sharded_update(Multi *mt, int epoch, int i, Err *err) {
+    Trainer *t = mt->master;
+    double t0 = now_seconds();
+    mt->st = opt_schedule_next(&t->sched, epoch, i);
+    memcpy(t->lr, mt->st.lr, sizeof t->lr);
+    mt->coef = 1.0f;
+    if (mt->st.step) {
+        double s = 0;
+        for (int k = 0; k < mt->n; k++) s += mt->job[k].sumsq;
+        float total = (float)sqrt(s);                   // as clip_grad_norm, over every shard
+        float coef = 1.0f / (total + 1e-6f) * 10.0f;
+        if (coef < 1.0f) mt->coef = coef;
+        mt->ema_d = ema_decay(++t->ema_updates);
+    }
+    if (run_all(mt, PH_UPDATE, err)) return -1;
+    double t1 = now_seconds();
+    if (run_all(mt, PH_ALLGATHER, err)) return -1;
+    t->t.optim += t1 - t0;
+    t->t.broadcast += now_seconds() - t1;
+    return 0;
+}
+
+void multi_gather_state(Multi *mt) {
+    if (!mt->sharded) return;
+    Trainer *m0 = mt->master;
+    m0->m.be->bind(m0->m.be_ctx);
+    for (int k = 1; k < mt->n; k++) {
+        Shard *sh = &mt->shard[k];
+        Trainer *t = mt->job[k].t;
+        size_t n = sh->hi - sh->lo;
+        copy_floats(mt, m0, m0->ema + sh->lo, t, sh->ema, n, mt->job[0].stage);
+        copy_floats(mt, m0, m0->m.grad + sh->lo, t, t->m.grad + sh->lo, n, mt->job[0].stage);
+        if (sh->has_sgd) copy_floats(mt, m0, m0->sgd.buf + sh->mom_at, t, sh->sgd.buf, sgd_buffer_floats(sh->slots, sh->n_slots),
+                                     mt->job[0].stage);
+    }
+    m0->m.be->sync(m0->m.be_ctx);
+    m0->sgd.steps = mt->shard[0].has_sgd ? mt->shard[0].sgd.steps : mt->shard[mt->n - 1].sgd.steps;
+    mt->dirty = 1;                                 // the master's grad holds the others' shards too
+}
+
+void multi_scatter_state(Multi *mt) {
+    Trainer *m0 = mt->master;
+    m0->m.be->sync(m0->m.be_ctx);
+    for (int k = 1; k < mt->n; k++) {
+        Trainer *r = &mt->rep[k];
+        Shard *sh = &mt->shard[k];
+        size_t n = sh->hi - sh->lo;
+        r->m.be->bind(r->m.be_ctx);
+        copy_floats(mt, r, r->m.state, m0, m0->m.state, m0->m.n_state, mt->job[k].stage);
+        model_zero_grad(&r->m);
+        if (mt->sharded) {
+            copy_floats(mt, r, sh->ema, m0, m0->ema + sh->lo, n, mt->job[k].stage);
+            copy_floats(mt, r, r->m.grad + sh->lo, m0, m0->m.grad + sh->lo, n, mt->job[k].stage);
+            if (sh->has_sgd) copy_floats(mt, r, sh->sgd.buf, m0, m0->sgd.buf + sh->mom_at,
+                                         sgd_buffer_floats(sh->slots, sh->n_slots), mt->job[k].stage);
+        }
+        r->m.be->sync(r->m.be_ctx);
+    }
+    m0->m.be->bind(m0->m.be_ctx);
+    if (!mt->sharded) return;
+    for (int k = 0; k < mt->n; k++) mt->shard[k].sgd.steps = m0->sgd.steps;
+    zero_outside(m0, mt->shard[0].lo, mt->shard[0].hi);
+    m0->m.be->sync(m0->m.be_ctx);
+    mt->dirty = 0;
+}
+
+// ---- split=auto -------------------------------------------------------------------------------
+
+int split_by_speed(const double *rate, const int *cur, const int *cap, int B, int n, int *sizes) {
+    if (split_weighted(rate, cap, B, n, sizes)) return 0;
+    double t_old = 0, t_new = 0;
+    for (int k = 0; k < n; k++) {
+        t_old = fmax(t_old, cur[k] / rate[k]);
+        t_new = fmax(t_new, sizes[k] / rate[k]);
+    }
+    return t_new < 0.97 * t_old;                   // a gain under 3% is noise: keep the split
+}
+
+// After AUTO_WARMUP steps, measure AUTO_MEASURE steps of forward+loss+backward per device, then
+// split in proportion to the measured images per second, once (a second re-split would chase noise).
+static void auto_split(Multi *mt, int B) {
+    AutoSplit *a = &mt->au;
+    if (strcmp(mt->split, "auto") || a->done || ++a->steps <= AUTO_WARMUP) return;
+    for (int k = 0; k < mt->n; k++) { a->busy[k] += mt->job[k].compute; a->imgs[k] += mt->job[k].n; }
+    if (a->steps < AUTO_WARMUP + AUTO_MEASURE) return;
+    a->done = 1;
+    double mean = 0;
+    int measured = 0;
+    for (int k = 0; k < mt->n; k++)
+        if (a->imgs[k] > 0 && a->busy[k] > 0) { a->rate[k] = a->imgs[k] / a->busy[k]; mean += a->rate[k]; measured++; }
+    if (!measured) return;
+    for (int k = 0; k < mt->n; k++) if (!(a->imgs[k] > 0 && a->busy[k] > 0)) a->rate[k] = mean / measured;
+    int sizes[MULTI_MAX];
+    a->use = split_by_speed(a->rate, mt->sizes, mt->cap, B, mt->n, sizes);
+    printf("split=auto: measured");
+    for (int k = 0; k < mt->n; k++) printf(" %.2f", 1000 / a->rate[k]);
+    if (!a->use) { printf(" ms per image per device; the split stays as it is\n"); return; }
+    printf(" ms per image per device; the batch of %d is now split", B);
+    for (int k = 0; k < mt->n; k++) printf("%s%d", k ? "+" : " ", sizes[k]);
+    printf("\n");
+    mt->last_B = -1;
+}
+
+static int plan_split(Multi *mt, int B, Err *err) {
+    if (B == mt->last_B) return 0;
+    if (mt->au.use) {
+        if (split_weighted(mt->au.rate, mt->cap, B, mt->n, mt->sizes))
+            return err_set(err, "split=auto: no split of %d images fits the devices' micro-batch sizes", B);
+    } else if (split_batch(mt->split, B, mt->n, mt->sizes, err)) {
+        return -1;
+    }
+    for (int k = 0; k < mt->n; k++)
+        if (mt->sizes[k] > mt->cap[k])
+            return err_set(err, "split=%s gives device %d %d images of a batch of %d; it was built for %d", mt->split, k,
+                           mt->sizes[k], B, mt->cap[k]);
+    mt->last_B = B;
+    return 0;
 }
 
 // ---- the step ------------------------------------------------------------------------------
@@ -184,6 +727,8 @@ static void scatter(Multi *mt, int S, const float *targets, int nt) {
     for (int k = 0; k < mt->n; k++) {
         Job *j = &mt->job[k];
         j->n = mt->sizes[k];
+        j->first = first;
+        j->compute = 0;
         const uint8_t *u8 = mt->master->input_u8;
         j->images = u8 ? NULL : mt->master->input + (size_t)first * S * S * 3;
         j->images_u8 = u8 ? u8 + (size_t)first * S * S * 3 : NULL;
@@ -191,7 +736,7 @@ static void scatter(Multi *mt, int S, const float *targets, int nt) {
         for (int r = 0; r < nt; r++) {
             int img = (int)targets[6 * r];
             if (img < first || img >= first + j->n) continue;
-            if (j->nt == j->cap) { j->cap = 2 * j->cap + 64; j->targets = xrealloc(j->targets, sizeof(float) * 6 * j->cap); }
+            if (j->nt == j->tcap) { j->tcap = 2 * j->tcap + 64; j->targets = xrealloc(j->targets, sizeof(float) * 6 * j->tcap); }
             memcpy(j->targets + 6 * j->nt, targets + 6 * r, 6 * sizeof(float));
             j->targets[6 * j->nt++] -= (float)first;
         }
@@ -199,66 +744,228 @@ static void scatter(Multi *mt, int S, const float *targets, int nt) {
     }
 }
 
-int multi_forward_backward(Multi *mt, int n, int S, const float *targets, int nt, LossOut *out, Err *err) {
-    if (n != mt->last_B) {
-        if (split_batch(mt->split, n, mt->n, mt->sizes, err)) return -1;
-        mt->last_B = n;
-    }
-    scatter(mt, S, targets, nt);
-    mt->S = S;
-    run_all(mt, PHASE_FORWARD);
-    double tss = 0;
-    for (int k = 0; k < mt->n; k++) {
-        if (mt->job[k].n && mt->job[k].rc) { *err = mt->job[k].err; return -1; }
-        tss += mt->job[k].n ? mt->job[k].tss : 0;
-    }
-    mt->norm = tss > 1 ? tss : 1;                 // the whole batch's normaliser, as DataParallel's
-    mt->batch_mult = n;
-    run_all(mt, PHASE_BACKWARD);
+// loss_on=local: every device its own loss, normalised by the whole batch's target-score sums
+// (one per head output: a dual head's auxiliary maps have their own)
+static int loss_local(Multi *mt, int B, LossOut *out, Err *err) {
+    if (run_all(mt, PH_FORWARD, err)) return -1;
+    LossNorm tss = { 0, 0 };
+    for (int k = 0; k < mt->n; k++)
+        if (mt->job[k].n) { tss.main += mt->job[k].tss.main; tss.aux += mt->job[k].tss.aux; }
+    mt->norm = (LossNorm){ tss.main > 1 ? tss.main : 1, tss.aux > 1 ? tss.aux : 1 };   // as DataParallel's
+    mt->batch_mult = B;
+    if (run_all(mt, PH_BACKWARD, err)) return -1;
     memset(out, 0, sizeof *out);
     for (int k = 0; k < mt->n; k++) {             // each share's items and total add up to the batch's
         const LossOut *o = &mt->job[k].out;
         if (!mt->job[k].n) continue;
         out->box += o->box; out->cls += o->cls; out->dfl += o->dfl; out->total += o->total; out->n_fg += o->n_fg;
+        out->n_fg_aux += o->n_fg_aux;
     }
-    out->tss = mt->norm;
+    out->tss = mt->norm.main;
+    out->tss_aux = mt->master->m.n_aux ? mt->norm.aux : 0;
+    return 0;
+}
+
+// loss_on=device0: forward everywhere, the loss of the whole batch on device 0, backward everywhere
+static int loss_device0(Multi *mt, int B, const float *targets, int nt, LossOut *out, Err *err) {
+    if (B > mt->z.max_B) return err_set(err, "loss_on=device0: a batch of %d images; built for %d", B, mt->z.max_B);
+    if (run_all(mt, PH_FORWARD_ONLY, err)) return -1;
     double t0 = now_seconds();
-    gather(mt);
+    int rc = loss_at_zero(mt, B, targets, nt, out, err);
+    double dt = now_seconds() - t0;
+    host_work(mt, &mt->stats[0].loss, dt);
+    mt->job[0].compute += dt;
+    mt->master->t.loss += dt;
+    if (rc) return -1;
+    return run_all(mt, PH_BACKWARD_D0, err);
+}
+
+int multi_forward_backward(Multi *mt, int n, int S, const float *targets, int nt, LossOut *out, Err *err) {
+    if (plan_split(mt, n, err)) return -1;
+    scatter(mt, S, targets, nt);
+    mt->S = S;
+    int rc = mt->loss_d0 ? loss_device0(mt, n, targets, nt, out, err) : loss_local(mt, n, out, err);
+    mt->zero_first = mt->dirty = 0;                // done by the forward phase
+    if (rc) return -1;
+    double t0 = now_seconds();
+    if (mt->sharded) {
+        if (run_all(mt, PH_REDUCE, err)) return -1;
+    } else {
+        gather(mt);
+        host_work(mt, &mt->stats[0].gather, now_seconds() - t0);
+    }
     mt->master->t.gather += now_seconds() - t0;
     return 0;
 }
 
+static void after_step(Multi *mt) {
+    for (int k = 0; k < mt->n; k++) {
+        MultiDevStats *s = &mt->stats[k];
+        s->steps++;
+        s->images += mt->job[k].n;
+        if (mt->gpu[k] < 0) s->mem_bytes = s->peak_bytes = -1;   // the CPU: n/a
+#ifdef USE_CUDA
+        const Trainer *t = mt->job[k].t;
+        if (t->dev) {
+            s->mem_bytes = (double)device_mem_used(t->dev);
+            s->peak_bytes = fmax(s->peak_bytes, s->mem_bytes);
+        }
+#endif
+    }
+    mt->master->m.be->bind(mt->master->m.be_ctx);  // the memory query selects each GPU in turn
+}
+
 int multi_step(Multi *mt, int n, int S, const float *targets, int nt, int epoch, int i, LossOut *out, Err *err) {
+    mt->zero_first = i == 0;                       // train.py zeroes the gradients at each epoch start
     if (multi_forward_backward(mt, n, S, targets, nt, out, err)) return -1;
-    trainer_update(mt->master, epoch, i);
-    double t0 = now_seconds();
-    broadcast(mt);
-    mt->master->t.broadcast += now_seconds() - t0;
+    if (mt->sharded) {
+        if (sharded_update(mt, epoch, i, err)) return -1;
+    } else {
+        double t0 = now_seconds();
+        trainer_update(mt->master, epoch, i);
+        double t1 = now_seconds();
+        host_work(mt, &mt->stats[0].update, t1 - t0);
+        broadcast(mt);
+        host_work(mt, &mt->stats[0].broadcast, now_seconds() - t1);
+        mt->master->t.broadcast += now_seconds() - t1;
+    }
+    after_step(mt);
+    auto_split(mt, n);
     return 0;
 }
 
 const int *multi_sizes(const Multi *mt) { return mt->sizes; }
+int multi_count(const Multi *mt) { return mt->n; }
 const Trainer *multi_replica(const Multi *mt, int k) { return k ? &mt->rep[k] : mt->master; }
 
+void multi_shard(const Multi *mt, int k, size_t *lo, size_t *hi) {
+    if (mt->sharded) { *lo = mt->shard[k].lo; *hi = mt->shard[k].hi; return; }
+    *lo = 0;
+    *hi = k ? 0 : mt->master->m.n_state;
+}
+
+void multi_set_fail_hook(Multi *mt, MultiFailHook hook, void *arg) { mt->hook = hook; mt->hook_arg = arg; }
+
+// ---- per-device report -------------------------------------------------------------------------
+
+const MultiDevStats *multi_stats(const Multi *mt, int k) { return &mt->stats[k]; }
+
+void multi_reset_stats(Multi *mt) {
+    for (int k = 0; k < mt->n; k++) {
+        double peak = mt->stats[k].peak_bytes, mem = mt->stats[k].mem_bytes;
+        memset(&mt->stats[k], 0, sizeof mt->stats[k]);
+        mt->stats[k].peak_bytes = peak;           // a peak is a peak: it survives the reset
+        mt->stats[k].mem_bytes = mem;
+    }
+}
+
+void multi_epoch_report(Multi *mt, FILE *csv, int epoch) {
+    if (csv && ftell(csv) == 0)
+        fprintf(csv, "epoch,device,images_per_step,steps,forward_ms,loss_ms,backward_ms,gather_ms,update_ms,broadcast_ms,"
+                     "idle_ms,mem_gib,peak_mem_gib\n");
+    for (int k = 0; k < mt->n; k++) {
+        const MultiDevStats *s = &mt->stats[k];
+        double per = s->steps ? 1000.0 / s->steps : 0, ipb = s->steps ? (double)s->images / s->steps : 0;
+        char name[32], mem[48];
+        dev_name(mt, k, name, sizeof name);
+        if (s->mem_bytes < 0) snprintf(mem, sizeof mem, "n/a");
+        else snprintf(mem, sizeof mem, "%.2fG (peak %.2fG)", s->mem_bytes / 1073741824, s->peak_bytes / 1073741824);
+        printf("  %-7s %5.1f img/step  ms/step: forward %.1f loss %.1f backward %.1f gather %.1f update %.1f broadcast "
+               "%.1f idle %.1f  mem %s\n", name, ipb, s->forward * per, s->loss * per, s->backward * per,
+               s->gather * per, s->update * per, s->broadcast * per, s->idle * per, mem);
+        if (!csv) continue;
+        fprintf(csv, "%d,%s,%.2f,%d,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,", epoch, name, ipb, s->steps, s->forward * per,
+                s->loss * per, s->backward * per, s->gather * per, s->update * per, s->broadcast * per, s->idle * per);
+        if (s->mem_bytes < 0) fprintf(csv, "n/a,n/a\n");
+        else fprintf(csv, "%.3f,%.3f\n", s->mem_bytes / 1073741824, s->peak_bytes / 1073741824);
+    }
+    if (csv) fflush(csv);
+    multi_reset_stats(mt);
+}
+
 // ---- setup ---------------------------------------------------------------------------------
+
+// Floats the host stages per copy when peer access is off: the state, or a micro-batch's head maps.
+static size_t stage_floats(const Multi *mt) {
+    const Model *m = &mt->master->m;
+    size_t n = m->n_state, maps = 0;
+    for (int l = 0; l < m->n_levels; l++) {
+        int side = m->imgsz / m->values[m->head[l]].stride;
+        maps += (size_t)side * side * m->values[m->head[l]].C;
+    }
+    int most = mt->z.max_B > mt->cap[0] ? mt->z.max_B : mt->cap[0];
+    return maps * most > n ? maps * most : n;
+}
+
+void multi_use_host_copies(Multi *mt) {
+    mt->staged = 1;
+    for (int k = 0; k < mt->n; k++)
+        if (!mt->job[k].stage) mt->job[k].stage = xmalloc(stage_floats(mt) * sizeof(float));
+}
+
+static void print_plan(const Multi *mt, const char *copies) {
+    printf("parallel: %d devices, reduce=%s, loss_on=%s, split=%s; %s\n", mt->n, mt->sharded ? "sharded" : "device0",
+           mt->loss_d0 ? "device0" : "local", mt->split, copies);
+    for (int k = 0; k < mt->n; k++) {
+        char name[32];
+        printf("  %-7s micro-batch up to %d images", dev_name(mt, k, name, sizeof name), mt->cap[k]);
+        if (mt->sharded) printf(", shard of %zu floats [%zu, %zu): its gradient sum, clip, SGD and EMA",
+                                mt->shard[k].hi - mt->shard[k].lo, mt->shard[k].lo, mt->shard[k].hi);
+        else if (!k) printf(", gathers the gradients, updates, broadcasts");
+        if (!k && mt->loss_d0) printf(", holds the head outputs of %d images and computes their loss", mt->z.max_B);
+        printf("\n");
+    }
+}
+
+// Everything multi_init made, threads excepted (they start last, when nothing can fail any more).
+static void release(Multi *mt) {
+    for (int k = 0; k < mt->n; k++) shard_free(&mt->shard[k]);
+    loss_dev0_free(mt);
+    for (int k = 1; k <= mt->n_reps; k++) trainer_free(&mt->rep[k]);
+    for (int k = 0; k < mt->n; k++) { free(mt->job[k].targets); free(mt->job[k].stage); }
+    mt->master->multi = NULL;
+    mt->master->m.be->bind(mt->master->m.be_ctx);
+    free(mt);
+}
+
+// Peer access and its self-test (GPUs), or nothing to do (CPU devices copy with memcpy). Returns
+// 1 when copies must be staged through host memory.
+static int setup_copies(Multi *mt, char *report, size_t size) {
+    snprintf(report, size, "copies between devices: memcpy (CPU devices)");
+#ifdef USE_CUDA
+    if (mt->gpu[0] >= 0) return !peer_setup(mt->gpu, mt->n, report, size);
+#endif
+    return 0;
+}
 
 int multi_init(Trainer *master, const Config *cfg, const DeviceList *devs, int micro, Err *err) {
     Multi *mt = xcalloc(1, sizeof *mt);
     mt->n = devs->n;
     mt->master = master;
+    mt->sharded = !strcmp(cfg->reduce, "sharded");
+    mt->loss_d0 = !strcmp(cfg->loss_on, "device0");
     snprintf(mt->split, sizeof mt->split, "%s", cfg->split);
-    for (int k = 1; k < mt->n; k++)
-        if (trainer_init_replica(&mt->rep[k], cfg, devs->gpu[k], micro, err)) {
-            for (int j = 1; j < k; j++) trainer_free(&mt->rep[j]);
-            free(mt);
-            return -1;
-        }
-    Model *m = &master->m;
-    m->be->bind(m->be_ctx);
-    mt->recv = master->recv;
-    for (int k = 0; k < mt->n; k++) mt->job[k].t = k ? &mt->rep[k] : master;
     master->multi = mt;
+    for (int k = 0; k < mt->n; k++) {
+        mt->gpu[k] = devs->gpu[k];
+        mt->job[k].t = k ? &mt->rep[k] : master;
+        mt->cap[k] = k ? micro : master->m.max_n;
+    }
+    for (int k = 1; k < mt->n; k++, mt->n_reps++)
+        if (trainer_init_replica(&mt->rep[k], cfg, devs->gpu[k], micro, err)) { release(mt); return -1; }
+    master->m.be->bind(master->m.be_ctx);
+    char copies[512];
+    int staged = setup_copies(mt, copies, sizeof copies);
+    if (mt->loss_d0 && loss_dev0_init(mt, cfg->batch, err)) { release(mt); return -1; }
+    if (staged) multi_use_host_copies(mt);
     broadcast(mt);                                 // every replica starts from the master's weights
+    if (mt->sharded) {
+        shard_bounds(mt);
+        for (int k = 0; k < mt->n; k++)
+            if (shard_init(mt, k, err)) { release(mt); return -1; }
+    }
+    memset(mt->stats, 0, sizeof mt->stats);
+    print_plan(mt, copies);
     pthread_barrier_init(&mt->start, NULL, mt->n + 1);
     pthread_barrier_init(&mt->done, NULL, mt->n + 1);
     for (int k = 0; k < mt->n; k++) {
@@ -272,13 +979,10 @@ int multi_init(Trainer *master, const Config *cfg, const DeviceList *devs, int m
 void multi_free(Trainer *master) {
     Multi *mt = master->multi;
     if (!mt) return;
-    run_all(mt, PHASE_QUIT);
+    Err err;
+    run_all(mt, PH_QUIT, &err);
     for (int k = 0; k < mt->n; k++) pthread_join(mt->thread[k], NULL);
     pthread_barrier_destroy(&mt->start);
     pthread_barrier_destroy(&mt->done);
-    for (int k = 1; k < mt->n; k++) trainer_free(&mt->rep[k]);
-    for (int k = 0; k < mt->n; k++) free(mt->job[k].targets);
-    master->multi = NULL;
-    master->m.be->bind(master->m.be_ctx);
-    free(mt);
+    release(mt);
 }

@@ -1,9 +1,14 @@
 // multi.h: data parallelism over the devices of one process (DESIGN.md sections 1-2). A worker
 // thread per device runs forward, assignment and backward on its micro-batch; the loss is
-// normalised by the target-score sum of the whole batch; gradients are summed on device 0, which
-// clips, steps SGD and updates the EMA; the new weights, and the BN running statistics averaged over
-// the devices, go back to every replica. One device: not used (the trainer steps alone).
+// normalised by the target-score sum of the whole batch. reduce=device0: gradients are summed on
+// device 0, which clips, steps SGD and updates the EMA, and sends the new weights (and the BN running
+// statistics averaged over the devices) back. reduce=sharded: each device sums, clips, steps and
+// averages its own shard of the flat state, then every device gathers the others' shards.
+// loss_on=device0: the head outputs go to device 0, which computes the loss of the whole batch.
+// One device: not used (the trainer steps alone).
 #pragma once
+#include <stdio.h>
+
 #include "core/train.h"
 
 #define MULTI_MAX 16
@@ -17,25 +22,78 @@ typedef struct DeviceList { // the devices of a run
 // Unknown, repeated or absent ids are errors listing the GPUs found. n_gpus: GPUs visible.
 int parse_devices(const char *spec, int n_gpus, DeviceList *out, Err *err);
 
-// Micro-batch sizes for a batch of B images on n devices: "even" splits as torch.chunk (chunks of
-// ceil(B/n), the last smaller, trailing devices may get none), "w0,w1,..." in proportion to the
-// weights. Returns 0, or -1 with err for a split that leaves no image for device 0.
+// Micro-batch sizes for a batch of B images on n devices: "even" (and "auto" before it has
+// measured) splits as torch.chunk (chunks of ceil(B/n), the last smaller, trailing devices may get
+// none), "w0,w1,..." in proportion to the weights. Returns 0, or -1 with err for a split that
+// leaves no image for device 0.
 int split_batch(const char *split, int B, int n, int *sizes, Err *err);
+// B images in proportion to w[k] >= 0 (largest remainder, ties to the lower k), at most cap[k]
+// each (cap may be NULL). Returns 0, or -1 when the caps cannot hold B or device 0 gets nothing.
+int split_weighted(const double *w, const int *cap, int B, int n, int *sizes);
+// split=auto's decision: sizes in proportion to the measured speeds rate[k] (images per second),
+// within cap; returns 1 when that split's slowest device is expected at least 3% faster than
+// with the current split cur, else 0 (keep cur: a smaller gain is noise).
+int split_by_speed(const double *rate, const int *cur, const int *cap, int B, int n, int *sizes);
+// The largest micro-batch a device may get under `split`: the even or weighted share, and for
+// split=auto room for 25% more than the even share (auto moves images to the faster devices).
+// trainer_init_devices builds every replica for this many images.
+int multi_plan_micro(const char *split, int B, int n, Err *err);
 
 typedef struct Multi Multi;
 
 // Start replicas of `master` (already on devs->gpu[0] or the CPU) on the other devices, for
 // micro-batches of up to `micro` images, and their worker threads; attaches to master->multi.
-// Returns 0, or -1 with err.
+// Reads cfg's [parallel] keys (reduce, loss_on, split) and prints the plan (micro-batches,
+// shards, peer access or host-staged copies). Returns 0, or -1 with err.
 int  multi_init(Trainer *master, const Config *cfg, const DeviceList *devs, int micro, Err *err);
 void multi_free(Trainer *master);
 // One iteration over the devices (trainer_step calls it when master->multi is set). The batch is
-// in master->input (n images) with target rows (img, cls, cx, cy, w, h).
+// in master->input (n images) with target rows (img, cls, cx, cy, w, h). i == 0 zeroes every
+// device's gradients first (train.py zeroes them at each epoch start). Returns 0, or -1 with err
+// naming the device that failed; every worker is then idle again (no thread is left waiting).
 int  multi_step(Multi *mt, int n, int S, const float *targets, int nt, int epoch, int i, LossOut *out, Err *err);
-// Its first half: every device's forward, loss and backward, the gradients summed into the master's
-// (and the BN statistics averaged); no update, no broadcast. The equivalence test stops here.
+// Its first half: every device's forward, loss and backward, then the gradients summed: into the
+// master's (reduce=device0, the BN statistics averaged too) or into each shard's owner
+// (reduce=sharded: read them with multi_gather_state). No update, no broadcast.
 int  multi_forward_backward(Multi *mt, int n, int S, const float *targets, int nt, LossOut *out, Err *err);
+
+// reduce=sharded keeps gradients, momentum and EMA in shards. Before reading the master's
+// m.grad, ema, sgd.buf or sgd.steps (validation, trainer_save, checkpoint_save) call
+// multi_gather_state; after writing them (checkpoint_load) call multi_scatter_state, which also
+// gives every replica the master's weights (in either mode). No-ops where nothing is sharded.
+void multi_gather_state(Multi *mt);
+void multi_scatter_state(Multi *mt);
+
+// Copies between devices go through host memory from now on: the fallback multi_init takes when
+// the peer-to-peer self-test fails (tests force it to check that path).
+void multi_use_host_copies(Multi *mt);
+
 // Device k's trainer (0: the master).
 const Trainer *multi_replica(const Multi *mt, int k);
 // The micro-batch sizes of the last step, per device (for the start-up plan and logs).
 const int *multi_sizes(const Multi *mt);
+int multi_count(const Multi *mt);
+// The floats of the flat state device k owns under reduce=sharded: [*lo, *hi). Whole state for
+// reduce=device0 on device 0, empty on the others.
+void multi_shard(const Multi *mt, int k, size_t *lo, size_t *hi);
+
+// ---- per-device timing ------------------------------------------------------------------------
+typedef struct {             // one device, summed over the steps since the last reset (seconds)
+    double forward, loss, backward, gather, update, broadcast;   // busy
+    double idle;             // waiting at a barrier for the other devices (or the host)
+    double mem_bytes, peak_bytes;   // GPU memory in use (whole GPU, from the driver); -1 on the CPU
+    int    steps, images;
+} MultiDevStats;
+
+const MultiDevStats *multi_stats(const Multi *mt, int k);
+void multi_reset_stats(Multi *mt);
+// One line per device on stdout (micro-batch, ms per step per phase, idle, memory) and, when csv is
+// not NULL, one row per device appended to it (a header first when it is empty); then a reset.
+// The trainer calls it at each epoch end with the run folder's devices.csv.
+void multi_epoch_report(Multi *mt, FILE *csv, int epoch);
+
+// ---- failure injection (tests) -------------------------------------------------------------------
+// Called by every worker before each of its phases (phase: a short name such as "forward"); a
+// non-zero return fails that device's phase as an error from the device would.
+typedef int (*MultiFailHook)(int device, const char *phase, void *arg);
+void multi_set_fail_hook(Multi *mt, MultiFailHook hook, void *arg);

@@ -50,6 +50,7 @@ static int trainer_setup(Trainer *t, const Config *cfg, int gpu, int master, int
             t->recv = xmalloc(m->n_state * sizeof(float));
         }
         t->lw = loss_work_new();
+        if (m->n_aux) t->lw_aux = loss_work_new();
     } else {
 #ifdef USE_CUDA
         if (trainer_gpu_init(t, cfg, gpu, err)) { model_free(m); return -1; }
@@ -89,9 +90,8 @@ int trainer_init_replica(Trainer *t, const Config *cfg, int gpu, int micro, Err 
 
 int trainer_init_devices(Trainer *t, const Config *cfg, int nb, const DeviceList *devs, Err *err) {
     if (devs->n == 1) return trainer_init(t, cfg, nb, devs->gpu[0], err);
-    int sizes[MULTI_MAX], micro = 0;
-    if (split_batch(cfg->split, cfg->batch, devs->n, sizes, err)) return -1;
-    for (int k = 0; k < devs->n; k++) micro = sizes[k] > micro ? sizes[k] : micro;
+    int micro = multi_plan_micro(cfg->split, cfg->batch, devs->n, err);
+    if (micro < 0) return -1;
     if (trainer_setup(t, cfg, devs->gpu[0], 1, micro, err)) return -1;
     optimizer_init(t, cfg, nb);
     if (multi_init(t, cfg, devs, micro, err)) { trainer_free(t); return -1; }
@@ -108,6 +108,7 @@ void trainer_free(Trainer *t) {
 #endif
     } else {
         loss_work_free(t->lw);
+        loss_work_free(t->lw_aux);
         free(t->ema);
         free(t->recv);
     }
@@ -117,42 +118,74 @@ void trainer_free(Trainer *t) {
 
 // ---- one iteration, in phases so several devices can share the loss normaliser ---------------
 
+// The head maps (and a dual head's auxiliary maps) of the batch, with their gradients.
 static void loss_batch(Trainer *t, int n, int S, const float *targets, int nt) {
     Model *m = &t->m;
     t->lb = (LossBatch){ .nc = m->nc, .img_h = S, .img_w = S, .targets = targets, .n_targets = nt };
+    t->lb_aux = t->lb;
     for (int l = 0; l < LOSS_LEVELS; l++) {
         t->lb.head[l] = model_value(m, m->head[l], n);
         t->grad_maps[l] = model_grad(m, m->head[l], n);
+        if (!m->n_aux) continue;
+        t->lb_aux.head[l] = model_value(m, m->aux[l], n);
+        t->grad_aux[l] = model_grad(m, m->aux[l], n);
     }
 }
 
-int trainer_forward_assign(Trainer *t, int n, int S, const float *images, const uint8_t *images_u8,
-                           const float *targets, int nt, double *tss, Err *err) {
+// The two assignments of the batch, each head on its own (detached) predictions.
+static int assign_heads(Trainer *t, LossNorm *tss, Err *err) {
+    *tss = (LossNorm){ 0, 0 };
+#ifdef USE_CUDA
+    if (t->dev) return trainer_gpu_assign(t, tss, err);
+#endif
+    if (loss_assign(t->lw, &t->lb, &tss->main, err)) return -1;
+    return t->m.n_aux ? loss_assign(t->lw_aux, &t->lb_aux, &tss->aux, err) : 0;
+}
+
+int trainer_forward_assign_heads(Trainer *t, int n, int S, const float *images, const uint8_t *images_u8,
+                                 const float *targets, int nt, LossNorm *tss, Err *err) {
     double t0 = now_seconds();
-    if (images) model_forward(&t->m, images, n, S, S, 1);
-    else model_forward_u8(&t->m, images_u8, n, S, S, 1);
+    if (images_u8) model_forward_u8(&t->m, images_u8, n, S, S, 1);
+    else model_forward(&t->m, images, n, S, S, 1);   // images NULL: the batch is on the device
     double t1 = now_seconds();
     loss_batch(t, n, S, targets, nt);
-    int rc;
-#ifdef USE_CUDA
-    if (t->dev) rc = trainer_gpu_assign(t, tss, err);
-    else
-#endif
-    rc = loss_assign(t->lw, &t->lb, tss, err);
+    int rc = assign_heads(t, tss, err);
+    t->tss_local = *tss;
     t->t.forward += t1 - t0; t->t.loss += now_seconds() - t1;
     return rc;
 }
 
-void trainer_compute_backward(Trainer *t, int n, double norm, double batch_mult, LossOut *out) {
-    double t0 = now_seconds();
+int trainer_forward_assign(Trainer *t, int n, int S, const float *images, const uint8_t *images_u8,
+                           const float *targets, int nt, double *tss, Err *err) {
+    LossNorm both;
+    int rc = trainer_forward_assign_heads(t, n, S, images, images_u8, targets, nt, &both, err);
+    *tss = both.main;
+    return rc;
+}
+
+// The loss of both heads (utils/loss_tal_dual.py): the auxiliary one weighted through batch_mult.
+static void compute_heads(Trainer *t, const LossNorm *norm, double batch_mult, LossOut *out) {
 #ifdef USE_CUDA
-    if (t->dev) trainer_gpu_compute(t, norm, batch_mult, out);
-    else
+    if (t->dev) { trainer_gpu_compute(t, norm, batch_mult, out); return; }
 #endif
-    loss_compute(t->lw, &t->lb, norm, batch_mult, t->grad_maps, out);
+    loss_compute(t->lw, &t->lb, norm->main, batch_mult, t->grad_maps, out);
+    if (!t->m.n_aux) return;
+    LossOut aux;
+    loss_compute(t->lw_aux, &t->lb_aux, norm->aux, LOSS_AUX_WEIGHT * batch_mult, t->grad_aux, &aux);
+    loss_add_aux(out, &aux);
+}
+
+void trainer_compute_backward_heads(Trainer *t, int n, const LossNorm *norm, double batch_mult, LossOut *out) {
+    double t0 = now_seconds();
+    compute_heads(t, norm, batch_mult, out);
     double t1 = now_seconds();
     model_backward(&t->m, n);
     t->t.loss += t1 - t0; t->t.backward += now_seconds() - t1;
+}
+
+void trainer_compute_backward(Trainer *t, int n, double norm, double batch_mult, LossOut *out) {
+    LossNorm both = { norm, t->tss_local.aux > 1 ? t->tss_local.aux : 1 };
+    trainer_compute_backward_heads(t, n, &both, batch_mult, out);
 }
 
 void trainer_update(Trainer *t, int epoch, int i) {
@@ -171,9 +204,11 @@ void trainer_update(Trainer *t, int epoch, int i) {
 int trainer_step(Trainer *t, int n, int S, const float *targets, int nt, int epoch, int i,
                  LossOut *out, Err *err) {
     if (t->multi) return multi_step(t->multi, n, S, targets, nt, epoch, i, out, err);
-    double tss;
-    if (trainer_forward_assign(t, n, S, t->input_u8 ? NULL : t->input, t->input_u8, targets, nt, &tss, err)) return -1;
-    trainer_compute_backward(t, n, tss > 1 ? tss : 1, n, out);
+    LossNorm tss;
+    if (trainer_forward_assign_heads(t, n, S, t->input_u8 || t->input_resident ? NULL : t->input, t->input_u8, targets, nt, &tss, err))
+        return -1;
+    LossNorm norm = { tss.main > 1 ? tss.main : 1, tss.aux > 1 ? tss.aux : 1 };
+    trainer_compute_backward_heads(t, n, &norm, n, out);
     trainer_update(t, epoch, i);
     return 0;
 }
@@ -279,9 +314,6 @@ static int open_data(Config *cfg, Dataset *ds, Err *err) {
 // Keys the config accepts for pieces that are not built yet: say so instead of ignoring them.
 static void note_unbuilt_keys(const Config *cfg) {
     if (cfg->rect) printf("note: rect=1 has no effect yet: training batches are square (imgsz x imgsz)\n");
-    if (strcmp(cfg->reduce, "device0") || strcmp(cfg->loss_on, "local") || !strcmp(cfg->split, "auto"))
-        printf("note: reduce=sharded, loss_on=device0 and split=auto are not built yet: this run gathers on device 0, "
-               "computes the loss on each device and splits evenly\n");
 }
 
 // The devices device= names, or -1 after printing why it cannot be used (with the GPUs found).
@@ -439,6 +471,13 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
             if (rs->stop_after > 0 && ++steps == rs->stop_after) stop_requested = -1;
         }
         progress(cfg, t, epoch, &r, inst, S, i, nb, now_seconds() - t0, images, 1);
+        if (t->multi) {                                // per-device time split and memory, devices.csv
+            snprintf(path, sizeof path, "%s/devices.csv", dir);
+            FILE *dev_csv = fopen(path, "a");
+            multi_epoch_report(t->multi, dev_csv, epoch);
+            if (dev_csv) fclose(dev_csv);
+            multi_gather_state(t->multi);              // sharded: EMA, momentum into device 0 before saving
+        }
         if (stop_requested) {                          // mid-epoch: save where we are, no validation
             snprintf(path, sizeof path, "%s/weights/last.safetensors", dir);
             int bad = trainer_save(t, path, &err);
@@ -560,6 +599,7 @@ int train_run(Config *cfg) {
         } else {
             rs.best_fitness = rs.start.best_fitness;
             rs.best_epoch = rs.start.best_epoch;
+            if (t.multi) multi_scatter_state(t.multi);   // replicas and shards take the loaded state
             printf("Resuming %s from epoch %d, batch %d\n", dir, rs.start.epoch, rs.start.batch);
         }
     }

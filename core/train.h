@@ -20,6 +20,11 @@ typedef struct Trainer {
     float      *recv;            // master: n_state floats to receive another device's gradients
     LossBatch   lb;              // the batch of the iteration in progress
     Map         grad_maps[LOSS_LEVELS];
+    LossBatch   lb_aux;          // a dual head (m.n_aux > 0): the auxiliary maps of the same batch,
+    Map         grad_aux[LOSS_LEVELS];
+    LossWork   *lw_aux;          // their own assignment (the CPU's; gpu_loss_aux on a GPU)
+    void       *gpu_loss_aux;
+    LossNorm    tss_local;       // the local target-score sums of the last assignment
     float      *ema;             // (m.n_state) EMA of every float of state, in the model's memory;
                                  // what checkpoints hold
     int64_t     ema_updates;
@@ -29,6 +34,7 @@ typedef struct Trainer {
     LossWork   *lw;
     float      *input;           // (max_n, S, S, 3) the batch as floats in [0,1]
     const uint8_t *input_u8;     // or, when set, the loader's uint8 batch (converted on the device)
+    int         input_resident;  // 1: the batch is already on the device (bench/step's GPU-only step)
     PhaseTimes  t;
     double      lr[3];           // learning rates of the last iteration, per group (results.csv)
 } Trainer;
@@ -46,10 +52,17 @@ int  trainer_init_devices(Trainer *t, const Config *cfg, int nb, const struct De
 void trainer_free(Trainer *t);
 // The iteration in phases (a multi-device step runs them on every device, with the normaliser
 // summed over devices between the first two). images: n (S,S,3) floats in host memory.
-// images: floats, or images_u8 bytes when images is NULL
+// images_u8 bytes when set, else images floats (NULL: the batch is already on the device)
 int  trainer_forward_assign(Trainer *t, int n, int S, const float *images, const uint8_t *images_u8,
                             const float *targets, int nt, double *tss, Err *err);
 void trainer_compute_backward(Trainer *t, int n, double norm, double batch_mult, LossOut *out);
+// The same phases with one normaliser per head output (LossNorm, core/loss.h), for a dual head
+// (yolov9-s): several devices sum tss->main and tss->aux over devices separately and pass max(sum, 1)
+// of each. The two above are these for the main head; with a dual head, trainer_compute_backward
+// normalises the auxiliary head by its local sum, which is exact on one device only.
+int  trainer_forward_assign_heads(Trainer *t, int n, int S, const float *images, const uint8_t *images_u8,
+                                  const float *targets, int nt, LossNorm *tss, Err *err);
+void trainer_compute_backward_heads(Trainer *t, int n, const LossNorm *norm, double batch_mult, LossOut *out);
 void trainer_update(Trainer *t, int epoch, int i);   // schedule; maybe clip, SGD, EMA
 // One iteration i of `epoch` on n images (n,S,S,3 floats in input) and their target rows
 // (img, cls, cx, cy, w, h): forward, loss, backward; then, when the schedule says so, clip the
@@ -64,8 +77,8 @@ int  trainer_save(const Trainer *t, const char *path, Err *err);
 // momentum buffers (t->sgd_buf) from its optimizer arena; makes the GPU loss work.
 int  trainer_gpu_init(Trainer *t, const Config *cfg, int id, Err *err);
 void trainer_gpu_free(Trainer *t);    // the loss work and the device; model_free does the rest
-int  trainer_gpu_assign(Trainer *t, double *tss, Err *err);
-void trainer_gpu_compute(Trainer *t, double norm, double batch_mult, LossOut *out);
+int  trainer_gpu_assign(Trainer *t, LossNorm *tss, Err *err);
+void trainer_gpu_compute(Trainer *t, const LossNorm *norm, double batch_mult, LossOut *out);
 #endif
 
 // mkdir -p; 0, or -1 with errno set

@@ -31,6 +31,22 @@ static void bn_apply(void *ctx, Map z, const float *g, const float *b, const flo
                      Map u) {
     bn_apply_gpu(DEV, z, g, b, mean, invstd, u);
 }
+static void bn_silu_train(void *ctx, Map z, const float *g, const float *b, float eps, float mom, float *rm,
+                          float *rv, float *mean, float *invstd, Map y) {
+    Map none = { 0 };
+    bn_silu_forward_train_gpu(DEV, z, g, b, eps, mom, rm, rv, mean, invstd, none, y);
+}
+static void conv_bn_silu_bwd(void *ctx, const ConvDims *d, Map x, const float *w, Map z, const BnSaved *bn,
+                             Map dy, Map tmp, Map dz, Map dx, float *dw, float *ws) {
+    if (DEV->precision == GPU_BF16) {   // dz as the bf16 GEMM operand, in dz's own memory
+        bn_silu_backward_bf16_gpu(DEV, z, bn->gamma, bn->beta, bn->mean, bn->invstd, dy, dz.data, bn->dgamma,
+                                  bn->dbeta);
+        conv_backward_bf16dy_gpu(DEV, d, x, w, dz.data, dx, dw);
+        return;
+    }
+    bn_silu_backward_gpu(DEV, z, bn->gamma, bn->beta, bn->mean, bn->invstd, dy, dz, bn->dgamma, bn->dbeta);
+    conv_backward_gpu(DEV, d, x, w, dz, dx, dw, NULL);
+}
 static void silu_fwd(void *ctx, Map u, Map y) { silu_forward_gpu(DEV, u, y); }
 static void silu_bwd(void *ctx, Map u, Map dy, Map du) { silu_backward_gpu(DEV, u, dy, du); }
 static void add_fwd(void *ctx, Map a, Map b, Map y) { add_forward_gpu(DEV, a, b, y); }
@@ -84,5 +100,5 @@ static void download(void *ctx, float *dst, const float *src, size_t n) {
 const Backend backend_gpu = {
     "cuda", conv_fwd, conv_bwd, bn_train, bn_eval, bn_bwd, bn_apply, silu_fwd, silu_bwd, add_fwd, copy, accumulate,
     maxpool_fwd, maxpool_bwd, avgpool_fwd, avgpool_bwd, upsample_fwd, upsample_bwd, prepare, sumsq, scale, sgd, ema,
-    scale_n, sync, bind, pull, zero, upload, upload_u8, download,
+    scale_n, sync, bind, pull, zero, upload, upload_u8, download, bn_silu_train, conv_bn_silu_bwd,
 };

@@ -1,17 +1,26 @@
 // bn.cu: batch normalisation over the M = N*H*W pixels of each channel, the CUDA twin of
 // core/bn.c. Per-channel sums are a deterministic two-level reduction in double: a fixed grid of
-// blocks (set by M alone, not by the GPU) writes partial sums, one thread per channel adds them in
-// order. Forward writes u (=); backward writes dz (=) and adds dgamma, dbeta (+=).
+// blocks (set by M alone, not by the GPU) writes partial sums, then a warp per channel adds them
+// in a fixed order. Forward writes u (=); backward writes dz (=) and adds dgamma, dbeta (+=).
+// The forward reads z once for its statistics (shifted moments, below) and once to normalise; the
+// fused SiLU backward recomputes du = dy·silu'(u) where it needs it instead of storing it.
 // Legend: N batch, H,W size, C channels, M pixels, G partial-sum blocks along the pixels.
+#include <cuda_bf16.h>
 #include <math.h>
 
 #include "gpu/kernel_util.h"
 
 enum { TILE_C = 32, TILE_M = 8, MAX_PARTS = 256, PIXELS_PER_PART = 512 };
 
-// What a partial-sum pass adds up for each channel c over pixels m (a = first map, b = second):
-//   SUM: s0 = Σ a   SQDEV: s1 = Σ (a - mean)²   GRAD: s0 = Σ b, s1 = Σ b·(a - mean)·invstd
-enum SumKind { SUM, SQDEV, GRAD };
+// What a partial-sum pass adds up for each channel c over pixels m (a = z, b = a gradient):
+//   MOMENTS:   s0 = Σ (a - k), s1 = Σ (a - k)² with k = a at pixel 0. One pass; the shift keeps
+//              var = s1/M - (s0/M)² free of cancellation (k lies within the data), in double.
+//   GRAD:      s0 = Σ du, s1 = Σ du·xhat with du = b
+//   SILU_GRAD: the same with du = b·silu'(u), u recomputed from a (b is the gradient at the SiLU)
+enum SumKind { MOMENTS, GRAD, SILU_GRAD };
+
+// The saved statistics and affine parameters a backward pass recomputes u from.
+struct BnSaved { const float *gamma, *beta, *mean, *invstd; };
 
 static int parts_for(size_t M) {
     size_t g = (M + PIXELS_PER_PART - 1) / PIXELS_PER_PART;
@@ -43,27 +52,43 @@ extern "C" size_t bn_workspace_bytes_gpu(Map z) {
     return 2 * sizeof(double) * G * C + 2 * sizeof(double) * C + 2 * sizeof(float) * C + 6 * 256;
 }
 
+// u = (z - mean)·invstd·gamma + beta from saved statistics, each operation rounded alone in the
+// order of the CPU's recompute loop (core/model_cpu.c bn_recompute), so the result is the same.
+__device__ static inline float bn_apply_value(float z, int c, BnSaved p) {
+    float v = __fmul_rn(__fmul_rn(__fsub_rn(z, p.mean[c]), p.invstd[c]), p.gamma[c]);
+    return __fadd_rn(v, p.beta[c]);
+}
+
+// dy·silu'(u), the formula of silu_bwd_kernel (gpu/elementwise.cu)
+__device__ static inline float silu_grad(float u, float dy) {
+    float s = 1.0f / (1.0f + expf(-u));
+    return dy * s * (1.0f + u * (1.0f - s));
+}
+
 // ---- kernels -------------------------------------------------------------------------------
 
 // Block (TILE_C, TILE_M) covers TILE_C channels; block row blockIdx.y of G takes pixels
 // blockIdx.y*TILE_M + threadIdx.y, stepping by G*TILE_M. Partial (blockIdx.y, c) is written.
 template <SumKind KIND>
-__global__ void partial_sums_kernel(Map a, Map b, const double *mean, const float *fmean,
-                                    const float *invstd, double *part0, double *part1) {
+__global__ void partial_sums_kernel(Map a, Map b, BnSaved p, double *part0, double *part1) {
     __shared__ double sh0[TILE_M][TILE_C], sh1[TILE_M][TILE_C];
     int c = blockIdx.x * TILE_C + threadIdx.x;
     size_t M = (size_t)a.N * a.H * a.W;
     double s0 = 0.0, s1 = 0.0;
     if (c < a.C) {
+        float k = KIND == MOMENTS ? a.data[c] : 0.0f;
         for (size_t m = blockIdx.y * (size_t)TILE_M + threadIdx.y; m < M;
              m += (size_t)gridDim.y * TILE_M) {
             float v = a.data[m * a.ld + c];
-            if (KIND == SUM) s0 += v;
-            if (KIND == SQDEV) { double e = v - mean[c]; s1 += e * e; }
-            if (KIND == GRAD) {
+            if (KIND == MOMENTS) {
+                double e = (double)v - k;
+                s0 += e;
+                s1 += e * e;
+            } else {
                 float g = b.data[m * b.ld + c];
+                if (KIND == SILU_GRAD) g = silu_grad(bn_apply_value(v, c, p), g);
                 s0 += g;
-                s1 += (double)g * ((v - fmean[c]) * (double)invstd[c]);
+                s1 += (double)g * ((v - p.mean[c]) * (double)p.invstd[c]);
             }
         }
     }
@@ -76,30 +101,43 @@ __global__ void partial_sums_kernel(Map a, Map b, const double *mean, const floa
     part1[(size_t)blockIdx.y * a.C + c] = s1;
 }
 
-// out[c] = Σ_g part[g][c] / divisor, in order g = 0..G-1
-__global__ void combine_kernel(const double *part, int G, int C, double divisor, double *out) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    double s = 0.0;
-    for (int g = 0; g < G; g++) s += part[(size_t)g * C + c];
-    out[c] = s / divisor;
+// out0[c] = Σ_g part0[g][c] / divisor, out1 likewise from part1: a warp per channel, lane l adds
+// g = l, l+32, ... in order, then a fixed shuffle tree, so the result does not vary run to run.
+__global__ void combine_kernel(const double *part0, const double *part1, int G, int C,
+                               double divisor, double *out0, double *out1) {
+    int c = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
+    if (c >= C) return;   // blockDim is a multiple of 32: whole warps leave together
+    double s0 = 0.0, s1 = 0.0;
+    for (int g = lane; g < G; g += 32) {
+        s0 += part0[(size_t)g * C + c];
+        s1 += part1[(size_t)g * C + c];
+    }
+    for (int o = 16; o > 0; o /= 2) {
+        s0 += __shfl_down_sync(0xffffffffu, s0, o);
+        s1 += __shfl_down_sync(0xffffffffu, s1, o);
+    }
+    if (lane) return;
+    out0[c] = s0 / divisor;
+    out1[c] = s1 / divisor;
 }
 
-// From mean and biased variance: saved stats, running stats (unbiased variance), and the
-// affine form of the normalisation. `unbias` is M/(M-1), or 1 when M == 1 (as the CPU twin).
-__global__ void train_stats_kernel(int C, const double *mu, const double *var, const float *gamma,
-                                   float eps, float momentum, double unbias, float *running_mean,
-                                   float *running_var, float *mean, float *invstd, float *shift,
-                                   float *scale) {
+// From the shifted moments m1 = Σ(z - k)/M, m2 = Σ(z - k)²/M (k = z at pixel 0, read from `z0`):
+// saved stats, running stats (unbiased variance), and the affine form of the normalisation.
+// `unbias` is M/(M-1), or 1 when M == 1 (as the CPU twin).
+__global__ void train_stats_kernel(int C, const float *z0, const double *m1, const double *m2,
+                                   const float *gamma, float eps, float momentum, double unbias,
+                                   float *running_mean, float *running_var, float *mean,
+                                   float *invstd, float *shift, float *scale) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
-    double is = 1.0 / sqrt(var[c] + eps), keep = 1.0 - momentum;
-    shift[c] = (float)mu[c];
+    double mu = z0[c] + m1[c], var = fmax(m2[c] - m1[c] * m1[c], 0.0);
+    double is = 1.0 / sqrt(var + eps), keep = 1.0 - momentum;
+    shift[c] = (float)mu;
     scale[c] = (float)(gamma[c] * is);
-    if (mean) mean[c] = (float)mu[c];
+    if (mean) mean[c] = (float)mu;
     if (invstd) invstd[c] = (float)is;
-    if (running_mean) running_mean[c] = (float)(keep * running_mean[c] + momentum * mu[c]);
-    if (running_var) running_var[c] = (float)(keep * running_var[c] + momentum * var[c] * unbias);
+    if (running_mean) running_mean[c] = (float)(keep * running_mean[c] + momentum * mu);
+    if (running_var) running_var[c] = (float)(keep * running_var[c] + momentum * var * unbias);
 }
 
 __global__ void eval_stats_kernel(int C, const float *gamma, float eps, const float *running_mean,
@@ -130,38 +168,33 @@ __global__ void grad_params_kernel(int C, const double *sdu, const double *sdux,
     if (dgamma) dgamma[c] += (float)sdux[c];
 }
 
-// dz = gamma·invstd · (du - Σdu/M - xhat·Σ(du·xhat)/M); dz may alias du
-__global__ void bn_dz_kernel(Map z, const float *gamma, const float *mean, const float *invstd,
-                             const double *sdu, const double *sdux, double M, Map du, Map dz) {
+// dz = gamma·invstd · (du - Σdu/M - xhat·Σ(du·xhat)/M), with du = g, or g·silu'(u) (SILU: g is
+// the gradient at the SiLU, u recomputed); dz may alias g. With dz16 set, dz goes there instead,
+// packed (M, C) and rounded to bf16: the operand the conv's backward GEMMs read.
+template <bool SILU>
+__global__ void bn_dz_kernel(Map z, BnSaved p, const double *sdu, const double *sdux, double M,
+                             Map g, Map dz, __nv_bfloat16 *dz16) {
     GRID_STRIDE(i, map_n(z)) {
         int c = (int)(i % z.C);
-        double xhat = (*map_elem(z, i) - mean[c]) * (double)invstd[c];
-        double k = (double)gamma[c] * invstd[c];
-        *map_elem(dz, i) = (float)(k * (*map_elem(du, i) - sdu[c] / M - xhat * (sdux[c] / M)));
+        float v = *map_elem(z, i), du = *map_elem(g, i);
+        if (SILU) du = silu_grad(bn_apply_value(v, c, p), du);
+        double xhat = (v - p.mean[c]) * (double)p.invstd[c];
+        double k = (double)p.gamma[c] * p.invstd[c];
+        float out = (float)(k * (du - sdu[c] / M - xhat * (sdux[c] / M)));
+        if (dz16) dz16[i] = __float2bfloat16(out);
+        else *map_elem(dz, i) = out;
     }
 }
 
-// u = (z - mean)·invstd·gamma + beta from saved statistics, each operation rounded alone in the
-// order of the CPU's recompute loop (core/model_cpu.c bn_recompute), so the result is the same.
-__device__ static inline float bn_apply_one(Map z, size_t i, const float *gamma,
-                                            const float *beta, const float *mean,
-                                            const float *invstd) {
-    int c = (int)(i % z.C);
-    float v = __fmul_rn(__fmul_rn(__fsub_rn(*map_elem(z, i), mean[c]), invstd[c]), gamma[c]);
-    return __fadd_rn(v, beta[c]);
+__global__ void bn_apply_kernel(Map z, BnSaved p, Map u) {
+    GRID_STRIDE(i, map_n(z)) *map_elem(u, i) = bn_apply_value(*map_elem(z, i), (int)(i % z.C), p);
 }
 
-__global__ void bn_apply_kernel(Map z, const float *gamma, const float *beta, const float *mean,
-                                const float *invstd, Map u) {
-    GRID_STRIDE(i, map_n(z)) *map_elem(u, i) = bn_apply_one(z, i, gamma, beta, mean, invstd);
-}
-
-// du = dy·silu'(u) with u recomputed, the formula of silu_bwd_kernel; du may alias dy
-__global__ void bn_apply_silu_bwd_kernel(Map z, const float *gamma, const float *beta,
-                                         const float *mean, const float *invstd, Map dy, Map du) {
+// du = dy·silu'(u) with u recomputed; du may alias dy
+__global__ void bn_apply_silu_bwd_kernel(Map z, BnSaved p, Map dy, Map du) {
     GRID_STRIDE(i, map_n(z)) {
-        float a = bn_apply_one(z, i, gamma, beta, mean, invstd), s = 1.0f / (1.0f + expf(-a));
-        *map_elem(du, i) = *map_elem(dy, i) * s * (1.0f + a * (1.0f - s));
+        float a = bn_apply_value(*map_elem(z, i), (int)(i % z.C), p);
+        *map_elem(du, i) = silu_grad(a, *map_elem(dy, i));
     }
 }
 
@@ -171,26 +204,18 @@ static void bn_check(Map a, Map b, const char *who) { same_shape_gpu(a, b, who);
 
 static unsigned channel_blocks(int C) { return (unsigned)((C + THREADS - 1) / THREADS); }
 
-// Run one partial-sum pass of kind K over (a, b) and combine each of its two sums, divided by
-// `divisor`, into out0/out1 (NULL: not needed).
+// Run one partial-sum pass of kind K over (a, b) and combine its two sums, each divided by
+// `divisor`, into out0 and out1.
 template <SumKind K>
-static void channel_sums(Device *dev, Map a, Map b, const double *mean, const float *fmean,
-                         const float *invstd, Sums *s, double divisor, double *out0,
-                         double *out1) {
+static void channel_sums(Device *dev, Map a, Map b, BnSaved p, Sums *s, double divisor,
+                         double *out0, double *out1) {
     dim3 grid((a.C + TILE_C - 1) / TILE_C, s->G), block(TILE_C, TILE_M);
-    partial_sums_kernel<K><<<grid, block, 0, dev->stream>>>(a, b, mean, fmean, invstd, s->part0,
-                                                             s->part1);
+    partial_sums_kernel<K><<<grid, block, 0, dev->stream>>>(a, b, p, s->part0, s->part1);
     checkLaunch(dev);
-    if (out0) {
-        combine_kernel<<<channel_blocks(a.C), THREADS, 0, dev->stream>>>(s->part0, s->G, a.C,
-                                                                         divisor, out0);
-        checkLaunch(dev);
-    }
-    if (out1) {
-        combine_kernel<<<channel_blocks(a.C), THREADS, 0, dev->stream>>>(s->part1, s->G, a.C,
-                                                                         divisor, out1);
-        checkLaunch(dev);
-    }
+    unsigned warps_per_block = THREADS / 32;
+    combine_kernel<<<(a.C + warps_per_block - 1) / warps_per_block, THREADS, 0, dev->stream>>>(
+        s->part0, s->part1, s->G, a.C, divisor, out0, out1);
+    checkLaunch(dev);
 }
 
 static void normalise(Device *dev, Map z, const Sums *s, const float *beta, Map u, Map y) {
@@ -204,13 +229,12 @@ static void bn_train(Device *dev, Map z, const float *gamma, const float *beta, 
                      float *invstd, Map u, Map y) {
     size_t mark = dev->scratch.used, M = map_pixels(z);
     Sums s = sums_take(dev, z.C, M);
-    // two passes, mean then squared deviations, as the CPU twin: no cancellation
-    channel_sums<SUM>(dev, z, z, NULL, NULL, NULL, &s, (double)M, s.mean, NULL);
-    channel_sums<SQDEV>(dev, z, z, s.mean, NULL, NULL, &s, (double)M, NULL, s.var);
+    BnSaved none = { NULL, NULL, NULL, NULL };
+    channel_sums<MOMENTS>(dev, z, z, none, &s, (double)M, s.mean, s.var);   // shifted moments
     double unbias = M > 1 ? (double)M / (double)(M - 1) : 1.0;
     train_stats_kernel<<<channel_blocks(z.C), THREADS, 0, dev->stream>>>(
-        z.C, s.mean, s.var, gamma, eps, momentum, unbias, running_mean, running_var, mean, invstd,
-        s.shift, s.scale);
+        z.C, z.data, s.mean, s.var, gamma, eps, momentum, unbias, running_mean, running_var, mean,
+        invstd, s.shift, s.scale);
     checkLaunch(dev);
     normalise(dev, z, &s, beta, u, y);
     dev->scratch.used = mark;
@@ -247,31 +271,59 @@ extern "C" void bn_forward_eval_gpu(Device *dev, Map z, const float *gamma, cons
     dev->scratch.used = mark;
 }
 
-extern "C" void bn_backward_gpu(Device *dev, Map z, const float *gamma, const float *mean,
-                                const float *invstd, Map du, Map dz, float *dgamma, float *dbeta) {
-    bn_check(z, du, "bn_backward_gpu");
-    if (dz.data) bn_check(z, dz, "bn_backward_gpu");
+// The backward of BN (SILU false: g = du) or of SiLU(BN) (SILU true: g = dy at the SiLU output):
+// Σ du and Σ du·xhat, dgamma/dbeta +=, then dz (=) unless dz.data is NULL.
+template <bool SILU>
+static void bn_grad(Device *dev, Map z, BnSaved p, Map g, Map dz, __nv_bfloat16 *dz16,
+                    float *dgamma, float *dbeta) {
     size_t mark = dev->scratch.used;
     Sums s = sums_take(dev, z.C, map_pixels(z));
-    // the sums Σ du and Σ du·xhat, held in the mean and var slots
-    double *sdu = s.mean, *sdux = s.var;
-    channel_sums<GRAD>(dev, z, du, NULL, mean, invstd, &s, 1.0, sdu, sdux);
+    double *sdu = s.mean, *sdux = s.var;   // the two sums, held in the mean and var slots
+    channel_sums<SILU ? SILU_GRAD : GRAD>(dev, z, g, p, &s, 1.0, sdu, sdux);
     grad_params_kernel<<<channel_blocks(z.C), THREADS, 0, dev->stream>>>(z.C, sdu, sdux, dgamma,
                                                                          dbeta);
     checkLaunch(dev);
-    if (dz.data) {
-        bn_dz_kernel<<<blocks_for(map_floats(z)), THREADS, 0, dev->stream>>>(
-            z, gamma, mean, invstd, sdu, sdux, (double)map_pixels(z), du, dz);
+    if (dz.data || dz16) {
+        bn_dz_kernel<SILU><<<blocks_for(map_floats(z)), THREADS, 0, dev->stream>>>(
+            z, p, sdu, sdux, (double)map_pixels(z), g, dz, dz16);
         checkLaunch(dev);
     }
     dev->scratch.used = mark;
 }
 
+extern "C" void bn_backward_gpu(Device *dev, Map z, const float *gamma, const float *mean,
+                                const float *invstd, Map du, Map dz, float *dgamma, float *dbeta) {
+    bn_check(z, du, "bn_backward_gpu");
+    if (dz.data) bn_check(z, dz, "bn_backward_gpu");
+    BnSaved p = { gamma, NULL, mean, invstd };
+    bn_grad<false>(dev, z, p, du, dz, NULL, dgamma, dbeta);
+}
+
+extern "C" void bn_silu_backward_gpu(Device *dev, Map z, const float *gamma, const float *beta,
+                                     const float *mean, const float *invstd, Map dy, Map dz,
+                                     float *dgamma, float *dbeta) {
+    bn_check(z, dy, "bn_silu_backward_gpu");
+    if (dz.data) bn_check(z, dz, "bn_silu_backward_gpu");
+    BnSaved p = { gamma, beta, mean, invstd };
+    bn_grad<true>(dev, z, p, dy, dz, NULL, dgamma, dbeta);
+}
+
+extern "C" void bn_silu_backward_bf16_gpu(Device *dev, Map z, const float *gamma,
+                                          const float *beta, const float *mean,
+                                          const float *invstd, Map dy, void *dz16, float *dgamma,
+                                          float *dbeta) {
+    bn_check(z, dy, "bn_silu_backward_bf16_gpu");
+    if (z.ld != z.C) die("bn_silu_backward_bf16_gpu: z must be contiguous (ld %d, C %d)", z.ld, z.C);
+    BnSaved p = { gamma, beta, mean, invstd };
+    Map none = { NULL, 0, 0, 0, 0, 0 };
+    bn_grad<true>(dev, z, p, dy, none, (__nv_bfloat16 *)dz16, dgamma, dbeta);
+}
+
 extern "C" void bn_apply_gpu(Device *dev, Map z, const float *gamma, const float *beta,
                              const float *mean, const float *invstd, Map u) {
     bn_check(z, u, "bn_apply_gpu");
-    bn_apply_kernel<<<blocks_for(map_floats(z)), THREADS, 0, dev->stream>>>(z, gamma, beta, mean,
-                                                                            invstd, u);
+    BnSaved p = { gamma, beta, mean, invstd };
+    bn_apply_kernel<<<blocks_for(map_floats(z)), THREADS, 0, dev->stream>>>(z, p, u);
     checkLaunch(dev);
 }
 
@@ -280,7 +332,7 @@ extern "C" void bn_apply_silu_backward_gpu(Device *dev, Map z, const float *gamm
                                            const float *invstd, Map dy, Map du) {
     bn_check(z, dy, "bn_apply_silu_backward_gpu");
     bn_check(z, du, "bn_apply_silu_backward_gpu");
-    bn_apply_silu_bwd_kernel<<<blocks_for(map_floats(z)), THREADS, 0, dev->stream>>>(
-        z, gamma, beta, mean, invstd, dy, du);
+    BnSaved p = { gamma, beta, mean, invstd };
+    bn_apply_silu_bwd_kernel<<<blocks_for(map_floats(z)), THREADS, 0, dev->stream>>>(z, p, dy, du);
     checkLaunch(dev);
 }

@@ -122,6 +122,44 @@ __global__ void im2col_kernel(ConvDims d, Map x, unsigned m0, unsigned rows, T *
     }
 }
 
+// The same into bf16 rows with 8 columns (one 16-byte store) a thread and ROWS rows a thread in
+// flight, their loads issued before any store: im2col is bound by memory latency, not arithmetic.
+// Needs Cg % 8 == 0 and 16-byte aligned x runs (the caller checks).
+template <int ROWS>
+__global__ void im2col8_kernel(ConvDims d, Map x, unsigned m0, unsigned rows, bf16 *col) {
+    int crs = d.C * d.R * d.S, Cg = d.C / d.groups, rscg = d.R * d.S * Cg;
+    int j = (blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (j >= crs) return;
+    int g = j / rscg, rs = (j - g * rscg) / Cg, cg = j - g * rscg - rs * Cg;
+    int r = rs / d.S, s = rs - r * d.S;
+    const float *xc = x.data + g * Cg + cg;
+    unsigned step = gridDim.y * blockDim.y * ROWS;
+    for (unsigned row0 = (blockIdx.y * blockDim.y + threadIdx.y) * ROWS; row0 < rows; row0 += step) {
+        float4 a[ROWS][2];
+#pragma unroll
+        for (int k = 0; k < ROWS; k++) {
+            a[k][0] = a[k][1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            unsigned m = m0 + row0 + k, npix = m / d.Q, q = m - npix * d.Q, n = npix / d.P;
+            int p = (int)(npix - n * d.P);
+            int h = p * d.stride - d.pad + r, v = (int)q * d.stride - d.pad + s;
+            if (row0 + k < rows && h >= 0 && h < d.H && v >= 0 && v < d.W) {
+                const float4 *src = (const float4 *)(xc + (((size_t)n * d.H + h) * d.W + v) * x.ld);
+                a[k][0] = src[0];
+                a[k][1] = src[1];
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < ROWS; k++) {
+            if (row0 + k >= rows) break;
+            __nv_bfloat162 t[4] = { __floats2bfloat162_rn(a[k][0].x, a[k][0].y),
+                                    __floats2bfloat162_rn(a[k][0].z, a[k][0].w),
+                                    __floats2bfloat162_rn(a[k][1].x, a[k][1].y),
+                                    __floats2bfloat162_rn(a[k][1].z, a[k][1].w) };
+            *(uint4 *)(col + (size_t)(row0 + k) * crs + j) = *(const uint4 *)t;
+        }
+    }
+}
+
 // dx(n,h,v,c) += every dcol entry that im2col read from it, for image rows nh0..nh1-1 (n*H + h)
 // and pixel rows m0..m0+rows-1: a gather, so no atomics; terms are added in increasing output
 // pixel as the CPU twin's col2im does. One thread per V channels of a pixel.
@@ -293,10 +331,16 @@ static bool vec4_ok(const ConvDims *d, Map m) {
     return (d->C / d->groups) % 4 == 0 && m.ld % 4 == 0 && aligned16(m.data);
 }
 
+enum { IM2COL_ROWS = 4 };   // rows a thread of im2col8_kernel keeps in flight
+
 template <typename T>
 static void im2col(Device *dev, const ConvDims *d, Map x, size_t m0, size_t rows, T *col) {
     dim3 grid, block;
-    if (vec4_ok(d, x)) {
+    if (sizeof(T) == sizeof(bf16) && (d->C / d->groups) % 8 == 0 && vec4_ok(d, x)) {
+        row_launch(crs_of(d) / 8, (rows + IM2COL_ROWS - 1) / IM2COL_ROWS, &grid, &block);
+        im2col8_kernel<IM2COL_ROWS><<<grid, block, 0, dev->stream>>>(*d, x, (unsigned)m0,
+                                                                     (unsigned)rows, (bf16 *)col);
+    } else if (vec4_ok(d, x)) {
         row_launch(crs_of(d) / 4, rows, &grid, &block);
         im2col_kernel<T, 4><<<grid, block, 0, dev->stream>>>(*d, x, (unsigned)m0, (unsigned)rows, col);
     } else {
@@ -419,11 +463,9 @@ static BackwardScratch backward_scratch(Device *dev, const ConvDims *d, bool wan
     return s;
 }
 
-extern "C" void conv_backward_gpu(Device *dev, const ConvDims *d, Map x, const float *w, Map dy,
-                                  Map dx, float *dw, float *db) {
-    conv_check(d, x, dy, "conv_backward_gpu");
-    conv_check(d, dx, dy, "conv_backward_gpu");
-    if (db) bias_grad(dev, dy, db);
+// dx, dw += from dy: the fp32 map, or (dy16 set) its packed bf16 copy
+static void conv_backward(Device *dev, const ConvDims *d, Map x, const float *w, Map dy,
+                          const bf16 *dy16, Map dx, float *dw) {
     if (!dw && !dx.data) return;
     size_t mark = dev->scratch.used, M = pixels_out(d), chunk = chunk_rows(dev, d);
     int crs = (int)crs_of(d);
@@ -431,7 +473,8 @@ extern "C" void conv_backward_gpu(Device *dev, const ConvDims *d, Map x, const f
     BackwardScratch s = backward_scratch(dev, d, dw != NULL, dx.data != NULL);
     for (size_t m0 = 0; m0 < M; m0 += chunk) {
         size_t rows = M - m0 < chunk ? M - m0 : chunk, mark_chunk = dev->scratch.used;
-        Operand dyo = operand(dev, dy.data + m0 * dy.ld, rows, d->K, dy.ld);
+        Operand dyo = dy16 ? Operand{ dy16 + m0 * d->K, d->K }
+                           : operand(dev, dy.data + m0 * dy.ld, rows, d->K, dy.ld);
         if (dw) {
             Operand a = s.col ? col_operand(dev, d, x, m0, rows, s.col)
                               : operand(dev, x.data + m0 * x.ld, rows, crs, x.ld);
@@ -452,4 +495,21 @@ extern "C" void conv_backward_gpu(Device *dev, const ConvDims *d, Map x, const f
         checkLaunch(dev);
     }
     dev->scratch.used = mark;
+}
+
+extern "C" void conv_backward_gpu(Device *dev, const ConvDims *d, Map x, const float *w, Map dy,
+                                  Map dx, float *dw, float *db) {
+    conv_check(d, x, dy, "conv_backward_gpu");
+    conv_check(d, dx, dy, "conv_backward_gpu");
+    if (db) bias_grad(dev, dy, db);
+    conv_backward(dev, d, x, w, dy, NULL, dx, dw);
+}
+
+extern "C" void conv_backward_bf16dy_gpu(Device *dev, const ConvDims *d, Map x, const float *w,
+                                         const void *dy16, Map dx, float *dw) {
+    Map none = { NULL, 0, 0, 0, 0, 0 };
+    conv_check(d, x, none, "conv_backward_bf16dy_gpu");
+    if (dx.data) conv_check(d, dx, none, "conv_backward_bf16dy_gpu");
+    if (dev->precision != GPU_BF16) die("conv_backward_bf16dy_gpu: the device is not in bf16");
+    conv_backward(dev, d, x, w, none, (const bf16 *)dy16, dx, dw);
 }

@@ -15,6 +15,10 @@ GpuPlan model_gpu_plan(const Model *m, GpuPrecision prec, int optim_states) {
     size_t scratch = 0;
     for (int i = 0; i < m->n_nodes; i++) {            // the largest scratch any single op asks for
         const Node *nd = &m->nodes[i];
+        if (nd->op == OP_MAXPOOL) {
+            size_t a = maxpool_workspace_bytes_gpu(model_value(m, nd->out, m->max_n));
+            if (a > scratch) scratch = a;
+        }
         for (int u = 0; u < 2; u++) {
             const ConvUnit *cu = u ? &nd->cv2 : &nd->cv;
             if (cu->w < 0 || (nd->op != OP_CONV && nd->op != OP_REPCONV)) continue;
@@ -27,7 +31,7 @@ GpuPlan model_gpu_plan(const Model *m, GpuPrecision prec, int optim_states) {
     }
     size_t input_bytes = (size_t)m->max_n * m->imgsz * m->imgsz * 3;   // a uint8 batch staged for upload
     if (input_bytes > scratch) scratch = input_bytes;
-    GpuPlan p = { { 0 }, fl(m->n_act), fl(m->n_act), fl(m->n_stats + 1), 2 * fl(m->n_tmp + 1) };
+    GpuPlan p = { { 0 }, fl(m->n_act), fl(m->n_dact + 1), fl(m->n_stats + 1), 2 * fl(m->n_tmp + 1) };
     p.arena[ARENA_PARAMS] = fl(m->n_state);
     p.arena[ARENA_GRADS] = fl(m->n_state);
     p.arena[ARENA_OPTIM] = optim_states ? optim_states * fl(m->n_state) + ((size_t)1 << 20) : 0;

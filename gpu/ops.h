@@ -15,6 +15,9 @@ size_t conv_workspace_bytes_gpu(const Device *dev, const ConvDims *d);
 void conv_forward_gpu(Device *dev, const ConvDims *d, Map x, const float *w, const float *b, Map y);
 void conv_backward_gpu(Device *dev, const ConvDims *d, Map x, const float *w, Map dy, Map dx,
                        float *dw, float *db);   // dx, dw, db +=
+// conv_backward_gpu without a bias, under GPU_BF16, with dy given as packed (N*P*Q, K) bf16 values
+void conv_backward_bf16dy_gpu(Device *dev, const ConvDims *d, Map x, const float *w,
+                              const void *dy16, Map dx, float *dw);
 
 // ---- batch normalisation (gpu/bn.cu): statistics in double, deterministic ----------------------
 size_t bn_workspace_bytes_gpu(Map z);   // scratch the three BN twins need for this map
@@ -30,6 +33,16 @@ void bn_forward_eval_gpu(Device *dev, Map z, const float *gamma, const float *be
                          const float *running_mean, const float *running_var, Map u);
 void bn_backward_gpu(Device *dev, Map z, const float *gamma, const float *mean,
                      const float *invstd, Map du, Map dz, float *dgamma, float *dbeta);
+// The backward of y = silu(BN(z)) from dy in two passes over (z, dy): du = dy·silu'(u) is
+// recomputed (as bn_apply_silu_backward_gpu) where needed, never stored; dz (=), dgamma, dbeta (+=).
+void bn_silu_backward_gpu(Device *dev, Map z, const float *gamma, const float *beta,
+                          const float *mean, const float *invstd, Map dy, Map dz, float *dgamma,
+                          float *dbeta);
+// The same with dz written packed (M, C) as bf16 into dz16 (z must be contiguous): what
+// conv_backward_bf16dy_gpu reads, so dz is neither stored in fp32 nor converted again.
+void bn_silu_backward_bf16_gpu(Device *dev, Map z, const float *gamma, const float *beta,
+                               const float *mean, const float *invstd, Map dy, void *dz16,
+                               float *dgamma, float *dbeta);
 // u = (z - mean)·invstd·gamma + beta from saved statistics (=), as the backward recomputes BN
 // outputs on the CPU (core/model_cpu.c), bit for bit.
 void bn_apply_gpu(Device *dev, Map z, const float *gamma, const float *beta, const float *mean,
@@ -52,6 +65,7 @@ void zero_map_gpu(Device *dev, Map m);
 // ---- pooling and resampling (gpu/pool.cu); backward passes gather, so they are deterministic ---
 void maxpool_forward_gpu(Device *dev, Map x, int k, int stride, int pad, Map y);
 void maxpool_backward_gpu(Device *dev, Map x, int k, int stride, int pad, Map dy, Map dx);
+size_t maxpool_workspace_bytes_gpu(Map y);   // scratch maxpool_backward_gpu takes (y: the output)
 void avgpool_forward_gpu(Device *dev, Map x, int k, int stride, int pad, Map y);
 void avgpool_backward_gpu(Device *dev, int k, int stride, int pad, Map dy, Map dx);
 void upsample_forward_gpu(Device *dev, Map x, int factor, Map y);

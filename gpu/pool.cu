@@ -82,17 +82,27 @@ __device__ static int window_argmax(Map x, Window win, int n, int p, int q, int 
     return arg;
 }
 
-// dx(n,h,w,c) += dy of every window (in p, q order) whose first maximum is (h, w)
-__global__ void maxpool_bwd_kernel(Map x, Window win, Map dy, Map dx) {
+// arg[i] = window_argmax of output element i (dy's (n, p, q, c) order, packed)
+__global__ void maxpool_argmax_kernel(Map x, Window win, Map dy, int *arg) {
+    GRID_STRIDE(i, map_n(dy)) {
+        Pos o = pos_of(dy, i);
+        arg[i] = window_argmax(x, win, o.n, o.h, o.w, o.c);
+    }
+}
+
+// dx(n,h,w,c) += dy of every window (in p, q order) whose first maximum is (h, w), read from the
+// argmax of each window computed once (a window is scanned once, not once per element it covers)
+__global__ void maxpool_bwd_kernel(Map x, Window win, Map dy, const int *arg, Map dx) {
     GRID_STRIDE(i, map_n(dx)) {
         Pos e = pos_of(dx, i);
         int p0, p1, q0, q1;
         covering(e.h, win, dy.H, &p0, &p1);
         covering(e.w, win, dy.W, &q0, &q1);
         float acc = *map_elem(dx, i);
+        int self = e.h * x.W + e.w;
         for (int p = p0; p < p1; p++)
             for (int q = q0; q < q1; q++)
-                if (window_argmax(x, win, e.n, p, q, e.c) == e.h * x.W + e.w)
+                if (arg[(((size_t)e.n * dy.H + p) * dy.W + q) * dy.C + e.c] == self)
                     acc += *at(dy, e.n, p, q, e.c);
         *map_elem(dx, i) = acc;
     }
@@ -148,6 +158,8 @@ __global__ void upsample_bwd_kernel(int f, Map dy, Map dx) {
 
 // ---- launchers -----------------------------------------------------------------------------
 
+extern "C" size_t maxpool_workspace_bytes_gpu(Map y) { return sizeof(int) * map_floats(y) + 256; }
+
 extern "C" void maxpool_forward_gpu(Device *dev, Map x, int k, int stride, int pad, Map y) {
     Window win = { k, stride, pad };
     pool_check(x, win, y, "maxpool_forward_gpu");
@@ -161,8 +173,13 @@ extern "C" void maxpool_backward_gpu(Device *dev, Map x, int k, int stride, int 
     pool_check(x, win, dy, "maxpool_backward_gpu");
     if (!dx.data) return;
     same_shape_gpu(x, dx, "maxpool_backward_gpu");
-    maxpool_bwd_kernel<<<blocks_for(map_floats(dx)), THREADS, 0, dev->stream>>>(x, win, dy, dx);
+    size_t mark = dev->scratch.used;
+    int *arg = (int *)scratch_take(dev, maxpool_workspace_bytes_gpu(dy));
+    maxpool_argmax_kernel<<<blocks_for(map_floats(dy)), THREADS, 0, dev->stream>>>(x, win, dy, arg);
     checkLaunch(dev);
+    maxpool_bwd_kernel<<<blocks_for(map_floats(dx)), THREADS, 0, dev->stream>>>(x, win, dy, arg, dx);
+    checkLaunch(dev);
+    dev->scratch.used = mark;
 }
 
 extern "C" void avgpool_forward_gpu(Device *dev, Map x, int k, int stride, int pad, Map y) {

@@ -36,7 +36,9 @@ int trainer_gpu_init(Trainer *t, const Config *cfg, int id, Err *err) {
     model_set_size(m, m->imgsz, m->imgsz);
     for (int l = 0; l < m->n_levels; l++) anchors += m->vh[m->head[l]] * m->vw[m->head[l]];
     t->gpu_loss = loss_work_new_gpu(dev, m->max_n, m->max_n * TARGETS_PER_IMAGE, m->nc, anchors);
-    if (!t->gpu_loss) {
+    if (t->gpu_loss && m->n_aux)                       // a dual head: the auxiliary maps' own assignment
+        t->gpu_loss_aux = loss_work_new_gpu(dev, m->max_n, m->max_n * TARGETS_PER_IMAGE, m->nc, anchors);
+    if (!t->gpu_loss || (m->n_aux && !t->gpu_loss_aux)) {
         trainer_gpu_free(t);
         return err_set(err, "GPU %d: no memory left for the loss at batch %d; lower batch or imgsz", id, m->max_n);
     }
@@ -45,16 +47,25 @@ int trainer_gpu_init(Trainer *t, const Config *cfg, int id, Err *err) {
 
 void trainer_gpu_free(Trainer *t) {                    // the caller frees the model's host side
     if (t->gpu_loss) loss_work_free_gpu(t->gpu_loss);
+    if (t->gpu_loss_aux) loss_work_free_gpu(t->gpu_loss_aux);
     device_free(t->dev);
     free(t->dev);
     t->dev = NULL;
-    t->gpu_loss = NULL;
+    t->gpu_loss = t->gpu_loss_aux = NULL;
 }
 
-int trainer_gpu_assign(Trainer *t, double *tss, Err *err) {
-    return loss_assign_gpu(t->dev, t->gpu_loss, &t->lb, tss, err);
+int trainer_gpu_assign(Trainer *t, LossNorm *tss, Err *err) {
+    tss->aux = 0;
+    if (loss_assign_gpu(t->dev, t->gpu_loss, &t->lb, &tss->main, err)) return -1;
+    return t->m.n_aux ? loss_assign_gpu(t->dev, t->gpu_loss_aux, &t->lb_aux, &tss->aux, err) : 0;
 }
 
-void trainer_gpu_compute(Trainer *t, double norm, double batch_mult, LossOut *out) {
-    loss_compute_gpu(t->dev, t->gpu_loss, &t->lb, norm, batch_mult, t->grad_maps, out);
+// A dual head as on the CPU (core/train.c): the auxiliary loss weighted through batch_mult.
+void trainer_gpu_compute(Trainer *t, const LossNorm *norm, double batch_mult, LossOut *out) {
+    memset(out, 0, sizeof *out);
+    loss_compute_gpu(t->dev, t->gpu_loss, &t->lb, norm->main, batch_mult, t->grad_maps, out);
+    if (!t->m.n_aux) return;
+    LossOut aux = { 0 };
+    loss_compute_gpu(t->dev, t->gpu_loss_aux, &t->lb_aux, norm->aux, LOSS_AUX_WEIGHT * batch_mult, t->grad_aux, &aux);
+    loss_add_aux(out, &aux);
 }

@@ -2,6 +2,9 @@
 // random inputs, odd shapes and channel slices (ld > C) with guard values checked after each op
 // (STYLE.md section 7). Without CUDA in the build, or without a GPU, every test is a skip.
 // Legend: N batch, C/K channels, H,W in, P,Q out, k kernel, G groups.
+#include <stdint.h>
+#include <string.h>
+
 #include "core/ops.h"
 #include "core/util.h"
 #include "test/test.h"
@@ -9,8 +12,8 @@
 #include "gpu/ops.h"
 #endif
 
-#define GPU_TESTS(X) X(test_conv_fp32) X(test_conv_tf32) X(test_conv_bf16) X(test_conv_chunked) \
-    X(test_bn_train) X(test_bn_silu) X(test_bn_eval) X(test_bn_backward) X(test_elementwise) X(test_maxpool)     \
+#define GPU_TESTS(X) X(test_conv_fp32) X(test_conv_tf32) X(test_conv_bf16) X(test_conv_chunked) X(test_conv_bf16dy) \
+    X(test_bn_train) X(test_bn_silu) X(test_bn_eval) X(test_bn_backward) X(test_bn_silu_backward) X(test_bn_offset_variance) X(test_elementwise) X(test_maxpool)     \
     X(test_avgpool) X(test_upsample) X(test_step_allocates_nothing) X(test_init_refuses)
 
 #ifndef USE_CUDA
@@ -195,6 +198,52 @@ static void test_conv_chunked(void) {
     dev.col_cap_floats = cap;
 }
 
+// f rounded to bf16 (to nearest even, as __float2bfloat16; f finite), as its 16 bits
+static uint16_t bf16_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
+// The backward from a packed bf16 dy equals, bit for bit, the backward that converts an fp32 dy
+// itself (with a small im2col cap, so chunks index into the packed dy).
+static void test_conv_bf16dy(void) {
+    NEED_GPU();
+    Rng g = rng_for(15, 0, 0);
+    size_t cap = dev.col_cap_floats;
+    dev.col_cap_floats = 1000;
+    dev.precision = GPU_BF16;
+    for (size_t i = 0; i < sizeof CONV_CASES / sizeof *CONV_CASES; i++) {
+        arena_reset(&dev.acts);
+        const ConvCase *cc = &CONV_CASES[i];
+        ConvDims d = conv_dims(cc->N, cc->C, cc->H, cc->W, cc->K, cc->k, cc->stride, cc->pad, cc->groups);
+        size_t nw = (size_t)d.K * (d.C / d.groups) * d.R * d.S, ny = (size_t)d.N * d.P * d.Q * d.K;
+        Pair x = pair_new(d.N, d.H, d.W, d.C, cc->x_extra), w = vec_new((int)nw);
+        Pair dy = pair_new(d.N, d.P, d.Q, d.K, 0), dx = pair_new(d.N, d.H, d.W, d.C, cc->x_extra);
+        Pair dx2 = pair_new(d.N, d.H, d.W, d.C, cc->x_extra), dw = vec_new((int)nw), dw2 = vec_new((int)nw);
+        pair_rand(x, &g, -1, 1); pair_rand(w, &g, -0.5, 0.5); pair_rand(dy, &g, -1, 1);
+        uint16_t *h16 = xmalloc(ny * sizeof *h16);
+        for (size_t j = 0; j < ny; j++) h16[j] = bf16_bits(dy.h.data[j]);
+        void *d16 = arena_take(&dev.acts, ny * 2, 256);
+        checkCuda(cudaMemcpy(d16, h16, ny * 2, cudaMemcpyHostToDevice));
+        conv_backward_gpu(&dev, &d, x.d, w.d.data, dy.d, dx.d, dw.d.data, NULL);
+        conv_backward_bf16dy_gpu(&dev, &d, x.d, w.d.data, d16, dx2.d, dw2.d.data);
+        device_sync(&dev);
+        float *a = xmalloc(dx.total * 4), *b = xmalloc(dx.total * 4), *e = xmalloc(nw * 4), *f = xmalloc(nw * 4);
+        checkCuda(cudaMemcpy(a, dx.d.data - dx.extra, dx.total * 4, cudaMemcpyDeviceToHost));
+        checkCuda(cudaMemcpy(b, dx2.d.data - dx2.extra, dx.total * 4, cudaMemcpyDeviceToHost));
+        checkCuda(cudaMemcpy(e, dw.d.data, nw * 4, cudaMemcpyDeviceToHost));
+        checkCuda(cudaMemcpy(f, dw2.d.data, nw * 4, cudaMemcpyDeviceToHost));
+        CHECK(memcmp(a, b, dx.total * 4) == 0, "case %zu: dx from a bf16 dy differs", i);
+        CHECK(memcmp(e, f, nw * 4) == 0, "case %zu: dw from a bf16 dy differs", i);
+        free(a); free(b); free(e); free(f); free(h16);
+        Pair all[] = { x, w, dy, dx, dx2, dw, dw2 };
+        for (size_t k = 0; k < sizeof all / sizeof *all; k++) pair_free(all[k]);
+    }
+    dev.precision = GPU_FP32;
+    dev.col_cap_floats = cap;
+}
+
 // ---- batch normalisation ------------------------------------------------------------------
 
 typedef struct { int N, H, W, C, extra; } Shape;
@@ -301,6 +350,76 @@ static void test_bn_backward(void) {
         Pair all[] = { z, u, du, dz, ga, be, mean, invstd, dga, dbe };
         for (size_t k = 0; k < sizeof all / sizeof *all; k++) pair_free(all[k]);
     }
+}
+
+// The fused backward of SiLU(BN(z)) from dy equals SiLU's backward then BN's on the CPU.
+static void test_bn_silu_backward(void) {
+    NEED_GPU();
+    Rng g = rng_for(25, 0, 0);
+    for (size_t i = 0; i < sizeof BN_SHAPES / sizeof *BN_SHAPES; i++) {
+        Shape s = BN_SHAPES[i];
+        arena_reset(&dev.acts);
+        Pair z = pair_new(s.N, s.H, s.W, s.C, s.extra), u = pair_new(s.N, s.H, s.W, s.C, 0);
+        Pair dy = pair_new(s.N, s.H, s.W, s.C, 2), dz = pair_new(s.N, s.H, s.W, s.C, 1);
+        Pair ga = vec_new(s.C), be = vec_new(s.C), mean = vec_new(s.C), invstd = vec_new(s.C);
+        Pair dga = vec_new(s.C), dbe = vec_new(s.C);
+        pair_rand(z, &g, -2, 3); pair_rand(dy, &g, -1, 1);
+        pair_rand(ga, &g, 0.5, 1.5); pair_rand(be, &g, -1, 1);
+        pair_rand(dga, &g, -1, 1); pair_rand(dbe, &g, -1, 1);   // += priors
+        bn_forward_train_cpu(z.h, ga.h.data, be.h.data, EPS, MOMENTUM, NULL, NULL, mean.h.data,
+                             invstd.h.data, u.h);
+        pair_upload(mean); pair_upload(invstd);
+        Map du = map_make(xmalloc(map_floats(u.h) * sizeof(float)), s.N, s.H, s.W, s.C);
+        silu_backward_cpu(u.h, dy.h, du);
+        bn_backward_cpu(z.h, ga.h.data, mean.h.data, invstd.h.data, du, dz.h, dga.h.data, dbe.h.data);
+        free(du.data);
+        bn_silu_backward_gpu(&dev, z.d, ga.d.data, be.d.data, mean.d.data, invstd.d.data, dy.d, dz.d,
+                             dga.d.data, dbe.d.data);
+        compare("bn+silu backward dz", dz, FP32);
+        compare("bn+silu backward dgamma", dga, FP32);
+        compare("bn+silu backward dbeta", dbe, FP32);
+        compare("bn+silu backward dy untouched", dy, FP32);
+        if (s.extra == 0) {   // the bf16 form: dz rounded to bf16, packed; dgamma, dbeta as above
+            size_t nz = map_floats(z.h);
+            Pair dga2 = vec_new(s.C), dbe2 = vec_new(s.C);
+            uint16_t *got = xmalloc(nz * 2), *d16 = arena_take(&dev.acts, nz * 2, 256);
+            bn_silu_backward_bf16_gpu(&dev, z.d, ga.d.data, be.d.data, mean.d.data, invstd.d.data, dy.d, d16,
+                                      dga2.d.data, dbe2.d.data);
+            device_sync(&dev);   // dev.stream does not order with the blocking copies below
+            checkCuda(cudaMemcpy(got, d16, nz * 2, cudaMemcpyDeviceToHost));
+            float *want = xmalloc(dz.total * 4);   // the fp32 dz the GPU wrote above, with its slice
+            checkCuda(cudaMemcpy(want, dz.d.data - dz.extra, dz.total * 4, cudaMemcpyDeviceToHost));
+            Map wm = dz.h;
+            wm.data = want + dz.extra;
+            size_t bad = 0;
+            for (size_t j = 0; j < nz; j++) bad += got[j] != bf16_bits(*elem(wm, j));
+            CHECK(bad == 0, "bn+silu backward bf16 dz: %zu of %zu are not the fp32 dz rounded", bad, nz);
+            free(got); free(want); pair_free(dga2); pair_free(dbe2);
+        }
+        Pair all[] = { z, u, dy, dz, ga, be, mean, invstd, dga, dbe };
+        for (size_t k = 0; k < sizeof all / sizeof *all; k++) pair_free(all[k]);
+    }
+}
+
+// A channel whose values sit far from zero (mean 1000, spread 1): the one-pass moments are taken
+// about a shift, so the statistics keep their digits. (u itself is not compared: z - mean in float
+// loses 1e-4 of it on either side, the CPU normalising in double, the GPU in float like cuDNN.)
+static void test_bn_offset_variance(void) {
+    NEED_GPU();
+    Rng g = rng_for(26, 0, 0);
+    Shape s = BN_SHAPES[1];
+    arena_reset(&dev.acts);
+    Pair z = pair_new(s.N, s.H, s.W, s.C, s.extra), u = pair_new(s.N, s.H, s.W, s.C, 0);
+    Pair ga = vec_new(s.C), be = vec_new(s.C), mean = vec_new(s.C), invstd = vec_new(s.C);
+    pair_rand(z, &g, 999.5, 1000.5); pair_rand(ga, &g, 0.5, 1.5); pair_rand(be, &g, -1, 1);
+    bn_forward_train_cpu(z.h, ga.h.data, be.h.data, EPS, MOMENTUM, NULL, NULL, mean.h.data,
+                         invstd.h.data, u.h);
+    bn_forward_train_gpu(&dev, z.d, ga.d.data, be.d.data, EPS, MOMENTUM, NULL, NULL, mean.d.data,
+                         invstd.d.data, u.d);
+    compare("bn offset mean", mean, FP32);
+    compare("bn offset invstd", invstd, FP32);
+    Pair all[] = { z, u, ga, be, mean, invstd };
+    for (size_t k = 0; k < sizeof all / sizeof *all; k++) pair_free(all[k]);
 }
 
 // ---- elementwise --------------------------------------------------------------------------

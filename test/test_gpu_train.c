@@ -78,10 +78,14 @@ static void test_gpu_matches_cpu_first_steps(void) {
     double cpu[3], gpu[3];
     if (run(&b, -1, "fp32", 3, cpu, NULL) || run(&b, 0, "fp32", 3, gpu, NULL)) { CHECK(0, "run failed"); return; }
     // The first loss comes from identical weights: fp32 rounding only. Later steps follow updates made
-    // at warmup's bias lr of 0.1, which magnify the differences (measured 5e-6, then 5e-4 at step 2).
+    // at warmup's bias lr of 0.1, which magnify the differences about 30-fold a step (measured on an
+    // H200, 2026-11-30: 1.4e-5, 8.6e-5, 2.5e-3; the same with the code before that day's kernel
+    // changes, so the growth is the dynamics', not a kernel's). An update that differed would show
+    // at step 1 already.
+    const double tol[3] = { 2e-5, 5e-4, 1e-2 };
     for (int i = 0; i < 3; i++) {
         printf("    step %d: loss cpu %.7g gpu %.7g\n", i, cpu[i], gpu[i]);
-        CHECK(close_enough(gpu[i], cpu[i], 0, i ? 2e-3 : 2e-5), "step %d: gpu %.9g cpu %.9g", i, gpu[i], cpu[i]);
+        CHECK(close_enough(gpu[i], cpu[i], 0, tol[i]), "step %d: gpu %.9g cpu %.9g", i, gpu[i], cpu[i]);
     }
 #endif
 }

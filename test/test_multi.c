@@ -1,8 +1,15 @@
 // test_multi.c: several devices in one process. Device lists and batch splits as users write them;
 // N CPU devices give the loss and gradients of one device accumulating the same micro-batches with
-// the whole batch's normaliser (DESIGN.md section 2), for even, odd and weighted splits; a few
-// multi-device training steps run.
+// the whole batch's normaliser (DESIGN.md section 2), for even, odd and weighted splits, in every
+// mode (reduce=device0|sharded, loss_on=local|device0, host-staged copies); whole steps leave the
+// weights, momentum and EMA of one device; a checkpoint of a sharded run resumes exactly;
+// split=auto moves images off a slow device; a failing device stops the step without a hang.
 #include "test/test.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include "core/checkpoint.h"
 
 #include "cfg/config.h"
 #include "core/multi.h"
@@ -67,15 +74,30 @@ static void make_batch(void) {
     }
 }
 
-static int load_cfg(Config *cfg, int batch, const char *split) {
-    char b[32], s[64];
+typedef struct { const char *reduce, *loss_on; int host_copies; } Mode;
+static const Mode LOCAL = { "device0", "local", 0 }, SHARDED = { "sharded", "local", 0 }, LOSS0 = { "device0", "device0", 0 },
+                  BOTH = { "sharded", "device0", 0 }, STAGED = { "sharded", "device0", 1 };
+
+// The target rows of the first n images of the batch into tg; returns their count.
+static int targets_of_first(int n, float *tg) {
+    int nt = 0;
+    for (int r = 0; r < n_targets; r++)
+        if (targets[6 * r] < n) memcpy(tg + 6 * nt++, targets + 6 * r, 6 * sizeof(float));
+    return nt;
+}
+
+static int load_cfg_mode(Config *cfg, int batch, const char *split, Mode mode) {
+    char b[32], s[64], r[64], l[64];
     snprintf(b, sizeof b, "batch=%d", batch);
     snprintf(s, sizeof s, "split=%s", split);
-    char *ov[] = { b, s, "imgsz=64", "epochs=1", "nc=6", "seed=3", "precision=fp32" };
+    snprintf(r, sizeof r, "reduce=%s", mode.reduce);
+    snprintf(l, sizeof l, "loss_on=%s", mode.loss_on);
+    char *ov[] = { b, s, r, l, "imgsz=64", "epochs=1", "nc=6", "seed=3", "precision=fp32" };
     Err err;
-    if (config_load("cfg/t.ini", 7, ov, cfg, &err)) { printf("    %s\n", err.msg); return -1; }
+    if (config_load("cfg/t.ini", 9, ov, cfg, &err)) { printf("    %s\n", err.msg); return -1; }
     return 0;
 }
+
 
 // One device, the micro-batches one after the other with the whole batch's normaliser: the
 // gradients accumulate in t's, the loss items add up in total.
@@ -115,9 +137,9 @@ static void reference(const Config *cfg, int gpu, const int *sizes, int nd, int 
 }
 
 // spec: "cpu:N" or GPU ids; the reference runs on the first device of the list
-static void equivalence_on(const char *spec, int n_gpus, int n, const char *split) {
+static void equivalence_mode(const char *spec, int n_gpus, int n, const char *split, Mode mode) {
     static Config cfg;
-    if (load_cfg(&cfg, n, split)) { CHECK(0, "config"); return; }
+    if (load_cfg_mode(&cfg, n, split, mode)) { CHECK(0, "config"); return; }
     DeviceList devs;
     Err err;
     CHECK(!parse_devices(spec, n_gpus, &devs, &err), "%s", err.msg);
@@ -129,8 +151,10 @@ static void equivalence_on(const char *spec, int n_gpus, int n, const char *spli
     for (int r = 0; r < n_targets; r++)
         if (targets[6 * r] < n) memcpy(tg + 6 * nt++, targets + 6 * r, 6 * sizeof(float));
     memcpy(t.input, images, (size_t)n * S * S * 3 * sizeof(float));
+    if (mode.host_copies) multi_use_host_copies(t.multi);
     LossOut lo, ref;
     CHECK(multi_forward_backward(t.multi, n, S, tg, nt, &lo, &err) == 0, "%s", err.msg);
+    multi_gather_state(t.multi);                  // sharded: the shards' sums into the master's grad
     const int *sizes = multi_sizes(t.multi);
     float *g = xmalloc(t.m.n_state * sizeof(float)), *mg = xmalloc(t.m.n_state * sizeof(float));
     t.m.be->download(t.m.be_ctx, mg, t.m.grad, t.m.n_state);
@@ -141,7 +165,8 @@ static void equivalence_on(const char *spec, int n_gpus, int n, const char *spli
         worst = fmax(worst, e / (1e-6 + 1e-4 * fabs(g[i])));
         se += e * e; sr += (double)g[i] * g[i];
     }
-    printf("    %s, batch %d, split %s (", spec, n, split);
+    printf("    %s %s/%s%s, batch %d, split %s (", spec, mode.reduce, mode.loss_on, mode.host_copies ? "/staged" : "", n,
+           split);
     for (int k = 0; k < n_dev; k++) printf("%d%s", sizes[k], k < n_dev - 1 ? "+" : "");
     printf("): loss %.7g vs %.7g; gradients: worst %.2f of tolerance, relative L2 %.2g\n", lo.total, ref.total,
            worst, sqrt(se / sr));
@@ -153,11 +178,13 @@ static void equivalence_on(const char *spec, int n_gpus, int n, const char *spli
     trainer_free(&t);
 }
 
-static void equivalence(int n_dev, int n, const char *split) {
+static void equivalence_in(int n_dev, int n, const char *split, Mode mode) {
     char spec[16];
     snprintf(spec, sizeof spec, "cpu:%d", n_dev);
-    equivalence_on(spec, 0, n, split);
+    equivalence_mode(spec, 0, n, split, mode);
 }
+
+static void equivalence(int n_dev, int n, const char *split) { equivalence_in(n_dev, n, split, LOCAL); }
 
 // The same on two GPUs (peer-to-peer copies), when the machine has them.
 static void test_equivalence_two_gpus(void) {
@@ -165,8 +192,12 @@ static void test_equivalence_two_gpus(void) {
     GpuInfo g[2];
     int n = gpu_list(g, 2);
     if (n < 2) SKIP("fewer than 2 GPUs");
-    equivalence_on("0,1", n, 8, "even");
-    equivalence_on("0,1", n, 7, "even");
+    equivalence_mode("0,1", n, 8, "even", LOCAL);
+    equivalence_mode("0,1", n, 7, "even", LOCAL);
+    equivalence_mode("0,1", n, 8, "even", SHARDED);
+    equivalence_mode("0,1", n, 7, "even", LOSS0);
+    equivalence_mode("0,1", n, 8, "3,1", BOTH);
+    equivalence_mode("0,1", n, 8, "even", STAGED);
 #else
     SKIP("no CUDA in this build");
 #endif
@@ -175,52 +206,251 @@ static void test_equivalence_two_gpus(void) {
 static void test_equivalence_even(void) { make_batch(); equivalence(2, 8, "even"); }
 static void test_equivalence_odd(void) { equivalence(2, 7, "even"); equivalence(3, 8, "even"); }
 static void test_equivalence_weighted(void) { equivalence(2, 8, "3,1"); }
+static void test_equivalence_sharded(void) {
+    equivalence_in(3, 7, "even", SHARDED);        // 3+3+1, and a third shard
+    equivalence_in(2, 8, "3,1", SHARDED);
+}
+static void test_equivalence_loss_on_device0(void) {
+    equivalence_in(3, 8, "even", LOSS0);          // 3+3+2
+    equivalence_in(2, 8, "3,1", BOTH);
+}
+static void test_equivalence_host_copies(void) {
+    equivalence_in(2, 5, "even", STAGED);
+    equivalence_in(3, 5, "even", (Mode){ "device0", "device0", 1 });
+}
 
 static void init_weights_only(const Config *cfg, Trainer *t) {
     Err err;
     if (trainer_init(t, cfg, 1, -1, &err)) { CHECK(0, "%s", err.msg); }
 }
 
+// |a - b| / |b - base| over n floats: a difference measured against the change the steps made
+static double rel_change(const float *a, const float *b, const float *base, size_t n) {
+    double se = 0, sd = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = (double)a[i] - b[i], d = (double)b[i] - (base ? base[i] : 0);
+        se += e * e; sd += d * d;
+    }
+    return sd > 0 ? sqrt(se / sd) : sqrt(se);
+}
+
 // Whole steps (update and broadcast included): 3 steps on 2 CPU devices leave the master with the
-// weights of one device that accumulates the same micro-batches and takes the same updates, and
-// every replica with the master's weights.
-static void test_steps_match_one_device(void) {
+// weights, EMA and momentum of one device that accumulates the same micro-batches and takes the
+// same updates, and every replica with the master's weights.
+static void steps_match(Mode mode, int n_dev) {
     static Config cfg;
-    if (load_cfg(&cfg, 8, "even")) { CHECK(0, "config"); return; }
+    if (load_cfg_mode(&cfg, 8, "even", mode)) { CHECK(0, "config"); return; }
     DeviceList devs;
     Err err;
-    parse_devices("cpu:2", 0, &devs, &err);
+    char spec[16];
+    snprintf(spec, sizeof spec, "cpu:%d", n_dev);
+    parse_devices(spec, 0, &devs, &err);
     Trainer t, r;
     if (trainer_init_devices(&t, &cfg, 1, &devs, &err) || trainer_init(&r, &cfg, 1, -1, &err)) {
         CHECK(0, "%s", err.msg);
         return;
     }
     memcpy(t.input, images, sizeof images);
-    int sizes[2] = { 4, 4 };
+    int sizes[MULTI_MAX];
+    split_batch("even", B, n_dev, sizes, &err);
     for (int i = 0; i < 3; i++) {
         LossOut lo, ref;
         if (trainer_step(&t, B, S, targets, n_targets, 0, i, &lo, &err)) { CHECK(0, "%s", err.msg); break; }
-        reference_step(&r, sizes, 2, B, &ref);
+        reference_step(&r, sizes, n_dev, B, &ref);
         trainer_update(&r, 0, i);
-        printf("    step %d: loss %.7g (2 devices) vs %.7g (one device)\n", i, lo.total, ref.total);
-        CHECK(close_enough(lo.total, ref.total, 0, 1e-5), "step %d loss", i);
+        CHECK(close_enough(lo.total, ref.total, 0, 1e-5), "step %d loss %.9g vs %.9g", i, lo.total, ref.total);
     }
+    multi_gather_state(t.multi);
     // The two sum the same gradients in another order (per device, then across devices), and the
-    // warmup's bias lr of 0.1 magnifies rounding: compare the change the steps made to the weights.
+    // warmup's bias lr of 0.1 magnifies rounding: compare the change the steps made. BN running
+    // statistics are left out: one device updates them per micro-batch, devices average theirs.
     Trainer w0;
     init_weights_only(&cfg, &w0);
-    double se = 0, sd = 0;
-    for (size_t i = 0; i < t.m.buffers; i++) {
-        double e = (double)t.m.state[i] - r.m.state[i], d = (double)r.m.state[i] - w0.m.state[i];
-        se += e * e; sd += d * d;
-    }
-    printf("    weights after 3 steps: |multi - one| / |update| = %.2g\n", sqrt(se / sd));
-    CHECK(sqrt(se / sd) < 1e-3, "the updates differ from one device's by %.2g of their size", sqrt(se / sd));
+    size_t N = t.m.n_state;
+    double dw = rel_change(t.m.state, r.m.state, w0.m.state, t.m.buffers), de = rel_change(t.ema, r.ema, w0.m.state, t.m.buffers),
+           dm = rel_change(t.sgd.buf, r.sgd.buf, NULL, r.sgd.n_train);
+    printf("    %s %s/%s, 3 steps: |multi - one| / |change|: weights %.2g, EMA %.2g, momentum %.2g (sgd steps %lld, %lld)\n",
+           spec, mode.reduce, mode.loss_on, dw, de, dm, (long long)t.sgd.steps, (long long)r.sgd.steps);
+    CHECK(dw < 1e-3, "the weights differ from one device's by %.2g of their change", dw);
+    CHECK(de < 1e-3, "the EMA differs from one device's by %.2g of its change", de);
+    CHECK(dm < 1e-3, "the momentum differs from one device's by %.2g of its size", dm);
+    CHECK(t.sgd.steps == r.sgd.steps && t.ema_updates == r.ema_updates, "step counters differ");
     trainer_free(&w0);
-    const Trainer *rep = multi_replica(t.multi, 1);
-    CHECK(!memcmp(rep->m.state, t.m.state, t.m.n_state * sizeof(float)), "the replica does not hold the master's state");
+    for (int k = 1; k < n_dev; k++) {
+        const Trainer *rep = multi_replica(t.multi, k);
+        CHECK(!memcmp(rep->m.state, t.m.state, N * sizeof(float)), "replica %d does not hold the master's state", k);
+    }
+    size_t lo, hi, at = 0;
+    for (int k = 0; k < n_dev; k++) {
+        multi_shard(t.multi, k, &lo, &hi);
+        if (strcmp(mode.reduce, "sharded")) break;
+        CHECK(lo == at && hi >= lo && lo % 64 == 0, "shard %d [%zu, %zu) does not follow the last (%zu)", k, lo, hi, at);
+        at = hi;
+    }
+    CHECK(strcmp(mode.reduce, "sharded") || at == N, "the shards cover %zu of %zu floats", at, N);
     trainer_free(&t);
     trainer_free(&r);
+}
+
+static void test_steps_match_one_device(void) { steps_match(LOCAL, 2); }
+static void test_steps_sharded(void) { steps_match(SHARDED, 3); }
+static void test_steps_loss_on_device0(void) { steps_match(BOTH, 2); }
+
+// A sharded run saved after 2 steps (shards gathered into the master) and loaded into a fresh one
+// (shards scattered) takes the same third step as the run that went on.
+static void test_sharded_checkpoint_resumes(void) {
+    static Config cfg;
+    if (load_cfg_mode(&cfg, 8, "even", SHARDED)) { CHECK(0, "config"); return; }
+    DeviceList devs;
+    Err err;
+    parse_devices("cpu:2", 0, &devs, &err);
+    Trainer a, b;
+    if (trainer_init_devices(&a, &cfg, 1, &devs, &err) || trainer_init_devices(&b, &cfg, 1, &devs, &err)) {
+        CHECK(0, "%s", err.msg);
+        return;
+    }
+    memcpy(a.input, images, sizeof images);
+    memcpy(b.input, images, sizeof images);
+    LossOut lo;
+    for (int i = 0; i < 2; i++) CHECK(!trainer_step(&a, B, S, targets, n_targets, 0, i, &lo, &err), "%s", err.msg);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/state.safetensors", test_tmpdir("multi"));
+    multi_gather_state(a.multi);
+    RunPoint p = { 0, 2, 0, -1, 0, 0, 0, 0 }, q;
+    CHECK(!checkpoint_save(&a, &p, path, &err), "%s", err.msg);
+    CHECK(!checkpoint_load(&b, &q, path, &err), "%s", err.msg);
+    multi_scatter_state(b.multi);
+    a.sched.last_opt_step = b.sched.last_opt_step;   // train.py restarts it on resume
+    LossOut la, lb;
+    CHECK(!trainer_step(&a, B, S, targets, n_targets, 0, 2, &la, &err), "%s", err.msg);
+    CHECK(!trainer_step(&b, B, S, targets, n_targets, 0, 2, &lb, &err), "%s", err.msg);
+    multi_gather_state(a.multi);
+    multi_gather_state(b.multi);
+    size_t N = a.m.n_state;
+    printf("    resumed: loss %.9g vs %.9g\n", lb.total, la.total);
+    CHECK(la.total == lb.total, "the resumed loss %.9g differs from %.9g", lb.total, la.total);
+    CHECK(!memcmp(a.m.state, b.m.state, N * sizeof(float)), "the resumed weights differ");
+    CHECK(!memcmp(a.ema, b.ema, N * sizeof(float)), "the resumed EMA differs");
+    CHECK(!memcmp(a.sgd.buf, b.sgd.buf, a.sgd.n_train * sizeof(float)), "the resumed momentum differs");
+    trainer_free(&a);
+    trainer_free(&b);
+}
+
+// ---- split=auto and the pure splits -----------------------------------------------------------
+
+static void test_split_weighted(void) {
+    int s[4];
+    double w[3] = { 2, 1, 1 };
+    int cap[3] = { 3, 8, 8 };
+    CHECK(!split_weighted(w, NULL, 8, 3, s) && s[0] == 4 && s[1] == 2 && s[2] == 2, "2,1,1 of 8: %d %d %d", s[0], s[1], s[2]);
+    CHECK(!split_weighted(w, cap, 8, 3, s) && s[0] == 3 && s[1] + s[2] == 5, "capped at 3: %d %d %d", s[0], s[1], s[2]);
+    int tight[3] = { 2, 2, 2 };
+    CHECK(split_weighted(w, tight, 8, 3, s) == -1, "caps that cannot hold the batch");
+    CHECK(multi_plan_micro("even", 64, 2, NULL) == 32 && multi_plan_micro("auto", 64, 2, NULL) == 40, "planned micro-batches");
+}
+
+static void test_split_by_speed(void) {
+    int s[2], cur[2] = { 4, 3 }, cap[2] = { 5, 5 }, even[2] = { 4, 4 };
+    double slow0[2] = { 1, 2 }, same[2] = { 1, 1.02 };
+    CHECK(split_by_speed(slow0, cur, cap, 7, 2, s) == 1 && s[0] == 2 && s[1] == 5, "device 1 twice as fast: %d+%d", s[0], s[1]);
+    CHECK(split_by_speed(same, even, cap, 8, 2, s) == 0, "2%% apart: keep 4+4 (no oscillation on noise)");
+    int tight[2] = { 4, 4 };
+    CHECK(split_by_speed(slow0, even, tight, 8, 2, s) == 0, "no room to move images: keep the split");
+}
+
+static int slow_device0(int device, const char *phase, void *arg) {
+    if (device == 0 && !strcmp(phase, "forward")) usleep(100000);
+    return 0;
+}
+
+// split=auto in a run: 3 images on 2 devices, device 0 made slow; after its measurement the split
+// is a valid one (the decision itself is test_split_by_speed's: timing on a shared CI machine is noisy).
+static void test_split_auto(void) {
+    static Config cfg;
+    if (load_cfg_mode(&cfg, 3, "auto", LOCAL)) { CHECK(0, "config"); return; }
+    DeviceList devs;
+    Err err;
+    parse_devices("cpu:2", 0, &devs, &err);
+    Trainer t;
+    if (trainer_init_devices(&t, &cfg, 1, &devs, &err)) { CHECK(0, "%s", err.msg); return; }
+    memcpy(t.input, images, (size_t)3 * S * S * 3 * sizeof(float));
+    multi_set_fail_hook(t.multi, slow_device0, NULL);
+    static float tg[MAX_T * 6];
+    int nt = targets_of_first(3, tg);
+    LossOut lo;
+    for (int i = 0; i < 7; i++) CHECK(!trainer_step(&t, 3, S, tg, nt, 0, i, &lo, &err), "%s", err.msg);
+    const int *sz = multi_sizes(t.multi);
+    printf("    split after the measurement: %d+%d\n", sz[0], sz[1]);
+    CHECK(sz[0] + sz[1] == 3 && sz[0] >= 1 && sz[0] <= 2 && sz[1] <= 2, "split=auto gave %d+%d", sz[0], sz[1]);
+    trainer_free(&t);
+}
+
+// ---- failures and the report -------------------------------------------------------------------
+
+static int fail_device1(int device, const char *phase, void *arg) {
+    return device == 1 && !strcmp(phase, (const char *)arg);
+}
+
+static void on_alarm(int sig) { (void)sig; fprintf(stderr, "test_multi: a device failure hung the driver\n"); _exit(1); }
+
+// An error on one device's thread, in any phase, comes back to the trainer naming the device;
+// every thread is free again (the next step runs, the trainer frees without a hang).
+static void test_failure_stops_without_hang(void) {
+    const char *phases[] = { "forward", "backward", "reduce", "update", "all-gather" };
+    signal(SIGALRM, on_alarm);
+    alarm(60);
+    static float tg[MAX_T * 6];
+    int nt = targets_of_first(2, tg);
+    for (int m = 0; m < 2; m++) {
+        static Config cfg;
+        if (load_cfg_mode(&cfg, 2, "even", m ? SHARDED : LOSS0)) { CHECK(0, "config"); break; }
+        DeviceList devs;
+        Err err;
+        parse_devices("cpu:2", 0, &devs, &err);
+        Trainer t;
+        if (trainer_init_devices(&t, &cfg, 1, &devs, &err)) { CHECK(0, "%s", err.msg); break; }
+        memcpy(t.input, images, (size_t)2 * S * S * 3 * sizeof(float));
+        LossOut lo;
+        for (int p = 0; p < (m ? 5 : 2); p++) {
+            multi_set_fail_hook(t.multi, fail_device1, (void *)phases[p]);
+            int rc = trainer_step(&t, 2, S, tg, nt, 0, p + 1, &lo, &err);
+            CHECK(rc == -1 && strstr(err.msg, "device 1 (cpu 1)") && strstr(err.msg, phases[p]), "%s: rc %d, %s",
+                  phases[p], rc, rc ? err.msg : "");
+            multi_set_fail_hook(t.multi, NULL, NULL);
+            CHECK(!trainer_step(&t, 2, S, tg, nt, 0, p + 1, &lo, &err), "the step after a failure: %s", err.msg);
+        }
+        trainer_free(&t);
+    }
+    alarm(0);
+}
+
+static void test_epoch_report(void) {
+    static Config cfg;
+    if (load_cfg_mode(&cfg, 8, "even", LOSS0)) { CHECK(0, "config"); return; }
+    DeviceList devs;
+    Err err;
+    parse_devices("cpu:2", 0, &devs, &err);
+    Trainer t;
+    if (trainer_init_devices(&t, &cfg, 1, &devs, &err)) { CHECK(0, "%s", err.msg); return; }
+    memcpy(t.input, images, sizeof images);
+    LossOut lo;
+    for (int i = 0; i < 2; i++) CHECK(!trainer_step(&t, B, S, targets, n_targets, 0, i, &lo, &err), "%s", err.msg);
+    const MultiDevStats *s0 = multi_stats(t.multi, 0), *s1 = multi_stats(t.multi, 1);
+    CHECK(s0->steps == 2 && s0->images == 8 && s0->forward > 0 && s0->loss > 0 && s0->backward > 0 && s0->gather > 0 &&
+          s0->update > 0, "device 0's times");
+    CHECK(s1->idle > 0 && s1->mem_bytes < 0, "device 1 waits while device 0 computes the loss; memory n/a on the CPU");
+    char path[4200], line[512];
+    snprintf(path, sizeof path, "%s/devices.csv", test_tmpdir("multi"));
+    FILE *f = fopen(path, "w+");
+    multi_epoch_report(t.multi, f, 0);
+    multi_epoch_report(t.multi, f, 1);
+    rewind(f);
+    int lines = 0, header = 0;
+    while (fgets(line, sizeof line, f)) { lines++; header += !strncmp(line, "epoch,device", 12); }
+    fclose(f);
+    CHECK(lines == 5 && header == 1, "devices.csv: %d lines, %d headers (want 1 header and 2 rows per epoch)", lines, header);
+    CHECK(multi_stats(t.multi, 0)->steps == 0, "the report resets the times");
+    trainer_free(&t);
 }
 
 int main(void) {
@@ -229,7 +459,18 @@ int main(void) {
     RUN(test_equivalence_even);
     RUN(test_equivalence_odd);
     RUN(test_equivalence_weighted);
+    RUN(test_split_weighted);
+    RUN(test_equivalence_sharded);
+    RUN(test_equivalence_loss_on_device0);
+    RUN(test_equivalence_host_copies);
     RUN(test_steps_match_one_device);
+    RUN(test_steps_sharded);
+    RUN(test_steps_loss_on_device0);
+    RUN(test_sharded_checkpoint_resumes);
+    RUN(test_split_by_speed);
+    RUN(test_split_auto);
+    RUN(test_failure_stops_without_hang);
+    RUN(test_epoch_report);
     RUN(test_equivalence_two_gpus);
     return test_summary();
 }
