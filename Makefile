@@ -13,7 +13,7 @@ ifneq ($(WERROR),)
   NVFLAGS += -Werror all-warnings
 endif
 ifneq ($(SANITIZE),)
-  CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer
+  CFLAGS  += -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
   LDFLAGS += -fsanitize=address,undefined
 endif
 

@@ -60,9 +60,38 @@ static int read_flat(Trainer *t, const SafeTensors *st, const char *name, float 
     return rc;
 }
 
+// After a state file that does not open (truncated, corrupt): name the weights files beside it that
+// do, so the user knows what survived and how to go on from it.
+static void name_intact(const char *path, Err *err) {
+    static const char *names[2] = { "last.safetensors", "best.safetensors" };
+    const char *slash = strrchr(path, '/');
+    int dir_len = slash ? (int)(slash - path + 1) : 0;
+    char list[2100] = "";
+    for (int i = 0; i < 2; i++) {
+        char other[1024];
+        snprintf(other, sizeof other, "%.*s%s", dir_len, path, names[i]);
+        SafeTensors st;
+        Err ignored;
+        if (st_open(other, &st, &ignored)) continue;
+        st_close(&st);
+        size_t n = strlen(list);
+        snprintf(list + n, sizeof list - n, "%s%s", n ? " and " : "", other);
+    }
+    char why[sizeof err->msg];
+    snprintf(why, sizeof why, "%s", err->msg);
+    if (list[0])
+        err_set(err, "%s; the run cannot resume from it. Intact beside it: %s (EMA weights): start a new run "
+                "from them with weights=", why, list);
+    else
+        err_set(err, "%s; the run cannot resume from it, and no intact weights file lies beside it", why);
+}
+
 int checkpoint_load(Trainer *t, RunPoint *p, const char *path, Err *err) {
     SafeTensors st;
-    if (st_open(path, &st, err)) return -1;
+    if (st_open(path, &st, err)) {
+        name_intact(path, err);
+        return -1;
+    }
     const char *fmt = st_meta(&st, "format");
     int rc = fmt && !strcmp(fmt, FORMAT) ? 0 : err_set(err, "%s: not a yolotrain training state (format %s)", path,
                                                       fmt ? fmt : "missing");

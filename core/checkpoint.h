@@ -12,7 +12,10 @@ typedef struct {             // where a run stands
     int    n;
 } RunPoint;
 
+// Write the whole state to path (through path.tmp and a rename, see st_write): on failure path is
+// untouched and the message says so.
 int checkpoint_save(const Trainer *t, const RunPoint *p, const char *path, Err *err);
 // Load into a trainer built from the same config. A file of another model, a truncated or
-// corrupt one, is refused with a message naming it.
+// corrupt one, is refused with a message naming it; for one that does not open, the message also
+// names the intact weights files beside it (last.safetensors, best.safetensors).
 int checkpoint_load(Trainer *t, RunPoint *p, const char *path, Err *err);

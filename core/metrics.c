@@ -38,8 +38,9 @@ static int pair_by_iou(const void *pa, const void *pb) {   // IoU descending; ti
 }
 
 void metrics_match(const Det *det, int nd, const Det *gt, int ng, uint8_t (*correct)[METRICS_NIOU]) {
+    if (!nd) return;                       // correct may be NULL then: memset(NULL, 0, 0) is undefined
     memset(correct, 0, sizeof *correct * (size_t)nd);
-    if (!nd || !ng) return;
+    if (!ng) return;
     float iouv[METRICS_NIOU];
     metrics_iou_thresholds(iouv);
     float *iou = xmalloc(sizeof *iou * (size_t)ng * nd);    // (G, D)

@@ -391,6 +391,23 @@ static void results_row(const RunState *rs, int epoch, const Running *r, const V
     fclose(f);
 }
 
+// Drop the results.csv rows of epochs >= `epoch`: an epoch's row is written before its checkpoint,
+// so a failed save or a crash leaves a row that the resumed run writes again. Temp file + rename.
+static void drop_results_from(const char *dir, int epoch) {
+    char path[CFG_PATH * 2 + 64], tmp[CFG_PATH * 2 + 80], line[1024];
+    snprintf(path, sizeof path, "%s/results.csv", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    FILE *o = fopen(tmp, "w");
+    if (!o) { fclose(f); return; }
+    for (int row = 0; fgets(line, sizeof line, f); row++)
+        if (row == 0 || atoi(line) < epoch) fputs(line, o);
+    fclose(f);
+    if (fclose(o) == 0) rename(tmp, path);
+    else remove(tmp);
+}
+
 // After an epoch: validate the EMA weights, log, save last (and best by fitness). -1 on a failed save.
 static int end_epoch(Config *cfg, Trainer *t, RunState *rs, int epoch, const Running *r) {
     Err err;
@@ -601,6 +618,7 @@ int train_run(Config *cfg) {
             rs.best_epoch = rs.start.best_epoch;
             if (t.multi) multi_scatter_state(t.multi);   // replicas and shards take the loaded state
             printf("Resuming %s from epoch %d, batch %d\n", dir, rs.start.epoch, rs.start.batch);
+            drop_results_from(dir, rs.start.epoch);
         }
     }
     stop_requested = 0;

@@ -519,6 +519,7 @@ static int write_all(int fd, const void *p, size_t n) {
     while (n) {
         ssize_t w = write(fd, c, n);
         if (w < 0 && errno == EINTR) continue;
+        if (w == 0) errno = EIO;                      // no progress and no reason: call it an I/O error
         if (w <= 0) return -1;
         c += w;
         n -= (size_t)w;
@@ -535,7 +536,24 @@ static int write_body(int fd, const Buf *h, const StWriteTensor *t, int n) {
         for (int d = 0; d < t[i].ndim; d++) bytes *= (size_t)t[i].shape[d];
         if (write_all(fd, t[i].data, bytes)) return -1;
     }
-    return fsync(fd);
+    return fsync(fd);   // the data reaches the disk before the rename can make it visible
+}
+
+// sync_folder: fsync the folder holding `path`, so the rename itself survives a power loss. Best
+// effort: the file is already complete under its name, and some file systems cannot sync a folder.
+static void sync_folder(const char *path) {
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? xstrdup(path) : xstrdup(".");
+    if (slash) dir[slash == path ? 1 : slash - path] = 0;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) { fsync(fd); close(fd); }
+    free(dir);
+}
+
+// hint: what a failed write's errno means for the user ("" when strerror says it all).
+static const char *hint(int e) {
+    return e == ENOSPC ? " (the disk is full)" : e == EDQUOT ? " (the disk quota is used up)"
+         : e == EFBIG ? " (the file size limit, ulimit -f, was reached)" : "";
 }
 
 int st_write(const char *path, const StWriteTensor *t, int n, const char *meta_json, Err *err) {
@@ -546,13 +564,18 @@ int st_write(const char *path, const StWriteTensor *t, int n, const char *meta_j
     memcpy(tmp, path, plen);
     memcpy(tmp + plen, ".tmp", 5);
     int rc = 0, fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) rc = err_set(err, "%s: cannot create: %s", tmp, strerror(errno));
+    if (fd < 0) rc = err_set(err, "cannot create %s: %s; %s was left as it was", tmp, strerror(errno), path);
     else {
-        if (write_body(fd, &h, t, n)) rc = err_set(err, "%s: write failed: %s", tmp, strerror(errno));
-        if (close(fd) && !rc) rc = err_set(err, "%s: close failed: %s", tmp, strerror(errno));
-        if (!rc && rename(tmp, path)) rc = err_set(err, "%s: cannot rename to %s: %s", tmp, path,
-                                                    strerror(errno));
+        if (write_body(fd, &h, t, n)) {
+            int e = errno;
+            rc = err_set(err, "cannot write %s: %s%s; %s was left as it was", tmp, strerror(e), hint(e), path);
+        }
+        if (close(fd) && !rc)
+            rc = err_set(err, "cannot write %s: close failed: %s; %s was left as it was", tmp, strerror(errno), path);
+        if (!rc && rename(tmp, path))
+            rc = err_set(err, "cannot rename %s to %s: %s; %s was left as it was", tmp, path, strerror(errno), path);
         if (rc) unlink(tmp);
+        else sync_folder(path);
     }
     free(tmp);
     free(h.s);

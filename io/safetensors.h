@@ -60,6 +60,8 @@ typedef struct {
 
 // st_write: write n tensors, in the given order, and the optional __metadata__ (a JSON object of
 // string values, e.g. "{\"format\":\"pt\"}", or NULL). The header is padded with spaces so the data
-// starts 8-byte aligned, as the reference writer does. Written to path.tmp, flushed (fsync) and
-// renamed over path, so a crash never leaves a partial file. -1 on bad input or I/O failure.
+// starts 8-byte aligned, as the reference writer does. Written to path.tmp, flushed (fsync), renamed
+// over path and the folder synced, so a crash (kill -9, power loss) leaves under `path` either the old
+// file or the new one, whole. -1 on bad input or I/O failure (disk full, file size limit): path.tmp is
+// removed, path is untouched, and the message says so.
 int st_write(const char *path, const StWriteTensor *t, int n, const char *meta_json, Err *err);

@@ -1,7 +1,14 @@
 // test_faults.c: what a run does when the machine misbehaves. The same seed gives the same run
 // twice; a run folder that cannot be made stops the run before training; a checkpoint that cannot
-// be written leaves the previous one intact and stops the run with a failure status.
+// be written leaves the previous one intact, says so and stops the run with a failure status; a
+// truncated training state is refused on resume with a message naming the intact weights; SIGTERM
+// mid-run saves where the run stands and exits cleanly.
 #include "test/test.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"   // the scratch paths here are short
@@ -9,7 +16,22 @@
 
 #include "cfg/config.h"
 #include "core/train.h"
+#include "io/safetensors.h"
 #include "io/synth.h"
+
+// Under AddressSanitizer (make test SANITIZE=1) a calloc too large to reserve returns NULL, as glibc's
+// does, instead of aborting: test_too_large_for_memory relies on it.
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+#ifdef UNDER_ASAN
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
+#endif
 
 enum { P = 2048 };                 // path buffers; test_tmpdir paths are short
 static char data_yaml[P], project[P];
@@ -38,6 +60,31 @@ static int train(const char *proj, const char *name, int epochs) {
     char *ov[] = { d, p, n, e, "imgsz=64", "batch=4", "workers=2", "device=cpu", "exist_ok=1" };
     if (config_load("cfg/t.ini", 9, ov, &cfg, &err)) { printf("    %s\n", err.msg); return -1; }
     return train_run(&cfg);
+}
+
+// The run's stderr goes to a file between these two calls, so its messages can be checked.
+static int saved_stderr = -1;
+static char messages[P];
+
+static void capture_stderr(void) {
+    snprintf(messages, sizeof messages, "%s/messages.txt", project);
+    fflush(stderr);
+    saved_stderr = dup(2);
+    FILE *f = fopen(messages, "w");
+    if (f) { dup2(fileno(f), 2); fclose(f); }
+}
+
+// Restore stderr; 1 when the captured messages hold every one of the n strings (else print them).
+static int captured_has(int n, const char **what) {
+    fflush(stderr);
+    dup2(saved_stderr, 2);
+    close(saved_stderr);
+    char text[8192] = "";
+    FILE *f = fopen(messages, "r");
+    if (f) { text[fread(text, 1, sizeof text - 1, f)] = 0; fclose(f); }
+    for (int i = 0; i < n; i++)
+        if (!strstr(text, what[i])) { printf("    no \"%s\" in the messages:\n%s\n", what[i], text); return 0; }
+    return 1;
 }
 
 static int same_file(const char *a, const char *b) {
@@ -81,10 +128,69 @@ static void test_failed_checkpoint_keeps_the_previous(void) {
     snprintf(tmp, sizeof tmp, "%s.tmp", last);
     snprintf(cmd, sizeof cmd, "cp '%s' '%s' && mkdir -p '%s'", last, copy, tmp);   // the next write cannot happen
     if (system(cmd)) SKIP("setup failed");
+    capture_stderr();
     CHECK(train(project, "a", 1) == 1, "a failed checkpoint write did not fail the run");
+    const char *said[] = { "cannot create", tmp, "last.safetensors was left as it was" };
+    CHECK(captured_has(3, said), "the message does not say the previous checkpoint is intact");
     CHECK(same_file(last, copy), "the previous checkpoint was damaged");
     snprintf(cmd, sizeof cmd, "rmdir '%s'", tmp);
     CHECK(system(cmd) == 0, "cleanup");
+}
+
+// A training state cut short on disk: resume refuses it, says why, and names the weights that survive.
+static void test_truncated_state_names_the_intact_weights(void) {
+    char state[P], copy[P], last[P], cmd[3 * P];
+    snprintf(state, sizeof state, "%s/a/weights/last_state.safetensors", project);
+    snprintf(copy, sizeof copy, "%s.before", state);
+    snprintf(last, sizeof last, "%s/a/weights/last.safetensors", project);
+    struct stat st;
+    if (stat(state, &st)) SKIP("the first test left no state file");
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s' && truncate -s %lld '%s'", state, copy, (long long)st.st_size * 2 / 3, state);
+    if (system(cmd)) SKIP("truncate failed");
+    static Config cfg;
+    Err err;
+    char r[P + 16];
+    snprintf(r, sizeof r, "resume=%s/a", project);
+    char *ov[] = { r };
+    CHECK(config_load(NULL, 1, ov, &cfg, &err) == 0, "%s", err.msg);
+    capture_stderr();
+    int rc = train_resume(&cfg, 1, ov);
+    const char *said[] = { "cannot resume", state, "truncated", "Intact beside it", last, "weights=" };
+    CHECK(captured_has(6, said), "the refusal is unclear");
+    CHECK(rc == 2, "a truncated state was accepted (status %d)", rc);
+    snprintf(cmd, sizeof cmd, "mv '%s' '%s'", copy, state);
+    CHECK(system(cmd) == 0, "cleanup");
+}
+
+// SIGTERM (as Ctrl-C's SIGINT) once training runs: the step ends, last and last_state are saved, status 0.
+static void test_sigterm_saves_and_exits_cleanly(void) {
+    char started[P + 64], state[P + 64];
+    snprintf(started, sizeof started, "%s/sig/train_batch0.jpg", project);
+    snprintf(state, sizeof state, "%s/sig/weights/last_state.safetensors", project);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) SKIP("fork failed");
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        if (null < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0) _exit(99);
+        _exit(train(project, "sig", 1000));
+    }
+    struct stat st;
+    struct timespec tick = { 0, 20000000 };
+    for (int i = 0; i < 6000 && stat(started, &st); i++) nanosleep(&tick, NULL);   // up to 2 minutes
+    kill(pid, SIGTERM);
+    int status;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "SIGTERM ended the run with %s %d",
+          WIFEXITED(status) ? "status" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+    SafeTensors s;
+    Err err;
+    int rc = st_open(state, &s, &err);
+    CHECK(rc == 0, "no readable training state after SIGTERM: %s", err.msg);
+    if (rc == 0) {
+        CHECK(st_meta(&s, "epoch") && st_meta(&s, "batch"), "the state does not say where the run stopped");
+        st_close(&s);
+    }
 }
 
 // A batch the machine cannot hold is refused with the numbers, before anything is touched.
@@ -103,6 +209,8 @@ int main(void) {
     RUN(test_same_seed_same_run);
     RUN(test_unusable_run_folder);
     RUN(test_failed_checkpoint_keeps_the_previous);
+    RUN(test_truncated_state_names_the_intact_weights);
+    RUN(test_sigterm_saves_and_exits_cleanly);
     RUN(test_too_large_for_memory);
     return test_summary();
 }

@@ -159,10 +159,14 @@ static void equivalence_mode(const char *spec, int n_gpus, int n, const char *sp
     float *g = xmalloc(t.m.n_state * sizeof(float)), *mg = xmalloc(t.m.n_state * sizeof(float));
     t.m.be->download(t.m.be_ctx, mg, t.m.grad, t.m.n_state);
     reference(&cfg, devs.gpu[0], sizes, n_dev, n, g, &ref);
+    // The two sides add the same terms in different orders (per-device sums, then their sum; BLAS
+    // threads that depend on the core count), so an element that is a small difference of large terms
+    // differs by their rounding: the absolute floor. Measured worst with a floor of 1e-6: 0.26 on 2
+    // cores, 1.76 on 32 (H200 host, 2026-11-30). A lost micro-batch or a wrong normaliser is >1e-2.
     double worst = 0, se = 0, sr = 0;
     for (size_t i = 0; i < t.m.buffers; i++) {
         double e = fabs((double)mg[i] - g[i]);
-        worst = fmax(worst, e / (1e-6 + 1e-4 * fabs(g[i])));
+        worst = fmax(worst, e / (1e-5 + 1e-4 * fabs(g[i])));
         se += e * e; sr += (double)g[i] * g[i];
     }
     printf("    %s %s/%s%s, batch %d, split %s (", spec, mode.reduce, mode.loss_on, mode.host_copies ? "/staged" : "", n,
@@ -173,7 +177,7 @@ static void equivalence_mode(const char *spec, int n_gpus, int n, const char *sp
     CHECK(close_enough(lo.total, ref.total, 0, 1e-6), "loss %.9g, one device %.9g", lo.total, ref.total);
     CHECK(close_enough(lo.box, ref.box, 1e-9, 1e-6) && close_enough(lo.cls, ref.cls, 0, 1e-6) &&
           close_enough(lo.dfl, ref.dfl, 1e-9, 1e-6), "loss items differ");
-    CHECK(worst <= 1, "gradients differ from one device's (worst %.2f of 1e-6 + 1e-4|ref|)", worst);
+    CHECK(worst <= 1, "gradients differ from one device's (worst %.2f of 1e-5 + 1e-4|ref|)", worst);
     free(g); free(mg);
     trainer_free(&t);
 }

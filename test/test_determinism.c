@@ -1,0 +1,121 @@
+// test_determinism.c: the same seed and config give the same run to the bit: run after run, each in
+// a fresh process, and whatever the number of loader workers; on the CPU, and on a GPU when there is
+// one. Compared: results.csv (per-epoch losses, metrics, learning rates), the EMA weights and the
+// whole training state (weights, gradients, momentum), byte for byte.
+#include "test/test.h"
+
+#include <fcntl.h>
+#include <sys/wait.h>
+
+#include "cfg/config.h"
+#include "core/train.h"
+#include "io/synth.h"
+#ifdef USE_CUDA
+#include "gpu/device.h"
+#endif
+
+enum { P = 4096 };
+static char root[P], data_yaml[P + 32];
+
+static char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc(len + 1);
+    *n = fread(buf, 1, len, f);
+    buf[*n] = 0;
+    fclose(f);
+    return buf;
+}
+
+static int same_file(const char *a, const char *b) {
+    size_t na = 0, nb = 0;
+    char *x = slurp(a, &na), *y = slurp(b, &nb);
+    int same = x && y && na == nb && !memcmp(x, y, na);
+    free(x); free(y);
+    return same;
+}
+
+// Train gelan-t for 2 epochs (mosaic, then without) in a fresh child process: runs/NAME. A child
+// also keeps CUDA out of this process, where it would not survive the next fork.
+static int train_in_child(const char *name, int workers, const char *device) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        int out = open("/dev/null", O_WRONLY);
+        if (out < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) _exit(99);
+        static Config cfg;
+        Err err;
+        char d[P + 64], p[P + 64], n[300], w[32], dev[64];
+        snprintf(d, sizeof d, "data=%s", data_yaml);
+        snprintf(p, sizeof p, "project=%s/runs", root);
+        snprintf(n, sizeof n, "name=%s", name);
+        snprintf(w, sizeof w, "workers=%d", workers);
+        snprintf(dev, sizeof dev, "device=%s", device);
+        char *ov[] = { d, p, n, w, dev, "imgsz=64", "batch=4", "epochs=2", "close_mosaic=1", "seed=3" };
+        if (config_load("cfg/t.ini", 10, ov, &cfg, &err)) _exit(97);
+        _exit(train_run(&cfg));
+    }
+    int status;
+    if (waitpid(pid, &status, 0) != pid) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static void compare(const char *a, const char *b) {
+    static const char *files[] = { "results.csv", "weights/last.safetensors", "weights/last_state.safetensors" };
+    for (int i = 0; i < 3; i++) {
+        char x[P + 128], y[P + 128];
+        snprintf(x, sizeof x, "%s/runs/%s/%s", root, a, files[i]);
+        snprintf(y, sizeof y, "%s/runs/%s/%s", root, b, files[i]);
+        CHECK(same_file(x, y), "%s differs between run %s and run %s", files[i], a, b);
+    }
+}
+
+static int make_data(void) {
+    if (data_yaml[0]) return 0;
+    snprintf(root, sizeof root, "%s", test_tmpdir("determinism"));
+    char sd[P + 16];
+    snprintf(sd, sizeof sd, "%s/synth", root);
+    snprintf(data_yaml, sizeof data_yaml, "%s/data.yaml", sd);
+    SynthConfig sc = synth_defaults();
+    sc.n_train = 12; sc.n_val = 4; sc.min_side = 64; sc.max_side = 96; sc.threads = 1;
+    Err err;
+    if (synth_generate(sd, &sc, &err)) { printf("    %s\n", err.msg); data_yaml[0] = 0; return -1; }
+    return 0;
+}
+
+static void test_same_seed_same_bits(void) {
+    if (make_data()) { CHECK(0, "no data"); return; }
+    int a = train_in_child("w1", 1, "cpu"), b = train_in_child("w1again", 1, "cpu"), c = train_in_child("w3", 3, "cpu");
+    if (a || b || c) { CHECK(0, "a run failed: status %d, %d, %d", a, b, c); return; }
+    compare("w1", "w1again");                      // run after run
+    compare("w1", "w3");                           // one loader worker or three
+}
+
+// The GPU kernels add floats in a fixed order (integer atomics only, in the loss's assignment), and
+// cuBLAS gives the same bits run to run on one GPU model: GPU runs repeat to the bit too.
+static void test_same_seed_same_bits_gpu(void) {
+#ifndef USE_CUDA
+    SKIP("no CUDA in this build");
+#else
+    fflush(stdout);
+    pid_t pid = fork();                            // count the GPUs in a child: see train_in_child
+    if (pid == 0) { GpuInfo g[1]; _exit(gpu_list(g, 1) > 0); }
+    int status;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 1)
+        SKIP("no GPU");
+    if (make_data()) { CHECK(0, "no data"); return; }
+    int a = train_in_child("gpu1", 1, "0"), b = train_in_child("gpu3", 3, "0");
+    if (a || b) { CHECK(0, "a GPU run failed: status %d, %d", a, b); return; }
+    compare("gpu1", "gpu3");
+#endif
+}
+
+int main(void) {
+    RUN(test_same_seed_same_bits);
+    RUN(test_same_seed_same_bits_gpu);
+    return test_summary();
+}
