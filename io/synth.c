@@ -34,7 +34,8 @@ typedef struct {
 typedef struct { int x0, y0, w, h; uint8_t *cov; } Mask;   // cov (h,w): sub-samples inside, 0..4
 
 SynthConfig synth_defaults(void) {
-    SynthConfig c = { .n_train = 512, .n_val = 128, .min_side = 256, .max_side = 480, .seed = 0 };
+    SynthConfig c = { .n_train = 512, .n_val = 128, .min_side = 256, .max_side = 480, .max_objects = 8,
+                      .min_diameter = 12, .max_diameter = 0.4, .seed = 0 };
     return c;
 }
 
@@ -192,12 +193,12 @@ static void pick_colour(Rng *rng, const float *bg, int W, int H, Shape *s) {
     for (int k = 0; k < 3; k++) s->rgb[k] = (uint8_t)c[k];
 }
 
-// Diameters log-uniform from 12 px to 40% of the short side; centres anywhere in the image.
-static int place_shapes(Rng *rng, const float *bg, int W, int H, Shape *sh) {
-    int want = rng_uniform(rng, 0, 1) < 0.04 ? 0 : 1 + rng_int(rng, SYNTH_MAX_OBJECTS), n = 0;
-    double dmax = 0.4 * (W < H ? W : H);
+// Diameters log-uniform in [min_diameter px, max_diameter * short side]; centres anywhere in the image.
+static int place_shapes(const SynthConfig *c, Rng *rng, const float *bg, int W, int H, Shape *sh) {
+    int want = rng_uniform(rng, 0, 1) < 0.04 ? 0 : 1 + rng_int(rng, c->max_objects), n = 0;
+    double dmax = c->max_diameter * (W < H ? W : H);
     for (int tries = 0; tries < 50 && n < want; tries++) {
-        double r = 0.5 * exp(rng_uniform(rng, log(12.0), log(dmax)));
+        double r = 0.5 * exp(rng_uniform(rng, log((double)c->min_diameter), log(dmax)));
         double cx = rng_uniform(rng, 0, W), cy = rng_uniform(rng, 0, H);
         int clash = 0;
         for (int i = 0; i < n && !clash; i++) clash = box_overlap(&sh[i], cx, cy, r) > MAX_OVERLAP;
@@ -275,7 +276,7 @@ int synth_render(const SynthConfig *c, int split, int index, Image *out, SynthOb
     Shape sh[SYNTH_MAX_OBJECTS];
     Mask m[SYNTH_MAX_OBJECTS];
     SynthObject box[SYNTH_MAX_OBJECTS];
-    int keep[SYNTH_MAX_OBJECTS], n = place_shapes(&rng, img, W, H, sh), kept = 0;
+    int keep[SYNTH_MAX_OBJECTS], n = place_shapes(c, &rng, img, W, H, sh), kept = 0;
     for (int k = 0; k < n; k++) m[k] = shape_mask(&sh[k]);
     keep_visible(m, n, W, H, keep, box);
     for (int k = 0; k < n; k++) {
@@ -396,8 +397,9 @@ static int write_yaml(const char *dir, const SynthConfig *c, Err *err) {
     if (!realpath(dir, abs)) return err_set(err, "%s: cannot resolve: %s", dir, strerror(errno));
     FILE *f = fopen(path, "w");
     if (!f) return err_set(err, "%s: cannot write: %s", path, strerror(errno));
-    fprintf(f, "# yolotrain synthetic shapes: %d train / %d val images, sides %d-%d px, seed %llu\n",
-            c->n_train, c->n_val, c->min_side, c->max_side, (unsigned long long)c->seed);
+    fprintf(f, "# yolotrain synthetic shapes: %d train / %d val images, sides %d-%d px, up to %d shapes of "
+            "%d px to %g of the short side, seed %llu\n", c->n_train, c->n_val, c->min_side, c->max_side,
+            c->max_objects, c->min_diameter, c->max_diameter, (unsigned long long)c->seed);
     fprintf(f, "path: %s\ntrain: images/train\nval: images/val\nnames:\n", abs);
     for (int k = 0; k < SYNTH_NC; k++) fprintf(f, "  %d: %s\n", k, synth_names[k]);
     if (fclose(f) != 0) return err_set(err, "%s: cannot write: %s", path, strerror(errno));
@@ -409,8 +411,9 @@ static int write_marker(const char *dir, const SynthConfig *c, Err *err) {
     snprintf(path, sizeof path, "%s/" MARKER, dir);
     FILE *f = fopen(path, "w");
     if (!f) return err_set(err, "%s: cannot write: %s", path, strerror(errno));
-    fprintf(f, "n_train=%d n_val=%d min_side=%d max_side=%d seed=%llu\n", c->n_train, c->n_val,
-            c->min_side, c->max_side, (unsigned long long)c->seed);
+    fprintf(f, "n_train=%d n_val=%d min_side=%d max_side=%d max_objects=%d min_diameter=%d max_diameter=%g "
+            "seed=%llu\n", c->n_train, c->n_val, c->min_side, c->max_side, c->max_objects, c->min_diameter,
+            c->max_diameter, (unsigned long long)c->seed);
     return fclose(f) == 0 ? 0 : err_set(err, "%s: cannot write: %s", path, strerror(errno));
 }
 
@@ -418,6 +421,11 @@ int synth_generate(const char *dir, const SynthConfig *c, Err *err) {
     if (c->n_train < 1 || c->n_val < 0 || c->min_side < 32 || c->max_side < c->min_side)
         return err_set(err, "synth: n_train=%d n_val=%d sides %d-%d: need n_train >= 1, n_val >= 0, "
                        "32 <= min_side <= max_side", c->n_train, c->n_val, c->min_side, c->max_side);
+    if (c->max_objects < 1 || c->max_objects > SYNTH_MAX_OBJECTS || c->min_diameter < 6 ||
+        !(c->max_diameter <= 1) || c->min_diameter > c->max_diameter * c->min_side)
+        return err_set(err, "synth: max_objects=%d min_diameter=%d max_diameter=%g: need 1 <= max_objects <= %d, "
+                       "6 <= min_diameter <= max_diameter * min_side (%d) and max_diameter <= 1", c->max_objects,
+                       c->min_diameter, c->max_diameter, SYNTH_MAX_OBJECTS, c->min_side);
     char marker[PATH_MAX];
     snprintf(marker, sizeof marker, "%s/" MARKER, dir);
     if (make_dirs(dir, err)) return -1;

@@ -7,13 +7,16 @@
 
 #define SYNTH_DIR         "data/synth"         // default folder, relative to the working directory
 #define SYNTH_NC          6
-#define SYNTH_MAX_OBJECTS 8                    // placed per image (some may be dropped as hidden)
+#define SYNTH_MAX_OBJECTS 8                    // at most placed per image (some may be dropped as hidden)
 
 extern const char *const synth_names[SYNTH_NC];   // circle square triangle ring cross star
 
 typedef struct {
     int      n_train, n_val;       // images per split (512, 128)
     int      min_side, max_side;   // each image side drawn uniformly in [min, max] pixels (256, 480)
+    int      max_objects;          // shapes placed per image: 1 + uniform [0, max_objects) (8, at most 8)
+    int      min_diameter;         // shape diameters log-uniform from this many pixels (12) ...
+    double   max_diameter;         // ... to this share of the image's short side (0.4)
     uint64_t seed;                 // 0
     int      threads;              // writer threads; 0 = online CPUs
 } SynthConfig;

@@ -190,11 +190,47 @@ static void test_default_size_and_speed(void) {
     CHECK(objects > 64 * 2 && objects < 64 * SYNTH_MAX_OBJECTS, "%d objects in 64 images", objects);
 }
 
+// max_objects, min_diameter and max_diameter shape the scenes: at most that many objects, none
+// far below the smallest diameter or above the largest; impossible values are refused.
+static void test_object_count_and_size(void) {
+    SynthConfig c = small_config(1);
+    c.min_side = 128, c.max_side = 160, c.max_objects = 3, c.min_diameter = 24, c.max_diameter = 0.3;
+    int most = 0;
+    double smallest = 1e9, largest = 0;
+    for (int i = 0; i < 40; i++) {
+        Image im;
+        SynthObject o[SYNTH_MAX_OBJECTS];
+        int n = synth_render(&c, 0, i, &im, o);
+        most = n > most ? n : most;
+        for (int k = 0; k < n; k++) {
+            double side = fmax(o[k].x2 - o[k].x1, o[k].y2 - o[k].y1), short_side = fmin(im.w, im.h);
+            smallest = fmin(smallest, side);
+            largest = fmax(largest, side / short_side);
+        }
+        image_free(&im);
+    }
+    CHECK(most >= 2 && most <= 3, "at most %d objects in an image, asked for up to 3", most);
+    // a box may lose part of its shape to the border or a shape on top (up to 40%), so keep margins
+    CHECK(smallest >= 0.5 * 24, "a box of %.0f px with min_diameter 24", smallest);
+    CHECK(largest <= 1.05 * 0.3 + 0.02, "a box of %.2f of the short side with max_diameter 0.3", largest);
+    SynthConfig d = synth_defaults();
+    CHECK(d.max_objects == 8 && d.min_diameter == 12 && close_enough(d.max_diameter, 0.4, 0, 0),
+          "defaults changed: %d objects, %d px to %g", d.max_objects, d.min_diameter, d.max_diameter);
+    const char *dir = test_tmpdir("synth-bad");
+    Err err;
+    SynthConfig bad = c;
+    bad.max_objects = SYNTH_MAX_OBJECTS + 1;
+    CHECK(synth_generate(dir, &bad, &err) == -1 && strstr(err.msg, "max_objects"), "max_objects 9 accepted");
+    bad = c, bad.min_diameter = 50;                  // above 0.3 * 128
+    CHECK(synth_generate(dir, &bad, &err) == -1 && strstr(err.msg, "min_diameter"), "min_diameter 50 accepted");
+}
+
 int main(void) {
     RUN(test_generation_is_deterministic);
     RUN(test_labels_match_pixels);
     RUN(test_yaml_reads_back);
     RUN(test_ensure_and_regenerate);
     RUN(test_default_size_and_speed);
+    RUN(test_object_count_and_size);
     return test_summary();
 }
