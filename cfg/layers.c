@@ -22,6 +22,10 @@ static const Module modules[] = {
     { "Concat",       0, 1, 0, "[dim]" },
     { "DDetect",      1, 1, 0, "[nc]" },
     { "DualDDetect",  1, 1, 0, "[nc]" },      // PGI training: auxiliary levels, then main levels
+    { "C3k2",         1, 4, 0, "[c2, c3k, e, attn], e.g. [256, False, 0.25]" },   // YOLO26 (ultralytics)
+    { "SPPF",         1, 4, 0, "[c2, k, n, shortcut]" },
+    { "C2PSA",        1, 2, 0, "[c2, e]" },
+    { "Detect",       1, 2, 0, "[nc, end2end], e.g. [nc, True]" },
 };
 enum { N_MODULES = sizeof modules / sizeof modules[0] };
 
@@ -89,9 +93,10 @@ static int read_module(Cursor *c, LayerSpec *l) {
     return 0;
 }
 
-#define ARG_FORM "args are numbers, None, nc and, last, one word such as 'nearest'"
+#define ARG_FORM "args are numbers, None, True, False, nc and, last, one word such as 'nearest'"
 
-// One arg, text t (trimmed): a number, None, nc, or the last word ('nearest', "nearest" or nearest).
+// One arg, text t (trimmed): a number, None, True/False (1/0), nc, or the last word ('nearest',
+// "nearest" or nearest).
 static int set_arg(Cursor *c, LayerSpec *l, const char *t, int last) {
     int i = l->n_args;
     char word[64];
@@ -104,6 +109,8 @@ static int set_arg(Cursor *c, LayerSpec *l, const char *t, int last) {
             return snprintf(c->why, sizeof c->why, "'%s' is a malformed number; " ARG_FORM, t), -1;
     } else if (!strcmp(t, "None")) {
         l->args[i] = NAN;
+    } else if (!strcmp(t, "True") || !strcmp(t, "False")) {
+        l->args[i] = t[0] == 'T';
     } else if (!strcmp(t, "nc")) {
         l->nc_mask |= 1u << i;               // the value is filled in by layer_add / config_set_nc
     } else {

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "core/ops.h"
+#include "core/ops26.h"
 
 // A trainable tensor as the optimizer sees it: weights, gradients, element count, and its group:
 // 0 biases (no decay), 1 conv weights (decay), 2 BN weights (no decay), -1 fixed (the DFL
@@ -76,6 +77,15 @@ typedef struct Backend {
                                   float *invstd, Map y);
     void (*conv_bn_silu_backward)(void *ctx, const ConvDims *d, Map x, const float *w, Map z, const BnSaved *bn,
                                   Map dy, Map tmp, Map dz, Map dx, float *dw, float *ws);
+    // YOLO26 (core/ops26.h contracts): the depthwise convolution (units with groups == C == K) and
+    // the attention core; ws holds attn_workspace_floats (the CPU's; a GPU takes its own scratch). The
+    // detach op is copy_map forward and nothing backward.
+    void (*dwconv_forward)(void *ctx, const DwDims *d, Map x, const float *w, const float *b, Map y);
+    void (*dwconv_backward)(void *ctx, const DwDims *d, Map x, const float *w, Map dy, Map dx, float *dw,
+                            float *db);
+    void (*attn_forward)(void *ctx, const AttnDims *d, Map qkv, Map y, Map v, float *p);
+    void (*attn_backward)(void *ctx, const AttnDims *d, Map qkv, const float *p, Map dy, Map dv, Map dqkv,
+                          float *ws);
 } Backend;
 
 extern const Backend backend_cpu;

@@ -54,6 +54,16 @@ static void conv_bn_silu_bwd(void *c, const ConvDims *d, Map x, const float *w, 
     bn_backward_cpu(z, bn->gamma, bn->mean, bn->invstd, tmp, dz, bn->dgamma, bn->dbeta);
     conv_backward_cpu(d, x, w, dz, dx, dw, NULL, ws);
 }
+static void dw_fwd(void *c, const DwDims *d, Map x, const float *w, const float *b, Map y) {
+    dwconv_forward_cpu(d, x, w, b, y);
+}
+static void dw_bwd(void *c, const DwDims *d, Map x, const float *w, Map dy, Map dx, float *dw, float *db) {
+    dwconv_backward_cpu(d, x, w, dy, dx, dw, db);
+}
+static void attn_fwd(void *c, const AttnDims *d, Map qkv, Map y, Map v, float *p) { attn26_forward_cpu(d, qkv, y, v, p); }
+static void attn_bwd(void *c, const AttnDims *d, Map qkv, const float *p, Map dy, Map dv, Map dqkv, float *ws) {
+    attn26_backward_cpu(d, qkv, p, dy, dv, dqkv, ws);
+}
 typedef struct { const ParamSlot *slots; int n; float *buf; } Prepared;
 static void *prepare(void *c, const ParamSlot *slots, int n, float *buf) {
     Prepared *p = xmalloc(sizeof *p);
@@ -82,4 +92,5 @@ const Backend backend_cpu = {
     "cpu", conv_fwd, conv_bwd, bn_train, bn_eval, bn_bwd, bn_apply, silu_fwd, silu_bwd, add_fwd, copy, accumulate,
     maxpool_fwd, maxpool_bwd, avgpool_fwd, avgpool_bwd, upsample_fwd, upsample_bwd, prepare, sumsq, scale, sgd, ema,
     scale_n, sync, bind, pull, zero, upload, upload_u8, download, bn_silu_train, conv_bn_silu_bwd,
+    dw_fwd, dw_bwd, attn_fwd, attn_bwd,
 };

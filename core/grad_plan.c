@@ -55,8 +55,13 @@ void model_plan_grads(Model *m) {
     for (int i = 0; i < nn; i++) {
         const Node *nd = &m->nodes[i];
         int t = nn - 1 - i;
+        // as node_backward: a detach, or a non-conv node reading a value without gradient, does nothing
+        int conv = nd->op == OP_CONV || nd->op == OP_REPCONV;
+        if (nd->op == OP_DETACH || (m->values[nd->in].no_grad && !conv)) continue;
         touch(life, m, nd->out, t);                // reads dy
-        if (nd->in != m->input) touch(life, m, nd->in, t);   // adds into dx (none for the images)
+        if (nd->out2 >= 0) touch(life, m, nd->out2, t);       // and OP_ATTN's dv
+        if (!m->values[nd->in].no_grad) touch(life, m, nd->in, t);   // adds into dx (not the images', nor
+                                                   // a detached value's)
         if (nd->op == OP_ADD) touch(life, m, nd->in2, t);
     }
     Life **order = xmalloc((size_t)nv * sizeof *order);

@@ -1,5 +1,6 @@
-// model.c: builds the detector from the config's layer table. Each YOLOv9 module is expanded into
-// primitive nodes (conv+BN+SiLU, RepConvN, pools, upsample, copy, add) whose parameters carry the
+// model.c: builds the detector from the config's layer table. Each module (YOLOv9's, and YOLO26's from
+// ultralytics) is expanded into primitive nodes (conv+BN+SiLU, depthwise conv, RepConvN, pools, upsample,
+// copy, add, attention, detach) whose parameters carry the
 // PyTorch state-dict names of the reference, so weights load from and save to PyTorch directly.
 // Concats inside modules cost nothing: producers write into their channel slice (DESIGN.md section 4).
 #include "core/model.h"
@@ -71,7 +72,7 @@ static int grow_values(Builder *b) {
 static int new_value(Builder *b, int C, int h, int w) {
     int v = grow_values(b);
     Value *val = &b->m->values[v];
-    val->C = C; val->stride = b->max_hw / (h ? h : 1); val->parent = -1; val->c0 = 0;
+    val->C = C; val->stride = b->max_hw / (h ? h : 1); val->parent = -1; val->c0 = 0; val->no_grad = 0;
     val->offset = b->m->n_act;
     b->m->n_act += ((size_t)b->m->max_n * h * w * C + 15) & ~(size_t)15;
     b->vh[v] = h; b->vw[v] = w;
@@ -99,7 +100,7 @@ static Node *add_node(Builder *b, OpKind op, int in, int out) {
     }
     Node *n = &m->nodes[m->n_nodes++];
     memset(n, 0, sizeof *n);
-    n->op = op; n->in = in; n->in2 = -1; n->out = out; n->layer = b->layer;
+    n->op = op; n->in = in; n->in2 = -1; n->out = out; n->out2 = -1; n->layer = b->layer;
     n->cv.w = n->cv.b = n->cv.bn_w = n->cv.bn_b = n->cv.bn_mean = n->cv.bn_var = -1;
     n->cv2 = n->cv;
     return n;
@@ -297,6 +298,190 @@ static int dual_ddetect(Builder *b, const char *p, const int *in, int n_in) {
     return 0;
 }
 
+// ---- YOLO26's modules (ultralytics nn/modules/block.py, head.py @0df8b0bd; yolo26.md 1.3, 1.4) ----
+
+static int imax(int a, int b) { return a > b ? a : b; }
+
+// Conv(act=False): conv + BN without the SiLU (SPPF's cv1, the attention's qkv/pe/proj, ffn.1).
+static int conv_bn_linear(Builder *b, const char *p, int in, int out, int K, int k, int s, int g) {
+    out = conv_bn(b, p, in, out, K, k, s, g);
+    b->m->nodes[b->m->n_nodes - 1].act = 0;
+    return out;
+}
+
+// out = x + y, into `out` (a slice, say) or a new value when out < 0
+static int add_values(Builder *b, int x, int y, int out) {
+    if (out < 0) out = new_value(b, b->m->values[x].C, b->vh[x], b->vw[x]);
+    add_node(b, OP_ADD, x, out)->in2 = y;
+    return out;
+}
+
+// Bottleneck(c1, c2, shortcut, k=(3,3), e): cv2(cv1 x) with hidden int(c2*e), + x when c1 == c2.
+static int bottleneck(Builder *b, const char *p, int in, int out, int c2, double e) {
+    char q[NAME_LEN];
+    namef(q, "%s.cv1", p);
+    int t = conv_bn(b, q, in, -1, (int)(c2 * e), 3, 1, 1);
+    namef(q, "%s.cv2", p);
+    if (b->m->values[in].C != c2) return conv_bn(b, q, t, out, c2, 3, 1, 1);
+    return add_values(b, in, conv_bn(b, q, t, -1, c2, 3, 1, 1), out);
+}
+
+// C3k(c1, c2, n): cv3(concat[m(cv1 x), cv2 x]), m = n Bottleneck(c_, c_, e=1.0), c_ = c2/2.
+static int c3k(Builder *b, const char *p, int in, int out, int c2, int n) {
+    char q[NAME_LEN];
+    int c_ = c2 / 2;
+    int cat = new_value(b, 2 * c_, b->vh[in], b->vw[in]);
+    namef(q, "%s.cv1", p);
+    int t = conv_bn(b, q, in, -1, c_, 1, 1, 1);
+    namef(q, "%s.cv2", p);
+    conv_bn(b, q, in, slice_value(b, cat, c_, c_), c_, 1, 1, 1);
+    for (int i = 0; i < n; i++) {
+        namef(q, "%s.m.%d", p, i);
+        t = bottleneck(b, q, t, i == n - 1 ? slice_value(b, cat, 0, c_) : -1, c_, 1.0);
+    }
+    namef(q, "%s.cv3", p);
+    return conv_bn(b, q, cat, out, c2, 1, 1, 1);
+}
+
+// Attention(dim, heads, attn_ratio 0.5): proj(attn_core(qkv x) + pe(v)), qkv/pe/proj Conv(act=False),
+// pe depthwise 3x3. The q^T k and attn v products count in the layer's FLOPs.
+static int attention(Builder *b, const char *p, int in, int heads) {
+    Model *m = b->m;
+    char q[NAME_LEN];
+    int C = m->values[in].C, h = b->vh[in], w = b->vw[in];
+    AttnDims ad = attn_dims(m->max_n, h, w, C, heads, 0.5);
+    namef(q, "%s.qkv", p);
+    int qkv = conv_bn_linear(b, q, in, -1, attn_qkv_channels(&ad), 1, 1, 1);
+    int y = new_value(b, C, h, w), v = new_value(b, C, h, w);
+    Node *n = add_node(b, OP_ATTN, qkv, y);
+    n->out2 = v;
+    n->attn = ad;
+    n->probs = m->n_act;
+    m->n_act += (attn_probs_floats(&ad) + 15) & ~(size_t)15;
+    if (attn_workspace_floats(&ad) > m->n_ws) m->n_ws = attn_workspace_floats(&ad);
+    double T = (double)h * w;
+    m->layers[b->layer].flops += 2.0 * heads * T * T * (ad.key_dim + ad.head_dim);
+    namef(q, "%s.pe", p);
+    int pe = conv_bn_linear(b, q, v, -1, C, 3, 1, C);
+    namef(q, "%s.proj", p);
+    return conv_bn_linear(b, q, add_values(b, y, pe, -1), -1, C, 1, 1, 1);
+}
+
+// PSABlock(c, attn_ratio 0.5, heads): x = x + attn(x); x + ffn(x), ffn = Conv(c,2c,1), Conv(2c,c,1,act=False).
+static int psa_block(Builder *b, const char *p, int in, int out, int heads) {
+    char q[NAME_LEN];
+    int C = b->m->values[in].C;
+    namef(q, "%s.attn", p);
+    int x = add_values(b, in, attention(b, q, in, heads), -1);
+    namef(q, "%s.ffn.0", p);
+    int f = conv_bn(b, q, x, -1, 2 * C, 1, 1, 1);
+    namef(q, "%s.ffn.1", p);
+    return add_values(b, x, conv_bn_linear(b, q, f, -1, C, 1, 1, 1), out);
+}
+
+enum { INNER_BOTTLENECK, INNER_C3K, INNER_ATTN };   // C3k2's inner block
+
+// C3k2(c1, c2, n, c3k, e, attn): c = int(c2*e); cv1 x split in halves y0, y1; y_{i+2} = m_i(y_{i+1});
+// cv2(concat[y0 .. y_{n+1}]). Inner block: Bottleneck(c, c) (e 0.5), C3k(c, c, 2), or (attn)
+// Bottleneck(c, c) then PSABlock(c, heads max(c/64, 1)).
+static int c3k2(Builder *b, const char *p, int in, int c2, int n, int inner, double e) {
+    char q[NAME_LEN], q2[NAME_LEN];
+    int c = (int)(c2 * e);
+    int cat = new_value(b, (2 + n) * c, b->vh[in], b->vw[in]);
+    namef(q, "%s.cv1", p);
+    conv_bn(b, q, in, slice_value(b, cat, 0, 2 * c), 2 * c, 1, 1, 1);
+    int y = slice_value(b, cat, c, c);
+    for (int i = 0; i < n; i++) {
+        int dst = slice_value(b, cat, (2 + i) * c, c);
+        namef(q, "%s.m.%d", p, i);
+        if (inner == INNER_ATTN) {
+            namef(q2, "%s.0", q);
+            int t = bottleneck(b, q2, y, -1, c, 0.5);
+            namef(q2, "%s.1", q);
+            y = psa_block(b, q2, t, dst, imax(c / 64, 1));
+        } else {
+            y = inner == INNER_C3K ? c3k(b, q, y, dst, c, 2) : bottleneck(b, q, y, dst, c, 0.5);
+        }
+    }
+    namef(q, "%s.cv2", p);
+    return conv_bn(b, q, cat, -1, c2, 1, 1, 1);
+}
+
+// SPPF(c1, c2, k, n, shortcut) as of 8.4: y0 = cv1 x (BN, no SiLU), y1..yn = chained max-pools k/1/k/2,
+// out = cv2(concat[y0..yn]), + x when shortcut and c1 == c2.
+static int sppf(Builder *b, const char *p, int in, int c2, int k, int n, int shortcut) {
+    char q[NAME_LEN];
+    int c1 = b->m->values[in].C, c_ = c1 / 2;
+    int cat = new_value(b, (n + 1) * c_, b->vh[in], b->vw[in]);
+    namef(q, "%s.cv1", p);
+    int y = conv_bn_linear(b, q, in, slice_value(b, cat, 0, c_), c_, 1, 1, 1);
+    for (int i = 1; i <= n; i++) y = pool(b, OP_MAXPOOL, y, slice_value(b, cat, i * c_, c_), k, 1, k / 2);
+    namef(q, "%s.cv2", p);
+    int out = conv_bn(b, q, cat, -1, c2, 1, 1, 1);
+    return shortcut && c1 == c2 ? add_values(b, out, in, -1) : out;
+}
+
+// C2PSA(c1, c2 = c1, n, e): a, b = split(cv1 x); cv2(concat[a, n PSABlock(b)]), c = int(c1*e),
+// heads c/64. `a` is copied into the concat: the blocks' input b must outlive the forward.
+static int c2psa(Builder *b, const char *p, int in, int n, double e) {
+    char q[NAME_LEN];
+    int c1 = b->m->values[in].C, c = (int)(c1 * e), h = b->vh[in], w = b->vw[in];
+    namef(q, "%s.cv1", p);
+    int t = conv_bn(b, q, in, -1, 2 * c, 1, 1, 1);
+    int cat = new_value(b, 2 * c, h, w);
+    add_node(b, OP_COPY, slice_value(b, t, 0, c), slice_value(b, cat, 0, c));
+    int y = slice_value(b, t, c, c);
+    for (int i = 0; i < n; i++) {
+        namef(q, "%s.m.%d", p, i);
+        y = psa_block(b, q, y, i == n - 1 ? slice_value(b, cat, c, c) : -1, c / 64);
+    }
+    namef(q, "%s.cv2", p);
+    return conv_bn(b, q, cat, -1, c1, 1, 1, 1);
+}
+
+// One branch of the end-to-end Detect, per level into a map [4*reg_max box | nc class logits]: box
+// "<p>.<box>.<l>" Conv 3x3, Conv 3x3, 1x1 + bias; class "<p>.<cls>.<l>" (non-legacy) DWConv 3x3, Conv 1x1,
+// DWConv 3x3, Conv 1x1, 1x1 + bias. Widths c2 = max(16, ch0/4, 4 reg_max), c3 = max(ch0, min(nc, 100)).
+static void detect26_branch(Builder *b, const char *p, const int *in, int nl, const char *box,
+                            const char *cls, int *maps) {
+    Model *m = b->m;
+    int nc = m->nc, R = m->reg_max, ch0 = m->values[in[0]].C;
+    int c2 = imax(imax(16, ch0 / 4), 4 * R), c3 = imax(ch0, nc < 100 ? nc : 100);
+    char q[NAME_LEN];
+    for (int i = 0; i < nl; i++) {
+        int x = in[i], C = m->values[x].C;
+        int out = new_value(b, 4 * R + nc, b->vh[x], b->vw[x]);
+        namef(q, "%s.%s.%d.0", p, box, i);   int t = conv_bn(b, q, x, -1, c2, 3, 1, 1);
+        namef(q, "%s.%s.%d.1", p, box, i);   t = conv_bn(b, q, t, -1, c2, 3, 1, 1);
+        namef(q, "%s.%s.%d.2", p, box, i);   conv_bias(b, q, t, slice_value(b, out, 0, 4 * R), 4 * R, 1);
+        namef(q, "%s.%s.%d.0.0", p, cls, i); t = conv_bn(b, q, x, -1, C, 3, 1, C);
+        namef(q, "%s.%s.%d.0.1", p, cls, i); t = conv_bn(b, q, t, -1, c3, 1, 1, 1);
+        namef(q, "%s.%s.%d.1.0", p, cls, i); t = conv_bn(b, q, t, -1, c3, 3, 1, c3);
+        namef(q, "%s.%s.%d.1.1", p, cls, i); t = conv_bn(b, q, t, -1, c3, 1, 1, 1);
+        namef(q, "%s.%s.%d.2", p, cls, i);   conv_bias(b, q, t, slice_value(b, out, 4 * R, nc), nc, 1);
+        maps[i] = out;
+        m->strides[i] = b->max_hw / b->vh[x];
+    }
+}
+
+// Detect(end2end): the one-to-many branch (cv2/cv3, m->aux) on the inputs, the one-to-one branch
+// (one2one_cv2/one2one_cv3, m->head) on detached copies of them, so only the one-to-many loss trains
+// the backbone and neck.
+static void detect26(Builder *b, const char *p, const int *in, int nl) {
+    Model *m = b->m;
+    int det[4];
+    m->n_levels = nl;
+    detect26_branch(b, p, in, nl, "cv2", "cv3", m->aux);
+    for (int i = 0; i < nl; i++) {
+        det[i] = new_value(b, m->values[in[i]].C, b->vh[in[i]], b->vw[in[i]]);
+        m->values[det[i]].no_grad = 1;
+        add_node(b, OP_DETACH, in[i], det[i]);
+    }
+    detect26_branch(b, p, det, nl, "one2one_cv2", "one2one_cv3", m->head);
+    m->n_aux = nl;
+    m->end2end = 1;
+}
+
 // ---- the layer table ------------------------------------------------------------------------
 
 static int fail(Builder *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -325,6 +510,78 @@ static int need_args(Builder *b, int lo, int hi) {
     return 0;
 }
 
+static int is_module26(const char *mod) {
+    return !strcmp(mod, "C3k2") || !strcmp(mod, "SPPF") || !strcmp(mod, "C2PSA") || !strcmp(mod, "Detect");
+}
+
+// Argument i as 0/1 (False/True), or `def` when absent.
+static int arg_flag(Builder *b, int i, int def, int *out) {
+    *out = def;
+    if (i >= b->spec->n_args) return 0;
+    double v = b->spec->args[i];
+    if (v != 0 && v != 1) return fail(b, "argument %d must be True or False", i + 1);
+    *out = (int)v;
+    return 0;
+}
+
+// Argument i as a fraction in (0, 1], or `def` when absent.
+static int arg_fraction(Builder *b, int i, double def, double *out) {
+    *out = i < b->spec->n_args ? b->spec->args[i] : def;
+    if (!(*out > 0 && *out <= 1)) return fail(b, "argument %d must be a fraction in (0, 1]", i + 1);
+    return 0;
+}
+
+// The repeats column scaled as the reference's parse_model does: max(round(n * depth), 1) when n > 1
+// (Python's round: halves to even, as nearbyint in the default rounding mode).
+static int repeats(Builder *b) {
+    double dm = b->cfg->depth_multiple > 0 ? b->cfg->depth_multiple : 1.0;
+    int n = b->spec->number;
+    return n > 1 ? imax((int)nearbyint(n * dm), 1) : n;
+}
+
+// The YOLO26 modules: C3k2 [c2, c3k, e, attn], SPPF [c2, k, n, shortcut], C2PSA [c2, e] (c2 scaled by
+// width into c2 here), Detect [nc, end2end].
+static int build_layer26(Builder *b, const int *in, int n_in, int c2, int *out) {
+    const LayerSpec *s = b->spec;
+    const char *mod = s->module;
+    Model *m = b->m;
+    char p[NAME_LEN];
+    namef(p, "model.%d", s->index);
+    int x = in[0], C = m->values[x].C;
+    if (strcmp(mod, "Detect") && n_in != 1) return fail(b, "%s takes one input, got %d", mod, n_in);
+    if (!strcmp(mod, "C3k2")) {
+        int k3, attn;
+        double e;
+        if (need_args(b, 1, 4) || arg_flag(b, 1, 0, &k3) || arg_fraction(b, 2, 0.5, &e) || arg_flag(b, 3, 0, &attn))
+            return -1;
+        if ((int)(c2 * e) < 2) return fail(b, "c2 * e = %g leaves no hidden channels", c2 * e);
+        *out = c3k2(b, p, x, c2, repeats(b), attn ? INNER_ATTN : k3 ? INNER_C3K : INNER_BOTTLENECK, e);
+    } else if (!strcmp(mod, "SPPF")) {
+        int k = s->n_args > 1 ? (int)s->args[1] : 5, n = s->n_args > 2 ? (int)s->args[2] : 3, sc;
+        if (need_args(b, 1, 4) || arg_flag(b, 3, 0, &sc)) return -1;
+        if (k < 1 || k % 2 == 0 || k > 15) return fail(b, "pool size %d must be odd, 1 to 15", k);
+        if (n < 1 || n > 6) return fail(b, "pool count %d must be 1 to 6", n);
+        *out = sppf(b, p, x, c2, k, n, sc);
+    } else if (!strcmp(mod, "C2PSA")) {
+        double e;
+        if (need_args(b, 1, 2) || arg_fraction(b, 1, 0.5, &e)) return -1;
+        if (c2 != C) return fail(b, "C2PSA keeps its channels: c2 = %d must equal the input's %d", c2, C);
+        if ((int)(C * e) < 64 || (int)(C * e) % 64)
+            return fail(b, "C2PSA's hidden width int(c1 * e) = %d must be a multiple of 64 (heads of 64)", (int)(C * e));
+        *out = c2psa(b, p, x, repeats(b), e);
+    } else {
+        int e2e;
+        if (need_args(b, 1, 2) || arg_flag(b, 1, 0, &e2e)) return -1;
+        if (!e2e || m->reg_max != 1)
+            return fail(b, "only the end-to-end Detect of YOLO26 is supported: write [nc, True] and reg_max = 1 "
+                           "in [model]");
+        if (n_in < 1 || n_in > 4) return fail(b, "%s takes 1 to 4 input maps, got %d", mod, n_in);
+        detect26(b, p, in, n_in);
+        *out = -1;
+    }
+    return 0;
+}
+
 static int build_layer(Builder *b, const int *in, int n_in, int *out) {
     const LayerSpec *s = b->spec;
     const char *mod = s->module;
@@ -333,11 +590,11 @@ static int build_layer(Builder *b, const int *in, int n_in, int *out) {
     namef(p, "model.%d", s->index);
     double wm = b->cfg->width_multiple > 0 ? b->cfg->width_multiple : 1.0;
     int c[4] = { 0 };
-    int head = !strcmp(mod, "DDetect") || !strcmp(mod, "DualDDetect");
+    int head = !strcmp(mod, "DDetect") || !strcmp(mod, "DualDDetect") || !strcmp(mod, "Detect");
     if (!strcmp(mod, "Upsample") || !strcmp(mod, "Concat") || head) {
     } else {
-        for (int i = 0; i < s->n_args && i < 4; i++)
-            if (i == 0 || strcmp(mod, "Conv")) { if (arg_int(b, i, &c[i])) return -1; }
+        for (int i = 0; i < s->n_args && i < 4; i++)   // YOLO26 modules: only c2 is a channel count
+            if (i == 0 || (strcmp(mod, "Conv") && !is_module26(mod))) { if (arg_int(b, i, &c[i])) return -1; }
         c[0] = make_divisible(c[0] * wm, 8);
     }
     if (strcmp(mod, "Concat") && !head && n_in != 1)
@@ -393,9 +650,11 @@ static int build_layer(Builder *b, const int *in, int n_in, int *out) {
         if (bad) return fail(b, "auxiliary input %d and main input %d differ in size at imgsz %d; level i of "
                              "both halves must have the same stride", bad, n_in / 2 + bad, b->max_hw);
         *out = -1;
+    } else if (is_module26(mod)) {
+        return build_layer26(b, in, n_in, c[0], out);
     } else {
         return fail(b, "unknown module '%s'; known: Conv, AConv, ELAN1, RepNCSPELAN4, SPPELAN, "
-                       "Upsample, Concat, DDetect, DualDDetect", mod);
+                       "Upsample, Concat, DDetect, DualDDetect, C3k2, SPPF, C2PSA, Detect", mod);
     }
     return 0;
 }
@@ -425,7 +684,7 @@ static void mark_train_only(Model *m) {
     for (int l = 0; l < m->n_levels; l++) need[owner(m, m->head[l])] = 1;
     for (int i = m->n_nodes - 1; i >= 0; i--) {
         Node *nd = &m->nodes[i];
-        nd->train_only = !need[owner(m, nd->out)];
+        nd->train_only = !need[owner(m, nd->out)] && !(nd->out2 >= 0 && need[owner(m, nd->out2)]);
         if (nd->train_only) continue;
         need[owner(m, nd->in)] = 1;
         if (nd->in2 >= 0) need[owner(m, nd->in2)] = 1;
@@ -447,6 +706,7 @@ int model_build(const Config *cfg, int max_n, int imgsz, Model *m, Err *err) {
     m->n_layers = cfg->n_layers;
     Builder b = { .m = m, .cfg = cfg, .err = err, .max_hw = imgsz };
     m->input = new_value(&b, 3, imgsz, imgsz);
+    m->values[m->input].no_grad = 1;
     int *lay = xmalloc(cfg->n_layers * sizeof *lay);
     int rc = 0, have_head = 0;
     for (int i = 0; i < cfg->n_layers && !rc; i++) {
@@ -464,7 +724,7 @@ int model_build(const Config *cfg, int max_n, int imgsz, Model *m, Err *err) {
         if (!rc) { layer_info(&b, s, lay[i]); have_head = lay[i] < 0; }
     }
     if (!rc && !have_head)
-        rc = err_set(err, "%s: the model has no detection head: the last layer must be DDetect or DualDDetect",
+        rc = err_set(err, "%s: the model has no detection head: the last layer must be DDetect, DualDDetect or Detect",
                      cfg->file);
     free(lay);
     m->vh = b.vh; m->vw = b.vw;
@@ -549,7 +809,8 @@ void model_set_size(Model *m, int h, int w) {
             W = (W + 2 * n->pad - n->k) / n->stride + 1;
             break;
         case OP_UPSAMPLE: H *= n->k; W *= n->k; break;
-        case OP_COPY: case OP_ADD: break;
+        case OP_COPY: case OP_ADD: case OP_DETACH: break;
+        case OP_ATTN: m->vh[owner(m, n->out2)] = H; m->vw[owner(m, n->out2)] = W; break;
         }
         m->vh[y] = H; m->vw[y] = W;
     }
@@ -576,19 +837,19 @@ void model_init_weights(Model *m, uint64_t seed) {
             case PK_BN_WEIGHT:    x[j] = 1.0f; break;
             case PK_BIAS:         x[j] = (i > 0 && m->params[i - 1].kind == PK_WEIGHT) ? (float)rng_uniform(&r, -bound, bound) : 0.0f; break;
             case PK_RUNNING_MEAN: x[j] = 0.0f; break;
-            case PK_RUNNING_VAR:  x[j] = 0.9f; break;
+            case PK_RUNNING_VAR:  x[j] = m->end2end ? 1.0f : 0.9f; break;
             case PK_FIXED:        x[j] = (float)j; break;
             }
         }
     }
-    m->bn_batches = 1;
-    // bias_init: box logits 1.0, class logits ln(5 / nc / (640 / stride)^2)
+    m->bn_batches = m->end2end ? 0 : 1;   // YOLO26's stride probe runs in eval mode
+    // bias_init: box logits 1.0 (end-to-end: distances 2.0), class logits ln(5 / nc / (640 / stride)^2)
     for (int i = 0; i < m->n_nodes; i++) {
         const Node *n = &m->nodes[i];
         if (n->op != OP_CONV || n->cv.b < 0) continue;
         const Value *v = &m->values[n->out];
         float *bias = m->state + m->params[n->cv.b].offset;
         for (int k = 0; k < n->cv.d.K; k++)
-            bias[k] = v->c0 == 0 ? 1.0f : (float)log(5.0 / m->nc / pow(640.0 / v->stride, 2));
+            bias[k] = v->c0 == 0 ? (m->end2end ? 2.0f : 1.0f) : (float)log(5.0 / m->nc / pow(640.0 / v->stride, 2));
     }
 }

@@ -8,6 +8,7 @@
 #include "cfg/config.h"
 #include "core/backend.h"
 #include "core/ops.h"
+#include "core/ops26.h"
 
 // ---- parameters ----------------------------------------------------------------------------
 typedef enum {
@@ -38,6 +39,7 @@ typedef struct {
     int C, stride;          // channels; spatial size = input size / stride
     int parent, c0;         // slice of value `parent` at channel c0; parent = -1: owns a buffer
     size_t offset;          // owned: floats into the activation (and gradient) arena, for max batch
+    int no_grad;            // 1: no gradient flows into it (the images; the outputs of OP_DETACH)
 } Value;
 
 typedef enum {
@@ -46,8 +48,11 @@ typedef enum {
     OP_MAXPOOL, OP_AVGPOOL, OP_UPSAMPLE,
     OP_COPY,      // out = in (a model-level concat input copied into its slice)
     OP_ADD,       // out = in + in2 (residual)
+    OP_ATTN,      // the attention core of C2PSA/PSABlock (core/ops26.h): in = qkv, out = y, out2 = v
+    OP_DETACH,    // out = in forward; no gradient flows back to in (the one-to-one head's features)
 } OpKind;
 
+// A conv unit whose groups == C == K runs the depthwise ops (core/ops26.h), not the GEMM convolution.
 typedef struct {        // one conv + optional BN; parameter indices into Model.params (-1: none)
     ConvDims d;          // N is set at run time
     int w, b;            // conv weight, conv bias
@@ -59,9 +64,12 @@ typedef struct {        // one conv + optional BN; parameter indices into Model.
 typedef struct {
     OpKind   op;
     int      in, in2, out;   // value ids (in2: OP_ADD)
+    int      out2;           // OP_ATTN: the second output, v gathered for the positional conv; else -1
     int      act;            // SiLU after (OP_CONV, OP_REPCONV)
     int      k, stride, pad; // pools; k = factor for OP_UPSAMPLE
     ConvUnit cv, cv2;        // OP_CONV uses cv; OP_REPCONV uses cv (3x3) and cv2 (1x1)
+    AttnDims attn;           // OP_ATTN: heads, key_dim, head_dim, scale (N, H, W set at run time)
+    size_t   probs;          // OP_ATTN: offset of the softmax probabilities (N,nh,T,T) in the activations
     int      layer;          // config layer this node belongs to
     int      train_only;     // 1: feeds only the auxiliary head (skipped by evaluation forwards)
 } Node;
@@ -93,6 +101,9 @@ typedef struct {
     int        strides[4];
     int        aux[4], n_aux;      // DualDDetect (PGI training): the auxiliary head maps, same levels
                                    // and strides as head[]; n_aux = 0 for a single head
+    int        end2end;            // 1: YOLO26's end-to-end Detect: head[] is the one-to-one branch (fed
+                                   // detached features; inference uses it), aux[] the one-to-many one;
+                                   // maps are [4 ltrb distances | nc logits], reg_max 1, no DFL
     // where it runs: the backend and its context (NULL for the CPU; the Device of a GPU)
     const Backend *be;
     void      *be_ctx;

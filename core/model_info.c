@@ -27,9 +27,10 @@ static void shape_text(const Model *m, int v, char *buf, size_t size) {
     snprintf(buf, size, "%d x %d x %d", m->values[v].C, m->vh[v], m->vw[v]);
 }
 
-// The parameters of the inference form (export.h): those of the nodes the main head needs, and its DFL.
+// The parameters of the inference form (export.h): those of the nodes the main head needs, and its DFL
+// (none in the end-to-end head).
 static size_t inference_params(const Model *m) {
-    size_t n = (size_t)m->reg_max;
+    size_t n = m->end2end ? 0 : (size_t)m->reg_max;
     for (int i = 0; i < m->n_nodes; i++) {
         const Node *nd = &m->nodes[i];
         const ConvUnit *u[2] = { &nd->cv, &nd->cv2 };
@@ -63,7 +64,8 @@ void model_print_info(const Model *m, const Config *cfg, FILE *f) {
                 shape_text(m, m->head[l], s1, sizeof s1);
                 o += snprintf(shape + o, sizeof shape - o, "%s%s", l ? ", " : "", s1);
             }
-            if (m->n_aux) snprintf(shape + o, sizeof shape - o, " (main; aux the same)");
+            if (m->n_aux) snprintf(shape + o, sizeof shape - o, m->end2end ? " (one-to-one; one-to-many the same)"
+                                                                          : " (main; aux the same)");
         }
         fprintf(f, "%4d  %-*s %-14s %-24s %12s  %s\n", i, fw, from, li->module, li->args, grouped(li->params, a), shape);
     }
@@ -72,7 +74,10 @@ void model_print_info(const Model *m, const Config *cfg, FILE *f) {
     fprintf(f, "%s: %d layers, %s parameters, %.1f GFLOPs at %d (2 x multiply-adds), nc=%d, %d anchors\n",
             cfg->file, m->n_layers, grouped(model_count_params(m), a), model_flops(m, m->imgsz) / 1e9,
             m->imgsz, m->nc, anchors);
-    if (m->n_aux)
+    if (m->end2end)
+        fprintf(f, "end-to-end head: the one-to-many branch is for training only; inference (one-to-one, no NMS) "
+                   "uses %s parameters\n", grouped(inference_params(m), a));
+    else if (m->n_aux)
         fprintf(f, "auxiliary branch and head for training only (PGI): `yolotrain export` leaves %s parameters\n",
                 grouped(inference_params(m), a));
 }

@@ -42,15 +42,25 @@ static Map unit_z(const Model *m, const ConvUnit *u, const ConvDims *d) {
     return map_make(m->act + u->z, d->N, d->P, d->Q, d->K);
 }
 
+// A depthwise unit (groups == C == K) runs the depthwise ops; their dims from the unit's.
+static int unit_is_dw(const ConvUnit *u) { return u->d.groups > 1 && u->d.groups == u->d.C && u->d.C == u->d.K; }
+static DwDims unit_dw(const ConvDims *d) { return dw_dims(d->N, d->C, d->H, d->W, d->R, d->stride); }
+
+static void unit_conv(Model *m, const ConvUnit *cu, const ConvDims *d, Map x, const float *b, Map y) {
+    if (!unit_is_dw(cu)) { m->be->conv_forward(m->be_ctx, d, x, P(m, cu->w), b, y, m->ws); return; }
+    DwDims dd = unit_dw(d);
+    m->be->dwconv_forward(m->be_ctx, &dd, x, P(m, cu->w), b, y);
+}
+
 // conv, then BN (train or eval) into u; without BN the conv (with bias) writes u directly. act: SiLU
 // follows, fused with a training BN; returns whether it was applied (else the caller applies it).
 static int unit_forward(Model *m, const ConvUnit *cu, int in, Map out, int n, int train, int act) {
     ConvDims d = unit_dims(m, cu, in, n);
     Map x = model_value(m, in, n);
     const Backend *be = m->be;
-    if (cu->bn_w < 0) { be->conv_forward(m->be_ctx, &d, x, P(m, cu->w), P(m, cu->b), out, m->ws); return 0; }
+    if (cu->bn_w < 0) { unit_conv(m, cu, &d, x, P(m, cu->b), out); return 0; }
     Map z = unit_z(m, cu, &d);
-    be->conv_forward(m->be_ctx, &d, x, P(m, cu->w), NULL, z, m->ws);
+    unit_conv(m, cu, &d, x, NULL, z);
     if (!train) {
         be->bn_forward_eval(m->be_ctx, z, P(m, cu->bn_w), P(m, cu->bn_b), BN_EPS, P(m, cu->bn_mean),
                             P(m, cu->bn_var), out);
@@ -83,7 +93,12 @@ static void unit_backward(Model *m, const ConvUnit *cu, int in, Map du, int n) {
         const float *mean = m->stats + cu->stats;
         m->be->bn_backward(m->be_ctx, z, P(m, cu->bn_w), mean, mean + d.K, du, dz, G(m, cu->bn_w), G(m, cu->bn_b));
     }
-    if (in == m->input) dx.data = NULL;          // no gradient for the images
+    if (m->values[in].no_grad) dx.data = NULL;   // no gradient for the images or detached features
+    if (unit_is_dw(cu)) {
+        DwDims dd = unit_dw(&d);
+        m->be->dwconv_backward(m->be_ctx, &dd, x, P(m, cu->w), dz, dx, G(m, cu->w), G(m, cu->b));
+        return;
+    }
     m->be->conv_backward(m->be_ctx, &d, x, P(m, cu->w), dz, dx, G(m, cu->w), G(m, cu->b), m->ws);
 }
 
@@ -92,7 +107,7 @@ static void unit_backward(Model *m, const ConvUnit *cu, int in, Map du, int n) {
 static void unit_backward_silu(Model *m, const ConvUnit *cu, int in, Map dy, int n) {
     ConvDims d = unit_dims(m, cu, in, n);
     Map x = model_value(m, in, n), dx = model_grad(m, in, n), z = unit_z(m, cu, &d);
-    if (in == m->input) dx.data = NULL;          // no gradient for the images
+    if (m->values[in].no_grad) dx.data = NULL;   // no gradient for the images or detached features
     const float *mean = m->stats + cu->stats;
     BnSaved bn = { P(m, cu->bn_w), P(m, cu->bn_b), mean, mean + d.K, G(m, cu->bn_w), G(m, cu->bn_b) };
     m->be->conv_bn_silu_backward(m->be_ctx, &d, x, P(m, cu->w), z, &bn, dy, map_make(m->tmp_a, d.N, d.P, d.Q, d.K),
@@ -110,6 +125,13 @@ static void prof_stop(Model *m, int node, int backward, double t0) {
     if (!m->prof) return;
     m->be->sync(m->be_ctx);
     m->prof[2 * node + backward] += now_seconds() - t0;
+}
+
+// The attention's dims for a batch of n qkv maps x
+static AttnDims attn_run_dims(const Node *nd, Map x, int n) {
+    AttnDims ad = nd->attn;
+    ad.N = n; ad.H = x.H; ad.W = x.W;
+    return ad;
 }
 
 static void node_forward(Model *m, const Node *nd, int n, int train) {
@@ -134,6 +156,12 @@ static void node_forward(Model *m, const Node *nd, int n, int train) {
         case OP_UPSAMPLE: be->upsample_forward(ctx, x, nd->k, y); break;
         case OP_COPY:     be->copy_map(ctx, x, y); break;
         case OP_ADD:      be->add_forward(ctx, x, model_value(m, nd->in2, n), y); break;
+        case OP_DETACH:   be->copy_map(ctx, x, y); break;
+        case OP_ATTN: {
+            AttnDims ad = attn_run_dims(nd, x, n);
+            be->attn_forward(ctx, &ad, x, y, model_value(m, nd->out2, n), m->act + nd->probs);
+            break;
+        }
         }
     }
 }
@@ -182,12 +210,19 @@ static Map act_grad(Model *m, const Node *nd, int n) {
 static void node_backward(Model *m, const Node *nd, int n) {
     const Backend *be = m->be;
     void *ctx = m->be_ctx;
+    if (nd->op == OP_DETACH) return;               // the gradient stops here
+    int conv = nd->op == OP_CONV || nd->op == OP_REPCONV;
+    if (m->values[nd->in].no_grad && !conv) return;  // nothing to pass back (grad_plan.c plans the same);
+                                                     // convs still owe their weight gradients
     Map dy = model_grad(m, nd->out, n), x = model_value(m, nd->in, n), dx = model_grad(m, nd->in, n);
     {
         switch (nd->op) {
         case OP_CONV: case OP_REPCONV: {
             if (!nd->act) { unit_backward(m, &nd->cv, nd->in, dy, n); break; }
-            if (nd->op == OP_CONV && nd->cv.bn_w >= 0) { unit_backward_silu(m, &nd->cv, nd->in, dy, n); break; }
+            if (nd->op == OP_CONV && nd->cv.bn_w >= 0 && !unit_is_dw(&nd->cv)) {
+                unit_backward_silu(m, &nd->cv, nd->in, dy, n);
+                break;
+            }
             Map du = act_grad(m, nd, n);          // in tmp_a; unit_backward keeps dz in tmp_b
             unit_backward(m, &nd->cv, nd->in, du, n);
             if (nd->op == OP_REPCONV) unit_backward(m, &nd->cv2, nd->in, du, n);
@@ -201,6 +236,12 @@ static void node_backward(Model *m, const Node *nd, int n) {
             be->accumulate_map(ctx, dy, dx);
             be->accumulate_map(ctx, dy, model_grad(m, nd->in2, n));
             break;
+        case OP_DETACH: break;
+        case OP_ATTN: {
+            AttnDims ad = attn_run_dims(nd, x, n);
+            be->attn_backward(ctx, &ad, x, m->act + nd->probs, dy, model_grad(m, nd->out2, n), dx, m->ws);
+            break;
+        }
         }
     }
 }

@@ -28,6 +28,12 @@ static int trainer_setup(Trainer *t, const Config *cfg, int gpu, int master, int
     memset(t, 0, sizeof *t);
     if (model_build(cfg, micro, cfg->imgsz, &t->m, err)) return -1;
     Model *m = &t->m;
+    if (m->end2end) {
+        model_free(m);
+        return err_set(err, "%s: YOLO26's end-to-end head does not train here yet (its loss, optimizer and "
+                       "graph are built and checked against the reference step, test_yolo26; the trainer "
+                       "does not drive them yet); `yolotrain info %s` shows the model", cfg->file, cfg->file);
+    }
     if (cfg->weights[0]) {
         if (model_load(m, cfg->weights, "", err)) { model_free(m); return -1; }
     } else {

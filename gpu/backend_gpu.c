@@ -4,6 +4,7 @@
 #include "core/backend.h"
 #include "gpu/device.h"
 #include "gpu/ops.h"
+#include "gpu/ops26.h"
 #include "gpu/optim.h"
 
 #define DEV ((Device *)ctx)
@@ -97,8 +98,22 @@ static void download(void *ctx, float *dst, const float *src, size_t n) {
     checkCuda(cudaStreamSynchronize(DEV->stream));
 }
 
+static void dw_fwd(void *ctx, const DwDims *d, Map x, const float *w, const float *b, Map y) {
+    dwconv_forward_gpu(DEV, d, x, w, b, y);
+}
+static void dw_bwd(void *ctx, const DwDims *d, Map x, const float *w, Map dy, Map dx, float *dw, float *db) {
+    dwconv_backward_gpu(DEV, d, x, w, dy, dx, dw, db);
+}
+static void attn_fwd(void *ctx, const AttnDims *d, Map qkv, Map y, Map v, float *p) {
+    attn26_forward_gpu(DEV, d, qkv, y, v, p);
+}
+static void attn_bwd(void *ctx, const AttnDims *d, Map qkv, const float *p, Map dy, Map dv, Map dqkv, float *ws) {
+    attn26_backward_gpu(DEV, d, qkv, p, dy, dv, dqkv);   // its scratch is the Device's, not ws
+}
+
 const Backend backend_gpu = {
     "cuda", conv_fwd, conv_bwd, bn_train, bn_eval, bn_bwd, bn_apply, silu_fwd, silu_bwd, add_fwd, copy, accumulate,
     maxpool_fwd, maxpool_bwd, avgpool_fwd, avgpool_bwd, upsample_fwd, upsample_bwd, prepare, sumsq, scale, sgd, ema,
     scale_n, sync, bind, pull, zero, upload, upload_u8, download, bn_silu_train, conv_bn_silu_bwd,
+    dw_fwd, dw_bwd, attn_fwd, attn_bwd,
 };

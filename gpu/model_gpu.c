@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "gpu/ops.h"
+#include "gpu/ops26.h"
 
 static size_t fl(size_t n) { return (n * sizeof(float) + 255) & ~(size_t)255; }
 
@@ -19,10 +20,20 @@ GpuPlan model_gpu_plan(const Model *m, GpuPrecision prec, int optim_states) {
             size_t a = maxpool_workspace_bytes_gpu(model_value(m, nd->out, m->max_n));
             if (a > scratch) scratch = a;
         }
+        if (nd->op == OP_ATTN) {
+            Map x = model_value(m, nd->in, m->max_n);
+            AttnDims ad = nd->attn;
+            ad.N = m->max_n; ad.H = x.H; ad.W = x.W;
+            size_t a = attn_workspace_bytes_gpu(&ad);
+            if (a > scratch) scratch = a;
+        }
         for (int u = 0; u < 2; u++) {
             const ConvUnit *cu = u ? &nd->cv2 : &nd->cv;
             if (cu->w < 0 || (nd->op != OP_CONV && nd->op != OP_REPCONV)) continue;
-            size_t c = conv_workspace_bytes_gpu(&probe, &cu->d);
+            const ConvDims *d = &cu->d;
+            int dw = d->groups > 1 && d->groups == d->C && d->C == d->K;   // the depthwise ops (gpu/dwconv.cu)
+            DwDims dd = dw_dims(d->N, d->C, d->H, d->W, d->R, d->stride);
+            size_t c = dw ? dwconv_workspace_bytes_gpu(&dd) : conv_workspace_bytes_gpu(&probe, d);
             Map z = map_make(NULL, cu->d.N, cu->d.P, cu->d.Q, cu->d.K);
             size_t b = bn_workspace_bytes_gpu(z);
             if (c > scratch) scratch = c;
