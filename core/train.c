@@ -453,6 +453,31 @@ static int end_epoch(Config *cfg, Trainer *t, RunState *rs, int epoch, const Run
     return 0;
 }
 
+// A step failed (a device error, bad targets): keep the newest weights. The EMA on device 0 is whole
+// as of the last optimizer step, so it goes to weights/last.safetensors; last_state stays at the
+// last epoch end (this step's gradients may be partial), which is where resume continues. Under
+// reduce=sharded the EMA is spread over the devices, one of which failed: nothing is written.
+static void save_after_failure(Config *cfg, Trainer *t, const char *dir) {
+    char path[CFG_PATH * 2 + 64];
+    Err err;
+    if (t->multi && !strcmp(cfg->reduce, "sharded")) {
+        fprintf(stderr, "yolotrain: the checkpoints of the last epoch end are intact; continue with: ./yolotrain "
+                "resume=%s\n", dir);
+        return;
+    }
+    snprintf(path, sizeof path, "%s/weights/last.safetensors", dir);
+    if (trainer_save(t, path, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return; }
+    fprintf(stderr, "yolotrain: saved the EMA weights of the last optimizer step to %s; the training state of the "
+            "last epoch end is intact: ./yolotrain resume=%s continues from there\n", path, dir);
+}
+
+// YT_FAIL_DEVICE=K (tests): device K of a multi-device run fails its backward from the second step on,
+// as a device error would.
+static int injected_failure(int device, const char *phase, void *arg) {
+    static int backward_calls;
+    return device == *(const int *)arg && !strcmp(phase, "backward") && ++backward_calls >= 2;
+}
+
 static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
     int nb = loader_batches(ld), S = cfg->imgsz;
     const Dataset *ds = rs->train;
@@ -485,6 +510,7 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
             if (bad) {
                 fprintf(stderr, "\nyolotrain: %s\n", err.msg);
                 loader_release(ld, b);
+                save_after_failure(cfg, t, dir);
                 return 1;
             }
             r.box += lo.box; r.cls += lo.cls; r.dfl += lo.dfl; r.n++;
@@ -611,8 +637,13 @@ int train_run(Config *cfg) {
            cfg->file, model_count_params(&t.m), t.m.nc, where, ds.n, cfg->batch, loader_batches(ld),
            t.sched.accumulate, t.sched.weight_decay, dir, cfg->epochs);
     RunState rs = { .train = &ds, .val = &vds, .dir = dir, .best_epoch = -1 };
-    const char *sa = getenv("YT_STOP_AFTER_STEPS");
+    const char *sa = getenv("YT_STOP_AFTER_STEPS"), *fd = getenv("YT_FAIL_DEVICE");
     rs.stop_after = sa ? atoi(sa) : 0;
+    static int fail_device;
+    if (fd && t.multi) {
+        fail_device = atoi(fd);
+        multi_set_fail_hook(t.multi, injected_failure, &fail_device);
+    }
     int rc = 0;
     if (cfg->resume[0]) {
         snprintf(path, sizeof path, "%s/weights/last_state.safetensors", dir);
@@ -641,7 +672,8 @@ int train_run(Config *cfg) {
         if (rs.best_epoch >= 0)
             printf("Best epoch %d: P %.3f R %.3f mAP50 %.3f mAP50-95 %.3f (fitness %.4f)\n", rs.best_epoch,
                    rs.best.m.mp, rs.best.m.mr, rs.best.m.map50, rs.best.m.map, rs.best_fitness);
-        printf("Results saved to %s (weights/last.safetensors, weights/best.safetensors, results.csv)\n", dir);
+        if (rc == 0) printf("Results saved to %s (weights/last.safetensors, weights/best.safetensors, results.csv)\n", dir);
+        else printf("The run stopped on an error (above); its files are in %s\n", dir);
     }
     val_result_free(&rs.best);
     trainer_free(&t);

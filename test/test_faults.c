@@ -49,18 +49,21 @@ static int make_data(void) {
     return 0;
 }
 
-static int train(const char *proj, const char *name, int epochs) {
+static int train_on(const char *proj, const char *name, int epochs, const char *device) {
     static Config cfg;
     Err err;
-    char d[3 * P], p[3 * P], n[300], e[32];
+    char d[3 * P], p[3 * P], n[300], e[32], dv[64];
     snprintf(d, sizeof d, "data=%s", data_yaml);
     snprintf(p, sizeof p, "project=%s", proj);
     snprintf(n, sizeof n, "name=%s", name);
     snprintf(e, sizeof e, "epochs=%d", epochs);
-    char *ov[] = { d, p, n, e, "imgsz=64", "batch=4", "workers=2", "device=cpu", "exist_ok=1" };
+    snprintf(dv, sizeof dv, "device=%s", device);
+    char *ov[] = { d, p, n, e, "imgsz=64", "batch=4", "workers=2", dv, "exist_ok=1" };
     if (config_load("cfg/t.ini", 9, ov, &cfg, &err)) { printf("    %s\n", err.msg); return -1; }
     return train_run(&cfg);
 }
+
+static int train(const char *proj, const char *name, int epochs) { return train_on(proj, name, epochs, "cpu"); }
 
 // The run's stderr goes to a file between these two calls, so its messages can be checked.
 static int saved_stderr = -1;
@@ -91,6 +94,28 @@ static int same_file(const char *a, const char *b) {
     char cmd[7 * P];
     snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", a, b);
     return system(cmd) == 0;
+}
+
+// A device that fails mid-run (injected into device 1 of two): the run stops with status 1 naming
+// the device, and the EMA weights are saved from device 0 and load.
+static void test_device_failure_saves_last(void) {
+    char last[P];
+    snprintf(last, sizeof last, "%s/devfail/weights/last.safetensors", project);
+    setenv("YT_FAIL_DEVICE", "1", 1);
+    capture_stderr();
+    int rc = train_on(project, "devfail", 1, "cpu:2");
+    const char *said[] = { "device 1", "saved the EMA weights", last, "resume=" };
+    int has = captured_has(4, said);
+    unsetenv("YT_FAIL_DEVICE");
+    CHECK(rc == 1, "a failed device gave status %d, not 1", rc);
+    CHECK(has, "the messages do not name the device and the saved weights");
+    Model m;
+    static Config cfg;
+    Err err;
+    char *ov[] = { "imgsz=64", "nc=6" };
+    if (config_load("cfg/t.ini", 2, ov, &cfg, &err) || model_build(&cfg, 1, 64, &m, &err)) { CHECK(0, "%s", err.msg); return; }
+    CHECK(model_load(&m, last, "", &err) == 0, "the saved weights do not load: %s", err.msg);
+    model_free(&m);
 }
 
 static void test_same_seed_same_run(void) {
@@ -212,5 +237,6 @@ int main(void) {
     RUN(test_truncated_state_names_the_intact_weights);
     RUN(test_sigterm_saves_and_exits_cleanly);
     RUN(test_too_large_for_memory);
+    RUN(test_device_failure_saves_last);
     return test_summary();
 }
