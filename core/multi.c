@@ -212,8 +212,8 @@ static int used_devices(const Multi *mt) {
 static void forward_only(Multi *mt, Job *j) {
     Model *m = &j->t->m;
     double t0 = now_seconds();
-    if (j->images) model_forward(m, j->images, j->n, mt->S, mt->S, 1);
-    else model_forward_u8(m, j->images_u8, j->n, mt->S, mt->S, 1);
+    if (j->images_u8) model_forward_u8(m, j->images_u8, j->n, mt->S, mt->S, 1);
+    else model_forward(m, j->images, j->n, mt->S, mt->S, 1);   // images NULL: already on the device
     j->t->t.forward += now_seconds() - t0;
 }
 
@@ -730,7 +730,8 @@ static void scatter(Multi *mt, int S, const float *targets, int nt) {
         j->first = first;
         j->compute = 0;
         const uint8_t *u8 = mt->master->input_u8;
-        j->images = u8 ? NULL : mt->master->input + (size_t)first * S * S * 3;
+        // input_resident (benchmarks): each device's micro-batch is still where the last step put it
+        j->images = u8 || mt->master->input_resident ? NULL : mt->master->input + (size_t)first * S * S * 3;
         j->images_u8 = u8 ? u8 + (size_t)first * S * S * 3 : NULL;
         j->nt = 0;
         for (int r = 0; r < nt; r++) {
