@@ -264,12 +264,15 @@ static void steps_match(Mode mode, int n_dev) {
     memcpy(t.input, images, sizeof images);
     int sizes[MULTI_MAX];
     split_batch("even", B, n_dev, sizes, &err);
+    // The third loss follows two updates at warmup's bias lr of 0.1, which magnify the rounding of
+    // the gradient sums (measured 1.4e-5 apart on a 32-core Xeon host, 2026-11-30; far less here).
+    const double loss_tol[3] = { 1e-5, 1e-5, 1e-4 };
     for (int i = 0; i < 3; i++) {
         LossOut lo, ref;
         if (trainer_step(&t, B, S, targets, n_targets, 0, i, &lo, &err)) { CHECK(0, "%s", err.msg); break; }
         reference_step(&r, sizes, n_dev, B, &ref);
         trainer_update(&r, 0, i);
-        CHECK(close_enough(lo.total, ref.total, 0, 1e-5), "step %d loss %.9g vs %.9g", i, lo.total, ref.total);
+        CHECK(close_enough(lo.total, ref.total, 0, loss_tol[i]), "step %d loss %.9g vs %.9g", i, lo.total, ref.total);
     }
     multi_gather_state(t.multi);
     // The two sum the same gradients in another order (per device, then across devices), and the
@@ -282,9 +285,11 @@ static void steps_match(Mode mode, int n_dev) {
            dm = rel_change(t.sgd.buf, r.sgd.buf, NULL, r.sgd.n_train);
     printf("    %s %s/%s, 3 steps: |multi - one| / |change|: weights %.2g, EMA %.2g, momentum %.2g (sgd steps %lld, %lld)\n",
            spec, mode.reduce, mode.loss_on, dw, de, dm, (long long)t.sgd.steps, (long long)r.sgd.steps);
-    CHECK(dw < 1e-3, "the weights differ from one device's by %.2g of their change", dw);
-    CHECK(de < 1e-3, "the EMA differs from one device's by %.2g of its change", de);
-    CHECK(dm < 1e-3, "the momentum differs from one device's by %.2g of its size", dm);
+    // Measured up to 8.3e-4 (momentum, sharded on 3 devices, 32-core host); an update that went wrong
+    // (a shard skipped or stepped twice, a stale replica) is of the order of the change itself.
+    CHECK(dw < 3e-3, "the weights differ from one device's by %.2g of their change", dw);
+    CHECK(de < 3e-3, "the EMA differs from one device's by %.2g of its change", de);
+    CHECK(dm < 3e-3, "the momentum differs from one device's by %.2g of its size", dm);
     CHECK(t.sgd.steps == r.sgd.steps && t.ema_updates == r.ema_updates, "step counters differ");
     trainer_free(&w0);
     for (int k = 1; k < n_dev; k++) {
