@@ -74,3 +74,26 @@ static inline float *nchw_to_nhwc(const float *x, int N, int C, int H, int W) {
                     y[(((size_t)n * H + h) * W + w) * C + c] = x[(((size_t)n * C + c) * H + h) * W + w];
     return y;
 }
+
+// The whole file at path, 0-terminated, its length in *n; NULL if it cannot be read. Free it.
+static inline char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc(len > 0 ? (size_t)len + 1 : 1);
+    *n = len > 0 ? fread(buf, 1, (size_t)len, f) : 0;
+    buf[*n] = 0;
+    fclose(f);
+    return buf;
+}
+
+// 1 when both files can be read and hold the same bytes
+static inline int same_file(const char *a, const char *b) {
+    size_t na = 0, nb = 0;
+    char *x = slurp(a, &na), *y = slurp(b, &nb);
+    int same = x && y && na == nb && !memcmp(x, y, na);
+    free(x); free(y);
+    return same;
+}

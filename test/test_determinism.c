@@ -17,27 +17,6 @@
 enum { P = 4096 };
 static char root[P], data_yaml[P + 32];
 
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc(len + 1);
-    *n = fread(buf, 1, len, f);
-    buf[*n] = 0;
-    fclose(f);
-    return buf;
-}
-
-static int same_file(const char *a, const char *b) {
-    size_t na = 0, nb = 0;
-    char *x = slurp(a, &na), *y = slurp(b, &nb);
-    int same = x && y && na == nb && !memcmp(x, y, na);
-    free(x); free(y);
-    return same;
-}
-
 // Train gelan-t for 2 epochs (mosaic, then without) in a fresh child process: runs/NAME. A child
 // also keeps CUDA out of this process, where it would not survive the next fork.
 static int train_in_child(const char *name, int workers, const char *device) {

@@ -90,12 +90,6 @@ static int captured_has(int n, const char **what) {
     return 1;
 }
 
-static int same_file(const char *a, const char *b) {
-    char cmd[7 * P];
-    snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", a, b);
-    return system(cmd) == 0;
-}
-
 // A device that fails mid-run (injected into device 1 of two): the run stops with status 1 naming
 // the device, and the EMA weights are saved from device 0 and load.
 static void test_device_failure_saves_last(void) {

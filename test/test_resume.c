@@ -35,27 +35,6 @@ static int train(const char *name) {
     return train_run(&cfg);
 }
 
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc(len + 1);
-    *n = fread(buf, 1, len, f);
-    buf[*n] = 0;
-    fclose(f);
-    return buf;
-}
-
-static int same_file(const char *a, const char *b) {
-    size_t na, nb;
-    char *x = slurp(a, &na), *y = slurp(b, &nb);
-    int same = x && y && na == nb && !memcmp(x, y, na);
-    free(x); free(y);
-    return same;
-}
-
 static void test_stop_and_resume_is_exact(void) {
     if (make_data()) { CHECK(0, "no data"); return; }
     CHECK(train("whole") == 0, "the uninterrupted run failed");

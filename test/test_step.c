@@ -6,28 +6,11 @@
 #include "core/loss.h"
 #include "core/model.h"
 #include "io/safetensors.h"
+#include "test/fixture.h"
 #ifdef USE_CUDA
 #include "gpu/loss.h"
 #include "gpu/model_gpu.h"
 #endif
-
-// A scalar of the fixture's json metadata, e.g. "loss_total" or element i of "loss_items_box_cls_dfl".
-static double json_number(const char *path, const char *key, int index) {
-    FILE *f = fopen(path, "r");
-    if (!f) return NAN;
-    static char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    char pat[128];
-    snprintf(pat, sizeof pat, "\"%s\"", key);
-    char *p = strstr(buf, pat);
-    if (!p) return NAN;
-    p = strchr(p + strlen(pat), ':') + 1;
-    while (*p == ' ' || *p == '\n' || *p == '[') p++;
-    for (int i = 0; i < index; i++) { p = strchr(p, ','); if (!p) return NAN; p++; }
-    return strtod(p, NULL);
-}
 
 typedef struct { int n_tensors, n_bad; double worst_ratio, worst_rel_l2; char worst[160]; } GradReport;
 

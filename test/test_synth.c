@@ -27,14 +27,6 @@ static long read_file(const char *path, unsigned char **out) {
     return n;
 }
 
-static int same_file(const char *a, const char *b) {
-    unsigned char *x = NULL, *y = NULL;
-    long nx = read_file(a, &x), ny = read_file(b, &y);
-    int same = nx >= 0 && nx == ny && memcmp(x, y, nx) == 0;
-    free(x), free(y);
-    return same;
-}
-
 static const char *file_of(const char *dir, const char *kind, int split, int i, const char *ext) {
     static char buf[4][2 * PATH_MAX];
     static int k;
