@@ -61,6 +61,9 @@ typedef struct {        // one conv + optional BN; parameter indices into Model.
     size_t stats;        // offset of 2*K floats (batch mean, invstd) in the stats arena
 } ConvUnit;
 
+// A depthwise unit (groups == C == K) runs the depthwise ops (core/ops26.h), not a GEMM.
+static inline int unit_is_dw(const ConvUnit *u) { return u->d.groups > 1 && u->d.groups == u->d.C && u->d.C == u->d.K; }
+
 typedef struct {
     OpKind   op;
     int      in, in2, out;   // value ids (in2: OP_ADD)

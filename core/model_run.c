@@ -42,8 +42,7 @@ static Map unit_z(const Model *m, const ConvUnit *u, const ConvDims *d) {
     return map_make(m->act + u->z, d->N, d->P, d->Q, d->K);
 }
 
-// A depthwise unit (groups == C == K) runs the depthwise ops; their dims from the unit's.
-static int unit_is_dw(const ConvUnit *u) { return u->d.groups > 1 && u->d.groups == u->d.C && u->d.C == u->d.K; }
+// A depthwise unit's dims for the depthwise ops, from the unit's.
 static DwDims unit_dw(const ConvDims *d) { return dw_dims(d->N, d->C, d->H, d->W, d->R, d->stride); }
 
 static void unit_conv(Model *m, const ConvUnit *cu, const ConvDims *d, Map x, const float *b, Map y) {

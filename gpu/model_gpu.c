@@ -31,9 +31,8 @@ GpuPlan model_gpu_plan(const Model *m, GpuPrecision prec, int optim_states) {
             const ConvUnit *cu = u ? &nd->cv2 : &nd->cv;
             if (cu->w < 0 || (nd->op != OP_CONV && nd->op != OP_REPCONV)) continue;
             const ConvDims *d = &cu->d;
-            int dw = d->groups > 1 && d->groups == d->C && d->C == d->K;   // the depthwise ops (gpu/dwconv.cu)
             DwDims dd = dw_dims(d->N, d->C, d->H, d->W, d->R, d->stride);
-            size_t c = dw ? dwconv_workspace_bytes_gpu(&dd) : conv_workspace_bytes_gpu(&probe, d);
+            size_t c = unit_is_dw(cu) ? dwconv_workspace_bytes_gpu(&dd) : conv_workspace_bytes_gpu(&probe, d);
             Map z = map_make(NULL, cu->d.N, cu->d.P, cu->d.Q, cu->d.K);
             size_t b = bn_workspace_bytes_gpu(z);
             if (c > scratch) scratch = c;
