@@ -72,7 +72,7 @@ static int grow_values(Builder *b) {
 static int new_value(Builder *b, int C, int h, int w) {
     int v = grow_values(b);
     Value *val = &b->m->values[v];
-    val->C = C; val->stride = b->max_hw / (h ? h : 1); val->parent = -1; val->c0 = 0; val->no_grad = 0;
+    val->C = C; val->stride = b->max_hw / (h ? h : 1); val->parent = -1; val->c0 = 0; val->no_grad = 0; val->bf16 = 0;
     val->offset = b->m->n_act;
     b->m->n_act += ((size_t)b->m->max_n * h * w * C + 15) & ~(size_t)15;
     b->vh[v] = h; b->vw[v] = w;

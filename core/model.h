@@ -40,6 +40,7 @@ typedef struct {
     int parent, c0;         // slice of value `parent` at channel c0; parent = -1: owns a buffer
     size_t offset;          // owned: floats into the activation (and gradient) arena, for max batch
     int no_grad;            // 1: no gradient flows into it (the images; the outputs of OP_DETACH)
+    int bf16;               // owned: stored as bfloat16 (core/act_plan.c); slices read their owner's
 } Value;
 
 typedef enum {
@@ -59,6 +60,7 @@ typedef struct {        // one conv + optional BN; parameter indices into Model.
     int bn_w, bn_b, bn_mean, bn_var;
     size_t z;            // offset of the pre-BN output (kept for backward) in the activation arena
     size_t stats;        // offset of 2*K floats (batch mean, invstd) in the stats arena
+    int z_bf16;          // z stored as bfloat16 (core/act_plan.c)
 } ConvUnit;
 
 // A depthwise unit (groups == C == K) runs the depthwise ops (core/ops26.h), not a GEMM.
@@ -141,6 +143,13 @@ void model_print_info(const Model *m, const Config *cfg, FILE *f);
 // Weights in safetensors with PyTorch state-dict names (prefix "" or e.g. "param/").
 int  model_load(Model *m, const char *path, const char *prefix, Err *err);
 int  model_save(const Model *m, const char *path, Err *err);
+
+// core/act_plan.c: the activation arena's layout. bf16 = 1 (a GPU running bf16 GEMMs) stores the
+// pre-BN maps z of GEMM convolutions, and every value whose writers and readers all take bf16 maps,
+// as bfloat16: what the GEMMs would round them to anyway, at half the memory and traffic. bf16 = 0
+// is the layout model_build made (everything fp32). model_act_floats: n_act that layout would need.
+void   model_plan_storage(Model *m, int bf16);
+size_t model_act_floats(const Model *m, int bf16);
 
 // Set the input size (h, w multiples of 32, at most imgsz) and propagate every value's size.
 void model_set_size(Model *m, int h, int w);

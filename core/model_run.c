@@ -9,18 +9,23 @@
 
 static const float BN_EPS = 1e-3f, BN_MOMENTUM = 0.03f;
 
-// Value v in an arena where its owner (itself, or the value it is a slice of) starts at `offset`.
-static Map arena_view(const Model *m, float *base, int v, int n) {
+// Value v in an arena where its owner (itself, or the value it is a slice of) starts at `base`;
+// bf16: stored as the owner's storage plan says (activations; gradients are always fp32).
+static Map arena_view(const Model *m, float *base, int v, int n, int bf16) {
     const Value *val = &m->values[v];
-    int own = val->parent < 0 ? v : val->parent;
-    Map x = { base + val->c0, n, m->vh[v], m->vw[v], val->C, m->values[own].C };
+    const Value *own = &m->values[val->parent < 0 ? v : val->parent];
+    float *data = bf16 ? (float *)((uint16_t *)base + val->c0) : base + val->c0;
+    Map x = { data, n, m->vh[v], m->vw[v], val->C, own->C, bf16 };
     return x;
 }
 
 static int owner_of(const Model *m, int v) { return m->values[v].parent < 0 ? v : m->values[v].parent; }
 
-Map model_value(const Model *m, int v, int n) { return arena_view(m, m->act + m->values[owner_of(m, v)].offset, v, n); }
-Map model_grad(const Model *m, int v, int n) { return arena_view(m, m->dact + m->grad_offset[owner_of(m, v)], v, n); }
+Map model_value(const Model *m, int v, int n) {
+    const Value *own = &m->values[owner_of(m, v)];
+    return arena_view(m, m->act + own->offset, v, n, own->bf16);
+}
+Map model_grad(const Model *m, int v, int n) { return arena_view(m, m->dact + m->grad_offset[owner_of(m, v)], v, n, 0); }
 
 // Zero the gradients whose life starts at backward time t (core/grad_plan.c).
 static void zero_grads_from(Model *m, int t, int n) {
@@ -39,7 +44,9 @@ static ConvDims unit_dims(const Model *m, const ConvUnit *u, int in, int n) {
 
 // z (pre-BN conv output) of a unit, contiguous (N,P,Q,K)
 static Map unit_z(const Model *m, const ConvUnit *u, const ConvDims *d) {
-    return map_make(m->act + u->z, d->N, d->P, d->Q, d->K);
+    Map z = map_make(m->act + u->z, d->N, d->P, d->Q, d->K);
+    z.bf16 = u->z_bf16;
+    return z;
 }
 
 // A depthwise unit's dims for the depthwise ops, from the unit's.
@@ -60,10 +67,13 @@ static int unit_forward(Model *m, const ConvUnit *cu, int in, Map out, int n, in
     if (cu->bn_w < 0) { unit_conv(m, cu, &d, x, P(m, cu->b), out); return 0; }
     Map z = unit_z(m, cu, &d);
     unit_conv(m, cu, &d, x, NULL, z);
-    if (!train) {
+    if (!train) {   // a bf16 output is rounded once, after the SiLU
+        Map u = act && out.bf16 ? map_make(m->tmp_a, out.N, out.H, out.W, out.C) : out;
         be->bn_forward_eval(m->be_ctx, z, P(m, cu->bn_w), P(m, cu->bn_b), BN_EPS, P(m, cu->bn_mean),
-                            P(m, cu->bn_var), out);
-        return 0;
+                            P(m, cu->bn_var), u);
+        if (u.data == out.data) return 0;
+        be->silu_forward(m->be_ctx, u, out);
+        return 1;
     }
     float *mean = m->stats + cu->stats, *invstd = mean + d.K;
     if (act) {
@@ -142,12 +152,12 @@ static void node_forward(Model *m, const Node *nd, int n, int train) {
         case OP_CONV:
             if (!unit_forward(m, &nd->cv, nd->in, y, n, train, nd->act) && nd->act) be->silu_forward(ctx, y, y);
             break;
-        case OP_REPCONV: {
-            Map t = map_make(m->tmp_a, n, y.H, y.W, y.C);
-            unit_forward(m, &nd->cv, nd->in, y, n, train, 0);
+        case OP_REPCONV: {   // the sum in fp32 (tmp_b when y is bf16), rounded once by the SiLU
+            Map t = map_make(m->tmp_a, n, y.H, y.W, y.C), u = y.bf16 ? map_make(m->tmp_b, n, y.H, y.W, y.C) : y;
+            unit_forward(m, &nd->cv, nd->in, u, n, train, 0);
             unit_forward(m, &nd->cv2, nd->in, t, n, train, 0);
-            be->accumulate_map(ctx, t, y);
-            be->silu_forward(ctx, y, y);
+            be->accumulate_map(ctx, t, u);
+            be->silu_forward(ctx, u, y);
             break;
         }
         case OP_MAXPOOL:  be->maxpool_forward(ctx, x, nd->k, nd->stride, nd->pad, y); break;

@@ -6,13 +6,20 @@
 // Map: an NHWC feature map with a pixel stride. Element (n,h,w,c) is data[((n*H + h)*W + w)*ld + c].
 // ld >= C; ld > C makes a channel slice of a wider buffer, so a concat is a set of slices that
 // producers write into directly, and a channel split is a slice (DESIGN.md section 4).
-typedef struct { float *data; int N, H, W, C, ld; } Map;
+// bf16 = 1: the elements are bfloat16 (2 bytes each, same indexing) although `data` is typed float:
+// a GPU's activation storage under precision=bf16 (core/act_plan.c). Only the CUDA ops read or
+// write such maps; the CPU ops and host code never see one.
+typedef struct { float *data; int N, H, W, C, ld; int bf16; } Map;
 
 static inline Map map_make(float *data, int N, int H, int W, int C) {
-    Map m = { data, N, H, W, C, C };
+    Map m = { data, N, H, W, C, C, 0 };
     return m;
 }
-static inline Map map_slice(Map m, int c0, int nc) { m.data += c0; m.C = nc; return m; }
+static inline Map map_slice(Map m, int c0, int nc) {
+    m.data = m.bf16 ? (float *)((unsigned short *)m.data + c0) : m.data + c0;
+    m.C = nc;
+    return m;
+}
 static inline size_t map_pixels(Map m) { return (size_t)m.N * m.H * m.W; }
 static inline size_t map_floats(Map m) { return map_pixels(m) * m.C; }
 static inline float *map_at(Map m, int n, int h, int w) {

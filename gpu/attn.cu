@@ -22,6 +22,8 @@ static void attn_check_gpu(const AttnDims *d, Map qkv, Map y, const char *who) {
         y.H != d->H || y.W != d->W || y.C != d->heads * d->head_dim || qkv.ld < qkv.C || y.ld < y.C)
         die("%s: qkv %dx%dx%dx%d, y %dx%dx%dx%d do not fit %d heads, key_dim %d, head_dim %d", who, qkv.N, qkv.H,
             qkv.W, qkv.C, y.N, y.H, y.W, y.C, d->heads, d->key_dim, d->head_dim);
+    require_fp32(qkv, who);
+    require_fp32(y, who);
 }
 
 // ---- kernels -------------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 // in a fixed order. Forward writes u (=); backward writes dz (=) and adds dgamma, dbeta (+=).
 // The forward reads z once for its statistics (shifted moments, below) and once to normalise; the
 // fused SiLU backward recomputes du = dy·silu'(u) where it needs it instead of storing it.
+// z, u and y may be bf16-stored (tensor.h; read as floats, written rounded); gradients are fp32.
 // Legend: N batch, H,W size, C channels, M pixels, G partial-sum blocks along the pixels.
 #include <cuda_bf16.h>
 #include <math.h>
@@ -76,10 +77,10 @@ __global__ void partial_sums_kernel(Map a, Map b, BnSaved p, double *part0, doub
     size_t M = (size_t)a.N * a.H * a.W;
     double s0 = 0.0, s1 = 0.0;
     if (c < a.C) {
-        float k = KIND == MOMENTS ? a.data[c] : 0.0f;
+        float k = KIND == MOMENTS ? map_get(a, c) : 0.0f;
         for (size_t m = blockIdx.y * (size_t)TILE_M + threadIdx.y; m < M;
              m += (size_t)gridDim.y * TILE_M) {
-            float v = a.data[m * a.ld + c];
+            float v = map_get(a, m * a.ld + c);
             if (KIND == MOMENTS) {
                 double e = (double)v - k;
                 s0 += e;
@@ -121,16 +122,16 @@ __global__ void combine_kernel(const double *part0, const double *part1, int G, 
     out1[c] = s1 / divisor;
 }
 
-// From the shifted moments m1 = Σ(z - k)/M, m2 = Σ(z - k)²/M (k = z at pixel 0, read from `z0`):
+// From the shifted moments m1 = Σ(z - k)/M, m2 = Σ(z - k)²/M (k = z at pixel 0):
 // saved stats, running stats (unbiased variance), and the affine form of the normalisation.
 // `unbias` is M/(M-1), or 1 when M == 1 (as the CPU twin).
-__global__ void train_stats_kernel(int C, const float *z0, const double *m1, const double *m2,
+__global__ void train_stats_kernel(int C, Map z, const double *m1, const double *m2,
                                    const float *gamma, float eps, float momentum, double unbias,
                                    float *running_mean, float *running_var, float *mean,
                                    float *invstd, float *shift, float *scale) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
-    double mu = z0[c] + m1[c], var = fmax(m2[c] - m1[c] * m1[c], 0.0);
+    double mu = map_get(z, c) + m1[c], var = fmax(m2[c] - m1[c] * m1[c], 0.0);
     double is = 1.0 / sqrt(var + eps), keep = 1.0 - momentum;
     shift[c] = (float)mu;
     scale[c] = (float)(gamma[c] * is);
@@ -153,9 +154,9 @@ __global__ void normalise_kernel(Map z, const float *shift, const float *scale,
                                  const float *beta, Map u, Map y) {
     GRID_STRIDE(i, map_n(z)) {
         int c = (int)(i % z.C);
-        float v = (*map_elem(z, i) - shift[c]) * scale[c] + beta[c];
-        if (u.data) *map_elem(u, i) = v;
-        if (y.data) *map_elem(y, i) = v / (1.0f + expf(-v));   // as silu_fwd_kernel
+        float v = (map_get(z, map_off(z, i)) - shift[c]) * scale[c] + beta[c];
+        if (u.data) map_put(u, map_off(u, i), v);
+        if (y.data) map_put(y, map_off(y, i), v / (1.0f + expf(-v)));   // as silu_fwd_kernel
     }
 }
 
@@ -176,7 +177,7 @@ __global__ void bn_dz_kernel(Map z, BnSaved p, const double *sdu, const double *
                              Map g, Map dz, __nv_bfloat16 *dz16) {
     GRID_STRIDE(i, map_n(z)) {
         int c = (int)(i % z.C);
-        float v = *map_elem(z, i), du = *map_elem(g, i);
+        float v = map_get(z, map_off(z, i)), du = *map_elem(g, i);
         if (SILU) du = silu_grad(bn_apply_value(v, c, p), du);
         double xhat = (v - p.mean[c]) * (double)p.invstd[c];
         double k = (double)p.gamma[c] * p.invstd[c];
@@ -187,13 +188,13 @@ __global__ void bn_dz_kernel(Map z, BnSaved p, const double *sdu, const double *
 }
 
 __global__ void bn_apply_kernel(Map z, BnSaved p, Map u) {
-    GRID_STRIDE(i, map_n(z)) *map_elem(u, i) = bn_apply_value(*map_elem(z, i), (int)(i % z.C), p);
+    GRID_STRIDE(i, map_n(z)) map_put(u, map_off(u, i), bn_apply_value(map_get(z, map_off(z, i)), (int)(i % z.C), p));
 }
 
 // du = dy·silu'(u) with u recomputed; du may alias dy
 __global__ void bn_apply_silu_bwd_kernel(Map z, BnSaved p, Map dy, Map du) {
     GRID_STRIDE(i, map_n(z)) {
-        float a = bn_apply_value(*map_elem(z, i), (int)(i % z.C), p);
+        float a = bn_apply_value(map_get(z, map_off(z, i)), (int)(i % z.C), p);
         *map_elem(du, i) = silu_grad(a, *map_elem(dy, i));
     }
 }
@@ -233,7 +234,7 @@ static void bn_train(Device *dev, Map z, const float *gamma, const float *beta, 
     channel_sums<MOMENTS>(dev, z, z, none, &s, (double)M, s.mean, s.var);   // shifted moments
     double unbias = M > 1 ? (double)M / (double)(M - 1) : 1.0;
     train_stats_kernel<<<channel_blocks(z.C), THREADS, 0, dev->stream>>>(
-        z.C, z.data, s.mean, s.var, gamma, eps, momentum, unbias, running_mean, running_var, mean,
+        z.C, z, s.mean, s.var, gamma, eps, momentum, unbias, running_mean, running_var, mean,
         invstd, s.shift, s.scale);
     checkLaunch(dev);
     normalise(dev, z, &s, beta, u, y);
@@ -244,7 +245,7 @@ extern "C" void bn_forward_train_gpu(Device *dev, Map z, const float *gamma, con
                                      float eps, float momentum, float *running_mean,
                                      float *running_var, float *mean, float *invstd, Map u) {
     bn_check(z, u, "bn_forward_train_gpu");
-    Map none = { NULL, 0, 0, 0, 0, 0 };
+    Map none = { NULL, 0, 0, 0, 0, 0, 0 };
     bn_train(dev, z, gamma, beta, eps, momentum, running_mean, running_var, mean, invstd, u, none);
 }
 
@@ -266,7 +267,7 @@ extern "C" void bn_forward_eval_gpu(Device *dev, Map z, const float *gamma, cons
     eval_stats_kernel<<<channel_blocks(z.C), THREADS, 0, dev->stream>>>(
         z.C, gamma, eps, running_mean, running_var, s.shift, s.scale);
     checkLaunch(dev);
-    Map none = { NULL, 0, 0, 0, 0, 0 };
+    Map none = { NULL, 0, 0, 0, 0, 0, 0 };
     normalise(dev, z, &s, beta, u, none);
     dev->scratch.used = mark;
 }
@@ -295,6 +296,8 @@ extern "C" void bn_backward_gpu(Device *dev, Map z, const float *gamma, const fl
                                 const float *invstd, Map du, Map dz, float *dgamma, float *dbeta) {
     bn_check(z, du, "bn_backward_gpu");
     if (dz.data) bn_check(z, dz, "bn_backward_gpu");
+    require_fp32(du, "bn_backward_gpu");
+    require_fp32(dz, "bn_backward_gpu");
     BnSaved p = { gamma, NULL, mean, invstd };
     bn_grad<false>(dev, z, p, du, dz, NULL, dgamma, dbeta);
 }
@@ -304,6 +307,8 @@ extern "C" void bn_silu_backward_gpu(Device *dev, Map z, const float *gamma, con
                                      float *dgamma, float *dbeta) {
     bn_check(z, dy, "bn_silu_backward_gpu");
     if (dz.data) bn_check(z, dz, "bn_silu_backward_gpu");
+    require_fp32(dy, "bn_silu_backward_gpu");
+    require_fp32(dz, "bn_silu_backward_gpu");
     BnSaved p = { gamma, beta, mean, invstd };
     bn_grad<true>(dev, z, p, dy, dz, NULL, dgamma, dbeta);
 }
@@ -313,9 +318,10 @@ extern "C" void bn_silu_backward_bf16_gpu(Device *dev, Map z, const float *gamma
                                           const float *invstd, Map dy, void *dz16, float *dgamma,
                                           float *dbeta) {
     bn_check(z, dy, "bn_silu_backward_bf16_gpu");
+    require_fp32(dy, "bn_silu_backward_bf16_gpu");
     if (z.ld != z.C) die("bn_silu_backward_bf16_gpu: z must be contiguous (ld %d, C %d)", z.ld, z.C);
     BnSaved p = { gamma, beta, mean, invstd };
-    Map none = { NULL, 0, 0, 0, 0, 0 };
+    Map none = { NULL, 0, 0, 0, 0, 0, 0 };
     bn_grad<true>(dev, z, p, dy, none, (__nv_bfloat16 *)dz16, dgamma, dbeta);
 }
 
@@ -332,6 +338,8 @@ extern "C" void bn_apply_silu_backward_gpu(Device *dev, Map z, const float *gamm
                                            const float *invstd, Map dy, Map du) {
     bn_check(z, dy, "bn_apply_silu_backward_gpu");
     bn_check(z, du, "bn_apply_silu_backward_gpu");
+    require_fp32(dy, "bn_apply_silu_backward_gpu");
+    require_fp32(du, "bn_apply_silu_backward_gpu");
     BnSaved p = { gamma, beta, mean, invstd };
     bn_apply_silu_bwd_kernel<<<blocks_for(map_floats(z)), THREADS, 0, dev->stream>>>(z, p, dy, du);
     checkLaunch(dev);

@@ -2,7 +2,9 @@
 // A 1x1 stride-1 unpadded conv is one GEMM over all pixels, reading x and writing y through their
 // ld (so y may be a channel slice of a concat buffer); other convs im2col a chunk of output pixels
 // into scratch and GEMM it, all groups in one strided-batched call. Forward writes y (=);
-// backward adds into dx, dw, db (+=). dev->precision picks fp32, tf32 or bf16 GEMM operands.
+// backward adds into dx, dw, db (+=). dev->precision picks fp32, tf32 or bf16 GEMM operands. Under
+// bf16, x may be bf16-stored (tensor.h: read as the GEMM operand without a conversion) and so may y
+// (the GEMM writes it rounded); gradients are fp32.
 // Legend: N batch, C channels in, K channels out, H,W in, P,Q out, R,S kernel, G groups,
 // Cg = C/G, Kg = K/G, M = N*P*Q output pixels, CRS = C*R*S columns of an im2col row.
 //
@@ -103,6 +105,7 @@ template <int V> __device__ static inline void store_v(bf16 *p, const float (&a)
 
 // col (rows, CRS) of T = im2col of output pixels m0..m0+rows-1, columns in (g, r, s, cg) order;
 // padding reads as 0. One thread per V columns, so a warp reads runs of a pixel's channels.
+// V = 4 needs an fp32 x; V = 1 reads either storage.
 template <typename T, int V>
 __global__ void im2col_kernel(ConvDims d, Map x, unsigned m0, unsigned rows, T *col) {
     int crs = d.C * d.R * d.S, Cg = d.C / d.groups, rscg = d.R * d.S * Cg;
@@ -110,52 +113,59 @@ __global__ void im2col_kernel(ConvDims d, Map x, unsigned m0, unsigned rows, T *
     if (j >= crs) return;
     int g = j / rscg, rs = (j - g * rscg) / Cg, cg = j - g * rscg - rs * Cg;
     int r = rs / d.S, s = rs - r * d.S;
-    const float *xc = x.data + g * Cg + cg;
     ROW_LOOP(row, 0, rows) {
         unsigned m = m0 + row, npix = m / d.Q, q = m - npix * d.Q, n = npix / d.P;
         int p = (int)(npix - n * d.P);
         int h = p * d.stride - d.pad + r, v = (int)q * d.stride - d.pad + s;
         float a[V] = {};
-        if (h >= 0 && h < d.H && v >= 0 && v < d.W)
-            load_v<V>(xc + (((size_t)n * d.H + h) * d.W + v) * x.ld, a);
+        if (h >= 0 && h < d.H && v >= 0 && v < d.W) {
+            size_t off = (((size_t)n * d.H + h) * d.W + v) * x.ld + g * Cg + cg;
+            if constexpr (V == 1) a[0] = map_get(x, off);
+            else load_v<V>(x.data + off, a);
+        }
         store_v<V>(col + (size_t)row * crs + j, a);
     }
 }
 
 // The same into bf16 rows with 8 columns (one 16-byte store) a thread and ROWS rows a thread in
 // flight, their loads issued before any store: im2col is bound by memory latency, not arithmetic.
-// Needs Cg % 8 == 0 and 16-byte aligned x runs (the caller checks).
-template <int ROWS>
+// Needs Cg % 8 == 0 and 16-byte aligned x runs (the caller checks). An fp32 x (S = float) is read
+// as two float4 and rounded; a bf16-stored x (S = bf16) moves as one uint4, unchanged.
+template <typename S, int ROWS>
 __global__ void im2col8_kernel(ConvDims d, Map x, unsigned m0, unsigned rows, bf16 *col) {
     int crs = d.C * d.R * d.S, Cg = d.C / d.groups, rscg = d.R * d.S * Cg;
     int j = (blockIdx.x * blockDim.x + threadIdx.x) * 8;
     if (j >= crs) return;
     int g = j / rscg, rs = (j - g * rscg) / Cg, cg = j - g * rscg - rs * Cg;
     int r = rs / d.S, s = rs - r * d.S;
-    const float *xc = x.data + g * Cg + cg;
+    const S *xc = (const S *)x.data + g * Cg + cg;
     unsigned step = gridDim.y * blockDim.y * ROWS;
     for (unsigned row0 = (blockIdx.y * blockDim.y + threadIdx.y) * ROWS; row0 < rows; row0 += step) {
-        float4 a[ROWS][2];
+        uint4 a[ROWS][sizeof(S) / 2];   // 8 values: two uint4 of floats or one of bf16
 #pragma unroll
         for (int k = 0; k < ROWS; k++) {
-            a[k][0] = a[k][1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+            for (int e = 0; e < (int)(sizeof(S) / 2); e++) a[k][e] = make_uint4(0, 0, 0, 0);
             unsigned m = m0 + row0 + k, npix = m / d.Q, q = m - npix * d.Q, n = npix / d.P;
             int p = (int)(npix - n * d.P);
             int h = p * d.stride - d.pad + r, v = (int)q * d.stride - d.pad + s;
             if (row0 + k < rows && h >= 0 && h < d.H && v >= 0 && v < d.W) {
-                const float4 *src = (const float4 *)(xc + (((size_t)n * d.H + h) * d.W + v) * x.ld);
-                a[k][0] = src[0];
-                a[k][1] = src[1];
+                const uint4 *src = (const uint4 *)(xc + (((size_t)n * d.H + h) * d.W + v) * x.ld);
+#pragma unroll
+                for (int e = 0; e < (int)(sizeof(S) / 2); e++) a[k][e] = src[e];
             }
         }
 #pragma unroll
         for (int k = 0; k < ROWS; k++) {
             if (row0 + k >= rows) break;
-            __nv_bfloat162 t[4] = { __floats2bfloat162_rn(a[k][0].x, a[k][0].y),
-                                    __floats2bfloat162_rn(a[k][0].z, a[k][0].w),
-                                    __floats2bfloat162_rn(a[k][1].x, a[k][1].y),
-                                    __floats2bfloat162_rn(a[k][1].z, a[k][1].w) };
-            *(uint4 *)(col + (size_t)(row0 + k) * crs + j) = *(const uint4 *)t;
+            uint4 out = a[k][0];
+            if constexpr (sizeof(S) == sizeof(float)) {
+                const float4 lo = *(const float4 *)&a[k][0], hi = *(const float4 *)&a[k][1];
+                __nv_bfloat162 t[4] = { __floats2bfloat162_rn(lo.x, lo.y), __floats2bfloat162_rn(lo.z, lo.w),
+                                        __floats2bfloat162_rn(hi.x, hi.y), __floats2bfloat162_rn(hi.z, hi.w) };
+                out = *(const uint4 *)t;
+            }
+            *(uint4 *)(col + (size_t)(row0 + k) * crs + j) = out;
         }
     }
 }
@@ -266,6 +276,13 @@ static Operand operand(Device *dev, const float *src, size_t rows, int cols, int
     return Operand{ dst, cols };
 }
 
+// Rows m0.. of an input map as the operand: a bf16-stored map is one already (no copy).
+static Operand x_operand(Device *dev, Map x, size_t m0, size_t rows, int cols) {
+    if (!x.bf16) return operand(dev, x.data + m0 * x.ld, rows, cols, x.ld);
+    if (dev->precision != GPU_BF16) die("conv: a bf16-stored input on a device without bf16 GEMMs");
+    return Operand{ (const bf16 *)x.data + m0 * x.ld, x.ld };
+}
+
 // One GEMM per group in cuBLAS's column-major terms: C_g = op(A_g)·op(B_g) + beta·C_g, with
 // A_g = A + g·sa, B_g = B + g·sb, C_g = C + g·sc (element offsets), g = 0..groups-1.
 struct Gemm {
@@ -275,14 +292,15 @@ struct Gemm {
     long long sa, sb, sc;
 };
 
-static void gemm(Device *dev, const Gemm *g, int groups, float beta, float *c, int ldc) {
+// c is fp32, or (c16) bf16: the output of a bf16 GEMM rounded once.
+static void gemm(Device *dev, const Gemm *g, int groups, float beta, void *c, int ldc, bool c16 = false) {
     cudaDataType_t ab = dev->precision == GPU_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     cublasComputeType_t ct =
         dev->precision == GPU_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     float alpha = 1.0f;
     checkCublas(cublasGemmStridedBatchedEx(dev->blas, g->ta, g->tb, g->m, g->n, g->k, &alpha,
                                            g->a.p, ab, g->a.ld, g->sa, g->b.p, ab, g->b.ld, g->sb,
-                                           &beta, c, CUDA_R_32F, ldc, g->sc, groups, ct,
+                                           &beta, c, c16 ? CUDA_R_16BF : CUDA_R_32F, ldc, g->sc, groups, ct,
                                            CUBLAS_GEMM_DEFAULT));
 }
 
@@ -291,11 +309,13 @@ static void gemm(Device *dev, const Gemm *g, int groups, float beta, float *c, i
 //   forward      y  (rows, K)        = a · W^T      column-major: y^T  = W · a^T
 //   weight grad  dW (K, Cg·R·S)     += dy^T · a     column-major: dW^T = a^T · dy
 //   input grad   da (rows, CRS)      = dy · W       column-major: da^T = W^T · dy^T
+// y: rows m0.. of the output map, either storage
 static void gemm_forward(Device *dev, const ConvDims *d, Operand a, int rows, Operand w,
-                         float beta, float *y, int ldy) {
+                         float beta, Map y, size_t m0) {
     int G = d->groups, Kg = d->K / G, cgrs = (int)(crs_of(d) / G);
     Gemm g = { CUBLAS_OP_T, CUBLAS_OP_N, Kg, rows, cgrs, w, a, (long long)Kg * cgrs, cgrs, Kg };
-    gemm(dev, &g, G, beta, y, ldy);
+    void *c = y.bf16 ? (void *)((bf16 *)y.data + m0 * y.ld) : (void *)(y.data + m0 * y.ld);
+    gemm(dev, &g, G, beta, c, y.ld, y.bf16);
 }
 
 static void gemm_weight_grad(Device *dev, const ConvDims *d, Operand dy, int rows, Operand a,
@@ -333,14 +353,23 @@ static bool vec4_ok(const ConvDims *d, Map m) {
 
 enum { IM2COL_ROWS = 4 };   // rows a thread of im2col8_kernel keeps in flight
 
+// 8 columns a thread: bf16 rows, whole 16-byte runs of x (Cg, ld and the base at 8 elements)
+static bool vec8_ok(const ConvDims *d, Map x) {
+    return (d->C / d->groups) % 8 == 0 && x.ld % 8 == 0 && aligned16(x.data);
+}
+
 template <typename T>
 static void im2col(Device *dev, const ConvDims *d, Map x, size_t m0, size_t rows, T *col) {
     dim3 grid, block;
-    if (sizeof(T) == sizeof(bf16) && (d->C / d->groups) % 8 == 0 && vec4_ok(d, x)) {
+    if (sizeof(T) == sizeof(bf16) && vec8_ok(d, x)) {
         row_launch(crs_of(d) / 8, (rows + IM2COL_ROWS - 1) / IM2COL_ROWS, &grid, &block);
-        im2col8_kernel<IM2COL_ROWS><<<grid, block, 0, dev->stream>>>(*d, x, (unsigned)m0,
-                                                                     (unsigned)rows, (bf16 *)col);
-    } else if (vec4_ok(d, x)) {
+        if (x.bf16)
+            im2col8_kernel<bf16, IM2COL_ROWS><<<grid, block, 0, dev->stream>>>(*d, x, (unsigned)m0,
+                                                                               (unsigned)rows, (bf16 *)col);
+        else
+            im2col8_kernel<float, IM2COL_ROWS><<<grid, block, 0, dev->stream>>>(*d, x, (unsigned)m0,
+                                                                                (unsigned)rows, (bf16 *)col);
+    } else if (!x.bf16 && vec4_ok(d, x)) {
         row_launch(crs_of(d) / 4, rows, &grid, &block);
         im2col_kernel<T, 4><<<grid, block, 0, dev->stream>>>(*d, x, (unsigned)m0, (unsigned)rows, col);
     } else {
@@ -413,19 +442,20 @@ static size_t operand_bytes(const Device *dev) {
 extern "C" void conv_forward_gpu(Device *dev, const ConvDims *d, Map x, const float *w,
                                  const float *b, Map y) {
     conv_check(d, x, y, "conv_forward_gpu");
+    if (b) require_fp32(y, "conv_forward_gpu (with a bias)");
+    if (y.bf16 && dev->precision != GPU_BF16) die("conv_forward_gpu: a bf16 output without bf16 GEMMs");
     size_t mark = dev->scratch.used, M = pixels_out(d), chunk = chunk_rows(dev, d);
     int crs = (int)crs_of(d);
     Operand wo = weight_operand(dev, d, w);
     void *col = is_pointwise(d) ? NULL : scratch_take(dev, operand_bytes(dev) * chunk * crs);
     for (size_t m0 = 0; m0 < M; m0 += chunk) {
         size_t rows = M - m0 < chunk ? M - m0 : chunk, mark_chunk = dev->scratch.used;
-        Operand a = col ? col_operand(dev, d, x, m0, rows, col)
-                        : operand(dev, x.data + m0 * x.ld, rows, crs, x.ld);
+        Operand a = col ? col_operand(dev, d, x, m0, rows, col) : x_operand(dev, x, m0, rows, crs);
         if (b) {
             fill_bias_kernel<<<blocks_for(rows * d->K), THREADS, 0, dev->stream>>>(y, m0, rows, b);
             checkLaunch(dev);
         }
-        gemm_forward(dev, d, a, (int)rows, wo, b ? 1.0f : 0.0f, y.data + m0 * y.ld, y.ld);
+        gemm_forward(dev, d, a, (int)rows, wo, b ? 1.0f : 0.0f, y, m0);
         dev->scratch.used = mark_chunk;
     }
     dev->scratch.used = mark;
@@ -476,8 +506,7 @@ static void conv_backward(Device *dev, const ConvDims *d, Map x, const float *w,
         Operand dyo = dy16 ? Operand{ dy16 + m0 * d->K, d->K }
                            : operand(dev, dy.data + m0 * dy.ld, rows, d->K, dy.ld);
         if (dw) {
-            Operand a = s.col ? col_operand(dev, d, x, m0, rows, s.col)
-                              : operand(dev, x.data + m0 * x.ld, rows, crs, x.ld);
+            Operand a = s.col ? col_operand(dev, d, x, m0, rows, s.col) : x_operand(dev, x, m0, rows, crs);
             float beta = s.dwc && m0 == 0 ? 0.0f : 1.0f;
             gemm_weight_grad(dev, d, dyo, (int)rows, a, beta, s.dwc ? s.dwc : dw);
         }
@@ -501,15 +530,18 @@ extern "C" void conv_backward_gpu(Device *dev, const ConvDims *d, Map x, const f
                                   Map dx, float *dw, float *db) {
     conv_check(d, x, dy, "conv_backward_gpu");
     conv_check(d, dx, dy, "conv_backward_gpu");
+    require_fp32(dy, "conv_backward_gpu");
+    require_fp32(dx, "conv_backward_gpu");
     if (db) bias_grad(dev, dy, db);
     conv_backward(dev, d, x, w, dy, NULL, dx, dw);
 }
 
 extern "C" void conv_backward_bf16dy_gpu(Device *dev, const ConvDims *d, Map x, const float *w,
                                          const void *dy16, Map dx, float *dw) {
-    Map none = { NULL, 0, 0, 0, 0, 0 };
+    Map none = { NULL, 0, 0, 0, 0, 0, 0 };
     conv_check(d, x, none, "conv_backward_bf16dy_gpu");
     if (dx.data) conv_check(d, dx, none, "conv_backward_bf16dy_gpu");
+    require_fp32(dx, "conv_backward_bf16dy_gpu");
     if (dev->precision != GPU_BF16) die("conv_backward_bf16dy_gpu: the device is not in bf16");
     conv_backward(dev, d, x, w, none, (const bf16 *)dy16, dx, dw);
 }

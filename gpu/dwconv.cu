@@ -25,6 +25,8 @@ static void dw_check_gpu(const DwDims *d, Map x, Map y, const char *who) {
         y.W != d->Q || y.C != d->C || x.ld < x.C || y.ld < y.C || d->k < 1 || d->stride < 1)
         die("%s: maps %dx%dx%dx%d -> %dx%dx%dx%d do not fit k %d stride %d on %dx%dx%dx%d", who, x.N, x.H, x.W,
             x.C, y.N, y.H, y.W, y.C, d->k, d->stride, d->N, d->H, d->W, d->C);
+    require_fp32(x, who);
+    require_fp32(y, who);
 }
 
 __device__ static inline float *at(Map m, int n, int h, int w, int c) {

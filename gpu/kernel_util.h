@@ -2,6 +2,8 @@
 // Map element addressing inside kernels, shape checks and the scratch stack discipline.
 // Legend: N batch, H,W size, C channels, ld pixel stride, M = N*H*W pixels.
 #pragma once
+#include <cuda_bf16.h>
+
 #include "gpu/ops.h"
 
 enum { THREADS = 256 };
@@ -20,9 +22,26 @@ static inline unsigned blocks_for(size_t n) {
 // elements of a map (tensor.h's map_floats is host-only)
 __device__ static inline size_t map_n(Map m) { return (size_t)m.N * m.H * m.W * m.C; }
 
-// element i of a map in (n, h, w, c) order
+// element i of a map in (n, h, w, c) order (an fp32 map)
 __device__ static inline float *map_elem(Map m, size_t i) {
     return m.data + (i / m.C) * m.ld + i % m.C;
+}
+
+// Maps of either storage (tensor.h: m.bf16): the element at offset `off` (pixel * ld + channel)
+// read as a float, or written rounded to nearest even. The branch is the same for a whole launch.
+__device__ static inline float map_get(Map m, size_t off) {
+    return m.bf16 ? __bfloat162float(((const __nv_bfloat16 *)m.data)[off]) : m.data[off];
+}
+__device__ static inline void map_put(Map m, size_t off, float v) {
+    if (m.bf16) ((__nv_bfloat16 *)m.data)[off] = __float2bfloat16(v);
+    else m.data[off] = v;
+}
+// offset of element i in (n, h, w, c) order
+__device__ static inline size_t map_off(Map m, size_t i) { return (i / m.C) * m.ld + i % m.C; }
+
+// Ops without bf16 storage support refuse such maps: the storage plan (core/act_plan.c) is wrong.
+static inline void require_fp32(Map m, const char *who) {
+    if (m.bf16) die("%s: a bf16-stored map reached an op that reads fp32 only (core/act_plan.c)", who);
 }
 
 // Shapes are fixed when the model is built, so a mismatch is a bug in the caller.

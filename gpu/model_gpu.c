@@ -41,7 +41,7 @@ GpuPlan model_gpu_plan(const Model *m, GpuPrecision prec, int optim_states) {
     }
     size_t input_bytes = (size_t)m->max_n * m->imgsz * m->imgsz * 3;   // a uint8 batch staged for upload
     if (input_bytes > scratch) scratch = input_bytes;
-    GpuPlan p = { { 0 }, fl(m->n_act), fl(m->n_dact + 1), fl(m->n_stats + 1), 2 * fl(m->n_tmp + 1) };
+    GpuPlan p = { { 0 }, fl(model_act_floats(m, prec == GPU_BF16)), fl(m->n_dact + 1), fl(m->n_stats + 1), 2 * fl(m->n_tmp + 1) };
     p.arena[ARENA_PARAMS] = fl(m->n_state);
     p.arena[ARENA_GRADS] = fl(m->n_state);
     p.arena[ARENA_OPTIM] = optim_states ? optim_states * fl(m->n_state) + ((size_t)1 << 20) : 0;
@@ -62,6 +62,7 @@ void model_gpu_print_plan(const GpuPlan *p, int id, FILE *f) {
 int model_to_gpu(Model *m, Device *dev, int id, const GpuPlan *plan, GpuPrecision prec, Err *err) {
     GpuPlan p = plan ? *plan : model_gpu_plan(m, prec, 2);
     if (device_init(dev, id, p.arena, err)) return -1;
+    model_plan_storage(m, prec == GPU_BF16);       // the layout p.acts was planned for
     dev->precision = prec;
     float *state = arena_take(&dev->params, p.arena[ARENA_PARAMS], 256);
     float *grad = arena_take(&dev->grads, p.arena[ARENA_GRADS], 256);

@@ -1,7 +1,7 @@
 // pool.cu: max pool, average pool (count_include_pad, floor mode) and nearest upsampling, the CUDA
 // twins of core/pool.c. Forward writes (=); backward adds (+=) and is a gather: one thread per dx
 // element sums its windows in the CPU twin's scan order, so results are deterministic and equal
-// to the CPU's. Legend: N batch, C channels, H,W in, P,Q out, k kernel, f upsampling factor.
+// to the CPU's. Forward maps may be bf16-stored (tensor.h); gradients are fp32. Legend: N batch, C channels, H,W in, P,Q out, k kernel, f upsampling factor.
 #include <math.h>
 
 #include "gpu/kernel_util.h"
@@ -30,9 +30,11 @@ __device__ static Pos pos_of(Map m, size_t i) {
     return p;
 }
 
-__device__ static inline float *at(Map m, int n, int h, int w, int c) {
-    return m.data + (((size_t)n * m.H + h) * m.W + w) * m.ld + c;
+__device__ static inline size_t off_at(Map m, int n, int h, int w, int c) {
+    return (((size_t)n * m.H + h) * m.W + w) * m.ld + c;
 }
+__device__ static inline float *at(Map m, int n, int h, int w, int c) { return m.data + off_at(m, n, h, w, c); }
+__device__ static inline float get_at(Map m, int n, int h, int w, int c) { return map_get(m, off_at(m, n, h, w, c)); }
 
 // Output rows p whose window (p*stride - pad .. + k-1) covers input row h: [*lo, *hi).
 __device__ static void covering(int h, Window win, int P, int *lo, int *hi) {
@@ -57,11 +59,11 @@ __global__ void maxpool_fwd_kernel(Map x, Window win, Map y) {
             for (int s = 0; s < win.k; s++) {
                 int w = o.w * win.stride - win.pad + s;
                 if (w < 0 || w >= x.W) continue;
-                float v = *at(x, o.n, h, w, o.c);
+                float v = get_at(x, o.n, h, w, o.c);
                 if (beats(v, best)) best = v;
             }
         }
-        *map_elem(y, i) = best;
+        map_put(y, map_off(y, i), best);
     }
 }
 
@@ -75,7 +77,7 @@ __device__ static int window_argmax(Map x, Window win, int n, int p, int q, int 
         for (int s = 0; s < win.k; s++) {
             int w = q * win.stride - win.pad + s;
             if (w < 0 || w >= x.W) continue;
-            float v = *at(x, n, h, w, c);
+            float v = get_at(x, n, h, w, c);
             if (arg < 0 || beats(v, best)) { best = v; arg = h * x.W + w; }
         }
     }
@@ -118,10 +120,10 @@ __global__ void avgpool_fwd_kernel(Map x, Window win, Map y) {
             if (h < 0 || h >= x.H) continue;
             for (int s = 0; s < win.k; s++) {
                 int w = o.w * win.stride - win.pad + s;
-                if (w >= 0 && w < x.W) sum += *at(x, o.n, h, w, o.c);
+                if (w >= 0 && w < x.W) sum += get_at(x, o.n, h, w, o.c);
             }
         }
-        *map_elem(y, i) = sum / (float)(win.k * win.k);
+        map_put(y, map_off(y, i), sum / (float)(win.k * win.k));
     }
 }
 
@@ -142,7 +144,7 @@ __global__ void avgpool_bwd_kernel(Window win, Map dy, Map dx) {
 __global__ void upsample_fwd_kernel(Map x, int f, Map y) {
     GRID_STRIDE(i, map_n(y)) {
         Pos o = pos_of(y, i);
-        *map_elem(y, i) = *at(x, o.n, o.h / f, o.w / f, o.c);
+        map_put(y, map_off(y, i), get_at(x, o.n, o.h / f, o.w / f, o.c));
     }
 }
 
@@ -172,6 +174,8 @@ extern "C" void maxpool_backward_gpu(Device *dev, Map x, int k, int stride, int 
     Window win = { k, stride, pad };
     pool_check(x, win, dy, "maxpool_backward_gpu");
     if (!dx.data) return;
+    require_fp32(dy, "maxpool_backward_gpu");
+    require_fp32(dx, "maxpool_backward_gpu");
     same_shape_gpu(x, dx, "maxpool_backward_gpu");
     size_t mark = dev->scratch.used;
     int *arg = (int *)scratch_take(dev, maxpool_workspace_bytes_gpu(dy));
@@ -193,6 +197,8 @@ extern "C" void avgpool_backward_gpu(Device *dev, int k, int stride, int pad, Ma
     Window win = { k, stride, pad };
     pool_check(dx, win, dy, "avgpool_backward_gpu");
     if (!dx.data) return;
+    require_fp32(dy, "avgpool_backward_gpu");
+    require_fp32(dx, "avgpool_backward_gpu");
     avgpool_bwd_kernel<<<blocks_for(map_floats(dx)), THREADS, 0, dev->stream>>>(win, dy, dx);
     checkLaunch(dev);
 }
@@ -212,6 +218,8 @@ extern "C" void upsample_forward_gpu(Device *dev, Map x, int factor, Map y) {
 extern "C" void upsample_backward_gpu(Device *dev, int factor, Map dy, Map dx) {
     upsample_check(dx, factor, dy, "upsample_backward_gpu");
     if (!dx.data) return;
+    require_fp32(dy, "upsample_backward_gpu");
+    require_fp32(dx, "upsample_backward_gpu");
     upsample_bwd_kernel<<<blocks_for(map_floats(dx)), THREADS, 0, dev->stream>>>(factor, dy, dx);
     checkLaunch(dev);
 }
