@@ -55,9 +55,28 @@ extern "C" size_t bn_workspace_bytes_gpu(Map z) {
 
 // u = (z - mean)·invstd·gamma + beta from saved statistics, each operation rounded alone in the
 // order of the CPU's recompute loop (core/model_cpu.c bn_recompute), so the result is the same.
+__device__ static inline float bn_affine(float z, float mean, float invstd, float gamma,
+                                        float beta) {
+    return __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(z, mean), invstd), gamma), beta);
+}
 __device__ static inline float bn_apply_value(float z, int c, BnSaved p) {
-    float v = __fmul_rn(__fmul_rn(__fsub_rn(z, p.mean[c]), p.invstd[c]), p.gamma[c]);
-    return __fadd_rn(v, p.beta[c]);
+    return bn_affine(z, p.mean[c], p.invstd[c], p.gamma[c], p.beta[c]);
+}
+
+// The saved statistics of V channels, held in registers by a channel-launch thread.
+template <int V> struct BnChannels { Vec<V> gamma, beta, mean, invstd; };
+template <int V>
+__device__ static inline BnChannels<V> bn_channels(BnSaved p, int c, bool beta) {
+    BnChannels<V> b;
+    b.gamma = vec_channels<V>(p.gamma, c);
+    b.mean = vec_channels<V>(p.mean, c);
+    b.invstd = vec_channels<V>(p.invstd, c);
+    if (beta) b.beta = vec_channels<V>(p.beta, c);   // bn_backward_gpu has none
+    return b;
+}
+template <int V>
+__device__ static inline float bn_affine_at(float z, const BnChannels<V> &b, int k) {
+    return bn_affine(z, b.mean.v[k], b.invstd.v[k], b.gamma.v[k], b.beta.v[k]);
 }
 
 // dy·silu'(u), the formula of silu_bwd_kernel (gpu/elementwise.cu)
@@ -150,52 +169,91 @@ __global__ void eval_stats_kernel(int C, const float *gamma, float eps, const fl
 }
 
 // u = (z - shift) * scale + beta (u.data NULL: not stored); with y.data, also y = silu(u)
-__global__ void normalise_kernel(Map z, const float *shift, const float *scale,
+template <int V, typename Pix>
+__global__ void normalise_kernel(size_t M, Map z, const float *shift, const float *scale,
                                  const float *beta, Map u, Map y) {
-    GRID_STRIDE(i, map_n(z)) {
-        int c = (int)(i % z.C);
-        float v = (map_get(z, map_off(z, i)) - shift[c]) * scale[c] + beta[c];
-        if (u.data) map_put(u, map_off(u, i), v);
-        if (y.data) map_put(y, map_off(y, i), v / (1.0f + expf(-v)));   // as silu_fwd_kernel
+    int c = vec_channel<V>();
+    if (c >= z.C) return;
+    Vec<V> sh = vec_channels<V>(shift, c), sc = vec_channels<V>(scale, c);
+    Vec<V> be = vec_channels<V>(beta, c);
+    PIXEL_LOOP(Pix, p, M) {
+        Vec<V> v = map_vget<V>(z, pixel_off(z, p, c));
+        for (int k = 0; k < V; k++) v.v[k] = (v.v[k] - sh.v[k]) * sc.v[k] + be.v[k];
+        if (u.data) map_vput<V>(u, pixel_off(u, p, c), v);
+        if (y.data) {
+            for (int k = 0; k < V; k++)   // as silu_fwd_kernel
+                v.v[k] = v.v[k] / (1.0f + expf(-v.v[k]));
+            map_vput<V>(y, pixel_off(y, p, c), v);
+        }
     }
 }
 
-// dgamma += Σ du·xhat, dbeta += Σ du
-__global__ void grad_params_kernel(int C, const double *sdu, const double *sdux, float *dgamma,
-                                   float *dbeta) {
+// dgamma += Σ du·xhat, dbeta += Σ du; mdu = Σ du / M, mdux = Σ du·xhat / M for bn_dz_kernel
+__global__ void grad_params_kernel(int C, const double *sdu, const double *sdux, double M,
+                                   float *dgamma, float *dbeta, double *mdu, double *mdux) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     if (dbeta) dbeta[c] += (float)sdu[c];
     if (dgamma) dgamma[c] += (float)sdux[c];
+    mdu[c] = sdu[c] / M;
+    mdux[c] = sdux[c] / M;
 }
 
 // dz = gamma·invstd · (du - Σdu/M - xhat·Σ(du·xhat)/M), with du = g, or g·silu'(u) (SILU: g is
 // the gradient at the SiLU, u recomputed); dz may alias g. With dz16 set, dz goes there instead,
 // packed (M, C) and rounded to bf16: the operand the conv's backward GEMMs read.
-template <bool SILU>
-__global__ void bn_dz_kernel(Map z, BnSaved p, const double *sdu, const double *sdux, double M,
-                             Map g, Map dz, __nv_bfloat16 *dz16) {
-    GRID_STRIDE(i, map_n(z)) {
-        int c = (int)(i % z.C);
-        float v = map_get(z, map_off(z, i)), du = *map_elem(g, i);
-        if (SILU) du = silu_grad(bn_apply_value(v, c, p), du);
-        double xhat = (v - p.mean[c]) * (double)p.invstd[c];
-        double k = (double)p.gamma[c] * p.invstd[c];
-        float out = (float)(k * (du - sdu[c] / M - xhat * (sdux[c] / M)));
-        if (dz16) dz16[i] = __float2bfloat16(out);
-        else *map_elem(dz, i) = out;
+// mdu, mdux: the two means, divided once per channel (the same doubles as dividing here).
+// At most 64 registers (4 blocks of THREADS per SM): V = 4 with SILU needs 70 otherwise, and the
+// lower occupancy would leave fewer loads in flight.
+template <int V, typename Pix, bool SILU>
+__global__ void __launch_bounds__(THREADS, 4)
+bn_dz_kernel(size_t M, Map z, BnSaved p, const double *mdu, const double *mdux, Map g, Map dz,
+             __nv_bfloat16 *dz16) {
+    int c = vec_channel<V>();
+    if (c >= z.C) return;
+    BnChannels<V> b = bn_channels<V>(p, c, SILU);
+    double k[V], m0[V], m1[V];
+    for (int j = 0; j < V; j++) {
+        k[j] = (double)b.gamma.v[j] * b.invstd.v[j];
+        m0[j] = mdu[c + j];
+        m1[j] = mdux[c + j];
+    }
+    PIXEL_LOOP(Pix, q, M) {
+        Vec<V> v = map_vget<V>(z, pixel_off(z, q, c)), out;
+        Vec<V> du = vec_load<V>(g.data + pixel_off(g, q, c));
+        for (int j = 0; j < V; j++) {
+            if (SILU) du.v[j] = silu_grad(bn_affine_at<V>(v.v[j], b, j), du.v[j]);
+            double xhat = (v.v[j] - b.mean.v[j]) * (double)b.invstd.v[j];
+            out.v[j] = (float)(k[j] * (du.v[j] - m0[j] - xhat * m1[j]));
+        }
+        if (dz16) vec_store_bf16<V>(dz16 + (size_t)q * (unsigned)z.C + c, out);
+        else vec_store<V>(dz.data + pixel_off(dz, q, c), out);
     }
 }
 
-__global__ void bn_apply_kernel(Map z, BnSaved p, Map u) {
-    GRID_STRIDE(i, map_n(z)) map_put(u, map_off(u, i), bn_apply_value(map_get(z, map_off(z, i)), (int)(i % z.C), p));
+template <int V, typename Pix>
+__global__ void bn_apply_kernel(size_t M, Map z, BnSaved p, Map u) {
+    int c = vec_channel<V>();
+    if (c >= z.C) return;
+    BnChannels<V> b = bn_channels<V>(p, c, true);
+    PIXEL_LOOP(Pix, q, M) {
+        Vec<V> v = map_vget<V>(z, pixel_off(z, q, c));
+        for (int j = 0; j < V; j++) v.v[j] = bn_affine_at<V>(v.v[j], b, j);
+        map_vput<V>(u, pixel_off(u, q, c), v);
+    }
 }
 
 // du = dy·silu'(u) with u recomputed; du may alias dy
-__global__ void bn_apply_silu_bwd_kernel(Map z, BnSaved p, Map dy, Map du) {
-    GRID_STRIDE(i, map_n(z)) {
-        float a = bn_apply_value(map_get(z, map_off(z, i)), (int)(i % z.C), p);
-        *map_elem(du, i) = silu_grad(a, *map_elem(dy, i));
+template <int V, typename Pix>
+__global__ void bn_apply_silu_bwd_kernel(size_t M, Map z, BnSaved p, Map dy, Map du) {
+    int c = vec_channel<V>();
+    if (c >= z.C) return;
+    BnChannels<V> b = bn_channels<V>(p, c, true);
+    PIXEL_LOOP(Pix, q, M) {
+        Vec<V> v = map_vget<V>(z, pixel_off(z, q, c));
+        Vec<V> d = vec_load<V>(dy.data + pixel_off(dy, q, c));
+        for (int j = 0; j < V; j++) d.v[j] = silu_grad(bn_affine_at<V>(v.v[j], b, j), d.v[j]);
+        vec_store<V>(du.data + pixel_off(du, q, c), d);
     }
 }
 
@@ -219,9 +277,16 @@ static void channel_sums(Device *dev, Map a, Map b, BnSaved p, Sums *s, double d
     checkLaunch(dev);
 }
 
+// The grid of a per-element BN launch over z and the other maps it touches.
+static ChannelGrid bn_grid(Map z, Map a, Map b) {
+    int v = min_int(map_vec_width(z), min_int(map_vec_width(a), map_vec_width(b)));
+    return channel_grid(z.C, map_pixels(z), v);
+}
+
 static void normalise(Device *dev, Map z, const Sums *s, const float *beta, Map u, Map y) {
-    normalise_kernel<<<blocks_for(map_floats(z)), THREADS, 0, dev->stream>>>(
-        z, s->shift, s->scale, beta, u, y);
+    ChannelGrid g = bn_grid(z, u, y);
+    CHANNEL_KERNEL(g, normalise_kernel)<<<g.grid, g.block, 0, dev->stream>>>(
+        g.M, z, s->shift, s->scale, beta, u, y);
     checkLaunch(dev);
 }
 
@@ -280,13 +345,19 @@ static void bn_grad(Device *dev, Map z, BnSaved p, Map g, Map dz, __nv_bfloat16 
     size_t mark = dev->scratch.used;
     Sums s = sums_take(dev, z.C, map_pixels(z));
     double *sdu = s.mean, *sdux = s.var;   // the two sums, held in the mean and var slots
+    double *mdu = s.part0, *mdux = s.part1;   // their means: the partials are used up by then
     channel_sums<SILU ? SILU_GRAD : GRAD>(dev, z, g, p, &s, 1.0, sdu, sdux);
-    grad_params_kernel<<<channel_blocks(z.C), THREADS, 0, dev->stream>>>(z.C, sdu, sdux, dgamma,
-                                                                         dbeta);
+    grad_params_kernel<<<channel_blocks(z.C), THREADS, 0, dev->stream>>>(
+        z.C, sdu, sdux, (double)map_pixels(z), dgamma, dbeta, mdu, mdux);
     checkLaunch(dev);
     if (dz.data || dz16) {
-        bn_dz_kernel<SILU><<<blocks_for(map_floats(z)), THREADS, 0, dev->stream>>>(
-            z, p, sdu, sdux, (double)map_pixels(z), g, dz, dz16);
+        ChannelGrid gr = bn_grid(z, g, dz);
+        if (dz16) {   // packed (M, C) bf16: aligned as a contiguous bf16 map there would be
+            Map packed = { (float *)dz16, z.N, z.H, z.W, z.C, z.C, 1 };
+            gr = channel_grid(z.C, map_pixels(z), min_int(gr.V, map_vec_width(packed)));
+        }
+        CHANNEL_KERNEL(gr, bn_dz_kernel, SILU)<<<gr.grid, gr.block, 0, dev->stream>>>(
+            gr.M, z, p, mdu, mdux, g, dz, dz16);
         checkLaunch(dev);
     }
     dev->scratch.used = mark;
@@ -329,7 +400,8 @@ extern "C" void bn_apply_gpu(Device *dev, Map z, const float *gamma, const float
                              const float *mean, const float *invstd, Map u) {
     bn_check(z, u, "bn_apply_gpu");
     BnSaved p = { gamma, beta, mean, invstd };
-    bn_apply_kernel<<<blocks_for(map_floats(z)), THREADS, 0, dev->stream>>>(z, p, u);
+    ChannelGrid g = bn_grid(z, u, u);
+    CHANNEL_KERNEL(g, bn_apply_kernel)<<<g.grid, g.block, 0, dev->stream>>>(g.M, z, p, u);
     checkLaunch(dev);
 }
 
@@ -341,6 +413,8 @@ extern "C" void bn_apply_silu_backward_gpu(Device *dev, Map z, const float *gamm
     require_fp32(dy, "bn_apply_silu_backward_gpu");
     require_fp32(du, "bn_apply_silu_backward_gpu");
     BnSaved p = { gamma, beta, mean, invstd };
-    bn_apply_silu_bwd_kernel<<<blocks_for(map_floats(z)), THREADS, 0, dev->stream>>>(z, p, dy, du);
+    ChannelGrid g = bn_grid(z, dy, du);
+    CHANNEL_KERNEL(g, bn_apply_silu_bwd_kernel)<<<g.grid, g.block, 0, dev->stream>>>(
+        g.M, z, p, dy, du);
     checkLaunch(dev);
 }

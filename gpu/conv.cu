@@ -56,7 +56,9 @@ extern "C" size_t conv_workspace_bytes_gpu(const Device *dev, const ConvDims *d)
     if (bf && is_pointwise(d)) bytes += sizeof(bf16) * rows * crs;     // x
     // the bias gradient's partials are given back before anything else is taken
     size_t bias = sizeof(double) * bias_parts(pixels_out(d)) * d->K + 256;
-    return bytes > bias ? bytes : bias;
+    if (bias > bytes) bytes = bias;
+    size_t stem = conv_stem_fits(d) ? conv_stem_workspace_bytes_gpu(d) : 0;   // gpu/conv_stem.cu
+    return bytes > stem ? bytes : stem;
 }
 
 // Shapes are fixed when the model is built, so a mismatch is a bug in the caller. Kernels index
@@ -444,6 +446,7 @@ extern "C" void conv_forward_gpu(Device *dev, const ConvDims *d, Map x, const fl
     conv_check(d, x, y, "conv_forward_gpu");
     if (b) require_fp32(y, "conv_forward_gpu (with a bias)");
     if (y.bf16 && dev->precision != GPU_BF16) die("conv_forward_gpu: a bf16 output without bf16 GEMMs");
+    if (conv_stem_fits(d)) { conv_stem_forward_gpu(dev, d, x, w, b, y); return; }
     size_t mark = dev->scratch.used, M = pixels_out(d), chunk = chunk_rows(dev, d);
     int crs = (int)crs_of(d);
     Operand wo = weight_operand(dev, d, w);
@@ -497,6 +500,12 @@ static BackwardScratch backward_scratch(Device *dev, const ConvDims *d, bool wan
 static void conv_backward(Device *dev, const ConvDims *d, Map x, const float *w, Map dy,
                           const bf16 *dy16, Map dx, float *dw) {
     if (!dw && !dx.data) return;
+    if (conv_stem_fits(d)) {   // the weight gradient directly; dx (never needed for the images) by GEMM
+        Map g = dy16 ? Map{ (float *)dy16, d->N, d->P, d->Q, d->K, d->K, 1 } : dy;
+        if (dw) conv_stem_wgrad_gpu(dev, d, x, g, dw);
+        if (!dx.data) return;
+        dw = NULL;
+    }
     size_t mark = dev->scratch.used, M = pixels_out(d), chunk = chunk_rows(dev, d);
     int crs = (int)crs_of(d);
     Operand wo = weight_operand(dev, d, w);

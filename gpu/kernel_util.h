@@ -39,6 +39,132 @@ __device__ static inline void map_put(Map m, size_t off, float v) {
 // offset of element i in (n, h, w, c) order
 __device__ static inline size_t map_off(Map m, size_t i) { return (i / m.C) * m.ld + i % m.C; }
 
+// ---- channel launches: per-element ops without index division (issue #5) ------------------
+// A thread owns V = 4, 2 or 1 consecutive channels and strides over the M pixels: one vector
+// load or store per map and pixel at offset p*ld + c, per-channel values read once per thread.
+// Pix, the pixel index, is 32-bit unless M is too large for it (channel_grid decides).
+template <int V> struct Vec { float v[V]; };
+
+// V aligned fp32 values at p (p a multiple of V floats)
+template <int V> __device__ static inline Vec<V> vec_load(const float *p) {
+    Vec<V> x;
+    if constexpr (V == 4) {
+        float4 f = *(const float4 *)p;
+        x.v[0] = f.x; x.v[1] = f.y; x.v[2] = f.z; x.v[3] = f.w;
+    } else if constexpr (V == 2) {
+        float2 f = *(const float2 *)p;
+        x.v[0] = f.x; x.v[1] = f.y;
+    } else {
+        x.v[0] = *p;
+    }
+    return x;
+}
+template <int V> __device__ static inline void vec_store(float *p, Vec<V> x) {
+    if constexpr (V == 4) *(float4 *)p = make_float4(x.v[0], x.v[1], x.v[2], x.v[3]);
+    else if constexpr (V == 2) *(float2 *)p = make_float2(x.v[0], x.v[1]);
+    else *p = x.v[0];
+}
+
+// bf16 bits widened exactly as __bfloat162float does: they are the float's top 16 bits
+__device__ static inline float bf16_lo(unsigned two) { return __uint_as_float(two << 16); }
+__device__ static inline float bf16_hi(unsigned two) { return __uint_as_float(two & 0xffff0000u); }
+// two floats rounded to nearest even as __float2bfloat16 does, packed (a in the low half)
+__device__ static inline unsigned bf16_pack(float a, float b) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *(const unsigned *)&h;
+}
+
+template <int V> __device__ static inline Vec<V> vec_load_bf16(const __nv_bfloat16 *p) {
+    Vec<V> x;
+    if constexpr (V == 4) {
+        uint2 u = *(const uint2 *)p;
+        x.v[0] = bf16_lo(u.x); x.v[1] = bf16_hi(u.x);
+        x.v[2] = bf16_lo(u.y); x.v[3] = bf16_hi(u.y);
+    } else if constexpr (V == 2) {
+        unsigned u = *(const unsigned *)p;
+        x.v[0] = bf16_lo(u); x.v[1] = bf16_hi(u);
+    } else {
+        x.v[0] = __bfloat162float(*p);
+    }
+    return x;
+}
+template <int V> __device__ static inline void vec_store_bf16(__nv_bfloat16 *p, Vec<V> x) {
+    if constexpr (V == 4)
+        *(uint2 *)p = make_uint2(bf16_pack(x.v[0], x.v[1]), bf16_pack(x.v[2], x.v[3]));
+    else if constexpr (V == 2) *(unsigned *)p = bf16_pack(x.v[0], x.v[1]);
+    else *p = __float2bfloat16(x.v[0]);
+}
+
+// map_get / map_put for V channels at offset `off` (pixel * ld + channel) of either storage
+template <int V> __device__ static inline Vec<V> map_vget(Map m, size_t off) {
+    if (m.bf16) return vec_load_bf16<V>((const __nv_bfloat16 *)m.data + off);
+    return vec_load<V>(m.data + off);
+}
+template <int V> __device__ static inline void map_vput(Map m, size_t off, Vec<V> x) {
+    if (m.bf16) vec_store_bf16<V>((__nv_bfloat16 *)m.data + off, x);
+    else vec_store<V>(m.data + off, x);
+}
+
+// per-channel values a[c .. c+V), read once per thread
+template <int V> __device__ static inline Vec<V> vec_channels(const float *a, int c) {
+    Vec<V> x;
+    for (int k = 0; k < V; k++) x.v[k] = a[c + k];
+    return x;
+}
+
+// first channel of this thread (>= C: the thread has none and leaves), and a pixel's offset
+template <int V> __device__ static inline int vec_channel() {
+    return (int)(blockIdx.x * blockDim.x + threadIdx.x) * V;
+}
+template <typename Pix> __device__ static inline size_t pixel_off(Map m, Pix p, int c) {
+    return (size_t)p * (unsigned)m.ld + (unsigned)c;
+}
+
+// this thread's pixels p (type Pix) of M (a size_t: one kernel signature for both Pix), the block
+// rows striding over them
+#define PIXEL_LOOP(Pix, p, M) \
+    for (Pix p = blockIdx.y * (Pix)blockDim.y + threadIdx.y, p##_end = (Pix)(M); p < p##_end; \
+         p += (Pix)gridDim.y * blockDim.y)
+
+// the widest V (4, 2, 1) a map allows: C, ld and its first element's address multiples of V
+// elements (data NULL, an absent map: any)
+static inline int map_vec_width(Map m) {
+    size_t bytes = m.bf16 ? 2 : 4;
+    for (int v = 4; v > 1; v /= 2)
+        if (!m.data || (m.C % v == 0 && m.ld % v == 0 && (size_t)m.data % (v * bytes) == 0))
+            return v;
+    return 1;
+}
+static inline int min_int(int a, int b) { return a < b ? a : b; }
+
+// Up to PIXELS_PER_THREAD pixels per thread share its per-channel loads, as long as the launch
+// keeps FILL_BLOCKS blocks (a few per SM of a large GPU); grid.y is at most 65535.
+enum { PIXELS_PER_THREAD = 8, FILL_BLOCKS = 2048 };
+
+// A (channel groups, pixel blocks) grid over C channels of V and M pixels, THREADS per block.
+struct ChannelGrid { dim3 grid, block; int V; bool pix32; size_t M; };
+static inline ChannelGrid channel_grid(int C, size_t M, int V) {
+    ChannelGrid g;
+    unsigned groups = C > V ? (unsigned)(C / V) : 1, nx = (groups + THREADS - 1) / THREADS;
+    unsigned bx = (groups + nx - 1) / nx, by = THREADS / bx;
+    size_t one = (M + by - 1) / by;   // block rows at one pixel per thread
+    size_t fill = one < FILL_BLOCKS / nx ? one : FILL_BLOCKS / nx;
+    size_t rows = one / PIXELS_PER_THREAD > fill ? one / PIXELS_PER_THREAD : fill;
+    g.block = dim3(bx, by);
+    g.grid = dim3(nx, rows < 1 ? 1u : rows > 65535 ? 65535u : (unsigned)rows);
+    g.V = V;
+    g.M = M;
+    g.pix32 = M + (size_t)g.grid.y * by <= 0xffffffffu;   // p + stride never wraps
+    return g;
+}
+// kernel<V, Pix, extra template arguments...> for grid g, as a pointer to launch with <<< >>>
+#define CHANNEL_KERNEL(g, kernel, ...) \
+    ((g).pix32 ? CHANNEL_KERNEL_V_(g, kernel, unsigned, ##__VA_ARGS__) \
+               : CHANNEL_KERNEL_V_(g, kernel, size_t, ##__VA_ARGS__))
+#define CHANNEL_KERNEL_V_(g, kernel, Pix, ...) \
+    ((g).V == 4 ? kernel<4, Pix, ##__VA_ARGS__> \
+     : (g).V == 2 ? kernel<2, Pix, ##__VA_ARGS__> : kernel<1, Pix, ##__VA_ARGS__>)
+
 // Ops without bf16 storage support refuse such maps: the storage plan (core/act_plan.c) is wrong.
 static inline void require_fp32(Map m, const char *who) {
     if (m.bf16) die("%s: a bf16-stored map reached an op that reads fp32 only (core/act_plan.c)", who);

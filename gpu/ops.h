@@ -15,6 +15,12 @@ size_t conv_workspace_bytes_gpu(const Device *dev, const ConvDims *d);
 void conv_forward_gpu(Device *dev, const ConvDims *d, Map x, const float *w, const float *b, Map y);
 void conv_backward_gpu(Device *dev, const ConvDims *d, Map x, const float *w, Map dy, Map dx,
                        float *dw, float *db);   // dx, dw, db +=
+// The stem (3 channels in, 3x3, groups 1, K 16/32/64) runs as a direct convolution (gpu/conv_stem.cu):
+// conv_forward_gpu and conv_backward_gpu's weight gradient take that path by themselves.
+int    conv_stem_fits(const ConvDims *d);
+size_t conv_stem_workspace_bytes_gpu(const ConvDims *d);
+void   conv_stem_forward_gpu(Device *dev, const ConvDims *d, Map x, const float *w, const float *b, Map y);
+void   conv_stem_wgrad_gpu(Device *dev, const ConvDims *d, Map x, Map dy, float *dw);   // dw +=
 // conv_backward_gpu without a bias, under GPU_BF16, with dy given as packed (N*P*Q, K) bf16 values
 void conv_backward_bf16dy_gpu(Device *dev, const ConvDims *d, Map x, const float *w,
                               const void *dy16, Map dx, float *dw);
@@ -53,7 +59,8 @@ void bn_apply_silu_backward_gpu(Device *dev, Map z, const float *gamma, const fl
                                 const float *mean, const float *invstd, Map dy, Map du);
 
 // ---- elementwise (gpu/elementwise.cu) ----------------------------------------------------------
-// dst (n floats, device) = src (n bytes, host) / 255.0f: copied as bytes into scratch, converted there
+// dst (n floats, device) = src (n bytes, host) / 255.0f: a share queued by device_prefetch_u8 is waited
+// for on the GPU; any other is copied through a staging buffer and waited for on the host
 void upload_u8_gpu(Device *dev, float *dst, const uint8_t *src, size_t n);
 void silu_forward_gpu(Device *dev, Map u, Map y);            // y may alias u
 void silu_backward_gpu(Device *dev, Map u, Map dy, Map du);  // du = (may alias dy)

@@ -30,6 +30,17 @@ __device__ static Pos pos_of(Map m, size_t i) {
     return p;
 }
 
+// (n, h, w) of pixel p of map m in a channel launch (kernel_util.h); c is left 0
+template <typename Pix> __device__ static Pos pixel_pos(Map m, Pix p) {
+    Pos o;
+    o.c = 0;
+    o.w = (int)(p % (unsigned)m.W);
+    Pix t = p / (unsigned)m.W;
+    o.h = (int)(t % (unsigned)m.H);
+    o.n = (int)(t / (unsigned)m.H);
+    return o;
+}
+
 __device__ static inline size_t off_at(Map m, int n, int h, int w, int c) {
     return (((size_t)n * m.H + h) * m.W + w) * m.ld + c;
 }
@@ -49,21 +60,27 @@ __device__ static inline bool beats(float v, float best) { return v > best || is
 
 // ---- kernels -------------------------------------------------------------------------------
 
-__global__ void maxpool_fwd_kernel(Map x, Window win, Map y) {
-    GRID_STRIDE(i, map_n(y)) {
-        Pos o = pos_of(y, i);
-        float best = -INFINITY;   // padding never wins
+// The forward kernels are channel launches (kernel_util.h): a thread owns V channels of y's pixels.
+template <int V, typename Pix>
+__global__ void maxpool_fwd_kernel(size_t M, Map x, Window win, Map y) {
+    int c = vec_channel<V>();
+    if (c >= y.C) return;
+    PIXEL_LOOP(Pix, p, M) {
+        Pos o = pixel_pos(y, p);
+        Vec<V> best;
+        for (int j = 0; j < V; j++) best.v[j] = -INFINITY;   // padding never wins
         for (int r = 0; r < win.k; r++) {
             int h = o.h * win.stride - win.pad + r;
             if (h < 0 || h >= x.H) continue;
             for (int s = 0; s < win.k; s++) {
                 int w = o.w * win.stride - win.pad + s;
                 if (w < 0 || w >= x.W) continue;
-                float v = get_at(x, o.n, h, w, o.c);
-                if (beats(v, best)) best = v;
+                Vec<V> v = map_vget<V>(x, off_at(x, o.n, h, w, c));
+                for (int j = 0; j < V; j++)
+                    if (beats(v.v[j], best.v[j])) best.v[j] = v.v[j];
             }
         }
-        map_put(y, map_off(y, i), best);
+        map_vput<V>(y, pixel_off(y, p, c), best);
     }
 }
 
@@ -111,19 +128,26 @@ __global__ void maxpool_bwd_kernel(Map x, Window win, Map dy, const int *arg, Ma
 }
 
 // In floor mode every window ends inside the padded input, so count_include_pad divides by k*k.
-__global__ void avgpool_fwd_kernel(Map x, Window win, Map y) {
-    GRID_STRIDE(i, map_n(y)) {
-        Pos o = pos_of(y, i);
-        float sum = 0.0f;
+template <int V, typename Pix>
+__global__ void avgpool_fwd_kernel(size_t M, Map x, Window win, Map y) {
+    int c = vec_channel<V>();
+    if (c >= y.C) return;
+    PIXEL_LOOP(Pix, p, M) {
+        Pos o = pixel_pos(y, p);
+        Vec<V> sum;
+        for (int j = 0; j < V; j++) sum.v[j] = 0.0f;
         for (int r = 0; r < win.k; r++) {
             int h = o.h * win.stride - win.pad + r;
             if (h < 0 || h >= x.H) continue;
             for (int s = 0; s < win.k; s++) {
                 int w = o.w * win.stride - win.pad + s;
-                if (w >= 0 && w < x.W) sum += get_at(x, o.n, h, w, o.c);
+                if (w < 0 || w >= x.W) continue;
+                Vec<V> v = map_vget<V>(x, off_at(x, o.n, h, w, c));
+                for (int j = 0; j < V; j++) sum.v[j] += v.v[j];
             }
         }
-        map_put(y, map_off(y, i), sum / (float)(win.k * win.k));
+        for (int j = 0; j < V; j++) sum.v[j] = sum.v[j] / (float)(win.k * win.k);
+        map_vput<V>(y, pixel_off(y, p, c), sum);
     }
 }
 
@@ -141,10 +165,13 @@ __global__ void avgpool_bwd_kernel(Window win, Map dy, Map dx) {
 }
 
 // y(n, h, w) = x(n, h / f, w / f)
-__global__ void upsample_fwd_kernel(Map x, int f, Map y) {
-    GRID_STRIDE(i, map_n(y)) {
-        Pos o = pos_of(y, i);
-        map_put(y, map_off(y, i), get_at(x, o.n, o.h / f, o.w / f, o.c));
+template <int V, typename Pix>
+__global__ void upsample_fwd_kernel(size_t M, Map x, int f, Map y) {
+    int c = vec_channel<V>();
+    if (c >= y.C) return;
+    PIXEL_LOOP(Pix, p, M) {
+        Pos o = pixel_pos(y, p);
+        map_vput<V>(y, pixel_off(y, p, c), map_vget<V>(x, off_at(x, o.n, o.h / f, o.w / f, c)));
     }
 }
 
@@ -160,12 +187,18 @@ __global__ void upsample_bwd_kernel(int f, Map dy, Map dx) {
 
 // ---- launchers -----------------------------------------------------------------------------
 
+// The grid of a forward kernel: over y's pixels, with the widest V both maps allow.
+static ChannelGrid pool_grid(Map x, Map y) {
+    return channel_grid(y.C, map_pixels(y), min_int(map_vec_width(x), map_vec_width(y)));
+}
+
 extern "C" size_t maxpool_workspace_bytes_gpu(Map y) { return sizeof(int) * map_floats(y) + 256; }
 
 extern "C" void maxpool_forward_gpu(Device *dev, Map x, int k, int stride, int pad, Map y) {
     Window win = { k, stride, pad };
     pool_check(x, win, y, "maxpool_forward_gpu");
-    maxpool_fwd_kernel<<<blocks_for(map_floats(y)), THREADS, 0, dev->stream>>>(x, win, y);
+    ChannelGrid g = pool_grid(x, y);
+    CHANNEL_KERNEL(g, maxpool_fwd_kernel)<<<g.grid, g.block, 0, dev->stream>>>(g.M, x, win, y);
     checkLaunch(dev);
 }
 
@@ -189,7 +222,8 @@ extern "C" void maxpool_backward_gpu(Device *dev, Map x, int k, int stride, int 
 extern "C" void avgpool_forward_gpu(Device *dev, Map x, int k, int stride, int pad, Map y) {
     Window win = { k, stride, pad };
     pool_check(x, win, y, "avgpool_forward_gpu");
-    avgpool_fwd_kernel<<<blocks_for(map_floats(y)), THREADS, 0, dev->stream>>>(x, win, y);
+    ChannelGrid g = pool_grid(x, y);
+    CHANNEL_KERNEL(g, avgpool_fwd_kernel)<<<g.grid, g.block, 0, dev->stream>>>(g.M, x, win, y);
     checkLaunch(dev);
 }
 
@@ -211,7 +245,8 @@ static void upsample_check(Map x, int factor, Map y, const char *who) {
 
 extern "C" void upsample_forward_gpu(Device *dev, Map x, int factor, Map y) {
     upsample_check(x, factor, y, "upsample_forward_gpu");
-    upsample_fwd_kernel<<<blocks_for(map_floats(y)), THREADS, 0, dev->stream>>>(x, factor, y);
+    ChannelGrid g = pool_grid(x, y);
+    CHANNEL_KERNEL(g, upsample_fwd_kernel)<<<g.grid, g.block, 0, dev->stream>>>(g.M, x, factor, y);
     checkLaunch(dev);
 }
 

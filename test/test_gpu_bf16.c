@@ -134,6 +134,7 @@ static const Case CASES[] = {
     { 3, 21, 13, 13, 11, 1, 1, 1, 3, "pointwise, odd slice" },
     { 1, 12, 7, 7, 20, 3, 2, 4, 1, "groups 4, scalar im2col" },
     { 2, 48, 5, 5, 16, 1, 1, 1, 0, "pointwise, packed" },
+    { 2, 3, 19, 17, 32, 3, 2, 1, 1, "stem, direct (conv_stem.cu)" },
 };
 
 static ConvDims dims_of(const Case *c) {

@@ -131,7 +131,9 @@ static const ConvCase CONV_CASES[] = {
     { 3, 7, 13, 13, 12, 3, 2, 0, 1, 2, 0 },     // stride 2, no padding, odd size
     { 2, 32, 11, 11, 24, 3, 2, 1, 1, 0, 0 },    // C=32 stride 2 (model.1): 16-byte im2col/col2im
     { 2, 16, 9, 9, 12, 3, 1, 1, 2, 4, 4 },      // 16-byte accesses through groups and ld slices
-    { 2, 3, 17, 17, 8, 3, 2, 1, 1, 0, 1 },      // the C=3 stem
+    { 2, 3, 17, 17, 8, 3, 2, 1, 1, 0, 1 },      // the C=3 stem through im2col (K 8)
+    { 2, 3, 17, 17, 16, 3, 2, 1, 1, 1, 2 },     // the stem as gpu/conv_stem.cu computes it (K 16)
+    { 1, 3, 9, 11, 32, 3, 1, 1, 1, 0, 0 },      // stride 1, K 32 (conv_stem.cu)
 };
 static const int CHUNKED_CASES[] = { 0, 1, 2, 6, 7, 8 };
 
@@ -247,7 +249,9 @@ static void test_conv_bf16dy(void) {
 // ---- batch normalisation ------------------------------------------------------------------
 
 typedef struct { int N, H, W, C, extra; } Shape;
-static const Shape BN_SHAPES[] = { { 3, 7, 7, 13, 2 }, { 1, 13, 13, 37, 0 }, { 1, 1, 1, 5, 1 } };
+// odd C (one channel a thread), C 8 and 6 (four and two channels a thread where every ld allows)
+static const Shape BN_SHAPES[] = { { 3, 7, 7, 13, 2 }, { 1, 13, 13, 37, 0 }, { 1, 1, 1, 5, 1 }, { 2, 5, 7, 8, 4 },
+                                   { 1, 3, 3, 6, 2 } };
 static const float EPS = 1e-3f, MOMENTUM = 0.03f;
 
 static void test_bn_train(void) {
@@ -424,7 +428,7 @@ static void test_bn_offset_variance(void) {
 
 // ---- elementwise --------------------------------------------------------------------------
 
-static const Shape EW_SHAPES[] = { { 3, 7, 7, 13, 2 }, { 1, 13, 13, 5, 0 } };
+static const Shape EW_SHAPES[] = { { 3, 7, 7, 13, 2 }, { 1, 13, 13, 5, 0 }, { 2, 5, 7, 8, 4 }, { 1, 3, 3, 6, 2 } };
 
 static void elementwise_shape(Shape s, Rng *g) {
     arena_reset(&dev.acts);
@@ -504,20 +508,20 @@ static void pool_case(int is_max, Win w, Shape s, Rng *g) {
     for (size_t k = 0; k < sizeof all / sizeof *all; k++) pair_free(all[k]);
 }
 
-static const Shape POOL_SHAPES[] = { { 3, 13, 13, 11, 2 }, { 1, 7, 7, 6, 0 } };
+static const Shape POOL_SHAPES[] = { { 3, 13, 13, 11, 2 }, { 1, 7, 7, 6, 0 }, { 2, 5, 7, 8, 4 }, { 1, 3, 3, 6, 2 } };
 
 static void test_maxpool(void) {
     NEED_GPU();
     Rng g = rng_for(41, 0, 0);
     for (size_t i = 0; i < 3; i++)
-        for (size_t j = 0; j < 2; j++) pool_case(1, MAX_WINS[i], POOL_SHAPES[j], &g);
+        for (size_t j = 0; j < sizeof POOL_SHAPES / sizeof *POOL_SHAPES; j++) pool_case(1, MAX_WINS[i], POOL_SHAPES[j], &g);
 }
 
 static void test_avgpool(void) {
     NEED_GPU();
     Rng g = rng_for(42, 0, 0);
     for (size_t i = 0; i < 3; i++)
-        for (size_t j = 0; j < 2; j++) pool_case(0, AVG_WINS[i], POOL_SHAPES[j], &g);
+        for (size_t j = 0; j < sizeof POOL_SHAPES / sizeof *POOL_SHAPES; j++) pool_case(0, AVG_WINS[i], POOL_SHAPES[j], &g);
 }
 
 static void test_upsample(void) {
