@@ -57,7 +57,7 @@ typedef struct {
     char   precision[16];            // bf16 | tf32 | fp32
     char   cache[16];                // "" | ram
     char   project[CFG_PATH], name[256];
-    char   optimizer[16];            // SGD
+    char   optimizer[16];            // auto | SGD | MuSGD | AdamW (gelan-s: auto = SGD; YOLO26: core/train26.c)
     int    epochs, batch, imgsz, workers, seed, exist_ok, close_mosaic, min_items, patience;
     int    save_period, strict, cos_lr, rect;
     // [parallel] (multi-GPU; DESIGN.md section 2)

@@ -38,7 +38,7 @@ const Key cfg_keys[] = {
     ENUM("train", "cache",        cache,        "|ram|none", ""),
     STR ("train", "project",      project,      NULL, "runs/train"),
     STR ("train", "name",         name,         NULL, "exp"),
-    ENUM("train", "optimizer",    optimizer,    "SGD", "SGD"),
+    ENUM("train", "optimizer",    optimizer,    "auto|SGD|MuSGD|AdamW", "auto"),
     INT ("train", "epochs",       epochs,       1, 1000000, "300"),
     INT ("train", "batch",        batch,        1, 1048576, "64"),
     INTM("train", "imgsz",        imgsz,        32, 8192, 32, "640"),

@@ -1,5 +1,6 @@
 // detect.c: inference on image files (YOLOv9 detect.py): letterbox (auto: padded to a multiple of 32),
-// forward in evaluation mode, decode, NMS (conf 0.25, iou 0.45, best class), boxes back to the image,
+// forward in evaluation mode, decode, NMS (conf 0.25, iou 0.45, best class; YOLO26's end-to-end head:
+// top-k, no NMS, core/val_decode.c), boxes back to the image,
 // then drawn pictures and label files under runs/detect/NAME. Legend: A anchors, nc classes.
 #include "core/detect.h"
 
@@ -12,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "core/model.h"
+#include "core/val.h"
 #include "io/augment.h"
 #include "io/dataset.h"
 #include "io/image.h"
@@ -193,10 +195,10 @@ static int output_dir(const Config *cfg, char *dir, size_t size, Err *err) {
 // ---- one image -----------------------------------------------------------------------------
 
 typedef struct {
-    Model  *m;
-    char  **names;
-    float  *input, *boxes, *scores;   // (S, S, 3), (A, 4), (A, nc) for the largest input
-    Det    *det;                      // (max_det)
+    Model      *m;
+    char      **names;
+    float      *input;                // (S, S, 3) for the largest input
+    ValDecoder  dec;                  // decode + NMS, or the end-to-end top-k
     const DetectOptions *o;
     const char *dir;
 } Detector;
@@ -227,8 +229,7 @@ static void draw(Image *im, const Det *d, int nd, char *const *names) {
     }
 }
 
-// labels/STEM.txt: `cls cx cy w h conf` normalised to the image, '%g' as detect.py writes them.
-static int write_labels(const char *path, const Det *d, int nd, int w, int h, Err *err) {
+int detect_write_labels(const char *path, const Det *d, int nd, int w, int h, Err *err) {
     FILE *f = fopen(path, "w");
     if (!f) return err_set(err, "cannot write %s: %s", path, strerror(errno));
     for (int i = 0; i < nd; i++)
@@ -237,7 +238,19 @@ static int write_labels(const char *path, const Det *d, int nd, int w, int h, Er
     return fclose(f) ? err_set(err, "cannot write %s: %s", path, strerror(errno)) : 0;
 }
 
-// Letterbox (scale up allowed, padded to a multiple of 32), forward, decode, NMS, back to the image.
+int detect_boxes(ValDecoder *dec, const Model *m, const Map head[], int img_h, const LetterboxInfo *lb,
+                 int w0, int h0) {
+    int nd = val_decode(dec, m, head, 0, img_h);
+    float r = (float)lb->r, pw = (float)lb->padw, ph = (float)lb->padh;
+    for (int i = 0; i < nd; i++) {                     // scale_boxes: unpad, unscale, clip
+        Det *d = &dec->det[i];
+        d->x1 = fminf(fmaxf((d->x1 - pw) / r, 0), (float)w0); d->x2 = fminf(fmaxf((d->x2 - pw) / r, 0), (float)w0);
+        d->y1 = fminf(fmaxf((d->y1 - ph) / r, 0), (float)h0); d->y2 = fminf(fmaxf((d->y2 - ph) / r, 0), (float)h0);
+    }
+    return nd;
+}
+
+// Letterbox (scale up allowed, padded to a multiple of 32), forward, then detect_boxes.
 static int infer(Detector *dt, const Image *img) {
     Model *m = dt->m;
     LetterboxInfo lb;
@@ -245,18 +258,11 @@ static int infer(Detector *dt, const Image *img) {
     size_t npx = (size_t)lbi.w * lbi.h * 3;
     for (size_t k = 0; k < npx; k++) dt->input[k] = lbi.px[k] / 255.0f;
     model_forward(m, dt->input, 1, lbi.h, lbi.w, 0);
+    int h = lbi.h;
     image_free(&lbi);
     Map head[4];
     for (int l = 0; l < m->n_levels; l++) head[l] = model_value(m, m->head[l], 1);
-    nms_decode(head, m->strides, m->n_levels, 0, m->nc, dt->boxes, dt->scores);
-    int nd = nms_run(dt->boxes, dt->scores, nms_anchors(head, m->n_levels), m->nc, &dt->o->nms, dt->det);
-    float r = (float)lb.r, pw = (float)lb.padw, ph = (float)lb.padh;
-    for (int i = 0; i < nd; i++) {                     // scale_boxes: unpad, unscale, clip
-        Det *d = &dt->det[i];
-        d->x1 = fminf(fmaxf((d->x1 - pw) / r, 0), (float)img->w); d->x2 = fminf(fmaxf((d->x2 - pw) / r, 0), (float)img->w);
-        d->y1 = fminf(fmaxf((d->y1 - ph) / r, 0), (float)img->h); d->y2 = fminf(fmaxf((d->y2 - ph) / r, 0), (float)img->h);
-    }
-    return nd;
+    return detect_boxes(&dt->dec, m, head, h, &lb, img->w, img->h);
 }
 
 // One source image: detections, the drawn copy and (when anything was found) its label file.
@@ -272,8 +278,8 @@ static int detect_one(Detector *dt, const char *path, int i, int n, Err *err) {
     char *dot = strrchr(stem, '.');
     if (dot) *dot = 0;
     snprintf(out, sizeof out, "%s/labels/%s.txt", dt->dir, stem);
-    int rc = nd ? write_labels(out, dt->det, nd, img.w, img.h, err) : 0;
-    draw(&img, dt->det, nd, dt->names);
+    int rc = nd ? detect_write_labels(out, dt->dec.det, nd, img.w, img.h, err) : 0;
+    draw(&img, dt->dec.det, nd, dt->names);
     snprintf(out, sizeof out, "%s/%s", dt->dir, base);
     size_t len = strlen(out);
     int png = len > 4 && !strcasecmp(out + len - 4, ".png");
@@ -323,11 +329,13 @@ int detect_run(Config *cfg, const DetectOptions *o) {
     if (rc) fprintf(stderr, "yolotrain detect: %s\n", err.msg);
     if (!rc) {
         int S = m.imgsz;
-        size_t A = (size_t)(S / 8) * (S / 8) + (size_t)(S / 16) * (S / 16) + (size_t)(S / 32) * (S / 32);
-        Detector dt = { &m, names, xmalloc(sizeof(float) * S * S * 3), xmalloc(sizeof(float) * A * 4),
-                        xmalloc(sizeof(float) * A * m.nc), xmalloc(sizeof(Det) * (o->nms.max_det + 1)), o, dir };
+        Detector dt = { &m, names, xmalloc(sizeof(float) * S * S * 3), { 0 }, o, dir };
+        NmsOptions no = o->nms;
+        if (m.end2end) no.max_det = DETECT_E2E_MAX_DET;
+        val_decoder_init(&dt.dec, &m, S, S, &no);
         rc = detect_all(&dt, &src);
-        free(dt.input); free(dt.boxes); free(dt.scores); free(dt.det);
+        free(dt.input);
+        val_decoder_free(&dt.dec);
     }
     for (int c = 0; names && c < m.nc; c++) free(names[c]);
     free(names);

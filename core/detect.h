@@ -3,6 +3,9 @@
 #pragma once
 #include "cfg/config.h"
 #include "core/nms.h"
+#include "core/val.h"
+
+#define DETECT_E2E_MAX_DET 300   // an end-to-end (YOLO26) model keeps the top 300, as Ultralytics' predict
 
 typedef struct {
     char       source[CFG_PATH];   // an image, a folder of images, or a .txt list of image paths
@@ -20,3 +23,12 @@ int detect_take_args(int *argc, char **argv, DetectOptions *o, Err *err);
 // command line and exist_ok= as for training) holding the drawn images (same file names) and labels/STEM.txt with
 // `cls cx cy w h conf` rows normalised to the image. device=cpu only. Returns the exit status.
 int detect_run(Config *cfg, const DetectOptions *o);
+
+// detect_boxes: image 0 of head maps (host memory) of a letterboxed input img_h pixels high into
+// dec->det, best first, in pixels of the original w0 x h0 image (unpadded, divided by lb->r, clipped).
+// Returns the count. DFL heads: decode + NMS; end-to-end heads: top-k (core/val_decode.c).
+int detect_boxes(ValDecoder *dec, const Model *m, const Map head[], int img_h, const LetterboxInfo *lb,
+                 int w0, int h0);
+// labels/STEM.txt: `cls cx cy w h conf` rows normalised to a w x h image, '%g' as detect.py writes
+// them. Returns 0, or -1 with err naming the file.
+int detect_write_labels(const char *path, const Det *d, int nd, int w, int h, Err *err);

@@ -100,6 +100,24 @@ void metrics_stats_add(MetricsStats *s, const Det *det, int nd, const Det *gt, i
     s->images++;
 }
 
+void metrics_stats_merge(MetricsStats *into, const MetricsStats *from) {
+    if (from->nc != into->nc) die("metrics_stats_merge: %d classes into %d", from->nc, into->nc);
+    if (into->n + from->n > into->cap) {
+        into->cap = into->n + from->n + 64;
+        into->tp = xrealloc(into->tp, sizeof *into->tp * into->cap);
+        into->conf = xrealloc(into->conf, sizeof *into->conf * into->cap);
+        into->cls = xrealloc(into->cls, sizeof *into->cls * into->cap);
+    }
+    if (from->n) {
+        memcpy(into->tp + into->n, from->tp, sizeof *from->tp * from->n);
+        memcpy(into->conf + into->n, from->conf, sizeof *from->conf * from->n);
+        memcpy(into->cls + into->n, from->cls, sizeof *from->cls * from->n);
+    }
+    for (int c = 0; c < into->nc; c++) into->nt[c] += from->nt[c];
+    into->n += from->n;
+    into->images += from->images;
+}
+
 // ---- AP ------------------------------------------------------------------------------------
 
 static double linspace_at(int i, int n) { return i == n - 1 ? 1.0 : i * (1.0 / (n - 1)); }   // np.linspace(0,1,n)

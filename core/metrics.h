@@ -39,6 +39,9 @@ void metrics_stats_free(MetricsStats *s);
 // outside [0, nc) are the caller's bug (die).
 void metrics_stats_add(MetricsStats *s, const Det *det, int nd, const Det *gt, int ng);
 
+// Append the images of `from` (same nc) after those of `into`, as if added to it in that order.
+void metrics_stats_merge(MetricsStats *into, const MetricsStats *from);
+
 typedef struct {
     int     nc, images, instances;
     int    *nt;                         // (nc) labels per class

@@ -12,24 +12,57 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-#ifdef USE_CUDA
 #include "gpu/device.h"
+#ifdef USE_CUDA
 #include "gpu/loss.h"
 #include "gpu/peer.h"
 #endif
 
 // ---- devices and splits --------------------------------------------------------------------
 
-int parse_devices(const char *spec, int n_gpus, DeviceList *out, Err *err) {
-    char buf[256];
-    int k = 0;
-    for (const char *p = spec; *p && k < (int)sizeof buf - 1; p++) {   // [0, 1] -> 0,1; "0 1" stays an error
-        if (strchr("[]()'\"", *p)) continue;
-        if (*p == ' ' && (!k || buf[k - 1] == ',' || !p[1] || p[1] == ',' || strchr("])", p[1]))) continue;
+static void trim(const char **a, const char **b) {   // the text [*a, *b) less its outer spaces
+    while (*a < *b && **a == ' ') (*a)++;
+    while (*b > *a && (*b)[-1] == ' ') (*b)--;
+}
+
+// device= as written less an outer pair of quotes and one of brackets, with the spaces next to
+// commas and ends gone ("[0, 1]" -> "0,1"; "0 1" keeps its space, an error later). Returns 0, or
+// -1 with err for brackets or quotes anywhere else.
+static int unwrap_devices(const char *spec, char *buf, size_t size, Err *err) {
+    const char *a = spec, *b = spec + strlen(spec);
+    trim(&a, &b);
+    if (b - a >= 2 && (*a == '\'' || *a == '"') && b[-1] == *a) a++, b--;
+    trim(&a, &b);
+    if (a < b && (*a == '[' || *a == '(')) {
+        char close = *a == '[' ? ']' : ')';
+        if (b - a < 2 || b[-1] != close)
+            return err_set(err, "device=%s: the %c is not closed by a %c at the end; write device=[0,1] or "
+                           "device=0,1", spec, *a, close);
+        a++, b--;
+        trim(&a, &b);
+        if (a == b)
+            return err_set(err, "device=%s: no device inside the brackets; write device=[0,1] or device=0,1", spec);
+    }
+    if ((size_t)(b - a) >= size) return err_set(err, "device=%.40s...: too long", spec);
+    size_t k = 0;
+    for (const char *p = a; p < b; p++) {
+        if (strchr("[]()'\"", *p))
+            return err_set(err, "device=%s: brackets go around the whole list, once: device=[0,1] or device=0,1",
+                           spec);
+        const char *q = p;
+        while (q < b && *q == ' ') q++;
+        if (*p == ' ' && (!k || buf[k - 1] == ',' || q == b || *q == ',')) continue;
         buf[k++] = *p;
     }
     buf[k] = 0;
+    return 0;
+}
+
+int parse_devices(const char *spec, int n_gpus, DeviceList *out, Err *err) {
+    char buf[256];
+    if (unwrap_devices(spec, buf, sizeof buf, err)) return -1;
     memset(out, 0, sizeof *out);
     if (!strncmp(buf, "cpu", 3)) {
         long n = buf[3] == ':' ? strtol(buf + 4, NULL, 10) : buf[3] ? -1 : 1;
@@ -56,6 +89,8 @@ int parse_devices(const char *spec, int n_gpus, DeviceList *out, Err *err) {
         if (out->n == MULTI_MAX) return err_set(err, "device=%s: at most %d devices", spec, MULTI_MAX);
         out->gpu[out->n++] = (int)id;
         p = *end ? end + 1 : end;
+        if (*end && !*p)
+            return err_set(err, "device=%s: an id is missing after the last comma; write device=0,1", spec);
     }
     return 0;
 }
@@ -703,18 +738,24 @@ static void auto_split(Multi *mt, int B) {
     mt->last_B = -1;
 }
 
-static int plan_split(Multi *mt, int B, Err *err) {
-    if (B == mt->last_B) return 0;
+// The micro-batch sizes of a batch of B images: split=auto's measured split once it has one, else split=.
+static int split_sizes(const Multi *mt, int B, int *sizes, Err *err) {
     if (mt->au.use) {
-        if (split_weighted(mt->au.rate, mt->cap, B, mt->n, mt->sizes))
+        if (split_weighted(mt->au.rate, mt->cap, B, mt->n, sizes))
             return err_set(err, "split=auto: no split of %d images fits the devices' micro-batch sizes", B);
-    } else if (split_batch(mt->split, B, mt->n, mt->sizes, err)) {
+    } else if (split_batch(mt->split, B, mt->n, sizes, err)) {
         return -1;
     }
     for (int k = 0; k < mt->n; k++)
-        if (mt->sizes[k] > mt->cap[k])
+        if (sizes[k] > mt->cap[k])
             return err_set(err, "split=%s gives device %d %d images of a batch of %d; it was built for %d", mt->split, k,
-                           mt->sizes[k], B, mt->cap[k]);
+                           sizes[k], B, mt->cap[k]);
+    return 0;
+}
+
+static int plan_split(Multi *mt, int B, Err *err) {
+    if (B == mt->last_B) return 0;
+    if (split_sizes(mt, B, mt->sizes, err)) return -1;
     mt->last_B = B;
     return 0;
 }
@@ -835,9 +876,33 @@ int multi_step(Multi *mt, int n, int S, const float *targets, int nt, int epoch,
     return 0;
 }
 
+// Each GPU's share is the bytes its step will pass to model_forward_u8 (scatter's), so the step
+// finds the copy; a split that changes in between (split=auto) only makes that step copy again.
+void multi_prefetch(Trainer *t, const uint8_t *images, int n, int S) {
+#ifdef USE_CUDA
+    size_t per = (size_t)S * S * 3;
+    Multi *mt = t->multi;
+    if (!mt) {
+        if (t->dev) device_prefetch_u8(t->dev, images, n * per);
+        return;
+    }
+    int sizes[MULTI_MAX], first = 0;
+    Err err;
+    if (split_sizes(mt, n, sizes, &err)) return;   // the step reports it
+    for (int k = 0; k < mt->n; k++) {
+        Trainer *d = mt->job[k].t;
+        if (d->dev && sizes[k]) device_prefetch_u8(d->dev, images + first * per, sizes[k] * per);
+        first += sizes[k];
+    }
+#else
+    (void)t, (void)images, (void)n, (void)S;      // CPU devices convert the bytes in the step
+#endif
+}
+
 const int *multi_sizes(const Multi *mt) { return mt->sizes; }
 int multi_count(const Multi *mt) { return mt->n; }
 const Trainer *multi_replica(const Multi *mt, int k) { return k ? &mt->rep[k] : mt->master; }
+Trainer *multi_replica_mut(Multi *mt, int k) { return k ? &mt->rep[k] : mt->master; }
 
 void multi_shard(const Multi *mt, int k, size_t *lo, size_t *hi) {
     if (mt->sharded) { *lo = mt->shard[k].lo; *hi = mt->shard[k].hi; return; }

@@ -18,8 +18,9 @@ typedef struct DeviceList { // the devices of a run
     int gpu[MULTI_MAX];      // GPU ids, or -1 for CPU devices (device=cpu:N)
 } DeviceList;
 
-// Parse device=: "" (every GPU, else the CPU), "cpu", "cpu:N", "0", "0,1", "[0, 1]", "(0,1)".
-// Unknown, repeated or absent ids are errors listing the GPUs found. n_gpus: GPUs visible.
+// Parse device=: "" (every GPU, else the CPU), "cpu", "cpu:N", "0", "0,1", "[0,1]", "[0, 1]",
+// "(0,1)", optionally quoted. Unknown, repeated or absent ids, and brackets that do not enclose the
+// whole list once ("[0,1", "0,1]", "[[0,1]]", "[]"), are errors. n_gpus: GPUs visible.
 int parse_devices(const char *spec, int n_gpus, DeviceList *out, Err *err);
 
 // Micro-batch sizes for a batch of B images on n devices: "even" (and "auto" before it has
@@ -68,8 +69,16 @@ void multi_scatter_state(Multi *mt);
 // the peer-to-peer self-test fails (tests force it to check that path).
 void multi_use_host_copies(Multi *mt);
 
+// Start the upload of the next batch (n uint8 images of S x S x 3, page-locked: gpu_host_pin) while
+// the current step computes: with several devices each GPU its share under the split the next step
+// will use, on one GPU (t->multi NULL) the whole batch, on CPU devices nothing. The step that then
+// runs with t->input_u8 == images waits for these copies on the GPUs, not on the host. The bytes
+// must stay unchanged until that step has returned.
+void multi_prefetch(Trainer *t, const uint8_t *images, int n, int S);
+
 // Device k's trainer (0: the master).
 const Trainer *multi_replica(const Multi *mt, int k);
+Trainer *multi_replica_mut(Multi *mt, int k);   // the same, to borrow the replica's model (validation)
 // The micro-batch sizes of the last step, per device (for the start-up plan and logs).
 const int *multi_sizes(const Multi *mt);
 int multi_count(const Multi *mt);

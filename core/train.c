@@ -17,6 +17,7 @@
 #include "io/plot.h"
 #include "core/checkpoint.h"
 #include "core/multi.h"
+#include "core/train26.h"
 #include "core/val.h"
 #include "gpu/device.h"
 #include "io/synth.h"
@@ -28,11 +29,11 @@ static int trainer_setup(Trainer *t, const Config *cfg, int gpu, int master, int
     memset(t, 0, sizeof *t);
     if (model_build(cfg, micro, cfg->imgsz, &t->m, err)) return -1;
     Model *m = &t->m;
-    if (m->end2end) {
+    if (m->end2end && train26_check(cfg, err)) { model_free(m); return -1; }
+    if (!m->end2end && strcmp(cfg->optimizer, "SGD") && strcmp(cfg->optimizer, "auto")) {
         model_free(m);
-        return err_set(err, "%s: YOLO26's end-to-end head does not train here yet (its loss, optimizer and "
-                       "graph are built and checked against the reference step, test_yolo26; the trainer "
-                       "does not drive them yet); `yolotrain info %s` shows the model", cfg->file, cfg->file);
+        return err_set(err, "optimizer=%s: %s trains with SGD, as YOLOv9's train.py; MuSGD and AdamW are YOLO26's "
+                       "(cfg/yolo26s.ini): use optimizer=SGD or auto", cfg->optimizer, cfg->file);
     }
     if (cfg->weights[0]) {
         if (model_load(m, cfg->weights, "", err)) { model_free(m); return -1; }
@@ -42,7 +43,8 @@ static int trainer_setup(Trainer *t, const Config *cfg, int gpu, int master, int
     t->master = master;
     if (gpu < 0) {
         // The arenas are reserved but not yet touched: refuse now rather than be killed mid-epoch.
-        double need = model_host_bytes(m) + sizeof(float) * (3.0 * m->n_state + (double)cfg->batch * cfg->imgsz * cfg->imgsz * 3);
+        double states = m->end2end ? 4.0 : 3.0;       // YOLO26: two optimizer states (MuSGD s, m; AdamW m, v)
+        double need = model_host_bytes(m) + sizeof(float) * (states * m->n_state + (double)cfg->batch * cfg->imgsz * cfg->imgsz * 3);
         double have = (double)mem_available_bytes();
         if (have > 0 && need > 0.9 * have) {
             model_free(m);
@@ -55,8 +57,8 @@ static int trainer_setup(Trainer *t, const Config *cfg, int gpu, int master, int
             memcpy(t->ema, m->state, m->n_state * sizeof(float));
             t->recv = xmalloc(m->n_state * sizeof(float));
         }
-        t->lw = loss_work_new();
-        if (m->n_aux) t->lw_aux = loss_work_new();
+        if (!m->end2end) t->lw = loss_work_new();
+        if (m->n_aux && !m->end2end) t->lw_aux = loss_work_new();
     } else {
 #ifdef USE_CUDA
         if (trainer_gpu_init(t, cfg, gpu, err)) { model_free(m); return -1; }
@@ -67,6 +69,7 @@ static int trainer_setup(Trainer *t, const Config *cfg, int gpu, int master, int
     }
     t->input = xmalloc((size_t)cfg->batch * cfg->imgsz * cfg->imgsz * 3 * sizeof(float));
     model_zero_grad(m);
+    if (m->end2end && train26_init(t, cfg, err)) { trainer_free(t); return -1; }   // YOLO26: core/train26.c
     return 0;
 }
 
@@ -79,6 +82,7 @@ static void optimizer_init(Trainer *t, const Config *cfg, int nb) {
         if (g < 0 && p->kind != PK_FIXED) continue;      // BN buffers are no parameters
         t->slots[t->n_slots++] = (ParamSlot){ m->state + p->offset, g >= 0 ? m->grad + p->offset : NULL, p->n, g };
     }
+    if (t->y26) { train26_optimizer_init(t, cfg, nb); return; }   // its groups, optimizer and schedule
     sgd_init(&t->sgd, t->slots, t->n_slots, m->be, m->be_ctx, t->sgd_buf);   // NULL: a host buffer
     LrKind kind = cfg->cos_lr ? LR_COSINE : LR_LINEAR;
     opt_schedule_init(&t->sched, &cfg->hyp, kind, cfg->epochs, nb, cfg->batch);
@@ -106,6 +110,7 @@ int trainer_init_devices(Trainer *t, const Config *cfg, int nb, const DeviceList
 
 void trainer_free(Trainer *t) {
     if (t->multi) multi_free(t);
+    train26_free(t);
     if (t->master) sgd_free(&t->sgd);
     free(t->slots); free(t->input);
     if (t->dev) {
@@ -141,6 +146,7 @@ static void loss_batch(Trainer *t, int n, int S, const float *targets, int nt) {
 // The two assignments of the batch, each head on its own (detached) predictions.
 static int assign_heads(Trainer *t, LossNorm *tss, Err *err) {
     *tss = (LossNorm){ 0, 0 };
+    if (t->y26) return train26_assign(t, tss, err);   // main: the one-to-one branch, aux: one-to-many
 #ifdef USE_CUDA
     if (t->dev) return trainer_gpu_assign(t, tss, err);
 #endif
@@ -171,6 +177,7 @@ int trainer_forward_assign(Trainer *t, int n, int S, const float *images, const 
 
 // The loss of both heads (utils/loss_tal_dual.py): the auxiliary one weighted through batch_mult.
 static void compute_heads(Trainer *t, const LossNorm *norm, double batch_mult, LossOut *out) {
+    if (t->y26) { train26_compute(t, norm, batch_mult, out); return; }   // both branches, ProgLoss-weighted
 #ifdef USE_CUDA
     if (t->dev) { trainer_gpu_compute(t, norm, batch_mult, out); return; }
 #endif
@@ -197,6 +204,11 @@ void trainer_compute_backward(Trainer *t, int n, double norm, double batch_mult,
 void trainer_update(Trainer *t, int epoch, int i) {
     Model *m = &t->m;
     double t0 = now_seconds();
+    if (t->y26) {                                      // MuSGD, AdamW or SGD over the 8 groups
+        train26_update(t, epoch, i);
+        t->t.optim += now_seconds() - t0;
+        return;
+    }
     OptStep st = opt_schedule_next(&t->sched, epoch, i);
     memcpy(t->lr, st.lr, sizeof t->lr);
     if (st.step) {
@@ -418,14 +430,11 @@ static void drop_results_from(const char *dir, int epoch) {
 static int end_epoch(Config *cfg, Trainer *t, RunState *rs, int epoch, const Running *r) {
     Err err;
     char path[CFG_PATH * 2 + 64];
-    ValOptions vo = val_options(cfg);
-    if (vo.batch > t->m.max_n) vo.batch = t->m.max_n;   // several devices: the master's micro-batch
+    if (t->y26) train26_end_epoch(t);                  // ProgLoss: the next epoch's branch weights
+    ValOptions vo = val_options_train(cfg);           // train.py: 2*batch, rect, pad 0.5; run in chunks
     vo.picture_dir = rs->dir;
     ValResult v = { 0 };
-    float *live = t->m.state;
-    t->m.state = t->ema;                              // validation and checkpoints use the EMA
-    int vrc = val_evaluate(&t->m, rs->val, &vo, &v, &err);
-    t->m.state = live;
+    int vrc = val_evaluate_ema(t, rs->val, &vo, &v, &err);   // the EMA weights, on every device
     if (vrc) { fprintf(stderr, "yolotrain: validation failed: %s\n", err.msg); memset(&v, 0, sizeof v); }
     results_row(rs, epoch, r, &v, t->lr);
     char csv[CFG_PATH * 2 + 64];
@@ -453,22 +462,49 @@ static int end_epoch(Config *cfg, Trainer *t, RunState *rs, int epoch, const Run
     return 0;
 }
 
-// A step failed (a device error, bad targets): keep the newest weights. The EMA on device 0 is whole
-// as of the last optimizer step, so it goes to weights/last.safetensors; last_state stays at the
-// last epoch end (this step's gradients may be partial), which is where resume continues. Under
-// reduce=sharded the EMA is spread over the devices, one of which failed: nothing is written.
-static void save_after_failure(Config *cfg, Trainer *t, const char *dir) {
-    char path[CFG_PATH * 2 + 64];
+// What a failure handler needs: the run, and which checkpoints on disk are whole.
+typedef struct {
+    const Config  *cfg;
+    Trainer       *t;
+    const char    *dir;
+    int            saved_epoch, saved_batch;   // where last_state.safetensors continues; epoch -1: none yet
+} Failure;
+
+// A step failed (what NULL: a device error or bad targets, reported already) or a CUDA call did (the
+// fatal hook of gpu/device.h, what: the error): keep the newest weights. The EMA on device 0 is whole
+// as of the last optimizer step, so it goes to weights/last.safetensors; last_state stays where it
+// was saved (this step's gradients may be partial), which is where resume continues. Nothing is
+// written under reduce=sharded (the EMA is spread over the devices, one of which failed) or when
+// device 0's GPU is dead (a sticky error); then, or when the save fails, the intact files are named.
+static void save_after_failure(const char *what, void *arg) {
+    const Failure *f = arg;
+    char last[CFG_PATH * 2 + 64], why[sizeof(Err)] = "";
     Err err;
-    if (t->multi && !strcmp(cfg->reduce, "sharded")) {
-        fprintf(stderr, "yolotrain: the checkpoints of the last epoch end are intact; continue with: ./yolotrain "
-                "resume=%s\n", dir);
+    if (what) fprintf(stderr, "\nyolotrain: the run stops on a CUDA error (%s)\n", what);
+    snprintf(last, sizeof last, "%s/weights/last.safetensors", f->dir);
+    if (f->t->multi && !strcmp(f->cfg->reduce, "sharded")) snprintf(why, sizeof why, "under reduce=sharded the EMA "
+                                                                      "is spread over the devices");
+#ifdef USE_CUDA
+    else if (f->t->dev && !device_usable(f->t->dev)) snprintf(why, sizeof why, "GPU %d can no longer run work (a "
+                                                              "sticky CUDA error)", ((Device *)f->t->dev)->id);
+#endif
+    else if (trainer_save(f->t, last, &err)) snprintf(why, sizeof why, "%s", err.msg);
+    if (!why[0]) {
+        fprintf(stderr, "yolotrain: saved the EMA weights of the last optimizer step to %s; ", last);
+        if (f->saved_epoch < 0) fprintf(stderr, "no training state was saved yet: start again with weights=%s\n", last);
+        else fprintf(stderr, "the training state %s/weights/last_state.safetensors is intact: ./yolotrain resume=%s "
+                     "continues from there\n", f->dir, f->dir);
         return;
     }
-    snprintf(path, sizeof path, "%s/weights/last.safetensors", dir);
-    if (trainer_save(t, path, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return; }
-    fprintf(stderr, "yolotrain: saved the EMA weights of the last optimizer step to %s; the training state of the "
-            "last epoch end is intact: ./yolotrain resume=%s continues from there\n", path, dir);
+    if (f->saved_epoch < 0) {
+        fprintf(stderr, "yolotrain: nothing saved (%s); the run had saved no checkpoint yet\n", why);
+        return;
+    }
+    char when[64];
+    if (f->saved_batch) snprintf(when, sizeof when, "epoch %d, batch %d", f->saved_epoch, f->saved_batch);
+    else snprintf(when, sizeof when, "the end of epoch %d", f->saved_epoch - 1);
+    fprintf(stderr, "yolotrain: nothing saved (%s); intact: %s and %s/weights/last_state.safetensors, of %s: "
+            "./yolotrain resume=%s continues from there\n", why, last, f->dir, when, f->dir);
 }
 
 // YT_FAIL_DEVICE=K (tests): device K of a multi-device run fails its backward from the second step on,
@@ -478,12 +514,29 @@ static int injected_failure(int device, const char *phase, void *arg) {
     return device == *(const int *)arg && !strcmp(phase, "backward") && ++backward_calls >= 2;
 }
 
+// YT_FAIL_CUDA=STEP[:sticky] (tests): before step STEP of the run (from 1) a CUDA call fails through
+// checkCuda (sticky: one that ends the GPU context); on the CPU the fatal path is entered directly.
+static void injected_cuda_failure(const Trainer *t, int step) {
+    const char *spec = getenv("YT_FAIL_CUDA");
+    if (!spec || atoi(spec) != step) return;
+    fprintf(stderr, "YT_FAIL_CUDA=%s: a CUDA error injected at step %d\n", spec, step);
+#ifdef USE_CUDA
+    if (t->dev) device_inject_fault(t->dev, strstr(spec, "sticky") != NULL);
+#endif
+    device_fatal("injected");
+}
+
 static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
-    int nb = loader_batches(ld), S = cfg->imgsz;
+    int nb = loader_batches(ld), S = cfg->imgsz, rc = 0;
     const Dataset *ds = rs->train;
     const char *dir = rs->dir;
     char path[CFG_PATH * 2 + 64];
     Err err;
+    Failure fail = { cfg, t, dir, cfg->resume[0] ? rs->start.epoch : -1, rs->start.batch };
+    device_set_fatal_hook(save_after_failure, &fail);   // until this returns: fail lives here
+#ifdef USE_CUDA
+    if (t->dev) loader_pin_buffers(ld, &(LoaderPinning){ gpu_host_pin, gpu_host_unpin, NULL });   // async uploads
+#endif
     printf("%11s%11s%11s%11s%11s%11s%11s\n", "Epoch", "mem", "box_loss", "cls_loss", "dfl_loss", "Instances", "Size");
     int steps = 0;
     for (int epoch = rs->start.epoch; epoch < cfg->epochs && !stop_requested; epoch++) {
@@ -494,15 +547,21 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
         Running r = { 0 };
         if (i == 0) model_zero_grad(&t->m);            // train.py zeroes at every epoch start
         else r = (Running){ rs->start.box, rs->start.cls, rs->start.dfl, rs->start.n };
-        double t0 = now_seconds();
+        double t0 = now_seconds(), tw = t0;
         int images = 0, inst = 0;
-        Batch *b;
-        for (double tw = now_seconds(); !stop_requested && loader_next(ld, &b); tw = now_seconds(), i++) {
+        // Two batches in hand: the next one's upload runs on the GPUs' copy streams behind this step.
+        Batch *b = NULL, *next = NULL;
+        if (loader_next(ld, &b)) multi_prefetch(t, b->images, b->n, S);
+        for (t->t.data += now_seconds() - tw; !stop_requested && b; b = next, i++) {
+            tw = now_seconds();
+            if (loader_next(ld, &next)) multi_prefetch(t, next->images, next->n, S);
+            else next = NULL;
             t->t.data += now_seconds() - tw;
             if (epoch == 0 && i == 0) {
                 snprintf(path, sizeof path, "%s/train_batch0.jpg", dir);
                 if (picture_batch(b, ds->names, ds->nc, path, &err)) fprintf(stderr, "note: %s\n", err.msg);
             }
+            injected_cuda_failure(t, ++steps);
             t->input_u8 = b->images;                   // converted on the device: a quarter of the bytes
             LossOut lo;
             int bad = trainer_step(t, b->n, S, b->targets, b->nt, epoch, i, &lo, &err);
@@ -510,15 +569,18 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
             if (bad) {
                 fprintf(stderr, "\nyolotrain: %s\n", err.msg);
                 loader_release(ld, b);
-                save_after_failure(cfg, t, dir);
-                return 1;
+                if (next) loader_release(ld, next);
+                save_after_failure(NULL, &fail);
+                rc = 1;
+                goto done;
             }
             r.box += lo.box; r.cls += lo.cls; r.dfl += lo.dfl; r.n++;
             images += b->n; inst = b->nt;
-            loader_release(ld, b);
+            loader_release(ld, b);                     // the step has waited for its copies on the GPU
             progress(cfg, t, epoch, &r, inst, S, i + 1, nb, now_seconds() - t0, images, 0);
-            if (rs->stop_after > 0 && ++steps == rs->stop_after) stop_requested = -1;
+            if (rs->stop_after > 0 && steps == rs->stop_after) stop_requested = -1;
         }
+        if (b) loader_release(ld, b);                  // stopped with the next batch in hand: resume remakes it
         progress(cfg, t, epoch, &r, inst, S, i, nb, now_seconds() - t0, images, 1);
         if (t->multi) {                                // per-device time split and memory, devices.csv
             snprintf(path, sizeof path, "%s/devices.csv", dir);
@@ -531,21 +593,24 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
             snprintf(path, sizeof path, "%s/weights/last.safetensors", dir);
             int bad = trainer_save(t, path, &err);
             if (bad) fprintf(stderr, "yolotrain: %s\n", err.msg);
-            if (save_state(t, rs, epoch, i, &r) || bad) return 1;
-            printf("\nstopped (%s) at epoch %d, batch %d: saved %s/weights/last.safetensors and last_state.safetensors;"
-                   " continue with: ./yolotrain resume=%s\n", stop_requested < 0 ? "YT_STOP_AFTER_STEPS" : "signal",
-                   epoch, i, dir, dir);
-            return 0;
+            rc = save_state(t, rs, epoch, i, &r) || bad;
+            if (!rc) printf("\nstopped (%s) at epoch %d, batch %d: saved %s/weights/last.safetensors and "
+                            "last_state.safetensors; continue with: ./yolotrain resume=%s\n",
+                            stop_requested < 0 ? "YT_STOP_AFTER_STEPS" : "signal", epoch, i, dir, dir);
+            goto done;
         }
-        if (end_epoch(cfg, t, rs, epoch, &r)) return 1;
-        if (save_state(t, rs, epoch + 1, 0, &(Running){ 0 })) return 1;
+        if (end_epoch(cfg, t, rs, epoch, &r) || save_state(t, rs, epoch + 1, 0, &(Running){ 0 })) { rc = 1; goto done; }
+        fail.saved_epoch = epoch + 1;
+        fail.saved_batch = 0;
         if (cfg->patience > 0 && epoch - rs->best_epoch >= cfg->patience) {
             printf("Stopping training early as no improvement observed in last %d epochs. Best results "
                    "observed at epoch %d; the best model is saved as best.safetensors.\n", cfg->patience, rs->best_epoch);
             break;
         }
     }
-    return 0;
+done:
+    device_set_fatal_hook(NULL, NULL);
+    return rc;
 }
 
 // The run folder `resume=` names: a folder, a file inside its weights/, or 1 for the newest run

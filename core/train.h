@@ -36,7 +36,9 @@ typedef struct Trainer {
     const uint8_t *input_u8;     // or, when set, the loader's uint8 batch (converted on the device)
     int         input_resident;  // 1: the batch is already on the device (bench/step's GPU-only step)
     PhaseTimes  t;
-    double      lr[3];           // learning rates of the last iteration, per group (results.csv)
+    double      lr[3];           // learning rates of the last iteration, per group (results.csv); YOLO26:
+                                 // its bias, weight (Muon under MuSGD) and BN groups
+    struct Train26 *y26;         // YOLO26 (m.end2end): its loss, optimizer and schedule (core/train26.h)
 } Trainer;
 
 // Build the model for batches of up to `batch` images of imgsz x imgsz, its optimizer for `nb`

@@ -1,21 +1,27 @@
-// val.c: one validation pass (YOLOv9 val.py run() during and after training): forward in evaluation
-// mode, val losses, decode + NMS per image, boxes back to original pixels, matching, AP.
-// Legend: N images per batch, S letterbox side, A anchors, nc classes, D detections of an image.
+// val.c: one validation pass (YOLOv9 val.py run() during and after training): rect batches, forward in
+// evaluation mode on one or several models (a thread each), val losses, per-image detections, boxes
+// back to original pixels, matching, then AP over the batches merged in order.
+// Legend: N images per batch, S load size, H,W a batch's shape, A anchors, nc classes, D detections.
 #include "core/val.h"
 
-#include "io/picture.h"
-
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/loss.h"
-#include "io/loader.h"
+#include "io/picture.h"
 #include "io/synth.h"
 
 ValOptions val_options(const Config *cfg) {
-    return (ValOptions){ .batch = cfg->batch, .workers = cfg->workers, .imgsz = cfg->imgsz,
+    return (ValOptions){ .batch = cfg->batch, .workers = cfg->workers, .imgsz = cfg->imgsz, .rect = 1, .pad = 0.5,
                          .nms = nms_val_options(), .losses = 1, .verbose = 0, .out = stdout };
+}
+
+ValOptions val_options_train(const Config *cfg) {
+    ValOptions o = val_options(cfg);
+    o.batch = 2 * cfg->batch;                 // train.py: batch_size // WORLD_SIZE * 2
+    return o;
 }
 
 void val_result_free(ValResult *r) { metrics_free(&r->m); }
@@ -33,169 +39,252 @@ void val_scale_boxes(Det *d, int n, int S, int w0, int h0, const LetterboxInfo *
     }
 }
 
-// Scratch for one pass, sized for the model's largest batch and the letterbox side.
-typedef struct {
-    float    *input;             // (N, S, S, 3)
-    float    *boxes, *scores;    // (A, 4), (A, nc)
-    Det      *det, *gt;          // (max_det), (labels of one image)
-    int       gt_cap;
-    LossWork *lw;
-    Map       head[LOSS_LEVELS]; // the head maps of the batch, in host memory
-    float    *head_host;         // their copy when the model runs on a GPU
-    double    t_pre, t_infer, t_nms;
-} ValWork;
+// ---- what a model can hold ----------------------------------------------------------------
 
-// Point w->head at the batch's head maps, copied to the host when the model lives on a GPU
-// (decoding, NMS and the val losses run on the CPU).
-static void heads_to_host(Model *m, ValWork *w, int n) {
-    size_t off = 0;
-    for (int l = 0; l < m->n_levels; l++) {
-        Map h = model_value(m, m->head[l], n);
-        if (m->on_device) {
-            m->be->download(m->be_ctx, w->head_host + off, h.data, map_pixels(h) * h.ld);
-            h.data = w->head_host + off;
-            off += map_pixels(h) * h.ld;
+static int has_attention(const Model *m) {
+    for (int i = 0; i < m->n_nodes; i++) if (m->nodes[i].op == OP_ATTN) return 1;
+    return 0;
+}
+
+// Images of H x W one forward of m may take: its arenas are planned for max_n images of imgsz^2, and
+// every activation grows with n*H*W (attention probabilities with n*(H*W)^2), so a rect shape larger
+// than imgsz (pad 0.5 makes a square image imgsz + 32) runs in smaller chunks. 0: not even one.
+static int chunk_images(const Model *m, int H, int W) {
+    double planned = (double)m->imgsz * m->imgsz, hw = (double)H * W;
+    double k = hw <= planned ? m->max_n : floor(m->max_n * planned / hw);
+    if (has_attention(m) && hw > planned) k = fmin(k, floor(m->max_n * (planned / hw) * (planned / hw)));
+    return (int)k;
+}
+
+// ---- one batch on one model ---------------------------------------------------------------
+
+typedef struct {              // one batch's share of the result, merged in batch order
+    MetricsStats st;
+    double       box, cls, dfl;
+} BatchOut;
+
+typedef struct {              // the pass, shared by the model threads
+    Model *const    *models;
+    const Dataset   *ds;
+    const ValOptions *o;
+    ValPlan          plan;
+    BatchOut        *out;
+    int              next, max_h, max_w, failed;
+    Err              err;
+    double           t_pre, t_infer, t_nms;
+    pthread_mutex_t  mu;
+} Pass;
+
+typedef struct {              // one model's scratch
+    Pass      *p;
+    Model     *m;
+    ValBatch   vb;
+    ValDecoder dec;
+    LossWork  *lw;
+    float     *heads;         // host copy of the batch's head maps, level after level
+    Map        head[4];
+    Det       *gt;
+    int        gt_cap;
+} Worker;
+
+// Forward batch vb in chunks, each chunk's head maps copied into w->heads (the host), w->head the
+// batch's maps there.
+static void forward_batch(Worker *w) {
+    Model *m = w->m;
+    const ValBatch *vb = &w->vb;
+    int chunk = chunk_images(m, vb->H, vb->W);
+    for (int c0 = 0; c0 < vb->n; c0 += chunk) {
+        int cn = vb->n - c0 < chunk ? vb->n - c0 : chunk;
+        model_forward_u8(m, vb->images + (size_t)c0 * vb->H * vb->W * 3, cn, vb->H, vb->W, 0);
+        size_t off = 0;
+        for (int l = 0; l < m->n_levels; l++) {
+            Map h = model_value(m, m->head[l], cn);
+            size_t per = (size_t)h.H * h.W * h.ld;           // floats per image
+            float *dst = w->heads + off + c0 * per;
+            if (m->on_device) m->be->download(m->be_ctx, dst, h.data, per * cn);
+            else memcpy(dst, h.data, sizeof(float) * per * cn);
+            w->head[l] = (Map){ w->heads + off, vb->n, h.H, h.W, h.C, h.ld, 0 };
+            off += per * vb->n;
         }
-        w->head[l] = h;
     }
 }
 
-// The labels of image i of the batch: normalised to S, to pixels, xyxy, then to the original image.
-static int batch_labels(ValWork *w, const Batch *b, int i, int w0, int h0) {
+// The labels of image i of the batch: normalised to W, H, to pixels, xyxy, then to the original image.
+static int batch_labels(Worker *w, int i, int w0, int h0) {
+    const ValBatch *b = &w->vb;
     int n = 0;
     for (int k = 0; k < b->nt; k++) {
         const float *t = b->targets + (size_t)k * 6;
         if ((int)t[0] != i) continue;
         if (n == w->gt_cap) w->gt_cap = 2 * n + 16, w->gt = xrealloc(w->gt, sizeof *w->gt * w->gt_cap);
-        float cx = t[2] * b->S, cy = t[3] * b->S, bw = t[4] * b->S, bh = t[5] * b->S;
+        float cx = t[2] * b->W, cy = t[3] * b->H, bw = t[4] * b->W, bh = t[5] * b->H;
         w->gt[n++] = (Det){ cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2, 1.0f, (int)t[1] };
     }
     val_scale_boxes(w->gt, n, b->S, w0, h0, &b->info[i]);
     return n;
 }
 
-// The detections of image i (letterbox pixels) with confidence > 0.25 as target rows normalised to S,
-// appended to rows (for the picture of predictions); returns the new count.
-static int prediction_rows(const Det *d, int nd, int i, int S, float *rows, int n, int cap) {
-    for (int k = 0; k < nd && n < cap; k++) {
-        if (d[k].conf <= 0.25f) continue;
-        float *r = rows + 6 * n++;
-        r[0] = i; r[1] = d[k].cls;
-        r[2] = (d[k].x1 + d[k].x2) / 2 / S; r[3] = (d[k].y1 + d[k].y2) / 2 / S;
-        r[4] = (d[k].x2 - d[k].x1) / S; r[5] = (d[k].y2 - d[k].y1) / S;
-    }
-    return n;
-}
-
-// val_batch0_labels.jpg and val_batch0_pred.jpg: the first batch with its labels, then with the
-// model's detections (confidence > 0.25), so a person can see what the metrics measure.
-static void batch_pictures(const Dataset *ds, const ValOptions *o, const Batch *b, float *rows, int n_rows) {
-    char path[4096];
-    Err err;
-    snprintf(path, sizeof path, "%s/val_batch0_labels.jpg", o->picture_dir);
-    if (picture_batch(b, ds->names, ds->nc, path, &err)) fprintf(stderr, "note: %s\n", err.msg);
-    Batch pred = *b;
-    pred.targets = rows;
-    pred.nt = n_rows;
-    snprintf(path, sizeof path, "%s/val_batch0_pred.jpg", o->picture_dir);
-    if (picture_batch(&pred, ds->names, ds->nc, path, &err)) fprintf(stderr, "note: %s\n", err.msg);
-}
-
-static void batch_stats(Model *m, const Dataset *ds, const ValOptions *o, ValWork *w, const Batch *b,
-                        MetricsStats *st) {
-    const Map *head = w->head;
-    int A = nms_anchors(head, m->n_levels), picture = o->picture_dir && b->number == 0, n_rows = 0;
-    enum { ROWS = 4096 };
-    float *rows = picture ? xmalloc(sizeof(float) * 6 * ROWS) : NULL;
-    for (int i = 0; i < b->n; i++) {
-        double t0 = now_seconds();
-        nms_decode(head, m->strides, m->n_levels, i, m->nc, w->boxes, w->scores);
-        int nd = nms_run(w->boxes, w->scores, A, m->nc, &o->nms, w->det);
-        w->t_nms += now_seconds() - t0;
-        if (picture) n_rows = prediction_rows(w->det, nd, i, b->S, rows, n_rows, ROWS);
-        const Sample *s = &ds->s[b->index[i]];
-        val_scale_boxes(w->det, nd, b->S, s->w, s->h, &b->info[i]);
-        int ng = batch_labels(w, b, i, s->w, s->h);
-        metrics_stats_add(st, w->det, nd, w->gt, ng);
-    }
-    if (picture) batch_pictures(ds, o, b, rows, n_rows);
-    free(rows);
-}
-
-static int batch_losses(Model *m, ValWork *w, const Batch *b, ValResult *r, Err *err) {
-    LossBatch lb = { .nc = m->nc, .img_h = b->S, .img_w = b->S, .targets = b->targets, .n_targets = b->nt };
+static int batch_losses(Worker *w, BatchOut *out, Err *err) {
+    const ValBatch *b = &w->vb;
+    LossBatch lb = { .nc = w->m->nc, .img_h = b->H, .img_w = b->W, .targets = b->targets, .n_targets = b->nt };
     for (int l = 0; l < LOSS_LEVELS; l++) lb.head[l] = w->head[l];
     LossOut lo;
     if (loss_forward_backward(w->lw, &lb, NULL, &lo, err)) return -1;
-    r->box += lo.box; r->cls += lo.cls; r->dfl += lo.dfl;
+    out->box = lo.box; out->cls = lo.cls; out->dfl = lo.dfl;
     return 0;
 }
 
-static int check_sizes(const Model *m, const ValOptions *o, Err *err) {
-    if (o->batch < 1 || o->batch > m->max_n)
-        return err_set(err, "validation batch %d: the model was built for at most %d images; lower batch",
-                       o->batch, m->max_n);
-    if (o->imgsz % 32 || o->imgsz < 32 || o->imgsz > m->imgsz)
-        return err_set(err, "validation imgsz %d: must be a multiple of 32 and at most %d (the model's plan)",
-                       o->imgsz, m->imgsz);
-    if (m->n_levels != LOSS_LEVELS) return err_set(err, "validation needs a %d-level detection head", LOSS_LEVELS);
-    return 0;
+static void batch_stats(Worker *w, int b, BatchOut *out) {
+    const ValBatch *vb = &w->vb;
+    int picture = w->p->o->picture_dir && b == 0;
+    Det **keep = picture ? xcalloc(vb->n, sizeof *keep) : NULL;
+    int *kn = picture ? xcalloc(vb->n, sizeof *kn) : NULL;
+    metrics_stats_init(&out->st, w->m->nc);
+    for (int i = 0; i < vb->n; i++) {
+        int nd = val_decode(&w->dec, w->m, w->head, i, vb->H);
+        if (picture) {                       // letterbox pixels, before mapping back
+            keep[i] = xmalloc(sizeof(Det) * (nd + 1));
+            memcpy(keep[i], w->dec.det, sizeof(Det) * nd);
+            kn[i] = nd;
+        }
+        const Sample *s = &w->p->ds->s[vb->index[i]];
+        val_scale_boxes(w->dec.det, nd, vb->S, s->w, s->h, &vb->info[i]);
+        int ng = batch_labels(w, i, s->w, s->h);
+        metrics_stats_add(&out->st, w->dec.det, nd, w->gt, ng);
+    }
+    if (picture) val_pictures(w->p->ds, w->p->o->picture_dir, vb, (const Det *const *)keep, kn);
+    for (int i = 0; picture && i < vb->n; i++) free(keep[i]);
+    free(keep); free(kn);
 }
 
-// The loop over the split: loader (validation mode) -> forward -> losses -> per-image stats.
-static int evaluate_batches(Model *m, Loader *ld, const Dataset *ds, const ValOptions *o, ValWork *w,
-                            MetricsStats *st, ValResult *r, Err *err) {
-    int nb = 0, rc = 0;
-    Batch *b;
-    loader_start_epoch(ld, 0, 0);
-    for (double tw = now_seconds(); loader_next(ld, &b); tw = now_seconds()) {
-        loader_batch_to_float(b, w->input);
+// A model's thread: claim the next batch, load, forward, losses, detections, until none is left.
+static void *worker_main(void *arg) {
+    Worker *w = arg;
+    Pass *p = w->p;
+    w->m->be->bind(w->m->be_ctx);
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        int b = p->failed || p->next == p->plan.n_batches ? -1 : p->next++;
+        pthread_mutex_unlock(&p->mu);
+        if (b < 0) return NULL;
+        double t0 = now_seconds();
+        val_batch_load(p->ds, &p->plan, b, p->o->imgsz, p->o->workers, &w->vb);
         double t1 = now_seconds();
-        model_forward(m, w->input, b->n, b->S, b->S, 0);
-        heads_to_host(m, w, b->n);
-        w->t_pre += t1 - tw; w->t_infer += now_seconds() - t1;     // pre-process includes the data wait
-        if (!rc && o->losses) rc = batch_losses(m, w, b, r, err);
-        if (!rc) batch_stats(m, ds, o, w, b, st);
-        loader_release(ld, b);
-        nb++;
+        forward_batch(w);
+        double t2 = now_seconds();
+        Err err;
+        int rc = p->o->losses && !w->m->end2end ? batch_losses(w, &p->out[b], &err) : 0;
+        if (!rc) batch_stats(w, b, &p->out[b]);
+        pthread_mutex_lock(&p->mu);
+        p->t_pre += t1 - t0; p->t_infer += t2 - t1; p->t_nms += now_seconds() - t2;
+        if (rc && !p->failed) p->failed = 1, p->err = err;
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
+static void worker_init(Worker *w, Pass *p, Model *m) {
+    memset(w, 0, sizeof *w);
+    w->p = p; w->m = m;
+    val_decoder_init(&w->dec, m, p->max_h, p->max_w, &p->o->nms);
+    w->lw = loss_work_new();
+    size_t floats = 0;                        // the head maps of a whole batch at the largest shape
+    for (int l = 0; l < m->n_levels; l++) {
+        int s = m->strides[l], C = m->values[m->head[l]].C;
+        floats += (size_t)p->o->batch * (p->max_h / s) * (p->max_w / s) * C;
+    }
+    w->heads = xmalloc(sizeof(float) * (floats + 1));
+}
+
+static void worker_free(Worker *w) {
+    val_batch_free(&w->vb);
+    val_decoder_free(&w->dec);
+    loss_work_free(w->lw);
+    free(w->heads); free(w->gt);
+}
+
+// ---- the pass ------------------------------------------------------------------------------
+
+static int check_sizes(Model *const *models, int n, const ValOptions *o, Err *err) {
+    for (int k = 0; k < n; k++) {
+        const Model *m = models[k];
+        if (o->imgsz % 32 || o->imgsz < 32 || o->imgsz > m->imgsz)
+            return err_set(err, "validation imgsz %d: must be a multiple of 32 and at most %d (the model's plan)",
+                           o->imgsz, m->imgsz);
+        if (m->n_levels != LOSS_LEVELS) return err_set(err, "validation needs a %d-level detection head", LOSS_LEVELS);
+    }
+    if (o->batch < 1) return err_set(err, "validation batch %d: must be at least 1", o->batch);
+    return 0;
+}
+
+// The plan, with pad 0 for a batch whose padded shape would not fit one image into the models' arenas
+// (a model built for a single image of imgsz: the padded square is larger).
+static void plan_pass(Pass *p, int n_models) {
+    const ValOptions *o = p->o;
+    val_plan(p->ds, o->batch, o->imgsz, o->rect, o->pad, &p->plan);
+    for (int b = 0; b < p->plan.n_batches; b++) {
+        int *s = p->plan.shape[b];
+        for (int k = 0; k < n_models; k++)
+            if (chunk_images(p->models[k], s[0], s[1]) < 1) val_rect_shape(p->plan.ar[b][0], p->plan.ar[b][1], o->imgsz, 0, &s[0], &s[1]);
+        if (s[0] > p->max_h) p->max_h = s[0];
+        if (s[1] > p->max_w) p->max_w = s[1];
+    }
+}
+
+static void run_workers(Pass *p, int n) {
+    Worker *w = xcalloc(n, sizeof *w);
+    pthread_t *th = xcalloc(n, sizeof *th);
+    for (int k = 0; k < n; k++) worker_init(&w[k], p, p->models[k]);
+    for (int k = 1; k < n; k++) pthread_create(&th[k], NULL, worker_main, &w[k]);
+    worker_main(&w[0]);
+    for (int k = 1; k < n; k++) pthread_join(th[k], NULL);
+    if (n > 1) p->models[0]->be->bind(p->models[0]->be_ctx);   // the caller's device again
+    for (int k = 0; k < n; k++) worker_free(&w[k]);
+    free(w); free(th);
+}
+
+static void finish(Pass *p, int nb, ValResult *r, double t0) {
+    const ValOptions *o = p->o;
+    MetricsStats st;
+    metrics_stats_init(&st, p->models[0]->nc);
+    for (int b = 0; b < nb; b++) {            // batch order: the numbers do not depend on the threads
+        metrics_stats_merge(&st, &p->out[b].st);
+        r->box += p->out[b].box; r->cls += p->out[b].cls; r->dfl += p->out[b].dfl;
     }
     if (nb) r->box /= nb, r->cls /= nb, r->dfl /= nb;
+    metrics_compute(&st, &r->m);
+    r->fitness = metrics_fitness(&r->m);
+    r->seconds = now_seconds() - t0;
+    if (o->out) {
+        metrics_print(&r->m, p->ds->names, o->verbose, o->out);
+        double per = 1e3 / (st.images ? st.images : 1);
+        fprintf(o->out, "Speed: %.1fms pre-process, %.1fms inference, %.1fms %s per image at shape (%d, 3, %d, %d)%s\n",
+                p->t_pre * per, p->t_infer * per, p->t_nms * per, p->models[0]->end2end ? "top-k" : "NMS", o->batch,
+                p->max_h, p->max_w, o->rect ? " (largest rect batch)" : "");
+    }
+    metrics_stats_free(&st);
+}
+
+int val_evaluate_models(Model *const *models, int n, const Dataset *ds, const ValOptions *o, ValResult *r, Err *err) {
+    memset(r, 0, sizeof *r);
+    if (n < 1 || check_sizes(models, n, o, err)) return n < 1 ? err_set(err, "validation: no model") : -1;
+    double t0 = now_seconds();
+    Pass p = { .models = models, .ds = ds, .o = o };
+    pthread_mutex_init(&p.mu, NULL);
+    plan_pass(&p, n);
+    p.out = xcalloc(p.plan.n_batches + 1, sizeof *p.out);
+    run_workers(&p, n);
+    int rc = p.failed ? -1 : 0;
+    if (rc) *err = p.err;
+    else finish(&p, p.plan.n_batches, r, t0);
+    for (int b = 0; b < p.plan.n_batches; b++) metrics_stats_free(&p.out[b].st);
+    free(p.out);
+    val_plan_free(&p.plan);
+    pthread_mutex_destroy(&p.mu);
     return rc;
 }
 
 int val_evaluate(Model *m, const Dataset *ds, const ValOptions *o, ValResult *r, Err *err) {
-    memset(r, 0, sizeof *r);
-    if (check_sizes(m, o, err)) return -1;
-    LoaderConfig lc = { .batch = o->batch, .workers = o->workers > 0 ? o->workers : 1, .train = 0,
-                        .aug = { .img_size = o->imgsz } };
-    Loader *ld;
-    if (loader_open(&lc, ds, &ld, err)) return -1;
-    double t0 = now_seconds();
-    int S = o->imgsz;
-    size_t A = (size_t)(S / 8) * (S / 8) + (size_t)(S / 16) * (S / 16) + (size_t)(S / 32) * (S / 32);
-    ValWork w = { .input = xmalloc(sizeof(float) * o->batch * S * S * 3), .boxes = xmalloc(sizeof(float) * A * 4),
-                  .scores = xmalloc(sizeof(float) * A * m->nc), .det = xmalloc(sizeof(Det) * (o->nms.max_det + 1)),
-                  .lw = loss_work_new(),
-                  .head_host = m->on_device ? xmalloc(sizeof(float) * o->batch * A * (4 * LOSS_REG_MAX + m->nc)) : NULL };
-    MetricsStats st;
-    metrics_stats_init(&st, m->nc);
-    int rc = evaluate_batches(m, ld, ds, o, &w, &st, r, err);
-    loader_close(ld);
-    if (!rc) {
-        metrics_compute(&st, &r->m);
-        r->fitness = metrics_fitness(&r->m);
-        r->seconds = now_seconds() - t0;
-        if (o->out) {
-            metrics_print(&r->m, ds->names, o->verbose, o->out);
-            double per = 1e3 / (st.images ? st.images : 1);
-            fprintf(o->out, "Speed: %.1fms pre-process, %.1fms inference, %.1fms NMS per image at shape "
-                    "(%d, 3, %d, %d)\n", w.t_pre * per, w.t_infer * per, w.t_nms * per, o->batch, S, S);
-        }
-    }
-    metrics_stats_free(&st);
-    loss_work_free(w.lw);
-    free(w.input); free(w.boxes); free(w.scores); free(w.det); free(w.gt); free(w.head_host);
-    return rc;
+    return val_evaluate_models(&m, 1, ds, o, r, err);
 }
 
 // ---- `yolotrain val` -----------------------------------------------------------------------

@@ -1,22 +1,32 @@
 // val.h: validation as YOLOv9's val.py runs it: the model in evaluation mode (BN running statistics)
-// over a dataset split in letterboxed batches, NMS, boxes mapped back to the original images, then
-// P, R, mAP50 and mAP50-95 overall and per class (core/metrics.h), and the val losses.
+// over a dataset split in rect batches (sorted by aspect ratio, each letterboxed to its own shape),
+// NMS (or YOLO26's NMS-free top-k), boxes mapped back to the original images, then P, R, mAP50 and
+// mAP50-95 overall and per class (core/metrics.h), and the val losses. Batches may be spread over
+// several models (one per device); the numbers do not depend on how.
+// Legend: N images per batch, S load size (long side), H,W a batch's letterbox, A anchors, nc classes.
 #pragma once
+#include <stdint.h>
 #include <stdio.h>
 
 #include "cfg/config.h"
 #include "core/metrics.h"
 #include "core/model.h"
 #include "core/nms.h"
+#include "core/topk26.h"
 #include "io/augment.h"
 #include "io/dataset.h"
 
+struct Trainer;
+
 typedef struct {
-    int        batch;     // images per forward pass (<= the model's max_n)
-    int        workers;   // loader threads
-    int        imgsz;     // S: square letterbox side, a multiple of 32, <= the model's imgsz
-    NmsOptions nms;       // nms_val_options()
-    int        losses;    // 1: also the val box/cls/dfl losses on the letterboxed targets
+    int        batch;     // N: images per validation batch (rect shapes follow it); each model runs
+                          // a batch in chunks it was built for, so any N works with any model
+    int        workers;   // decoding threads per device
+    int        imgsz;     // S: images are loaded with long side S; a multiple of 32, <= the model's imgsz
+    int        rect;      // 1: rect batches (§3.9); 0: every image letterboxed to S x S, dataset order
+    double     pad;       // rect padding in strides: 0.5 as val.py and train.py's val loader
+    NmsOptions nms;       // nms_val_options(); end-to-end models use its conf_thres and max_det (top-k)
+    int        losses;    // 1: also the val box/cls/dfl losses (DFL heads; 0 for an end-to-end model)
     int        verbose;   // 1: per-class rows in the table
     FILE      *out;       // where the table goes; NULL: nowhere
     const char *picture_dir;  // where val_batch0_labels.jpg / _pred.jpg go; NULL: no pictures
@@ -29,21 +39,93 @@ typedef struct {
     double  seconds;      // wall time of the whole evaluation
 } ValResult;
 
-// Defaults from a config: batch cfg->batch, cfg->workers, cfg->imgsz, nms_val_options(), losses on,
-// verbose off, out stdout.
+// Defaults from a config: batch cfg->batch, cfg->workers, cfg->imgsz, rect with pad 0.5,
+// nms_val_options(), losses on, verbose off, out stdout.
 ValOptions val_options(const Config *cfg);
+// What train.py's val loader uses during training: the same with batch 2 * cfg->batch.
+ValOptions val_options_train(const Config *cfg);
 
-// val_evaluate: run m (its current state; evaluation-mode BN) over every image of ds, in dataset
-// order. The table is printed to o->out. Returns 0 with *r filled (val_result_free it), or -1 with err
-// (unreadable images are reported by the loader and skipped, not errors; bad sizes are errors).
+// val_evaluate: run m (its current state; evaluation-mode BN) over every image of ds. The table is
+// printed to o->out. Returns 0 with *r filled (val_result_free it), or -1 with err (unreadable images
+// are reported and count as grey images without labels, not errors; bad sizes are errors).
 int  val_evaluate(Model *m, const Dataset *ds, const ValOptions *o, ValResult *r, Err *err);
+// The same with the batches spread over n models (the same weights on different devices; one thread
+// each, bound to its device): batch b runs on whichever model is free, its results are merged in batch
+// order, so r is what val_evaluate on models[0] gives, bit for bit (test_val). One exception: a batch
+// whose padded shape does not fit a single image into some model's arenas (a model built for one image
+// of imgsz) gets pad 0 instead, so the shapes then depend on the models.
+int  val_evaluate_models(Model *const *models, int n, const Dataset *ds, const ValOptions *o, ValResult *r,
+                         Err *err);
+// The EMA weights of a trainer (core/val_ema.c): one device, t->m runs with state = t->ema; several
+// (t->multi), every replica gets the master's EMA for the pass and the master's training weights
+// after it (the replicas hold those between steps), so validation uses every device.
+int  val_evaluate_ema(struct Trainer *t, const Dataset *ds, const ValOptions *o, ValResult *r, Err *err);
 void val_result_free(ValResult *r);
 
-// val_scale_boxes (scale_boxes with the loader's ratio_pad): boxes on an S x S letterboxed sample of an
-// original w0 x h0 image to original pixels: subtract the float pads, divide by the gain, clip to the
-// image. As the reference, gain is h/h0 of the long-side resize (int-truncated h) times the letterbox
-// ratio (1 here), and is used for both axes.
+// val_scale_boxes (scale_boxes with the loader's ratio_pad): boxes on a letterboxed sample of an
+// original w0 x h0 image loaded with long side S to original pixels: subtract the float pads, divide
+// by the gain, clip to the image. As the reference, gain is h/h0 of the long-side resize
+// (int-truncated h) times the letterbox ratio (1 for validation), and is used for both axes.
 void val_scale_boxes(Det *d, int n, int S, int w0, int h0, const LetterboxInfo *lb);
+
+// ---- rect batches (core/val_rect.c) ---------------------------------------------------------
+// The batch shape of LoadImagesAndLabels(rect=True) for aspect ratios h/w in [ar_min, ar_max]:
+// ratio [ar_max, 1] when ar_max < 1, [1, 1/ar_min] when ar_min > 1, else [1, 1]; then
+// ceil(ratio * S / 32 + pad) * 32 in float64. S = 640, pad 0.5, ar 0.75 gives h 512, w 672.
+void val_rect_shape(double ar_min, double ar_max, int S, double pad, int *h, int *w);
+
+typedef struct {
+    int     n, batch, n_batches;
+    int    *order;        // (n) the dataset index at each position: ascending h/w when rect (stable)
+    int   (*shape)[2];    // (n_batches) h, w of each batch's letterbox
+    double (*ar)[2];      // (n_batches) the min and max h/w of its images
+} ValPlan;
+
+// The positions and shapes of the pass: rect as above, else dataset order and S x S everywhere.
+void val_plan(const Dataset *ds, int batch, int S, int rect, double pad, ValPlan *p);
+void val_plan_free(ValPlan *p);
+
+// ---- one batch's pixels (core/val_batch.c) ----------------------------------------------------
+typedef struct {
+    int            n, H, W, S;    // images, letterbox shape, load size
+    uint8_t       *images;        // (n, H, W, 3) RGB
+    int            nt;
+    float         *targets;       // (nt, 6): image in batch, class, cx, cy, w, h normalised to W, H
+    int           *index;         // (n) dataset index
+    LetterboxInfo *info;          // (n)
+    int            cap_n, cap_t;  // room
+    size_t         cap_px;
+} ValBatch;
+
+// Load batch b of plan p: each image long-side resized to S, letterboxed to the batch shape (scaleup
+// off), with `workers` threads. An image that fails to load is reported to stderr and becomes grey
+// without labels. The buffers grow as needed (val_batch_free).
+void val_batch_load(const Dataset *ds, const ValPlan *p, int b, int S, int workers, ValBatch *vb);
+void val_batch_free(ValBatch *vb);
+
+// val_batch0_labels.jpg and val_batch0_pred.jpg in dir (core/val_picture.c): batch vb with its labels,
+// then with det[i] (nd[i] detections of image i in letterbox pixels) above confidence 0.25, each image
+// on a square canvas, so a person can see what the metrics measure. Failures are printed as notes.
+void val_pictures(const Dataset *ds, const char *dir, const ValBatch *vb, const Det *const *det, const int *nd);
+
+// ---- decoding one image's detections (core/val_decode.c) ---------------------------------------
+// DFL heads: nms_decode + nms_run (o as given). End-to-end heads (m->end2end, YOLO26): topk26_decode +
+// topk26_select with o->max_det, o->conf_thres, o->agnostic; no NMS.
+typedef struct {
+    int         end2end, nc, A;
+    NmsOptions  nms;
+    float      *boxes, *scores;   // (A, 4), (A, nc)
+    Topk26Item *work;
+    Det26      *det26;
+    Det        *det;              // (max(max_det, A) + 1): the result
+} ValDecoder;
+
+// Scratch for models like m at inputs of up to max_h x max_w pixels.
+void val_decoder_init(ValDecoder *d, const Model *m, int max_h, int max_w, const NmsOptions *o);
+void val_decoder_free(ValDecoder *d);
+// Image n of head maps (host memory, m's levels; strides from img_h / H_l) into d->det, best first
+// (xyxy pixels of the input); returns the count.
+int  val_decode(ValDecoder *d, const Model *m, const Map head[], int n, int img_h);
 
 // `yolotrain val CONFIG weights=FILE [data=...]`: the val split of the configured dataset (the built-in
 // synthetic one when none is), with per-class rows. device=cpu only. Returns the exit status.

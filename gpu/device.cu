@@ -1,5 +1,7 @@
-// device.cu: GPU enumeration and the per-device context: stream, cuBLAS handle and the five
-// arenas, each one cudaMalloc made at init (plan, then allocate: STYLE.md section 5).
+// device.cu: GPU enumeration and the per-device context: streams, cuBLAS handle and the arenas,
+// each one cudaMalloc made at init (plan, then allocate: STYLE.md section 5); the input's staging
+// buffers and their prefetch; host page-locking; the failure probes of a fatal hook.
+#include <stdlib.h>
 #include <string.h>
 
 #include "gpu/device.h"
@@ -34,11 +36,11 @@ extern "C" int gpu_list(GpuInfo *out, int max) {
 }
 
 static Arena *arena_of(Device *dev, int k) {
-    Arena *all[ARENA_COUNT] = { &dev->params, &dev->grads, &dev->optim, &dev->acts, &dev->scratch };
+    Arena *all[ARENA_COUNT] = { &dev->params, &dev->grads, &dev->optim, &dev->acts, &dev->scratch, &dev->input };
     return all[k];
 }
 
-static const char *ARENA_NAMES[ARENA_COUNT] = { "params", "grads", "optim", "acts", "scratch" };
+static const char *ARENA_NAMES[ARENA_COUNT] = { "params", "grads", "optim", "acts", "scratch", "input" };
 
 static double mib(size_t bytes) { return bytes / 1048576.0; }
 
@@ -53,10 +55,46 @@ static int check_fits(int id, const size_t bytes[ARENA_COUNT], Err *err) {
     }
     if (want <= free_b) return 0;
     return err_set(err, "out of GPU memory on GPU %d: the plan needs %.0f MiB (params %.0f, grads "
-                   "%.0f, optim %.0f, acts %.0f, scratch %.0f, cuBLAS %.0f) but %.0f of %.0f MiB "
-                   "are free; lower batch or imgsz", id, mib(want), mib(bytes[0]),
-                   mib(bytes[1]), mib(bytes[2]), mib(bytes[3]), mib(bytes[4]),
+                   "%.0f, optim %.0f, acts %.0f, scratch %.0f, input %.0f, cuBLAS %.0f) but %.0f of "
+                   "%.0f MiB are free; lower batch or imgsz", id, mib(want), mib(bytes[0]),
+                   mib(bytes[1]), mib(bytes[2]), mib(bytes[3]), mib(bytes[4]), mib(bytes[5]),
                    mib(BLAS_WORKSPACE_BYTES), mib(free_b), mib(total_b));
+}
+
+// YT_GPU_RESERVE_GB=G (tests): G GiB of GPU `id` taken before the plan is checked, and kept until
+// the process ends, as another process's memory would be. Once per GPU.
+static void reserve_for_test(int id) {
+    static void *reserved[64];
+    const char *g = getenv("YT_GPU_RESERVE_GB");
+    if (!g || id < 0 || id >= 64 || reserved[id]) return;
+    size_t bytes = (size_t)(atof(g) * 1073741824.0);
+    if (bytes && cudaMalloc(&reserved[id], bytes) != cudaSuccess) cudaGetLastError();   // too much: none
+}
+
+// The input arena as two staging buffers, with the copy stream and the events that order them.
+static void input_init(Device *dev) {
+    checkCuda(cudaStreamCreateWithFlags(&dev->copy_stream, cudaStreamNonBlocking));
+    size_t cap = (dev->input.size / 2) & ~(size_t)255;
+    for (int k = 0; k < 2; k++) {
+        InputStage *s = &dev->stage[k];
+        s->cap = cap;
+        s->buf = cap ? (uint8_t *)arena_take(&dev->input, cap, 256) : NULL;
+        checkCuda(cudaEventCreateWithFlags(&s->copied, cudaEventDisableTiming));
+        checkCuda(cudaEventCreateWithFlags(&s->used, cudaEventDisableTiming));
+    }
+}
+
+static void input_free(Device *dev) {
+    checkCuda(cudaStreamSynchronize(dev->copy_stream));   // no copy may still read host memory
+    for (int k = 0; k < 2; k++) {
+        checkCuda(cudaEventDestroy(dev->stage[k].copied));
+        checkCuda(cudaEventDestroy(dev->stage[k].used));
+    }
+    checkCuda(cudaStreamDestroy(dev->copy_stream));
+}
+
+extern "C" size_t device_input_arena_bytes(size_t max_bytes) {
+    return max_bytes ? 2 * ((max_bytes + 255) & ~(size_t)255) : 0;
 }
 
 extern "C" void device_defaults(Device *dev, int id) {
@@ -72,6 +110,7 @@ extern "C" int device_init(Device *dev, int id, const size_t arena_bytes[ARENA_C
         cudaGetLastError();
         return err_set(err, "GPU %d cannot be used; list the GPUs with nvidia-smi and pick one", id);
     }
+    reserve_for_test(id);
     if (check_fits(id, arena_bytes, err)) return -1;
     checkCuda(cudaStreamCreateWithFlags(&dev->stream, cudaStreamNonBlocking));
     checkCublas(cublasCreate(&dev->blas));
@@ -91,6 +130,7 @@ extern "C" int device_init(Device *dev, int id, const size_t arena_bytes[ARENA_C
             return -1;
         }
     }
+    input_init(dev);
     return 0;
 }
 
@@ -98,6 +138,7 @@ extern "C" void device_free(Device *dev) {
     if (!dev->stream) return;
     checkCuda(cudaSetDevice(dev->id));
     checkCuda(cudaStreamSynchronize(dev->stream));
+    if (dev->copy_stream) input_free(dev);
     for (int k = ARENA_COUNT - 1; k >= 0; k--) {
         Arena *a = arena_of(dev, k);
         if (a->base) checkCuda(cudaFree(a->base));
@@ -130,4 +171,52 @@ extern "C" size_t device_mem_used(const Device *dev) {
     checkCuda(cudaSetDevice(dev->id));
     checkCuda(cudaMemGetInfo(&free_b, &total));
     return total - free_b;
+}
+
+// ---- the next batch's upload ---------------------------------------------------------------
+
+extern "C" void device_prefetch_u8(Device *dev, const uint8_t *host, size_t n) {
+    InputStage *s = &dev->stage[dev->stage_next];
+    if (!s->buf || !n || n > s->cap) return;
+    int cur;
+    checkCuda(cudaGetDevice(&cur));
+    checkCuda(cudaSetDevice(dev->id));
+    checkCuda(cudaStreamWaitEvent(dev->copy_stream, s->used, 0));   // the last step's conversion read buf
+    checkCuda(cudaMemcpyAsync(s->buf, host, n, cudaMemcpyHostToDevice, dev->copy_stream));
+    checkCuda(cudaEventRecord(s->copied, dev->copy_stream));
+    checkCuda(cudaSetDevice(cur));
+    s->host = host;
+    s->n = n;
+    dev->stage_next ^= 1;                          // now the stage of the coming step: free once it ran
+}
+
+extern "C" int gpu_host_pin(void *p, size_t bytes, void *arg) {
+    if (cudaHostRegister(p, bytes, cudaHostRegisterPortable) == cudaSuccess) return 0;
+    cudaGetLastError();                            // pageable memory still works, only slower
+    return -1;
+}
+
+extern "C" void gpu_host_unpin(void *p, void *arg) {
+    if (cudaHostUnregister(p) != cudaSuccess) cudaGetLastError();
+}
+
+// ---- failures -------------------------------------------------------------------------------
+
+extern "C" int device_usable(Device *dev) {
+    if (cudaSetDevice(dev->id) != cudaSuccess) return 0;
+    cudaGetLastError();                            // clears a pending error that is not sticky
+    return cudaDeviceSynchronize() == cudaSuccess && cudaGetLastError() == cudaSuccess;
+}
+
+__global__ void fault_kernel(int *bad) { *bad = 1; }
+
+extern "C" void device_inject_fault(Device *dev, int sticky) {
+    checkCuda(cudaSetDevice(dev->id));
+    if (sticky) {
+        fault_kernel<<<1, 1, 0, dev->stream>>>((int *)16);   // an illegal address ends the context
+        checkCuda(cudaStreamSynchronize(dev->stream));
+    }
+    void *p = NULL;
+    checkCuda(cudaMalloc(&p, (size_t)1 << 62));   // 4 EiB: an out-of-memory error, not sticky
+    cudaFree(p);
 }

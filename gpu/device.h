@@ -1,7 +1,9 @@
-// device.h: one GPU's context (stream, cuBLAS handle, five arenas), CUDA error checking and the
-// list of GPUs present. Includable from C; everything but gpu_list needs a CUDA build (USE_CUDA).
+// device.h: one GPU's context (stream, cuBLAS handle, arenas, the input's copy stream and staging
+// buffers), CUDA error checking with a fatal hook, and the list of GPUs present. Includable from C;
+// everything but gpu_list and the fatal hook needs a CUDA build (USE_CUDA).
 #pragma once
 #include <stddef.h>
+#include <stdint.h>
 #ifdef USE_CUDA
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -18,6 +20,16 @@ typedef struct { int id; char name[256]; size_t mem_bytes; char bus_id[32]; int 
 // Fill up to `max` entries; returns the number of GPUs visible (0 without CUDA or driver).
 int gpu_list(GpuInfo *out, int max);
 
+// ---- fatal errors (issue #8) ------------------------------------------------------------------
+// A failed checkCuda / checkCublas prints the call, then calls device_fatal: it runs the hook set
+// here once (a trainer saves its weights and names the intact checkpoints), then exits with status
+// 1. A CUDA error inside the hook, or in another thread meanwhile, does not run it again: the same
+// thread exits at once, another thread waits for the exit. fn NULL: no hook. Defined in
+// core/multi.c, so CPU builds and their tests have it too.
+typedef void (*DeviceFatalHook)(const char *what, void *arg);
+void device_set_fatal_hook(DeviceFatalHook fn, void *arg);
+void device_fatal(const char *what) __attribute__((noreturn));
+
 #ifdef USE_CUDA
 #include "core/util.h"
 
@@ -27,12 +39,12 @@ int gpu_list(GpuInfo *out, int max);
 static inline void check_cuda_(cudaError_t e, const char *expr, const char *file, int line) {
     if (e == cudaSuccess) return;
     fprintf(stderr, "%s:%d: %s: %s\n", file, line, expr, cudaGetErrorString(e));
-    exit(EXIT_FAILURE);
+    device_fatal(cudaGetErrorString(e));
 }
 static inline void check_cublas_(cublasStatus_t s, const char *expr, const char *file, int line) {
     if (s == CUBLAS_STATUS_SUCCESS) return;
     fprintf(stderr, "%s:%d: %s: %s\n", file, line, expr, cublasGetStatusString(s));
-    exit(EXIT_FAILURE);
+    device_fatal(cublasGetStatusString(s));
 }
 // After every kernel launch. A SYNC_DEBUG build waits for the kernel, so a fault names it.
 #ifdef SYNC_DEBUG
@@ -50,7 +62,20 @@ typedef struct { char *base; size_t size, used; const char *name; } Arena;
 // float32 mode; BF16 rounds both GEMM operands to bf16 and accumulates in fp32.
 typedef enum { GPU_FP32, GPU_TF32, GPU_BF16 } GpuPrecision;
 
-enum { ARENA_PARAMS, ARENA_GRADS, ARENA_OPTIM, ARENA_ACTS, ARENA_SCRATCH, ARENA_COUNT };
+// ARENA_INPUT holds the two uint8 staging buffers of the input (device_input_arena_bytes); a plan
+// that gives it 0 bytes leaves the input to be staged in scratch, synchronously, as before.
+enum { ARENA_PARAMS, ARENA_GRADS, ARENA_OPTIM, ARENA_ACTS, ARENA_SCRATCH, ARENA_INPUT, ARENA_COUNT };
+
+// One uint8 batch share copied ahead of its step (gpu/input.cu): the copy runs on the device's copy
+// stream while the previous step computes; the step's conversion waits for `copied` on the GPU.
+typedef struct {
+    uint8_t       *buf;       // (cap) device memory, in the input arena
+    size_t         cap;
+    const uint8_t *host;      // the host bytes it holds or is receiving; NULL when free
+    size_t         n;         // bytes
+    cudaEvent_t    copied;    // recorded on copy_stream after the copy
+    cudaEvent_t    used;      // recorded on stream after the conversion that read buf
+} InputStage;
 
 typedef struct {
     int id;                   // cudaSetDevice(id) once, on this device's own thread
@@ -60,12 +85,20 @@ typedef struct {
     Arena params, grads, optim, acts, scratch;
     GpuPrecision precision;   // conv GEMMs; GPU_FP32 after device_init
     size_t col_cap_floats;    // im2col chunk bound for convs (a default after device_init)
+    Arena input;              // the staging buffers below
+    cudaStream_t copy_stream; // host-to-device copies of the next batch, beside `stream`
+    InputStage stage[2];      // the batch of the coming step and the one after it
+    int stage_next;           // the stage the next prefetch fills (the older of the two)
 } Device;
 
-// Select GPU `id`, create its stream and cuBLAS handle, and make one cudaMalloc per arena of
-// arena_bytes[ARENA_PARAMS..ARENA_SCRATCH] bytes (0 is allowed). Returns -1 with a message naming
+// Select GPU `id`, create its streams and cuBLAS handle, and make one cudaMalloc per arena of
+// arena_bytes[ARENA_PARAMS..ARENA_INPUT] bytes (0 is allowed). Returns -1 with a message naming
 // the sizes and the free memory when they do not fit, or when the GPU cannot be used.
+// YT_GPU_RESERVE_GB=G (tests): first cudaMalloc G GiB that stay taken, so the plan's failure
+// message can be seen on a large GPU.
 int device_init(Device *dev, int id, const size_t arena_bytes[ARENA_COUNT], Err *err);
+// The ARENA_INPUT bytes for uint8 batch shares of up to max_bytes (two staging buffers).
+size_t device_input_arena_bytes(size_t max_bytes);
 // The fields device_init sets before allocating (precision, im2col bound), with no GPU work: a
 // planner uses it to ask the op twins how much scratch they will need.
 void device_defaults(Device *dev, int id);
@@ -81,6 +114,28 @@ void arena_reset(Arena *a);                    // everything taken is free again
 // cudaMalloc calls made by this module since the start, so a test can assert that a step loop
 // allocates nothing.
 size_t gpu_alloc_count(void);
+
+// ---- the next batch's upload, overlapped with the current step (issue #6) ----------------------
+// Queue the copy of n bytes of host memory (page-locked: gpu_host_pin; else the copy is slower
+// but still right) into dev's next staging buffer on its copy stream, and return at once; the
+// host bytes must stay unchanged until a step of dev has used them and synchronised. A later
+// upload_u8_gpu(dev, dst, host, n) of the same bytes then waits for the copy on the GPU and only
+// converts. No-op without an input arena or when n exceeds a staging buffer. Any thread; the
+// calling thread's current device is left as it was.
+void device_prefetch_u8(Device *dev, const uint8_t *host, size_t n);
+// Page-lock a host buffer for every GPU (cudaHostRegister, portable) / undo it; 0 or -1. The
+// signatures of io/loader.h's LoaderPinning, arg unused.
+int  gpu_host_pin(void *p, size_t bytes, void *arg);
+void gpu_host_unpin(void *p, void *arg);
+
+// ---- failures -------------------------------------------------------------------------------
+// 1 when dev's GPU still runs work: no sticky error (an illegal address, a launch failure) has
+// ended its context. Makes no checked call, so a fatal hook can use it.
+int  device_usable(Device *dev);
+// YT_FAIL_CUDA (tests): a CUDA call on dev that fails through checkCuda: an allocation far too large
+// (out of memory, not sticky), or with sticky = 1 a kernel that writes to a bad address, which ends
+// the GPU context.
+void device_inject_fault(Device *dev, int sticky);
 #endif
 
 #ifdef __cplusplus

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/train.h"
+#include "core/train26.h"
 #include "gpu/loss.h"
 #include "gpu/model_gpu.h"
 #include "gpu/optim.h"
@@ -22,6 +23,11 @@ int trainer_gpu_init(Trainer *t, const Config *cfg, int id, Err *err) {
     memcpy(initial, m->state, m->n_state * sizeof(float));
     GpuPrecision prec = precision_of(cfg->precision);
     GpuPlan plan = model_gpu_plan(m, prec, t->master ? 3 : 0);
+    if (m->end2end && t->master) {                     // YOLO26: its optimizer block and Newton-Schulz scratch
+        plan.arena[ARENA_OPTIM] += train26_gpu_optim_bytes(m);
+        size_t ns = train26_gpu_scratch_bytes(m) + ((size_t)64 << 20);
+        if (plan.arena[ARENA_SCRATCH] < ns) plan.arena[ARENA_SCRATCH] = ns;
+    }
     model_gpu_print_plan(&plan, id, stdout);
     if (model_to_gpu(m, dev, id, &plan, prec, err)) { free(initial); free(dev); return -1; }
     t->dev = dev;
@@ -32,6 +38,7 @@ int trainer_gpu_init(Trainer *t, const Config *cfg, int id, Err *err) {
         t->recv = arena_take(&dev->optim, m->n_state * sizeof(float), 256);
     }
     free(initial);
+    if (m->end2end) return 0;                          // YOLO26's loss work: train26_init makes it
     int anchors = 0;
     model_set_size(m, m->imgsz, m->imgsz);
     for (int l = 0; l < m->n_levels; l++) anchors += m->vh[m->head[l]] * m->vw[m->head[l]];

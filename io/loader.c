@@ -21,6 +21,7 @@ typedef struct {
     int    ready, handed;   // all written; given to the consumer
     float *stage;           // (N, T_max, 5) each image's boxes, gathered into b.targets when complete
     int   *stage_n;         // (N)
+    int    pinned;          // b.images is page-locked (loader_pin_buffers)
 } Slot;
 
 typedef struct {            // decode + long-side resize once per image, by whichever worker needs it first
@@ -50,6 +51,7 @@ struct Loader {
     double          t_start, t_last, wait_s;
     int             n_threads;
     pthread_t      *threads;
+    LoaderPinning   pinning;      // how b.images were pinned, to unpin them at close
 };
 
 // ---- sources: where a sample's long-side-resized image and boxes come from ----
@@ -263,8 +265,8 @@ static void *page_alloc(size_t bytes) {
     return p;
 }
 
-// Batch buffers are allocated once here. A GPU build will pin b.images and b.targets with
-// cudaHostRegister after loader_open, so host-to-device copies run asynchronously from them.
+// Batch buffers are allocated once here. A GPU build pins b.images after loader_open
+// (loader_pin_buffers), so host-to-device copies run asynchronously from them.
 static void slots_alloc(Loader *l) {
     int N = l->cfg.batch, S = l->cfg.aug.img_size;
     l->slot = xcalloc(l->n_slots, sizeof *l->slot);
@@ -357,6 +359,7 @@ void loader_close(Loader *l) {
     for (int t = 0; t < l->n_threads; t++) pthread_join(l->threads[t], NULL);
     for (int k = 0; k < l->n_slots; k++) {
         Slot *s = &l->slot[k];
+        if (s->pinned) l->pinning.unpin(s->b.images, l->pinning.arg);
         free(s->b.images), free(s->b.targets), free(s->b.index), free(s->b.info);
         free(s->stage), free(s->stage_n);
     }
@@ -433,6 +436,18 @@ LoaderStats loader_stats(Loader *l) {
                        atomic_load(&l->n_bad) };
     pthread_mutex_unlock(&l->mu);
     return st;
+}
+
+int loader_pin_buffers(Loader *l, const LoaderPinning *p) {
+    size_t bytes = (size_t)l->cfg.batch * l->cfg.aug.img_size * l->cfg.aug.img_size * 3;
+    int n = 0;
+    l->pinning = *p;
+    for (int k = 0; k < l->n_slots; k++) {
+        Slot *s = &l->slot[k];
+        if (!s->pinned) s->pinned = p->pin(s->b.images, bytes, p->arg) == 0;
+        n += s->pinned;
+    }
+    return n;
 }
 
 void loader_batch_to_float(const Batch *b, float *nhwc_out) {

@@ -73,5 +73,16 @@ LoaderStats loader_stats(Loader *l);
 // Bytes the RAM cache would take: every image resized so its long side is img_size (from the sizes
 // validation read in the headers).
 size_t loader_cache_bytes(const Dataset *ds, int img_size);
+// Page-locking of the batch image buffers, so a GPU build copies them to the device asynchronously
+// (gpu_host_pin / gpu_host_unpin) while io/ stays free of CUDA. pin returns 0, or -1 to leave that
+// buffer pageable (copies from it are slower, still right).
+typedef struct {
+    int  (*pin)(void *p, size_t bytes, void *arg);
+    void (*unpin)(void *p, void *arg);
+    void  *arg;
+} LoaderPinning;
+// Pin every image buffer of the ring not pinned yet; loader_close unpins them before freeing. Call
+// it before the batches are given to a device. Returns how many buffers are pinned now.
+int  loader_pin_buffers(Loader *l, const LoaderPinning *p);
 // The model's input (CPU path): nhwc_out (n,S,S,3) = images / 255.
 void loader_batch_to_float(const Batch *b, float *nhwc_out);

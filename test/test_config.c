@@ -96,7 +96,7 @@ static void test_defaults(void) {
     CHECK(rc == 0, "%s", err.msg);
     CHECK(cfg.n_layers == 0 && cfg.epochs == 300 && cfg.batch == 64 && cfg.imgsz == 640 && cfg.workers == 8
           && cfg.patience == 100 && cfg.close_mosaic == 15 && cfg.save_period == -1 && cfg.reg_max == 16, "ints");
-    CHECK(!strcmp(cfg.project, "runs/train") && !strcmp(cfg.name, "exp") && !strcmp(cfg.optimizer, "SGD")
+    CHECK(!strcmp(cfg.project, "runs/train") && !strcmp(cfg.name, "exp") && !strcmp(cfg.optimizer, "auto")
           && !strcmp(cfg.precision, "bf16") && !strcmp(cfg.split, "even"), "strings");
     check_hyp_scratch_high(&cfg.hyp);
     char got[64];

@@ -2,10 +2,13 @@
 // twice; a run folder that cannot be made stops the run before training; a checkpoint that cannot
 // be written leaves the previous one intact, says so and stops the run with a failure status; a
 // truncated training state is refused on resume with a message naming the intact weights; SIGTERM
-// mid-run saves where the run stands and exits cleanly.
+// mid-run saves where the run stands and exits cleanly; a CUDA error (the fatal hook of
+// gpu/device.h, entered here as YT_FAIL_CUDA does on the CPU) runs the trainer's handler once, which
+// saves the EMA weights or, when it cannot, names the checkpoints that are intact.
 #include "test/test.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -16,6 +19,7 @@
 
 #include "cfg/config.h"
 #include "core/train.h"
+#include "gpu/device.h"
 #include "io/safetensors.h"
 #include "io/synth.h"
 
@@ -98,8 +102,8 @@ static void test_device_failure_saves_last(void) {
     setenv("YT_FAIL_DEVICE", "1", 1);
     capture_stderr();
     int rc = train_on(project, "devfail", 1, "cpu:2");
-    const char *said[] = { "device 1", "saved the EMA weights", last, "resume=" };
-    int has = captured_has(4, said);
+    const char *said[] = { "device 1", "saved the EMA weights", last, "no training state was saved yet", "weights=" };
+    int has = captured_has(5, said);
     unsetenv("YT_FAIL_DEVICE");
     CHECK(rc == 1, "a failed device gave status %d, not 1", rc);
     CHECK(has, "the messages do not name the device and the saved weights");
@@ -224,6 +228,127 @@ static void test_too_large_for_memory(void) {
     CHECK(strstr(err.msg, "batch 4096") && strstr(err.msg, "GB"), "message: %s", err.msg);
 }
 
+// ---- CUDA errors outside the multi-device driver (issue #8) -----------------------------------
+
+static char hook_log[P];
+
+static int count_in(const char *path, const char *what) {
+    size_t n;
+    char *text = slurp(path, &n);
+    int k = 0;
+    for (const char *p = text ? text : ""; (p = strstr(p, what)); p++) k++;
+    free(text);
+    return k;
+}
+
+// The test's fatal hook: notes each call; arg set: fails again inside, as a dead GPU would.
+static void note_call(const char *what, void *arg) {
+    FILE *f = fopen(hook_log, "a");
+    if (f) { fprintf(f, "hook ran: %s\n", what); fclose(f); }
+    if (arg) device_fatal("inside the hook");
+}
+
+static void *fail_too(void *arg) { device_fatal("another thread"); }
+
+// A second thread fails while the first runs the hook: it must wait, not run the hook or exit.
+static void note_call_slowly(const char *what, void *arg) {
+    pthread_t th;
+    pthread_create(&th, NULL, fail_too, NULL);
+    struct timespec wait = { 0, 100000000 };
+    nanosleep(&wait, NULL);
+    note_call(what, NULL);
+}
+
+// fn in a child with stdout dropped and stderr in `messages`; the child's exit status, or -1.
+static int in_child(void (*fn)(void)) {
+    snprintf(messages, sizeof messages, "%s/child-messages.txt", project);
+    fflush(stdout); fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY), err = open(messages, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (null < 0 || err < 0 || dup2(null, 1) < 0 || dup2(err, 2) < 0) _exit(99);
+        fn();
+        _exit(0);                                      // fn should not return: device_fatal exits
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void fatal_twice(void) { device_set_fatal_hook(note_call, (void *)1); device_fatal("first"); }
+static void fatal_in_two_threads(void) { device_set_fatal_hook(note_call_slowly, NULL); device_fatal("first"); }
+
+static void test_fatal_hook_runs_once(void) {
+    snprintf(hook_log, sizeof hook_log, "%s/hook.txt", project);
+    remove(hook_log);
+    int rc = in_child(fatal_twice);
+    CHECK(rc == 1, "an error inside the hook: status %d, want 1", rc);
+    CHECK(count_in(hook_log, "hook ran") == 1 && count_in(hook_log, "hook ran: first") == 1,
+          "the hook ran %d times, want once (for the first error)", count_in(hook_log, "hook ran"));
+    CHECK(count_in(messages, "a second error (inside the hook)") == 1, "the second error is not reported");
+    remove(hook_log);
+    rc = in_child(fatal_in_two_threads);
+    CHECK(rc == 1, "two threads failing: status %d, want 1", rc);
+    CHECK(count_in(hook_log, "hook ran") == 1, "with two threads failing the hook ran %d times, want once",
+          count_in(hook_log, "hook ran"));
+}
+
+static void train_failing_at_step_3(void) {
+    setenv("YT_FAIL_CUDA", "3", 1);                   // epoch 1's first step: epoch 0's checkpoints exist
+    train_on(project, "cudafail", 2, "cpu");
+}
+
+static void resume_failing_at_once(void) {
+    static Config cfg;
+    Err err;
+    char r[P + 16];
+    snprintf(r, sizeof r, "resume=%s/cudafail", project);
+    char *ov[] = { r };
+    if (config_load(NULL, 1, ov, &cfg, &err)) _exit(98);
+    setenv("YT_FAIL_CUDA", "1", 1);
+    train_resume(&cfg, 1, ov);
+}
+
+// A CUDA error mid-run: one handler call saves the EMA weights (they load) and names the state to resume.
+static void test_cuda_error_saves_last(void) {
+    char last[P + 64];
+    snprintf(last, sizeof last, "%s/cudafail/weights/last.safetensors", project);
+    int rc = in_child(train_failing_at_step_3);
+    CHECK(rc == 1, "a CUDA error gave status %d, want 1", rc);
+    const char *said[] = { "injected at step 3", "the run stops on a CUDA error", "saved the EMA weights", last,
+                           "last_state.safetensors is intact", "resume=" };
+    for (int i = 0; i < 6; i++) CHECK(count_in(messages, said[i]) >= 1, "no \"%s\" in %s", said[i], messages);
+    CHECK(count_in(messages, "the run stops on a CUDA error") == 1, "the handler ran more than once");
+    Model m;
+    static Config cfg;
+    Err err;
+    char *ov[] = { "imgsz=64", "nc=6" };
+    if (config_load("cfg/t.ini", 2, ov, &cfg, &err) || model_build(&cfg, 1, 64, &m, &err)) { CHECK(0, "%s", err.msg); return; }
+    CHECK(model_load(&m, last, "", &err) == 0, "the saved weights do not load: %s", err.msg);
+    model_free(&m);
+}
+
+// The handler's save fails: nothing is damaged and the message names the intact files and their epoch.
+static void test_cuda_error_names_the_intact_checkpoints(void) {
+    char last[P + 64], copy[P + 80], tmp[P + 80], state[P + 64], cmd[4 * P];
+    snprintf(last, sizeof last, "%s/cudafail/weights/last.safetensors", project);
+    snprintf(state, sizeof state, "%s/cudafail/weights/last_state.safetensors", project);
+    snprintf(copy, sizeof copy, "%s.before", last);
+    snprintf(tmp, sizeof tmp, "%s.tmp", last);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s' && mkdir -p '%s'", last, copy, tmp);   // the save cannot happen
+    struct stat st;
+    if (stat(state, &st) || system(cmd)) SKIP("the previous test left no run to resume");
+    int rc = in_child(resume_failing_at_once);
+    CHECK(rc == 1, "a CUDA error whose save failed gave status %d, want 1", rc);
+    const char *said[] = { "the run stops on a CUDA error", "nothing saved", "cannot create", "intact:", last, state,
+                           "the end of epoch 0", "resume=" };
+    for (int i = 0; i < 8; i++) CHECK(count_in(messages, said[i]) >= 1, "no \"%s\" in %s", said[i], messages);
+    CHECK(same_file(last, copy), "the intact checkpoint was changed");
+    snprintf(cmd, sizeof cmd, "rmdir '%s'", tmp);
+    CHECK(system(cmd) == 0, "cleanup");
+}
+
 int main(void) {
     RUN(test_same_seed_same_run);
     RUN(test_unusable_run_folder);
@@ -232,5 +357,8 @@ int main(void) {
     RUN(test_sigterm_saves_and_exits_cleanly);
     RUN(test_too_large_for_memory);
     RUN(test_device_failure_saves_last);
+    RUN(test_fatal_hook_runs_once);
+    RUN(test_cuda_error_saves_last);
+    RUN(test_cuda_error_names_the_intact_checkpoints);
     return test_summary();
 }

@@ -37,6 +37,34 @@ static void test_parse_devices(void) {
     CHECK(parse_devices("cpu:0", 0, &d, &err) == -1, "cpu:0");
 }
 
+// device=[0,1] and [0, 1] (issue #6, #11) are device=0,1; brackets that do not enclose the whole list
+// once are errors that say how to write it, never a silently different list.
+static void test_parse_devices_brackets(void) {
+    const char *same[] = { "[0,1]", "[0, 1]", " [ 0 , 1 ] ", "'[0,1]'", "\"[0, 1]\"", "(0,1)" };
+    for (int k = 0; k < 6; k++) {
+        DeviceList d;
+        Err err;
+        int rc = parse_devices(same[k], 2, &d, &err);
+        CHECK(!rc && d.n == 2 && d.gpu[0] == 0 && d.gpu[1] == 1, "device=%s: %s", same[k], rc ? err.msg : "not 0,1");
+    }
+    DeviceList d;
+    Err err;
+    CHECK(!parse_devices("[1]", 2, &d, &err) && d.n == 1 && d.gpu[0] == 1, "[1]");
+    CHECK(!parse_devices("[cpu:2]", 0, &d, &err) && d.n == 2 && d.gpu[1] == -1, "[cpu:2]");
+    struct { const char *spec, *says; } bad[] = {
+        { "[0,1", "not closed" }, { "0,1]", "around the whole list" }, { "[[0,1]]", "around the whole list" },
+        { "(0,1]", "not closed" }, { "[0],[1]", "around the whole list" }, { "[]", "no device" },
+        { "[ ]", "no device" }, { "[0 1]", "separated by commas" }, { "[0,]", "missing after the last comma" },
+        { "0,1,", "missing after the last comma" }, { "[0,,1]", "separated by commas" },
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        int rc = parse_devices(bad[k].spec, 2, &d, &err);
+        CHECK(rc == -1 && strstr(err.msg, bad[k].says) && strstr(err.msg, "device=0,1"),
+              "device=%s: %s (want an error saying \"%s\" and showing device=0,1)", bad[k].spec,
+              rc ? err.msg : "accepted", bad[k].says);
+    }
+}
+
 static void test_split_batch(void) {
     int s[4];
     Err err;
@@ -475,6 +503,7 @@ int main(void) {
     // (seen on a 32-core host: 1.5-1.8 of tolerance in one case, 0.26 on 2 cores).
     openblas_set_num_threads(1);
     RUN(test_parse_devices);
+    RUN(test_parse_devices_brackets);
     RUN(test_split_batch);
     RUN(test_equivalence_even);
     RUN(test_equivalence_odd);

@@ -1,7 +1,10 @@
 // test_val.c: validation end to end on a tiny synthetic dataset with gelan-t (random weights, so only
-// ranges and determinism can be checked), and the letterbox box mapping on hand cases.
+// ranges and determinism can be checked), the letterbox box mapping on hand cases, the rect batch
+// rule and plan, and the same numbers when the batches are spread over two models.
 #include "test/test.h"
 
+#include "core/multi.h"
+#include "core/train.h"
 #include "core/val.h"
 #include "io/augment.h"
 #include "io/synth.h"
@@ -128,14 +131,163 @@ static void test_val_evaluate_runs(void) {
     CHECK(r2.m.map50 == m->map50 && r2.m.map == m->map && r2.m.mp == m->mp && r2.box == r.box, "not deterministic");
     val_result_free(&r2);
     val_result_free(&r);
-    o.batch = 3;                                      // more than the model was built for
-    CHECK(val_evaluate(&f.m, &f.ds, &o, &r, &err) == -1 && strstr(err.msg, "batch"), "batch check: %s", err.msg);
+    o.batch = 3;                                      // more than the model holds: forwards in chunks
+    CHECK(val_evaluate(&f.m, &f.ds, &o, &r, &err) == 0 && r.m.images == 3, "batch 3: %s", err.msg);
+    val_result_free(&r);
+    o.imgsz = 96;                                     // more than the model's plan
+    CHECK(val_evaluate(&f.m, &f.ds, &o, &r, &err) == -1 && strstr(err.msg, "imgsz"), "imgsz check: %s", err.msg);
     fixture_close(&f);
+}
+
+// The reference's rule (§3.9): ratio [max ar, 1] when every h/w < 1, [1, 1/min ar] when every h/w > 1,
+// else [1, 1]; then ceil(ratio * S / 32 + pad) * 32.
+static void test_rect_shape_rule(void) {
+    int h, w;
+    val_rect_shape(0.75, 0.75, 640, 0.5, &h, &w);
+    CHECK(h == 512 && w == 672, "ar 0.75 at 640: %dx%d, want 512x672 (the reference's example)", h, w);
+    val_rect_shape(1.5, 2.0, 640, 0.5, &h, &w);
+    CHECK(h == 672 && w == 448, "ar 1.5-2 at 640: %dx%d, want 672x448", h, w);
+    val_rect_shape(0.8, 1.2, 640, 0.5, &h, &w);
+    CHECK(h == 672 && w == 672, "mixed ar at 640: %dx%d, want 672x672", h, w);
+    val_rect_shape(0.75, 0.75, 640, 0, &h, &w);
+    CHECK(h == 480 && w == 640, "pad 0: %dx%d, want 480x640", h, w);
+}
+
+// Five images of known sizes, batch 2, S = 64: sorted by h/w (0.33, 0.5 | 1, 1.33 | 2) into batches of
+// 64x96, 96x96 and 96x64.
+static void test_rect_plan(void) {
+    static const int wh[5][2] = { { 200, 100 }, { 100, 200 }, { 100, 100 }, { 300, 100 }, { 120, 160 } };
+    Sample s[5] = { 0 };
+    for (int i = 0; i < 5; i++) s[i].w = wh[i][0], s[i].h = wh[i][1];
+    Dataset ds = { .n = 5, .s = s };
+    ValPlan p;
+    val_plan(&ds, 2, 64, 1, 0.5, &p);
+    static const int order[5] = { 3, 0, 2, 4, 1 }, shape[3][2] = { { 64, 96 }, { 96, 96 }, { 96, 64 } };
+    CHECK(p.n_batches == 3, "%d batches", p.n_batches);
+    for (int i = 0; i < 5; i++) CHECK(p.order[i] == order[i], "position %d: image %d, want %d", i, p.order[i], order[i]);
+    for (int b = 0; b < 3 && b < p.n_batches; b++)
+        CHECK(p.shape[b][0] == shape[b][0] && p.shape[b][1] == shape[b][1], "batch %d: %dx%d, want %dx%d", b,
+              p.shape[b][0], p.shape[b][1], shape[b][0], shape[b][1]);
+    val_plan_free(&p);
+    val_plan(&ds, 2, 64, 0, 0.5, &p);                 // rect off: dataset order, S x S
+    CHECK(p.order[1] == 1 && p.shape[2][0] == 64 && p.shape[2][1] == 64, "rect off");
+    val_plan_free(&p);
+}
+
+// Loaded batches have the plan's shape, and their labels line up: every label maps back inside its image.
+static void test_rect_batches_load(void) {
+    Fixture f;
+    if (fixture_open(&f, test_tmpdir("val-rect"))) { CHECK(0, "fixture"); return; }
+    ValPlan p;
+    val_plan(&f.ds, 2, 64, 1, 0.5, &p);
+    ValBatch vb = { 0 };
+    for (int b = 0; b < p.n_batches; b++) {
+        val_batch_load(&f.ds, &p, b, 64, 2, &vb);
+        int h, w;
+        val_rect_shape(p.ar[b][0], p.ar[b][1], 64, 0.5, &h, &w);
+        CHECK(vb.H == h && vb.W == w && vb.H % 32 == 0 && vb.W % 32 == 0, "batch %d: %dx%d, rule %dx%d", b, vb.H, vb.W, h, w);
+        int want = 0;
+        for (int i = 0; i < vb.n; i++) want += f.ds.s[vb.index[i]].nbox;
+        CHECK(vb.nt == want, "batch %d: %d labels, want %d", b, vb.nt, want);
+        for (int k = 0; k < vb.nt; k++) {
+            const float *t = vb.targets + 6 * k;
+            CHECK(t[2] > 0 && t[2] < 1 && t[3] > 0 && t[3] < 1, "label %d off the image: %g %g", k, t[2], t[3]);
+        }
+    }
+    val_batch_free(&vb);
+    val_plan_free(&p);
+    fixture_close(&f);
+}
+
+// Two models built for 6 and 3 images (different forward chunks) share the batches: the result is the
+// one-model result bit for bit, losses included. (Both hold one image of every padded shape; a model
+// holding only one image of imgsz would shrink the padding of larger shapes, see val_evaluate_models.)
+static void test_two_models_same_result(void) {
+    Fixture f;
+    if (fixture_open(&f, test_tmpdir("val-two"))) { CHECK(0, "fixture"); return; }
+    Err err;
+    Model ma, mb;
+    if (model_build(f.cfg, 6, 64, &ma, &err) || model_build(f.cfg, 3, 64, &mb, &err)) {
+        CHECK(0, "%s", err.msg); fixture_close(&f); return;
+    }
+    memcpy(ma.state, f.m.state, sizeof(float) * f.m.n_state);
+    memcpy(mb.state, f.m.state, sizeof(float) * f.m.n_state);
+    ValOptions o = val_options(f.cfg);
+    o.out = NULL; o.nms.conf_thres = 0;
+    ValResult a, b;
+    Model *two[2] = { &ma, &mb };
+    int ok = val_evaluate(&ma, &f.ds, &o, &a, &err) == 0 && val_evaluate_models(two, 2, &f.ds, &o, &b, &err) == 0;
+    CHECK(ok, "%s", err.msg);
+    if (ok) {
+        CHECK(a.m.map50 == b.m.map50 && a.m.map == b.m.map && a.m.mp == b.m.mp && a.m.mr == b.m.mr,
+              "metrics differ: mAP50 %.17g vs %.17g", a.m.map50, b.m.map50);
+        CHECK(a.box == b.box && a.cls == b.cls && a.dfl == b.dfl && a.cls > 0, "losses differ: %.17g %.17g", a.cls, b.cls);
+        val_result_free(&a); val_result_free(&b);
+    }
+    model_free(&ma); model_free(&mb);
+    fixture_close(&f);
+}
+
+// A trainer's EMA validated on device=cpu:2 (the batches split between the two CPU devices, each
+// replica given the EMA for the pass) gives what device=cpu gives, bit for bit; the replica gets its
+// training weights back afterwards.
+static void ema_result(const char *dir, const char *device, ValResult *r, int *restored) {
+    char dev[64], data[4200];
+    snprintf(dev, sizeof dev, "device=%s", device);
+    snprintf(data, sizeof data, "data=%s/data.yaml", dir);
+    char *argv[] = { "imgsz=64", "batch=6", "workers=1", "seed=1", dev, data };
+    static Config cfg;
+    static Trainer t;
+    Err err;
+    Dataset ds;
+    DatasetOptions opt = { .quiet = 1 };
+    *restored = 0;
+    memset(r, 0, sizeof *r);
+    if (config_load("cfg/t.ini", 6, argv, &cfg, &err) || dataset_open(NULL, &cfg, "val", &opt, &ds, &err)) {
+        CHECK(0, "%s", err.msg); return;
+    }
+    config_set_nc(&cfg, ds.nc);
+    DeviceList devs;
+    if (parse_devices(cfg.device, 0, &devs, &err) || trainer_init_devices(&t, &cfg, 1, &devs, &err)) {
+        CHECK(0, "%s", err.msg); dataset_free(&ds); return;
+    }
+    for (size_t k = 0; k < t.m.n_state; k++) t.ema[k] = t.m.state[k] * 0.5f;   // EMA != training weights
+    ValOptions o = val_options(&cfg);
+    o.out = NULL; o.nms.conf_thres = 0; o.batch = 1;
+    CHECK(val_evaluate_ema(&t, &ds, &o, r, &err) == 0, "%s: %s", device, err.msg);
+    const Trainer *rep = t.multi ? multi_replica(t.multi, 1) : &t;
+    *restored = t.m.state != t.ema && !memcmp(rep->m.state, t.m.state, sizeof(float) * t.m.n_state);
+    trainer_free(&t);
+    dataset_free(&ds);
+}
+
+static void test_ema_on_two_devices(void) {
+    SynthConfig sc = synth_defaults();
+    sc.n_train = 2; sc.n_val = 3; sc.min_side = 64; sc.max_side = 120; sc.threads = 1;
+    Err err;
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s", test_tmpdir("val-ema"));
+    if (synth_generate(dir, &sc, &err)) { CHECK(0, "%s", err.msg); return; }
+    ValResult one, two;
+    int r1, r2;
+    ema_result(dir, "cpu", &one, &r1);
+    ema_result(dir, "cpu:2", &two, &r2);
+    CHECK(r1 && r2, "training weights not restored: %d %d", r1, r2);
+    CHECK(one.m.map50 == two.m.map50 && one.m.map == two.m.map && one.m.mp == two.m.mp && one.m.mr == two.m.mr,
+          "metrics differ: mAP50 %.17g vs %.17g", one.m.map50, two.m.map50);
+    CHECK(one.box == two.box && one.cls == two.cls && one.dfl == two.dfl && one.cls > 0,
+          "val losses differ: cls %.17g vs %.17g", one.cls, two.cls);
+    val_result_free(&one); val_result_free(&two);
 }
 
 int main(void) {
     RUN(test_scale_boxes_hand);
     RUN(test_decode_nms_map_back);
     RUN(test_val_evaluate_runs);
+    RUN(test_rect_shape_rule);
+    RUN(test_rect_plan);
+    RUN(test_rect_batches_load);
+    RUN(test_two_models_same_result);
+    RUN(test_ema_on_two_devices);
     return test_summary();
 }
