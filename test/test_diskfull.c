@@ -1,4 +1,5 @@
-// test_diskfull.c: a checkpoint write that fails part-way (the disk fills up; simulated by a file
+// test_diskfull.c: a run refuses to start on a disk without room for its checkpoints (the free
+// space given by YT_DISK_FREE_MB), naming the numbers and the way out; a checkpoint write that fails part-way (the disk fills up; simulated by a file
 // size limit, RLIMIT_FSIZE, in a forked child with SIGXFSZ ignored so write() returns EFBIG) leaves
 // the previous checkpoint byte for byte and says so; the run stops with a non-zero status, and
 // resuming once there is room again finishes the run.
@@ -189,7 +190,37 @@ static void test_run_stops_when_the_disk_fills(void) {
     trainer_free(&t);
 }
 
+// A nearly full disk: refused before training, nothing trained, the numbers and project= named;
+// with room (the same run, no stand-in) it trains.
+static int short_run(void *arg) {
+    static Config cfg;
+    Err err;
+    char d[P + 64], p[P + 64];
+    snprintf(d, sizeof d, "data=%s", data_yaml);
+    snprintf(p, sizeof p, "project=%s/runs", root);
+    char *ov[] = { d, p, "name=full", "exist_ok=1", "imgsz=64", "batch=4", "epochs=1", "workers=1", "device=cpu" };
+    if (config_load("cfg/t.ini", 9, ov, &cfg, &err)) { fprintf(stderr, "%s\n", err.msg); return 97; }
+    if (arg) setenv("YT_DISK_FREE_MB", (const char *)arg, 1);
+    else unsetenv("YT_DISK_FREE_MB");
+    return train_run(&cfg);
+}
+
+static void test_full_disk_refused_at_start(void) {
+    if (!root[0]) snprintf(root, sizeof root, "%s", test_tmpdir("diskfull"));
+    snprintf(log_path, sizeof log_path, "%s/log.txt", root);
+    if (make_data()) { CHECK(0, "no data"); return; }
+    char w[P + 64];
+    snprintf(w, sizeof w, "%s/runs/full/weights/last.safetensors", root);
+    int rc = in_child(short_run, "5", 0);
+    CHECK(rc == 1, "a run on a disk with 5 MB free ended with status %d, want 1", rc);
+    CHECK(log_has("5 MB free") && log_has("the checkpoints need about") && log_has("project="), "the message is unclear");
+    CHECK(file_size(w) < 0, "the refused run wrote %s", w);
+    rc = in_child(short_run, NULL, 0);
+    CHECK(rc == 0 && file_size(w) > 0, "with room, the same run ended with status %d", rc);
+}
+
 int main(void) {
+    RUN(test_full_disk_refused_at_start);
     RUN(test_failed_state_write_keeps_the_previous);
     RUN(test_run_stops_when_the_disk_fills);
     return test_summary();
