@@ -68,6 +68,13 @@ typedef struct Backend {
     // a quarter of the float bytes to copy
     void (*upload_u8)(void *ctx, float *dst, const uint8_t *host, size_t n);
     void (*download)(void *ctx, float *host, const float *src, size_t n);
+    // Order between devices without a host wait (the bucketed gradient exchange): an event marks the
+    // work queued on ctx so far (record); another device's queue waits for it (wait). The CPU's work
+    // is done when queued, so there its events are NULL and both calls do nothing.
+    void *(*event_new)(void *ctx);
+    void (*event_free)(void *ctx, void *ev);
+    void (*event_record)(void *ctx, void *ev);
+    void (*event_wait)(void *ctx, void *ev);
     // Fused forms the executor uses for conv + BN + SiLU units (the CPU composes them from the ops
     // above, bit for bit). Forward: y = silu(BN_train(z)) (=). Backward, from dy (the gradient at y):
     // dgamma, dbeta, dw (+=) and dx (+=; none when dx.data is NULL); tmp and dz, of z's shape, are

@@ -88,9 +88,15 @@ static void upload_u8(void *c, float *dst, const uint8_t *src, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = src[i] / 255.0f;
 }
 
+static void *event_new(void *ctx) { return NULL; }
+static void event_free(void *ctx, void *ev) {}
+static void event_record(void *ctx, void *ev) {}
+static void event_wait(void *ctx, void *ev) {}
+
 const Backend backend_cpu = {
     "cpu", conv_fwd, conv_bwd, bn_train, bn_eval, bn_bwd, bn_apply, silu_fwd, silu_bwd, add_fwd, copy, accumulate,
     maxpool_fwd, maxpool_bwd, avgpool_fwd, avgpool_bwd, upsample_fwd, upsample_bwd, prepare, sumsq, scale, sgd, ema,
-    scale_n, sync, bind, pull, zero, upload, upload_u8, download, bn_silu_train, conv_bn_silu_bwd,
+    scale_n, sync, bind, pull, zero, upload, upload_u8, download, event_new, event_free, event_record, event_wait,
+    bn_silu_train, conv_bn_silu_bwd,
     dw_fwd, dw_bwd, attn_fwd, attn_bwd,
 };

@@ -114,6 +114,10 @@ typedef struct {
     void      *be_ctx;
     int        on_device;          // 1: the arenas below belong to the GPU's memory plan
     double    *prof;               // (2 * n_nodes) seconds per node, forward and backward; NULL: off
+    // called after each node's backward with the node's index (core/multi.c sends finished gradient
+    // buckets from it); NULL: none
+    void     (*backward_hook)(void *arg, int node);
+    void      *backward_arg;
     // activations: arenas sized for (max_n, imgsz), in the backend's memory like state and grad
     float     *act, *dact, *stats, *ws, *tmp_a, *tmp_b;
     size_t     n_act, n_stats, n_ws, n_tmp;   // tmp: two maps the size of the largest conv output

@@ -261,6 +261,7 @@ void model_backward(Model *m, int n) {
         zero_grads_from(m, m->n_nodes - 1 - i, n);
         node_backward(m, &m->nodes[i], n);
         prof_stop(m, i, 1, t0);
+        if (m->backward_hook) m->backward_hook(m->backward_arg, i);
     }
 }
 

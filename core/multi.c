@@ -193,6 +193,25 @@ typedef struct {             // loss_on=device0: the whole batch's head maps on 
 
 typedef struct { int steps, done, use; double busy[MULTI_MAX], imgs[MULTI_MAX], rate[MULTI_MAX]; } AutoSplit;
 
+// reduce=device0's gradient exchange in buckets while backward runs: after node `node`'s backward,
+// grad[lo, hi) is final on every device (parameters are laid out in node order), so device 0 pulls
+// that range from each replica (queued behind the replica's event, no host wait on the GPUs) and adds
+// it, in device order as the whole-array gather did: the same sums, bit for bit.
+enum { BUCKET_FLOATS = 2 << 20, MAX_BUCKETS = 64 };   // 8 MB buckets by default (multi_set_bucket_floats)
+typedef struct { int node; size_t lo, hi; } Bucket;
+typedef struct {
+    Bucket          b[MAX_BUCKETS];
+    int             n;
+    size_t          floats;                       // the size aimed at
+    void           *ev[MULTI_MAX][MAX_BUCKETS];   // replica k's "bucket b is computed" (GPU events)
+    int             posted[MULTI_MAX];            // buckets replica k has marked this step (under mu)
+    int             next[MULTI_MAX];              // the next bucket device k's backward reaches
+    int             pulled;                       // buckets device 0 has gathered this step
+    pthread_mutex_t mu;
+    pthread_cond_t  cv;
+} Buckets;
+typedef struct { struct Multi *mt; int k; } HookArg;
+
 struct Multi {
     int              n, n_reps, sizes[MULTI_MAX], cap[MULTI_MAX], last_B;   // n_reps: replicas built
     char             split[256];
@@ -213,7 +232,12 @@ struct Multi {
     OptStep          st;
     MultiFailHook    hook;
     void            *hook_arg;
+    Buckets          bk;                       // reduce=device0
+    HookArg          hook_args[MULTI_MAX];
 };
+
+static void buckets_reset(Multi *mt);
+static void buckets_release(Multi *mt, int k);
 
 static const char *dev_name(const Multi *mt, int k, char *buf, size_t size) {
     if (mt->gpu[k] < 0) snprintf(buf, size, "cpu %d", k);
@@ -385,6 +409,7 @@ static void *worker(void *arg) {
         pthread_barrier_wait(&mt->start);
         if (mt->phase == PH_QUIT) break;
         run_phase(mt, a->k);
+        if (a->k && (mt->phase == PH_BACKWARD || mt->phase == PH_BACKWARD_D0)) buckets_release(mt, a->k);
         pthread_barrier_wait(&mt->done);
     }
     free(a);
@@ -395,6 +420,7 @@ static void *worker(void *arg) {
 // worker is back at the start barrier either way, so a failure leaves no thread waiting.
 static int run_all(Multi *mt, int phase, Err *err) {
     mt->phase = phase;
+    if (phase == PH_BACKWARD || phase == PH_BACKWARD_D0) buckets_reset(mt);
     double t0 = now_seconds();
     pthread_barrier_wait(&mt->start);
     if (phase == PH_QUIT) return 0;
@@ -418,17 +444,144 @@ static void host_work(Multi *mt, double *dev0_category, double seconds) {
 
 // ---- reduce=device0 --------------------------------------------------------------------------
 
+// The trainable offsets of node i's parameters: [*lo, *hi), or *lo > *hi when it has none.
+static void node_params(const Model *m, const Node *nd, size_t *lo, size_t *hi) {
+    *lo = (size_t)-1; *hi = 0;
+    for (int u = 0; u < 2; u++) {
+        const ConvUnit *cu = u ? &nd->cv2 : &nd->cv;
+        if (nd->op != OP_CONV && nd->op != OP_REPCONV) continue;
+        int idx[4] = { cu->w, cu->b, cu->bn_w, cu->bn_b };
+        for (int q = 0; q < 4; q++) {
+            if (idx[q] < 0) continue;
+            const ParamInfo *p = &m->params[idx[q]];
+            if (p->offset < *lo) *lo = p->offset;
+            if (p->offset + p->n > *hi) *hi = p->offset + p->n;
+        }
+    }
+}
+
+// Buckets of about BUCKET_FLOATS, closed only after a node below which no parameter lies above the
+// bucket's start; the last one reaches offset 0. Together they cover [0, buffers).
+static void plan_buckets(Multi *mt) {
+    const Model *m = &mt->master->m;
+    int n = m->n_nodes;
+    size_t *below_max = xcalloc(n + 1, sizeof *below_max), lo, hi;   // max end over nodes < i
+    for (int i = 0; i < n; i++) {
+        node_params(m, &m->nodes[i], &lo, &hi);
+        below_max[i + 1] = below_max[i] > hi ? below_max[i] : hi;
+    }
+    Buckets *bk = &mt->bk;
+    size_t top = m->buffers, from = (size_t)-1;
+    bk->n = 0;
+    for (int i = n - 1; i > 0 && bk->n < MAX_BUCKETS - 1; i--) {
+        node_params(m, &m->nodes[i], &lo, &hi);
+        if (lo < from) from = lo;                  // the lowest offset of nodes i..n-1
+        if (from <= top && top - from >= bk->floats && below_max[i] <= from)
+            bk->b[bk->n++] = (Bucket){ i, from, top }, top = from;
+    }
+    bk->b[bk->n++] = (Bucket){ 0, 0, top };
+    free(below_max);
+}
+
+// Replica k's backward reached node i: mark the buckets that are now final.
+static void replica_hook(void *arg, int node) {
+    HookArg *a = arg;
+    Buckets *bk = &a->mt->bk;
+    Trainer *t = a->mt->job[a->k].t;
+    while (bk->next[a->k] < bk->n && bk->b[bk->next[a->k]].node == node) {
+        int b = bk->next[a->k]++;
+        t->m.be->event_record(t->m.be_ctx, bk->ev[a->k][b]);
+        pthread_mutex_lock(&bk->mu);
+        bk->posted[a->k] = b + 1;
+        pthread_cond_broadcast(&bk->cv);
+        pthread_mutex_unlock(&bk->mu);
+    }
+}
+
+// Device 0: bucket b of every replica that ran images, added into the master's gradients.
+static void pull_bucket(Multi *mt, int b) {
+    Trainer *m0 = mt->master;
+    Model *m = &m0->m;
+    const Bucket *bu = &mt->bk.b[b];
+    for (int k = 1; k < mt->n; k++) {
+        if (!mt->job[k].n) continue;
+        pthread_mutex_lock(&mt->bk.mu);
+        while (mt->bk.posted[k] <= b) pthread_cond_wait(&mt->bk.cv, &mt->bk.mu);
+        pthread_mutex_unlock(&mt->bk.mu);
+        Trainer *r = &mt->rep[k];
+        m->be->event_wait(m->be_ctx, mt->bk.ev[k][b]);
+        copy_floats(mt, m0, m0->recv + bu->lo, r, r->m.grad + bu->lo, bu->hi - bu->lo, mt->job[0].stage);
+        add_into(m0, m->grad + bu->lo, m0->recv + bu->lo, bu->hi - bu->lo);
+    }
+    mt->bk.pulled = b + 1;
+}
+
+// Device 0's backward reached node i: gather the buckets that are final on it.
+static void master_hook(void *arg, int node) {
+    HookArg *a = arg;
+    Buckets *bk = &a->mt->bk;
+    while (bk->next[0] < bk->n && bk->b[bk->next[0]].node == node) pull_bucket(a->mt, bk->next[0]++);
+}
+
+// Before a backward phase (workers parked): nothing posted, pulled or reached yet.
+static void buckets_reset(Multi *mt) {
+    memset(mt->bk.posted, 0, sizeof mt->bk.posted);
+    memset(mt->bk.next, 0, sizeof mt->bk.next);
+    mt->bk.pulled = 0;
+}
+
+// Replica k is done with its backward phase, or failed in it: every bucket counts as posted, so
+// device 0 never waits for work that will not come (a failed step is abandoned anyway).
+static void buckets_release(Multi *mt, int k) {
+    pthread_mutex_lock(&mt->bk.mu);
+    mt->bk.posted[k] = mt->bk.n;
+    pthread_cond_broadcast(&mt->bk.cv);
+    pthread_mutex_unlock(&mt->bk.mu);
+}
+
+static int bucketed(const Multi *mt) { return !mt->sharded && mt->bk.n > 0; }
+
+static void buckets_init(Multi *mt) {
+    if (mt->sharded) return;
+    mt->bk.floats = BUCKET_FLOATS;
+    plan_buckets(mt);
+    pthread_mutex_init(&mt->bk.mu, NULL);
+    pthread_cond_init(&mt->bk.cv, NULL);
+    for (int k = 0; k < mt->n; k++) {
+        Trainer *t = mt->job[k].t;
+        t->m.be->bind(t->m.be_ctx);
+        for (int b = 0; k && b < MAX_BUCKETS; b++) mt->bk.ev[k][b] = t->m.be->event_new(t->m.be_ctx);
+        mt->hook_args[k] = (HookArg){ mt, k };
+        t->m.backward_hook = k ? replica_hook : master_hook;
+        t->m.backward_arg = &mt->hook_args[k];
+    }
+    mt->master->m.be->bind(mt->master->m.be_ctx);
+}
+
+static void buckets_free(Multi *mt) {
+    if (!bucketed(mt)) return;
+    for (int k = 1; k < mt->n && k <= mt->n_reps; k++) {
+        Trainer *t = mt->job[k].t;
+        t->m.be->bind(t->m.be_ctx);
+        for (int b = 0; b < MAX_BUCKETS; b++) t->m.be->event_free(t->m.be_ctx, mt->bk.ev[k][b]);
+        t->m.backward_hook = NULL;
+    }
+    mt->master->m.backward_hook = NULL;
+    pthread_mutex_destroy(&mt->bk.mu);
+    pthread_cond_destroy(&mt->bk.cv);
+    mt->bk.n = 0;
+}
+
 // master.grad += sum of the replicas' gradients; BN running statistics := mean over devices
 static void gather(Multi *mt) {
     Trainer *m0 = mt->master;
     Model *m = &m0->m;
     int used = used_devices(mt);
     m->be->bind(m->be_ctx);
+    for (int b = mt->bk.pulled; b < mt->bk.n; b++) pull_bucket(mt, b);   // those device 0's backward did not reach
     for (int k = 1; k < mt->n; k++) {
         if (!mt->job[k].n) continue;
         Trainer *r = &mt->rep[k];
-        copy_floats(mt, m0, m0->recv, r, r->m.grad, m->n_state, mt->job[0].stage);
-        add_into(m0, m->grad, m0->recv, m->n_state);
         copy_floats(mt, m0, m0->recv, r, r->m.state + m->buffers, m->n_buffers, mt->job[0].stage);
         add_into(m0, m->state + m->buffers, m0->recv, m->n_buffers);
     }
@@ -899,6 +1052,14 @@ void multi_prefetch(Trainer *t, const uint8_t *images, int n, int S) {
 #endif
 }
 
+void multi_set_bucket_floats(Multi *mt, size_t floats) {
+    if (!bucketed(mt)) return;
+    mt->bk.floats = floats ? floats : BUCKET_FLOATS;
+    plan_buckets(mt);
+}
+
+int multi_bucket_count(const Multi *mt) { return mt->bk.n; }
+
 const int *multi_sizes(const Multi *mt) { return mt->sizes; }
 int multi_count(const Multi *mt) { return mt->n; }
 const Trainer *multi_replica(const Multi *mt, int k) { return k ? &mt->rep[k] : mt->master; }
@@ -985,6 +1146,7 @@ static void print_plan(const Multi *mt, const char *copies) {
 
 // Everything multi_init made, threads excepted (they start last, when nothing can fail any more).
 static void release(Multi *mt) {
+    buckets_free(mt);
     for (int k = 0; k < mt->n; k++) shard_free(&mt->shard[k]);
     loss_dev0_free(mt);
     for (int k = 1; k <= mt->n_reps; k++) trainer_free(&mt->rep[k]);
@@ -1025,6 +1187,7 @@ int multi_init(Trainer *master, const Config *cfg, const DeviceList *devs, int m
     if (mt->loss_d0 && loss_dev0_init(mt, cfg->batch, err)) { release(mt); return -1; }
     if (staged) multi_use_host_copies(mt);
     broadcast(mt);                                 // every replica starts from the master's weights
+    buckets_init(mt);
     if (mt->sharded) {
         shard_bounds(mt);
         for (int k = 0; k < mt->n; k++)

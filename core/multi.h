@@ -78,7 +78,11 @@ void multi_prefetch(Trainer *t, const uint8_t *images, int n, int S);
 
 // Device k's trainer (0: the master).
 const Trainer *multi_replica(const Multi *mt, int k);
-Trainer *multi_replica_mut(Multi *mt, int k);   // the same, to borrow the replica's model (validation)
+Trainer *multi_replica_mut(Multi *mt, int k);
+// reduce=device0 sends the gradients to device 0 in buckets of about `floats` (0: the default, 2M
+// floats) as backward finishes them; between steps only. multi_bucket_count: how many (0 when sharded).
+void multi_set_bucket_floats(Multi *mt, size_t floats);
+int  multi_bucket_count(const Multi *mt);   // the same, to borrow the replica's model (validation)
 // The micro-batch sizes of the last step, per device (for the start-up plan and logs).
 const int *multi_sizes(const Multi *mt);
 int multi_count(const Multi *mt);

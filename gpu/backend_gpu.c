@@ -98,6 +98,15 @@ static void download(void *ctx, float *dst, const float *src, size_t n) {
     checkCuda(cudaStreamSynchronize(DEV->stream));
 }
 
+static void *event_new(void *ctx) {
+    cudaEvent_t ev;
+    checkCuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));   // on ctx's device (bound by the caller)
+    return ev;
+}
+static void event_free(void *ctx, void *ev) { checkCuda(cudaEventDestroy((cudaEvent_t)ev)); }
+static void event_record(void *ctx, void *ev) { checkCuda(cudaEventRecord((cudaEvent_t)ev, DEV->stream)); }
+static void event_wait(void *ctx, void *ev) { checkCuda(cudaStreamWaitEvent(DEV->stream, (cudaEvent_t)ev, 0)); }
+
 static void dw_fwd(void *ctx, const DwDims *d, Map x, const float *w, const float *b, Map y) {
     dwconv_forward_gpu(DEV, d, x, w, b, y);
 }
@@ -114,6 +123,7 @@ static void attn_bwd(void *ctx, const AttnDims *d, Map qkv, const float *p, Map 
 const Backend backend_gpu = {
     "cuda", conv_fwd, conv_bwd, bn_train, bn_eval, bn_bwd, bn_apply, silu_fwd, silu_bwd, add_fwd, copy, accumulate,
     maxpool_fwd, maxpool_bwd, avgpool_fwd, avgpool_bwd, upsample_fwd, upsample_bwd, prepare, sumsq, scale, sgd, ema,
-    scale_n, sync, bind, pull, zero, upload, upload_u8, download, bn_silu_train, conv_bn_silu_bwd,
+    scale_n, sync, bind, pull, zero, upload, upload_u8, download, event_new, event_free, event_record, event_wait,
+    bn_silu_train, conv_bn_silu_bwd,
     dw_fwd, dw_bwd, attn_fwd, attn_bwd,
 };

@@ -181,6 +181,9 @@ static void equivalence_mode(const char *spec, int n_gpus, int n, const char *sp
         if (targets[6 * r] < n) memcpy(tg + 6 * nt++, targets + 6 * r, 6 * sizeof(float));
     memcpy(t.input, images, (size_t)n * S * S * 3 * sizeof(float));
     if (mode.host_copies) multi_use_host_copies(t.multi);
+    multi_set_bucket_floats(t.multi, 50000);      // many buckets: each sent while backward goes on
+    CHECK(!strcmp(mode.reduce, "sharded") || multi_bucket_count(t.multi) > 8, "%d gradient buckets",
+          multi_bucket_count(t.multi));
     LossOut lo, ref;
     CHECK(multi_forward_backward(t.multi, n, S, tg, nt, &lo, &err) == 0, "%s", err.msg);
     multi_gather_state(t.multi);                  // sharded: the shards' sums into the master's grad
