@@ -1,17 +1,20 @@
 // detect.c: inference on image files (YOLOv9 detect.py): letterbox (auto: padded to a multiple of 32),
 // forward in evaluation mode, decode, NMS (conf 0.25, iou 0.45, best class; YOLO26's end-to-end head:
 // top-k, no NMS, core/val_decode.c), boxes back to the image,
-// then drawn pictures and label files under runs/detect/NAME. Legend: A anchors, nc classes.
+// then drawn pictures and label files under runs/detect/NAME; several devices take every n-th image,
+// a thread each. Legend: A anchors, nc classes, S the model's imgsz.
 #include "core/detect.h"
 
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/infer_devices.h"
 #include "core/model.h"
 #include "core/val.h"
 #include "io/augment.h"
@@ -163,18 +166,6 @@ static char **class_names(const Config *cfg, int nc, Err *err) {
     return names;
 }
 
-static int make_dirs(const char *path) {   // mkdir -p
-    char buf[3 * CFG_PATH];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(buf, 0755) && errno != EEXIST) return -1;
-        *p = '/';
-    }
-    return mkdir(buf, 0755) && errno != EEXIST ? -1 : 0;
-}
-
 // runs/detect/exp, exp2, ... (project= from the command line replaces runs/detect; the INIs' project is
 // the training folder), and its labels/ folder.
 static int output_dir(const Config *cfg, char *dir, size_t size, Err *err) {
@@ -194,13 +185,27 @@ static int output_dir(const Config *cfg, char *dir, size_t size, Err *err) {
 
 // ---- one image -----------------------------------------------------------------------------
 
-typedef struct {
+typedef struct {                      // what image i printed, kept until the images before it have printed
+    char *line, *error;               // stdout line, stderr message (NULL: none)
+    int   done;
+} ImageLog;
+
+typedef struct {                      // the run, shared by the device threads
+    const PathList *src;
+    char          **names;
+    const char     *dir;
+    ImageLog       *log;              // (src->n)
+    int             printed, failed;  // images printed so far (in source order), images that failed
+    pthread_mutex_t mu;
+} DetectRun;
+
+typedef struct {                      // one device's thread: images k, k + n_dev, k + 2 n_dev, ...
+    DetectRun  *run;
     Model      *m;
-    char      **names;
+    int         k, n_dev;
     float      *input;                // (S, S, 3) for the largest input
+    float      *heads;                // head maps of one image, level after level (host copy of a GPU's)
     ValDecoder  dec;                  // decode + NMS, or the end-to-end top-k
-    const DetectOptions *o;
-    const char *dir;
 } Detector;
 
 // Ultralytics' 20-colour palette, one per class modulo 20.
@@ -250,6 +255,20 @@ int detect_boxes(ValDecoder *dec, const Model *m, const Map head[], int img_h, c
     return nd;
 }
 
+// The head maps of image 0 in host memory: the model's own on the CPU, copied into dt->heads from a GPU.
+static void host_heads(Detector *dt, Map head[]) {
+    Model *m = dt->m;
+    size_t off = 0;
+    for (int l = 0; l < m->n_levels; l++) {
+        head[l] = model_value(m, m->head[l], 1);
+        if (!m->on_device) continue;
+        size_t n = (size_t)head[l].H * head[l].W * head[l].ld;
+        m->be->download(m->be_ctx, dt->heads + off, head[l].data, n);
+        head[l].data = dt->heads + off;
+        off += n;
+    }
+}
+
 // Letterbox (scale up allowed, padded to a multiple of 32), forward, then detect_boxes.
 static int infer(Detector *dt, const Image *img) {
     Model *m = dt->m;
@@ -261,12 +280,15 @@ static int infer(Detector *dt, const Image *img) {
     int h = lbi.h;
     image_free(&lbi);
     Map head[4];
-    for (int l = 0; l < m->n_levels; l++) head[l] = model_value(m, m->head[l], 1);
+    host_heads(dt, head);
     return detect_boxes(&dt->dec, m, head, h, &lb, img->w, img->h);
 }
 
-// One source image: detections, the drawn copy and (when anything was found) its label file.
-static int detect_one(Detector *dt, const char *path, int i, int n, Err *err) {
+// One source image: detections, the drawn copy and (when anything was found) its label file; line
+// gets what it prints (empty when the image could not be read).
+static int detect_one(Detector *dt, const char *path, int i, int n, char *line, size_t size, Err *err) {
+    const char *dir = dt->run->dir;
+    line[0] = 0;
     Image img;
     if (image_load(path, &img, err)) return -1;
     double t0 = now_seconds();
@@ -277,69 +299,105 @@ static int detect_one(Detector *dt, const char *path, int i, int n, Err *err) {
     snprintf(stem, sizeof stem, "%s", base);
     char *dot = strrchr(stem, '.');
     if (dot) *dot = 0;
-    snprintf(out, sizeof out, "%s/labels/%s.txt", dt->dir, stem);
+    snprintf(out, sizeof out, "%s/labels/%s.txt", dir, stem);
     int rc = nd ? detect_write_labels(out, dt->dec.det, nd, img.w, img.h, err) : 0;
-    draw(&img, dt->dec.det, nd, dt->names);
-    snprintf(out, sizeof out, "%s/%s", dt->dir, base);
+    draw(&img, dt->dec.det, nd, dt->run->names);
+    snprintf(out, sizeof out, "%s/%s", dir, base);
     size_t len = strlen(out);
     int png = len > 4 && !strcasecmp(out + len - 4, ".png");
     if (!rc) rc = png ? image_save_png(out, &img, err) : image_save_jpeg(out, &img, 95, err);
-    printf("image %d/%d %s: %dx%d %d detection%s, %.1fms\n", i + 1, n, path, img.w, img.h, nd, nd == 1 ? "" : "s", ms);
+    snprintf(line, size, "image %d/%d %s: %dx%d %d detection%s, %.1fms", i + 1, n, path, img.w, img.h, nd, nd == 1 ? "" : "s", ms);
     image_free(&img);
     return rc;
 }
 
-static int detect_all(Detector *dt, const PathList *src) {
-    int failed = 0;
-    Err err;
-    for (int i = 0; i < src->n; i++)
-        if (detect_one(dt, src->path[i], i, src->n, &err)) { fprintf(stderr, "yolotrain detect: %s\n", err.msg); failed++; }
-    printf("Results saved to %s (%d images, %d labels in %s/labels)%s\n", dt->dir, src->n - failed, src->n - failed,
-           dt->dir, failed ? "; some images failed, see above" : "");
+// Image i is done: keep its messages, then print every finished image not printed yet in source order.
+static void log_image(DetectRun *r, int i, const char *line, const char *error) {
+    pthread_mutex_lock(&r->mu);
+    r->log[i] = (ImageLog){ line[0] ? xstrdup(line) : NULL, error ? xstrdup(error) : NULL, 1 };
+    if (error) r->failed++;
+    for (ImageLog *g; r->printed < r->src->n && (g = &r->log[r->printed])->done; r->printed++) {
+        if (g->line) printf("%s\n", g->line);
+        if (g->error) fprintf(stderr, "yolotrain detect: %s\n", g->error);
+        free(g->line); free(g->error);
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void *detector_main(void *arg) {
+    Detector *dt = arg;
+    const PathList *src = dt->run->src;
+    dt->m->be->bind(dt->m->be_ctx);
+    char line[3 * CFG_PATH];
+    for (int i = dt->k; i < src->n; i += dt->n_dev) {
+        Err err;
+        int rc = detect_one(dt, src->path[i], i, src->n, line, sizeof line, &err);
+        log_image(dt->run, i, line, rc ? err.msg : NULL);
+    }
+    return NULL;
+}
+
+static void detector_init(Detector *dt, DetectRun *r, Model *m, int k, int n_dev, const DetectOptions *o) {
+    int S = m->imgsz;
+    size_t heads = 0;                                  // one image's head maps at S x S
+    for (int l = 0; l < m->n_levels; l++) heads += (size_t)(S / m->strides[l]) * (S / m->strides[l]) * m->values[m->head[l]].C;
+    *dt = (Detector){ r, m, k, n_dev, xmalloc(sizeof(float) * S * S * 3), xmalloc(sizeof(float) * (heads + 1)), { 0 } };
+    NmsOptions no = o->nms;
+    if (m->end2end) no.max_det = DETECT_E2E_MAX_DET;
+    val_decoder_init(&dt->dec, m, S, S, &no);
+}
+
+// Every source image on the models of im, image i on model i % n, one thread per model.
+static int detect_all(InferModels *im, char **names, const char *dir, const PathList *src, const DetectOptions *o) {
+    int n = im->n;
+    DetectRun r = { .src = src, .names = names, .dir = dir, .log = xcalloc(src->n, sizeof(ImageLog)) };
+    pthread_mutex_init(&r.mu, NULL);
+    Detector *dt = xcalloc(n, sizeof *dt);
+    pthread_t *th = xcalloc(n, sizeof *th);
+    for (int k = 0; k < n; k++) detector_init(&dt[k], &r, im->ptr[k], k, n, o);
+    for (int k = 1; k < n; k++) pthread_create(&th[k], NULL, detector_main, &dt[k]);
+    detector_main(&dt[0]);
+    for (int k = 1; k < n; k++) pthread_join(th[k], NULL);
+    for (int k = 0; k < n; k++) { free(dt[k].input); free(dt[k].heads); val_decoder_free(&dt[k].dec); }
+    int failed = r.failed;
+    printf("Results saved to %s (%d images, %d labels in %s/labels)%s\n", dir, src->n - failed, src->n - failed,
+           dir, failed ? "; some images failed, see above" : "");
+    free(dt); free(th); free(r.log);
+    pthread_mutex_destroy(&r.mu);
     return failed ? 1 : 0;
 }
 
-static int setup_model(Config *cfg, Model *m, Err *err) {
+// nc from the weights, then one model per device of devs for single images.
+static int setup_models(Config *cfg, const DeviceList *devs, InferModels *im, Err *err) {
     int nc;
+    memset(im, 0, sizeof *im);
     if (!cfg->weights[0]) return err_set(err, "detect needs weights=FILE.safetensors");
     if (!cfg->n_layers) return err_set(err, "detect needs a model config, e.g. yolotrain detect cfg/s.ini weights=...");
     if (weights_nc(cfg->weights, &nc, err)) return -1;
     if (cfg->nc != nc) config_set_nc(cfg, nc);
-    if (model_build(cfg, 1, cfg->imgsz, m, err)) return -1;
-    if (model_load(m, cfg->weights, "", err)) { model_free(m); return -1; }
-    return 0;
+    return infer_models_open(cfg, devs, 1, im, err);
 }
 
 int detect_run(Config *cfg, const DetectOptions *o) {
-    if (cfg->device[0] && strncmp(cfg->device, "cpu", 3)) {
-        fprintf(stderr, "yolotrain detect: device=%s: GPU inference is not available yet; use device=cpu\n", cfg->device);
-        return 2;
-    }
+    DeviceList devs;
+    if (infer_pick_devices(cfg, "yolotrain detect", &devs)) return 2;
     Err err;
     PathList src = { 0 };
-    Model m;
-    if (list_sources(o->source, &src, &err) || setup_model(cfg, &m, &err)) {
+    InferModels im;
+    if (list_sources(o->source, &src, &err) || setup_models(cfg, &devs, &im, &err)) {
         fprintf(stderr, "yolotrain detect: %s\n", err.msg);
         paths_free(&src);
         return 2;
     }
     char dir[2 * CFG_PATH + 16];
-    char **names = class_names(cfg, m.nc, &err);
+    int nc = im.models[0].nc;
+    char **names = class_names(cfg, nc, &err);
     int rc = !names ? 2 : output_dir(cfg, dir, sizeof dir, &err) ? 1 : 0;
     if (rc) fprintf(stderr, "yolotrain detect: %s\n", err.msg);
-    if (!rc) {
-        int S = m.imgsz;
-        Detector dt = { &m, names, xmalloc(sizeof(float) * S * S * 3), { 0 }, o, dir };
-        NmsOptions no = o->nms;
-        if (m.end2end) no.max_det = DETECT_E2E_MAX_DET;
-        val_decoder_init(&dt.dec, &m, S, S, &no);
-        rc = detect_all(&dt, &src);
-        free(dt.input);
-        val_decoder_free(&dt.dec);
-    }
-    for (int c = 0; names && c < m.nc; c++) free(names[c]);
+    if (!rc) rc = detect_all(&im, names, dir, &src, o);
+    for (int c = 0; names && c < nc; c++) free(names[c]);
     free(names);
-    model_free(&m);
+    infer_models_free(&im);
     paths_free(&src);
     return rc;
 }

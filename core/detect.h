@@ -21,7 +21,10 @@ int detect_take_args(int *argc, char **argv, DetectOptions *o, Err *err);
 // Class names: the dataset's when data= (or [data]) is given, else the built-in synthetic dataset's
 // when nc matches it, else class0, class1, ... Output: runs/detect/NAME (exp, exp2, ...; project= on the
 // command line and exist_ok= as for training) holding the drawn images (same file names) and labels/STEM.txt with
-// `cls cx cy w h conf` rows normalised to the image. device=cpu only. Returns the exit status.
+// `cls cx cy w h conf` rows normalised to the image. device= as for training (cpu, cpu:N, 0, 0,1, ...;
+// core/infer_devices.h): with n devices image i runs on device i % n, one thread each; the files are
+// those of one device and the per-image lines print in source order. Returns the exit status (2: a
+// user error in the device, weights or source).
 int detect_run(Config *cfg, const DetectOptions *o);
 
 // detect_boxes: image 0 of head maps (host memory) of a letterboxed input img_h pixels high into

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/infer_devices.h"
 #include "core/loss.h"
 #include "io/picture.h"
 #include "io/synth.h"
@@ -301,33 +302,29 @@ static int open_val_data(Config *cfg, Dataset *ds, Err *err) {
     return 0;
 }
 
+// The pass over ds on the models of im, with the table and the losses on stdout.
+static int val_on_models(Config *cfg, const Dataset *ds, InferModels *im, Err *err) {
+    ValOptions o = val_options(cfg);
+    o.verbose = 1;
+    ValResult r;
+    printf("val: %s on %d images of %s (imgsz %d, batch %d)\n", cfg->weights, ds->n, cfg->data[0] ? cfg->data : "[data]",
+           o.imgsz, o.batch);
+    if (val_evaluate_models(im->ptr, im->n, ds, &o, &r, err)) return -1;
+    printf("val losses: box %.4g, cls %.4g, dfl %.4g; fitness %.4g; %.1f s\n", r.box, r.cls, r.dfl, r.fitness, r.seconds);
+    val_result_free(&r);
+    return 0;
+}
+
 int val_run(Config *cfg) {
-    if (cfg->device[0] && strncmp(cfg->device, "cpu", 3)) {
-        fprintf(stderr, "yolotrain val: device=%s: GPU validation is not available yet; use device=cpu\n", cfg->device);
-        return 2;
-    }
     if (!cfg->weights[0]) { fprintf(stderr, "yolotrain val: name the weights to validate: weights=FILE.safetensors\n"); return 2; }
+    DeviceList devs;
+    if (infer_pick_devices(cfg, "yolotrain val", &devs)) return 2;
     Err err;
     Dataset ds;
     if (open_val_data(cfg, &ds, &err)) { fprintf(stderr, "yolotrain val: %s\n", err.msg); return 2; }
-    Model m;
-    int rc = 2;
-    if (model_build(cfg, cfg->batch, cfg->imgsz, &m, &err) == 0) {
-        if (model_load(&m, cfg->weights, "", &err) == 0) {
-            ValOptions o = val_options(cfg);
-            o.verbose = 1;
-            ValResult r;
-            printf("val: %s on %d images of %s (imgsz %d, batch %d)\n", cfg->weights, ds.n, cfg->data[0] ? cfg->data : "[data]",
-                   o.imgsz, o.batch);
-            rc = val_evaluate(&m, &ds, &o, &r, &err) ? 2 : 0;
-            if (!rc) {
-                printf("val losses: box %.4g, cls %.4g, dfl %.4g; fitness %.4g; %.1f s\n", r.box, r.cls, r.dfl,
-                       r.fitness, r.seconds);
-                val_result_free(&r);
-            }
-        }
-        model_free(&m);
-    }
+    InferModels im;                             // each device takes whole batches of cfg->batch images
+    int rc = infer_models_open(cfg, &devs, cfg->batch, &im, &err) || val_on_models(cfg, &ds, &im, &err) ? 2 : 0;
+    infer_models_free(&im);
     if (rc) fprintf(stderr, "yolotrain val: %s\n", err.msg);
     dataset_free(&ds);
     return rc;

@@ -128,5 +128,7 @@ void val_decoder_free(ValDecoder *d);
 int  val_decode(ValDecoder *d, const Model *m, const Map head[], int n, int img_h);
 
 // `yolotrain val CONFIG weights=FILE [data=...]`: the val split of the configured dataset (the built-in
-// synthetic one when none is), with per-class rows. device=cpu only. Returns the exit status.
+// synthetic one when none is), with per-class rows, on the devices device= names (core/infer_devices.h:
+// cpu, cpu:N, 0, 0,1, ...; several take whole batches in turn, val_evaluate_models). Returns the exit
+// status: 2 for a user error (device, weights, data).
 int  val_run(Config *cfg);

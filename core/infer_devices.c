@@ -1,0 +1,91 @@
+// infer_devices.c: one model per device for validation and detection: built on the host, weights read
+// once and copied to the others, then each GPU model moved onto its GPU with an inference memory plan.
+// Legend: N images per forward, S = cfg->imgsz.
+#include "core/infer_devices.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/device.h"
+#ifdef USE_CUDA
+#include "gpu/model_gpu.h"
+#endif
+
+int infer_pick_devices(const Config *cfg, const char *prog, DeviceList *devs) {
+    GpuInfo gpus[16];
+#ifdef USE_CUDA
+    int n = gpu_list(gpus, 16);
+#else
+    int n = 0;
+#endif
+    Err err;
+    if (!parse_devices(cfg->device, n, devs, &err)) return 0;
+    fprintf(stderr, "%s: %s; the GPUs found are:%s\n", prog, err.msg, n ? "" : " none (use device=cpu)");
+    for (int i = 0; i < n && i < 16; i++)
+        fprintf(stderr, "  %d: %s, %.0f GiB, bus %s\n", i, gpus[i].name, gpus[i].mem_bytes / 1073741824.0, gpus[i].bus_id);
+    return -1;
+}
+
+#ifdef USE_CUDA
+static GpuPrecision precision_of(const char *p) {   // as gpu/train_gpu.c reads [train] precision
+    return !strcmp(p, "fp32") ? GPU_FP32 : !strcmp(p, "tf32") ? GPU_TF32 : GPU_BF16;
+}
+
+// m onto GPU id: parameters, activations and scratch for its N x S x S plan; no optimizer state.
+static int to_gpu(Model *m, int id, const Config *cfg, Err *err) {
+    GpuPrecision prec = precision_of(cfg->precision);
+    GpuPlan plan = model_gpu_plan(m, prec, 0);
+    model_gpu_print_plan(&plan, id, stdout);
+    Device *dev = xcalloc(1, sizeof *dev);
+    if (model_to_gpu(m, dev, id, &plan, prec, err)) { free(dev); return -1; }
+    return 0;
+}
+#else
+static int to_gpu(Model *m, int id, const Config *cfg, Err *err) {
+    return err_set(err, "device=%s: this yolotrain was built without CUDA; use device=cpu", cfg->device);
+}
+#endif
+
+static void free_model(Model *m) {
+    if (!m->on_device) { model_free(m); return; }
+#ifdef USE_CUDA
+    Device *dev = m->be_ctx;
+    m->be->bind(dev);
+    model_free(m);
+    device_free(dev);
+    free(dev);
+#endif
+}
+
+static void print_devices(const Config *cfg, const DeviceList *devs) {
+    if (devs->gpu[0] < 0) {
+        if (devs->n == 1) printf("device: cpu\n");
+        else printf("devices: %d CPU devices, the images split between them\n", devs->n);
+        return;
+    }
+    printf("device%s: GPU", devs->n > 1 ? "s" : "");
+    for (int k = 0; k < devs->n; k++) printf("%s %d", k ? "," : "", devs->gpu[k]);
+    printf(" (%s)%s\n", cfg->precision, devs->n > 1 ? ", the images split between them" : "");
+}
+
+int infer_models_open(const Config *cfg, const DeviceList *devs, int max_n, InferModels *im, Err *err) {
+    memset(im, 0, sizeof *im);
+    im->devs = *devs;
+    for (int k = 0; k < devs->n; k++) {
+        Model *m = &im->models[k];
+        if (model_build(cfg, max_n, cfg->imgsz, m, err)) { infer_models_free(im); return -1; }
+        im->ptr[k] = m;
+        im->n = k + 1;
+        if (k == 0 && model_load(m, cfg->weights, "", err)) { infer_models_free(im); return -1; }
+        if (k > 0) memcpy(m->state, im->models[0].state, sizeof(float) * m->n_state);   // read the file once
+    }
+    for (int k = 0; k < im->n; k++)                 // after the copies: model 0's state must stay on the host
+        if (devs->gpu[k] >= 0 && to_gpu(&im->models[k], devs->gpu[k], cfg, err)) { infer_models_free(im); return -1; }
+    print_devices(cfg, devs);
+    return 0;
+}
+
+void infer_models_free(InferModels *im) {
+    for (int k = 0; k < im->n; k++) free_model(&im->models[k]);
+    im->n = 0;
+}
