@@ -11,6 +11,7 @@
 
 #include "core/infer_devices.h"
 #include "core/loss.h"
+#include "core/loss26.h"
 #include "io/picture.h"
 #include "io/synth.h"
 
@@ -82,6 +83,7 @@ typedef struct {              // one model's scratch
     ValBatch   vb;
     ValDecoder dec;
     LossWork  *lw;
+    Loss26Work *lw26;         // end-to-end heads (YOLO26)
     float     *heads;         // host copy of the batch's head maps, level after level
     Map        head[4];
     Det       *gt;
@@ -125,7 +127,27 @@ static int batch_labels(Worker *w, int i, int w0, int h0) {
     return n;
 }
 
+// YOLO26: the one-to-one branch's items, as training logs them. Evaluation computes that branch
+// only; its loss needs nothing from the other, so the same maps stand in the one-to-many slot too.
+static int batch_losses26(Worker *w, BatchOut *out, Err *err) {
+    const ValBatch *b = &w->vb;
+    int nc = w->m->nc;
+    Loss26Batch lb = { .nc = nc, .img_h = b->H, .img_w = b->W, .targets = b->targets, .n_targets = b->nt };
+    for (int br = 0; br < L26_BRANCHES; br++)
+        for (int l = 0; l < L26_LEVELS; l++) {
+            lb.head[br].box[l] = map_slice(w->head[l], 0, 4);
+            lb.head[br].cls[l] = map_slice(w->head[l], 4, nc);
+        }
+    Loss26Weights wt = loss26_weights(0, 1);
+    const Head26 *none[L26_BRANCHES] = { NULL, NULL };
+    Loss26Out lo;
+    if (loss26_forward_backward(w->lw26, &lb, &wt, none, &lo, err)) return -1;
+    out->box = lo.br[L26_O2O].box; out->cls = lo.br[L26_O2O].cls; out->dfl = lo.br[L26_O2O].l1;
+    return 0;
+}
+
 static int batch_losses(Worker *w, BatchOut *out, Err *err) {
+    if (w->m->end2end) return batch_losses26(w, out, err);
     const ValBatch *b = &w->vb;
     LossBatch lb = { .nc = w->m->nc, .img_h = b->H, .img_w = b->W, .targets = b->targets, .n_targets = b->nt };
     for (int l = 0; l < LOSS_LEVELS; l++) lb.head[l] = w->head[l];
@@ -174,7 +196,7 @@ static void *worker_main(void *arg) {
         forward_batch(w);
         double t2 = now_seconds();
         Err err;
-        int rc = p->o->losses && !w->m->end2end ? batch_losses(w, &p->out[b], &err) : 0;
+        int rc = p->o->losses ? batch_losses(w, &p->out[b], &err) : 0;
         if (!rc) batch_stats(w, b, &p->out[b]);
         pthread_mutex_lock(&p->mu);
         p->t_pre += t1 - t0; p->t_infer += t2 - t1; p->t_nms += now_seconds() - t2;
@@ -188,6 +210,7 @@ static void worker_init(Worker *w, Pass *p, Model *m) {
     w->p = p; w->m = m;
     val_decoder_init(&w->dec, m, p->max_h, p->max_w, &p->o->nms);
     w->lw = loss_work_new();
+    if (m->end2end) w->lw26 = loss26_work_new();
     size_t floats = 0;                        // the head maps of a whole batch at the largest shape
     for (int l = 0; l < m->n_levels; l++) {
         int s = m->strides[l], C = m->values[m->head[l]].C;
@@ -200,6 +223,7 @@ static void worker_free(Worker *w) {
     val_batch_free(&w->vb);
     val_decoder_free(&w->dec);
     loss_work_free(w->lw);
+    loss26_work_free(w->lw26);
     free(w->heads); free(w->gt);
 }
 
