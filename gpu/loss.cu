@@ -9,17 +9,16 @@
 
 #include "gpu/kernel_util.h"
 #include "gpu/loss.h"
+#include "gpu/loss_common.cuh"
 
 #define R        LOSS_REG_MAX
 #define TOPK     10
 #define TAL_EPS  1e-9           // assigner: in-box margin and normalisation
-#define IOU_EPS  1e-7           // bbox_iou
 #define DIST_MAX (R - 1 - 0.01) // bbox2dist clamp: 14.99
 #define GAIN_BOX 7.5
 #define GAIN_CLS 0.5
 #define GAIN_DFL 1.5
 
-enum { PARTS = 1024, WARPS = THREADS / 32 };   // partial-sum blocks; warps per block
 enum { SUM_CLS, SUM_BOX, SUM_DFL, N_SUMS };    // compute phase; the assign phase uses 0 (tss), 1 (fg)
 
 typedef struct { double x1, y1, x2, y2; int cls, row, img, pad; } GtBox;   // pixels; row in targets
@@ -49,43 +48,6 @@ struct GpuLossWork {
 };
 
 // ---- device math: as core/loss.c, term for term ----------------------------------------------
-constexpr double PI = 3.14159265358979323846;
-
-__device__ static double dmin_da(double a, double b) { return a < b ? 1 : a > b ? 0 : 0.5; }
-
-// ciou: loss_ciou of core/loss.c (CIoU of b1, b2; d1 = dCIoU/db1 with alpha constant, may be NULL)
-__device__ static double ciou(const double b1[4], const double b2[4], double d1[4]) {
-    double w1 = b1[2] - b1[0], h1 = b1[3] - b1[1] + IOU_EPS;
-    double w2 = b2[2] - b2[0], h2 = b2[3] - b2[1] + IOU_EPS;
-    double iw = fmin(b1[2], b2[2]) - fmax(b1[0], b2[0]), ih = fmin(b1[3], b2[3]) - fmax(b1[1], b2[1]);
-    double inter = fmax(iw, 0.0) * fmax(ih, 0.0);
-    double uni = w1 * h1 + w2 * h2 - inter + IOU_EPS, iou = inter / uni;
-    double cw = fmax(b1[2], b2[2]) - fmin(b1[0], b2[0]), ch = fmax(b1[3], b2[3]) - fmin(b1[1], b2[1]);
-    double c2 = cw * cw + ch * ch + IOU_EPS;
-    double sx = b2[0] + b2[2] - b1[0] - b1[2], sy = b2[1] + b2[3] - b1[1] - b1[3];
-    double rho2 = (sx * sx + sy * sy) / 4;
-    double k = 4 / (PI * PI), da = atan(w2 / h2) - atan(w1 / h1), v = k * da * da;
-    double alpha = v / (v - iou + (1 + IOU_EPS));
-    if (d1) {
-        double gx = ih > 0 ? ih : 0, gy = iw > 0 ? iw : 0;
-        double di[4] = { iw >= 0 ? -gx * dmin_da(-b1[0], -b2[0]) : 0, ih >= 0 ? -gy * dmin_da(-b1[1], -b2[1]) : 0,
-                         iw >= 0 ? gx * dmin_da(b1[2], b2[2]) : 0, ih >= 0 ? gy * dmin_da(b1[3], b2[3]) : 0 };
-        double dwh[4] = { -h1, -w1, h1, w1 };
-        double dcw[4] = { -dmin_da(b1[0], b2[0]), 0, dmin_da(-b1[2], -b2[2]), 0 };
-        double dch[4] = { 0, -dmin_da(b1[1], b2[1]), 0, dmin_da(-b1[3], -b2[3]) };
-        double r = w1 / h1, datan = 1 / (1 + r * r);
-        double dr[4] = { -1 / h1, w1 / (h1 * h1), 1 / h1, -w1 / (h1 * h1) };
-        double drho[4] = { -sx / 2, -sy / 2, -sx / 2, -sy / 2 };
-        for (int i = 0; i < 4; i++) {
-            double diou = (di[i] - iou * (dwh[i] - di[i])) / uni;
-            double dc2 = 2 * cw * dcw[i] + 2 * ch * dch[i];
-            double dratio = drho[i] / c2 - rho2 / (c2 * c2) * dc2;
-            double dv = -2 * k * da * datan * dr[i];
-            d1[i] = diou - dratio - alpha * dv;
-        }
-    }
-    return iou - (rho2 / c2 + v * alpha);
-}
 
 // dfl_decode: softmax p of R logits and the expectation Σ i·p_i (loss_dfl_decode)
 __device__ static double dfl_decode(const float *x, double p[R]) {
@@ -111,8 +73,6 @@ __device__ static double dfl_side(const float *x, double t) {
     int left = dfl_split(t, &wl);
     return wl * (lse - x[left]) + (1 - wl) * (lse - x[left + 1]);
 }
-
-__device__ static double sigmoid(double x) { return x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x)); }
 
 // ---- anchors and boxes --------------------------------------------------------------------------
 __device__ static Anchor anchor_of(const Heads &h, int a) {
@@ -155,19 +115,6 @@ __device__ static double metric_in_box(const Heads &h, const GtBox *g, const dou
     return align_metric(g, pbox + 4 * cell, pixel(h.head[an.level], g->img, an)[4 * R + g->cls], &u);
 }
 
-// the sum of v over a block of THREADS threads, in a fixed order; every thread gets it
-__device__ static double block_sum(double v, double *sh) {
-    sh[threadIdx.x] = v;
-    __syncthreads();
-    for (int s = THREADS / 2; s > 0; s >>= 1) {
-        if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-        __syncthreads();
-    }
-    double r = sh[0];
-    __syncthreads();
-    return r;
-}
-
 // ---- kernels: assignment ----------------------------------------------------------------------
 
 // per cell: the detached predicted box in pixels, and the pick counters cleared
@@ -191,10 +138,6 @@ __global__ void decode_kernel(Heads h, int N, int G, double *pbox, int *npos, in
 __device__ static void pick(int *npos, int *asg, size_t cell, int j) {
     atomicAdd(npos + cell, 1);
     atomicMin(asg + cell, j);
-}
-
-__device__ static int ranks_before(double t1, int a1, double t2, int a2) {
-    return t1 > t2 || (t1 == t2 && a1 < a2);
 }
 
 // The k best (t desc, anchor asc) with t > 0: each thread keeps its own best k over its strided
@@ -318,17 +261,6 @@ __global__ void score_kernel(size_t cells, const int *asg, const double *tm,
     tss = block_sum(tss, sh);
     fg = block_sum(fg, sh);
     if (threadIdx.x == 0) { part[blockIdx.x] = tss; part[PARTS + blockIdx.x] = fg; }
-}
-
-// sums[k] = Σ_p part[k*PARTS + p] in a fixed order, for k < n_sums (one block)
-__global__ void finish_kernel(const double *part, int n_sums, double *sums) {
-    __shared__ double sh[THREADS];
-    for (int k = 0; k < n_sums; k++) {
-        double v = 0;
-        for (int p = threadIdx.x; p < PARTS; p += THREADS) v += part[k * PARTS + p];
-        v = block_sum(v, sh);
-        if (threadIdx.x == 0) sums[k] = v;
-    }
 }
 
 // ---- kernels: loss terms and gradients --------------------------------------------------------
@@ -468,13 +400,6 @@ static Heads heads_of(const LossBatch *b, Map grad[LOSS_LEVELS]) {
 }
 
 // ---- host: work buffers -----------------------------------------------------------------------
-
-// the next `bytes` at *off, 256-aligned; with base NULL only the size is counted
-static void *place(char *base, size_t *off, size_t bytes) {
-    size_t start = (*off + 255) & ~(size_t)255;
-    *off = start + bytes;
-    return base ? base + start : NULL;
-}
 
 // lays every device buffer out in one block (base NULL: sizing only); returns the block's bytes
 static size_t work_place(GpuLossWork *w, char *base) {

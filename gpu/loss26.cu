@@ -8,18 +8,17 @@
 
 #include "gpu/kernel_util.h"   // first: it brings core/util.h in with C linkage (gpu/device.h)
 #include "gpu/loss26.h"
+#include "gpu/loss_common.cuh"
 extern "C" {
 #include "core/loss.h"   // loss_check_target: the CPU twin's row checks and messages
 }
 
 #define TOPK_MAX 10
 #define TAL_EPS  1e-9   // assigner: in-box margin and normalisation
-#define IOU_EPS  1e-7   // bbox_iou
 // E2ELoss: one-to-many top 10; one-to-one top 7, then the best 1 per gt (topk2). The narrowing below
 // keeps exactly one anchor per gt, the only topk2 the reference uses besides "none".
 static const int TOPK[L26_BRANCHES] = { 10, 7 };
 
-enum { PARTS = 1024, WARPS = THREADS / 32 };   // partial-sum blocks; warps per block
 enum { SUM_TSS, SUM_FG, N_ASSIGN_SUMS };        // per branch, assign phase
 enum { SUM_BOX, SUM_CLS, SUM_L1, N_TERMS };      // per branch, compute phase
 enum { N_SUMS_MAX = L26_BRANCHES * N_TERMS };
@@ -58,47 +57,6 @@ struct GpuLoss26Work {
     int *begin_host, *fill_host;
     double *sums_host;
 };
-
-// ---- device math: as core/loss.c and core/loss26.c, term for term -------------------------------
-constexpr double PI = 3.14159265358979323846;
-
-__device__ static double dmin_da(double a, double b) { return a < b ? 1 : a > b ? 0 : 0.5; }
-
-// ciou: loss_ciou of core/loss.c (CIoU of b1, b2; d1 = dCIoU/db1 with alpha constant, may be NULL)
-__device__ static double ciou(const double b1[4], const double b2[4], double d1[4]) {
-    double w1 = b1[2] - b1[0], h1 = b1[3] - b1[1] + IOU_EPS;
-    double w2 = b2[2] - b2[0], h2 = b2[3] - b2[1] + IOU_EPS;
-    double iw = fmin(b1[2], b2[2]) - fmax(b1[0], b2[0]), ih = fmin(b1[3], b2[3]) - fmax(b1[1], b2[1]);
-    double inter = fmax(iw, 0.0) * fmax(ih, 0.0);
-    double uni = w1 * h1 + w2 * h2 - inter + IOU_EPS, iou = inter / uni;
-    double cw = fmax(b1[2], b2[2]) - fmin(b1[0], b2[0]), ch = fmax(b1[3], b2[3]) - fmin(b1[1], b2[1]);
-    double c2 = cw * cw + ch * ch + IOU_EPS;
-    double sx = b2[0] + b2[2] - b1[0] - b1[2], sy = b2[1] + b2[3] - b1[1] - b1[3];
-    double rho2 = (sx * sx + sy * sy) / 4;
-    double k = 4 / (PI * PI), da = atan(w2 / h2) - atan(w1 / h1), v = k * da * da;
-    double alpha = v / (v - iou + (1 + IOU_EPS));
-    if (d1) {
-        double gx = ih > 0 ? ih : 0, gy = iw > 0 ? iw : 0;
-        double di[4] = { iw >= 0 ? -gx * dmin_da(-b1[0], -b2[0]) : 0, ih >= 0 ? -gy * dmin_da(-b1[1], -b2[1]) : 0,
-                         iw >= 0 ? gx * dmin_da(b1[2], b2[2]) : 0, ih >= 0 ? gy * dmin_da(b1[3], b2[3]) : 0 };
-        double dwh[4] = { -h1, -w1, h1, w1 };
-        double dcw[4] = { -dmin_da(b1[0], b2[0]), 0, dmin_da(-b1[2], -b2[2]), 0 };
-        double dch[4] = { 0, -dmin_da(b1[1], b2[1]), 0, dmin_da(-b1[3], -b2[3]) };
-        double r = w1 / h1, datan = 1 / (1 + r * r);
-        double dr[4] = { -1 / h1, w1 / (h1 * h1), 1 / h1, -w1 / (h1 * h1) };
-        double drho[4] = { -sx / 2, -sy / 2, -sx / 2, -sy / 2 };
-        for (int i = 0; i < 4; i++) {
-            double diou = (di[i] - iou * (dwh[i] - di[i])) / uni;
-            double dc2 = 2 * cw * dcw[i] + 2 * ch * dch[i];
-            double dratio = drho[i] / c2 - rho2 / (c2 * c2) * dc2;
-            double dv = -2 * k * da * datan * dr[i];
-            d1[i] = diou - dratio - alpha * dv;
-        }
-    }
-    return iou - (rho2 / c2 + v * alpha);
-}
-
-__device__ static double sigmoid(double x) { return x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x)); }
 
 // ---- anchors and boxes --------------------------------------------------------------------------
 __device__ static Anchor anchor_of(const Heads &h, int a) {
@@ -144,19 +102,6 @@ __device__ static double metric_at(const Heads &h, const Gt *g, const double *pb
     return align_metric(g, an, pbox + 4 * cell, pixel(h.cls[an.level], g->img, an)[g->cls], &u);
 }
 
-// the sum of v over a block of THREADS threads, in a fixed order; every thread gets it
-__device__ static double block_sum(double v, double *sh) {
-    sh[threadIdx.x] = v;
-    __syncthreads();
-    for (int s = THREADS / 2; s > 0; s >>= 1) {
-        if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-        __syncthreads();
-    }
-    double r = sh[0];
-    __syncthreads();
-    return r;
-}
-
 // max of non-negative doubles = max of their bit patterns, so integer atomicMax is exact and
 // order-free; + 0.0 turns a -0 (whose bits would win every max) into +0
 __device__ static unsigned long long max_bits(double x) {
@@ -187,10 +132,6 @@ __global__ void decode26_kernel(Heads h, int N, int G, Branch br) {
 __device__ static void pick(const Branch &br, size_t cell, int j) {
     atomicAdd(br.npos + cell, 1);
     atomicMin(br.asg + cell, j);
-}
-
-__device__ static int ranks_before(double t1, int a1, double t2, int a2) {
-    return t1 > t2 || (t1 == t2 && a1 < a2);
 }
 
 // The k best (t desc, anchor asc) with t > 0: each thread keeps its own best k over its strided
@@ -324,17 +265,6 @@ __global__ void score26_kernel(size_t cells, Branch br, double *part_tss, double
     tss = block_sum(tss, sh);
     fg = block_sum(fg, sh);
     if (threadIdx.x == 0) { part_tss[blockIdx.x] = tss; part_fg[blockIdx.x] = fg; }
-}
-
-// sums[k] = Σ_p part[k*PARTS + p] in a fixed order, for k < n_sums (one block)
-__global__ void finish26_kernel(const double *part, int n_sums, double *sums) {
-    __shared__ double sh[THREADS];
-    for (int k = 0; k < n_sums; k++) {
-        double v = 0;
-        for (int p = threadIdx.x; p < PARTS; p += THREADS) v += part[k * PARTS + p];
-        v = block_sum(v, sh);
-        if (threadIdx.x == 0) sums[k] = v;
-    }
 }
 
 // ---- kernels: loss terms and gradients (one branch per launch) -----------------------------------
@@ -486,13 +416,6 @@ static Heads heads_of(const Loss26Batch *b, int br, const Head26 *grad) {
 
 // ---- host: work buffers -------------------------------------------------------------------------
 
-// the next `bytes` at *off, 256-aligned; with base NULL only the size is counted
-static void *place(char *base, size_t *off, size_t bytes) {
-    size_t start = (*off + 255) & ~(size_t)255;
-    *off = start + bytes;
-    return base ? base + start : NULL;
-}
-
 static void branch_place(Branch *br, char *base, size_t *off, size_t cells, size_t G) {
     br->pbox = (double *)place(base, off, cells * 4 * sizeof(double));
     br->npos = (int *)place(base, off, cells * sizeof(int));
@@ -549,9 +472,9 @@ extern "C" void loss26_work_free_gpu(GpuLoss26Work *w) {
 
 // ---- host: the two phases -----------------------------------------------------------------------
 
-// queue finish26_kernel and copy its n sums to w->sums_host, then wait for them: the phase's one wait
+// queue finish_kernel and copy its n sums to w->sums_host, then wait for them: the phase's one wait
 static void read_sums(Device *dev, GpuLoss26Work *w, int n) {
-    finish26_kernel<<<1, THREADS, 0, dev->stream>>>(w->part, n, w->sums);
+    finish_kernel<<<1, THREADS, 0, dev->stream>>>(w->part, n, w->sums);
     checkLaunch(dev);
     checkCuda(cudaMemcpyAsync(w->sums_host, w->sums, n * sizeof(double), cudaMemcpyDeviceToHost,
                               dev->stream));
