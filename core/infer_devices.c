@@ -27,13 +27,9 @@ int infer_pick_devices(const Config *cfg, const char *prog, DeviceList *devs) {
 }
 
 #ifdef USE_CUDA
-static GpuPrecision precision_of(const char *p) {   // as gpu/train_gpu.c reads [train] precision
-    return !strcmp(p, "fp32") ? GPU_FP32 : !strcmp(p, "tf32") ? GPU_TF32 : GPU_BF16;
-}
-
 // m onto GPU id: parameters, activations and scratch for its N x S x S plan; no optimizer state.
 static int to_gpu(Model *m, int id, const Config *cfg, Err *err) {
-    GpuPrecision prec = precision_of(cfg->precision);
+    GpuPrecision prec = gpu_precision(cfg->precision);
     GpuPlan plan = model_gpu_plan(m, prec, 0);
     model_gpu_print_plan(&plan, id, stdout);
     Device *dev = xcalloc(1, sizeof *dev);

@@ -16,6 +16,7 @@
 #include "io/picture.h"
 #include "io/plot.h"
 #include "core/checkpoint.h"
+#include "core/infer_devices.h"
 #include "core/multi.h"
 #include "core/train26.h"
 #include "core/val.h"
@@ -339,21 +340,9 @@ static void note_unbuilt_keys(const Config *cfg) {
 
 // The devices device= names, or -1 after printing why it cannot be used (with the GPUs found).
 static int pick_devices(const Config *cfg, DeviceList *devs) {
-    GpuInfo gpus[16];
-#ifdef USE_CUDA
-    int n = gpu_list(gpus, 16);
-#else
-    int n = 0;
-#endif
-    Err err;
-    if (!parse_devices(cfg->device, n, devs, &err)) {
-        if (!cfg->device[0] && devs->gpu[0] < 0) printf("device: no GPU found, training on the CPU\n");
-        return 0;
-    }
-    fprintf(stderr, "yolotrain: %s; the GPUs found are:%s\n", err.msg, n ? "" : " none (use device=cpu)");
-    for (int i = 0; i < n && i < 16; i++)
-        fprintf(stderr, "  %d: %s, %.0f GiB, bus %s\n", i, gpus[i].name, gpus[i].mem_bytes / 1073741824.0, gpus[i].bus_id);
-    return -1;
+    if (infer_pick_devices(cfg, "yolotrain", devs)) return -1;   // as val and detect pick theirs
+    if (!cfg->device[0] && devs->gpu[0] < 0) printf("device: no GPU found, training on the CPU\n");
+    return 0;
 }
 
 // The start-up plan of a multi-device run: micro-batch per device, and what an uneven split costs.

@@ -49,6 +49,10 @@ GpuPlan model_gpu_plan(const Model *m, GpuPrecision prec, int optim_states) {
     return p;
 }
 
+GpuPrecision gpu_precision(const char *name) {
+    return !strcmp(name, "fp32") ? GPU_FP32 : !strcmp(name, "tf32") ? GPU_TF32 : GPU_BF16;
+}
+
 void model_gpu_print_plan(const GpuPlan *p, int id, FILE *f) {
     double g = 1 << 30, total = 0;
     for (int k = 0; k < ARENA_COUNT; k++) total += p->arena[k];

@@ -17,6 +17,8 @@ typedef struct {                 // bytes per arena, and the parts of the activa
 // optim_states copies of the state (the master's momentum buffers, EMA and gradient receive
 // buffer: 3; a replica: 0) and the optimizer's slot table.
 GpuPlan model_gpu_plan(const Model *m, GpuPrecision prec, int optim_states);
+// The precision [train] precision names: "fp32", "tf32", else bf16 (the config checked the value).
+GpuPrecision gpu_precision(const char *name);
 void    model_gpu_print_plan(const GpuPlan *p, int id, FILE *f);
 // Allocate `plan` (NULL: model_gpu_plan(m, prec, 2)) on GPU `id` (refusing with the numbers and a suggestion when it does not fit), upload
 // the state, and switch m to the GPU backend. dev must outlive m; model_free(m) leaves dev alone:

@@ -9,10 +9,6 @@
 #include "gpu/model_gpu.h"
 #include "gpu/optim.h"
 
-static GpuPrecision precision_of(const char *p) {
-    return !strcmp(p, "fp32") ? GPU_FP32 : !strcmp(p, "tf32") ? GPU_TF32 : GPU_BF16;
-}
-
 // Mosaic with mixup joins the labels of up to eight images into one sample.
 enum { TARGETS_PER_IMAGE = 512 };
 
@@ -21,7 +17,7 @@ int trainer_gpu_init(Trainer *t, const Config *cfg, int id, Err *err) {
     Device *dev = xcalloc(1, sizeof *dev);
     float *initial = xmalloc(m->n_state * sizeof(float));    // the EMA starts from these weights
     memcpy(initial, m->state, m->n_state * sizeof(float));
-    GpuPrecision prec = precision_of(cfg->precision);
+    GpuPrecision prec = gpu_precision(cfg->precision);
     GpuPlan plan = model_gpu_plan(m, prec, t->master ? 3 : 0);
     if (m->end2end && t->master) {                     // YOLO26: its optimizer block and Newton-Schulz scratch
         plan.arena[ARENA_OPTIM] += train26_gpu_optim_bytes(m);
