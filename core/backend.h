@@ -93,6 +93,22 @@ typedef struct Backend {
     void (*attn_forward)(void *ctx, const AttnDims *d, Map qkv, Map y, Map v, float *p);
     void (*attn_backward)(void *ctx, const AttnDims *d, Map qkv, const float *p, Map dy, Map dv, Map dqkv,
                           float *ws);
+    // A step without host waits (core/train.c, core/multi.c): the values the host used to read back
+    // stay in the backend's memory. grad_sumsq_to: Σ g² of prep's slots into *dst (a double, as
+    // grad_sumsq). grad_clip: clip_grad_norm from n such sums (added in order): total = sqrt(Σ), coef =
+    // 1 / (total + 1e-6) * max_norm in fp32, g *= coef where coef < 1. loss_norm: dst[h] =
+    // max(Σ_k src[2k + h], 1), h = 0, 1: the main and auxiliary loss normalisers from n devices'
+    // target-score sums, added in device order.
+    void (*grad_sumsq_to)(void *ctx, const void *prep, double *dst);
+    void (*grad_clip)(void *ctx, const void *prep, const double *sumsq, int n, float max_norm);
+    void (*loss_norm)(void *ctx, const double *src, int n, double *dst);
+    // Timers: timer_record marks the point ctx's queue has reached; timer_seconds is the time between
+    // two marks once the device passed both (after the step's wait; 0 when it has not). The CPU's
+    // marks are host clock readings.
+    void *(*timer_new)(void *ctx);
+    void (*timer_free)(void *ctx, void *tm);
+    void (*timer_record)(void *ctx, void *tm);
+    double (*timer_seconds)(void *ctx, void *from, void *to);
 } Backend;
 
 extern const Backend backend_cpu;

@@ -1,4 +1,6 @@
 // backend_cpu.c: the CPU reference ops (core/ops.h) behind the Backend table.
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/backend.h"
@@ -78,12 +80,15 @@ static void sgd(void *c, const void *h, const float lr[3], float mu, float wd, i
 }
 static void ema(void *c, float *e, const float *x, size_t n, double d) { ema_update_cpu(e, x, n, d); }
 static void scale_n(void *c, float *p, size_t n, float f) { grad_scale_cpu(p, n, f); }
-static void sync(void *c) {}
+static void sync(void *c) { host_wait_note(); }   // nothing to wait for; counted as the GPU's
 static void bind(void *c) {}
 static void pull(void *c, float *dst, void *sc, const float *src, size_t n) { memcpy(dst, src, n * sizeof(float)); }
 static void zero(void *c, float *p, size_t n) { memset(p, 0, n * sizeof(float)); }
 static void upload(void *c, float *dst, const float *src, size_t n) { memcpy(dst, src, n * sizeof(float)); }
-static void download(void *c, float *dst, const float *src, size_t n) { memcpy(dst, src, n * sizeof(float)); }
+static void download(void *c, float *dst, const float *src, size_t n) {
+    host_wait_note();
+    memcpy(dst, src, n * sizeof(float));
+}
 static void upload_u8(void *c, float *dst, const uint8_t *src, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = src[i] / 255.0f;
 }
@@ -93,10 +98,31 @@ static void event_free(void *ctx, void *ev) {}
 static void event_record(void *ctx, void *ev) {}
 static void event_wait(void *ctx, void *ev) {}
 
+static void sumsq_to(void *c, const void *h, double *dst) { *dst = sumsq(c, h); }
+static void clip(void *c, const void *h, const double *ss, int n, float max_norm) {
+    double acc = 0;
+    for (int k = 0; k < n; k++) acc += ss[k];
+    float total = (float)sqrt(acc);
+    float coef = 1.0f / (total + 1e-6f) * max_norm;   // as clip_grad_norm
+    if (coef < 1.0f) scale(c, h, coef);
+}
+static void loss_norm(void *c, const double *src, int n, double *dst) {
+    for (int h = 0; h < 2; h++) {
+        double acc = 0;
+        for (int k = 0; k < n; k++) acc += src[2 * k + h];
+        dst[h] = acc > 1 ? acc : 1;
+    }
+}
+static void *timer_new(void *c) { return xcalloc(1, sizeof(double)); }
+static void timer_free(void *c, void *tm) { free(tm); }
+static void timer_record(void *c, void *tm) { *(double *)tm = now_seconds(); }
+static double timer_seconds(void *c, void *from, void *to) { return *(double *)to - *(double *)from; }
+
 const Backend backend_cpu = {
     "cpu", conv_fwd, conv_bwd, bn_train, bn_eval, bn_bwd, bn_apply, silu_fwd, silu_bwd, add_fwd, copy, accumulate,
     maxpool_fwd, maxpool_bwd, avgpool_fwd, avgpool_bwd, upsample_fwd, upsample_bwd, prepare, sumsq, scale, sgd, ema,
     scale_n, sync, bind, pull, zero, upload, upload_u8, download, event_new, event_free, event_record, event_wait,
     bn_silu_train, conv_bn_silu_bwd,
     dw_fwd, dw_bwd, attn_fwd, attn_bwd,
+    sumsq_to, clip, loss_norm, timer_new, timer_free, timer_record, timer_seconds,
 };

@@ -4,6 +4,11 @@
 // loss of the whole batch on device 0); the target-score sums are added; every worker runs loss and
 // backward; then the gradients are reduced (reduce=device0: gathered on the master, which updates
 // and broadcasts; reduce=sharded: each device sums, updates and all-gathers its own shard).
+// Every phase is queued: the devices order their work among themselves with events (what device j
+// waits for from device k: k's EV_* event, recorded after the work it names), the threads meet at
+// barriers only to know that the events they wait on are recorded, and the step's one host wait is
+// device 0's at its end, after its queue waited for every replica. The small values the host used to
+// read back (target-score sums, normalisers, sums of squares) stay on the devices (Trainer.scal).
 // Legend: n_state floats of flat state (weights, BN buffers) and as many of gradients; B batch;
 // n devices; shard k = state[lo_k, hi_k); pi = floats of one image's head map at one level.
 #include "core/multi.h"
@@ -166,13 +171,15 @@ typedef struct {             // one device's share of the step
     const uint8_t *images_u8; // the loader's bytes
     float   *targets;        // (nt, 6), image index local to the micro-batch
     int      tcap, n, first, nt, rc;
-    LossNorm tss;            // local target-score sums (main head, a dual head's auxiliary one)
-    double   sumsq;          // sum of squares of its shard's gradients
-    double   busy, compute;  // seconds busy in the phase just run; forward+loss+backward this step
-    LossOut  out;
+    double   compute;        // seconds of forward + loss + backward in the last step
     Err      err;
     float   *stage;          // host staging for copies when peer access is off
 } Job;
+
+// What a device's queue has done, for the others to wait on (recorded each step, after the work):
+// its assignment (or, loss_on=device0, its forward), its backward, its shard's reduce, its update,
+// its all-gather, its copy of the master's weights; device 0's loss under loss_on=device0.
+enum { EV_ASSIGNED, EV_DONE, EV_REDUCED, EV_UPDATED, EV_GATHERED, EV_PULLED, EV_LOSS, EV_COUNT };
 
 typedef struct {             // reduce=sharded: what device k owns
     size_t     lo, hi;       // state[lo, hi)
@@ -221,15 +228,15 @@ struct Multi {
     Job              job[MULTI_MAX];
     Shard            shard[MULTI_MAX];
     LossAtZero       z;
+    LossOut          z_out;                    // loss_on=device0 on CPU devices: the items
     AutoSplit        au;
     MultiDevStats    stats[MULTI_MAX];
     pthread_t        thread[MULTI_MAX];
     pthread_barrier_t start, done;
     int              phase, S;
-    LossNorm         norm;                     // the whole batch's normalisers
     double           batch_mult, ema_d;
-    float            coef;                     // clip factor of the sharded step (1: none)
     OptStep          st;
+    void            *ev[MULTI_MAX][EV_COUNT];  // device k's events (EV_*; NULL on CPU devices)
     MultiFailHook    hook;
     void            *hook_arg;
     Buckets          bk;                       // reduce=device0
@@ -266,30 +273,64 @@ static int used_devices(const Multi *mt) {
     return used;
 }
 
+// device k's queue: its event e is recorded; wait for device j's event e
+static void record(Multi *mt, int k, int e) {
+    Trainer *t = mt->job[k].t;
+    t->m.be->event_record(t->m.be_ctx, mt->ev[k][e]);
+}
+static void wait_for(Multi *mt, int k, int j, int e) {
+    Trainer *t = mt->job[k].t;
+    t->m.be->event_wait(t->m.be_ctx, mt->ev[j][e]);
+}
+
+// n doubles between devices' scal blocks (as floats: the bytes travel unchanged)
+static void copy_doubles(Multi *mt, Trainer *dt, double *dst, Trainer *st, const double *src, int n, float *stage) {
+    copy_floats(mt, dt, (float *)dst, st, (const float *)src, 2 * (size_t)n, stage);
+}
+
 // ---- the work of one device in one phase -------------------------------------------------------
 
 static void forward_only(Multi *mt, Job *j) {
     Model *m = &j->t->m;
-    double t0 = now_seconds();
+    trainer_mark(j->t, TM_F0);
     if (j->images_u8) model_forward_u8(m, j->images_u8, j->n, mt->S, mt->S, 1);
     else model_forward(m, j->images, j->n, mt->S, mt->S, 1);   // images NULL: already on the device
-    j->t->t.forward += now_seconds() - t0;
+    trainer_mark(j->t, TM_F1);
 }
 
-// loss_on=device0: this device's rows of the whole batch's output gradients, then its backward
+// loss_on=device0: this device's rows of the whole batch's output gradients (once device 0's loss
+// wrote them), then its backward
 static void backward_from_zero(Multi *mt, int k) {
     Job *j = &mt->job[k];
     Model *m = &j->t->m;
-    double t0 = now_seconds();
+    if (k) {
+        wait_for(mt, k, 0, EV_LOSS);
+        trainer_mark(j->t, TM_C0);
+    }
     for (int l = 0; l < m->n_levels; l++) {
         Map g = model_grad(m, m->head[l], j->n);
         size_t pi = map_floats(g) / j->n;
         copy_floats(mt, j->t, g.data, mt->master, mt->z.dout[l] + j->first * pi, j->n * pi, j->stage);
     }
-    double t1 = now_seconds();
+    trainer_mark(j->t, TM_C1);                     // device 0: its loss (from C0) and the copy
     model_backward(m, j->n);
-    j->t->t.loss += t1 - t0;
-    j->t->t.backward += now_seconds() - t1;
+    trainer_mark(j->t, TM_B1);
+}
+
+// loss_on=local, device k: the normalisers from every device's target-score sums (copied in, in
+// device order, each behind its owner's assignment), then the loss and backward
+static void backward_local(Multi *mt, int k) {
+    Job *j = &mt->job[k];
+    Trainer *t = j->t;
+    double *all = t->scal + SC_ALL;
+    int n_all = 0;
+    for (int i = 0; i < mt->n; i++) {
+        if (!mt->job[i].n) continue;
+        Trainer *o = mt->job[i].t;
+        if (i != k) wait_for(mt, k, i, EV_ASSIGNED);
+        copy_doubles(mt, t, all + 2 * n_all++, o, o->scal + SC_TSS, 2, j->stage);
+    }
+    trainer_phase_backward(t, j->n, all, n_all, mt->batch_mult);
 }
 
 static void zero_outside(Trainer *t, size_t lo, size_t hi) {
@@ -300,6 +341,7 @@ static void zero_outside(Trainer *t, size_t lo, size_t hi) {
 
 // reduce=sharded, device k: the others' gradients of its shard summed into its own, its BN
 // running statistics averaged over the devices that ran images, and its gradients' sum of squares
+// (into scal[SC_SUMSQ]; 0 when its shard holds nothing trainable)
 static void reduce_shard(Multi *mt, int k) {
     Shard *sh = &mt->shard[k];
     Trainer *t = mt->job[k].t;
@@ -307,10 +349,12 @@ static void reduce_shard(Multi *mt, int k) {
     size_t n = sh->hi - sh->lo;
     size_t blo = sh->lo > m->buffers ? sh->lo : m->buffers, bhi = sh->hi < m->buffers + m->n_buffers ? sh->hi : m->buffers + m->n_buffers;
     int used = used_devices(mt);
+    trainer_mark(t, TM_G0);
     if (bhi > blo && !mt->job[k].n) m->be->zero(m->be_ctx, m->state + blo, bhi - blo);   // it ran nothing
     for (int j = 0; j < mt->n; j++) {
         if (j == k || !mt->job[j].n) continue;
         Trainer *o = mt->job[j].t;
+        wait_for(mt, k, j, EV_DONE);
         copy_floats(mt, t, sh->recv, o, o->m.grad + sh->lo, n, mt->job[k].stage);
         add_into(t, m->grad + sh->lo, sh->recv, n);
         if (bhi <= blo) continue;
@@ -318,30 +362,45 @@ static void reduce_shard(Multi *mt, int k) {
         add_into(t, m->state + blo, sh->recv, bhi - blo);
     }
     if (bhi > blo && used > 1) m->be->scale(m->be_ctx, m->state + blo, bhi - blo, 1.0f / used);
-    mt->job[k].sumsq = sh->has_sgd ? m->be->grad_sumsq(m->be_ctx, sh->sgd.prep) : 0;
+    if (sh->has_sgd) m->be->grad_sumsq_to(m->be_ctx, sh->sgd.prep, t->scal + SC_SUMSQ);
+    else m->be->zero(m->be_ctx, (float *)(t->scal + SC_SUMSQ), 2);   // one double
+    trainer_mark(t, TM_G1);
 }
 
-// reduce=sharded, device k: clip, SGD and EMA of its shard (when the schedule steps)
+// reduce=sharded, device k (once every device reduced): clip by the norm over every shard (the sums
+// of squares copied in, in device order), SGD and EMA of its shard (when the schedule steps)
 static void update_shard(Multi *mt, int k) {
     Shard *sh = &mt->shard[k];
-    Model *m = &mt->job[k].t->m;
-    zero_outside(mt->job[k].t, sh->lo, sh->hi);    // summed into their owners by the reduce
-    if (!mt->st.step) return;
-    if (sh->has_sgd) {
-        if (mt->coef < 1.0f) m->be->grad_scale(m->be_ctx, sh->sgd.prep, mt->coef);
-        sgd_step(&sh->sgd, &mt->st);
+    Trainer *t = mt->job[k].t;
+    Model *m = &t->m;
+    trainer_mark(t, TM_U0);
+    for (int j = 0; j < mt->n; j++)
+        if (j != k) wait_for(mt, k, j, EV_REDUCED);   // they read k's gradients outside its shard
+    zero_outside(t, sh->lo, sh->hi);               // summed into their owners by the reduce
+    if (mt->st.step) {
+        if (sh->has_sgd) {
+            double *all = t->scal + SC_SUMSQ_ALL;
+            for (int j = 0; j < mt->n; j++)
+                copy_doubles(mt, t, all + j, mt->job[j].t, mt->job[j].t->scal + SC_SUMSQ, 1, mt->job[k].stage);
+            m->be->grad_clip(m->be_ctx, sh->sgd.prep, all, mt->n, 10.0f);   // as clip_grad_norm, over every shard
+            sgd_step(&sh->sgd, &mt->st);
+        }
+        m->be->ema_update(m->be_ctx, sh->ema, m->state + sh->lo, sh->hi - sh->lo, mt->ema_d);
     }
-    m->be->ema_update(m->be_ctx, sh->ema, m->state + sh->lo, sh->hi - sh->lo, mt->ema_d);
+    trainer_mark(t, TM_U1);
 }
 
 static void allgather_shards(Multi *mt, int k) {
     Trainer *t = mt->job[k].t;
+    trainer_mark(t, TM_P0);
     for (int j = 0; j < mt->n; j++) {
         if (j == k) continue;
         const Shard *o = &mt->shard[j];
+        wait_for(mt, k, j, EV_UPDATED);
         copy_floats(mt, t, t->m.state + o->lo, mt->job[j].t, mt->job[j].t->m.state + o->lo, o->hi - o->lo,
                     mt->job[k].stage);
     }
+    trainer_mark(t, TM_P1);
 }
 
 static void do_phase(Multi *mt, int k) {
@@ -349,13 +408,12 @@ static void do_phase(Multi *mt, int k) {
     Trainer *t = j->t;
     switch (mt->phase) {
     case PH_FORWARD:
-        j->rc = trainer_forward_assign_heads(t, j->n, mt->S, j->images, j->images_u8, j->targets, j->nt, &j->tss,
-                                             &j->err);
+        j->rc = trainer_phase_forward(t, j->n, mt->S, j->images, j->images_u8, j->targets, j->nt, &j->err);
         break;
     case PH_FORWARD_ONLY:
         forward_only(mt, j);
         break;
-    case PH_BACKWARD: trainer_compute_backward_heads(t, j->n, &mt->norm, mt->batch_mult, &j->out); break;
+    case PH_BACKWARD: backward_local(mt, k); break;
     case PH_BACKWARD_D0: backward_from_zero(mt, k); break;
     case PH_REDUCE: reduce_shard(mt, k); break;
     case PH_UPDATE: update_shard(mt, k); break;
@@ -363,39 +421,43 @@ static void do_phase(Multi *mt, int k) {
     }
 }
 
-// Device k's part of the current phase, timed by category; an error (the fail hook, a returned -1,
-// a pending CUDA error) is left in the job for the host to report after the barrier.
+// The event each phase records when its work is queued: what the other devices wait for.
+static const int PHASE_EVENT[] = { EV_ASSIGNED, EV_ASSIGNED, EV_DONE, EV_DONE, EV_REDUCED, EV_UPDATED, EV_GATHERED };
+
+// Before device k's first write of the step to memory another device may still read from the last
+// step: the replicas' copies of the master's weights (reduce=device0, device 0's BN buffers), the
+// others' all-gather of k's shard (reduce=sharded).
+static void order_before_forward(Multi *mt, int k) {
+    for (int j = 0; j < mt->n; j++) {
+        if (j == k) continue;
+        if (mt->sharded) wait_for(mt, k, j, EV_GATHERED);
+        else if (k == 0) wait_for(mt, 0, j, EV_PULLED);
+    }
+}
+
+// Device k's part of the current phase, queued; an error (the fail hook, a returned -1, a pending
+// CUDA error) is left in the job for the host to report after the barrier.
 static void run_phase(Multi *mt, int k) {
     Job *j = &mt->job[k];
     Trainer *t = j->t;
-    MultiDevStats *s = &mt->stats[k];
     j->rc = 0;
-    j->busy = 0;
     if (mt->phase == PH_FORWARD || mt->phase == PH_FORWARD_ONLY) {   // before any gradient of the step
+        order_before_forward(mt, k);
         if (mt->zero_first) model_zero_grad(&t->m);
         if (k == 0 && mt->dirty) zero_outside(t, mt->shard[0].lo, mt->shard[0].hi);
     }
     if (mt->phase <= PH_BACKWARD_D0 && !j->n) return;  // no image for this device this step
-    double t0 = now_seconds(), f0 = t->t.forward, l0 = t->t.loss, b0 = t->t.backward;
     if (mt->hook && mt->hook(k, PHASE_NAMES[mt->phase], mt->hook_arg)) {
         j->rc = err_set(&j->err, "failed in its %s phase (injected)", PHASE_NAMES[mt->phase]);
         return;
     }
     do_phase(mt, k);
-    t->m.be->sync(t->m.be_ctx);                     // the other devices read what it wrote next
+    record(mt, k, PHASE_EVENT[mt->phase]);
 #ifdef USE_CUDA
     char msg[256];
     if (t->dev && !j->rc && peer_check(msg, sizeof msg)) j->rc = err_set(&j->err, "CUDA error in the %s phase: %s",
                                                                           PHASE_NAMES[mt->phase], msg);
 #endif
-    j->busy = now_seconds() - t0;
-    if (mt->phase <= PH_BACKWARD_D0) {
-        s->forward += t->t.forward - f0; s->loss += t->t.loss - l0; s->backward += t->t.backward - b0;
-        j->compute += j->busy;
-    } else {
-        double *cat = mt->phase == PH_REDUCE ? &s->gather : mt->phase == PH_UPDATE ? &s->update : &s->broadcast;
-        *cat += j->busy;
-    }
 }
 
 typedef struct { Multi *mt; int k; } WorkerArg;
@@ -421,12 +483,9 @@ static void *worker(void *arg) {
 static int run_all(Multi *mt, int phase, Err *err) {
     mt->phase = phase;
     if (phase == PH_BACKWARD || phase == PH_BACKWARD_D0) buckets_reset(mt);
-    double t0 = now_seconds();
     pthread_barrier_wait(&mt->start);
     if (phase == PH_QUIT) return 0;
     pthread_barrier_wait(&mt->done);
-    double wall = now_seconds() - t0;
-    for (int k = 0; k < mt->n; k++) mt->stats[k].idle += wall > mt->job[k].busy ? wall - mt->job[k].busy : 0;
     for (int k = 0; k < mt->n; k++) {
         if (!mt->job[k].rc) continue;
         char name[32];
@@ -435,12 +494,6 @@ static int run_all(Multi *mt, int phase, Err *err) {
     return 0;
 }
 
-// Work the host does for device 0 alone (gather, update, broadcast under reduce=device0; the loss of
-// loss_on=device0): device 0 is busy, the others wait.
-static void host_work(Multi *mt, double *dev0_category, double seconds) {
-    *dev0_category += seconds;
-    for (int k = 1; k < mt->n; k++) mt->stats[k].idle += seconds;
-}
 
 // ---- reduce=device0 --------------------------------------------------------------------------
 
@@ -573,51 +626,58 @@ static void buckets_free(Multi *mt) {
 }
 
 // master.grad += sum of the replicas' gradients; BN running statistics := mean over devices
+// (queued on device 0, each replica's part behind its backward)
 static void gather(Multi *mt) {
     Trainer *m0 = mt->master;
     Model *m = &m0->m;
     int used = used_devices(mt);
     m->be->bind(m->be_ctx);
+    trainer_mark(m0, TM_G0);
     for (int b = mt->bk.pulled; b < mt->bk.n; b++) pull_bucket(mt, b);   // those device 0's backward did not reach
     for (int k = 1; k < mt->n; k++) {
         if (!mt->job[k].n) continue;
         Trainer *r = &mt->rep[k];
+        wait_for(mt, 0, k, EV_DONE);
         copy_floats(mt, m0, m0->recv, r, r->m.state + m->buffers, m->n_buffers, mt->job[0].stage);
         add_into(m0, m->state + m->buffers, m0->recv, m->n_buffers);
     }
     if (used > 1) m->be->scale(m->be_ctx, m->state + m->buffers, m->n_buffers, 1.0f / used);
-    m->be->sync(m->be_ctx);
+    trainer_mark(m0, TM_G1);
 }
 
-// every replica := the master's state (weights and BN buffers); replica gradients := 0
+// every replica := the master's state (weights and BN buffers) once device 0's update is done;
+// replica gradients := 0. Queued on each replica from the host thread (the workers are parked).
 static void broadcast(Multi *mt) {
     Trainer *m0 = mt->master;
     Model *m = &m0->m;
-    m->be->sync(m->be_ctx);                       // the update is done before anyone copies it
+    record(mt, 0, EV_UPDATED);
     for (int k = 1; k < mt->n; k++) {
         Trainer *r = &mt->rep[k];
-        double t0 = now_seconds();
         r->m.be->bind(r->m.be_ctx);
+        wait_for(mt, k, 0, EV_UPDATED);
+        trainer_mark(r, TM_P0);
         copy_floats(mt, r, r->m.state, m0, m->state, m->n_state, mt->job[0].stage);
         model_zero_grad(&r->m);
-        r->m.be->sync(r->m.be_ctx);
-        double dt = now_seconds() - t0;
-        mt->stats[k].broadcast += dt;
-        mt->stats[k].idle -= dt;                  // host_work below counts the whole broadcast as idle
+        trainer_mark(r, TM_P1);
+        record(mt, k, EV_PULLED);
     }
     m->be->bind(m->be_ctx);
 }
 
 // ---- loss_on=device0 -------------------------------------------------------------------------
 
-// The replicas' head maps into device 0's batch buffers, the loss of the whole batch there, and
-// its gradient w.r.t. the maps in dout (the workers copy their rows back before backward).
-static int loss_at_zero(Multi *mt, int B, const float *targets, int nt, LossOut *out, Err *err) {
+// The replicas' head maps into device 0's batch buffers (each behind its forward), the loss of the
+// whole batch there, and its gradient w.r.t. the maps in dout (the workers copy their rows back
+// behind EV_LOSS). Queued; the items are read after the step's wait (loss_dev0_items).
+static int loss_at_zero(Multi *mt, int B, const float *targets, int nt, Err *err) {
     Trainer *m0 = mt->master;
     Model *m = &m0->m;
     LossBatch lb = { .nc = m->nc, .img_h = mt->S, .img_w = mt->S, .targets = targets, .n_targets = nt };
     Map grads[LOSS_LEVELS];
     m->be->bind(m->be_ctx);
+    for (int k = 1; k < mt->n; k++)
+        if (mt->job[k].n) wait_for(mt, 0, k, EV_ASSIGNED);
+    trainer_mark(m0, TM_C0);
     for (int l = 0; l < m->n_levels; l++) {
         int v = m->head[l], H = m->vh[v], W = m->vw[v], C = m->values[v].C;
         size_t pi = (size_t)H * W * C;
@@ -629,23 +689,39 @@ static int loss_at_zero(Multi *mt, int B, const float *targets, int nt, LossOut 
         lb.head[l] = map_make(mt->z.out[l], B, H, W, C);
         grads[l] = map_make(mt->z.dout[l], B, H, W, C);
     }
-    double tss = 0;
+    double *tss = m0->scal + SC_TSS, *norm = m0->scal + SC_NORM;
     int rc;
+    mt->batch_mult = B;
 #ifdef USE_CUDA
     if (m0->dev) {
-        if (!(rc = loss_assign_gpu(m0->dev, mt->z.gpu_lw, &lb, &tss, err)))
-            loss_compute_gpu(m0->dev, mt->z.gpu_lw, &lb, tss > 1 ? tss : 1, B, grads, out);
+        m->be->zero(m->be_ctx, (float *)(tss + 1), 2);   // no auxiliary head (one double)
+        if (!(rc = loss_assign_gpu_async(m0->dev, mt->z.gpu_lw, &lb, tss, err))) {
+            m->be->loss_norm(m->be_ctx, tss, 1, norm);
+            loss_compute_gpu_async(m0->dev, mt->z.gpu_lw, &lb, norm, B, grads);
+        }
     } else
 #endif
-    if (!(rc = loss_assign(mt->z.lw, &lb, &tss, err))) loss_compute(mt->z.lw, &lb, tss > 1 ? tss : 1, B, grads, out);
-    m->be->sync(m->be_ctx);
+    {
+        tss[1] = 0;
+        if (!(rc = loss_assign(mt->z.lw, &lb, &tss[0], err))) {
+            m->be->loss_norm(m->be_ctx, tss, 1, norm);
+            loss_compute(mt->z.lw, &lb, norm[0], B, grads, &mt->z_out);
+        }
+    }
+    record(mt, 0, EV_LOSS);
     if (rc) {
         char name[32], msg[sizeof err->msg];
         snprintf(msg, sizeof msg, "%s", err->msg);
         return err_set(err, "device 0 (%s): %s", dev_name(mt, 0, name, sizeof name), msg);
     }
-    out->tss = tss > 1 ? tss : 1;
     return 0;
+}
+
+static void loss_dev0_items(Multi *mt, LossOut *out) {
+#ifdef USE_CUDA
+    if (mt->master->dev) { loss_items_gpu(mt->z.gpu_lw, mt->batch_mult, out); return; }
+#endif
+    *out = mt->z_out;
 }
 
 static int loss_dev0_init(Multi *mt, int max_B, Err *err) {
@@ -786,28 +862,15 @@ static void shard_free(Shard *sh) {
     memset(sh, 0, sizeof *sh);
 }
 
-// Schedule and clip factor on the host (one number per device: its shard's sum of squares), then
-// every device updates its shard and gathers the others'.
+// The schedule on the host; the clip factor on every device from every shard's sum of squares;
+// then every device updates its shard and gathers the others'.
 static int sharded_update(Multi *mt, int epoch, int i, Err *err) {
     Trainer *t = mt->master;
-    double t0 = now_seconds();
     mt->st = opt_schedule_next(&t->sched, epoch, i);
     memcpy(t->lr, mt->st.lr, sizeof t->lr);
-    mt->coef = 1.0f;
-    if (mt->st.step) {
-        double s = 0;
-        for (int k = 0; k < mt->n; k++) s += mt->job[k].sumsq;
-        float total = (float)sqrt(s);                   // as clip_grad_norm, over every shard
-        float coef = 1.0f / (total + 1e-6f) * 10.0f;
-        if (coef < 1.0f) mt->coef = coef;
-        mt->ema_d = ema_decay(++t->ema_updates);
-    }
+    if (mt->st.step) mt->ema_d = ema_decay(++t->ema_updates);
     if (run_all(mt, PH_UPDATE, err)) return -1;
-    double t1 = now_seconds();
-    if (run_all(mt, PH_ALLGATHER, err)) return -1;
-    t->t.optim += t1 - t0;
-    t->t.broadcast += now_seconds() - t1;
-    return 0;
+    return run_all(mt, PH_ALLGATHER, err);
 }
 
 void multi_gather_state(Multi *mt) {
@@ -940,56 +1003,70 @@ static void scatter(Multi *mt, int S, const float *targets, int nt) {
 }
 
 // loss_on=local: every device its own loss, normalised by the whole batch's target-score sums
-// (one per head output: a dual head's auxiliary maps have their own)
-static int loss_local(Multi *mt, int B, LossOut *out, Err *err) {
+// (one per head output: a dual head's auxiliary maps have their own), summed on each device
+static int loss_local(Multi *mt, int B, Err *err) {
     if (run_all(mt, PH_FORWARD, err)) return -1;
-    LossNorm tss = { 0, 0 };
-    for (int k = 0; k < mt->n; k++)
-        if (mt->job[k].n) { tss.main += mt->job[k].tss.main; tss.aux += mt->job[k].tss.aux; }
-    mt->norm = (LossNorm){ tss.main > 1 ? tss.main : 1, tss.aux > 1 ? tss.aux : 1 };   // as DataParallel's
     mt->batch_mult = B;
-    if (run_all(mt, PH_BACKWARD, err)) return -1;
-    memset(out, 0, sizeof *out);
-    for (int k = 0; k < mt->n; k++) {             // each share's items and total add up to the batch's
-        const LossOut *o = &mt->job[k].out;
-        if (!mt->job[k].n) continue;
-        out->box += o->box; out->cls += o->cls; out->dfl += o->dfl; out->total += o->total; out->n_fg += o->n_fg;
-        out->n_fg_aux += o->n_fg_aux;
-    }
-    out->tss = mt->norm.main;
-    out->tss_aux = mt->master->m.n_aux ? mt->norm.aux : 0;
-    return 0;
+    return run_all(mt, PH_BACKWARD, err);
 }
 
 // loss_on=device0: forward everywhere, the loss of the whole batch on device 0, backward everywhere
-static int loss_device0(Multi *mt, int B, const float *targets, int nt, LossOut *out, Err *err) {
+static int loss_device0(Multi *mt, int B, const float *targets, int nt, Err *err) {
     if (B > mt->z.max_B) return err_set(err, "loss_on=device0: a batch of %d images; built for %d", B, mt->z.max_B);
     if (run_all(mt, PH_FORWARD_ONLY, err)) return -1;
-    double t0 = now_seconds();
-    int rc = loss_at_zero(mt, B, targets, nt, out, err);
-    double dt = now_seconds() - t0;
-    host_work(mt, &mt->stats[0].loss, dt);
-    mt->job[0].compute += dt;
-    mt->master->t.loss += dt;
-    if (rc) return -1;
+    if (loss_at_zero(mt, B, targets, nt, err)) return -1;
     return run_all(mt, PH_BACKWARD_D0, err);
 }
 
-int multi_forward_backward(Multi *mt, int n, int S, const float *targets, int nt, LossOut *out, Err *err) {
+// Forward, loss, backward and the reduction, queued on every device.
+static int forward_backward(Multi *mt, int n, int S, const float *targets, int nt, Err *err) {
     if (plan_split(mt, n, err)) return -1;
     scatter(mt, S, targets, nt);
     mt->S = S;
-    int rc = mt->loss_d0 ? loss_device0(mt, n, targets, nt, out, err) : loss_local(mt, n, out, err);
+    int rc = mt->loss_d0 ? loss_device0(mt, n, targets, nt, err) : loss_local(mt, n, err);
     mt->zero_first = mt->dirty = 0;                // done by the forward phase
     if (rc) return -1;
-    double t0 = now_seconds();
-    if (mt->sharded) {
-        if (run_all(mt, PH_REDUCE, err)) return -1;
-    } else {
-        gather(mt);
-        host_work(mt, &mt->stats[0].gather, now_seconds() - t0);
+    if (mt->sharded) return run_all(mt, PH_REDUCE, err);
+    gather(mt);
+    return 0;
+}
+
+// The step's one host wait: device 0's queue waits for every replica's last work of the step
+// (event `last`), then the host waits for device 0. Then the loss items (each share's add up to the
+// batch's), the devices' timer marks and the per-device report. wall: the host's seconds since the
+// step began, of which each device was busy for its marks' total and idle for the rest.
+static void finish_step(Multi *mt, int last, double t0, LossOut *out) {
+    Trainer *m0 = mt->master;
+    m0->m.be->bind(m0->m.be_ctx);
+    for (int k = 1; k < mt->n; k++) wait_for(mt, 0, k, last);
+    m0->m.be->sync(m0->m.be_ctx);
+    double wall = now_seconds() - t0;
+    memset(out, 0, sizeof *out);
+    if (mt->loss_d0) loss_dev0_items(mt, out);
+    for (int k = 0; k < mt->n; k++) {
+        Job *j = &mt->job[k];
+        if (!mt->loss_d0 && j->n) {
+            LossOut o;
+            trainer_phase_items(j->t, &o);
+            out->box += o.box; out->cls += o.cls; out->dfl += o.dfl; out->total += o.total; out->n_fg += o.n_fg;
+            out->n_fg_aux += o.n_fg_aux;
+            if (k == 0) { out->tss = o.tss; out->tss_aux = mt->master->m.n_aux ? o.tss_aux : 0; }
+        }
+        PhaseTimes d;
+        trainer_read_times(j->t, &d);
+        MultiDevStats *s = &mt->stats[k];
+        s->forward += d.forward; s->loss += d.loss; s->backward += d.backward;
+        s->gather += d.gather; s->update += d.optim; s->broadcast += d.broadcast;
+        j->compute = d.forward + d.loss + d.backward;
+        double busy = j->compute + d.gather + d.optim + d.broadcast;
+        s->idle += wall > busy ? wall - busy : 0;
     }
-    mt->master->t.gather += now_seconds() - t0;
+}
+
+int multi_forward_backward(Multi *mt, int n, int S, const float *targets, int nt, LossOut *out, Err *err) {
+    double t0 = now_seconds();
+    if (forward_backward(mt, n, S, targets, nt, err)) return -1;
+    finish_step(mt, mt->sharded ? EV_REDUCED : EV_DONE, t0, out);
     return 0;
 }
 
@@ -1011,19 +1088,16 @@ static void after_step(Multi *mt) {
 }
 
 int multi_step(Multi *mt, int n, int S, const float *targets, int nt, int epoch, int i, LossOut *out, Err *err) {
+    double t0 = now_seconds();
     mt->zero_first = i == 0;                       // train.py zeroes the gradients at each epoch start
-    if (multi_forward_backward(mt, n, S, targets, nt, out, err)) return -1;
+    if (forward_backward(mt, n, S, targets, nt, err)) return -1;
     if (mt->sharded) {
         if (sharded_update(mt, epoch, i, err)) return -1;
     } else {
-        double t0 = now_seconds();
         trainer_update(mt->master, epoch, i);
-        double t1 = now_seconds();
-        host_work(mt, &mt->stats[0].update, t1 - t0);
         broadcast(mt);
-        host_work(mt, &mt->stats[0].broadcast, now_seconds() - t1);
-        mt->master->t.broadcast += now_seconds() - t1;
     }
+    finish_step(mt, mt->sharded ? EV_GATHERED : EV_PULLED, t0, out);
     after_step(mt);
     auto_split(mt, n);
     return 0;
@@ -1144,8 +1218,35 @@ static void print_plan(const Multi *mt, const char *copies) {
     }
 }
 
+_Static_assert(MULTI_MAX <= SC_DEVICES, "Trainer.scal holds every device's sums");
+
+static void events_new(Multi *mt) {
+    for (int k = 0; k < mt->n; k++) {
+        Trainer *t = mt->job[k].t;
+        t->m.be->bind(t->m.be_ctx);
+        for (int e = 0; e < EV_COUNT; e++) mt->ev[k][e] = t->m.be->event_new(t->m.be_ctx);
+    }
+    mt->master->m.be->bind(mt->master->m.be_ctx);
+}
+
+static void events_free(Multi *mt) {
+    for (int k = 0; k < mt->n && k <= mt->n_reps; k++) {
+        Trainer *t = mt->job[k].t;
+        t->m.be->bind(t->m.be_ctx);
+        for (int e = 0; e < EV_COUNT; e++)
+            if (mt->ev[k][e]) t->m.be->event_free(t->m.be_ctx, mt->ev[k][e]);
+    }
+}
+
 // Everything multi_init made, threads excepted (they start last, when nothing can fail any more).
 static void release(Multi *mt) {
+    for (int k = 0; k < mt->n; k++) {             // nothing queued may still use what is freed below
+        Trainer *t = mt->job[k].t;
+        if (k > mt->n_reps) break;
+        t->m.be->bind(t->m.be_ctx);
+        t->m.be->sync(t->m.be_ctx);
+    }
+    events_free(mt);
     buckets_free(mt);
     for (int k = 0; k < mt->n; k++) shard_free(&mt->shard[k]);
     loss_dev0_free(mt);
@@ -1186,6 +1287,7 @@ int multi_init(Trainer *master, const Config *cfg, const DeviceList *devs, int m
     int staged = setup_copies(mt, copies, sizeof copies);
     if (mt->loss_d0 && loss_dev0_init(mt, cfg->batch, err)) { release(mt); return -1; }
     if (staged) multi_use_host_copies(mt);
+    events_new(mt);
     broadcast(mt);                                 // every replica starts from the master's weights
     buckets_init(mt);
     if (mt->sharded) {

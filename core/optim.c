@@ -177,6 +177,11 @@ float clip_grad_norm(const Sgd *o, float max_norm) {
     return total;
 }
 
+void clip_grad_norm_queued(const Sgd *o, float max_norm, double *sumsq) {
+    o->be->grad_sumsq_to(o->ctx, o->prep, sumsq);
+    o->be->grad_clip(o->ctx, o->prep, sumsq, 1, max_norm);
+}
+
 // ---- EMA -----------------------------------------------------------------------------------
 
 double ema_decay(int64_t updates) { return 0.9999 * (1 - exp(-(double)updates / 2000)); }

@@ -81,6 +81,9 @@ void sgd_apply_cpu(float *w, float *g, float *buf, size_t n, float lr, float mu,
 // total = L2 norm over the gradients of all trainable slots; when total > max_norm every such
 // gradient is multiplied by max_norm/(total + 1e-6). Returns total (inf/NaN pass through).
 float clip_grad_norm(const Sgd *o, float max_norm);
+// The same queued on the optimizer's backend, no host wait: the sum of squares goes to *sumsq (a
+// double in the backend's memory) and the factor is computed there.
+void clip_grad_norm_queued(const Sgd *o, float max_norm, double *sumsq);
 double grad_sumsq_cpu(const float *g, size_t n);   // sum of squares, in double
 void   grad_scale_cpu(float *g, size_t n, float s);
 // the CPU backend's slot-level twins (core/backend.h)

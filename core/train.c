@@ -4,6 +4,7 @@
 #include "core/train.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +70,11 @@ static int trainer_setup(Trainer *t, const Config *cfg, int gpu, int master, int
 #endif
     }
     t->input = xmalloc((size_t)cfg->batch * cfg->imgsz * cfg->imgsz * 3 * sizeof(float));
+#ifdef USE_CUDA
+    if (t->dev) t->scal = ((Device *)t->dev)->scal;
+#endif
+    if (!t->scal) t->scal = xcalloc(SC_COUNT, sizeof(double));
+    for (int k = 0; k < TM_COUNT; k++) t->tm[k] = m->be->timer_new(m->be_ctx);   // the device is the current one
     model_zero_grad(m);
     if (m->end2end && train26_init(t, cfg, err)) { trainer_free(t); return -1; }   // YOLO26: core/train26.c
     return 0;
@@ -112,6 +118,10 @@ int trainer_init_devices(Trainer *t, const Config *cfg, int nb, const DeviceList
 void trainer_free(Trainer *t) {
     if (t->multi) multi_free(t);
     train26_free(t);
+    if (t->tm[0]) t->m.be->bind(t->m.be_ctx);
+    for (int k = 0; k < TM_COUNT; k++)
+        if (t->tm[k]) t->m.be->timer_free(t->m.be_ctx, t->tm[k]);
+    if (!t->dev) free(t->scal);
     if (t->master) sgd_free(&t->sgd);
     free(t->slots); free(t->input);
     if (t->dev) {
@@ -144,27 +154,99 @@ static void loss_batch(Trainer *t, int n, int S, const float *targets, int nt) {
     }
 }
 
-// The two assignments of the batch, each head on its own (detached) predictions.
-static int assign_heads(Trainer *t, LossNorm *tss, Err *err) {
-    *tss = (LossNorm){ 0, 0 };
+void trainer_mark(Trainer *t, int mark) {
+    t->m.be->timer_record(t->m.be_ctx, t->tm[mark]);
+    t->tm_set |= 1u << mark;
+}
+
+void trainer_read_times(Trainer *t, PhaseTimes *delta) {
+    static const struct { int from, to; size_t at; } SPANS[] = {
+        { TM_F0, TM_F1, offsetof(PhaseTimes, forward) }, { TM_F1, TM_A1, offsetof(PhaseTimes, loss) },
+        { TM_C0, TM_C1, offsetof(PhaseTimes, loss) },    { TM_C1, TM_B1, offsetof(PhaseTimes, backward) },
+        { TM_G0, TM_G1, offsetof(PhaseTimes, gather) },  { TM_U0, TM_U1, offsetof(PhaseTimes, optim) },
+        { TM_P0, TM_P1, offsetof(PhaseTimes, broadcast) },
+    };
+    PhaseTimes d = { 0 };
+    for (size_t k = 0; k < sizeof SPANS / sizeof SPANS[0]; k++) {
+        unsigned both = 1u << SPANS[k].from | 1u << SPANS[k].to;
+        if ((t->tm_set & both) != both) continue;
+        double sec = t->m.be->timer_seconds(t->m.be_ctx, t->tm[SPANS[k].from], t->tm[SPANS[k].to]);
+        *(double *)((char *)&d + SPANS[k].at) += sec;
+        *(double *)((char *)&t->t + SPANS[k].at) += sec;
+    }
+    t->tm_set = 0;
+    if (delta) *delta = d;
+}
+
+// The two assignments of the batch, each head on its own (detached) predictions: the local
+// target-score sums into tss[0], tss[1] (t's memory).
+static int assign_heads(Trainer *t, double *tss, Err *err) {
     if (t->y26) return train26_assign(t, tss, err);   // main: the one-to-one branch, aux: one-to-many
 #ifdef USE_CUDA
     if (t->dev) return trainer_gpu_assign(t, tss, err);
 #endif
-    if (loss_assign(t->lw, &t->lb, &tss->main, err)) return -1;
-    return t->m.n_aux ? loss_assign(t->lw_aux, &t->lb_aux, &tss->aux, err) : 0;
+    tss[1] = 0;
+    if (loss_assign(t->lw, &t->lb, &tss[0], err)) return -1;
+    return t->m.n_aux ? loss_assign(t->lw_aux, &t->lb_aux, &tss[1], err) : 0;
 }
+
+int trainer_phase_forward(Trainer *t, int n, int S, const float *images, const uint8_t *images_u8,
+                          const float *targets, int nt, Err *err) {
+    trainer_mark(t, TM_F0);
+    if (images_u8) model_forward_u8(&t->m, images_u8, n, S, S, 1);
+    else model_forward(&t->m, images, n, S, S, 1);   // images NULL: the batch is on the device
+    trainer_mark(t, TM_F1);
+    loss_batch(t, n, S, targets, nt);
+    int rc = assign_heads(t, t->scal + SC_TSS, err);
+    trainer_mark(t, TM_A1);
+    return rc;
+}
+
+// The loss of both heads (utils/loss_tal_dual.py): the auxiliary one weighted through batch_mult,
+// each normalised by its own scal[SC_NORM + h].
+static void compute_heads(Trainer *t, double batch_mult) {
+    t->items_mult = batch_mult;
+    if (t->y26) { train26_compute(t, batch_mult); return; }   // both branches, ProgLoss-weighted
+#ifdef USE_CUDA
+    if (t->dev) { trainer_gpu_compute(t, batch_mult); return; }
+#endif
+    const double *norm = t->scal + SC_NORM;
+    LossOut *out = &t->out_cpu;
+    memset(out, 0, sizeof *out);
+    loss_compute(t->lw, &t->lb, norm[0], batch_mult, t->grad_maps, out);
+    if (!t->m.n_aux) return;
+    LossOut aux;
+    loss_compute(t->lw_aux, &t->lb_aux, norm[1], LOSS_AUX_WEIGHT * batch_mult, t->grad_aux, &aux);
+    loss_add_aux(out, &aux);
+}
+
+void trainer_phase_backward(Trainer *t, int n, const double *tss, int n_tss, double batch_mult) {
+    trainer_mark(t, TM_C0);
+    if (tss) t->m.be->loss_norm(t->m.be_ctx, tss, n_tss, t->scal + SC_NORM);
+    compute_heads(t, batch_mult);
+    trainer_mark(t, TM_C1);
+    model_backward(&t->m, n);
+    trainer_mark(t, TM_B1);
+}
+
+void trainer_phase_items(Trainer *t, LossOut *out) {
+    if (t->y26) { train26_items(t, out); return; }
+#ifdef USE_CUDA
+    if (t->dev) { trainer_gpu_items(t, out); return; }
+#endif
+    *out = t->out_cpu;
+}
+
+// ---- the same phases with host values (tests and inspection: they wait for the device) ---------
 
 int trainer_forward_assign_heads(Trainer *t, int n, int S, const float *images, const uint8_t *images_u8,
                                  const float *targets, int nt, LossNorm *tss, Err *err) {
-    double t0 = now_seconds();
-    if (images_u8) model_forward_u8(&t->m, images_u8, n, S, S, 1);
-    else model_forward(&t->m, images, n, S, S, 1);   // images NULL: the batch is on the device
-    double t1 = now_seconds();
-    loss_batch(t, n, S, targets, nt);
-    int rc = assign_heads(t, tss, err);
+    double v[2] = { 0, 0 };
+    int rc = trainer_phase_forward(t, n, S, images, images_u8, targets, nt, err);
+    if (!rc) t->m.be->download(t->m.be_ctx, (float *)v, (const float *)(t->scal + SC_TSS), 4);   // 2 doubles
+    *tss = (LossNorm){ v[0], v[1] };
     t->tss_local = *tss;
-    t->t.forward += t1 - t0; t->t.loss += now_seconds() - t1;
+    trainer_read_times(t, NULL);
     return rc;
 }
 
@@ -176,25 +258,13 @@ int trainer_forward_assign(Trainer *t, int n, int S, const float *images, const 
     return rc;
 }
 
-// The loss of both heads (utils/loss_tal_dual.py): the auxiliary one weighted through batch_mult.
-static void compute_heads(Trainer *t, const LossNorm *norm, double batch_mult, LossOut *out) {
-    if (t->y26) { train26_compute(t, norm, batch_mult, out); return; }   // both branches, ProgLoss-weighted
-#ifdef USE_CUDA
-    if (t->dev) { trainer_gpu_compute(t, norm, batch_mult, out); return; }
-#endif
-    loss_compute(t->lw, &t->lb, norm->main, batch_mult, t->grad_maps, out);
-    if (!t->m.n_aux) return;
-    LossOut aux;
-    loss_compute(t->lw_aux, &t->lb_aux, norm->aux, LOSS_AUX_WEIGHT * batch_mult, t->grad_aux, &aux);
-    loss_add_aux(out, &aux);
-}
-
 void trainer_compute_backward_heads(Trainer *t, int n, const LossNorm *norm, double batch_mult, LossOut *out) {
-    double t0 = now_seconds();
-    compute_heads(t, norm, batch_mult, out);
-    double t1 = now_seconds();
-    model_backward(&t->m, n);
-    t->t.loss += t1 - t0; t->t.backward += now_seconds() - t1;
+    double v[2] = { norm->main, norm->aux };
+    t->m.be->upload(t->m.be_ctx, (float *)(t->scal + SC_NORM), (const float *)v, 4);   // 2 doubles
+    trainer_phase_backward(t, n, NULL, 0, batch_mult);
+    t->m.be->sync(t->m.be_ctx);
+    trainer_read_times(t, NULL);
+    trainer_phase_items(t, out);
 }
 
 void trainer_compute_backward(Trainer *t, int n, double norm, double batch_mult, LossOut *out) {
@@ -204,31 +274,32 @@ void trainer_compute_backward(Trainer *t, int n, double norm, double batch_mult,
 
 void trainer_update(Trainer *t, int epoch, int i) {
     Model *m = &t->m;
-    double t0 = now_seconds();
+    trainer_mark(t, TM_U0);
     if (t->y26) {                                      // MuSGD, AdamW or SGD over the 8 groups
         train26_update(t, epoch, i);
-        t->t.optim += now_seconds() - t0;
+        trainer_mark(t, TM_U1);
         return;
     }
     OptStep st = opt_schedule_next(&t->sched, epoch, i);
     memcpy(t->lr, st.lr, sizeof t->lr);
     if (st.step) {
-        clip_grad_norm(&t->sgd, 10.0f);
+        clip_grad_norm_queued(&t->sgd, 10.0f, t->scal + SC_SUMSQ);
         sgd_step(&t->sgd, &st);                        // also zeroes the gradients
         m->be->ema_update(m->be_ctx, t->ema, m->state, m->n_state, ema_decay(++t->ema_updates));
     }
-    t->t.optim += now_seconds() - t0;
+    trainer_mark(t, TM_U1);
 }
 
 int trainer_step(Trainer *t, int n, int S, const float *targets, int nt, int epoch, int i,
                  LossOut *out, Err *err) {
     if (t->multi) return multi_step(t->multi, n, S, targets, nt, epoch, i, out, err);
-    LossNorm tss;
-    if (trainer_forward_assign_heads(t, n, S, t->input_u8 || t->input_resident ? NULL : t->input, t->input_u8, targets, nt, &tss, err))
-        return -1;
-    LossNorm norm = { tss.main > 1 ? tss.main : 1, tss.aux > 1 ? tss.aux : 1 };
-    trainer_compute_backward_heads(t, n, &norm, n, out);
+    const float *images = t->input_u8 || t->input_resident ? NULL : t->input;
+    if (trainer_phase_forward(t, n, S, images, t->input_u8, targets, nt, err)) return -1;
+    trainer_phase_backward(t, n, t->scal + SC_TSS, 1, n);
     trainer_update(t, epoch, i);
+    t->m.be->sync(t->m.be_ctx);                        // the step's one host wait
+    trainer_read_times(t, NULL);
+    trainer_phase_items(t, out);
     return 0;
 }
 

@@ -10,6 +10,15 @@ typedef struct {                 // seconds spent per phase (a flame-style break
     double data, forward, loss, backward, optim, gather, broadcast;
 } PhaseTimes;
 
+// The step's small values in the trainer's backend memory (t->scal: the GPU's, or the host's), so no
+// host wait reads them: the local target-score sums (main head, auxiliary head), the normalisers,
+// the gradients' sum of squares, and room for every device's sums under several devices.
+enum { SC_DEVICES = 16, SC_TSS = 0, SC_NORM = 2, SC_SUMSQ = 4, SC_ALL = 8, SC_SUMSQ_ALL = SC_ALL + 2 * SC_DEVICES,
+       SC_COUNT = SC_SUMSQ_ALL + SC_DEVICES };
+// Timer marks of a step (Backend timers): forward F0..F1, assignment F1..A1, loss C0..C1, backward
+// C1..B1, gather G0..G1, update U0..U1, broadcast P0..P1. Read after the step's wait.
+enum { TM_F0, TM_F1, TM_A1, TM_C0, TM_C1, TM_B1, TM_G0, TM_G1, TM_U0, TM_U1, TM_P0, TM_P1, TM_COUNT };
+
 typedef struct Trainer {
     Model       m;
     int         master;          // 1: holds the optimizer state and the EMA (device 0); 0: a replica
@@ -24,7 +33,12 @@ typedef struct Trainer {
     Map         grad_aux[LOSS_LEVELS];
     LossWork   *lw_aux;          // their own assignment (the CPU's; gpu_loss_aux on a GPU)
     void       *gpu_loss_aux;
-    LossNorm    tss_local;       // the local target-score sums of the last assignment
+    LossNorm    tss_local;       // the local target-score sums of the last assignment (host phase API)
+    double     *scal;            // (SC_COUNT) the step's values in the backend's memory (SC_*)
+    void       *tm[TM_COUNT];    // the step's timer marks (TM_*), and which were recorded
+    unsigned    tm_set;
+    double      items_mult;      // batch_mult of the loss in flight, for its items
+    LossOut     out_cpu;         // the CPU's items of the last loss (a GPU's wait in pinned memory)
     float      *ema;             // (m.n_state) EMA of every float of state, in the model's memory;
                                  // what checkpoints hold
     int64_t     ema_updates;
@@ -65,7 +79,19 @@ void trainer_compute_backward(Trainer *t, int n, double norm, double batch_mult,
 int  trainer_forward_assign_heads(Trainer *t, int n, int S, const float *images, const uint8_t *images_u8,
                                   const float *targets, int nt, LossNorm *tss, Err *err);
 void trainer_compute_backward_heads(Trainer *t, int n, const LossNorm *norm, double batch_mult, LossOut *out);
-void trainer_update(Trainer *t, int epoch, int i);   // schedule; maybe clip, SGD, EMA
+void trainer_update(Trainer *t, int epoch, int i);   // schedule; maybe clip, SGD, EMA (queued)
+// The phases as a step queues them, with no host wait (a multi-device step runs them on every
+// device): forward and assignment, the local target-score sums into scal[SC_TSS], SC_TSS + 1; then
+// the normalisers max(Σ, 1) from n_tss pairs of sums at tss (t's memory; NULL: scal[SC_NORM..] is
+// already set), the loss and backward. After the step's one wait (the backend's sync, or a later
+// point of a stream that waited for this device) trainer_read_times adds the phases' times to t->t
+// (and into *delta when not NULL) and trainer_phase_items gives the loss items.
+int  trainer_phase_forward(Trainer *t, int n, int S, const float *images, const uint8_t *images_u8,
+                           const float *targets, int nt, Err *err);
+void trainer_phase_backward(Trainer *t, int n, const double *tss, int n_tss, double batch_mult);
+void trainer_phase_items(Trainer *t, LossOut *out);
+void trainer_read_times(Trainer *t, PhaseTimes *delta);
+void trainer_mark(Trainer *t, int mark);             // record timer mark TM_* on t's queue
 // One iteration i of `epoch` on n images (n,S,S,3 floats in input) and their target rows
 // (img, cls, cx, cy, w, h): forward, loss, backward; then, when the schedule says so, clip the
 // gradients to norm 10, take the SGD step and update the EMA. Returns 0, or -1 on bad targets.
@@ -79,8 +105,11 @@ int  trainer_save(const Trainer *t, const char *path, Err *err);
 // momentum buffers (t->sgd_buf) from its optimizer arena; makes the GPU loss work.
 int  trainer_gpu_init(Trainer *t, const Config *cfg, int id, Err *err);
 void trainer_gpu_free(Trainer *t);    // the loss work and the device; model_free does the rest
-int  trainer_gpu_assign(Trainer *t, LossNorm *tss, Err *err);
-void trainer_gpu_compute(Trainer *t, const LossNorm *norm, double batch_mult, LossOut *out);
+// queued: the local target-score sums into tss[0], tss[1] (device memory); the loss normalised by
+// t->scal[SC_NORM..]; its items after the step's wait
+int  trainer_gpu_assign(Trainer *t, double *tss, Err *err);
+void trainer_gpu_compute(Trainer *t, double batch_mult);
+void trainer_gpu_items(Trainer *t, LossOut *out);
 #endif
 
 // mkdir -p; 0, or -1 with errno set

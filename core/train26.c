@@ -182,38 +182,51 @@ static void batch_of(Trainer *t) {
     }
 }
 
-int train26_assign(Trainer *t, LossNorm *tss, Err *err) {
+int train26_assign(Trainer *t, double *tss, Err *err) {
     Train26 *y = t->y26;
-    double s[L26_BRANCHES] = { 0, 0 };
     batch_of(t);
-    int rc;
 #ifdef USE_CUDA
-    if (t->dev) rc = train26_gpu_assign(t, s, err);
-    else
+    if (t->dev) return train26_gpu_assign(t, tss, err);
 #endif
-    rc = loss26_assign(y->lw, &y->lb, s, err);
-    *tss = (LossNorm){ .main = s[L26_O2O], .aux = s[L26_O2M] };
+    double s[L26_BRANCHES] = { 0, 0 };
+    int rc = loss26_assign(y->lw, &y->lb, s, err);
+    tss[0] = s[L26_O2O];
+    tss[1] = s[L26_O2M];
     return rc;
 }
 
-void train26_compute(Trainer *t, const LossNorm *norm, double batch_mult, LossOut *out) {
+static void items_of(const Loss26Out *o, LossOut *out) {
+    const Loss26Terms *a = &o->br[L26_O2O], *b = &o->br[L26_O2M];
+    *out = (LossOut){ .box = a->box, .cls = a->cls, .dfl = a->l1, .total = o->total, .tss = a->tss, .n_fg = a->n_fg,
+                      .tss_aux = b->tss, .n_fg_aux = b->n_fg };
+}
+
+void train26_compute(Trainer *t, double batch_mult) {
     Train26 *y = t->y26;
+#ifdef USE_CUDA
+    if (t->dev) { train26_gpu_compute(t, batch_mult); return; }
+#endif
     double nrm[L26_BRANCHES];
-    nrm[L26_O2O] = norm->main;
-    nrm[L26_O2M] = norm->aux;
+    nrm[L26_O2O] = t->scal[SC_NORM];
+    nrm[L26_O2M] = t->scal[SC_NORM + 1];
     Loss26Out o;
     memset(&o, 0, sizeof o);
+    const Head26 *g[L26_BRANCHES] = { &y->grad[0], &y->grad[1] };
+    loss26_compute(y->lw, &y->lb, &y->wt, nrm, batch_mult, g, &o);
+    items_of(&o, &t->out_cpu);
+}
+
+void train26_items(Trainer *t, LossOut *out) {
 #ifdef USE_CUDA
-    if (t->dev) train26_gpu_compute(t, nrm, batch_mult, &o);
-    else
-#endif
-    {
-        const Head26 *g[L26_BRANCHES] = { &y->grad[0], &y->grad[1] };
-        loss26_compute(y->lw, &y->lb, &y->wt, nrm, batch_mult, g, &o);
+    if (t->dev) {
+        Loss26Out o;
+        memset(&o, 0, sizeof o);
+        train26_gpu_items(t, &o);
+        items_of(&o, out);
+        return;
     }
-    const Loss26Terms *a = &o.br[L26_O2O], *b = &o.br[L26_O2M];
-    *out = (LossOut){ .box = a->box, .cls = a->cls, .dfl = a->l1, .total = o.total, .tss = a->tss, .n_fg = a->n_fg,
-                      .tss_aux = b->tss, .n_fg_aux = b->n_fg };
+#endif
+    *out = t->out_cpu;
 }
 
 static void prog_update(Train26 *y) {
@@ -269,7 +282,7 @@ void train26_update(Trainer *t, int epoch, int i) {
     t->lr[1] = st.lr[y->opt.use_muon ? MU_MUON : MU_WEIGHT];
     t->lr[2] = st.lr[MU_BN];
     if (!when.step) return;
-    clip_grad_norm(&t->sgd, CLIP_NORM);
+    clip_grad_norm_queued(&t->sgd, CLIP_NORM, t->scal + SC_SUMSQ);
     optimizer_step(t, &st);                // also zeroes the gradients
     t->sgd.steps++;
     m->be->ema_update(m->be_ctx, t->ema, m->state, m->n_state, ema_decay(++t->ema_updates));

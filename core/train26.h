@@ -64,8 +64,9 @@ int  train26_params(const Model *m, int use_muon, MuParam *out);
 // target-score sum, aux = the one-to-many one's, so core/multi.c sums them over devices unchanged.
 // out: box, cls, dfl are the one-to-one branch's items (the reference logs L_o2o), total the whole
 // weighted loss; tss, n_fg the one-to-one branch's, tss_aux, n_fg_aux the one-to-many's.
-int  train26_assign(Trainer *t, LossNorm *tss, Err *err);
-void train26_compute(Trainer *t, const LossNorm *norm, double batch_mult, LossOut *out);
+int  train26_assign(Trainer *t, double *tss, Err *err);    // tss[0] one-to-one, tss[1] one-to-many (t's memory)
+void train26_compute(Trainer *t, double batch_mult);       // normalised by t->scal[SC_NORM..] (same order)
+void train26_items(Trainer *t, LossOut *out);              // after the step's wait
 
 // The learning rates and momentum of iteration i of `epoch` (yolo26.md 3.5): warmup over ni <= nw
 // from warmup_bias_lr (bias groups) or 0 to initial_lr*lf(epoch), momentum from warmup_momentum to
@@ -88,6 +89,7 @@ void  *train26_gpu_optim_new(Trainer *t);                      // GpuMuSgd over 
 void   train26_gpu_optim_step(Trainer *t, const MuStep *st);
 void  *train26_gpu_loss_new(Trainer *t);                       // GpuLoss26Work, NULL: no memory
 void   train26_gpu_free(Trainer *t);                           // the host sides of both
-int    train26_gpu_assign(Trainer *t, double tss[L26_BRANCHES], Err *err);
-void   train26_gpu_compute(Trainer *t, const double norm[L26_BRANCHES], double batch_mult, Loss26Out *out);
+int    train26_gpu_assign(Trainer *t, double *tss, Err *err);
+void   train26_gpu_compute(Trainer *t, double batch_mult);
+void   train26_gpu_items(Trainer *t, Loss26Out *out);
 #endif

@@ -59,6 +59,10 @@ char *xstrdup(const char *s) {
 
 size_t alloc_count(void) { return atomic_load(&n_allocs); }
 
+static atomic_long n_host_waits;
+void host_wait_note(void) { atomic_fetch_add(&n_host_waits, 1); }
+long host_wait_count(void) { return atomic_load(&n_host_waits); }
+
 double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -21,6 +21,10 @@ char *xstrdup(const char *s);
 size_t alloc_count(void);
 
 double now_seconds(void);        // monotonic clock
+// Host waits for a device: a stream synchronisation or a blocking copy back. Every backend's
+// blocking call notes one, so a test can hold a training step to its one wait.
+void host_wait_note(void);
+long host_wait_count(void);
 size_t mem_available_bytes(void); // MemAvailable of /proc/meminfo, 0 if unknown
 
 // Rng: splitmix64-seeded xoshiro128+-style generator. rng_for(seed, a, b) gives an independent

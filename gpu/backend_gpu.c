@@ -80,7 +80,7 @@ static void sgd(void *ctx, const void *p, const float lr[3], float mu, float wd,
 }
 static void ema(void *ctx, float *e, const float *x, size_t n, double d) { ema_update_gpu(DEV, e, x, n, d); }
 static void scale_n(void *ctx, float *p, size_t n, float f) { grad_scale_gpu(DEV, p, n, f); }
-static void sync(void *ctx) { checkCuda(cudaStreamSynchronize(DEV->stream)); }
+static void sync(void *ctx) { device_sync(DEV); }
 static void bind(void *ctx) { checkCuda(cudaSetDevice(DEV->id)); }
 static void pull(void *ctx, float *dst, void *src_ctx, const float *src, size_t n) {
     checkCuda(cudaMemcpyPeerAsync(dst, DEV->id, src, ((Device *)src_ctx)->id, n * sizeof(float), DEV->stream));
@@ -90,12 +90,12 @@ static void zero(void *ctx, float *p, size_t n) {
 }
 static void upload(void *ctx, float *dst, const float *src, size_t n) {
     checkCuda(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, DEV->stream));
-    checkCuda(cudaStreamSynchronize(DEV->stream));    // src may be reused by the caller at once
+    device_sync(DEV);    // src may be reused by the caller at once
 }
 static void upload_u8(void *ctx, float *dst, const uint8_t *src, size_t n) { upload_u8_gpu(DEV, dst, src, n); }
 static void download(void *ctx, float *dst, const float *src, size_t n) {
     checkCuda(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, DEV->stream));
-    checkCuda(cudaStreamSynchronize(DEV->stream));
+    device_sync(DEV);
 }
 
 static void *event_new(void *ctx) {
@@ -106,6 +106,27 @@ static void *event_new(void *ctx) {
 static void event_free(void *ctx, void *ev) { checkCuda(cudaEventDestroy((cudaEvent_t)ev)); }
 static void event_record(void *ctx, void *ev) { checkCuda(cudaEventRecord((cudaEvent_t)ev, DEV->stream)); }
 static void event_wait(void *ctx, void *ev) { checkCuda(cudaStreamWaitEvent(DEV->stream, (cudaEvent_t)ev, 0)); }
+
+static void sumsq_to(void *ctx, const void *p, double *dst) { grad_sumsq_slots_to_gpu(DEV, *(const GpuSlots *)p, dst); }
+static void clip(void *ctx, const void *p, const double *ss, int n, float max_norm) {
+    grad_clip_slots_gpu(DEV, *(const GpuSlots *)p, ss, n, max_norm);
+}
+static void loss_norm(void *ctx, const double *src, int n, double *dst) { loss_norm_gpu(DEV, src, n, dst); }
+static void *timer_new(void *ctx) {
+    cudaEvent_t ev;
+    checkCuda(cudaEventCreate(&ev));               // timing on; on ctx's device (bound by the caller)
+    return ev;
+}
+static void timer_free(void *ctx, void *tm) { checkCuda(cudaEventDestroy((cudaEvent_t)tm)); }
+static void timer_record(void *ctx, void *tm) { checkCuda(cudaEventRecord((cudaEvent_t)tm, DEV->stream)); }
+static double timer_seconds(void *ctx, void *from, void *to) {
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, (cudaEvent_t)from, (cudaEvent_t)to) != cudaSuccess) {
+        cudaGetLastError();                        // not passed yet (or never recorded): no figure
+        return 0;
+    }
+    return ms / 1000.0;
+}
 
 static void dw_fwd(void *ctx, const DwDims *d, Map x, const float *w, const float *b, Map y) {
     dwconv_forward_gpu(DEV, d, x, w, b, y);
@@ -126,4 +147,5 @@ const Backend backend_gpu = {
     scale_n, sync, bind, pull, zero, upload, upload_u8, download, event_new, event_free, event_record, event_wait,
     bn_silu_train, conv_bn_silu_bwd,
     dw_fwd, dw_bwd, attn_fwd, attn_bwd,
+    sumsq_to, clip, loss_norm, timer_new, timer_free, timer_record, timer_seconds,
 };

@@ -130,6 +130,8 @@ extern "C" int device_init(Device *dev, int id, const size_t arena_bytes[ARENA_C
             return -1;
         }
     }
+    checkCuda(counted_malloc((void **)&dev->scal, DEVICE_SCALARS * sizeof(double)));
+    checkCuda(cudaMemset(dev->scal, 0, DEVICE_SCALARS * sizeof(double)));
     input_init(dev);
     return 0;
 }
@@ -145,13 +147,17 @@ extern "C" void device_free(Device *dev) {
         a->base = NULL;
         a->size = a->used = 0;
     }
+    if (dev->scal) checkCuda(cudaFree(dev->scal));
     checkCublas(cublasDestroy(dev->blas));
     checkCuda(cudaFree(dev->blas_workspace));
     checkCuda(cudaStreamDestroy(dev->stream));
     memset(dev, 0, sizeof *dev);
 }
 
-extern "C" void device_sync(Device *dev) { checkCuda(cudaStreamSynchronize(dev->stream)); }
+extern "C" void device_sync(Device *dev) {
+    host_wait_note();
+    checkCuda(cudaStreamSynchronize(dev->stream));
+}
 
 extern "C" void *arena_take(Arena *a, size_t bytes, size_t align) {
     if (align == 0 || (align & (align - 1)))

@@ -89,7 +89,10 @@ typedef struct {
     cudaStream_t copy_stream; // host-to-device copies of the next batch, beside `stream`
     InputStage stage[2];      // the batch of the coming step and the one after it
     int stage_next;           // the stage the next prefetch fills (the older of the two)
+    double *scal;             // (DEVICE_SCALARS) the step's small values on the device (core/train.h SC_*)
 } Device;
+
+enum { DEVICE_SCALARS = 256 };
 
 // Select GPU `id`, create its streams and cuBLAS handle, and make one cudaMalloc per arena of
 // arena_bytes[ARENA_PARAMS..ARENA_INPUT] bytes (0 is allowed). Returns -1 with a message naming
@@ -103,7 +106,7 @@ size_t device_input_arena_bytes(size_t max_bytes);
 // planner uses it to ask the op twins how much scratch they will need.
 void device_defaults(Device *dev, int id);
 void device_free(Device *dev);                 // undoes device_init, in reverse
-void device_sync(Device *dev);                 // wait for everything queued on dev->stream
+void device_sync(Device *dev);                 // wait for everything queued on dev->stream (a host wait)
 size_t device_mem_used(const Device *dev);     // bytes in use on the GPU (all processes), from the driver
 
 // `bytes` from the arena at an `align`-byte boundary (a power of two). Running out means the

@@ -33,7 +33,7 @@ static void upload_now(Device *dev, float *dst, const uint8_t *src, size_t n) {
         checkLaunch(dev);
         dev->scratch.used = mark;
     }
-    checkCuda(cudaStreamSynchronize(dev->stream));   // src may be reused by the caller at once
+    device_sync(dev);   // src may be reused by the caller at once
 }
 
 extern "C" void upload_u8_gpu(Device *dev, float *dst, const uint8_t *src, size_t n) {

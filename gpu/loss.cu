@@ -20,6 +20,9 @@
 #define GAIN_DFL 1.5
 
 enum { SUM_CLS, SUM_BOX, SUM_DFL, N_SUMS };    // compute phase; the assign phase uses 0 (tss), 1 (fg)
+// the results block (w->sums, copied to w->sums_host): the compute sums, the assignment's target-score
+// sum and foreground count, and the normaliser the compute used
+enum { RES_TSS = N_SUMS, RES_FG, RES_NORM, N_RES };
 
 typedef struct { double x1, y1, x2, y2; int cls, row, img, pad; } GtBox;   // pixels; row in targets
 typedef struct { int level, row, col; double x, y, stride; } Anchor;       // x, y in cells
@@ -41,8 +44,9 @@ struct GpuLossWork {
     int *npos, *asg;                // (N*A) gts that picked the anchor; assigned gt or -1
     double *tm, *um, *score;        // (N*A) metric and overlap with the final gt; target score
     unsigned long long *gmax_t, *gmax_u;   // (G) per gt, max over its positives (as double bits)
-    double *part, *sums;            // (N_SUMS*PARTS) block partials; (N_SUMS) their totals
-    GtBox *gt_host;                 // pinned staging: (max_targets), (max_n+1), (N_SUMS)
+    double *part, *sums;            // (N_SUMS*PARTS) block partials; (N_RES) results
+    GtBox *gt_host;                 // pinned staging: (max_targets), (max_n+1), (N_RES+1: the last a
+                                    // host normaliser on its way in)
     int *begin_host, *fill_host;
     double *sums_host;
 };
@@ -268,8 +272,9 @@ __global__ void score_kernel(size_t cells, const int *asg, const double *tm,
 // One warp per cell, lanes along the channels: BCE over the nc classes (target score only at the
 // assigned class) and its gradient; background cells also get zero box gradients.
 __global__ void cls_kernel(Heads h, int N, const GtBox *gt, const int *asg, const double *score,
-                           double k_cls, double *part) {
+                           const double *norm, double batch_mult, double *part) {
     __shared__ double sh[THREADS];
+    double k_cls = GAIN_CLS * batch_mult / *norm;   // the host's expression, on the device's normaliser
     int A = h.start[LOSS_LEVELS], nc = h.head[0].C - 4 * R, lane = threadIdx.x & 31;
     double sum = 0;
     for (size_t i = (size_t)blockIdx.x * WARPS + threadIdx.x / 32; i < (size_t)N * A;
@@ -321,8 +326,9 @@ __device__ static void box_anchor(const float *x, const Anchor &an, const GtBox 
 
 // one thread per cell; only foreground cells work
 __global__ void box_kernel(Heads h, int N, const GtBox *gt, const int *asg, const double *score,
-                           double k_box, double k_dfl, double *part) {
+                           const double *norm, double batch_mult, double *part) {
     __shared__ double sh[THREADS];
+    double k_box = GAIN_BOX * batch_mult / *norm, k_dfl = GAIN_DFL * batch_mult / *norm;
     int A = h.start[LOSS_LEVELS];
     BoxSums s = { 0, 0 };
     GRID_STRIDE(i, (size_t)N * A) {
@@ -415,7 +421,7 @@ static size_t work_place(GpuLossWork *w, char *base) {
     w->gmax_t = (unsigned long long *)place(base, &off, G * sizeof(unsigned long long));
     w->gmax_u = (unsigned long long *)place(base, &off, G * sizeof(unsigned long long));
     w->part = (double *)place(base, &off, (size_t)N_SUMS * PARTS * sizeof(double));
-    w->sums = (double *)place(base, &off, N_SUMS * sizeof(double));
+    w->sums = (double *)place(base, &off, N_RES * sizeof(double));
     return off;
 }
 
@@ -435,7 +441,7 @@ extern "C" GpuLossWork *loss_work_new_gpu(Device *dev, int max_n, int max_target
     work_place(w, w->block);
     checkCuda(cudaMallocHost((void **)&w->gt_host, (size_t)(max_targets + 1) * sizeof(GtBox)));
     checkCuda(cudaMallocHost((void **)&w->begin_host, (size_t)(max_n + 1) * sizeof(int)));
-    checkCuda(cudaMallocHost((void **)&w->sums_host, N_SUMS * sizeof(double)));
+    checkCuda(cudaMallocHost((void **)&w->sums_host, (N_RES + 1) * sizeof(double)));
     w->fill_host = (int *)xmalloc((size_t)(max_n + 1) * sizeof(int));
     return w;
 }
@@ -451,15 +457,6 @@ extern "C" void loss_work_free_gpu(GpuLossWork *w) {
 }
 
 // ---- host: the two phases ---------------------------------------------------------------------
-
-// queue finish_kernel and copy its n sums to w->sums_host, then wait for them
-static void read_sums(Device *dev, GpuLossWork *w, int n) {
-    finish_kernel<<<1, THREADS, 0, dev->stream>>>(w->part, n, w->sums);
-    checkLaunch(dev);
-    checkCuda(cudaMemcpyAsync(w->sums_host, w->sums, n * sizeof(double), cudaMemcpyDeviceToHost,
-                              dev->stream));
-    checkCuda(cudaStreamSynchronize(dev->stream));
-}
 
 static void assign_launch(Device *dev, GpuLossWork *w, const Heads *h) {
     size_t cells = (size_t)w->N * w->A;
@@ -480,12 +477,13 @@ static void assign_launch(Device *dev, GpuLossWork *w, const Heads *h) {
     score_kernel<<<PARTS, THREADS, 0, dev->stream>>>(cells, w->asg, w->tm, w->gmax_t, w->gmax_u,
                                                      w->score, w->part);
     checkLaunch(dev);
+    finish_kernel<<<1, THREADS, 0, dev->stream>>>(w->part, 2, w->sums + RES_TSS);   // tss, fg
+    checkLaunch(dev);
 }
 
-extern "C" int loss_assign_gpu(Device *dev, GpuLossWork *w, const LossBatch *b, double *tss_local,
-                               Err *err) {
+extern "C" int loss_assign_gpu_async(Device *dev, GpuLossWork *w, const LossBatch *b, double *tss_dst,
+                                     Err *err) {
     int A, N = b->head[0].N;
-    *tss_local = 0;
     if (check_maps(b, &A, err)) return -1;
     if (b->n_targets < 0 || (b->n_targets > 0 && !b->targets))
         return err_set(err, "loss: %d targets without data", b->n_targets);
@@ -497,32 +495,62 @@ extern "C" int loss_assign_gpu(Device *dev, GpuLossWork *w, const LossBatch *b, 
     if (load_targets(w, b, err)) return -1;
     Heads h = heads_of(b, NULL);
     assign_launch(dev, w, &h);
-    read_sums(dev, w, 2);
-    *tss_local = w->sums_host[0];
-    w->n_fg = (int)w->sums_host[1];
+    if (tss_dst)
+        checkCuda(cudaMemcpyAsync(tss_dst, w->sums + RES_TSS, sizeof(double), cudaMemcpyDeviceToDevice,
+                                  dev->stream));
     return 0;
 }
 
-extern "C" void loss_compute_gpu(Device *dev, GpuLossWork *w, const LossBatch *b, double tss_norm,
-                                 double batch_mult, Map grad[LOSS_LEVELS], LossOut *out) {
+extern "C" int loss_assign_gpu(Device *dev, GpuLossWork *w, const LossBatch *b, double *tss_local,
+                               Err *err) {
+    *tss_local = 0;
+    if (loss_assign_gpu_async(dev, w, b, NULL, err)) return -1;
+    checkCuda(cudaMemcpyAsync(w->sums_host + RES_TSS, w->sums + RES_TSS, 2 * sizeof(double),
+                              cudaMemcpyDeviceToHost, dev->stream));
+    device_sync(dev);
+    *tss_local = w->sums_host[RES_TSS];
+    w->n_fg = (int)w->sums_host[RES_FG];
+    return 0;
+}
+
+extern "C" void loss_compute_gpu_async(Device *dev, GpuLossWork *w, const LossBatch *b, const double *norm,
+                                       double batch_mult, Map grad[LOSS_LEVELS]) {
     Heads h = heads_of(b, grad);
     if (h.start[LOSS_LEVELS] != w->A || b->head[0].N != w->N)
         die("loss_compute_gpu: the batch (%d images, %d anchors) is not the one assigned (%d, %d)",
             b->head[0].N, h.start[LOSS_LEVELS], w->N, w->A);
-    double k_box = GAIN_BOX * batch_mult / tss_norm, k_cls = GAIN_CLS * batch_mult / tss_norm;
-    double k_dfl = GAIN_DFL * batch_mult / tss_norm;
-    cls_kernel<<<PARTS, THREADS, 0, dev->stream>>>(h, w->N, w->gt, w->asg, w->score, k_cls, w->part);
+    cls_kernel<<<PARTS, THREADS, 0, dev->stream>>>(h, w->N, w->gt, w->asg, w->score, norm, batch_mult, w->part);
     checkLaunch(dev);
-    box_kernel<<<PARTS, THREADS, 0, dev->stream>>>(h, w->N, w->gt, w->asg, w->score, k_box, k_dfl,
-                                                   w->part);
+    box_kernel<<<PARTS, THREADS, 0, dev->stream>>>(h, w->N, w->gt, w->asg, w->score, norm, batch_mult, w->part);
     checkLaunch(dev);
-    read_sums(dev, w, N_SUMS);
+    finish_kernel<<<1, THREADS, 0, dev->stream>>>(w->part, N_SUMS, w->sums);
+    checkLaunch(dev);
+    if (norm != w->sums + RES_NORM)
+        checkCuda(cudaMemcpyAsync(w->sums + RES_NORM, norm, sizeof(double), cudaMemcpyDeviceToDevice,
+                                  dev->stream));
+    checkCuda(cudaMemcpyAsync(w->sums_host, w->sums, N_RES * sizeof(double), cudaMemcpyDeviceToHost,
+                              dev->stream));
+}
+
+extern "C" void loss_items_gpu(const GpuLossWork *w, double batch_mult, LossOut *out) {
+    double tss_norm = w->sums_host[RES_NORM];
+    memset(out, 0, sizeof *out);
     out->box = GAIN_BOX * w->sums_host[SUM_BOX] / tss_norm;
     out->cls = GAIN_CLS * w->sums_host[SUM_CLS] / tss_norm;
     out->dfl = GAIN_DFL * w->sums_host[SUM_DFL] / tss_norm;
     out->total = batch_mult * (out->box + out->cls + out->dfl);
     out->tss = tss_norm;
-    out->n_fg = w->n_fg;
+    out->n_fg = (int)w->sums_host[RES_FG];
+}
+
+extern "C" void loss_compute_gpu(Device *dev, GpuLossWork *w, const LossBatch *b, double tss_norm,
+                                 double batch_mult, Map grad[LOSS_LEVELS], LossOut *out) {
+    w->sums_host[N_RES] = tss_norm;                // pinned; read by the copy before the wait below
+    checkCuda(cudaMemcpyAsync(w->sums + RES_NORM, w->sums_host + N_RES, sizeof(double), cudaMemcpyHostToDevice,
+                              dev->stream));
+    loss_compute_gpu_async(dev, w, b, w->sums + RES_NORM, batch_mult, grad);
+    device_sync(dev);
+    loss_items_gpu(w, batch_mult, out);
 }
 
 extern "C" int loss_forward_backward_gpu(Device *dev, GpuLossWork *w, const LossBatch *b,
@@ -539,6 +567,6 @@ extern "C" void loss_targets_gpu(Device *dev, const GpuLossWork *w, int *row, do
     if (score)
         checkCuda(cudaMemcpyAsync(score, w->score, cells * sizeof(double), cudaMemcpyDeviceToHost,
                                   dev->stream));
-    checkCuda(cudaStreamSynchronize(dev->stream));
+    device_sync(dev);
     for (size_t i = 0; i < cells; i++) row[i] = row[i] >= 0 ? w->gt_host[row[i]].row : -1;
 }

@@ -19,14 +19,22 @@ typedef struct GpuLossWork GpuLossWork;
 GpuLossWork *loss_work_new_gpu(Device *dev, int max_n, int max_targets, int nc, int max_anchors);
 void         loss_work_free_gpu(GpuLossWork *w);
 
-// loss_assign_gpu: loss_assign on the GPU. The target rows are checked on the host first, with
-// the CPU twin's messages; -1 also when the batch exceeds the sizes of loss_work_new_gpu. Writes
-// the local sum of target scores to *tss_local (the one device-to-host wait of this call).
+// loss_assign_gpu_async: loss_assign on the GPU, queued. The target rows are checked on the host
+// first, with the CPU twin's messages; -1 also when the batch exceeds the sizes of loss_work_new_gpu.
+// The local sum of target scores goes to *tss_dst (a double in dev's memory; NULL: nowhere), no wait.
+int loss_assign_gpu_async(Device *dev, GpuLossWork *w, const LossBatch *b, double *tss_dst, Err *err);
+// loss_assign_gpu: the same, and *tss_local on the host (one device-to-host wait).
 int loss_assign_gpu(Device *dev, GpuLossWork *w, const LossBatch *b, double *tss_local, Err *err);
 
-// loss_compute_gpu: loss_compute on the GPU for the last loss_assign_gpu. grad (device maps shaped
-// as b->head, may be NULL) receives d total / d head (=), every channel; out is filled after one
-// small device-to-host copy.
+// loss_compute_gpu_async: loss_compute on the GPU for the last assignment, queued, normalised by
+// *norm (a double in dev's memory: max(tss, 1) over every device's share). grad (device maps shaped
+// as b->head, may be NULL) receives d total / d head (=), every channel. The sums behind the items
+// are copied to pinned memory on the way: loss_items_gpu reads them once the stream passed the copy
+// (after the step's one wait).
+void loss_compute_gpu_async(Device *dev, GpuLossWork *w, const LossBatch *b, const double *norm,
+                            double batch_mult, Map grad[LOSS_LEVELS]);
+void loss_items_gpu(const GpuLossWork *w, double batch_mult, LossOut *out);
+// loss_compute_gpu: the same with a host normaliser, waiting for the items (tests, loss_on=device0).
 void loss_compute_gpu(Device *dev, GpuLossWork *w, const LossBatch *b, double tss_norm,
                       double batch_mult, Map grad[LOSS_LEVELS], LossOut *out);
 

@@ -22,6 +22,10 @@ static const int TOPK[L26_BRANCHES] = { 10, 7 };
 enum { SUM_TSS, SUM_FG, N_ASSIGN_SUMS };        // per branch, assign phase
 enum { SUM_BOX, SUM_CLS, SUM_L1, N_TERMS };      // per branch, compute phase
 enum { N_SUMS_MAX = L26_BRANCHES * N_TERMS };
+// the results block (w->sums, copied to w->sums_host): the compute sums, then the assignment's sums
+// (branch k's tss and fg at RES_ASSIGN + k * N_ASSIGN_SUMS), then the normalisers the compute used
+enum { RES_ASSIGN = N_SUMS_MAX, RES_NORM = RES_ASSIGN + L26_BRANCHES * N_ASSIGN_SUMS,
+       N_RES = RES_NORM + L26_BRANCHES };
 
 // Gt: one target in pixels; in[] is the box of the inside test (STAL-widened for small targets)
 typedef struct { double x1, y1, x2, y2, in[4]; int cls, row, img, valid; } Gt;
@@ -52,8 +56,9 @@ struct GpuLoss26Work {
     Gt *gt;                 // (G) grouped by image, each image's targets in input order
     int *gt_begin;          // (N+1) image n owns gt[gt_begin[n] .. gt_begin[n+1])
     Branch br[L26_BRANCHES];
-    double *part, *sums;    // (N_SUMS_MAX*PARTS) block partials; (N_SUMS_MAX) their totals
-    Gt *gt_host;            // pinned staging: (max_targets+1), (max_n+1), (N_SUMS_MAX)
+    double *part, *sums;    // (N_SUMS_MAX*PARTS) block partials; (N_RES) results
+    Gt *gt_host;            // pinned staging: (max_targets+1), (max_n+1), (N_RES + L26_BRANCHES: then
+                            // host normalisers on their way in)
     int *begin_host, *fill_host;
     double *sums_host;
 };
@@ -271,8 +276,11 @@ __global__ void score26_kernel(size_t cells, Branch br, double *part_tss, double
 
 // One warp per cell, lanes along the classes: BCE against the target score at the assigned class (0
 // elsewhere) and its gradient (loss_bce_logits); background cells also get zero box gradients.
-__global__ void cls26_kernel(Heads h, int N, int nc, const Gt *gt, Branch br, double k_cls, double *part) {
+// k_cls = gain * (w[b] * batch_mult / norm): wbm is the host's w[b] * batch_mult, as core/loss26.c
+__global__ void cls26_kernel(Heads h, int N, int nc, const Gt *gt, Branch br, const double *norm, double wbm,
+                             double gain, double *part) {
     __shared__ double sh[THREADS];
+    double k_cls = gain * (wbm / *norm);
     int A = h.start[L26_LEVELS], lane = threadIdx.x & 31;
     double sum = 0;
     for (size_t i = (size_t)blockIdx.x * WARPS + threadIdx.x / 32; i < (size_t)N * A;
@@ -317,9 +325,10 @@ __device__ static void box_anchor(const float *d, const Anchor &an, const Gt *gt
 }
 
 // one thread per cell; only foreground cells work
-__global__ void box26_kernel(Heads h, int N, const Gt *gt, Branch br, double k_box, double k_l1,
-                           double *part_box, double *part_l1) {
+__global__ void box26_kernel(Heads h, int N, const Gt *gt, Branch br, const double *norm, double wbm,
+                             double gain_box, double gain_l1, double *part_box, double *part_l1) {
     __shared__ double sh[THREADS];
+    double f = wbm / *norm, k_box = gain_box * f, k_l1 = gain_l1 * f;
     int A = h.start[L26_LEVELS];
     BoxSums s = { 0, 0 };
     GRID_STRIDE(i, (size_t)N * A) {
@@ -435,7 +444,7 @@ static size_t work_place(GpuLoss26Work *w, char *base) {
     w->gt_begin = (int *)place(base, &off, (size_t)(w->max_n + 1) * sizeof(int));
     for (int k = 0; k < L26_BRANCHES; k++) branch_place(&w->br[k], base, &off, cells, G);
     w->part = (double *)place(base, &off, (size_t)N_SUMS_MAX * PARTS * sizeof(double));
-    w->sums = (double *)place(base, &off, N_SUMS_MAX * sizeof(double));
+    w->sums = (double *)place(base, &off, N_RES * sizeof(double));
     return off;
 }
 
@@ -455,7 +464,7 @@ extern "C" GpuLoss26Work *loss26_work_new_gpu(Device *dev, int max_n, int max_ta
     work_place(w, w->block);
     checkCuda(cudaMallocHost((void **)&w->gt_host, (size_t)(max_targets + 1) * sizeof(Gt)));
     checkCuda(cudaMallocHost((void **)&w->begin_host, (size_t)(max_n + 1) * sizeof(int)));
-    checkCuda(cudaMallocHost((void **)&w->sums_host, N_SUMS_MAX * sizeof(double)));
+    checkCuda(cudaMallocHost((void **)&w->sums_host, (N_RES + L26_BRANCHES) * sizeof(double)));
     w->fill_host = (int *)xmalloc((size_t)(max_n + 1) * sizeof(int));
     return w;
 }
@@ -471,15 +480,6 @@ extern "C" void loss26_work_free_gpu(GpuLoss26Work *w) {
 }
 
 // ---- host: the two phases -----------------------------------------------------------------------
-
-// queue finish_kernel and copy its n sums to w->sums_host, then wait for them: the phase's one wait
-static void read_sums(Device *dev, GpuLoss26Work *w, int n) {
-    finish_kernel<<<1, THREADS, 0, dev->stream>>>(w->part, n, w->sums);
-    checkLaunch(dev);
-    checkCuda(cudaMemcpyAsync(w->sums_host, w->sums, n * sizeof(double), cudaMemcpyDeviceToHost,
-                              dev->stream));
-    checkCuda(cudaStreamSynchronize(dev->stream));
-}
 
 // branch k's assignment kernels; its tss and fg partials go to sums 2k and 2k + 1
 static void assign_branch(Device *dev, GpuLoss26Work *w, int k, const Heads *h) {
@@ -506,10 +506,9 @@ static void assign_branch(Device *dev, GpuLoss26Work *w, int k, const Heads *h) 
     checkLaunch(dev);
 }
 
-extern "C" int loss26_assign_gpu(Device *dev, GpuLoss26Work *w, const Loss26Batch *b,
-                                 double tss_local[L26_BRANCHES], Err *err) {
+extern "C" int loss26_assign_gpu_async(Device *dev, GpuLoss26Work *w, const Loss26Batch *b,
+                                       double *const tss_dst[L26_BRANCHES], Err *err) {
     int A;
-    for (int k = 0; k < L26_BRANCHES; k++) tss_local[k] = 0;
     if (check_maps(b, &A, err)) return -1;
     if (b->n_targets < 0 || (b->n_targets > 0 && !b->targets))
         return err_set(err, "loss26: %d targets without data", b->n_targets);
@@ -528,44 +527,83 @@ extern "C" int loss26_assign_gpu(Device *dev, GpuLoss26Work *w, const Loss26Batc
         Heads h = heads_of(b, k, NULL);
         assign_branch(dev, w, k, &h);
     }
-    read_sums(dev, w, L26_BRANCHES * N_ASSIGN_SUMS);
+    finish_kernel<<<1, THREADS, 0, dev->stream>>>(w->part, L26_BRANCHES * N_ASSIGN_SUMS, w->sums + RES_ASSIGN);
+    checkLaunch(dev);
+    for (int k = 0; tss_dst && k < L26_BRANCHES; k++)
+        if (tss_dst[k])
+            checkCuda(cudaMemcpyAsync(tss_dst[k], w->sums + RES_ASSIGN + k * N_ASSIGN_SUMS + SUM_TSS, sizeof(double),
+                                      cudaMemcpyDeviceToDevice, dev->stream));
+    return 0;
+}
+
+extern "C" int loss26_assign_gpu(Device *dev, GpuLoss26Work *w, const Loss26Batch *b,
+                                 double tss_local[L26_BRANCHES], Err *err) {
+    for (int k = 0; k < L26_BRANCHES; k++) tss_local[k] = 0;
+    if (loss26_assign_gpu_async(dev, w, b, NULL, err)) return -1;
+    checkCuda(cudaMemcpyAsync(w->sums_host + RES_ASSIGN, w->sums + RES_ASSIGN,
+                              L26_BRANCHES * N_ASSIGN_SUMS * sizeof(double), cudaMemcpyDeviceToHost, dev->stream));
+    device_sync(dev);
     for (int k = 0; k < L26_BRANCHES; k++) {
-        tss_local[k] = w->sums_host[k * N_ASSIGN_SUMS + SUM_TSS];
-        w->br[k].n_fg = (int)w->sums_host[k * N_ASSIGN_SUMS + SUM_FG];
+        tss_local[k] = w->sums_host[RES_ASSIGN + k * N_ASSIGN_SUMS + SUM_TSS];
+        w->br[k].n_fg = (int)w->sums_host[RES_ASSIGN + k * N_ASSIGN_SUMS + SUM_FG];
     }
     return 0;
 }
 
-extern "C" void loss26_compute_gpu(Device *dev, GpuLoss26Work *w, const Loss26Batch *b,
-                                   const Loss26Weights *wt, const double tss_norm[L26_BRANCHES],
-                                   double batch_mult, const Head26 *grad[L26_BRANCHES], Loss26Out *out) {
+extern "C" void loss26_compute_gpu_async(Device *dev, GpuLoss26Work *w, const Loss26Batch *b,
+                                         const Loss26Weights *wt, const double *const norm[L26_BRANCHES],
+                                         double batch_mult, const Head26 *grad[L26_BRANCHES]) {
     for (int k = 0; k < L26_BRANCHES; k++) {
         Heads h = heads_of(b, k, grad ? grad[k] : NULL);
         if (h.start[L26_LEVELS] != w->A || b->head[k].box[0].N != w->N || b->nc > w->nc)
             die("loss26_compute_gpu: the batch (%d images, %d anchors) is not the one assigned (%d, %d)",
                 b->head[k].box[0].N, h.start[L26_LEVELS], w->N, w->A);
-        double f = wt->w[k] * batch_mult / tss_norm[k];   // as core/loss26.c: the same k bits
-        double k_box = wt->box * f, k_cls = wt->cls * f, k_l1 = wt->l1 * f;
+        double wbm = wt->w[k] * batch_mult;        // f = wbm / norm in the kernels, as core/loss26.c
         double *part = w->part + (size_t)k * N_TERMS * PARTS;
-        cls26_kernel<<<PARTS, THREADS, 0, dev->stream>>>(h, w->N, b->nc, w->gt, w->br[k], k_cls,
+        cls26_kernel<<<PARTS, THREADS, 0, dev->stream>>>(h, w->N, b->nc, w->gt, w->br[k], norm[k], wbm, wt->cls,
                                                        part + SUM_CLS * PARTS);
         checkLaunch(dev);
-        box26_kernel<<<PARTS, THREADS, 0, dev->stream>>>(h, w->N, w->gt, w->br[k], k_box, k_l1,
+        box26_kernel<<<PARTS, THREADS, 0, dev->stream>>>(h, w->N, w->gt, w->br[k], norm[k], wbm, wt->box, wt->l1,
                                                        part + SUM_BOX * PARTS, part + SUM_L1 * PARTS);
         checkLaunch(dev);
     }
-    read_sums(dev, w, N_SUMS_MAX);
+    finish_kernel<<<1, THREADS, 0, dev->stream>>>(w->part, N_SUMS_MAX, w->sums);
+    checkLaunch(dev);
+    for (int k = 0; k < L26_BRANCHES; k++)
+        if (norm[k] != w->sums + RES_NORM + k)
+            checkCuda(cudaMemcpyAsync(w->sums + RES_NORM + k, norm[k], sizeof(double), cudaMemcpyDeviceToDevice,
+                                      dev->stream));
+    checkCuda(cudaMemcpyAsync(w->sums_host, w->sums, N_RES * sizeof(double), cudaMemcpyDeviceToHost, dev->stream));
+}
+
+extern "C" void loss26_items_gpu(const GpuLoss26Work *w, const Loss26Weights *wt, double batch_mult,
+                                 Loss26Out *out) {
     out->total = 0;
     for (int k = 0; k < L26_BRANCHES; k++) {
-        const double *s = w->sums_host + k * N_TERMS, tss = tss_norm[k];
+        const double *s = w->sums_host + k * N_TERMS, tss = w->sums_host[RES_NORM + k];
         Loss26Terms *t = &out->br[k];
         t->box = s[SUM_BOX] * (wt->box / tss);
         t->cls = s[SUM_CLS] * (wt->cls / tss);
         t->l1 = s[SUM_L1] * (wt->l1 / tss);
         t->tss = tss;
-        t->n_fg = w->br[k].n_fg;
+        t->n_fg = (int)w->sums_host[RES_ASSIGN + k * N_ASSIGN_SUMS + SUM_FG];
         out->total += batch_mult * wt->w[k] * (t->box + t->cls + t->l1);
     }
+}
+
+extern "C" void loss26_compute_gpu(Device *dev, GpuLoss26Work *w, const Loss26Batch *b,
+                                   const Loss26Weights *wt, const double tss_norm[L26_BRANCHES],
+                                   double batch_mult, const Head26 *grad[L26_BRANCHES], Loss26Out *out) {
+    const double *norm[L26_BRANCHES];
+    for (int k = 0; k < L26_BRANCHES; k++) {
+        w->sums_host[N_RES + k] = tss_norm[k];     // pinned; read by the copy before the wait below
+        norm[k] = w->sums + RES_NORM + k;
+    }
+    checkCuda(cudaMemcpyAsync(w->sums + RES_NORM, w->sums_host + N_RES, L26_BRANCHES * sizeof(double),
+                              cudaMemcpyHostToDevice, dev->stream));
+    loss26_compute_gpu_async(dev, w, b, wt, norm, batch_mult, grad);
+    device_sync(dev);
+    loss26_items_gpu(w, wt, batch_mult, out);
 }
 
 extern "C" void loss26_targets_gpu(Device *dev, const GpuLoss26Work *w, int br, int *row, double *score) {
@@ -574,6 +612,6 @@ extern "C" void loss26_targets_gpu(Device *dev, const GpuLoss26Work *w, int br, 
     if (score)
         checkCuda(cudaMemcpyAsync(score, w->br[br].score, cells * sizeof(double), cudaMemcpyDeviceToHost,
                                   dev->stream));
-    checkCuda(cudaStreamSynchronize(dev->stream));
+    device_sync(dev);
     for (size_t i = 0; i < cells; i++) row[i] = row[i] >= 0 ? w->gt_host[row[i]].row : -1;
 }

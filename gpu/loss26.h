@@ -20,16 +20,26 @@ typedef struct GpuLoss26Work GpuLoss26Work;
 GpuLoss26Work *loss26_work_new_gpu(Device *dev, int max_n, int max_targets, int nc, int max_anchors);
 void           loss26_work_free_gpu(GpuLoss26Work *w);
 
-// loss26_assign on the GPU: target rows checked on the host first with the CPU twin's messages (-1
-// also when the batch exceeds the work's sizes); tss_local[b] gets branch b's sum of target scores
-// (the one device-to-host wait of this call).
+// loss26_assign on the GPU, queued: target rows checked on the host first with the CPU twin's
+// messages (-1 also when the batch exceeds the work's sizes); branch b's sum of target scores goes to
+// *tss_dst[b] (a double in dev's memory; tss_dst or an entry NULL: nowhere), no wait.
+int loss26_assign_gpu_async(Device *dev, GpuLoss26Work *w, const Loss26Batch *b,
+                            double *const tss_dst[L26_BRANCHES], Err *err);
+// The same with tss_local[b] on the host (one device-to-host wait).
 int loss26_assign_gpu(Device *dev, GpuLoss26Work *w, const Loss26Batch *b, double tss_local[L26_BRANCHES],
                       Err *err);
 
-// loss26_compute on the GPU for the last loss26_assign_gpu: grad[br] (device maps shaped as b->head[br];
-// NULL skips that branch's gradient; grad itself may be NULL) receives d total / d outputs (=), every
-// element of channels [0, C), pads untouched; out is filled after one small device-to-host copy. Dies
-// if b is not the batch shape of the last assignment (a bug in the caller).
+// loss26_compute on the GPU for the last assignment, queued, branch b normalised by *norm[b] (a double
+// in dev's memory): grad[br] (device maps shaped as b->head[br]; NULL skips that branch's gradient;
+// grad itself may be NULL) receives d total / d outputs (=), every element of channels [0, C), pads
+// untouched. The sums behind the items go to pinned memory on the way: loss26_items_gpu reads them
+// once the stream passed (after the step's wait), with the same weights and batch_mult. Dies if b is
+// not the batch shape of the last assignment (a bug in the caller).
+void loss26_compute_gpu_async(Device *dev, GpuLoss26Work *w, const Loss26Batch *b, const Loss26Weights *wt,
+                              const double *const norm[L26_BRANCHES], double batch_mult,
+                              const Head26 *grad[L26_BRANCHES]);
+void loss26_items_gpu(const GpuLoss26Work *w, const Loss26Weights *wt, double batch_mult, Loss26Out *out);
+// The same with host normalisers, waiting for the items (tests).
 void loss26_compute_gpu(Device *dev, GpuLoss26Work *w, const Loss26Batch *b, const Loss26Weights *wt,
                         const double tss_norm[L26_BRANCHES], double batch_mult,
                         const Head26 *grad[L26_BRANCHES], Loss26Out *out);

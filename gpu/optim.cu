@@ -112,6 +112,36 @@ __global__ void scale_kernel(SlotSrc s, float scale) {
     }
 }
 
+// clip_grad_norm on the device: total = sqrt(Σ sumsq[k], k < n, in order) as the host's double sum,
+// coef = 1 / (total + 1e-6) * max_norm in fp32, then g *= coef where coef < 1 (every block computes
+// the same coef; scaling by 1 would change nothing, so it returns).
+__global__ void clip_kernel(SlotSrc s, const double *sumsq, int n, float max_norm) {
+    __shared__ float coef_sh;
+    if (threadIdx.x == 0) {
+        double acc = 0.0;
+        for (int k = 0; k < n; k++) acc += sumsq[k];
+        float total = (float)sqrt(acc);
+        coef_sh = __fmul_rn(__fdiv_rn(1.0f, __fadd_rn(total, 1e-6f)), max_norm);
+    }
+    __syncthreads();
+    float coef = coef_sh;
+    if (coef >= 1.0f) return;
+    for (size_t b = blockIdx.x; b < s.chunks; b += gridDim.x) {
+        Chunk c = chunk_at(s, b);
+        for (size_t i = c.lo + threadIdx.x; i < c.hi; i += blockDim.x)
+            c.t.g[i] = __fmul_rn(c.t.g[i], coef);
+    }
+}
+
+// dst[h] = max(Σ_k src[2k + h], 1), h = 0, 1, summed in k order as the host did
+__global__ void loss_norm_kernel(const double *src, int n, double *dst) {
+    int h = threadIdx.x;
+    if (h >= 2) return;
+    double acc = 0.0;
+    for (int k = 0; k < n; k++) acc += src[2 * k + h];
+    dst[h] = acc > 1 ? acc : 1;
+}
+
 // ema = ema*keep, then + take*x (its own rounded product), as ema_update_cpu
 __global__ void ema_kernel(float *ema, const float *x, size_t n, float keep, float take) {
     GRID_STRIDE(i, n) ema[i] = __fadd_rn(__fmul_rn(ema[i], keep), __fmul_rn(take, x[i]));
@@ -175,15 +205,22 @@ extern "C" void sgd_apply_slots_gpu(Device *dev, GpuSlots s, const float lr[3], 
     sgd_launch(dev, src_of(s), h);
 }
 
-static double sumsq_launch(Device *dev, SlotSrc src) {
+// Σ g² into dst (device memory), queued
+static void sumsq_launch(Device *dev, SlotSrc src, double *dst) {
     size_t mark = dev->scratch.used;
     double *part = (double *)scratch_take(dev, sizeof(double) * (src.chunks ? src.chunks : 1));
     double *per_slot = (double *)scratch_take(dev, sizeof(double) * (src.n ? src.n : 1));
-    double *total = (double *)scratch_take(dev, sizeof(double)), out = 0.0;
     sumsq_partial_kernel<<<chunk_grid(src.chunks), THREADS, 0, dev->stream>>>(src, part);
     checkLaunch(dev);
-    sumsq_final_kernel<<<1, THREADS, 0, dev->stream>>>(src, part, per_slot, total);
+    sumsq_final_kernel<<<1, THREADS, 0, dev->stream>>>(src, part, per_slot, dst);
     checkLaunch(dev);
+    dev->scratch.used = mark;                      // later work on the stream runs after these kernels
+}
+
+static double sumsq_read(Device *dev, SlotSrc src) {
+    size_t mark = dev->scratch.used;
+    double *total = (double *)scratch_take(dev, sizeof(double)), out = 0.0;
+    sumsq_launch(dev, src, total);
     checkCuda(cudaMemcpyAsync(&out, total, sizeof out, cudaMemcpyDeviceToHost, dev->stream));
     device_sync(dev);
     dev->scratch.used = mark;
@@ -191,11 +228,24 @@ static double sumsq_launch(Device *dev, SlotSrc src) {
 }
 
 extern "C" double grad_sumsq_gpu(Device *dev, const float *g, size_t n) {
-    return sumsq_launch(dev, src_one(NULL, (float *)g, NULL, n));   // read only
+    return sumsq_read(dev, src_one(NULL, (float *)g, NULL, n));   // read only
 }
 
 extern "C" double grad_sumsq_slots_gpu(Device *dev, GpuSlots s) {
-    return sumsq_launch(dev, src_of(s));
+    return sumsq_read(dev, src_of(s));
+}
+
+extern "C" void grad_sumsq_slots_to_gpu(Device *dev, GpuSlots s, double *dst) { sumsq_launch(dev, src_of(s), dst); }
+
+extern "C" void grad_clip_slots_gpu(Device *dev, GpuSlots s, const double *sumsq, int n, float max_norm) {
+    SlotSrc src = src_of(s);
+    clip_kernel<<<chunk_grid(src.chunks), THREADS, 0, dev->stream>>>(src, sumsq, n, max_norm);
+    checkLaunch(dev);
+}
+
+extern "C" void loss_norm_gpu(Device *dev, const double *src, int n, double *dst) {
+    loss_norm_kernel<<<1, 32, 0, dev->stream>>>(src, n, dst);
+    checkLaunch(dev);
 }
 
 static void scale_launch(Device *dev, SlotSrc src, float scale) {

@@ -41,6 +41,14 @@ void sgd_apply_slots_gpu(Device *dev, GpuSlots s, const float lr[3], float mu, f
 // grad_sumsq_gpu would, then adds those sums in slot order.
 double grad_sumsq_gpu(Device *dev, const float *g, size_t n);
 double grad_sumsq_slots_gpu(Device *dev, GpuSlots s);
+// The step's forms, queued with no wait: the slots' Σ g² into *dst (device memory); then clipping
+// from n such sums (added in order; another GPU's through peer copies first): clip_grad_norm's
+// total and coef, computed on the device in the same roundings, and g *= coef where coef < 1.
+void grad_sumsq_slots_to_gpu(Device *dev, GpuSlots s, double *dst);
+void grad_clip_slots_gpu(Device *dev, GpuSlots s, const double *sumsq, int n, float max_norm);
+// dst[h] = max(Σ_k src[2k + h], 1) for h = 0, 1: the main and auxiliary loss normalisers from n
+// devices' target-score sums (device memory), in device order as the host's sum.
+void loss_norm_gpu(Device *dev, const double *src, int n, double *dst);
 
 // g *= s, as grad_scale_cpu (bit for bit); the slots version scales every trainable slot's g.
 void grad_scale_gpu(Device *dev, float *g, size_t n, float s);

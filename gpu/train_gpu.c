@@ -57,18 +57,25 @@ void trainer_gpu_free(Trainer *t) {                    // the caller frees the m
     t->gpu_loss = t->gpu_loss_aux = NULL;
 }
 
-int trainer_gpu_assign(Trainer *t, LossNorm *tss, Err *err) {
-    tss->aux = 0;
-    if (loss_assign_gpu(t->dev, t->gpu_loss, &t->lb, &tss->main, err)) return -1;
-    return t->m.n_aux ? loss_assign_gpu(t->dev, t->gpu_loss_aux, &t->lb_aux, &tss->aux, err) : 0;
+int trainer_gpu_assign(Trainer *t, double *tss, Err *err) {
+    if (loss_assign_gpu_async(t->dev, t->gpu_loss, &t->lb, tss, err)) return -1;
+    if (t->m.n_aux) return loss_assign_gpu_async(t->dev, t->gpu_loss_aux, &t->lb_aux, tss + 1, err);
+    t->m.be->zero(t->dev, (float *)(tss + 1), 2);     // no auxiliary head: its sum is 0 (a double)
+    return 0;
 }
 
 // A dual head as on the CPU (core/train.c): the auxiliary loss weighted through batch_mult.
-void trainer_gpu_compute(Trainer *t, const LossNorm *norm, double batch_mult, LossOut *out) {
-    memset(out, 0, sizeof *out);
-    loss_compute_gpu(t->dev, t->gpu_loss, &t->lb, norm->main, batch_mult, t->grad_maps, out);
+void trainer_gpu_compute(Trainer *t, double batch_mult) {
+    const double *norm = t->scal + SC_NORM;
+    loss_compute_gpu_async(t->dev, t->gpu_loss, &t->lb, norm, batch_mult, t->grad_maps);
+    if (t->m.n_aux)
+        loss_compute_gpu_async(t->dev, t->gpu_loss_aux, &t->lb_aux, norm + 1, LOSS_AUX_WEIGHT * batch_mult, t->grad_aux);
+}
+
+void trainer_gpu_items(Trainer *t, LossOut *out) {
+    loss_items_gpu(t->gpu_loss, t->items_mult, out);
     if (!t->m.n_aux) return;
-    LossOut aux = { 0 };
-    loss_compute_gpu(t->dev, t->gpu_loss_aux, &t->lb_aux, norm->aux, LOSS_AUX_WEIGHT * batch_mult, t->grad_aux, &aux);
+    LossOut aux;
+    loss_items_gpu(t->gpu_loss_aux, LOSS_AUX_WEIGHT * t->items_mult, &aux);
     loss_add_aux(out, &aux);
 }

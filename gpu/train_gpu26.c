@@ -65,12 +65,22 @@ void train26_gpu_free(Trainer *t) {
     y->gpu_lw = y->gpu_opt = NULL;
 }
 
-int train26_gpu_assign(Trainer *t, double tss[L26_BRANCHES], Err *err) {
-    return loss26_assign_gpu(t->dev, t->y26->gpu_lw, &t->y26->lb, tss, err);
+int train26_gpu_assign(Trainer *t, double *tss, Err *err) {
+    double *dst[L26_BRANCHES];
+    dst[L26_O2O] = tss;                            // the trainer's main sum
+    dst[L26_O2M] = tss + 1;                        // and its auxiliary one
+    return loss26_assign_gpu_async(t->dev, t->y26->gpu_lw, &t->y26->lb, dst, err);
 }
 
-void train26_gpu_compute(Trainer *t, const double norm[L26_BRANCHES], double batch_mult, Loss26Out *out) {
+void train26_gpu_compute(Trainer *t, double batch_mult) {
     Train26 *y = t->y26;
     const Head26 *g[L26_BRANCHES] = { &y->grad[0], &y->grad[1] };
-    loss26_compute_gpu(t->dev, y->gpu_lw, &y->lb, &y->wt, norm, batch_mult, g, out);
+    const double *norm[L26_BRANCHES];
+    norm[L26_O2O] = t->scal + SC_NORM;
+    norm[L26_O2M] = t->scal + SC_NORM + 1;
+    loss26_compute_gpu_async(t->dev, y->gpu_lw, &y->lb, &y->wt, norm, batch_mult, g);
+}
+
+void train26_gpu_items(Trainer *t, Loss26Out *out) {
+    loss26_items_gpu(t->y26->gpu_lw, &t->y26->wt, t->items_mult, out);
 }

@@ -12,7 +12,7 @@
 #include "gpu/optim.h"
 #endif
 
-#define GPU_TESTS(X) X(test_sgd) X(test_ema) X(test_sumsq_scale) X(test_slots) \
+#define GPU_TESTS(X) X(test_sgd) X(test_ema) X(test_sumsq_scale) X(test_slots) X(test_clip_queued) X(test_loss_norm) \
     X(test_bn_apply) X(test_bn_apply_silu_backward) X(test_conv_bias_grad)
 
 #ifndef USE_CUDA
@@ -221,6 +221,65 @@ static void test_slots(void) {
             CHECK(memcmp(fb + off, buf + off, SLOT_N[k] * 4) == 0, "sgd per tensor buf, slot %d", k);
         }
     free(fa); free(fb); free(w); free(g); free(buf);
+}
+
+// The step's clipping without a host wait equals the host's: Σ g² read back, clip_grad_norm's coef on
+// the host, the scale launch. With the norm above max_norm (a clip) and below it (none), from one
+// sum and from two (the shards of reduce=sharded, added in order), bit for bit.
+static void test_clip_queued(void) {
+    NEED_GPU();
+    Rng r = rng_for(75, 0, 0);
+    size_t n = 0;
+    for (int k = 0; k < N_SLOTS; k++) n += SLOT_N[k];
+    double *sums;
+    checkCuda(cudaMalloc((void **)&sums, 3 * sizeof(double)));
+    for (int c = 0; c < 3; c++) {
+        float gain = c == 1 ? 1e-4f : 1.0f;        // case 1: a norm of ~0.1, nothing to clip
+        float *w = host_rand(n, &r, -1, 1), *g = host_rand(n, &r, -gain, gain), *buf = host_rand(n, &r, -1, 1);
+        float *wa = to_dev(w, n), *ga = to_dev(g, n), *ba = to_dev(buf, n), *gb = to_dev(g, n);
+        GpuSlot sa[N_SLOTS], sb[N_SLOTS];
+        slots_point(sa, wa, ga, ba);
+        slots_point(sb, wa, gb, ba);
+        GpuSlots a = optim_slots_upload(&dev, &dev.optim, sa, N_SLOTS), b = optim_slots_upload(&dev, &dev.optim, sb, N_SLOTS);
+        double other = c == 2 ? 1234.5 : 0;        // case 2: another shard's sum joins in
+        double total_ss = grad_sumsq_slots_gpu(&dev, b) + other;
+        float total = (float)sqrt(total_ss), coef = 1.0f / (total + 1e-6f) * 10.0f;
+        if (coef < 1.0f) grad_scale_slots_gpu(&dev, b, coef);
+        grad_sumsq_slots_to_gpu(&dev, a, sums);
+        checkCuda(cudaMemcpy(sums + 1, &other, sizeof other, cudaMemcpyHostToDevice));
+        grad_clip_slots_gpu(&dev, a, sums, c == 2 ? 2 : 1, 10.0f);
+        device_sync(&dev);
+        float *fa = from_dev(ga, n), *fb = from_dev(gb, n);
+        CHECK(memcmp(fa, fb, n * sizeof(float)) == 0, "case %d: queued clip differs from the host's (norm %g, coef %g)",
+              c, total, coef);
+        CHECK(c == 1 ? coef >= 1.0f : coef < 1.0f, "case %d: coef %g (the case should %sclip)", c, coef, c == 1 ? "not " : "");
+        size_t diff = 0;
+        for (size_t i = 0; i < n; i++) diff += fa[i] != g[i];
+        CHECK(c == 1 ? diff == 0 : diff > n / 2, "case %d: %zu of %zu gradients changed", c, diff, n);
+        free(fa); free(fb); free(w); free(g); free(buf);
+        arena_reset(&dev.acts);                    // wa, ga, ba, gb
+    }
+    checkCuda(cudaFree(sums));
+}
+
+// The loss normalisers from n devices' (main, aux) sums: max(Σ in order, 1), as the host adds them.
+static void test_loss_norm(void) {
+    NEED_GPU();
+    const double src[8] = { 0.1, 0.2, 0.3, 0.25, 0.7, 0.1, 1e-3, 0.3 };
+    double *d, out[2];
+    checkCuda(cudaMalloc((void **)&d, 10 * sizeof(double)));
+    checkCuda(cudaMemcpy(d, src, sizeof src, cudaMemcpyHostToDevice));
+    for (int n = 1; n <= 4; n++) {
+        loss_norm_gpu(&dev, d, n, d + 8);
+        checkCuda(cudaMemcpy(out, d + 8, sizeof out, cudaMemcpyDeviceToHost));
+        for (int h = 0; h < 2; h++) {
+            double acc = 0;
+            for (int k = 0; k < n; k++) acc += src[2 * k + h];
+            double want = acc > 1 ? acc : 1;
+            CHECK(memcmp(&out[h], &want, sizeof want) == 0, "n %d head %d: %.17g, host %.17g", n, h, out[h], want);
+        }
+    }
+    checkCuda(cudaFree(d));
 }
 
 // ---- BN apply: (N,H,W,C) maps as channel slices [extra, extra+C) of buffers with guards ----

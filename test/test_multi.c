@@ -471,6 +471,54 @@ static void test_failure_stops_without_hang(void) {
     alarm(0);
 }
 
+// Steps of `spec` in `mode` (GPUs: the loader's bytes, uploaded ahead as training does), counting
+// the host waits of each: one, the step's end, whatever the mode and device count.
+static void host_waits_per_step(const char *spec, int n_gpus, Mode mode) {
+    static Config cfg;
+    if (load_cfg_mode(&cfg, 8, "even", mode)) { CHECK(0, "config"); return; }
+    DeviceList devs;
+    Err err;
+    CHECK(!parse_devices(spec, n_gpus, &devs, &err), "%s", err.msg);
+    Trainer t;
+    if (trainer_init_devices(&t, &cfg, 1, &devs, &err)) { CHECK(0, "%s", err.msg); return; }
+    static uint8_t u8[B * S * S * 3];
+    for (size_t i = 0; i < sizeof u8; i++) u8[i] = (uint8_t)lrintf(images[i] * 255.0f);
+    memcpy(t.input, images, sizeof images);
+    if (devs.gpu[0] >= 0) t.input_u8 = u8;
+    LossOut lo;
+    long waits[4];
+    for (int i = 0; i < 4; i++) {
+        if (t.input_u8) multi_prefetch(&t, u8, B, S);
+        long w0 = host_wait_count();
+        CHECK(!trainer_step(&t, B, S, targets, n_targets, 0, i, &lo, &err), "%s", err.msg);
+        waits[i] = host_wait_count() - w0;
+    }
+    printf("    %s %s/%s: host waits per step %ld %ld %ld %ld (loss %.4g)\n", spec, mode.reduce, mode.loss_on, waits[0],
+           waits[1], waits[2], waits[3], lo.total);
+    for (int i = 0; i < 4; i++) CHECK(waits[i] == 1, "%s %s/%s: step %d waited %ld times on the host", spec, mode.reduce,
+                                      mode.loss_on, i, waits[i]);
+    CHECK(isfinite(lo.total) && lo.total > 0, "loss %g", lo.total);
+    trainer_free(&t);
+}
+
+// DESIGN.md: at most one host wait per step, for any number of devices, in every mode.
+static void test_one_host_wait_per_step(void) {
+    host_waits_per_step("cpu", 0, LOCAL);
+    host_waits_per_step("cpu:2", 0, LOCAL);
+    host_waits_per_step("cpu:3", 0, SHARDED);
+    host_waits_per_step("cpu:2", 0, LOSS0);
+#ifdef USE_CUDA
+    GpuInfo g[2];
+    int n = gpu_list(g, 2);
+    if (n < 1) SKIP("no GPU for the GPU half");
+    host_waits_per_step("0", n, LOCAL);
+    if (n < 2) SKIP("fewer than 2 GPUs for the two-GPU half");
+    host_waits_per_step("0,1", n, LOCAL);
+    host_waits_per_step("0,1", n, SHARDED);
+    host_waits_per_step("0,1", n, LOSS0);
+#endif
+}
+
 static void test_epoch_report(void) {
     static Config cfg;
     if (load_cfg_mode(&cfg, 8, "even", LOSS0)) { CHECK(0, "config"); return; }
@@ -523,6 +571,7 @@ int main(void) {
     RUN(test_split_auto);
     RUN(test_failure_stops_without_hang);
     RUN(test_epoch_report);
+    RUN(test_one_host_wait_per_step);
     RUN(test_equivalence_two_gpus);
     return test_summary();
 }
