@@ -103,8 +103,8 @@ static void clip(void *c, const void *h, const double *ss, int n, float max_norm
     double acc = 0;
     for (int k = 0; k < n; k++) acc += ss[k];
     float total = (float)sqrt(acc);
-    float coef = 1.0f / (total + 1e-6f) * max_norm;   // as clip_grad_norm
-    if (coef < 1.0f) scale(c, h, coef);
+    float coef = 1.0f / (total + 1e-6f) * max_norm;   // as clip_grad_norm: a NaN norm scales by NaN,
+    if (!(coef >= 1.0f)) scale(c, h, coef);            // as torch's clamp(max=1) passes it through
 }
 static void loss_norm(void *c, const double *src, int n, double *dst) {
     for (int h = 0; h < 2; h++) {

@@ -446,7 +446,10 @@ static void run_phase(Multi *mt, int k) {
         if (mt->zero_first) model_zero_grad(&t->m);
         if (k == 0 && mt->dirty) zero_outside(t, mt->shard[0].lo, mt->shard[0].hi);
     }
-    if (mt->phase <= PH_BACKWARD_D0 && !j->n) return;  // no image for this device this step
+    if (mt->phase <= PH_BACKWARD_D0 && !j->n) {   // no image for this device this step
+        record(mt, k, PHASE_EVENT[mt->phase]);      // the step's end waits for its zeroing above
+        return;
+    }
     if (mt->hook && mt->hook(k, PHASE_NAMES[mt->phase], mt->hook_arg)) {
         j->rc = err_set(&j->err, "failed in its %s phase (injected)", PHASE_NAMES[mt->phase]);
         return;
@@ -1018,6 +1021,19 @@ static int loss_device0(Multi *mt, int B, const float *targets, int nt, Err *err
     return run_all(mt, PH_BACKWARD_D0, err);
 }
 
+// A step failed: wait for what every device still has queued from it, so nothing it reads (the
+// host's batch, pinned buffers) or writes (another device's memory) is in use when the caller goes
+// on. Host waits on the failure path only.
+static int settle(Multi *mt) {
+    for (int k = 0; k < mt->n; k++) {
+        Trainer *t = mt->job[k].t;
+        t->m.be->bind(t->m.be_ctx);
+        t->m.be->sync(t->m.be_ctx);
+    }
+    mt->master->m.be->bind(mt->master->m.be_ctx);
+    return -1;
+}
+
 // Forward, loss, backward and the reduction, queued on every device.
 static int forward_backward(Multi *mt, int n, int S, const float *targets, int nt, Err *err) {
     if (plan_split(mt, n, err)) return -1;
@@ -1065,7 +1081,7 @@ static void finish_step(Multi *mt, int last, double t0, LossOut *out) {
 
 int multi_forward_backward(Multi *mt, int n, int S, const float *targets, int nt, LossOut *out, Err *err) {
     double t0 = now_seconds();
-    if (forward_backward(mt, n, S, targets, nt, err)) return -1;
+    if (forward_backward(mt, n, S, targets, nt, err)) return settle(mt);
     finish_step(mt, mt->sharded ? EV_REDUCED : EV_DONE, t0, out);
     return 0;
 }
@@ -1090,9 +1106,9 @@ static void after_step(Multi *mt) {
 int multi_step(Multi *mt, int n, int S, const float *targets, int nt, int epoch, int i, LossOut *out, Err *err) {
     double t0 = now_seconds();
     mt->zero_first = i == 0;                       // train.py zeroes the gradients at each epoch start
-    if (forward_backward(mt, n, S, targets, nt, err)) return -1;
+    if (forward_backward(mt, n, S, targets, nt, err)) return settle(mt);
     if (mt->sharded) {
-        if (sharded_update(mt, epoch, i, err)) return -1;
+        if (sharded_update(mt, epoch, i, err)) return settle(mt);
     } else {
         trainer_update(mt->master, epoch, i);
         broadcast(mt);

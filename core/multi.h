@@ -5,7 +5,8 @@
 // statistics averaged over the devices) back. reduce=sharded: each device sums, clips, steps and
 // averages its own shard of the flat state, then every device gathers the others' shards.
 // loss_on=device0: the head outputs go to device 0, which computes the loss of the whole batch.
-// One device: not used (the trainer steps alone).
+// The devices order their work with events; a step's one host wait is at its end (with copies
+// staged through host memory, each copy waits too). One device: not used (the trainer steps alone).
 #pragma once
 #include <stdio.h>
 

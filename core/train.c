@@ -294,7 +294,10 @@ int trainer_step(Trainer *t, int n, int S, const float *targets, int nt, int epo
                  LossOut *out, Err *err) {
     if (t->multi) return multi_step(t->multi, n, S, targets, nt, epoch, i, out, err);
     const float *images = t->input_u8 || t->input_resident ? NULL : t->input;
-    if (trainer_phase_forward(t, n, S, images, t->input_u8, targets, nt, err)) return -1;
+    if (trainer_phase_forward(t, n, S, images, t->input_u8, targets, nt, err)) {
+        t->m.be->sync(t->m.be_ctx);                    // the forward read the batch: done before it goes back
+        return -1;
+    }
     trainer_phase_backward(t, n, t->scal + SC_TSS, 1, n);
     trainer_update(t, epoch, i);
     t->m.be->sync(t->m.be_ctx);                        // the step's one host wait

@@ -121,10 +121,12 @@ static void timer_free(void *ctx, void *tm) { checkCuda(cudaEventDestroy((cudaEv
 static void timer_record(void *ctx, void *tm) { checkCuda(cudaEventRecord((cudaEvent_t)tm, DEV->stream)); }
 static double timer_seconds(void *ctx, void *from, void *to) {
     float ms = 0;
-    if (cudaEventElapsedTime(&ms, (cudaEvent_t)from, (cudaEvent_t)to) != cudaSuccess) {
-        cudaGetLastError();                        // not passed yet (or never recorded): no figure
+    cudaError_t rc = cudaEventElapsedTime(&ms, (cudaEvent_t)from, (cudaEvent_t)to);
+    if (rc == cudaErrorNotReady) {
+        cudaGetLastError();                        // not passed yet: no figure
         return 0;
     }
+    checkCuda(rc);                                 // any other error is the device's: the fatal path
     return ms / 1000.0;
 }
 
