@@ -107,6 +107,8 @@ typedef struct { const char *reduce, *loss_on; int host_copies; } Mode;
 static const Mode LOCAL = { "device0", "local", 0 }, SHARDED = { "sharded", "local", 0 }, LOSS0 = { "device0", "device0", 0 },
                   BOTH = { "sharded", "device0", 0 }, STAGED = { "sharded", "device0", 1 };
 
+static void host_waits_per_step(const char *spec, int n_gpus, Mode mode);
+
 // The target rows of the first n images of the batch into tg; returns their count.
 static int targets_of_first(int n, float *tg) {
     int nt = 0;
@@ -248,6 +250,12 @@ static void test_equivalence_two_gpus(void) {
 static void test_equivalence_even(void) { make_batch(); equivalence(2, 8, "even"); }
 static void test_equivalence_odd(void) { equivalence(2, 7, "even"); equivalence(3, 8, "even"); }
 static void test_equivalence_weighted(void) { equivalence(2, 8, "3,1"); }
+// Eight devices, as the 8-GPU machine would run them (one image each): the same code paths at N = 8.
+static void test_eight_devices(void) {
+    equivalence(8, 8, "even");
+    equivalence_in(8, 8, "even", SHARDED);
+    host_waits_per_step("cpu:8", 0, SHARDED);
+}
 static void test_equivalence_sharded(void) {
     equivalence_in(3, 7, "even", SHARDED);        // 3+3+1, and a third shard
     equivalence_in(2, 8, "3,1", SHARDED);
@@ -559,6 +567,7 @@ int main(void) {
     RUN(test_equivalence_even);
     RUN(test_equivalence_odd);
     RUN(test_equivalence_weighted);
+    RUN(test_eight_devices);
     RUN(test_split_weighted);
     RUN(test_equivalence_sharded);
     RUN(test_equivalence_loss_on_device0);
