@@ -697,7 +697,6 @@ static int loss_at_zero(Multi *mt, int B, const float *targets, int nt, Err *err
     mt->batch_mult = B;
 #ifdef USE_CUDA
     if (m0->dev) {
-        m->be->zero(m->be_ctx, (float *)(tss + 1), 2);   // no auxiliary head (one double)
         if (!(rc = loss_assign_gpu_async(m0->dev, mt->z.gpu_lw, &lb, tss, err))) {
             m->be->loss_norm(m->be_ctx, tss, 1, norm);
             loss_compute_gpu_async(m0->dev, mt->z.gpu_lw, &lb, norm, B, grads);
@@ -705,7 +704,6 @@ static int loss_at_zero(Multi *mt, int B, const float *targets, int nt, Err *err
     } else
 #endif
     {
-        tss[1] = 0;
         if (!(rc = loss_assign(mt->z.lw, &lb, &tss[0], err))) {
             m->be->loss_norm(m->be_ctx, tss, 1, norm);
             loss_compute(mt->z.lw, &lb, norm[0], B, grads, &mt->z_out);

@@ -185,7 +185,6 @@ static int assign_heads(Trainer *t, double *tss, Err *err) {
 #ifdef USE_CUDA
     if (t->dev) return trainer_gpu_assign(t, tss, err);
 #endif
-    tss[1] = 0;
     if (loss_assign(t->lw, &t->lb, &tss[0], err)) return -1;
     return t->m.n_aux ? loss_assign(t->lw_aux, &t->lb_aux, &tss[1], err) : 0;
 }

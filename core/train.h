@@ -12,7 +12,8 @@ typedef struct {                 // seconds spent per phase (a flame-style break
 
 // The step's small values in the trainer's backend memory (t->scal: the GPU's, or the host's), so no
 // host wait reads them: the local target-score sums (main head, auxiliary head), the normalisers,
-// the gradients' sum of squares, and room for every device's sums under several devices.
+// the gradients' sum of squares, and room for every device's sums under several devices. The block
+// starts zeroed, so a single-head model's auxiliary sum (never written) is 0.
 enum { SC_DEVICES = 16, SC_TSS = 0, SC_NORM = 2, SC_SUMSQ = 4, SC_ALL = 8, SC_SUMSQ_ALL = SC_ALL + 2 * SC_DEVICES,
        SC_COUNT = SC_SUMSQ_ALL + SC_DEVICES };
 // Timer marks of a step (Backend timers): forward F0..F1, assignment F1..A1, loss C0..C1, backward

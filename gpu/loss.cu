@@ -36,7 +36,7 @@ typedef struct {
 
 struct GpuLossWork {
     int max_n, max_targets, nc, max_anchors;
-    int N, A, G, n_fg;              // of the last assignment
+    int N, A, G;                    // of the last assignment
     char *block;                    // the one device allocation, holding every buffer below
     GtBox *gt;                      // (G) grouped by image, each image's targets in input order
     int *gt_begin;                  // (N+1) image n owns gt[gt_begin[n] .. gt_begin[n+1])
@@ -144,43 +144,13 @@ __device__ static void pick(int *npos, int *asg, size_t cell, int j) {
     atomicMin(asg + cell, j);
 }
 
-// The k best (t desc, anchor asc) with t > 0: each thread keeps its own best k over its strided
-// anchors, then k rounds of a block argmax take the heads. Returns how many were picked.
+// The k best (t desc, anchor asc) with t > 0 (block_topk), each marked as picking gt j.
 __device__ static int topk_best(const Heads &h, const GtBox *g, int j, const double *pbox, int k,
                                 int *npos, int *asg) {
-    __shared__ double sh_t[THREADS];
-    __shared__ int sh_a[THREADS];
-    int tid = threadIdx.x, A = h.start[LOSS_LEVELS], ln = 0, in;
-    double lt[TOPK];
-    int la[TOPK];
-    for (int a = tid; a < A; a += THREADS) {
-        double t = metric_in_box(h, g, pbox, a, &in);
-        if (!(t > 0) || (ln == k && !(t > lt[k - 1]))) continue;
-        int p = ln < k ? ln++ : k - 1;
-        for (; p > 0 && lt[p - 1] < t; p--) { lt[p] = lt[p - 1]; la[p] = la[p - 1]; }
-        lt[p] = t;
-        la[p] = a;
-    }
-    int head = 0, nb = 0;
-    for (; nb < k; nb++) {
-        sh_t[tid] = head < ln ? lt[head] : -1;
-        sh_a[tid] = head < ln ? la[head] : INT_MAX;
-        __syncthreads();
-        for (int s = THREADS / 2; s > 0; s >>= 1) {
-            if (tid < s && ranks_before(sh_t[tid + s], sh_a[tid + s], sh_t[tid], sh_a[tid])) {
-                sh_t[tid] = sh_t[tid + s];
-                sh_a[tid] = sh_a[tid + s];
-            }
-            __syncthreads();
-        }
-        double bt = sh_t[0];
-        int ba = sh_a[0];
-        __syncthreads();
-        if (!(bt > 0)) break;
-        if (head < ln && la[head] == ba) head++;
-        if (tid == 0) pick(npos, asg, (size_t)g->img * A + ba, j);
-    }
-    return nb;
+    int A = h.start[LOSS_LEVELS];
+    return block_topk<TOPK>(
+        A, k, [&](int a) { int in; return metric_in_box(h, g, pbox, a, &in); },
+        [&](int a) { pick(npos, asg, (size_t)g->img * A + a, j); });
 }
 
 // When fewer than k have t > 0, torch.topk fills with zero-metric anchors: we take the lowest
@@ -509,7 +479,6 @@ extern "C" int loss_assign_gpu(Device *dev, GpuLossWork *w, const LossBatch *b, 
                               cudaMemcpyDeviceToHost, dev->stream));
     device_sync(dev);
     *tss_local = w->sums_host[RES_TSS];
-    w->n_fg = (int)w->sums_host[RES_FG];
     return 0;
 }
 

@@ -46,7 +46,6 @@ typedef struct {
     double *tm, *um, *score;               // (N*A) metric and overlap with the final gt; target score
     unsigned long long *gmax_t, *gmax_u;   // (G) per gt, max over its positives (as double bits)
     int *keep;                             // (G) one-to-one: the anchor the gt keeps
-    int n_fg;                              // of the last assignment
 } Branch;
 
 struct GpuLoss26Work {
@@ -139,42 +138,12 @@ __device__ static void pick(const Branch &br, size_t cell, int j) {
     atomicMin(br.asg + cell, j);
 }
 
-// The k best (t desc, anchor asc) with t > 0: each thread keeps its own best k over its strided
-// anchors, then k rounds of a block argmax take the heads. Returns how many were picked.
+// The k best (t desc, anchor asc) with t > 0 (block_topk), each marked as picking gt j.
 __device__ static int topk_best(const Heads &h, const Gt *g, int j, const Branch &br, int k) {
-    __shared__ double sh_t[THREADS];
-    __shared__ int sh_a[THREADS];
-    int tid = threadIdx.x, A = h.start[L26_LEVELS], ln = 0, in;
-    double lt[TOPK_MAX];
-    int la[TOPK_MAX];
-    for (int a = tid; a < A; a += THREADS) {
-        double t = metric_at(h, g, br.pbox, a, &in);
-        if (!(t > 0) || (ln == k && !(t > lt[k - 1]))) continue;
-        int p = ln < k ? ln++ : k - 1;
-        for (; p > 0 && lt[p - 1] < t; p--) { lt[p] = lt[p - 1]; la[p] = la[p - 1]; }
-        lt[p] = t;
-        la[p] = a;
-    }
-    int head = 0, nb = 0;
-    for (; nb < k; nb++) {
-        sh_t[tid] = head < ln ? lt[head] : -1;
-        sh_a[tid] = head < ln ? la[head] : INT_MAX;
-        __syncthreads();
-        for (int s = THREADS / 2; s > 0; s >>= 1) {
-            if (tid < s && ranks_before(sh_t[tid + s], sh_a[tid + s], sh_t[tid], sh_a[tid])) {
-                sh_t[tid] = sh_t[tid + s];
-                sh_a[tid] = sh_a[tid + s];
-            }
-            __syncthreads();
-        }
-        double bt = sh_t[0];
-        int ba = sh_a[0];
-        __syncthreads();
-        if (!(bt > 0)) break;
-        if (head < ln && la[head] == ba) head++;
-        if (tid == 0) pick(br, (size_t)g->img * A + ba, j);
-    }
-    return nb;
+    int A = h.start[L26_LEVELS];
+    return block_topk<TOPK_MAX>(
+        A, k, [&](int a) { int in; return metric_at(h, g, br.pbox, a, &in); },
+        [&](int a) { pick(br, (size_t)g->img * A + a, j); });
 }
 
 // When fewer than k have t > 0, torch.topk fills with zero-metric anchors: the lowest indices, as
@@ -543,10 +512,7 @@ extern "C" int loss26_assign_gpu(Device *dev, GpuLoss26Work *w, const Loss26Batc
     checkCuda(cudaMemcpyAsync(w->sums_host + RES_ASSIGN, w->sums + RES_ASSIGN,
                               L26_BRANCHES * N_ASSIGN_SUMS * sizeof(double), cudaMemcpyDeviceToHost, dev->stream));
     device_sync(dev);
-    for (int k = 0; k < L26_BRANCHES; k++) {
-        tss_local[k] = w->sums_host[RES_ASSIGN + k * N_ASSIGN_SUMS + SUM_TSS];
-        w->br[k].n_fg = (int)w->sums_host[RES_ASSIGN + k * N_ASSIGN_SUMS + SUM_FG];
-    }
+    for (int k = 0; k < L26_BRANCHES; k++) tss_local[k] = w->sums_host[RES_ASSIGN + k * N_ASSIGN_SUMS + SUM_TSS];
     return 0;
 }
 

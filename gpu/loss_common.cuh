@@ -67,6 +67,46 @@ __device__ static int ranks_before(double t1, int a1, double t2, int a2) {
     return t1 > t2 || (t1 == t2 && a1 < a2);
 }
 
+// The assigner's top k (k <= KMAX) of one gt over anchors [0, A): the k best by ranks_before with
+// metric(a) > 0. Each thread keeps its own best k over its strided anchors, then k rounds of a block
+// argmax take the heads; thread 0 calls pick(a) for each, best first. Returns how many were picked.
+template <int KMAX, class Metric, class Pick>
+__device__ static int block_topk(int A, int k, Metric metric, Pick pick) {
+    __shared__ double sh_t[THREADS];
+    __shared__ int sh_a[THREADS];
+    int tid = threadIdx.x, ln = 0;
+    double lt[KMAX];
+    int la[KMAX];
+    for (int a = tid; a < A; a += THREADS) {
+        double t = metric(a);
+        if (!(t > 0) || (ln == k && !(t > lt[k - 1]))) continue;
+        int p = ln < k ? ln++ : k - 1;
+        for (; p > 0 && lt[p - 1] < t; p--) { lt[p] = lt[p - 1]; la[p] = la[p - 1]; }
+        lt[p] = t;
+        la[p] = a;
+    }
+    int head = 0, nb = 0;
+    for (; nb < k; nb++) {
+        sh_t[tid] = head < ln ? lt[head] : -1;
+        sh_a[tid] = head < ln ? la[head] : INT_MAX;
+        __syncthreads();
+        for (int s = THREADS / 2; s > 0; s >>= 1) {
+            if (tid < s && ranks_before(sh_t[tid + s], sh_a[tid + s], sh_t[tid], sh_a[tid])) {
+                sh_t[tid] = sh_t[tid + s];
+                sh_a[tid] = sh_a[tid + s];
+            }
+            __syncthreads();
+        }
+        double bt = sh_t[0];
+        int ba = sh_a[0];
+        __syncthreads();
+        if (!(bt > 0)) break;
+        if (head < ln && la[head] == ba) head++;
+        if (tid == 0) pick(ba);
+    }
+    return nb;
+}
+
 // sums[k] = Σ_p part[k*PARTS + p] in a fixed order, for k < n_sums (one block)
 static __global__ void finish_kernel(const double *part, int n_sums, double *sums) {
     __shared__ double sh[THREADS];

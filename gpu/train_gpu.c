@@ -59,9 +59,7 @@ void trainer_gpu_free(Trainer *t) {                    // the caller frees the m
 
 int trainer_gpu_assign(Trainer *t, double *tss, Err *err) {
     if (loss_assign_gpu_async(t->dev, t->gpu_loss, &t->lb, tss, err)) return -1;
-    if (t->m.n_aux) return loss_assign_gpu_async(t->dev, t->gpu_loss_aux, &t->lb_aux, tss + 1, err);
-    t->m.be->zero(t->dev, (float *)(tss + 1), 2);     // no auxiliary head: its sum is 0 (a double)
-    return 0;
+    return t->m.n_aux ? loss_assign_gpu_async(t->dev, t->gpu_loss_aux, &t->lb_aux, tss + 1, err) : 0;
 }
 
 // A dual head as on the CPU (core/train.c): the auxiliary loss weighted through batch_mult.
