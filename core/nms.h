@@ -37,5 +37,9 @@ void nms_decode(const Map head[], const int strides[], int n_levels, int n, int 
 // and returns their count. The reference's per-batch time limit is not applied.
 int  nms_run(const float *boxes, const float *scores, int A, int nc, const NmsOptions *o, Det *out);
 
+// nms_run_fast (core/nms_fast.c): nms_run's detections bit for bit (same order, same ties), with a radix
+// sort and per-class suppression; test_nms_fast holds it to nms_run. Validation and detect use it.
+int  nms_run_fast(const float *boxes, const float *scores, int A, int nc, const NmsOptions *o, Det *out);
+
 // nms_iou: intersection over union as torchvision's nms computes it (no eps; 0 for two empty boxes).
 float nms_iou(const float a[4], const float b[4]);

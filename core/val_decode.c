@@ -37,7 +37,7 @@ int val_decode(ValDecoder *d, const Model *m, const Map head[], int n, int img_h
     if (A > d->A) die("val_decode: %d anchors, scratch for %d", A, d->A);
     if (!d->end2end) {
         nms_decode(head, m->strides, m->n_levels, n, m->nc, d->boxes, d->scores);
-        return nms_run(d->boxes, d->scores, A, m->nc, &d->nms, d->det);
+        return nms_run_fast(d->boxes, d->scores, A, m->nc, &d->nms, d->det);   // nms_run's output, faster
     }
     Head26 h = head26_of(m, head);
     topk26_decode(&h, n, img_h, d->boxes, d->scores);
