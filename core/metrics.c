@@ -152,23 +152,20 @@ double metrics_compute_ap(const double *recall, const double *precision, int n) 
     return ap;
 }
 
-// One class: cumulative TP/FP of its detections (already in confidence order), AP at every
-// threshold, and its P and R curves over px from the IoU-0.5 column.
-static void class_curves(const MetricsStats *s, const int *order, int c, double *ap, double *pc, double *rc) {
-    int np_ = 0, nl = s->nt[c];
-    for (int k = 0; k < s->n; k++) np_ += s->cls[order[k]] == c;
+// One class: cumulative TP/FP of its np_ detections dets (in confidence order), AP at every threshold,
+// and its P and R curves over px from the IoU-0.5 column.
+static void class_curves(const MetricsStats *s, const int *dets, int np_, int c, double *ap, double *pc, double *rc) {
+    int nl = s->nt[c];
     if (!np_) return;                         // AP 0, P = R = 0, as the reference's zeros
     double *xp = xmalloc(sizeof *xp * np_), *rec = xmalloc(sizeof *rec * np_), *pre = xmalloc(sizeof *pre * np_);
     for (int t = 0; t < METRICS_NIOU; t++) {
         double tpc = 0, fpc = 0;
-        for (int k = 0, i = 0; k < s->n; k++) {
-            int d = order[k];
-            if (s->cls[d] != c) continue;
+        for (int i = 0; i < np_; i++) {
+            int d = dets[i];
             tpc += s->tp[d][t]; fpc += 1 - s->tp[d][t];
             xp[i] = -(double)s->conf[d];
             rec[i] = tpc / (nl + EPS);
             pre[i] = tpc / (tpc + fpc);
-            i++;
         }
         ap[t] = metrics_compute_ap(rec, pre, np_);
         if (t) continue;
@@ -179,6 +176,21 @@ static void class_curves(const MetricsStats *s, const int *order, int c, double 
         }
     }
     free(xp); free(rec); free(pre);
+}
+
+// The detections in confidence order bucketed by class (a stable counting sort): class c's are
+// by_class[start[c] .. start[c+1]-1], still in confidence order. One pass instead of one per class,
+// which matters at COCO size (80 classes, a million detections).
+static void bucket_by_class(const MetricsStats *s, const int *order, int *start, int *by_class) {
+    for (int c = 0; c <= s->nc; c++) start[c] = 0;
+    for (int k = 0; k < s->n; k++) start[s->cls[k] + 1]++;
+    for (int c = 0; c < s->nc; c++) start[c + 1] += start[c];
+    int *fill = xcalloc(s->nc + 1, sizeof *fill);
+    for (int k = 0; k < s->n; k++) {
+        int c = s->cls[order[k]];
+        by_class[start[c] + fill[c]++] = order[k];
+    }
+    free(fill);
 }
 
 // The index of the max of smooth(mean F1, 0.1): a 101-tap box filter over the curve padded with 50
@@ -228,12 +240,15 @@ void metrics_compute(const MetricsStats *s, Metrics *m) {
     m->ap50 = xcalloc(s->nc + 1, sizeof *m->ap50);  m->ap = xcalloc(s->nc + 1, sizeof *m->ap);
     if (!any_tp(s)) return;                   // val.py: `if len(stats) and stats[0].any()`
     for (int c = 0; c < s->nc; c++) if (s->nt[c]) m->cls[m->k++] = c;
-    int *order = confidence_order(s);
+    int *order = confidence_order(s), *start = xmalloc(sizeof *start * (s->nc + 1));
+    int *by_class = xmalloc(sizeof *by_class * (s->n + 1));
+    bucket_by_class(s, order, start, by_class);
     double *pc = xcalloc((size_t)m->k * PX, sizeof *pc), *rc = xcalloc((size_t)m->k * PX, sizeof *rc);
     double *f1 = xcalloc(PX, sizeof *f1);
     for (int i = 0; i < m->k; i++) {
         double ap[METRICS_NIOU] = { 0 };
-        class_curves(s, order, m->cls[i], ap, pc + (size_t)i * PX, rc + (size_t)i * PX);
+        int c = m->cls[i];
+        class_curves(s, by_class + start[c], start[c + 1] - start[c], c, ap, pc + (size_t)i * PX, rc + (size_t)i * PX);
         m->ap50[i] = ap[0];
         for (int t = 0; t < METRICS_NIOU; t++) m->ap[i] += ap[t];
         m->ap[i] /= METRICS_NIOU;
@@ -251,7 +266,7 @@ void metrics_compute(const MetricsStats *s, Metrics *m) {
         m->mp += m->p[i]; m->mr += m->r[i]; m->map50 += m->ap50[i]; m->map += m->ap[i];
     }
     m->mp /= m->k; m->mr /= m->k; m->map50 /= m->k; m->map /= m->k;
-    free(order); free(pc); free(rc); free(f1);
+    free(order); free(start); free(by_class); free(pc); free(rc); free(f1);
 }
 
 void metrics_free(Metrics *m) {

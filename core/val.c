@@ -81,13 +81,11 @@ typedef struct {              // one model's scratch
     Pass      *p;
     Model     *m;
     ValBatch   vb;
-    ValDecoder dec;
+    ValImages  img;           // per-image decode, NMS and matching over threads
     LossWork  *lw;
     Loss26Work *lw26;         // end-to-end heads (YOLO26)
     float     *heads;         // host copy of the batch's head maps, level after level
     Map        head[4];
-    Det       *gt;
-    int        gt_cap;
 } Worker;
 
 // Forward batch vb in chunks, each chunk's head maps copied into w->heads (the host), w->head the
@@ -110,21 +108,6 @@ static void forward_batch(Worker *w) {
             off += per * vb->n;
         }
     }
-}
-
-// The labels of image i of the batch: normalised to W, H, to pixels, xyxy, then to the original image.
-static int batch_labels(Worker *w, int i, int w0, int h0) {
-    const ValBatch *b = &w->vb;
-    int n = 0;
-    for (int k = 0; k < b->nt; k++) {
-        const float *t = b->targets + (size_t)k * 6;
-        if ((int)t[0] != i) continue;
-        if (n == w->gt_cap) w->gt_cap = 2 * n + 16, w->gt = xrealloc(w->gt, sizeof *w->gt * w->gt_cap);
-        float cx = t[2] * b->W, cy = t[3] * b->H, bw = t[4] * b->W, bh = t[5] * b->H;
-        w->gt[n++] = (Det){ cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2, 1.0f, (int)t[1] };
-    }
-    val_scale_boxes(w->gt, n, b->S, w0, h0, &b->info[i]);
-    return n;
 }
 
 // YOLO26: the one-to-one branch's items, as training logs them. Evaluation computes that branch
@@ -160,24 +143,12 @@ static int batch_losses(Worker *w, BatchOut *out, Err *err) {
 static void batch_stats(Worker *w, int b, BatchOut *out) {
     const ValBatch *vb = &w->vb;
     int picture = w->p->o->picture_dir && b == 0;
-    Det **keep = picture ? xcalloc(vb->n, sizeof *keep) : NULL;
-    int *kn = picture ? xcalloc(vb->n, sizeof *kn) : NULL;
-    metrics_stats_init(&out->st, w->m->nc);
-    for (int i = 0; i < vb->n; i++) {
-        int nd = val_decode(&w->dec, w->m, w->head, i, vb->H);
-        if (picture) {                       // letterbox pixels, before mapping back
-            keep[i] = xmalloc(sizeof(Det) * (nd + 1));
-            memcpy(keep[i], w->dec.det, sizeof(Det) * nd);
-            kn[i] = nd;
-        }
-        const Sample *s = &w->p->ds->s[vb->index[i]];
-        val_scale_boxes(w->dec.det, nd, vb->S, s->w, s->h, &vb->info[i]);
-        int ng = batch_labels(w, i, s->w, s->h);
-        metrics_stats_add(&out->st, w->dec.det, nd, w->gt, ng);
-    }
-    if (picture) val_pictures(w->p->ds, w->p->o->picture_dir, vb, (const Det *const *)keep, kn);
-    for (int i = 0; picture && i < vb->n; i++) free(keep[i]);
-    free(keep); free(kn);
+    ValImagesIn in = { .m = w->m, .ds = w->p->ds, .vb = vb, .head = w->head,
+                       .keep = picture ? xcalloc(vb->n, sizeof(Det *)) : NULL, .kn = picture ? xcalloc(vb->n, sizeof(int)) : NULL };
+    val_images_stats(&w->img, &in, &out->st);
+    if (picture) val_pictures(w->p->ds, w->p->o->picture_dir, vb, (const Det *const *)in.keep, in.kn);
+    for (int i = 0; picture && i < vb->n; i++) free(in.keep[i]);
+    free(in.keep); free(in.kn);
 }
 
 // A model's thread: claim the next batch, load, forward, losses, detections, until none is left.
@@ -208,7 +179,7 @@ static void *worker_main(void *arg) {
 static void worker_init(Worker *w, Pass *p, Model *m) {
     memset(w, 0, sizeof *w);
     w->p = p; w->m = m;
-    val_decoder_init(&w->dec, m, p->max_h, p->max_w, &p->o->nms);
+    val_images_init(&w->img, m, p->o->workers, p->max_h, p->max_w, &p->o->nms);
     w->lw = loss_work_new();
     if (m->end2end) w->lw26 = loss26_work_new();
     size_t floats = 0;                        // the head maps of a whole batch at the largest shape
@@ -221,10 +192,10 @@ static void worker_init(Worker *w, Pass *p, Model *m) {
 
 static void worker_free(Worker *w) {
     val_batch_free(&w->vb);
-    val_decoder_free(&w->dec);
+    val_images_free(&w->img);
     loss_work_free(w->lw);
     loss26_work_free(w->lw26);
-    free(w->heads); free(w->gt);
+    free(w->heads);
 }
 
 // ---- the pass ------------------------------------------------------------------------------

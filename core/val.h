@@ -109,7 +109,8 @@ void val_batch_free(ValBatch *vb);
 void val_pictures(const Dataset *ds, const char *dir, const ValBatch *vb, const Det *const *det, const int *nd);
 
 // ---- decoding one image's detections (core/val_decode.c) ---------------------------------------
-// DFL heads: nms_decode + nms_run_fast (nms_run's detections; o as given). End-to-end heads (m->end2end, YOLO26): topk26_decode +
+// DFL heads: nms_decode + nms_run_fast (nms_run's detections; o as given). End-to-end heads (m->end2end,
+// YOLO26): topk26_decode +
 // topk26_select with o->max_det, o->conf_thres, o->agnostic; no NMS.
 typedef struct {
     int         end2end, nc, A;
@@ -126,6 +127,32 @@ void val_decoder_free(ValDecoder *d);
 // Image n of head maps (host memory, m's levels; strides from img_h / H_l) into d->det, best first
 // (xyxy pixels of the input); returns the count.
 int  val_decode(ValDecoder *d, const Model *m, const Map head[], int n, int img_h);
+
+// ---- a batch's images over threads (core/val_images.c) ----------------------------------------
+typedef struct { ValDecoder dec; Det *gt; int gt_cap; } ValImageScratch;   // one thread's
+typedef struct {
+    int              threads;
+    ValImageScratch *s;           // (threads)
+    MetricsStats    *img;         // (img_cap) one image's stats each, merged in batch order
+    int              img_cap;
+} ValImages;
+
+typedef struct {
+    const Model    *m;
+    const Dataset  *ds;
+    const ValBatch *vb;
+    const Map      *head;         // the batch's head maps on the host (when dev_det is NULL)
+    const Det      *dev_det;      // or: detections a device picked, image i's at i * dev_stride
+    const int      *dev_nd;       // (n) their counts
+    int             dev_stride;
+    Det           **keep;         // NULL, or (n): each image's detections in letterbox pixels (malloc'd)
+    int            *kn;           // (n) their counts
+} ValImagesIn;
+
+void val_images_init(ValImages *v, const Model *m, int threads, int max_h, int max_w, const NmsOptions *o);
+void val_images_free(ValImages *v);
+// out (initialised here) = the batch's stats as metrics_stats_add over its images in order would give.
+void val_images_stats(ValImages *v, const ValImagesIn *in, MetricsStats *out);
 
 // `yolotrain val CONFIG weights=FILE [data=...]`: the val split of the configured dataset (the built-in
 // synthetic one when none is), with per-class rows, on the devices device= names (core/infer_devices.h:

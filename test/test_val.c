@@ -128,7 +128,8 @@ static void test_val_evaluate_runs(void) {
     if (t) fclose(t);
     o.out = NULL; o.workers = 1;                      // same numbers with another worker count
     CHECK(val_evaluate(&f.m, &f.ds, &o, &r2, &err) == 0, "%s", err.msg);
-    CHECK(r2.m.map50 == m->map50 && r2.m.map == m->map && r2.m.mp == m->mp && r2.box == r.box, "not deterministic");
+    CHECK(r2.m.map50 == m->map50 && r2.m.map == m->map && r2.m.mp == m->mp && r2.m.mr == m->mr && r2.box == r.box,
+          "not deterministic");
     val_result_free(&r2);
     val_result_free(&r);
     o.batch = 3;                                      // more than the model holds: forwards in chunks
