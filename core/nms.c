@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "core/fexp.h"
 #include "core/loss.h"
 #include "core/util.h"
 
@@ -44,7 +45,7 @@ void nms_decode(const Map head[], const int strides[], int n_levels, int n, int 
                 const float *px = map_at(head[l], n, y, x);
                 decode_box(px, x + 0.5f, y + 0.5f, (float)strides[l], boxes + (size_t)a * 4);
                 const float *logit = px + 4 * LOSS_REG_MAX;
-                for (int c = 0; c < nc; c++) scores[(size_t)a * nc + c] = 1.0f / (1.0f + expf(-logit[c]));
+                for (int c = 0; c < nc; c++) scores[(size_t)a * nc + c] = fexp_sigmoid(logit[c]);   // glibc's expf, portably
             }
 }
 

@@ -24,7 +24,7 @@ NmsOptions nms_detect_options(void);   // detect.py: 0.25, 0.45, 1000, 30000, be
 int  nms_anchors(const Map head[], int n_levels);
 
 // nms_decode: image n of the head maps (N, H_l, W_l, 4R + nc) with strides[l] into boxes (A, 4) xyxy in
-// input pixels and scores (A, nc) = sigmoid(class logits). Per side the distance is the DFL expectation
+// input pixels and scores (A, nc) = sigmoid(class logits) (core/fexp.h: expf as glibc, also on a GPU). Per side the distance is the DFL expectation
 // sum_i i*softmax(logits)_i; with anchor (col + 0.5, row + 0.5) the box is (ax-l, ay-t, ax+r, ay+b) in cells.
 // As the reference it passes through xywh*stride (DDetect's output) and back to xyxy (the NMS input), in
 // float, so the corners carry the same rounding.

@@ -110,8 +110,7 @@ void val_pictures(const Dataset *ds, const char *dir, const ValBatch *vb, const 
 
 // ---- decoding one image's detections (core/val_decode.c) ---------------------------------------
 // DFL heads: nms_decode + nms_run_fast (nms_run's detections; o as given). End-to-end heads (m->end2end,
-// YOLO26): topk26_decode +
-// topk26_select with o->max_det, o->conf_thres, o->agnostic; no NMS.
+// YOLO26): topk26_decode + topk26_select with o->max_det, o->conf_thres, o->agnostic; no NMS.
 typedef struct {
     int         end2end, nc, A;
     NmsOptions  nms;
