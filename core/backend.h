@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/nms.h"
 #include "core/ops.h"
 #include "core/ops26.h"
 
@@ -109,6 +110,15 @@ typedef struct Backend {
     void (*timer_free)(void *ctx, void *tm);
     void (*timer_record)(void *ctx, void *tm);
     double (*timer_seconds)(void *ctx, void *from, void *to);
+    // Detections on the backend (validation): core/nms.h's nms_decode + nms_run for whole batches of
+    // head maps in the backend's memory, detection for detection; only the kept ones reach the host.
+    // nms_prepare: work for up to max_n images of A anchors and nc classes under o; NULL when the
+    // backend does not do it for o (the caller decodes on the host). nms_detect: images 0..n-1 of
+    // head[0..2] (fp32, 64 + nc channels, strides[l] pixels per cell): image i's detections, best
+    // first, into out + i * o->max_det (host memory), their count into nd[i].
+    void *(*nms_prepare)(void *ctx, int max_n, int A, int nc, const NmsOptions *o);
+    void (*nms_release)(void *ctx, void *prep);
+    void (*nms_detect)(void *ctx, void *prep, const Map head[3], const int strides[3], int n, Det *out, int *nd);
 } Backend;
 
 extern const Backend backend_cpu;

@@ -118,6 +118,30 @@ static void timer_free(void *c, void *tm) { free(tm); }
 static void timer_record(void *c, void *tm) { *(double *)tm = now_seconds(); }
 static double timer_seconds(void *c, void *from, void *to) { return *(double *)to - *(double *)from; }
 
+typedef struct { int A, nc; NmsOptions o; float *boxes, *scores; } NmsCpu;
+static void *nms_prepare(void *c, int max_n, int A, int nc, const NmsOptions *o) {
+    NmsCpu *w = xmalloc(sizeof *w);
+    *w = (NmsCpu){ A, nc, *o, xmalloc(sizeof(float) * 4 * (A + 1)), xmalloc(sizeof(float) * ((size_t)A * nc + 1)) };
+    return w;
+}
+static void nms_release(void *c, void *prep) {
+    NmsCpu *w = prep;
+    if (w) free(w->boxes), free(w->scores);
+    free(w);
+}
+static void nms_detect(void *c, void *prep, const Map head[3], const int strides[3], int n, Det *out, int *nd) {
+    NmsCpu *w = prep;
+    int A = nms_anchors(head, 3), D = w->o.max_det > 0 ? w->o.max_det : 0;
+    if (A > w->A) die("nms_detect: %d anchors, work for %d", A, w->A);
+    for (int i = 0; i < n; i++) {
+        nms_decode(head, strides, 3, i, w->nc, w->boxes, w->scores);
+        Det *d = xmalloc(sizeof(Det) * ((size_t)A * w->nc + D + 1));   // nms_run_fast's room
+        nd[i] = nms_run_fast(w->boxes, w->scores, A, w->nc, &w->o, d);
+        memcpy(out + (size_t)i * D, d, sizeof(Det) * nd[i]);
+        free(d);
+    }
+}
+
 const Backend backend_cpu = {
     "cpu", conv_fwd, conv_bwd, bn_train, bn_eval, bn_bwd, bn_apply, silu_fwd, silu_bwd, add_fwd, copy, accumulate,
     maxpool_fwd, maxpool_bwd, avgpool_fwd, avgpool_bwd, upsample_fwd, upsample_bwd, prepare, sumsq, scale, sgd, ema,
@@ -125,4 +149,5 @@ const Backend backend_cpu = {
     bn_silu_train, conv_bn_silu_bwd,
     dw_fwd, dw_bwd, attn_fwd, attn_bwd,
     sumsq_to, clip, loss_norm, timer_new, timer_free, timer_record, timer_seconds,
+    nms_prepare, nms_release, nms_detect,
 };

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #ifdef __CUDACC__
-#define FEXP_FN static __host__ __device__ __forceinline__
+#define FEXP_FN static __device__ __forceinline__
 #define FEXP_MUL(a, b) __dmul_rn(a, b)
 #define FEXP_ADD(a, b) __dadd_rn(a, b)
 #else
@@ -30,7 +30,7 @@
     0x3fef5818dcfba487ull, 0x3fef7c97337b9b5full, 0x3fefa4afa2a490daull, 0x3fefd0765b6e4540ull }
 
 FEXP_FN float fexp(float x) {
-#ifdef __CUDA_ARCH__
+#ifdef __CUDACC__
     const uint64_t T[32] = FEXP_TABLE;
 #else
     static const uint64_t T[32] = FEXP_TABLE;
@@ -57,7 +57,7 @@ FEXP_FN float fexp(float x) {
 
 // The class score: sigmoid in float, 1 / (1 + fexp(-x)), in that order on both sides.
 FEXP_FN float fexp_sigmoid(float x) {
-#ifdef __CUDA_ARCH__
+#ifdef __CUDACC__
     return __fdiv_rn(1.0f, __fadd_rn(1.0f, fexp(-x)));
 #else
     return 1.0f / (1.0f + fexp(-x));

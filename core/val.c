@@ -73,7 +73,7 @@ typedef struct {              // the pass, shared by the model threads
     BatchOut        *out;
     int              next, max_h, max_w, failed;
     Err              err;
-    double           t_pre, t_infer, t_nms;
+    double           t_pre, t_infer, t_loss, t_nms, t_metrics;
     pthread_mutex_t  mu;
 } Pass;
 
@@ -86,24 +86,49 @@ typedef struct {              // one model's scratch
     Loss26Work *lw26;         // end-to-end heads (YOLO26)
     float     *heads;         // host copy of the batch's head maps, level after level
     Map        head[4];
+    void      *nms;           // the backend's decode + NMS work (a model on a GPU); NULL: on the host
+    Det       *dev_det;       // (batch, max_det) what it picked
+    int       *dev_nd;        // (batch)
+    int        dev_ok;        // 1: this batch's detections came from the backend
+    double     t_dev_nms;     // this batch's seconds in it
 } Worker;
 
-// Forward batch vb in chunks, each chunk's head maps copied into w->heads (the host), w->head the
+// The backend picks the detections of the chunk just run (images c0..c0+cn-1 of the batch).
+static void chunk_nms(Worker *w, int c0, int cn) {
+    Model *m = w->m;
+    Map h[3];
+    for (int l = 0; l < 3; l++) h[l] = model_value(m, m->head[l], cn);
+    int D = w->p->o->nms.max_det > 0 ? w->p->o->nms.max_det : 0;
+    double t0 = now_seconds();
+    m->be->nms_detect(m->be_ctx, w->nms, h, m->strides, cn, w->dev_det + (size_t)c0 * D, w->dev_nd + c0);
+    w->t_dev_nms += now_seconds() - t0;
+}
+
+static int head_fp32(const Model *m) {       // the backend's NMS reads fp32 head maps
+    for (int l = 0; l < m->n_levels; l++) if (model_value(m, m->head[l], 1).bf16) return 0;
+    return 1;
+}
+
+// Forward batch vb in chunks; the backend's NMS on each chunk when it has one, and each chunk's head
+// maps copied into w->heads (the host) when the host still needs them (losses, host NMS); w->head the
 // batch's maps there.
 static void forward_batch(Worker *w) {
     Model *m = w->m;
     const ValBatch *vb = &w->vb;
     int chunk = chunk_images(m, vb->H, vb->W);
+    w->dev_ok = w->nms && head_fp32(m);
+    w->t_dev_nms = 0;
     for (int c0 = 0; c0 < vb->n; c0 += chunk) {
         int cn = vb->n - c0 < chunk ? vb->n - c0 : chunk;
         model_forward_u8(m, vb->images + (size_t)c0 * vb->H * vb->W * 3, cn, vb->H, vb->W, 0);
+        if (w->dev_ok) chunk_nms(w, c0, cn);
         size_t off = 0;
         for (int l = 0; l < m->n_levels; l++) {
             Map h = model_value(m, m->head[l], cn);
             size_t per = (size_t)h.H * h.W * h.ld;           // floats per image
             float *dst = w->heads + off + c0 * per;
-            if (m->on_device) m->be->download(m->be_ctx, dst, h.data, per * cn);
-            else memcpy(dst, h.data, sizeof(float) * per * cn);
+            if (!m->on_device) memcpy(dst, h.data, sizeof(float) * per * cn);
+            else if (w->p->o->losses || !w->dev_ok) m->be->download(m->be_ctx, dst, h.data, per * cn);
             w->head[l] = (Map){ w->heads + off, vb->n, h.H, h.W, h.C, h.ld, 0 };
             off += per * vb->n;
         }
@@ -143,7 +168,9 @@ static int batch_losses(Worker *w, BatchOut *out, Err *err) {
 static void batch_stats(Worker *w, int b, BatchOut *out) {
     const ValBatch *vb = &w->vb;
     int picture = w->p->o->picture_dir && b == 0;
-    ValImagesIn in = { .m = w->m, .ds = w->p->ds, .vb = vb, .head = w->head,
+    int D = w->p->o->nms.max_det > 0 ? w->p->o->nms.max_det : 0;
+    ValImagesIn in = { .m = w->m, .ds = w->p->ds, .vb = vb, .head = w->head, .dev_det = w->dev_ok ? w->dev_det : NULL,
+                       .dev_nd = w->dev_nd, .dev_stride = D,
                        .keep = picture ? xcalloc(vb->n, sizeof(Det *)) : NULL, .kn = picture ? xcalloc(vb->n, sizeof(int)) : NULL };
     val_images_stats(&w->img, &in, &out->st);
     if (picture) val_pictures(w->p->ds, w->p->o->picture_dir, vb, (const Det *const *)in.keep, in.kn);
@@ -168,9 +195,11 @@ static void *worker_main(void *arg) {
         double t2 = now_seconds();
         Err err;
         int rc = p->o->losses ? batch_losses(w, &p->out[b], &err) : 0;
+        double t3 = now_seconds();
         if (!rc) batch_stats(w, b, &p->out[b]);
         pthread_mutex_lock(&p->mu);
-        p->t_pre += t1 - t0; p->t_infer += t2 - t1; p->t_nms += now_seconds() - t2;
+        p->t_pre += t1 - t0; p->t_infer += t2 - t1 - w->t_dev_nms; p->t_loss += t3 - t2;
+        p->t_nms += w->t_dev_nms + (rc ? 0 : w->img.t_decode); p->t_metrics += now_seconds() - t3 - (rc ? 0 : w->img.t_decode);
         if (rc && !p->failed) p->failed = 1, p->err = err;
         pthread_mutex_unlock(&p->mu);
     }
@@ -180,6 +209,13 @@ static void worker_init(Worker *w, Pass *p, Model *m) {
     memset(w, 0, sizeof *w);
     w->p = p; w->m = m;
     val_images_init(&w->img, m, p->o->workers, p->max_h, p->max_w, &p->o->nms);
+    if (m->on_device && !m->end2end && m->n_levels == 3) {
+        int A = (p->max_h / 8) * (p->max_w / 8) + (p->max_h / 16) * (p->max_w / 16) + (p->max_h / 32) * (p->max_w / 32);
+        int chunk = m->max_n < p->o->batch ? m->max_n : p->o->batch, D = p->o->nms.max_det > 0 ? p->o->nms.max_det : 0;
+        w->nms = m->be->nms_prepare(m->be_ctx, chunk, A, m->nc, &p->o->nms);
+        w->dev_det = xmalloc(sizeof(Det) * ((size_t)p->o->batch * D + 1));
+        w->dev_nd = xmalloc(sizeof(int) * (p->o->batch + 1));
+    }
     w->lw = loss_work_new();
     if (m->end2end) w->lw26 = loss26_work_new();
     size_t floats = 0;                        // the head maps of a whole batch at the largest shape
@@ -193,6 +229,8 @@ static void worker_init(Worker *w, Pass *p, Model *m) {
 static void worker_free(Worker *w) {
     val_batch_free(&w->vb);
     val_images_free(&w->img);
+    if (w->nms) w->m->be->nms_release(w->m->be_ctx, w->nms);
+    free(w->dev_det); free(w->dev_nd);
     loss_work_free(w->lw);
     loss26_work_free(w->lw26);
     free(w->heads);
@@ -253,8 +291,9 @@ static void finish(Pass *p, int nb, ValResult *r, double t0) {
     if (o->out) {
         metrics_print(&r->m, p->ds->names, o->verbose, o->out);
         double per = 1e3 / (st.images ? st.images : 1);
-        fprintf(o->out, "Speed: %.1fms pre-process, %.1fms inference, %.1fms %s per image at shape (%d, 3, %d, %d)%s\n",
-                p->t_pre * per, p->t_infer * per, p->t_nms * per, p->models[0]->end2end ? "top-k" : "NMS", o->batch,
+        fprintf(o->out, "Speed: %.1fms pre-process, %.1fms inference, %.1fms loss, %.1fms %s, %.1fms metrics per image at "
+                "shape (%d, 3, %d, %d)%s\n", p->t_pre * per, p->t_infer * per, p->t_loss * per, p->t_nms * per,
+                p->models[0]->end2end ? "top-k" : "NMS", p->t_metrics * per, o->batch,
                 p->max_h, p->max_w, o->rect ? " (largest rect batch)" : "");
     }
     metrics_stats_free(&st);

@@ -128,12 +128,13 @@ void val_decoder_free(ValDecoder *d);
 int  val_decode(ValDecoder *d, const Model *m, const Map head[], int n, int img_h);
 
 // ---- a batch's images over threads (core/val_images.c) ----------------------------------------
-typedef struct { ValDecoder dec; Det *gt; int gt_cap; } ValImageScratch;   // one thread's
+typedef struct { ValDecoder dec; Det *gt; int gt_cap; double t_decode, t_match; } ValImageScratch;   // a thread's
 typedef struct {
     int              threads;
     ValImageScratch *s;           // (threads)
     MetricsStats    *img;         // (img_cap) one image's stats each, merged in batch order
     int              img_cap;
+    double           t_decode, t_match;   // the last call's wall seconds: decode + NMS, and matching
 } ValImages;
 
 typedef struct {

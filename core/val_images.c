@@ -45,12 +45,14 @@ typedef struct {
 
 static void one_image(const ValImagesIn *in, ValImageScratch *s, int i, MetricsStats *st) {
     const ValBatch *vb = in->vb;
+    double t0 = now_seconds();
     Det *det = s->dec.det;
     int nd;
     if (in->dev_det) {                         // picked on the device already
         nd = in->dev_nd[i];
         memcpy(det, in->dev_det + (size_t)i * in->dev_stride, sizeof(Det) * nd);
     } else nd = val_decode(&s->dec, in->m, in->head, i, vb->H);
+    double t1 = now_seconds();
     if (in->keep) {                            // letterbox pixels, before mapping back
         in->keep[i] = xmalloc(sizeof(Det) * (nd + 1));
         memcpy(in->keep[i], det, sizeof(Det) * nd);
@@ -60,6 +62,7 @@ static void one_image(const ValImagesIn *in, ValImageScratch *s, int i, MetricsS
     val_scale_boxes(det, nd, vb->S, smp->w, smp->h, &vb->info[i]);
     int ng = batch_labels(vb, i, smp->w, smp->h, s);
     metrics_stats_add(st, det, nd, s->gt, ng);
+    s->t_decode += t1 - t0; s->t_match += now_seconds() - t1;
 }
 
 static void *thread_main(void *arg) {
@@ -82,6 +85,8 @@ void val_images_stats(ValImages *v, const ValImagesIn *in, MetricsStats *out) {
         v->img_cap = n;
     }
     for (int i = 0; i < n; i++) { metrics_stats_free(&v->img[i]); metrics_stats_init(&v->img[i], nc); }
+    double t0 = now_seconds();
+    for (int k = 0; k < v->threads; k++) v->s[k].t_decode = v->s[k].t_match = 0;
     Job j = { .v = v, .in = in };
     pthread_mutex_init(&j.mu, NULL);
     int nt = v->threads < n ? v->threads : n > 0 ? n : 1;
@@ -94,4 +99,8 @@ void val_images_stats(ValImages *v, const ValImagesIn *in, MetricsStats *out) {
     pthread_mutex_destroy(&j.mu);
     metrics_stats_init(out, nc);
     for (int i = 0; i < n; i++) metrics_stats_merge(out, &v->img[i]);   // batch order
+    double dec = 0, match = 0, wall = now_seconds() - t0;
+    for (int k = 0; k < v->threads; k++) dec += v->s[k].t_decode, match += v->s[k].t_match;
+    v->t_decode = dec + match > 0 ? wall * dec / (dec + match) : 0;      // the wall time, split as the
+    v->t_match = wall - v->t_decode;                                     // threads spent it
 }

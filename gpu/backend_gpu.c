@@ -3,6 +3,7 @@
 
 #include "core/backend.h"
 #include "gpu/device.h"
+#include "gpu/nms.h"
 #include "gpu/ops.h"
 #include "gpu/ops26.h"
 #include "gpu/optim.h"
@@ -143,6 +144,14 @@ static void attn_bwd(void *ctx, const AttnDims *d, Map qkv, const float *p, Map 
     attn26_backward_gpu(DEV, d, qkv, p, dy, dv, dqkv);   // its scratch is the Device's, not ws
 }
 
+static void *nms_prepare(void *ctx, int max_n, int A, int nc, const NmsOptions *o) {
+    return nms_gpu_new(DEV, max_n, A, nc, o);
+}
+static void nms_release(void *ctx, void *prep) { nms_gpu_free(prep); }
+static void nms_detect(void *ctx, void *prep, const Map head[3], const int strides[3], int n, Det *out, int *nd) {
+    nms_gpu_detect(DEV, prep, head, strides, n, out, nd);
+}
+
 const Backend backend_gpu = {
     "cuda", conv_fwd, conv_bwd, bn_train, bn_eval, bn_bwd, bn_apply, silu_fwd, silu_bwd, add_fwd, copy, accumulate,
     maxpool_fwd, maxpool_bwd, avgpool_fwd, avgpool_bwd, upsample_fwd, upsample_bwd, prepare, sumsq, scale, sgd, ema,
@@ -150,4 +159,5 @@ const Backend backend_gpu = {
     bn_silu_train, conv_bn_silu_bwd,
     dw_fwd, dw_bwd, attn_fwd, attn_bwd,
     sumsq_to, clip, loss_norm, timer_new, timer_free, timer_record, timer_seconds,
+    nms_prepare, nms_release, nms_detect,
 };

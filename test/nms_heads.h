@@ -20,7 +20,7 @@ typedef struct {
 // Class logits: NONE all -20 (no candidate); ONE a single pair at +2; FEW ~1 in 50 anchors, one class;
 // MANY N(-3, 2.5) everywhere (at nc 80 and 640 px far more than max_nms = 30000 pairs); TIES logits
 // from {-8, -1, 0, 1} and box logits from {0, 3} so that many scores and boxes are exactly equal.
-static float head_class_logit(Rng *r, int kind, int a, int c, int nc) {
+static inline float head_class_logit(Rng *r, int kind, int a, int c, int nc) {
     switch (kind) {
     case HEAD_ONE:  return a == 7 && c == nc - 1 ? 2.0f : -20.0f;
     case HEAD_FEW:  return a % 53 == 3 && c == a % nc ? (float)rng_uniform(r, -2, 3) : -20.0f;
@@ -30,7 +30,7 @@ static float head_class_logit(Rng *r, int kind, int a, int c, int nc) {
     }
 }
 
-static void heads_make(Heads *h, int N, int img_h, int img_w, int nc, int kind, uint64_t seed) {
+static inline void heads_make(Heads *h, int N, int img_h, int img_w, int nc, int kind, uint64_t seed) {
     int C = 64 + nc, ld = C + 3;
     size_t total = 0, off = 0;
     *h = (Heads){ .N = N, .nc = nc, .img_h = img_h, .img_w = img_w, .strides = { 8, 16, 32 } };
@@ -57,4 +57,4 @@ static void heads_make(Heads *h, int N, int img_h, int img_w, int nc, int kind, 
     h->A = nms_anchors(h->head, 3);
 }
 
-static void heads_free(Heads *h) { free(h->buf); }
+static inline void heads_free(Heads *h) { free(h->buf); }
