@@ -57,6 +57,13 @@ const Key cfg_keys[] = {
     ENUM("parallel", "loss_on", loss_on, "local|device0", "local"),
     STR ("parallel", "split",   split,   check_split, "even"),
 
+    DBL ("val", "conf",      conf,      0, 1, "0.001"),
+    DBL ("val", "iou",       iou,       0, 1, "0.7"),
+    INT ("val", "max_det",   max_det,   1, 100000, "300"),
+    ENUM("val", "val_split", val_split, "val|test", "val"),
+    BOOL("val", "save_json", save_json, "0"),
+    BOOL("val", "save_txt",  save_txt,  "0"),
+
     // hyp.scratch-high.yaml [WongKinYiu/yolov9 data/hyps/hyp.scratch-high.yaml]
     HYP(lr0, 0, 10, "0.01"),             HYP(lrf, 0, 10, "0.01"),
     HYP(momentum, 0, 1, "0.937"),        HYP(weight_decay, 0, 1, "0.0005"),
@@ -78,7 +85,7 @@ const Key cfg_keys[] = {
 const int cfg_n_keys = sizeof cfg_keys / sizeof cfg_keys[0];
 _Static_assert(sizeof cfg_keys / sizeof cfg_keys[0] <= CFG_MAX_KEYS, "raise CFG_MAX_KEYS");
 
-const char *const cfg_sections[] = { "model", "backbone", "head", "train", "parallel", "hyp", "data", NULL };
+const char *const cfg_sections[] = { "model", "backbone", "head", "train", "parallel", "val", "hyp", "data", NULL };
 
 int section_known(const char *section) {
     for (int i = 0; cfg_sections[i]; i++)
@@ -341,6 +348,9 @@ static int check_split(const char *v, char *why, size_t n) {
         if (!*p) return 0;
         if (*p++ != ',') break;
     }
-    snprintf(why, n, "not a split; allowed: even, auto, or positive weights per device such as 3,1");
+    if (!strcmp(v, "val") || !strcmp(v, "test"))   // val.py's --task spelling
+        snprintf(why, n, "split= is the multi-GPU batch split; to validate on the %s split of data.yaml write "
+                 "val_split=%s", v, v);
+    else snprintf(why, n, "not a split; allowed: even, auto, or positive weights per device such as 3,1");
     return -1;
 }

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/loss.h"
 #include "core/nms.h"
 #include "core/ops.h"
 #include "core/ops26.h"
@@ -119,6 +120,14 @@ typedef struct Backend {
     void *(*nms_prepare)(void *ctx, int max_n, int A, int nc, const NmsOptions *o);
     void (*nms_release)(void *ctx, void *prep);
     void (*nms_detect)(void *ctx, void *prep, const Map head[3], const int strides[3], int n, Det *out, int *nd);
+    // Validation losses on the backend (DFL heads, no gradients): vloss_prepare: work for batches of up
+    // to max_n images, max_targets target rows, nc classes, A anchors, NULL when it cannot; vloss_stage:
+    // keep the head maps of a forward chunk (fp32, head[l].N images) as images n0.. of a batch of N;
+    // vloss_eval: core/loss.h's items over the kept batch (b gives classes, input size and targets).
+    void *(*vloss_prepare)(void *ctx, int max_n, int max_targets, int nc, int A);
+    void (*vloss_release)(void *ctx, void *prep);
+    void (*vloss_stage)(void *ctx, void *prep, const Map head[3], int n0, int N);
+    int (*vloss_eval)(void *ctx, void *prep, const LossBatch *b, LossOut *out, Err *err);
 } Backend;
 
 extern const Backend backend_cpu;

@@ -142,6 +142,43 @@ static void nms_detect(void *c, void *prep, const Map head[3], const int strides
     }
 }
 
+// The CPU's validation losses: the chunks' maps gathered in host memory, then loss_forward_backward.
+typedef struct { int nc, A, N, h[3], w[3]; LossWork *lw; float *buf; } VlossCpu;
+static void *vloss_prepare(void *c, int max_n, int max_targets, int nc, int A) {
+    VlossCpu *v = xcalloc(1, sizeof *v);
+    v->nc = nc; v->A = A; v->lw = loss_work_new();
+    v->buf = xmalloc(sizeof(float) * ((size_t)max_n * A * (4 * LOSS_REG_MAX + nc) + 1));
+    return v;
+}
+static void vloss_release(void *c, void *prep) {
+    VlossCpu *v = prep;
+    if (v) loss_work_free(v->lw), free(v->buf);
+    free(v);
+}
+static float *vloss_level(VlossCpu *v, int l) {
+    size_t off = 0;
+    for (int k = 0; k < l; k++) off += (size_t)v->N * v->h[k] * v->w[k] * (4 * LOSS_REG_MAX + v->nc);
+    return v->buf + off;
+}
+static void vloss_stage(void *c, void *prep, const Map head[3], int n0, int N) {
+    VlossCpu *v = prep;
+    v->N = N;
+    for (int l = 0; l < 3; l++) v->h[l] = head[l].H, v->w[l] = head[l].W;
+    for (int l = 0; l < 3; l++) {
+        Map dst = map_make(vloss_level(v, l), N, head[l].H, head[l].W, 4 * LOSS_REG_MAX + v->nc);
+        for (int n = 0; n < head[l].N; n++)
+            for (int y = 0; y < head[l].H; y++)
+                for (int x = 0; x < head[l].W; x++)
+                    memcpy(map_at(dst, n0 + n, y, x), map_at(head[l], n, y, x), sizeof(float) * dst.C);
+    }
+}
+static int vloss_eval(void *c, void *prep, const LossBatch *b, LossOut *out, Err *err) {
+    VlossCpu *v = prep;
+    LossBatch g = *b;
+    for (int l = 0; l < 3; l++) g.head[l] = map_make(vloss_level(v, l), v->N, v->h[l], v->w[l], 4 * LOSS_REG_MAX + v->nc);
+    return loss_forward_backward(v->lw, &g, NULL, out, err);
+}
+
 const Backend backend_cpu = {
     "cpu", conv_fwd, conv_bwd, bn_train, bn_eval, bn_bwd, bn_apply, silu_fwd, silu_bwd, add_fwd, copy, accumulate,
     maxpool_fwd, maxpool_bwd, avgpool_fwd, avgpool_bwd, upsample_fwd, upsample_bwd, prepare, sumsq, scale, sgd, ema,
@@ -150,4 +187,5 @@ const Backend backend_cpu = {
     dw_fwd, dw_bwd, attn_fwd, attn_bwd,
     sumsq_to, clip, loss_norm, timer_new, timer_free, timer_record, timer_seconds,
     nms_prepare, nms_release, nms_detect,
+    vloss_prepare, vloss_release, vloss_stage, vloss_eval,
 };

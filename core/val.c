@@ -74,6 +74,8 @@ typedef struct {              // the pass, shared by the model threads
     int              next, max_h, max_w, failed;
     Err              err;
     double           t_pre, t_infer, t_loss, t_nms, t_metrics;
+    int              dev_nms, dev_loss;   // batches done on the device
+    ValSave          save;                // save_json / save_txt (under mu)
     pthread_mutex_t  mu;
 } Pass;
 
@@ -90,6 +92,8 @@ typedef struct {              // one model's scratch
     Det       *dev_det;       // (batch, max_det) what it picked
     int       *dev_nd;        // (batch)
     int        dev_ok;        // 1: this batch's detections came from the backend
+    void      *vloss;         // the backend's validation-loss work (a model on a GPU); NULL: on the host
+    int        vloss_ok;      // 1: this batch's head maps were kept there for the losses
     double     t_dev_nms;     // this batch's seconds in it
 } Worker;
 
@@ -102,6 +106,14 @@ static void chunk_nms(Worker *w, int c0, int cn) {
     double t0 = now_seconds();
     m->be->nms_detect(m->be_ctx, w->nms, h, m->strides, cn, w->dev_det + (size_t)c0 * D, w->dev_nd + c0);
     w->t_dev_nms += now_seconds() - t0;
+}
+
+// The backend keeps the chunk's head maps as images c0.. of the batch, for the losses.
+static void chunk_keep(Worker *w, int c0, int cn) {
+    Model *m = w->m;
+    Map h[3];
+    for (int l = 0; l < 3; l++) h[l] = model_value(m, m->head[l], cn);
+    m->be->vloss_stage(m->be_ctx, w->vloss, h, c0, w->vb.n);
 }
 
 static int head_fp32(const Model *m) {       // the backend's NMS reads fp32 head maps
@@ -117,18 +129,20 @@ static void forward_batch(Worker *w) {
     const ValBatch *vb = &w->vb;
     int chunk = chunk_images(m, vb->H, vb->W);
     w->dev_ok = w->nms && head_fp32(m);
+    w->vloss_ok = w->vloss && head_fp32(m);
     w->t_dev_nms = 0;
     for (int c0 = 0; c0 < vb->n; c0 += chunk) {
         int cn = vb->n - c0 < chunk ? vb->n - c0 : chunk;
         model_forward_u8(m, vb->images + (size_t)c0 * vb->H * vb->W * 3, cn, vb->H, vb->W, 0);
         if (w->dev_ok) chunk_nms(w, c0, cn);
+        if (w->vloss_ok) chunk_keep(w, c0, cn);
         size_t off = 0;
         for (int l = 0; l < m->n_levels; l++) {
             Map h = model_value(m, m->head[l], cn);
             size_t per = (size_t)h.H * h.W * h.ld;           // floats per image
             float *dst = w->heads + off + c0 * per;
             if (!m->on_device) memcpy(dst, h.data, sizeof(float) * per * cn);
-            else if (w->p->o->losses || !w->dev_ok) m->be->download(m->be_ctx, dst, h.data, per * cn);
+            else if ((w->p->o->losses && !w->vloss_ok) || !w->dev_ok) m->be->download(m->be_ctx, dst, h.data, per * cn);
             w->head[l] = (Map){ w->heads + off, vb->n, h.H, h.W, h.C, h.ld, 0 };
             off += per * vb->n;
         }
@@ -160,7 +174,8 @@ static int batch_losses(Worker *w, BatchOut *out, Err *err) {
     LossBatch lb = { .nc = w->m->nc, .img_h = b->H, .img_w = b->W, .targets = b->targets, .n_targets = b->nt };
     for (int l = 0; l < LOSS_LEVELS; l++) lb.head[l] = w->head[l];
     LossOut lo;
-    if (loss_forward_backward(w->lw, &lb, NULL, &lo, err)) return -1;
+    if (w->vloss_ok ? w->m->be->vloss_eval(w->m->be_ctx, w->vloss, &lb, &lo, err)
+                    : loss_forward_backward(w->lw, &lb, NULL, &lo, err)) return -1;
     out->box = lo.box; out->cls = lo.cls; out->dfl = lo.dfl;
     return 0;
 }
@@ -172,7 +187,16 @@ static void batch_stats(Worker *w, int b, BatchOut *out) {
     ValImagesIn in = { .m = w->m, .ds = w->p->ds, .vb = vb, .head = w->head, .dev_det = w->dev_ok ? w->dev_det : NULL,
                        .dev_nd = w->dev_nd, .dev_stride = D,
                        .keep = picture ? xcalloc(vb->n, sizeof(Det *)) : NULL, .kn = picture ? xcalloc(vb->n, sizeof(int)) : NULL };
+    int saving = w->p->o->save_json || w->p->o->save_txt;
+    if (saving) in.orig = xcalloc(vb->n, sizeof(Det *)), in.on = xcalloc(vb->n, sizeof(int));
     val_images_stats(&w->img, &in, &out->st);
+    if (saving) {
+        pthread_mutex_lock(&w->p->mu);
+        for (int i = 0; i < vb->n; i++) val_save_image(&w->p->save, &w->p->ds->s[vb->index[i]], in.orig[i], in.on[i]);
+        pthread_mutex_unlock(&w->p->mu);
+        for (int i = 0; i < vb->n; i++) free(in.orig[i]);
+        free(in.orig); free(in.on);
+    }
     if (picture) val_pictures(w->p->ds, w->p->o->picture_dir, vb, (const Det *const *)in.keep, in.kn);
     for (int i = 0; picture && i < vb->n; i++) free(in.keep[i]);
     free(in.keep); free(in.kn);
@@ -201,6 +225,7 @@ static void *worker_main(void *arg) {
         p->t_pre += t1 - t0; p->t_infer += t2 - t1 - w->t_dev_nms; p->t_loss += t3 - t2;
         p->t_nms += w->t_dev_nms + (rc ? 0 : w->img.t_decode); p->t_metrics += now_seconds() - t3 - (rc ? 0 : w->img.t_decode);
         if (rc && !p->failed) p->failed = 1, p->err = err;
+        p->dev_nms += w->dev_ok; p->dev_loss += w->vloss_ok && p->o->losses;
         pthread_mutex_unlock(&p->mu);
     }
 }
@@ -209,12 +234,13 @@ static void worker_init(Worker *w, Pass *p, Model *m) {
     memset(w, 0, sizeof *w);
     w->p = p; w->m = m;
     val_images_init(&w->img, m, p->o->workers, p->max_h, p->max_w, &p->o->nms);
-    if (m->on_device && !m->end2end && m->n_levels == 3) {
+    if (m->on_device && !m->end2end && m->n_levels == 3 && !p->o->host_post) {
         int A = (p->max_h / 8) * (p->max_w / 8) + (p->max_h / 16) * (p->max_w / 16) + (p->max_h / 32) * (p->max_w / 32);
         int chunk = m->max_n < p->o->batch ? m->max_n : p->o->batch, D = p->o->nms.max_det > 0 ? p->o->nms.max_det : 0;
         w->nms = m->be->nms_prepare(m->be_ctx, chunk, A, m->nc, &p->o->nms);
         w->dev_det = xmalloc(sizeof(Det) * ((size_t)p->o->batch * D + 1));
         w->dev_nd = xmalloc(sizeof(int) * (p->o->batch + 1));
+        if (p->o->losses) w->vloss = m->be->vloss_prepare(m->be_ctx, p->o->batch, p->ds->n_instances, m->nc, A);
     }
     w->lw = loss_work_new();
     if (m->end2end) w->lw26 = loss26_work_new();
@@ -230,6 +256,7 @@ static void worker_free(Worker *w) {
     val_batch_free(&w->vb);
     val_images_free(&w->img);
     if (w->nms) w->m->be->nms_release(w->m->be_ctx, w->nms);
+    if (w->vloss) w->m->be->vloss_release(w->m->be_ctx, w->vloss);
     free(w->dev_det); free(w->dev_nd);
     loss_work_free(w->lw);
     loss26_work_free(w->lw26);
@@ -285,6 +312,7 @@ static void finish(Pass *p, int nb, ValResult *r, double t0) {
         r->box += p->out[b].box; r->cls += p->out[b].cls; r->dfl += p->out[b].dfl;
     }
     if (nb) r->box /= nb, r->cls /= nb, r->dfl /= nb;
+    r->dev_nms = p->dev_nms; r->dev_loss = p->dev_loss;
     metrics_compute(&st, &r->m);
     r->fitness = metrics_fitness(&r->m);
     r->seconds = now_seconds() - t0;
@@ -307,7 +335,10 @@ int val_evaluate_models(Model *const *models, int n, const Dataset *ds, const Va
     pthread_mutex_init(&p.mu, NULL);
     plan_pass(&p, n);
     p.out = xcalloc(p.plan.n_batches + 1, sizeof *p.out);
-    run_workers(&p, n);
+    int saving = o->save_json || o->save_txt;
+    if (saving && val_save_open(&p.save, o->save_dir ? o->save_dir : ".", o->save_json, o->save_txt, &p.err)) p.failed = 1;
+    if (!p.failed) run_workers(&p, n);
+    if (saving && val_save_close(&p.save, p.failed ? &(Err){ { 0 } } : &p.err)) p.failed = 1;
     int rc = p.failed ? -1 : 0;
     if (rc) *err = p.err;
     else finish(&p, p.plan.n_batches, r, t0);
@@ -331,7 +362,7 @@ static int open_val_data(Config *cfg, Dataset *ds, Err *err) {
         snprintf(cfg->data, sizeof cfg->data, "%s/data.yaml", SYNTH_DIR);
     }
     DatasetOptions opt = { .strict = cfg->strict, .report = stderr };
-    if (dataset_open(NULL, cfg, "val", &opt, ds, err)) return -1;
+    if (dataset_open(NULL, cfg, cfg->val_split[0] ? cfg->val_split : "val", &opt, ds, err)) return -1;
     if (cfg->nc != ds->nc) config_set_nc(cfg, ds->nc);
     return 0;
 }
@@ -340,11 +371,17 @@ static int open_val_data(Config *cfg, Dataset *ds, Err *err) {
 static int val_on_models(Config *cfg, const Dataset *ds, InferModels *im, Err *err) {
     ValOptions o = val_options(cfg);
     o.verbose = 1;
+    o.nms.conf_thres = (float)cfg->conf; o.nms.iou_thres = (float)cfg->iou; o.nms.max_det = cfg->max_det;
+    char dir[4200];                             // runs/val/NAME unless project= says otherwise
+    snprintf(dir, sizeof dir, "%s/%s", strcmp(cfg->project, "runs/train") ? cfg->project : "runs/val", cfg->name);
+    o.save_json = cfg->save_json; o.save_txt = cfg->save_txt; o.save_dir = dir;
     ValResult r;
     printf("val: %s on %d images of %s (imgsz %d, batch %d)\n", cfg->weights, ds->n, cfg->data[0] ? cfg->data : "[data]",
            o.imgsz, o.batch);
     if (val_evaluate_models(im->ptr, im->n, ds, &o, &r, err)) return -1;
     printf("val losses: box %.4g, cls %.4g, dfl %.4g; fitness %.4g; %.1f s\n", r.box, r.cls, r.dfl, r.fitness, r.seconds);
+    if (o.save_json) printf("predictions: %s/predictions.json\n", dir);
+    if (o.save_txt) printf("labels: %s/labels/\n", dir);
     val_result_free(&r);
     return 0;
 }

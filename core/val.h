@@ -30,6 +30,10 @@ typedef struct {
     int        verbose;   // 1: per-class rows in the table
     FILE      *out;       // where the table goes; NULL: nowhere
     const char *picture_dir;  // where val_batch0_labels.jpg / _pred.jpg go; NULL: no pictures
+    const char *save_dir; // save_json / save_txt write there (core/val_save.c)
+    int        save_json, save_txt;
+    int        host_post; // 1: decode, NMS and losses on the host even for a model on a device (tests);
+                          // 0: on the device through the backend when it can (the same detections)
 } ValOptions;
 
 typedef struct {
@@ -37,6 +41,7 @@ typedef struct {
     double  fitness;      // 0.1 * mAP50 + 0.9 * mAP50-95
     double  box, cls, dfl;   // mean over batches of the loss items (0 unless losses)
     double  seconds;      // wall time of the whole evaluation
+    int     dev_nms, dev_loss;   // batches whose detections / losses the device computed
 } ValResult;
 
 // Defaults from a config: batch cfg->batch, cfg->workers, cfg->imgsz, rect with pad 0.5,
@@ -147,12 +152,22 @@ typedef struct {
     int             dev_stride;
     Det           **keep;         // NULL, or (n): each image's detections in letterbox pixels (malloc'd)
     int            *kn;           // (n) their counts
+    Det           **orig;         // NULL, or (n): the same in original-image pixels (malloc'd)
+    int            *on;           // (n) their counts
 } ValImagesIn;
 
 void val_images_init(ValImages *v, const Model *m, int threads, int max_h, int max_w, const NmsOptions *o);
 void val_images_free(ValImages *v);
 // out (initialised here) = the batch's stats as metrics_stats_add over its images in order would give.
 void val_images_stats(ValImages *v, const ValImagesIn *in, MetricsStats *out);
+
+// ---- predictions.json and labels/*.txt (core/val_save.c) --------------------------------------
+typedef struct { FILE *json; int first, txt; char dir[4096]; } ValSave;
+// Create dir (and dir/labels when txt), open dir/predictions.json when json; -1 with err.
+int  val_save_open(ValSave *s, const char *dir, int json, int txt, Err *err);
+// One image's detections d (nd, original-image pixels).
+void val_save_image(ValSave *s, const Sample *smp, const Det *d, int nd);
+int  val_save_close(ValSave *s, Err *err);
 
 // `yolotrain val CONFIG weights=FILE [data=...]`: the val split of the configured dataset (the built-in
 // synthetic one when none is), with per-class rows, on the devices device= names (core/infer_devices.h:

@@ -60,6 +60,11 @@ static void one_image(const ValImagesIn *in, ValImageScratch *s, int i, MetricsS
     }
     const Sample *smp = &in->ds->s[vb->index[i]];
     val_scale_boxes(det, nd, vb->S, smp->w, smp->h, &vb->info[i]);
+    if (in->orig) {                            // original pixels, for predictions.json / labels
+        in->orig[i] = xmalloc(sizeof(Det) * (nd + 1));
+        memcpy(in->orig[i], det, sizeof(Det) * nd);
+        in->on[i] = nd;
+    }
     int ng = batch_labels(vb, i, smp->w, smp->h, s);
     metrics_stats_add(st, det, nd, s->gt, ng);
     s->t_decode += t1 - t0; s->t_match += now_seconds() - t1;

@@ -4,6 +4,7 @@
 #include "core/backend.h"
 #include "gpu/device.h"
 #include "gpu/nms.h"
+#include "gpu/val_loss.h"
 #include "gpu/ops.h"
 #include "gpu/ops26.h"
 #include "gpu/optim.h"
@@ -152,6 +153,17 @@ static void nms_detect(void *ctx, void *prep, const Map head[3], const int strid
     nms_gpu_detect(DEV, prep, head, strides, n, out, nd);
 }
 
+static void *vloss_prepare(void *ctx, int max_n, int max_targets, int nc, int A) {
+    return val_loss_gpu_new(DEV, max_n, max_targets, nc, A);
+}
+static void vloss_release(void *ctx, void *prep) { val_loss_gpu_free(prep); }
+static void vloss_stage(void *ctx, void *prep, const Map head[3], int n0, int N) {
+    val_loss_gpu_stage(DEV, prep, head, n0, N);
+}
+static int vloss_eval(void *ctx, void *prep, const LossBatch *b, LossOut *out, Err *err) {
+    return val_loss_gpu_eval(DEV, prep, b, out, err);
+}
+
 const Backend backend_gpu = {
     "cuda", conv_fwd, conv_bwd, bn_train, bn_eval, bn_bwd, bn_apply, silu_fwd, silu_bwd, add_fwd, copy, accumulate,
     maxpool_fwd, maxpool_bwd, avgpool_fwd, avgpool_bwd, upsample_fwd, upsample_bwd, prepare, sumsq, scale, sgd, ema,
@@ -160,4 +172,5 @@ const Backend backend_gpu = {
     dw_fwd, dw_bwd, attn_fwd, attn_bwd,
     sumsq_to, clip, loss_norm, timer_new, timer_free, timer_record, timer_seconds,
     nms_prepare, nms_release, nms_detect,
+    vloss_prepare, vloss_release, vloss_stage, vloss_eval,
 };

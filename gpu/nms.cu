@@ -10,9 +10,9 @@
 #include <cub/cub.cuh>
 #include <stdint.h>
 
+#include "gpu/nms.h"        // first: device.h declares core/util.h's functions extern "C"
 #include "core/fexp.h"
 #include "core/loss.h"
-#include "gpu/nms.h"
 
 #define R LOSS_REG_MAX
 #define NMS_THREADS 1024
@@ -150,24 +150,34 @@ __global__ void nms_offsets_kernel(int *offsets, int n, size_t per) {
 
 // ---- launchers -----------------------------------------------------------------------------
 
+// cudaMalloc that reports failure instead of ending the process: the caller falls back to the host.
+static bool take(void **p, size_t bytes, bool ok) {
+    if (!ok) return false;
+    if (cudaMalloc(p, bytes) == cudaSuccess) return true;
+    *p = NULL;
+    cudaGetLastError();                       // out of memory is not sticky: clear it
+    return false;
+}
+
 extern "C" NmsGpu *nms_gpu_new(Device *dev, int max_n, int A, int nc, const NmsOptions *o) {
     if (o->max_nms >= MAX_SHARED_FLAGS || (size_t)max_n * A * nc >= INT32_MAX) return NULL;
     NmsGpu *w = (NmsGpu *)xcalloc(1, sizeof *w);
     w->max_n = max_n; w->A = A; w->nc = nc; w->o = *o;
     size_t pairs = (size_t)max_n * A * nc, K = o->max_nms > 0 ? o->max_nms : 1, D = o->max_det > 0 ? o->max_det : 1;
-    checkCuda(cudaMalloc((void **)&w->keys, pairs * sizeof(uint64_t)));
-    checkCuda(cudaMalloc((void **)&w->sorted, pairs * sizeof(uint64_t)));
-    checkCuda(cudaMalloc((void **)&w->boxes, (size_t)max_n * A * 4 * sizeof(float)));
-    checkCuda(cudaMalloc((void **)&w->ob, (size_t)max_n * K * 4 * sizeof(float)));
-    checkCuda(cudaMalloc((void **)&w->count, max_n * sizeof(int)));
-    checkCuda(cudaMalloc((void **)&w->offsets, (max_n + 1) * sizeof(int)));
-    checkCuda(cudaMalloc((void **)&w->det, (size_t)max_n * D * sizeof(Det)));
-    checkCuda(cudaMalloc((void **)&w->nd, max_n * sizeof(int)));
+    bool ok = take((void **)&w->keys, pairs * sizeof(uint64_t), true);
+    ok = take((void **)&w->sorted, pairs * sizeof(uint64_t), ok);
+    ok = take((void **)&w->boxes, (size_t)max_n * A * 4 * sizeof(float), ok);
+    ok = take((void **)&w->ob, (size_t)max_n * K * 4 * sizeof(float), ok);
+    ok = take((void **)&w->count, max_n * sizeof(int), ok);
+    ok = take((void **)&w->offsets, (max_n + 1) * sizeof(int), ok);
+    ok = take((void **)&w->det, (size_t)max_n * D * sizeof(Det), ok);
+    ok = take((void **)&w->nd, max_n * sizeof(int), ok);
+    if (ok) checkCuda(cub::DeviceSegmentedRadixSort::SortKeys(NULL, w->cub_bytes, w->keys, w->sorted, (int)pairs, max_n,
+                                                              w->offsets, w->offsets + 1, 0, 64, dev->stream));
+    ok = take(&w->cub_tmp, w->cub_bytes + 1, ok);
+    if (!ok) { nms_gpu_free(w); return NULL; }
     checkCuda(cudaMallocHost((void **)&w->host_det, (size_t)max_n * D * sizeof(Det)));
     checkCuda(cudaMallocHost((void **)&w->host_nd, max_n * sizeof(int)));
-    checkCuda(cub::DeviceSegmentedRadixSort::SortKeys(NULL, w->cub_bytes, w->keys, w->sorted, (int)pairs, max_n,
-                                                      w->offsets, w->offsets + 1, 0, 64, dev->stream));
-    checkCuda(cudaMalloc(&w->cub_tmp, w->cub_bytes + 1));
     return w;
 }
 
@@ -175,7 +185,8 @@ extern "C" void nms_gpu_free(NmsGpu *w) {
     if (!w) return;
     cudaFree(w->keys); cudaFree(w->sorted); cudaFree(w->boxes); cudaFree(w->ob); cudaFree(w->count);
     cudaFree(w->offsets); cudaFree(w->det); cudaFree(w->nd); cudaFree(w->cub_tmp);
-    cudaFreeHost(w->host_det); cudaFreeHost(w->host_nd);
+    if (w->host_det) cudaFreeHost(w->host_det);
+    if (w->host_nd) cudaFreeHost(w->host_nd);
     free(w);
 }
 

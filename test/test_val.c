@@ -203,6 +203,64 @@ static void test_rect_batches_load(void) {
 // Two models built for 6 and 3 images (different forward chunks) share the batches: the result is the
 // one-model result bit for bit, losses included. (Both hold one image of every padded shape; a model
 // holding only one image of imgsz would shrink the padding of larger shapes, see val_evaluate_models.)
+// save_json / save_txt: one JSON object and one label line per detection, image ids from the file
+// stems (the synthetic set's 000000.jpg ... give numbers), boxes inside the original image.
+static void test_save_json_txt(void) {
+    const char *dir = test_tmpdir("val-save");
+    Fixture f;
+    if (fixture_open(&f, dir)) { CHECK(0, "fixture"); return; }
+    char out[4200], path[4400];
+    snprintf(out, sizeof out, "%s/out/run", dir);
+    ValOptions o = val_options(f.cfg);
+    o.out = NULL; o.nms.conf_thres = 0; o.nms.max_det = 5;
+    o.save_json = o.save_txt = 1; o.save_dir = out;
+    ValResult r;
+    Err err;
+    CHECK(val_evaluate(&f.m, &f.ds, &o, &r, &err) == 0, "%s", err.msg);
+    val_result_free(&r);
+    snprintf(path, sizeof path, "%s/predictions.json", out);
+    FILE *j = fopen(path, "r");
+    CHECK(j != NULL, "no %s", path);
+    int objects = 0, bad = 0;
+    char line[1024];
+    while (j && fgets(line, sizeof line, j)) {
+        float x, y, w, h, score;
+        int id, cls;
+        if (!strstr(line, "image_id")) continue;
+        objects++;
+        if (sscanf(line, " {\"image_id\": %d, \"category_id\": %d, \"bbox\": [%f, %f, %f, %f], \"score\": %f}", &id, &cls,
+                   &x, &y, &w, &h, &score) != 7 || cls < 0 || cls >= f.ds.nc || x < 0 || w < 0 || score < 0 || score > 1)
+            bad++;
+    }
+    if (j) fclose(j);
+    CHECK(objects == 5 * f.ds.n && !bad, "%d objects (want %d), %d malformed", objects, 5 * f.ds.n, bad);
+    int lines = 0;
+    for (int i = 0; i < f.ds.n; i++) {
+        const char *base = strrchr(f.ds.s[i].image, '/') + 1;
+        snprintf(path, sizeof path, "%s/labels/%.*s.txt", out, (int)(strrchr(base, '.') - base), base);
+        FILE *t = fopen(path, "r");
+        CHECK(t != NULL, "no %s", path);
+        while (t && fgets(line, sizeof line, t)) lines++;
+        if (t) fclose(t);
+    }
+    CHECK(lines == 5 * f.ds.n, "%d label lines", lines);
+    fixture_close(&f);
+}
+
+// The val keys: conf, iou, max_det, val_split parse; split=test names the key meant.
+static void test_val_keys(void) {
+    static Config cfg;
+    Err err;
+    char *good[] = { "conf=0.25", "iou=0.45", "max_det=100", "val_split=test", "save_json=1", "save_txt=1" };
+    CHECK(config_load("cfg/t.ini", 6, good, &cfg, &err) == 0, "%s", err.msg);
+    CHECK(cfg.conf == 0.25 && cfg.iou == 0.45 && cfg.max_det == 100 && !strcmp(cfg.val_split, "test") && cfg.save_json &&
+          cfg.save_txt, "values %g %g %d %s", cfg.conf, cfg.iou, cfg.max_det, cfg.val_split);
+    char *bad[] = { "split=test" };
+    CHECK(config_load("cfg/t.ini", 1, bad, &cfg, &err) == -1 && strstr(err.msg, "val_split=test"), "%s", err.msg);
+    char *range[] = { "conf=1.5" };
+    CHECK(config_load("cfg/t.ini", 1, range, &cfg, &err) == -1 && strstr(err.msg, "conf"), "%s", err.msg);
+}
+
 static void test_two_models_same_result(void) {
     Fixture f;
     if (fixture_open(&f, test_tmpdir("val-two"))) { CHECK(0, "fixture"); return; }
@@ -288,6 +346,8 @@ int main(void) {
     RUN(test_rect_shape_rule);
     RUN(test_rect_plan);
     RUN(test_rect_batches_load);
+    RUN(test_save_json_txt);
+    RUN(test_val_keys);
     RUN(test_two_models_same_result);
     RUN(test_ema_on_two_devices);
     return test_summary();
