@@ -206,6 +206,7 @@ typedef struct {                      // one device's thread: images k, k + n_de
     float      *input;                // (S, S, 3) for the largest input
     float      *heads;                // head maps of one image, level after level (host copy of a GPU's)
     ValDecoder  dec;                  // decode + NMS, or the end-to-end top-k
+    void       *nms;                  // the backend's decode + NMS (a DFL model on a GPU); NULL: the host's
 } Detector;
 
 // Ultralytics' 20-colour palette, one per class modulo 20.
@@ -243,15 +244,31 @@ int detect_write_labels(const char *path, const Det *d, int nd, int w, int h, Er
     return fclose(f) ? err_set(err, "cannot write %s: %s", path, strerror(errno)) : 0;
 }
 
-int detect_boxes(ValDecoder *dec, const Model *m, const Map head[], int img_h, const LetterboxInfo *lb,
-                 int w0, int h0) {
-    int nd = val_decode(dec, m, head, 0, img_h);
+// scale_boxes: unpad, unscale, clip to the w0 x h0 image.
+static void unletterbox(Det *det, int nd, const LetterboxInfo *lb, int w0, int h0) {
     float r = (float)lb->r, pw = (float)lb->padw, ph = (float)lb->padh;
-    for (int i = 0; i < nd; i++) {                     // scale_boxes: unpad, unscale, clip
-        Det *d = &dec->det[i];
+    for (int i = 0; i < nd; i++) {
+        Det *d = &det[i];
         d->x1 = fminf(fmaxf((d->x1 - pw) / r, 0), (float)w0); d->x2 = fminf(fmaxf((d->x2 - pw) / r, 0), (float)w0);
         d->y1 = fminf(fmaxf((d->y1 - ph) / r, 0), (float)h0); d->y2 = fminf(fmaxf((d->y2 - ph) / r, 0), (float)h0);
     }
+}
+
+int detect_boxes(ValDecoder *dec, const Model *m, const Map head[], int img_h, const LetterboxInfo *lb,
+                 int w0, int h0) {
+    int nd = val_decode(dec, m, head, 0, img_h);
+    unletterbox(dec->det, nd, lb, w0, h0);
+    return nd;
+}
+
+// The same on the backend: the model's head maps stay where they are, the kept detections come back.
+static int device_boxes(Detector *dt, const LetterboxInfo *lb, int w0, int h0) {
+    Model *m = dt->m;
+    Map head[3];
+    for (int l = 0; l < 3; l++) head[l] = model_value(m, m->head[l], 1);
+    int nd;
+    m->be->nms_detect(m->be_ctx, dt->nms, head, m->strides, 1, dt->dec.det, &nd);
+    unletterbox(dt->dec.det, nd, lb, w0, h0);
     return nd;
 }
 
@@ -279,6 +296,7 @@ static int infer(Detector *dt, const Image *img) {
     model_forward(m, dt->input, 1, lbi.h, lbi.w, 0);
     int h = lbi.h;
     image_free(&lbi);
+    if (dt->nms) return device_boxes(dt, &lb, img->w, img->h);
     Map head[4];
     host_heads(dt, head);
     return detect_boxes(&dt->dec, m, head, h, &lb, img->w, img->h);
@@ -341,10 +359,14 @@ static void detector_init(Detector *dt, DetectRun *r, Model *m, int k, int n_dev
     int S = m->imgsz;
     size_t heads = 0;                                  // one image's head maps at S x S
     for (int l = 0; l < m->n_levels; l++) heads += (size_t)(S / m->strides[l]) * (S / m->strides[l]) * m->values[m->head[l]].C;
-    *dt = (Detector){ r, m, k, n_dev, xmalloc(sizeof(float) * S * S * 3), xmalloc(sizeof(float) * (heads + 1)), { 0 } };
+    *dt = (Detector){ r, m, k, n_dev, xmalloc(sizeof(float) * S * S * 3), xmalloc(sizeof(float) * (heads + 1)), { 0 }, NULL };
     NmsOptions no = o->nms;
     if (m->end2end) no.max_det = DETECT_E2E_MAX_DET;
     val_decoder_init(&dt->dec, m, S, S, &no);
+    if (m->on_device && !m->end2end && m->n_levels == 3) {   // heads are fp32 (core/act_plan.c)
+        int A = (S / 8) * (S / 8) + (S / 16) * (S / 16) + (S / 32) * (S / 32);
+        dt->nms = m->be->nms_prepare(m->be_ctx, 1, A, m->nc, &no);
+    }
 }
 
 // Every source image on the models of im, image i on model i % n, one thread per model.
@@ -358,7 +380,10 @@ static int detect_all(InferModels *im, char **names, const char *dir, const Path
     for (int k = 1; k < n; k++) pthread_create(&th[k], NULL, detector_main, &dt[k]);
     detector_main(&dt[0]);
     for (int k = 1; k < n; k++) pthread_join(th[k], NULL);
-    for (int k = 0; k < n; k++) { free(dt[k].input); free(dt[k].heads); val_decoder_free(&dt[k].dec); }
+    for (int k = 0; k < n; k++) {
+        free(dt[k].input); free(dt[k].heads); val_decoder_free(&dt[k].dec);
+        if (dt[k].nms) dt[k].m->be->nms_release(dt[k].m->be_ctx, dt[k].nms);
+    }
     int failed = r.failed;
     printf("Results saved to %s (%d images, %d labels in %s/labels)%s\n", dir, src->n - failed, src->n - failed,
            dir, failed ? "; some images failed, see above" : "");
