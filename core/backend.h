@@ -6,10 +6,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/loss.h"
-#include "core/nms.h"
 #include "core/ops.h"
 #include "core/ops26.h"
+#include "core/util.h"   // Err
 
 // A trainable tensor as the optimizer sees it: weights, gradients, element count, and its group:
 // 0 biases (no decay), 1 conv weights (decay), 2 BN weights (no decay), -1 fixed (the DFL
@@ -18,6 +17,13 @@ typedef struct { float *w, *g; size_t n; int group; } ParamSlot;
 
 // A BN's parameters, the batch statistics its forward saved, and its parameter gradients (+=).
 typedef struct { const float *gamma, *beta, *mean, *invstd; float *dgamma, *dbeta; } BnSaved;
+
+// The validation entries' types (core/nms.h, core/loss.h), by tag: their headers stay out of every
+// file that includes this one.
+struct Det;
+struct NmsOptions;
+struct LossBatch;
+struct LossOut;
 
 typedef struct Backend {
     const char *name;     // "cpu", "cuda"
@@ -117,9 +123,9 @@ typedef struct Backend {
     // backend does not do it for o (the caller decodes on the host). nms_detect: images 0..n-1 of
     // head[0..2] (fp32, 64 + nc channels, strides[l] pixels per cell): image i's detections, best
     // first, into out + i * o->max_det (host memory), their count into nd[i].
-    void *(*nms_prepare)(void *ctx, int max_n, int A, int nc, const NmsOptions *o);
+    void *(*nms_prepare)(void *ctx, int max_n, int A, int nc, const struct NmsOptions *o);
     void (*nms_release)(void *ctx, void *prep);
-    void (*nms_detect)(void *ctx, void *prep, const Map head[3], const int strides[3], int n, Det *out, int *nd);
+    void (*nms_detect)(void *ctx, void *prep, const Map head[3], const int strides[3], int n, struct Det *out, int *nd);
     // Validation losses on the backend (DFL heads, no gradients): vloss_prepare: work for batches of up
     // to max_n images, max_targets target rows, nc classes, A anchors, NULL when it cannot; vloss_stage:
     // keep the head maps of a forward chunk (fp32, head[l].N images) as images n0.. of a batch of N;
@@ -127,7 +133,7 @@ typedef struct Backend {
     void *(*vloss_prepare)(void *ctx, int max_n, int max_targets, int nc, int A);
     void (*vloss_release)(void *ctx, void *prep);
     void (*vloss_stage)(void *ctx, void *prep, const Map head[3], int n0, int N);
-    int (*vloss_eval)(void *ctx, void *prep, const LossBatch *b, LossOut *out, Err *err);
+    int (*vloss_eval)(void *ctx, void *prep, const struct LossBatch *b, struct LossOut *out, Err *err);
 } Backend;
 
 extern const Backend backend_cpu;

@@ -4,6 +4,8 @@
 #include <string.h>
 
 #include "core/backend.h"
+#include "core/loss.h"
+#include "core/nms.h"
 #include "core/optim.h"
 
 static void conv_fwd(void *c, const ConvDims *d, Map x, const float *w, const float *b, Map y, float *ws) {

@@ -365,6 +365,7 @@ static void detector_init(Detector *dt, DetectRun *r, Model *m, int k, int n_dev
     val_decoder_init(&dt->dec, m, S, S, &no);
     if (m->on_device && !m->end2end && m->n_levels == 3) {   // heads are fp32 (core/act_plan.c)
         int A = (S / 8) * (S / 8) + (S / 16) * (S / 16) + (S / 32) * (S / 32);
+        m->be->bind(m->be_ctx);               // the work lives on this model's device
         dt->nms = m->be->nms_prepare(m->be_ctx, 1, A, m->nc, &no);
     }
 }
@@ -382,8 +383,9 @@ static int detect_all(InferModels *im, char **names, const char *dir, const Path
     for (int k = 1; k < n; k++) pthread_join(th[k], NULL);
     for (int k = 0; k < n; k++) {
         free(dt[k].input); free(dt[k].heads); val_decoder_free(&dt[k].dec);
-        if (dt[k].nms) dt[k].m->be->nms_release(dt[k].m->be_ctx, dt[k].nms);
+        if (dt[k].nms) dt[k].m->be->bind(dt[k].m->be_ctx), dt[k].m->be->nms_release(dt[k].m->be_ctx, dt[k].nms);
     }
+    if (n > 1) im->ptr[0]->be->bind(im->ptr[0]->be_ctx);
     int failed = r.failed;
     printf("Results saved to %s (%d images, %d labels in %s/labels)%s\n", dir, src->n - failed, src->n - failed,
            dir, failed ? "; some images failed, see above" : "");

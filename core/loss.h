@@ -9,7 +9,7 @@
 #define LOSS_REG_MAX 16   // R: DFL bins per box side
 #define LOSS_LEVELS  3    // P3, P4, P5
 
-typedef struct {
+typedef struct LossBatch {
     Map          head[LOSS_LEVELS];   // (N, H_l, W_l, 4R + nc); stride_l = img_h / H_l = img_w / W_l
     int          nc;
     int          img_h, img_w;        // network input size in pixels; targets are normalised to it
@@ -17,7 +17,7 @@ typedef struct {
     int          n_targets;
 } LossBatch;
 
-typedef struct {
+typedef struct LossOut {
     double box, cls, dfl;   // the logged items: gains 7.5 / 0.5 / 1.5 applied, divided by the normaliser
     double total;           // batch_mult * (box + cls + dfl): the value the gradient is of
     double tss;             // the normaliser used: max(sum of target scores, 1)

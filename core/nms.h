@@ -4,9 +4,9 @@
 #pragma once
 #include "core/tensor.h"
 
-typedef struct { float x1, y1, x2, y2, conf; int cls; } Det;   // a box in pixels, its score and class
+typedef struct Det { float x1, y1, x2, y2, conf; int cls; } Det;   // a box in pixels, its score and class
 
-typedef struct {
+typedef struct NmsOptions {
     float conf_thres;   // a (box, class) pair is a candidate when its score is > conf_thres
     float iou_thres;    // a box is suppressed when its IoU with a kept box of its class is > iou_thres
     int   max_det;      // keep at most this many after NMS

@@ -235,6 +235,7 @@ static void worker_init(Worker *w, Pass *p, Model *m) {
     w->p = p; w->m = m;
     val_images_init(&w->img, m, p->o->workers, p->max_h, p->max_w, &p->o->nms);
     if (m->on_device && !m->end2end && m->n_levels == 3 && !p->o->host_post) {
+        m->be->bind(m->be_ctx);               // the work lives on this model's device
         int A = (p->max_h / 8) * (p->max_w / 8) + (p->max_h / 16) * (p->max_w / 16) + (p->max_h / 32) * (p->max_w / 32);
         int chunk = m->max_n < p->o->batch ? m->max_n : p->o->batch, D = p->o->nms.max_det > 0 ? p->o->nms.max_det : 0;
         w->nms = m->be->nms_prepare(m->be_ctx, chunk, A, m->nc, &p->o->nms);
@@ -255,6 +256,7 @@ static void worker_init(Worker *w, Pass *p, Model *m) {
 static void worker_free(Worker *w) {
     val_batch_free(&w->vb);
     val_images_free(&w->img);
+    if (w->nms || w->vloss) w->m->be->bind(w->m->be_ctx);
     if (w->nms) w->m->be->nms_release(w->m->be_ctx, w->nms);
     if (w->vloss) w->m->be->vloss_release(w->m->be_ctx, w->vloss);
     free(w->dev_det); free(w->dev_nd);
@@ -295,11 +297,12 @@ static void run_workers(Pass *p, int n) {
     Worker *w = xcalloc(n, sizeof *w);
     pthread_t *th = xcalloc(n, sizeof *th);
     for (int k = 0; k < n; k++) worker_init(&w[k], p, p->models[k]);
+    if (n > 1) p->models[0]->be->bind(p->models[0]->be_ctx);   // worker_init bound each model's device
     for (int k = 1; k < n; k++) pthread_create(&th[k], NULL, worker_main, &w[k]);
     worker_main(&w[0]);
     for (int k = 1; k < n; k++) pthread_join(th[k], NULL);
-    if (n > 1) p->models[0]->be->bind(p->models[0]->be_ctx);   // the caller's device again
     for (int k = 0; k < n; k++) worker_free(&w[k]);
+    if (n > 1) p->models[0]->be->bind(p->models[0]->be_ctx);   // the caller's device again
     free(w); free(th);
 }
 
@@ -313,7 +316,9 @@ static void finish(Pass *p, int nb, ValResult *r, double t0) {
     }
     if (nb) r->box /= nb, r->cls /= nb, r->dfl /= nb;
     r->dev_nms = p->dev_nms; r->dev_loss = p->dev_loss;
+    double tm = now_seconds();
     metrics_compute(&st, &r->m);
+    p->t_metrics += now_seconds() - tm;       // ap_per_class belongs to the metrics phase
     r->fitness = metrics_fitness(&r->m);
     r->seconds = now_seconds() - t0;
     if (o->out) {
