@@ -41,6 +41,7 @@ static inline void heads_make(Heads *h, int N, int img_h, int img_w, int nc, int
         int H = img_h / h->strides[l], W = img_w / h->strides[l];
         h->head[l] = (Map){ h->buf + off, N, H, W, C, ld, 0 };
         off += (size_t)N * H * W * ld;
+        h->A += H * W;                        // nms_anchors' sum
     }
     for (int n = 0; n < N; n++) {
         int a = 0;
@@ -54,7 +55,6 @@ static inline void heads_make(Heads *h, int N, int img_h, int img_w, int nc, int
                     for (int k = C; k < ld; k++) px[k] = -777.0f;   // pad: must not be read
                 }
     }
-    h->A = nms_anchors(h->head, 3);
 }
 
 static inline void heads_free(Heads *h) { free(h->buf); }

@@ -3,6 +3,8 @@
 // ties, nc 1/3/80, max_det hit, best-class and agnostic modes, and on boxes outside its fast path.
 #include "test/test.h"
 
+#include "core/backend.h"
+#include "core/loss.h"
 #include "core/nms.h"
 #include "core/util.h"
 #include "test/nms_heads.h"
@@ -117,6 +119,48 @@ static void test_threshold_exact(void) {
     CHECK(nms_run_fast(boxes, scores, 4, 1, &o, d) == 3, "IoU 0.5 at iou_thres 0.45 must go");
 }
 
+// The CPU backend's table entries (what a device's twins are held to): nms_detect gives nms_decode +
+// nms_run per image; the validation loss staged in two chunks gives loss_forward_backward on the batch.
+static void test_backend_entries(void) {
+    Heads h;
+    heads_make(&h, 3, 96, 128, 3, HEAD_MANY, 9);
+    NmsOptions o = nms_val_options();
+    void *prep = backend_cpu.nms_prepare(NULL, 3, h.A, 3, &o);
+    Det *got = xmalloc(sizeof(Det) * 3 * o.max_det), *want = xmalloc(sizeof(Det) * (h.A * 3 + 1));
+    int nd[3];
+    backend_cpu.nms_detect(NULL, prep, h.head, h.strides, 3, got, nd);
+    float *boxes = xmalloc(sizeof(float) * 4 * h.A), *scores = xmalloc(sizeof(float) * h.A * 3);
+    for (int n = 0; n < 3; n++) {
+        nms_decode(h.head, h.strides, 3, n, 3, boxes, scores);
+        int nw = nms_run(boxes, scores, h.A, 3, &o, want);
+        CHECK(nw == nd[n] && nw > 0 && !memcmp(want, got + (size_t)n * o.max_det, sizeof(Det) * nw), "image %d: %d vs %d", n,
+              nd[n], nw);
+    }
+    backend_cpu.nms_release(NULL, prep);
+    float targets[] = { 0, 1, 0.5f, 0.5f, 0.3f, 0.4f,   2, 0, 0.3f, 0.6f, 0.2f, 0.2f,   2, 2, 0.7f, 0.3f, 0.4f, 0.3f };
+    LossBatch b = { .nc = 3, .img_h = 96, .img_w = 128, .targets = targets, .n_targets = 3 };
+    for (int l = 0; l < 3; l++) b.head[l] = h.head[l];
+    LossWork *lw = loss_work_new();
+    LossOut ref, out;
+    Err err;
+    CHECK(loss_forward_backward(lw, &b, NULL, &ref, &err) == 0, "%s", err.msg);
+    void *vl = backend_cpu.vloss_prepare(NULL, 3, 3, 3, h.A);
+    Map first[3], rest[3];
+    for (int l = 0; l < 3; l++) {              // images 0 and 1..2 as two forward chunks
+        first[l] = h.head[l], first[l].N = 1;
+        rest[l] = h.head[l], rest[l].N = 2, rest[l].data = map_at(h.head[l], 1, 0, 0);
+    }
+    backend_cpu.vloss_stage(NULL, vl, first, 0, 3);
+    backend_cpu.vloss_stage(NULL, vl, rest, 1, 3);
+    CHECK(backend_cpu.vloss_eval(NULL, vl, &b, &out, &err) == 0, "%s", err.msg);
+    CHECK(out.box == ref.box && out.cls == ref.cls && out.dfl == ref.dfl && ref.box > 0, "losses %.17g %.17g %.17g vs %.17g %.17g %.17g",
+          out.box, out.cls, out.dfl, ref.box, ref.cls, ref.dfl);
+    backend_cpu.vloss_release(NULL, vl);
+    loss_work_free(lw);
+    free(got); free(want); free(boxes); free(scores);
+    heads_free(&h);
+}
+
 // The speed-up the fast variant exists for, on the 640 px, nc 80 head (printed; not a pass condition).
 static void test_speed(void) {
     Heads h;
@@ -142,6 +186,7 @@ int main(void) {
     RUN(test_ties);
     RUN(test_fallbacks);
     RUN(test_threshold_exact);
+    RUN(test_backend_entries);
     RUN(test_speed);
     return test_summary();
 }
