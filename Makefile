@@ -35,6 +35,18 @@ else
   NVFLAGS += -DUSE_CUDA
   LDLIBS  += -L$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
   GPU_SRCS := $(wildcard gpu/*.cu gpu/*.c)
+  # cuDNN 9 (optional): detected by its header like nvcc; the library is opened at run time
+  # (gpu/cudnn_conv.c), so a binary built with it still runs, on im2col + cuBLAS, where it is absent.
+  # `make CUDNN=` builds without it; CUDNN_INCLUDE names another header folder.
+  CUDNN_INCLUDE ?= $(firstword $(foreach d,$(CUDA_HOME)/include /usr/include /usr/include/x86_64-linux-gnu,$(if $(wildcard $(d)/cudnn_graph.h),$(d))))
+  CUDNN ?= $(CUDNN_INCLUDE)
+  ifneq ($(CUDNN),)
+    CFLAGS  += -DUSE_CUDNN -I$(CUDNN_INCLUDE)
+    NVFLAGS += -DUSE_CUDNN
+    LDLIBS  += -ldl
+  else
+    $(info cuDNN headers not found: convolutions use im2col + cuBLAS only)
+  endif
 endif
 
 B        := build/$(VARIANT)$(if $(SANITIZE),-san)

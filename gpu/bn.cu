@@ -375,6 +375,16 @@ extern "C" void bn_backward_gpu(Device *dev, Map z, const float *gamma, const fl
     bn_grad<false>(dev, z, p, du, dz, NULL, dgamma, dbeta);
 }
 
+extern "C" void bn_backward_bf16_gpu(Device *dev, Map z, const float *gamma, const float *mean,
+                                     const float *invstd, Map du, void *dz16, float *dgamma, float *dbeta) {
+    bn_check(z, du, "bn_backward_bf16_gpu");
+    require_fp32(du, "bn_backward_bf16_gpu");
+    if (z.ld != z.C) die("bn_backward_bf16_gpu: z must be contiguous (ld %d, C %d)", z.ld, z.C);
+    BnSaved p = { gamma, NULL, mean, invstd };
+    Map none = { NULL, 0, 0, 0, 0, 0, 0 };
+    bn_grad<false>(dev, z, p, du, none, (__nv_bfloat16 *)dz16, dgamma, dbeta);
+}
+
 extern "C" void bn_silu_backward_gpu(Device *dev, Map z, const float *gamma, const float *beta,
                                      const float *mean, const float *invstd, Map dy, Map dz,
                                      float *dgamma, float *dbeta) {

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpu/cudnn_conv.h"
 #include "gpu/device.h"
 
 enum { BLAS_WORKSPACE_BYTES = 32 << 20 };   // cuBLAS's recommendation for Hopper
@@ -133,6 +134,7 @@ extern "C" int device_init(Device *dev, int id, const size_t arena_bytes[ARENA_C
     checkCuda(counted_malloc((void **)&dev->scal, DEVICE_SCALARS * sizeof(double)));
     checkCuda(cudaMemset(dev->scal, 0, DEVICE_SCALARS * sizeof(double)));
     input_init(dev);
+    dev->cudnn = cudnn_conv_ctx_new(dev->stream);
     return 0;
 }
 
@@ -141,6 +143,7 @@ extern "C" void device_free(Device *dev) {
     checkCuda(cudaSetDevice(dev->id));
     checkCuda(cudaStreamSynchronize(dev->stream));
     if (dev->copy_stream) input_free(dev);
+    cudnn_conv_ctx_free(dev->cudnn);
     for (int k = ARENA_COUNT - 1; k >= 0; k--) {
         Arena *a = arena_of(dev, k);
         if (a->base) checkCuda(cudaFree(a->base));

@@ -90,6 +90,7 @@ typedef struct {
     InputStage stage[2];      // the batch of the coming step and the one after it
     int stage_next;           // the stage the next prefetch fills (the older of the two)
     double *scal;             // (DEVICE_SCALARS) the step's small values on the device (core/train.h SC_*)
+    void *cudnn;              // cuDNN handle and plans (gpu/cudnn_conv.h); NULL: convs use im2col + cuBLAS
 } Device;
 
 enum { DEVICE_SCALARS = 256 };
