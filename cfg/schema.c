@@ -27,6 +27,7 @@ const Key cfg_keys[] = {
     INT ("model", "nc",             nc,             0, 100000, "0"),   // 0: from the dataset
     DBL ("model", "depth_multiple", depth_multiple, 0.01, 10, "1.0"),
     DBL ("model", "width_multiple", width_multiple, 0.01, 10, "1.0"),
+    INT ("model", "max_channels",   max_channels,   0, 65536, "0"),   // 0: no cap
     INT ("model", "reg_max",        reg_max,        1, 64, "16"),
 
     STR ("train", "data",         data,         NULL, ""),        // "": the built-in synthetic set
