@@ -194,11 +194,89 @@ static void test_bad_rows(void) {
     CHECK(strstr(m, "Silence takes 0 to 0 numeric args"), "%s", m);
 }
 
+// ---- gradients through the new modules ----------------------------------------------------
+
+// A tiny model with every new module: ADown (2) feeding CBLinear (3), whose second output CBFuse (5) adds,
+// upsampled x2, to the second stem (4, reading the image through Silence 0); a dual head on 5 and 1.
+static const char *TINY = "[model]\nnc = 2\n[backbone]\n0 = -1, 1, Silence, []\n1 = -1, 1, Conv, [16, 3, 2]\n"
+                          "2 = -1, 1, ADown, [32]\n3 = 2, 1, CBLinear, [[8, 16]]\n4 = 0, 1, Conv, [16, 3, 2]\n"
+                          "5 = [3, -1], 1, CBFuse, [[1]]\n6 = [5, 1], 1, DualDDetect, [nc]\n";
+
+typedef struct { Model m; const float *x; float *r[2]; int N, S; } Tiny;
+
+// L = sum over both heads' maps of r * map, in training mode (batch statistics)
+static double tiny_loss(Tiny *t) {
+    model_forward(&t->m, t->x, t->N, t->S, t->S, 1);
+    Map a = model_value(&t->m, t->m.aux[0], t->N), h = model_value(&t->m, t->m.head[0], t->N);
+    double l = 0;
+    for (size_t j = 0; j < map_floats(a); j++) l += (double)a.data[j] * t->r[0][j] + (double)h.data[j] * t->r[1][j];
+    return l;
+}
+
+// Central differences of L in 12 weights of each of the modules' tensors against model_backward's. The step
+// (1e-2: smaller ones drown in the fp32 forward's rounding) would cross the kinks of ADown's max pool for
+// the weights before it (layer 1), so those are left to test_ops (max pool k3 s2 p1 by itself) and to
+// test_dual's yolov9-c fixture (the whole model against PyTorch).
+static void test_module_gradients(void) {
+    Err err;
+    const char *dir = test_tmpdir("tiny");
+    char path[4200];
+    snprintf(path, sizeof path, "%s/tiny.ini", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) { CHECK(0, "cannot write %s", path); return; }
+    fputs(TINY, f);
+    fclose(f);
+    Tiny t = { .N = 2, .S = 32 };
+    if (config_load(path, 0, NULL, &cfg_a, &err) || model_build(&cfg_a, t.N, t.S, &t.m, &err)) {
+        CHECK(0, "%s", err.msg);
+        return;
+    }
+    Rng g = rng_for(5, 6, 7);
+    size_t nx = (size_t)t.N * t.S * t.S * 3, nr = map_floats(model_value(&t.m, t.m.head[0], t.N));
+    float *x = xmalloc(nx * sizeof(float));
+    for (size_t j = 0; j < nx; j++) x[j] = (float)rng_uniform(&g, 0, 1);
+    t.x = x;
+    for (int k = 0; k < 2; k++) {
+        t.r[k] = xmalloc(nr * sizeof(float));
+        for (size_t j = 0; j < nr; j++) t.r[k][j] = (float)rng_uniform(&g, -1, 1);
+    }
+    tiny_loss(&t);
+    model_zero_grad(&t.m);
+    memcpy(model_grad(&t.m, t.m.aux[0], t.N).data, t.r[0], nr * sizeof(float));
+    memcpy(model_grad(&t.m, t.m.head[0], t.N).data, t.r[1], nr * sizeof(float));
+    model_backward(&t.m, t.N);
+    static const char *names[] = { "model.2.cv1.conv.weight", "model.2.cv2.conv.weight",
+                                   "model.2.cv1.bn.weight", "model.2.cv2.bn.bias", "model.3.conv.weight",
+                                   "model.4.conv.weight" };
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        int k = model_find_param(&t.m, names[i]);
+        if (k < 0) { CHECK(0, "%s is missing", names[i]); continue; }
+        const ParamInfo *p = &t.m.params[k];
+        int bad = 0;
+        for (int s = 0; s < 12; s++) {
+            size_t j = (size_t)rng_int(&g, (int)p->n);
+            float *w = t.m.state + p->offset + j, w0 = *w, h = 1e-2f;
+            *w = w0 + h;
+            double lp = tiny_loss(&t);
+            *w = w0 - h;
+            double lm = tiny_loss(&t);
+            *w = w0;
+            double num = (lp - lm) / (2.0 * h), a = t.m.grad[p->offset + j];
+            if (fabs(a - num) > 2e-3 + 2e-2 * fmax(fabs(a), fabs(num)) && bad++ < 2)
+                printf("    %s[%zu]: analytic %.7g numeric %.7g\n", names[i], j, a, num);
+        }
+        CHECK(bad == 0, "%s: %d of 12 gradients differ from central differences", names[i], bad);
+    }
+    free(x); free(t.r[0]); free(t.r[1]);
+    model_free(&t.m);
+}
+
 int main(void) {
     RUN(test_counts);
     RUN(test_info_prints_counts);
     RUN(test_export_every_scale);
     RUN(test_nested_lists_round_trip);
     RUN(test_bad_rows);
+    RUN(test_module_gradients);
     return test_summary();
 }
