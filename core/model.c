@@ -757,13 +757,14 @@ static void layer_info(Builder *b, const LayerSpec *s, int out) {
     li->n_from = s->n_from;
     memcpy(li->from, s->from, sizeof li->from);
     snprintf(li->module, sizeof li->module, "%s", s->module);
-    int o = 0;
-    li->args[0] = 0;
+    int o = s->list ? snprintf(li->args, sizeof li->args, "[") : 0;   // CBLinear, CBFuse: [[...]] in the yaml
+    li->args[o] = 0;
     for (int i = 0; i < s->n_args && o < (int)sizeof li->args - 16; i++) {
         if (isnan(s->args[i])) o += snprintf(li->args + o, sizeof li->args - o, "%sNone", i ? ", " : "");
         else o += snprintf(li->args + o, sizeof li->args - o, "%s%g", i ? ", " : "", s->args[i]);
     }
     if (s->sarg[0]) snprintf(li->args + o, sizeof li->args - o, "%s'%s'", o ? ", " : "", s->sarg);
+    if (s->list && o < (int)sizeof li->args - 1) snprintf(li->args + o, sizeof li->args - o, "]");
     li->out = out;
 }
 
