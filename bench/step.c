@@ -1,7 +1,8 @@
 // step.c: training-step speed with a per-phase breakdown (forward, loss, backward, optimizer).
 //   make benches && ./bench/step                    CPU: gelan-s 4x256, gelan-t 8x320, gelan-s 4x640
 //   ./bench/step CONFIG imgsz batch steps [device [precision]]   e.g. cfg/s.ini 640 64 20 0 bf16
-//   (device as in the config: cpu, cpu:2, 0, 0,1)
+//   (device as in the config: cpu, cpu:2, 0, 0,1; batch -1: the largest that fits, as training's batch=-1;
+//   YT_GPU_RESERVE_GB=G takes G GiB first, e.g. to size the batch for a smaller GPU)
 // "fwd1" is one training-mode forward alone. On one GPU the timed steps reuse the batch already on
 // the device (PyTorch's GPU-only figures are measured so); several devices upload each step. Images and targets are random (data loading is
 // measured by bench/loader and by the training loop's own data-wait figure). On a GPU every phase
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/infer_devices.h"
 #include "core/model.h"
 #include "core/multi.h"
 #include "gpu/device.h"
@@ -93,10 +95,12 @@ static int bench(const char *cfgfile, int S, int n, int steps, const char *devic
 #endif
     DeviceList devs;
     if (parse_devices(device, n_gpus, &devs, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
+    if (infer_auto_batch(&cfg, &devs, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }   // batch -1
+    n = cfg.batch;
     int gpu = devs.gpu[0];
     Trainer t;
     if (trainer_init_devices(&t, &cfg, steps + 1, &devs, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
-    static float targets[6 * 6 * 256];
+    float *targets = xmalloc(6 * 6 * (size_t)n * sizeof(float));   // 6 objects per image
     int nt;
     Rng r = rng_for(1, 2, 3);
     random_batch(&t, n, S, targets, &nt, &r);
@@ -132,6 +136,7 @@ static int bench(const char *cfgfile, int S, int n, int steps, const char *devic
         t.m.prof = NULL;
     }
     trainer_free(&t);
+    free(targets);
     return 0;
 }
 

@@ -29,6 +29,8 @@ typedef struct {
     char   sarg[32];                 // the string argument where one is written ('nearest'), else "";
                                      // it is the last arg written and not counted in n_args
     unsigned nc_mask;                // bit i set: args[i] was written `nc` (config_set_nc rewrites it)
+    int    list;                     // 1: the args were written as one nested list, [[64, 128]] (CBLinear,
+                                     // CBFuse); args[] holds its entries
     Where  at;
 } LayerSpec;
 
@@ -44,6 +46,8 @@ typedef struct {
     // [model]
     int    nc;                       // classes; 0 = take from the dataset
     double depth_multiple, width_multiple;
+    int    max_channels;             // channel counts are capped at this before width scaling (YOLO26's
+                                     // scales); 0: no cap (YOLOv9)
     int    reg_max;
     LayerSpec layers[CFG_MAX_LAYERS];
     int    n_layers;

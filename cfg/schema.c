@@ -17,6 +17,8 @@ static int check_split(const char *v, char *why, size_t n);
 #define F(field) offsetof(Config, field), sizeof(((Config *)0)->field)
 #define INT(sec, name, field, lo, hi, def)     { sec, name, KEY_INT, F(field), lo, hi, 0, NULL, NULL, def }
 #define INTM(sec, name, field, lo, hi, m, def) { sec, name, KEY_INT, F(field), lo, hi, m, NULL, NULL, def }
+// an INT that also takes one value outside lo..hi, `extra` ("-1 (auto)": the number, then what it means)
+#define INTX(sec, name, field, lo, hi, extra, def) { sec, name, KEY_INT, F(field), lo, hi, 0, extra, NULL, def }
 #define BOOL(sec, name, field, def)            { sec, name, KEY_BOOL, F(field), 0, 1, 0, NULL, NULL, def }
 #define DBL(sec, name, field, lo, hi, def)     { sec, name, KEY_DOUBLE, F(field), lo, hi, 0, NULL, NULL, def }
 #define STR(sec, name, field, check, def)      { sec, name, KEY_STRING, F(field), 0, 0, 0, NULL, check, def }
@@ -27,6 +29,7 @@ const Key cfg_keys[] = {
     INT ("model", "nc",             nc,             0, 100000, "0"),   // 0: from the dataset
     DBL ("model", "depth_multiple", depth_multiple, 0.01, 10, "1.0"),
     DBL ("model", "width_multiple", width_multiple, 0.01, 10, "1.0"),
+    INT ("model", "max_channels",   max_channels,   0, 65536, "0"),   // 0: no cap
     INT ("model", "reg_max",        reg_max,        1, 64, "16"),
 
     STR ("train", "data",         data,         NULL, ""),        // "": the built-in synthetic set
@@ -40,7 +43,7 @@ const Key cfg_keys[] = {
     STR ("train", "name",         name,         NULL, "exp"),
     ENUM("train", "optimizer",    optimizer,    "auto|SGD|MuSGD|AdamW", "auto"),
     INT ("train", "epochs",       epochs,       1, 1000000, "300"),
-    INT ("train", "batch",        batch,        1, 1048576, "64"),
+    INTX("train", "batch",        batch,        1, 1048576, "-1 (auto: the largest that fits the GPU)", "64"),
     INTM("train", "imgsz",        imgsz,        32, 8192, 32, "640"),
     INT ("train", "workers",      workers,      0, 1024, "8"),
     INT ("train", "seed",         seed,         0, INT_MAX, "0"),
@@ -107,12 +110,15 @@ static int parse_int(const Key *k, const char *s, int *out, char *why, size_t n)
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
+    char extra[128] = "";
+    if (k->allowed) snprintf(extra, sizeof extra, ", or %s", k->allowed);
     if (end == s || *end) {
-        snprintf(why, n, "not an integer; allowed: integers from %.0f to %.0f", k->lo, k->hi);
+        snprintf(why, n, "not an integer; allowed: integers from %.0f to %.0f%s", k->lo, k->hi, extra);
         return -1;
     }
+    if (k->allowed && errno != ERANGE && v == strtol(k->allowed, NULL, 10)) { *out = (int)v; return 0; }
     if (errno == ERANGE || v < k->lo || v > k->hi) {
-        snprintf(why, n, "out of range; allowed: integers from %.0f to %.0f", k->lo, k->hi);
+        snprintf(why, n, "out of range; allowed: integers from %.0f to %.0f%s", k->lo, k->hi, extra);
         return -1;
     }
     if (k->multiple && v % k->multiple) {

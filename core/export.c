@@ -26,6 +26,27 @@ static void mark_needed(const Config *cfg, unsigned char *need) {
     }
 }
 
+// The reference's inference models keep a Silence layer (the image, passed on) only where two layers read
+// it (gelan-e's second backbone): yolov9-c/m's Silence feeds the auxiliary branch and goes with it, so
+// gelan-c/m start at their first Conv. Drop the needed Silence layers read by fewer than two needed ones.
+static void drop_lone_silence(const Config *cfg, unsigned char *need) {
+    int D = cfg->n_layers - 1;
+    for (int s = 0; s < D; s++) {
+        if (!need[s] || strcmp(cfg->layers[s].module, "Silence")) continue;
+        int readers = 0;
+        for (int i = s + 1; i < D; i++)
+            for (int j = 0; j < cfg->layers[i].n_from; j++) readers += need[i] && from_abs(i, cfg->layers[i].from[j]) == s;
+        if (readers < 2) need[s] = 0;
+    }
+}
+
+// The layer that entry f of layer i reads, looking through dropped Silence layers to their input.
+static int source(const Config *cfg, const int *map, int i, int f) {
+    int t = from_abs(i, f);
+    while (t >= 0 && map[t] < 0 && !strcmp(cfg->layers[t].module, "Silence")) t = from_abs(t, cfg->layers[t].from[0]);
+    return t;
+}
+
 int export_config(const Config *cfg, Config *out, int map[CFG_MAX_LAYERS], Err *err) {
     int D = cfg->n_layers - 1;
     if (D < 0 || strcmp(cfg->layers[D].module, "DualDDetect"))
@@ -34,6 +55,7 @@ int export_config(const Config *cfg, Config *out, int map[CFG_MAX_LAYERS], Err *
                        D < 0 ? "missing" : cfg->layers[D].module);
     unsigned char need[CFG_MAX_LAYERS];
     mark_needed(cfg, need);
+    drop_lone_silence(cfg, need);
     memcpy(out, cfg, sizeof *out);
     out->n_layers = out->n_backbone = 0;
     for (int i = 0; i < D; i++) map[i] = need[i] ? out->n_layers++ : -1;
@@ -42,8 +64,8 @@ int export_config(const Config *cfg, Config *out, int map[CFG_MAX_LAYERS], Err *
         LayerSpec l = cfg->layers[i];
         l.index = map[i];
         for (int j = 0; j < l.n_from; j++) {        // relative entries stay relative (-1 stays -1 here)
-            int f = l.from[j], t = from_abs(i, f);
-            l.from[j] = f >= 0 ? map[t] : t < 0 ? -(map[i] + 1) : map[t] - map[i];
+            int f = l.from[j], t = source(cfg, map, i, f);
+            l.from[j] = t < 0 ? -(map[i] + 1) : f >= 0 ? map[t] : map[t] - map[i];
         }
         out->layers[map[i]] = l;
         if (i < cfg->n_backbone) out->n_backbone = map[i] + 1;
@@ -52,7 +74,7 @@ int export_config(const Config *cfg, Config *out, int map[CFG_MAX_LAYERS], Err *
     int half = h.n_from / 2;
     h.index = map[D] = out->n_layers;
     h.n_from -= half;
-    for (int j = 0; j < h.n_from; j++) h.from[j] = map[from_abs(D, cfg->layers[D].from[half + j])];
+    for (int j = 0; j < h.n_from; j++) h.from[j] = map[source(cfg, map, D, cfg->layers[D].from[half + j])];
     snprintf(h.module, sizeof h.module, "DDetect");
     out->layers[out->n_layers++] = h;
     return 0;

@@ -140,6 +140,8 @@ void model_free_grad_plan(Model *m);
 void model_init_weights(Model *m, uint64_t seed);
 int  model_find_param(const Model *m, const char *name);
 size_t model_count_params(const Model *m);     // as PyTorch counts: trainable + fixed
+int    model_count_tensors(const Model *m);    // the state dict's entries: parameters, BN buffers and
+                                               // each BN's num_batches_tracked
 size_t model_host_bytes(const Model *m);       // the arenas model_build reserves (touched when run on the CPU)
 double model_flops(const Model *m, int imgsz); // 2 x MACs for one image of imgsz x imgsz
 void model_print_info(const Model *m, const Config *cfg, FILE *f);

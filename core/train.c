@@ -412,9 +412,11 @@ static void note_unbuilt_keys(const Config *cfg) {
 }
 
 // The devices device= names, or -1 after printing why it cannot be used (with the GPUs found).
-static int pick_devices(const Config *cfg, DeviceList *devs) {
+static int pick_devices(Config *cfg, DeviceList *devs) {
     if (infer_pick_devices(cfg, "yolotrain", devs)) return -1;   // as val and detect pick theirs
     if (!cfg->device[0] && devs->gpu[0] < 0) printf("device: no GPU found, training on the CPU\n");
+    Err err;
+    if (infer_auto_batch(cfg, devs, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return -1; }   // batch=-1
     return 0;
 }
 

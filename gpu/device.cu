@@ -175,6 +175,46 @@ extern "C" void *arena_take(Arena *a, size_t bytes, size_t align) {
 
 extern "C" void arena_reset(Arena *a) { a->used = 0; }
 
+extern "C" size_t gpu_free_bytes(int id) {
+    size_t free_b = 0, total = 0;
+    int cur = 0;
+    if (cudaGetDevice(&cur) != cudaSuccess || cudaSetDevice(id) != cudaSuccess ||
+        (reserve_for_test(id), cudaMemGetInfo(&free_b, &total)) != cudaSuccess) {
+        cudaGetLastError();
+        free_b = 0;
+    }
+    cudaSetDevice(cur);
+    return free_b;
+}
+
+// An empty kernel: whether it has an image for the GPU is whether the build has code for it.
+__global__ void arch_probe_kernel(void) {}
+
+extern "C" int device_check(int id, GpuPrecision prec, Err *err) {
+    cudaDeviceProp p;
+    int cur = 0;
+    if (cudaGetDevice(&cur) != cudaSuccess || cudaGetDeviceProperties(&p, id) != cudaSuccess || cudaSetDevice(id) != cudaSuccess) {
+        cudaGetLastError();
+        return err_set(err, "GPU %d cannot be used; list the GPUs with nvidia-smi and pick one", id);
+    }
+    int major = p.major, minor = p.minor;
+    const char *fake = getenv("YT_GPU_CC");
+    if (fake && sscanf(fake, "%d.%d", &major, &minor) != 2) major = p.major, minor = p.minor;
+    cudaFuncAttributes a;
+    int has_code = cudaFuncGetAttributes(&a, arch_probe_kernel) == cudaSuccess;
+    cudaGetLastError();
+    cudaSetDevice(cur);
+    if (!has_code)
+        return err_set(err, "GPU %d (%s, compute capability %d.%d): this yolotrain has no code for it; rebuild with "
+                       "make clean && make CUDA_ARCH=native (or CUDA_ARCH=%d%d)", id, p.name, p.major, p.minor, p.major,
+                       p.minor);
+    if (prec != GPU_FP32 && major < 8)
+        return err_set(err, "GPU %d (%s) has compute capability %d.%d: precision=%s needs bf16/tf32 tensor cores, "
+                       "compute capability 8.0 (Ampere) or newer; use precision=fp32", id, p.name, major, minor,
+                       prec == GPU_BF16 ? "bf16" : "tf32");
+    return 0;
+}
+
 extern "C" size_t device_mem_used(const Device *dev) {
     size_t free_b = 0, total = 0;
     checkCuda(cudaSetDevice(dev->id));

@@ -598,18 +598,23 @@ static void test_avgpool(void) {
 static void test_upsample(void) {
     NEED_GPU();
     Rng g = rng_for(43, 0, 0);
-    for (int f = 2; f <= 3; f++) {
+    static const int factors[] = { 2, 3, 4, 16 };     // the neck's x2; CBFuse's x4 (yolov9-c), x16 (gelan-e)
+    for (int i = 0; i < 4; i++) {
+        int f = factors[i];
+        char name[64];
         arena_reset(&dev.acts);
         Shape s = { 3, 7, 5, 9, 1 };
         Pair x = pair_new(s.N, s.H, s.W, s.C, s.extra), y = pair_new(s.N, s.H * f, s.W * f, s.C, 2);
         Pair dy = pair_new(s.N, s.H * f, s.W * f, s.C, 0), dx = pair_new(s.N, s.H, s.W, s.C, 3);
         pair_rand(x, &g, -1, 1); pair_rand(dy, &g, -1, 1); pair_rand(dx, &g, -1, 1);
-            upsample_forward_cpu(x.h, f, y.h);
+        upsample_forward_cpu(x.h, f, y.h);
         upsample_forward_gpu(&dev, x.d, f, y.d);
         upsample_backward_cpu(f, dy.h, dx.h);
         upsample_backward_gpu(&dev, f, dy.d, dx.d);
-        compare(f == 2 ? "upsample x2 y" : "upsample x3 y", y, FP32);
-        compare(f == 2 ? "upsample x2 dx" : "upsample x3 dx", dx, FP32);
+        snprintf(name, sizeof name, "upsample x%d y", f);
+        compare(name, y, FP32);
+        snprintf(name, sizeof name, "upsample x%d dx", f);
+        compare(name, dx, FP32);
         Pair all[] = { x, y, dy, dx };
         for (size_t k = 0; k < sizeof all / sizeof *all; k++) pair_free(all[k]);
     }
