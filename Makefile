@@ -64,7 +64,7 @@ else
   CUDNN ?= $(CUDNN_INCLUDE)
   ifneq ($(CUDNN),)
     CFLAGS  += -DUSE_CUDNN -I$(CUDNN_INCLUDE)
-    NVFLAGS += -DUSE_CUDNN
+    override NVFLAGS += -DUSE_CUDNN
     LDLIBS  += -ldl
   else
     $(info cuDNN headers not found: convolutions use im2col + cuBLAS only)

@@ -30,10 +30,10 @@ static int parts_for(size_t M) {
     return g < 1 ? 1 : g > MAX_PARTS ? MAX_PARTS : (int)g;
 }
 
-// Per-channel double vectors in scratch: partials (G, C) twice, then per-channel results.
+// Per-channel double vectors in scratch: partials (C, G) twice, then per-channel results.
 struct Sums {
     int G;
-    double *part0, *part1;   // (G, C)
+    double *part0, *part1;   // (C, G)
     double *mean, *var;      // (C)
     float *shift, *scale;    // (C): u = (z - shift) * scale + beta
 };
@@ -152,8 +152,8 @@ __global__ void partial_sums_kernel(Map a, Map b, BnSaved p, double *part0, doub
     if (threadIdx.y != 0 || c >= a.C) return;
     for (int j = 0; j < V; j++) {
         for (int t = 1; t < TILE_M; t++) s0[j] += sh0[t * width + x + j], s1[j] += sh1[t * width + x + j];
-        part0[(size_t)blockIdx.y * a.C + c + j] = s0[j];
-        part1[(size_t)blockIdx.y * a.C + c + j] = s1[j];
+        part0[(size_t)(c + j) * gridDim.y + blockIdx.y] = s0[j];
+        part1[(size_t)(c + j) * gridDim.y + blockIdx.y] = s1[j];
     }
 }
 
@@ -165,9 +165,9 @@ __device__ static inline int warp_channel_sums(const double *part0, const double
     int c = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
     if (c >= C) return -1;   // blockDim is a multiple of 32: whole warps leave together
     double a = 0.0, b = 0.0;
-    for (int g = lane; g < G; g += 32) {
-        a += part0[(size_t)g * C + c];
-        b += part1[(size_t)g * C + c];
+    for (int g = lane; g < G; g += 32) {   // (C, G): the warp reads a channel's partials in a row
+        a += part0[(size_t)c * G + g];
+        b += part1[(size_t)c * G + g];
     }
     for (int o = 16; o > 0; o /= 2) {
         a += __shfl_down_sync(0xffffffffu, a, o);

@@ -122,12 +122,21 @@ int trainer_gpu_auto_batch(Config *cfg, const int *gpus, int n, Err *err) {
         return err_set(err, "batch=-1: even one image at imgsz %d needs %.2f GiB on a GPU, more than %.0f%% of the "
                        "%.2f GiB free on GPU %d; lower imgsz or free the GPU", cfg->imgsz, p1 / gib,
                        100 * AUTO_BATCH_FRACTION, free_min / gib, tightest);
-    // The plan grows linearly with the batch (activations, their gradients, the input) except parts
-    // capped by a bound (im2col chunks), so the straight line through 1 and 2 never underestimates.
-    double b = p2 > p1 ? 1 + (budget - p1) / (double)(p2 - p1) : AUTO_BATCH_MAX;
-    int micro = b > AUTO_BATCH_MAX ? AUTO_BATCH_MAX : (int)b;
-    size_t bytes;
-    while ((bytes = plan_bytes(cfg, prec, micro)) > budget && micro > 1) micro = micro * 9 / 10;
+    // The plan grows about linearly with the batch (activations, their gradients, the input), but
+    // parts are capped (im2col chunks, scratch), so the line through 1 and 2 is only a first guess:
+    // a bisection between a batch that fits (lo) and one that does not (hi) finds the largest.
+    double guess = p2 > p1 ? 1 + (budget - p1) / (double)(p2 - p1) : AUTO_BATCH_MAX;
+    int lo = 1, hi = AUTO_BATCH_MAX + 1;
+    int g = guess > AUTO_BATCH_MAX ? AUTO_BATCH_MAX : guess < 1 ? 1 : (int)guess;
+    if (plan_bytes(cfg, prec, g) <= budget) lo = g;
+    else hi = g;
+    while (hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2;
+        if (plan_bytes(cfg, prec, mid) <= budget) lo = mid;
+        else hi = mid;
+    }
+    int micro = lo;
+    size_t bytes = plan_bytes(cfg, prec, micro);
     cfg->batch = micro * n;
     printf("batch=-1 (auto): %d images per GPU%s: the plan, %.2f GiB, is the largest within %.0f%% of the %.2f GiB "
            "free on GPU %d\n", micro, n > 1 ? " (the batch is their sum)" : "", bytes / gib, 100 * AUTO_BATCH_FRACTION,
