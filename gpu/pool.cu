@@ -185,13 +185,22 @@ __global__ void upsample_fwd_kernel(size_t M, Map x, int f, Map y) {
     }
 }
 
-__global__ void upsample_bwd_kernel(int f, Map dy, Map dx) {
-    GRID_STRIDE(i, map_n(dx)) {
-        Pos e = pos_of(dx, i);
-        float acc = *map_elem(dx, i);
+// dx(n, h, w) += Σ dy(n, h·f + a, w·f + b) over a, b < f, in the CPU twin's order; a channel
+// launch over dx's pixels
+template <int V, typename Pix>
+__global__ void upsample_bwd_kernel(size_t M, int f, Map dy, Map dx) {
+    int c = vec_channel<V>();
+    if (c >= dx.C) return;
+    PIXEL_LOOP(Pix, i, M) {
+        Pos e = pixel_pos(dx, i);
+        size_t o = pixel_off(dx, i, c);
+        Vec<V> acc = vec_load<V>(dx.data + o);
         for (int a = 0; a < f; a++)
-            for (int b = 0; b < f; b++) acc += *at(dy, e.n, e.h * f + a, e.w * f + b, e.c);
-        *map_elem(dx, i) = acc;
+            for (int b = 0; b < f; b++) {
+                Vec<V> g = vec_load<V>(dy.data + off_at(dy, e.n, e.h * f + a, e.w * f + b, c));
+                for (int j = 0; j < V; j++) acc.v[j] += g.v[j];
+            }
+        vec_store<V>(dx.data + o, acc);
     }
 }
 
@@ -266,6 +275,7 @@ extern "C" void upsample_backward_gpu(Device *dev, int factor, Map dy, Map dx) {
     if (!dx.data) return;
     require_fp32(dy, "upsample_backward_gpu");
     require_fp32(dx, "upsample_backward_gpu");
-    upsample_bwd_kernel<<<blocks_for(map_floats(dx)), THREADS, 0, dev->stream>>>(factor, dy, dx);
+    ChannelGrid g = channel_grid(dx.C, map_pixels(dx), min_int(map_vec_width(dx), map_vec_width(dy)));
+    CHANNEL_KERNEL(g, upsample_bwd_kernel)<<<g.grid, g.block, 0, dev->stream>>>(g.M, factor, dy, dx);
     checkLaunch(dev);
 }
