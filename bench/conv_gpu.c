@@ -200,7 +200,7 @@ int main(int argc, char **argv) {
            "bwd ms", "TF/s", "dW ms", "dx ms", "cudnn vs gemm: y dx dw (rel L2)");
     for (size_t i = 0; i < sizeof LAYERS / sizeof *LAYERS; i++) bench_layer(&dev, &LAYERS[i], noise, reps);
     int plans, refused;
-    cudnn_conv_stats(dev.cudnn, &plans, &refused);
+    cudnn_conv_stats(dev.cudnn, &plans, &refused, NULL);
     printf("cuDNN plans made %d, shapes refused %d%s\n", plans, refused, dev.cudnn ? "" : " (cuDNN not in use)");
     free(noise);
     device_free(&dev);

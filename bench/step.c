@@ -16,6 +16,7 @@
 #include "core/infer_devices.h"
 #include "core/model.h"
 #include "core/multi.h"
+#include "gpu/cudnn_conv.h"
 #include "gpu/device.h"
 
 #include "cfg/config.h"
@@ -57,7 +58,8 @@ static double node_flops(const Model *m, const Node *nd, int n) {
 
 // With YT_PROFILE set: the 15 most expensive (node, direction) pairs of the profiled steps.
 static void print_profile(const Model *m, int n, int steps) {
-    static const char *ops[] = { "conv", "repconv", "maxpool", "avgpool", "upsample", "copy", "add" };
+    static const char *ops[] = { "conv", "repconv", "maxpool", "avgpool", "upsample", "copy", "add", "attn", "detach" };
+    _Static_assert(sizeof ops / sizeof *ops == OP_KINDS, "a name for every OpKind");
     int k = 2 * m->n_nodes, *order = xmalloc(k * sizeof *order);
     double fwd = 0, bwd = 0;
     for (int i = 0; i < k; i++) { order[i] = i; if (i % 2) bwd += m->prof[i]; else fwd += m->prof[i]; }
@@ -128,6 +130,14 @@ static int bench(const char *cfgfile, int S, int n, int steps, const char *devic
     if (devs.n > 1)
         printf("  %d devices: per step gather %.4f s, broadcast %.4f s (device 0's phases above)\n", devs.n,
                p->gather / steps, p->broadcast / steps);
+#ifdef USE_CUDA
+    if (t.dev) {   // cuDNN's plans, made in the warm-up steps (gpu/cudnn_conv.c)
+        int plans, refused;
+        double secs;
+        cudnn_conv_stats(((Device *)t.dev)->cudnn, &plans, &refused, &secs);
+        if (plans + refused) printf("  cuDNN: %d plans made, %d shapes left to cuBLAS, %.2f s making them\n", plans, refused, secs);
+    }
+#endif
     if (getenv("YT_PROFILE")) {
         t.m.prof = xcalloc(2 * (size_t)t.m.n_nodes, sizeof(double));
         for (int i = 0; i < steps; i++) trainer_step(&t, n, S, targets, nt, 0, steps + 2 + i, &lo, &err);

@@ -52,6 +52,7 @@ typedef enum {
     OP_ATTN,      // the attention core of C2PSA/PSABlock (core/ops26.h): in = qkv, out = y, out2 = v
     OP_DETACH,    // out = in forward; no gradient flows back to in (the one-to-one head's features)
 } OpKind;
+enum { OP_KINDS = OP_DETACH + 1 };   // how many there are (name tables check their size against it)
 
 // A conv unit whose groups == C == K runs the depthwise ops (core/ops26.h), not the GEMM convolution.
 typedef struct {        // one conv + optional BN; parameter indices into Model.params (-1: none)

@@ -122,6 +122,7 @@ typedef struct {
     cudnnHandle_t handle;
     Plan *table;
     int plans, refused;
+    double build_seconds;    // host time spent making plans (rect validation meets many shapes)
 } Ctx;
 
 static uint64_t key_hash(const PlanKey *k) {
@@ -166,10 +167,11 @@ void cudnn_conv_ctx_free(void *ctx) {
     free(c);
 }
 
-void cudnn_conv_stats(void *ctx, int *plans, int *refused) {
+void cudnn_conv_stats(void *ctx, int *plans, int *refused, double *seconds) {
     Ctx *c = ctx;
     *plans = c ? c->plans : 0;
     *refused = c ? c->refused : 0;
+    if (seconds) *seconds = c ? c->build_seconds : 0.0;
 }
 
 // ---- building a plan ---------------------------------------------------------------------------
@@ -347,6 +349,7 @@ static cudnnBackendDescriptor_t plan_from_heuristics(Held *h, cudnnHandle_t hand
 }
 
 static void build_plan(Ctx *c, Plan *p, size_t ws_cap) {
+    double t0 = now_seconds();
     Held h = { .n = 0 };
     cudnnBackendDescriptor_t graph = op_graph(&h, c->handle, &p->key);
     p->plan = NULL;
@@ -365,6 +368,7 @@ static void build_plan(Ctx *c, Plan *p, size_t ws_cap) {
     p->ok = p->plan != NULL;
     if (p->ok) c->plans++;
     else c->refused++;
+    c->build_seconds += now_seconds() - t0;
     if (getenv("YT_CUDNN_VERBOSE")) {
         const ConvDims *d = &p->key.d;
         fprintf(stderr, "cudnn %s N%d C%d %dx%d K%d %dx%d s%d g%d x_ld %d y_ld %d types x%s w%s y%s beta %g: %s "
@@ -437,5 +441,8 @@ int cudnn_conv_run(void *ctx, CudnnConvKind kind, const ConvDims *d, CudnnOperan
                    CudnnOperand y, float beta, int tensor_cores, void *ws, size_t ws_cap) {
     return -1;
 }
-void cudnn_conv_stats(void *ctx, int *plans, int *refused) { *plans = *refused = 0; }
+void cudnn_conv_stats(void *ctx, int *plans, int *refused, double *seconds) {
+    *plans = *refused = 0;
+    if (seconds) *seconds = 0.0;
+}
 #endif

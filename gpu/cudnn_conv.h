@@ -42,8 +42,9 @@ void  cudnn_conv_ctx_free(void *ctx);
 int cudnn_conv_run(void *ctx, CudnnConvKind kind, const ConvDims *d, CudnnOperand x, CudnnOperand w,
                    CudnnOperand y, float beta, int tensor_cores, void *ws, size_t ws_cap);
 
-// Plans made and shapes refused so far on ctx (bench/conv_gpu and the tests print them).
-void cudnn_conv_stats(void *ctx, int *plans, int *refused);
+// Plans made, shapes refused and the host seconds spent making them so far on ctx (seconds may be
+// NULL; bench/step, bench/conv_gpu and the tests print them).
+void cudnn_conv_stats(void *ctx, int *plans, int *refused, double *seconds);
 
 #ifdef __cplusplus
 }

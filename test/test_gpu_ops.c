@@ -278,7 +278,7 @@ static void test_conv_cudnn_bf16(void) {
     if (!dev.cudnn) SKIP("cuDNN not in use (not found at run time, or YT_CONV=gemm)");
     Rng g = rng_for(16, 0, 0);
     int plans0, refused0, plans, refused;
-    cudnn_conv_stats(dev.cudnn, &plans0, &refused0);
+    cudnn_conv_stats(dev.cudnn, &plans0, &refused0, NULL);
     dev.precision = GPU_BF16;
     for (size_t i = 0; i < sizeof CONV_CASES / sizeof *CONV_CASES; i++) {
         arena_reset(&dev.acts);
@@ -312,7 +312,7 @@ static void test_conv_cudnn_bf16(void) {
         for (size_t k = 0; k < sizeof all / sizeof *all; k++) pair_free(all[k]);
     }
     dev.precision = GPU_FP32;
-    cudnn_conv_stats(dev.cudnn, &plans, &refused);
+    cudnn_conv_stats(dev.cudnn, &plans, &refused, NULL);
     printf("# cuDNN plans made %d, shapes refused %d\n", plans - plans0, refused - refused0);
     CHECK(plans > plans0, "cuDNN is in use but made no plan: every case went the GEMM path");
 }
