@@ -180,6 +180,12 @@ static void test_refusals(void) {
 }
 
 // ---- the shared checkpoints -------------------------------------------------------------------
+#ifdef __SANITIZE_ADDRESS__
+#define READ_LIMIT_S 2.0      // ASan slows the pickle machine about tenfold
+#else
+#define READ_LIMIT_S 0.2      // the target for the 15 MB file
+#endif
+
 // float -> IEEE half, round to nearest, ties to even (what torch's .half() does)
 static uint16_t to_half(float f) {
     uint32_t x;
@@ -219,7 +225,7 @@ static void check_fixture(const char *pt_name, const char *st_name, const char *
     CHECK(rc == 0, "%s", err.msg);
     if (rc) return;
     printf("    %s: %d tensors read in %.3f s\n", pt_name, pt.n, dt);
-    CHECK(dt < 0.2, "reading took %.3f s (target 0.2)", dt);
+    CHECK(dt < READ_LIMIT_S, "reading took %.3f s (limit %.1f)", dt, READ_LIMIT_S);
     CHECK(st_meta(&pt, "pt_class") && !strcmp(st_meta(&pt, "pt_class"), cls), "class %s", st_meta(&pt, "pt_class"));
     CHECK(st_open(st_path, &ref, &err) == 0, "%s", err.msg);
     int n_param = 0, bad = 0;
