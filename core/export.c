@@ -145,11 +145,13 @@ static void run_ini(const char *weights, char *ini, size_t size) {
     snprintf(ini, size, "%s/args.ini", dir);
 }
 
-// out.safetensors -> out.ini; weights.safetensors -> weights-converted.safetensors
+// out.safetensors -> out.ini; weights.safetensors (or .pt) -> weights-converted.safetensors
 static void derive(const char *path, const char *suffix, char *buf, size_t size) {
-    size_t n = strlen(path), e = strlen(".safetensors");
-    int cut = n > e && !strcmp(path + n - e, ".safetensors");
-    snprintf(buf, size, "%.*s%s", (int)(cut ? n - e : n), path, suffix);
+    size_t n = strlen(path), cut = 0;
+    static const char *ext[] = { ".safetensors", ".pt" };
+    for (int k = 0; k < 2 && !cut; k++)
+        if (n > strlen(ext[k]) && !strcmp(path + n - strlen(ext[k]), ext[k])) cut = strlen(ext[k]);
+    snprintf(buf, size, "%.*s%s", (int)(n - cut), path, suffix);
 }
 
 static int load_config(int argc, char **argv, Config *cfg, Err *err) {
