@@ -1,8 +1,8 @@
 // test_onnx.c: `export format=onnx`. gelan-t and YOLO26-s (fresh weights, BN statistics scrambled so
 // the folding matters) are exported at 64x64 with a dynamic batch, then test/onnx_check.py checks the
-// file (onnx.checker, strict shape inference, opset 17) and runs it with its numpy evaluator on two
-// images against our own inference. Skips when no python3 has the onnx and numpy modules (Debian:
-// python3-onnx).
+// file (onnx.checker, strict shape inference, opset 17) and runs it with its numpy evaluator (or
+// onnxruntime: YT_ONNX_RUNTIME=ort) on two images against our own inference. Skips when no python3 has
+// the onnx and numpy modules (Debian: python3-onnx).
 //
 // Dump mode, for the GPU machine's onnxruntime check (commands in the final report / README "Export"):
 //   build/cpu/test/test_onnx dump CONFIG.ini WEIGHTS FIXTURE.safetensors OUTDIR
@@ -78,12 +78,20 @@ static int write_run(const char *dir, const float *nchw, int B, int S, const flo
 
 static float *to_nhwc(const float *nchw, int B, int S) { return nchw_to_nhwc(nchw, B, 3, S, S); }
 
-// A python3 that has onnx and numpy, or NULL.
+// The runtime onnx_check.py runs the exports with: numpy (its own evaluator), or ort (onnxruntime)
+// when YT_ONNX_RUNTIME=ort, as on the GPU machine.
+static const char *runtime(void) {
+    const char *r = getenv("YT_ONNX_RUNTIME");
+    return r && !strcmp(r, "ort") ? "ort" : "numpy";
+}
+
+// A python3 that has onnx and numpy (numpy and onnxruntime under YT_ONNX_RUNTIME=ort), or NULL.
 static const char *python_with_onnx(void) {
     static const char *py[] = { "python3", "/usr/bin/python3" };
     for (int i = 0; i < 2; i++) {
         char cmd[256];
-        snprintf(cmd, sizeof cmd, "%s -c 'import onnx, numpy' >/dev/null 2>&1", py[i]);
+        snprintf(cmd, sizeof cmd, "%s -c 'import numpy, %s' >/dev/null 2>&1", py[i],
+                 !strcmp(runtime(), "ort") ? "onnxruntime" : "onnx");
         if (system(cmd) == 0) return py[i];
     }
     return NULL;
@@ -115,8 +123,8 @@ static void check_against(const char *py, Model *m, const char *dir, const char 
     int dims[3];
     float *out = our_output(m, nhwc, B, S, dims);
     CHECK(write_run(dir, nchw, B, S, out, dims) == 0, "cannot write the run files in %s", dir);
-    snprintf(cmd, sizeof cmd, "%s test/onnx_check.py '%s' --run '%s' --runtime numpy > '%s/check.log' 2>&1", py, path,
-             dir, dir);
+    snprintf(cmd, sizeof cmd, "%s test/onnx_check.py '%s' --run '%s' --runtime %s > '%s/check.log' 2>&1", py, path,
+             dir, runtime(), dir);
     int rc = system(cmd);
     char log_path[4400];
     snprintf(log_path, sizeof log_path, "%s/check.log", dir);
@@ -140,7 +148,7 @@ static int build_scrambled(const char *ini, Model *m) {
 
 static void export_and_run(const char *ini, const char *tag) {
     const char *py = python_with_onnx();
-    if (!py) SKIP("no python3 with the onnx and numpy modules (Debian: apt-get install python3-onnx)");
+    if (!py) SKIP("no python3 with numpy and %s (Debian: apt-get install python3-onnx)", !strcmp(runtime(), "ort") ? "onnxruntime" : "onnx");
     Err err = { { 0 } };
     Model m;
     if (build_scrambled(ini, &m)) { CHECK(0, "build %s", ini); return; }
@@ -156,7 +164,7 @@ static void export_and_run(const char *ini, const char *tag) {
 // inference of the converted weights in cfg/s.ini.
 static void test_yolov9s_as_gelan_s(void) {
     const char *py = python_with_onnx();
-    if (!py) SKIP("no python3 with the onnx and numpy modules (Debian: apt-get install python3-onnx)");
+    if (!py) SKIP("no python3 with numpy and %s (Debian: apt-get install python3-onnx)", !strcmp(runtime(), "ort") ? "onnxruntime" : "onnx");
     Err err = { { 0 } };
     Model dual, gelan;
     if (build_scrambled("cfg/yolov9-s.ini", &dual)) { CHECK(0, "build yolov9-s"); return; }
