@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """onnx_check.py: check an ONNX file written by `yolotrain export format=onnx`.
 
-    python3 test/onnx_check.py MODEL.onnx [--opset 17] [--run DIR] [--runtime ort|numpy] [--tol 1e-4]
+    python3 test/onnx_check.py MODEL.onnx [--opset 17] [--run DIR] [--runtime ort|numpy] [--tol 1e-4] [--conf 0.25]
 
 Always (when the onnx module is there): onnx.checker (full check), strict shape inference, the opset, the input `images` (batch, 3, S, S)
 and output0's shape. With --run DIR (written by `build/cpu/test/test_onnx dump ...`): runs the model
 on DIR/input.bin and compares output0 with our own inference in DIR/expect.bin, element by element:
 |onnx - ours| <= tol * max(1, |ours|) (tol absolute for scores, relative for pixel coordinates).
 --runtime ort uses onnxruntime (CPU provider); numpy a small evaluator of the operators our exports
-use (slow, for machines without onnxruntime). Prints `ok ...` and exits 0, or prints why and exits 1.
+use (slow, for machines without onnxruntime). Then the detections both outputs give (as `detect`: conf
+0.25, NMS at IoU 0.45 for the (B, 4 + nc, A) layout) must be the same boxes. Prints `ok ...` and exits 0,
+or prints why and exits 1.
 """
 import argparse
 import sys
@@ -119,6 +121,31 @@ def run_numpy(m, images):
     return env[m.graph.output[0].name]
 
 
+def detections(out, conf=0.25, iou=0.45):
+    """What detect keeps from output0, per image: sorted (class, x1, y1, x2, y2).
+    (B, 4 + nc, A): best class per anchor over conf, class-aware greedy NMS; (B, 300, 6): score over conf."""
+    kept = []
+    for o in out:
+        if o.shape[-1] == 6:
+            kept.append(sorted((int(r[5]), *r[:4]) for r in o if r[4] > conf))
+            continue
+        xywh, sc = o[:4].T, o[4:].T
+        boxes = np.concatenate([xywh[:, :2] - xywh[:, 2:] / 2, xywh[:, :2] + xywh[:, 2:] / 2], 1)
+        cls, best = sc.argmax(1), sc.max(1)
+        idx = [i for i in np.argsort(-best, kind="stable") if best[i] > conf]
+        keep = []
+        for i in idx:
+            def overlap(j):
+                a, b = boxes[i], boxes[j]
+                w = max(0, min(a[2], b[2]) - max(a[0], b[0])); h = max(0, min(a[3], b[3]) - max(a[1], b[1]))
+                u = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - w * h
+                return w * h / u if u > 0 else 0
+            if all(cls[j] != cls[i] or overlap(j) <= iou for j in keep):
+                keep.append(i)
+        kept.append(sorted((int(cls[i]), *boxes[i]) for i in keep))
+    return kept
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
@@ -126,6 +153,7 @@ def main():
     ap.add_argument("--run")
     ap.add_argument("--runtime", default="ort", choices=["ort", "numpy"])
     ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("--conf", type=float, default=0.25, help="detection threshold for the box comparison")
     args = ap.parse_args()
     if onnx is None and args.runtime == "numpy":
         sys.exit("FAIL: the numpy runtime needs the onnx module (Debian: python3-onnx)")
@@ -145,11 +173,16 @@ def main():
         got = run_numpy(m, images)
     if got.shape != expect.shape:
         sys.exit(f"FAIL {args.model}: output {got.shape}, ours {expect.shape}")
+    dg, de = detections(got, args.conf), detections(expect, args.conf)
+    same = all(len(a) == len(b) and all(x[0] == y[0] and np.allclose(x[1:], y[1:], rtol=1e-3, atol=1e-3)
+                                        for x, y in zip(a, b)) for a, b in zip(dg, de))
+    print(f"{'ok' if same else 'FAIL'} {args.model}: detections at conf {args.conf} (NMS iou 0.45 where needed): "
+          f"{sum(map(len, dg))} from onnx, {sum(map(len, de))} ours, {'the same' if same else 'different'}")
     err = np.abs(got - expect) / np.maximum(1, np.abs(expect))
     worst = np.unravel_index(np.argmax(err), err.shape)
     print(f"{'ok' if err.max() <= args.tol else 'FAIL'} {args.model} on {args.run} ({args.runtime}): output {got.shape}, "
           f"max error {err.max():.3g} at {worst}: onnx {got[worst]:.6g}, ours {expect[worst]:.6g}")
-    sys.exit(0 if err.max() <= args.tol else 1)
+    sys.exit(0 if err.max() <= args.tol and same else 1)
 
 
 if __name__ == "__main__":

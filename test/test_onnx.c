@@ -123,7 +123,7 @@ static void check_against(const char *py, Model *m, const char *dir, const char 
     int dims[3];
     float *out = our_output(m, nhwc, B, S, dims);
     CHECK(write_run(dir, nchw, B, S, out, dims) == 0, "cannot write the run files in %s", dir);
-    snprintf(cmd, sizeof cmd, "%s test/onnx_check.py '%s' --run '%s' --runtime %s > '%s/check.log' 2>&1", py, path,
+    snprintf(cmd, sizeof cmd, "%s test/onnx_check.py '%s' --run '%s' --runtime %s --conf 0.001 > '%s/check.log' 2>&1", py, path,
              dir, runtime(), dir);
     int rc = system(cmd);
     char log_path[4400];
@@ -148,7 +148,7 @@ static int build_scrambled(const char *ini, Model *m) {
 
 static void export_and_run(const char *ini, const char *tag) {
     const char *py = python_with_onnx();
-    if (!py) SKIP("no python3 with numpy and %s (Debian: apt-get install python3-onnx)", !strcmp(runtime(), "ort") ? "onnxruntime" : "onnx");
+    if (!py) SKIP("no python3 with numpy and %s", !strcmp(runtime(), "ort") ? "onnxruntime (pip install onnxruntime)" : "onnx (Debian: apt-get install python3-onnx)");
     Err err = { { 0 } };
     Model m;
     if (build_scrambled(ini, &m)) { CHECK(0, "build %s", ini); return; }
@@ -164,7 +164,7 @@ static void export_and_run(const char *ini, const char *tag) {
 // inference of the converted weights in cfg/s.ini.
 static void test_yolov9s_as_gelan_s(void) {
     const char *py = python_with_onnx();
-    if (!py) SKIP("no python3 with numpy and %s (Debian: apt-get install python3-onnx)", !strcmp(runtime(), "ort") ? "onnxruntime" : "onnx");
+    if (!py) SKIP("no python3 with numpy and %s", !strcmp(runtime(), "ort") ? "onnxruntime (pip install onnxruntime)" : "onnx (Debian: apt-get install python3-onnx)");
     Err err = { { 0 } };
     Model dual, gelan;
     if (build_scrambled("cfg/yolov9-s.ini", &dual)) { CHECK(0, "build yolov9-s"); return; }
