@@ -123,6 +123,10 @@ deps:
 	     gcc make libpng-dev libjpeg-turbo8-dev libinih-dev libyaml-dev libopenblas-dev zlib1g-dev gfortran; \
 	   $$SUDO apt-get install -y -qq --no-install-recommends clang libclang-rt-dev >/dev/null 2>&1 \
 	     || echo "make deps: clang's libFuzzer runtime not installed: make fuzz will not build"; \
+	   if apt-cache policy python3-onnx 2>/dev/null | grep -q 'Candidate: [0-9]'; then \
+	     $$SUDO apt-get install -y -qq --no-install-recommends python3-onnx >/dev/null 2>&1 \
+	       || echo "make deps: python3-onnx did not install: test_onnx will skip"; \
+	   else echo "make deps: no python3-onnx package here: test_onnx (the ONNX export check) will skip"; fi; \
 	 else echo "make deps: no apt-get here; install libpng, libjpeg-turbo, inih, libyaml and OpenBLAS development packages by hand" >&2; exit 1; fi
 
 clean:

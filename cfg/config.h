@@ -62,6 +62,7 @@ typedef struct {
     char   cache[16];                // "" | ram
     char   project[CFG_PATH], name[256];
     char   optimizer[16];            // auto | SGD | MuSGD | AdamW (gelan-s: auto = SGD; YOLO26: core/train26.c)
+    char   freeze[256];              // "" | N: layers 0..N-1 | [i,j,...]: those layers (core/transfer.h)
     int    epochs, batch, imgsz, workers, seed, exist_ok, close_mosaic, min_items, patience;
     int    save_period, strict, cos_lr, rect;
     // [parallel] (multi-GPU; DESIGN.md section 2)
@@ -97,5 +98,9 @@ void config_defaults(Config *cfg);
 void config_set_nc(Config *cfg, int nc);
 // "cfg/s.ini:12", "command line argument 3" or "default", into buf; returns buf.
 const char *config_where_text(const Where *w, char *buf, size_t n);
+
+// config_freeze_layers: the layers freeze=v names into frozen[0..max) (1 = frozen): "" none, N the
+// first N (yolov9's --freeze N), [i,j,...] or i,j,... those. -1 with why on bad text or an index >= max.
+int config_freeze_layers(const char *v, unsigned char *frozen, int max, char *why, size_t n);
 // The value of a [data] key, or NULL when it was not given.
 const char *config_data_get(const Config *cfg, const char *key);

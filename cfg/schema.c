@@ -13,6 +13,7 @@
 
 static int check_device(const char *v, char *why, size_t n);
 static int check_split(const char *v, char *why, size_t n);
+static int check_freeze(const char *v, char *why, size_t n);
 
 #define F(field) offsetof(Config, field), sizeof(((Config *)0)->field)
 #define INT(sec, name, field, lo, hi, def)     { sec, name, KEY_INT, F(field), lo, hi, 0, NULL, NULL, def }
@@ -42,6 +43,7 @@ const Key cfg_keys[] = {
     STR ("train", "project",      project,      NULL, "runs/train"),
     STR ("train", "name",         name,         NULL, "exp"),
     ENUM("train", "optimizer",    optimizer,    "auto|SGD|MuSGD|AdamW", "auto"),
+    STR ("train", "freeze",       freeze,       check_freeze, ""),   // "": train every layer
     INT ("train", "epochs",       epochs,       1, 1000000, "300"),
     INTX("train", "batch",        batch,        1, 1048576, "-1 (auto: the largest that fits the GPU)", "64"),
     INTM("train", "imgsz",        imgsz,        32, 8192, 32, "640"),
@@ -300,6 +302,39 @@ void key_suggest(const char *section, const char *name, char *buf, size_t n) {
 }
 
 // ---- rules for free-form strings
+
+// freeze: "" | N | [i,j,...] | i,j,... (layer indices)
+int config_freeze_layers(const char *v, unsigned char *frozen, int max, char *why, size_t n) {
+    static const char *forms = "allowed: N (the first N layers, as yolov9's --freeze N) or a list of layer indices "
+                               "[0,1,2] or 0,1,2";
+    memset(frozen, 0, (size_t)max);
+    if (!*v) return 0;
+    const char *p = v + (*v == '[');
+    int list = *v == '[' || strchr(v, ',') != NULL;
+    char *end;
+    for (;;) {
+        if (!isdigit((unsigned char)*p)) break;
+        errno = 0;
+        long k = strtol(p, &end, 10);
+        if (errno || k > (list ? max - 1 : max)) {
+            snprintf(why, n, "layer %.20s: the model has at most %d layers; %s", p, max, forms);
+            return -1;
+        }
+        if (list) frozen[k] = 1;
+        else for (long i = 0; i < k; i++) frozen[i] = 1;
+        p = end;
+        if (*p == ',') { p++; continue; }
+        if ((*v == '[' && p[0] == ']' && !p[1]) || (*v != '[' && !*p)) return 0;
+        break;
+    }
+    snprintf(why, n, "not a layer count or list; %s", forms);
+    return -1;
+}
+
+static int check_freeze(const char *v, char *why, size_t n) {
+    unsigned char frozen[CFG_MAX_LAYERS];
+    return config_freeze_layers(v, frozen, CFG_MAX_LAYERS, why, n);
+}
 
 // "", cpu, cpu:N, or GPU ids: 0 | 0,1 | [0,1]
 static int check_device(const char *v, char *why, size_t n) {

@@ -20,7 +20,7 @@
 #include "io/augment.h"
 #include "io/dataset.h"
 #include "io/image.h"
-#include "io/safetensors.h"
+#include "io/pt.h"
 #include "io/synth.h"
 
 // ---- arguments -----------------------------------------------------------------------------
@@ -134,7 +134,7 @@ static void paths_free(PathList *l) {
 // nc of a weights file: the rows of the first head's class conv bias (DDetect cv3.0.2).
 static int weights_nc(const char *path, int *nc, Err *err) {
     SafeTensors st;
-    if (st_open(path, &st, err)) return -1;
+    if (weights_open(path, &st, err)) return -1;
     *nc = 0;
     const char *tail = ".cv3.0.2.bias";
     for (int i = 0; i < st.n && !*nc; i++) {
@@ -371,7 +371,7 @@ static int detect_all(InferModels *im, char **names, const char *dir, const Path
 static int setup_models(Config *cfg, const DeviceList *devs, InferModels *im, Err *err) {
     int nc;
     memset(im, 0, sizeof *im);
-    if (!cfg->weights[0]) return err_set(err, "detect needs weights=FILE.safetensors");
+    if (!cfg->weights[0]) return err_set(err, "detect needs weights=FILE (.safetensors or .pt)");
     if (!cfg->n_layers) return err_set(err, "detect needs a model config, e.g. yolotrain detect cfg/s.ini weights=...");
     if (weights_nc(cfg->weights, &nc, err)) return -1;
     if (cfg->nc != nc) config_set_nc(cfg, nc);

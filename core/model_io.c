@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "core/model.h"
-#include "io/safetensors.h"
+#include "io/pt.h"
 
 static const char NBT[] = "num_batches_tracked";
 
@@ -47,7 +47,7 @@ static int load_param(float *state, const SafeTensors *st, const ParamInfo *p, c
 
 int model_load(Model *m, const char *path, const char *prefix, Err *err) {
     SafeTensors st;
-    if (st_open(path, &st, err)) return -1;
+    if (weights_open(path, &st, err)) return -1;   // safetensors or .pt
     int rc = 0;
     size_t plen = strlen(prefix);
     float *host = xmalloc(m->n_state * sizeof(float));   // the state may live on a GPU

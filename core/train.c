@@ -20,6 +20,7 @@
 #include "core/infer_devices.h"
 #include "core/multi.h"
 #include "core/train26.h"
+#include "core/transfer.h"
 #include "core/val.h"
 #include "gpu/device.h"
 #include "io/synth.h"
@@ -37,8 +38,10 @@ static int trainer_setup(Trainer *t, const Config *cfg, int gpu, int master, int
         return err_set(err, "optimizer=%s: %s trains with SGD, as YOLOv9's train.py; MuSGD and AdamW are YOLO26's "
                        "(cfg/yolo26s.ini): use optimizer=SGD or auto", cfg->optimizer, cfg->file);
     }
-    if (cfg->weights[0]) {
-        if (model_load(m, cfg->weights, "", err)) { model_free(m); return -1; }
+    unsigned char frozen[CFG_MAX_LAYERS];
+    if (freeze_mask(cfg, m, frozen, err)) { model_free(m); return -1; }
+    if (cfg->weights[0]) {          // what matches by name and shape; the rest fresh (core/transfer.h)
+        if (model_transfer(m, cfg->weights, (uint64_t)cfg->seed, master, err)) { model_free(m); return -1; }
     } else {
         model_init_weights(m, (uint64_t)cfg->seed);
     }
@@ -80,15 +83,29 @@ static int trainer_setup(Trainer *t, const Config *cfg, int gpu, int master, int
     return 0;
 }
 
+// freeze=: say once what stays fixed (train.py logs each name; one line is enough here)
+static void print_frozen(const Model *m, const unsigned char *frozen) {
+    long tensors = 0, floats = 0;
+    for (int i = 0; i < m->n_params; i++)
+        if (param_trainable(m->params[i].kind) && param_frozen(frozen, m->params[i].name))
+            tensors++, floats += (long)m->params[i].n;
+    if (tensors) printf("freeze: %ld parameter tensors (%ld values) of the frozen layers get no update\n", tensors, floats);
+}
+
 static void optimizer_init(Trainer *t, const Config *cfg, int nb) {
     Model *m = &t->m;
+    unsigned char frozen[CFG_MAX_LAYERS];
+    Err ignored;
+    if (freeze_mask(cfg, m, frozen, &ignored)) memset(frozen, 0, sizeof frozen);   // trainer_setup checked it
     t->slots = xcalloc(m->n_params, sizeof *t->slots);
     for (int i = 0; i < m->n_params; i++) {
         const ParamInfo *p = &m->params[i];
         int g = param_group(p->kind);
         if (g < 0 && p->kind != PK_FIXED) continue;      // BN buffers are no parameters
+        if (param_frozen(frozen, p->name)) g = -1;       // as requires_grad False: no update, decay or norm share
         t->slots[t->n_slots++] = (ParamSlot){ m->state + p->offset, g >= 0 ? m->grad + p->offset : NULL, p->n, g };
     }
+    print_frozen(m, frozen);
     if (t->y26) { train26_optimizer_init(t, cfg, nb); return; }   // its groups, optimizer and schedule
     sgd_init(&t->sgd, t->slots, t->n_slots, m->be, m->be_ctx, t->sgd_buf);   // NULL: a host buffer
     LrKind kind = cfg->cos_lr ? LR_COSINE : LR_LINEAR;

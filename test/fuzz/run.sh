@@ -12,6 +12,7 @@
 #   fuzz_labels       one label file -> dataset_open of a one-image scratch dataset
 #   fuzz_image        JPEG/PNG bytes -> image_decode_mem and image_info
 #   fuzz_safetensors  file bytes -> st_open, st_find, st_read_f32
+#   fuzz_pt           file bytes -> pt_open (zip + restricted pickle machine), st_find, st_read_f32
 # Binaries go to build/fuzz/, the growing corpus to build/fuzz/corpus/<target>/ (seeded from
 # test/fuzz/corpus/<target>/, which stays as committed), crashing inputs to build/fuzz/crashes/.
 # Prints libFuzzer's final line per target (executions, exec/s, coverage) and exits 1 on any crash,
@@ -37,11 +38,12 @@ declare -A SRCS=(
     [fuzz_labels]="$DATASET"
     [fuzz_image]="$IMAGE"
     [fuzz_safetensors]="io/safetensors.c core/util.c"
+    [fuzz_pt]="io/pt.c io/zip.c io/safetensors.c core/util.c"
 )
 declare -A MAX_LEN=([fuzz_config]=8192 [fuzz_datayaml]=2048 [fuzz_labels]=2048 [fuzz_image]=8192
-                    [fuzz_safetensors]=4096)
+                    [fuzz_safetensors]=4096 [fuzz_pt]=4096)
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(fuzz_config fuzz_datayaml fuzz_labels fuzz_image fuzz_safetensors)
+[ ${#targets[@]} -gt 0 ] || targets=(fuzz_config fuzz_datayaml fuzz_labels fuzz_image fuzz_safetensors fuzz_pt)
 
 mkdir -p "$OUT/crashes"
 failed=0
