@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "core/infer_devices.h"
+#include "core/readfile.h"
 #include "core/model.h"
 #include "core/val.h"
 #include "io/augment.h"
@@ -101,14 +102,14 @@ static int list_folder(const char *dir, PathList *l, Err *err) {
 }
 
 static int list_file(const char *txt, PathList *l, Err *err) {
-    FILE *f = fopen(txt, "r");
-    if (!f) return err_set(err, "source=%s: cannot open the list: %s", txt, strerror(errno));
+    TextFile t;
+    if (rf_text_read(txt, "source list", &t, err)) return -1;   // a FIFO or binary file is refused
     char line[2 * CFG_PATH];
-    while (fgets(line, sizeof line, f)) {
-        line[strcspn(line, "\r\n")] = 0;
-        if (line[0]) paths_add(l, line);
-    }
-    fclose(f);
+    const char *s;
+    size_t pos = 0, len;
+    while (rf_text_line(&t, &pos, &s, &len))
+        if (len) paths_add(l, (snprintf(line, sizeof line, "%.*s", (int)len, s), line));
+    rf_text_free(&t);
     return 0;
 }
 

@@ -18,6 +18,7 @@
 #include "io/plot.h"
 #include "core/checkpoint.h"
 #include "core/infer_devices.h"
+#include "core/readfile.h"
 #include "core/multi.h"
 #include "core/train26.h"
 #include "core/val.h"
@@ -480,7 +481,7 @@ static void drop_results_from(const char *dir, int epoch) {
     char path[CFG_PATH * 2 + 64], tmp[CFG_PATH * 2 + 80], line[1024];
     snprintf(path, sizeof path, "%s/results.csv", dir);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(path, "r");
+    FILE *f = rf_fopen(path, "results file", NULL);
     if (!f) return;
     FILE *o = fopen(tmp, "w");
     if (!o) { fclose(f); return; }
