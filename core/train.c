@@ -700,10 +700,20 @@ static int find_run(const Config *cfg, char *dir, size_t size, Err *err) {
     if (w) *w = 0;
     size_t n = strlen(dir);
     while (n > 1 && dir[n - 1] == '/') dir[--n] = 0;
-    char state[CFG_PATH * 2 + 64];
+    char state[CFG_PATH * 2 + 64], csv[CFG_PATH * 2 + 64];
+    Err why;
+    if (rf_check_dir(dir, "run folder (resume=)", err)) return -1;
     snprintf(state, sizeof state, "%s/weights/last_state.safetensors", dir);
     if (stat(state, &st)) return err_set(err, "resume=%s: %s is missing; a run saves it at each epoch end and when "
                                          "stopped", cfg->resume, state);
+    int fd = rf_open(state, "training state", err);   // a FIFO here would hang the load much later
+    if (fd < 0) return -1;
+    close(fd);
+    fd = -1;
+    snprintf(csv, sizeof csv, "%s/results.csv", dir);  // appended to each epoch: a FIFO would block that
+    if (!stat(csv, &st) && (fd = rf_open(csv, "results file", &why)) < 0)
+        return err_set(err, "resume=%s: %s", cfg->resume, why.msg);
+    if (fd >= 0) close(fd);
     return 0;
 }
 

@@ -1,0 +1,245 @@
+// test_hostile.c: a FIFO or /dev/zero where a file belongs, in every role yolotrain reads a file in
+// (config, hyp, data.yaml, image list, image, label, weights, a resume folder's files), is refused at
+// once with a message naming the path; NUL bytes and overlong lines in text inputs are refused with
+// file:line. Each case runs in a forked child under alarm(): a hang fails the test instead of CI.
+#include "test/test.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "cfg/config.h"
+#include "core/readfile.h"
+#include "core/train.h"
+#include "io/dataset.h"
+#include "io/image.h"
+#include "io/safetensors.h"
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation"   // the scratch paths here are short
+#endif
+
+enum { P = 2048 };
+static char root[P];
+
+static const char *at(const char *rel) {
+    static char buf[4][P];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], P, "%s/%s", root, rel);
+    return buf[k];
+}
+
+static void put(const char *rel, const char *text, size_t n) {
+    char cmd[3 * P];
+    snprintf(cmd, sizeof cmd, "mkdir -p \"$(dirname '%s')\"", at(rel));
+    if (system(cmd)) exit(1);
+    unlink(at(rel));                         // not through a symlink to /dev/zero left by special()
+    FILE *f = fopen(at(rel), "wb");
+    if (!f || fwrite(text, 1, n, f) != n) { printf("cannot write %s\n", at(rel)); exit(1); }
+    fclose(f);
+}
+#define PUTS(rel, text) put(rel, text, strlen(text))
+#define PUTB(rel, lit) put(rel, lit, sizeof lit - 1)     // a literal with NUL bytes inside
+
+// The special file `kind` ("fifo" or "zero") at rel, replacing what is there.
+static void special(const char *rel, const char *kind) {
+    unlink(at(rel));
+    int rc = !strcmp(kind, "fifo") ? mkfifo(at(rel), 0644) : symlink("/dev/zero", at(rel));
+    if (rc) { printf("cannot make %s: %s\n", at(rel), strerror(errno)); exit(1); }
+}
+
+// A tiny valid PNG (10x10 gray), written with the library's own encoder.
+static void put_png(const char *rel) {
+    uint8_t px[10 * 10 * 3] = {0};
+    Image im = {10, 10, px};
+    Err err;
+    char cmd[3 * P];
+    snprintf(cmd, sizeof cmd, "mkdir -p \"$(dirname '%s')\"", at(rel));
+    if (system(cmd) || image_save_png(at(rel), &im, &err)) { printf("cannot write %s\n", at(rel)); exit(1); }
+}
+
+// Run fn in a child with a 10 s alarm; returns its exit status, or -SIG when it was killed (a hang).
+typedef int (*Case)(const char *arg, char *msg, size_t n);
+static int in_child(Case fn, const char *arg, char *msg, size_t n) {
+    int pipefd[2];
+    if (pipe(pipefd)) return -100;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(pipefd[0]);
+        alarm(10);
+        char m[2048] = "";
+        int rc = fn(arg, m, sizeof m);
+        if (write(pipefd[1], m, strlen(m)) < 0) rc = 99;
+        _exit(rc);
+    }
+    close(pipefd[1]);
+    ssize_t got = read(pipefd[0], msg, n - 1);   // until the child exits (or is killed)
+    msg[got > 0 ? got : 0] = 0;
+    close(pipefd[0]);
+    int status;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+}
+
+static int do_config(const char *path, char *msg, size_t n) {
+    static Config cfg;
+    Err err = {{0}};
+    int rc = config_load(path, 0, NULL, &cfg, &err);
+    snprintf(msg, n, "%s", err.msg);
+    return rc ? 2 : 0;
+}
+
+static int do_hyp(const char *path, char *msg, size_t n) {
+    static Config cfg;
+    Err err = {{0}};
+    char arg[P + 8];
+    snprintf(arg, sizeof arg, "hyp=%s", path);
+    char *ov[] = { arg };
+    int rc = config_load(NULL, 1, ov, &cfg, &err);
+    snprintf(msg, n, "%s", err.msg);
+    return rc ? 2 : 0;
+}
+
+// dataset_open of the train split; the report (every problem line) goes to msg with the error.
+static int do_dataset(const char *yaml, char *msg, size_t n) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *rep = open_memstream(&text, &len);
+    DatasetOptions opt = { .report = rep, .quiet = 1 };
+    Dataset ds;
+    Err err = {{0}};
+    int rc = dataset_open(yaml, NULL, "train", &opt, &ds, &err);
+    fclose(rep);
+    snprintf(msg, n, "%s%s", text ? text : "", rc ? err.msg : "");
+    free(text);
+    if (!rc) { int kept = ds.n; dataset_free(&ds); return kept == 1 ? 3 : 4; }   // 3: only the good image kept
+    return 2;
+}
+
+static int do_weights(const char *path, char *msg, size_t n) {
+    SafeTensors st;
+    Err err = {{0}};
+    int rc = st_open(path, &st, &err);
+    snprintf(msg, n, "%s", err.msg);
+    if (!rc) st_close(&st);
+    return rc ? 2 : 0;
+}
+
+// train_resume prints its refusal on stderr: it goes to a file, which becomes msg.
+static int do_resume(const char *dir, char *msg, size_t n) {
+    static Config cfg;
+    config_defaults(&cfg);
+    snprintf(cfg.resume, sizeof cfg.resume, "%s", dir);
+    char tmp[P];
+    snprintf(tmp, sizeof tmp, "%s/stderr.txt", root);
+    FILE *f = fopen(tmp, "w+");
+    if (!f) return 98;
+    fflush(stderr);
+    dup2(fileno(f), 2);
+    int rc = train_resume(&cfg, 0, NULL);
+    fflush(stderr);
+    rewind(f);
+    msg[fread(msg, 1, n - 1, f)] = 0;
+    fclose(f);
+    return rc;
+}
+
+// One role: fn on `path` after `rel` became a FIFO and then /dev/zero; want the status and every
+// string of `says` in the message.
+static void expect_refused(const char *role, Case fn, const char *path_in, const char *rel, int want,
+                           const char *says) {
+    char path[P], where[P];                  // at()'s buffers are reused
+    snprintf(path, sizeof path, "%s", path_in);
+    snprintf(where, sizeof where, "%s", at(rel));
+    const char *kinds[] = { "fifo", "zero" };
+    const char *named[] = { "FIFO", "character device" };
+    for (int k = 0; k < 2; k++) {
+        special(rel, kinds[k]);
+        char msg[4096];
+        int rc = in_child(fn, path, msg, sizeof msg);
+        CHECK(rc == want, "%s as %s: status %d (want %d; negative: killed by that signal, a hang)\n%s", role,
+              kinds[k], rc, want, msg);
+        CHECK(strstr(msg, where) && strstr(msg, named[k]) && strstr(msg, says),
+              "%s as %s: the message does not name the path, '%s' and '%s':\n%s", role, kinds[k], named[k],
+              says, msg);
+    }
+}
+
+static void make_tree(void) {
+    snprintf(root, sizeof root, "%s", test_tmpdir("hostile"));
+    put_png("images/train/a.png");
+    PUTS("labels/train/a.txt", "0 0.5 0.5 0.2 0.2\n");
+    put_png("images/train/b.png");
+    PUTS("data.yaml", "train: images/train\nval: images/train\nnames: [x]\n");
+    PUTS("list.yaml", "train: list.txt\nval: list.txt\nnames: [x]\n");
+    PUTS("fifo.yaml", "train: images/train\nval: images/train\nnames: [x]\n");
+}
+
+static void test_special_files_in_every_role(void) {
+    make_tree();
+    expect_refused("config", do_config, at("c.ini"), "c.ini", 2, "config");
+    expect_refused("hyp", do_hyp, at("hyp.yaml"), "hyp.yaml", 2, "hyp file");
+    expect_refused("data.yaml", do_dataset, at("d.yaml"), "d.yaml", 2, "dataset description");
+    expect_refused("image list", do_dataset, at("list.yaml"), "list.txt", 2, "image list");
+    // an image or a label file that is special: that image is excluded, the run goes on with a.png
+    unlink(at("images/train/b.png"));
+    expect_refused("image", do_dataset, at("data.yaml"), "images/train/b.jpg", 3, "image");
+    unlink(at("images/train/b.jpg"));
+    put_png("images/train/b.png");
+    expect_refused("label file", do_dataset, at("data.yaml"), "labels/train/b.txt", 3, "label file");
+    unlink(at("labels/train/b.txt"));
+    expect_refused("weights", do_weights, at("w.safetensors"), "w.safetensors", 2, "weights file");
+    // a resume folder: its config, its training state, its results; and the folder itself
+    PUTS("run/args.ini", "[train]\nepochs = 1\n");
+    PUTS("run/weights/last_state.safetensors", "not read");
+    expect_refused("resume args.ini", do_resume, at("run"), "run/args.ini", 2, "config");
+    PUTS("run/args.ini", "[train]\nepochs = 1\n");
+    expect_refused("resume state", do_resume, at("run"), "run/weights/last_state.safetensors", 2,
+                   "training state");
+    PUTS("run/weights/last_state.safetensors", "not read");
+    expect_refused("resume results", do_resume, at("run"), "run/results.csv", 2, "results file");
+    unlink(at("run/results.csv"));
+    special("runfifo", "fifo");
+    char msg[4096];
+    char dir[P];
+    snprintf(dir, sizeof dir, "%s", at("runfifo"));
+    int rc = in_child(do_resume, dir, msg, sizeof msg);
+    CHECK(rc == 2 && strstr(msg, "not a folder"), "a FIFO as the resume folder: %d\n%s", rc, msg);
+}
+
+// NUL bytes and overlong lines: refused with file:line in every text reader.
+static void test_nul_and_long_lines(void) {
+    make_tree();
+    char msg[4096];
+    PUTB("c.ini", "[train]\nepochs = 1\nbatch = 2\0\n");
+    int rc = in_child(do_config, at("c.ini"), msg, sizeof msg);
+    CHECK(rc == 2 && strstr(msg, "c.ini:3: a NUL byte"), "config NUL: %d %s", rc, msg);
+    PUTB("hyp.yaml", "lr0: 0.01\n\0");
+    rc = in_child(do_hyp, at("hyp.yaml"), msg, sizeof msg);
+    CHECK(rc == 2 && strstr(msg, "hyp.yaml:2: a NUL byte"), "hyp NUL: %d %s", rc, msg);
+    PUTB("d.yaml", "train: images/train\nval: images/train\0\nnames: [x]\n");
+    rc = in_child(do_dataset, at("d.yaml"), msg, sizeof msg);
+    CHECK(rc == 2 && strstr(msg, "d.yaml:2: a NUL byte"), "data.yaml NUL: %d %s", rc, msg);
+    PUTB("labels/train/b.txt", "0 0.5 0.5 0.2 0.2\n0 0.5\0 0.5 0.2 0.2\n");
+    rc = in_child(do_dataset, at("data.yaml"), msg, sizeof msg);
+    CHECK(rc == 3 && strstr(msg, "labels/train/b.txt:2: a NUL byte"), "label NUL: %d %s", rc, msg);
+    size_t big = RF_LINE_MAX + 10;
+    char *line = malloc(big + 1);
+    memset(line, 'a', big);
+    line[big] = '\n';
+    memcpy(line, "images/x.png", 12);
+    put("list.txt", line, big + 1);
+    free(line);
+    rc = in_child(do_dataset, at("list.yaml"), msg, sizeof msg);
+    CHECK(rc == 2 && strstr(msg, "list.txt:1: the line is") && strstr(msg, "over the"), "list long line: %d %s",
+          rc, msg);
+}
+
+int main(void) {
+    signal(SIGPIPE, SIG_IGN);
+    RUN(test_special_files_in_every_role);
+    RUN(test_nul_and_long_lines);
+    return test_summary();
+}
