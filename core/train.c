@@ -19,6 +19,7 @@
 #include "core/checkpoint.h"
 #include "core/infer_devices.h"
 #include "core/readfile.h"
+#include "core/runlock.h"
 #include "core/multi.h"
 #include "core/train26.h"
 #include "core/val.h"
@@ -329,18 +330,23 @@ int make_dirs(const char *path) {
     return mkdir(buf, 0755) && errno != EEXIST ? -1 : 0;
 }
 
-// runs/train/exp, exp2, exp3, ... (first free), or exactly NAME with exist_ok; plus weights/.
-static int run_dir(const Config *cfg, char *dir, size_t size, Err *err) {
+// runs/train/exp, exp2, exp3, ... (the first free one), or exactly NAME with exist_ok; plus weights/;
+// locked for this run (*lock). A folder another run holds is skipped, or refused under exist_ok.
+static int run_dir(const Config *cfg, char *dir, size_t size, int *lock, Err *err) {
     struct stat st;
     for (int k = 1; k < 10000; k++) {
         if (k == 1) snprintf(dir, size, "%s/%s", cfg->project, cfg->name);
         else snprintf(dir, size, "%s/%s%d", cfg->project, cfg->name, k);
-        if (cfg->exist_ok || stat(dir, &st)) break;
+        if (!cfg->exist_ok && !stat(dir, &st)) continue;
+        char w[CFG_PATH * 2 + 16];
+        snprintf(w, sizeof w, "%s/weights", dir);
+        if (make_dirs(w)) return err_set(err, "cannot create %s: %s; set project= to a writable folder", w, strerror(errno));
+        int rc = run_lock(dir, lock, err);
+        if (rc < 0 || (rc > 0 && cfg->exist_ok)) return -1;
+        if (rc == 0) return 0;             // rc > 0: another run made this folder just now; the next name
     }
-    char w[CFG_PATH * 2 + 16];
-    snprintf(w, sizeof w, "%s/weights", dir);
-    if (make_dirs(w)) return err_set(err, "cannot create %s: %s; set project= to a writable folder", w, strerror(errno));
-    return 0;
+    return err_set(err, "%s/%s: no free run folder name up to %s9999; pick another name=", cfg->project, cfg->name,
+                   cfg->name);
 }
 
 // Refuse to start when the run folder's disk cannot hold the checkpoints of one epoch end (last,
@@ -761,8 +767,10 @@ int train_run(Config *cfg) {
         return 2;
     }
     char dir[CFG_PATH * 2];                        // made only once the run can start
-    if (run_dir(cfg, dir, sizeof dir, &err) || check_space(dir, &t.m, &err)) {
+    int lock = -1;
+    if (run_dir(cfg, dir, sizeof dir, &lock, &err) || check_space(dir, &t.m, &err)) {
         fprintf(stderr, "yolotrain: %s\n", err.msg);
+        run_unlock(dir, lock);
         trainer_free(&t); loader_close(ld); dataset_free(&ds); dataset_free(&vds);
         return 1;
     }
@@ -817,6 +825,7 @@ int train_run(Config *cfg) {
         else printf("The run stopped on an error (above); its files are in %s\n", dir);
     }
     val_result_free(&rs.best);
+    run_unlock(dir, lock);
     trainer_free(&t);
     loader_close(ld);
     dataset_free(&ds);

@@ -2,6 +2,8 @@
 // (config, hyp, data.yaml, image list, image, label, weights, a resume folder's files), is refused at
 // once with a message naming the path; NUL bytes and overlong lines in text inputs are refused with
 // file:line. Each case runs in a forked child under alarm(): a hang fails the test instead of CI.
+// Outputs: export's out= naming its input is refused; empty or escaping project/name are refused; a
+// second run in a held run folder is refused with the holder's pid, and a dead holder's lock is stale.
 #include "test/test.h"
 
 #include <errno.h>
@@ -9,11 +11,14 @@
 #include <sys/wait.h>
 
 #include "cfg/config.h"
+#include "core/export.h"
+#include "core/runlock.h"
 #include "core/readfile.h"
 #include "core/train.h"
 #include "io/dataset.h"
 #include "io/image.h"
 #include "io/safetensors.h"
+#include "io/synth.h"
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"   // the scratch paths here are short
@@ -237,9 +242,123 @@ static void test_nul_and_long_lines(void) {
           rc, msg);
 }
 
+// ---- outputs never overwrite an input or another run -------------------------------------------
+
+static int do_export(const char *out, char *msg, size_t n) {
+    static Config cfg;
+    char w[P + 16], o[P + 8];
+    snprintf(w, sizeof w, "weights=%s", at("run/weights/best.safetensors"));
+    snprintf(o, sizeof o, "out=%s", out);
+    char *argv[] = { "cfg/yolov9-s.ini", w, o };
+    fflush(stderr);
+    char tmp[P];
+    snprintf(tmp, sizeof tmp, "%s/stderr.txt", root);
+    FILE *f = fopen(tmp, "w+");
+    if (!f) return 98;
+    dup2(fileno(f), 2);
+    int rc = export_run(3, argv, &cfg);
+    fflush(stderr);
+    rewind(f);
+    msg[fread(msg, 1, n - 1, f)] = 0;
+    fclose(f);
+    return rc;
+}
+
+static void test_export_out_is_not_an_input(void) {
+    make_tree();
+    PUTS("run/weights/best.safetensors", "the yolov9-s weights");
+    if (symlink(at("run/weights/best.safetensors"), at("link.safetensors"))) { CHECK(0, "symlink"); return; }
+    char outs[3][P], msg[4096];
+    snprintf(outs[0], P, "%s", at("run/weights/best.safetensors"));
+    snprintf(outs[1], P, "%s", at("run/weights/../weights/best.safetensors"));
+    snprintf(outs[2], P, "%s", at("link.safetensors"));
+    for (int i = 0; i < 3; i++) {
+        int rc = in_child(do_export, outs[i], msg, sizeof msg);
+        CHECK(rc == 2 && strstr(msg, "would overwrite the input"), "out=%s: %d %s", outs[i], rc, msg);
+    }
+    size_t len;
+    char *text = slurp(at("run/weights/best.safetensors"), &len);
+    CHECK(text && !strcmp(text, "the yolov9-s weights"), "the input was changed");
+    free(text);
+}
+
+static void test_project_and_name(void) {
+    static Config cfg;
+    const char *bad[] = { "project=", "name=", "name=..", "name=.", "name=../../etc", "name=a/b" };
+    for (int i = 0; i < 6; i++) {
+        Err err = {{0}};
+        char *ov[] = { (char *)bad[i] };
+        CHECK(config_load(NULL, 1, ov, &cfg, &err) != 0 && strstr(err.msg, bad[i][0] == 'p' ? "project" : "name"),
+              "%s was accepted (%s)", bad[i], err.msg);
+    }
+    Err err;
+    char *ok[] = { "project=/tmp/x y", "name=exp.1" };
+    CHECK(config_load(NULL, 2, ok, &cfg, &err) == 0, "%s", err.msg);
+}
+
+// A second run in a held run folder is refused naming the holder's pid; a crashed holder's lock is stale.
+static void test_concurrent_runs(void) {
+    make_tree();
+    SynthConfig sc = synth_defaults();
+    sc.n_train = 4; sc.n_val = 2; sc.min_side = 64; sc.max_side = 80; sc.threads = 1;
+    Err err;
+    if (synth_generate(at("synth"), &sc, &err)) { CHECK(0, "%s", err.msg); return; }
+    char dir[P];
+    snprintf(dir, sizeof dir, "%s", at("runs/exp"));
+    char cmd[P + 16];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+    if (system(cmd)) { CHECK(0, "mkdir"); return; }
+    int go[2];
+    if (pipe(go)) { CHECK(0, "pipe"); return; }
+    pid_t holder = fork();
+    if (holder == 0) {                           // holds the folder until the pipe closes
+        int fd;
+        Err e;
+        close(go[1]);
+        if (run_lock(dir, &fd, &e)) _exit(1);
+        char c;
+        if (read(go[0], &c, 1) < 0) _exit(2);
+        _exit(0);
+    }
+    close(go[0]);
+    usleep(200 * 1000);
+    static Config cfg;
+    char d[P + 8], p[P + 16];
+    snprintf(d, sizeof d, "data=%s", at("synth/data.yaml"));
+    snprintf(p, sizeof p, "project=%s", at("runs"));
+    char *ov[] = { d, p, "name=exp", "exist_ok=1", "imgsz=64", "batch=2", "epochs=1", "workers=1", "device=cpu" };
+    CHECK(config_load("cfg/t.ini", 9, ov, &cfg, &err) == 0, "%s", err.msg);
+    char tmp[P];
+    snprintf(tmp, sizeof tmp, "%s/stderr.txt", root);
+    fflush(stderr);
+    int saved = dup(2);
+    FILE *f = fopen(tmp, "w+");
+    dup2(fileno(f), 2);
+    int rc = train_run(&cfg);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    char msg[4096], pid[32];
+    rewind(f);
+    msg[fread(msg, 1, sizeof msg - 1, f)] = 0;
+    fclose(f);
+    snprintf(pid, sizeof pid, "(pid %d)", (int)holder);
+    CHECK(rc == 1 && strstr(msg, "in use by another run") && strstr(msg, pid), "rc %d:\n%s", rc, msg);
+    close(go[1]);
+    int status;
+    waitpid(holder, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the holder could not lock");
+    int fd;                                      // the holder is gone: its lock file is stale, taken over
+    CHECK(run_lock(dir, &fd, &err) == 0, "a stale lock was not taken over: %s", err.msg);
+    run_unlock(dir, fd);
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     RUN(test_special_files_in_every_role);
     RUN(test_nul_and_long_lines);
+    RUN(test_export_out_is_not_an_input);
+    RUN(test_project_and_name);
+    RUN(test_concurrent_runs);
     return test_summary();
 }
