@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 
 #include "cfg/config.h"
+#include "core/detect.h"
 #include "core/export.h"
 #include "core/runlock.h"
 #include "core/readfile.h"
@@ -54,15 +55,18 @@ static void special(const char *rel, const char *kind) {
     if (rc) { printf("cannot make %s: %s\n", at(rel), strerror(errno)); exit(1); }
 }
 
-// A tiny valid PNG (10x10 gray), written with the library's own encoder.
-static void put_png(const char *rel) {
-    uint8_t px[10 * 10 * 3] = {0};
-    Image im = {10, 10, px};
+// A valid w x h PNG (gray), written with the library's own encoder.
+static void put_png_wh(const char *rel, int w, int h) {
+    uint8_t *px = calloc((size_t)w * h * 3, 1);
+    for (int i = 0; i < w * h * 3; i++) px[i] = (uint8_t)(i * 7);
+    Image im = {w, h, px};
     Err err;
     char cmd[3 * P];
     snprintf(cmd, sizeof cmd, "mkdir -p \"$(dirname '%s')\"", at(rel));
     if (system(cmd) || image_save_png(at(rel), &im, &err)) { printf("cannot write %s\n", at(rel)); exit(1); }
+    free(px);
 }
+static void put_png(const char *rel) { put_png_wh(rel, 10, 10); }
 
 // Run fn in a child with a 10 s alarm; returns its exit status, or -SIG when it was killed (a hang).
 typedef int (*Case)(const char *arg, char *msg, size_t n);
@@ -353,6 +357,64 @@ static void test_concurrent_runs(void) {
     run_unlock(dir, fd);
 }
 
+// ---- detect: one result per input, every input -----------------------------------------------
+
+static int run_detect(const char *source, const char *name, char *msg, size_t n) {
+    static Config cfg;
+    Err err;
+    char w[P + 16], p[P + 16], nm[64];
+    snprintf(w, sizeof w, "weights=%s", at("w.safetensors"));
+    snprintf(p, sizeof p, "project=%s", at("det"));
+    snprintf(nm, sizeof nm, "name=%s", name);
+    char *ov[] = { w, p, nm, "imgsz=64", "device=cpu", "exist_ok=1" };
+    if (config_load("cfg/t.ini", 6, ov, &cfg, &err)) { snprintf(msg, n, "%s", err.msg); return -1; }
+    DetectOptions o = { .nms = nms_detect_options() };
+    snprintf(o.source, sizeof o.source, "%s", source);
+    char tmp[P];
+    snprintf(tmp, sizeof tmp, "%s/detect-out.txt", root);
+    fflush(stdout); fflush(stderr);
+    int so = dup(1), se = dup(2);
+    FILE *f = fopen(tmp, "w+");
+    dup2(fileno(f), 1); dup2(fileno(f), 2);
+    int rc = detect_run(&cfg, &o);
+    fflush(stdout); fflush(stderr);
+    dup2(so, 1); dup2(se, 2); close(so); close(se);
+    rewind(f);
+    msg[fread(msg, 1, n - 1, f)] = 0;
+    fclose(f);
+    return rc;
+}
+
+static void test_detect_names_and_odd_images(void) {
+    make_tree();
+    static Config cfg;
+    Err err;
+    char *ov[] = { "imgsz=64", "nc=2" };
+    Model m;
+    if (config_load("cfg/t.ini", 2, ov, &cfg, &err) || model_build(&cfg, 1, 64, &m, &err)) { CHECK(0, "%s", err.msg); return; }
+    model_init_weights(&m, 3);
+    int saved = model_save(&m, at("w.safetensors"), &err);
+    model_free(&m);
+    if (saved) { CHECK(0, "%s", err.msg); return; }
+    put_png("a/x.png");
+    put_png("b/x.png");
+    put_png_wh("c/x.png", 3, 10000);              // scaled to 64: a side of 0 px before the fix
+    char list[3 * P];
+    snprintf(list, sizeof list, "%s\n%s\n%s\n", at("a/x.png"), at("b/x.png"), at("c/x.png"));
+    PUTS("list.txt", list);
+    char msg[8192];
+    int rc = run_detect(at("list.txt"), "names", msg, sizeof msg);
+    CHECK(rc == 0, "detect: %d\n%s", rc, msg);
+    const char *outs[] = { "det/names/x.png", "det/names/x_2.png", "det/names/x_3.png" };
+    for (int i = 0; i < 3; i++) CHECK(access(at(outs[i]), F_OK) == 0, "%s is missing\n%s", outs[i], msg);
+    CHECK(strstr(msg, "its results are named x_2") && strstr(msg, "3x10000"), "%s", msg);
+    char cmd[P + 16];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", at("empty"));
+    if (system(cmd)) return;
+    rc = run_detect(at("empty"), "empty", msg, sizeof msg);   // qsort(NULL, 0) tripped UBSan here
+    CHECK(rc == 2 && strstr(msg, "no JPEG or PNG images found"), "empty folder: %d\n%s", rc, msg);
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     RUN(test_special_files_in_every_role);
@@ -360,5 +422,6 @@ int main(void) {
     RUN(test_export_out_is_not_an_input);
     RUN(test_project_and_name);
     RUN(test_concurrent_runs);
+    RUN(test_detect_names_and_odd_images);
     return test_summary();
 }
