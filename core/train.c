@@ -4,6 +4,7 @@
 #include "core/train.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stddef.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -542,6 +543,17 @@ typedef struct {
     int            saved_epoch, saved_batch;   // where last_state.safetensors continues; epoch -1: none yet
 } Failure;
 
+// 1 when the EMA weights hold only finite values (else err names the first tensor that does not):
+// weights that went NaN are never saved over good ones.
+static int ema_finite(const Trainer *t, Err *err) {
+    size_t n = t->m.n_state;
+    float *host = xmalloc(n * sizeof(float));
+    t->m.be->download(t->m.be_ctx, host, t->ema, n);
+    int rc = model_check_finite(&t->m, host, n, "the EMA weights", "ema", err);
+    free(host);
+    return rc == 0;
+}
+
 // A step failed (what NULL: a device error or bad targets, reported already) or a CUDA call did (the
 // fatal hook of gpu/device.h, what: the error): keep the newest weights. The EMA on device 0 is whole
 // as of the last optimizer step, so it goes to weights/last.safetensors; last_state stays where it
@@ -560,6 +572,7 @@ static void save_after_failure(const char *what, void *arg) {
     else if (f->t->dev && !device_usable(f->t->dev)) snprintf(why, sizeof why, "GPU %d can no longer run work (a "
                                                               "sticky CUDA error)", ((Device *)f->t->dev)->id);
 #endif
+    else if (!ema_finite(f->t, &err)) snprintf(why, sizeof why, "%s", err.msg);
     else if (trainer_save(f->t, last, &err)) snprintf(why, sizeof why, "%s", err.msg);
     if (!why[0]) {
         fprintf(stderr, "yolotrain: saved the EMA weights of the last optimizer step to %s; ", last);
@@ -598,6 +611,15 @@ static void injected_cuda_failure(const Trainer *t, int step) {
     device_fatal("injected");
 }
 
+// YT_NAN_AT_STEP=N (tests): before step N a weight becomes NaN, as a diverging run's would, so the
+// step's loss is NaN and the run must stop without saving NaN weights over the last finite ones.
+static void injected_nan(const Trainer *t, int step) {
+    const char *at = getenv("YT_NAN_AT_STEP");
+    if (!at || atoi(at) != step) return;
+    float nan = NAN;
+    t->m.be->upload(t->m.be_ctx, t->m.state, &nan, 1);
+}
+
 static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
     int nb = loader_batches(ld), S = cfg->imgsz, rc = 0;
     const Dataset *ds = rs->train;
@@ -634,12 +656,23 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
                 if (picture_batch(b, ds->names, ds->nc, path, &err)) fprintf(stderr, "note: %s\n", err.msg);
             }
             injected_cuda_failure(t, ++steps);
+            injected_nan(t, steps);
             t->input_u8 = b->images;                   // converted on the device: a quarter of the bytes
             LossOut lo;
             int bad = trainer_step(t, b->n, S, b->targets, b->nt, epoch, i, &lo, &err);
             t->input_u8 = NULL;                        // the batch goes back to the loader below
             if (bad) {
                 fprintf(stderr, "\nyolotrain: %s\n", err.msg);
+                loader_release(ld, b);
+                if (next) loader_release(ld, next);
+                save_after_failure(NULL, &fail);
+                rc = 1;
+                goto done;
+            }
+            if (!isfinite(lo.box) || !isfinite(lo.cls) || !isfinite(lo.dfl)) {   // the weights may follow
+                fprintf(stderr, "\nyolotrain: the loss is not finite at epoch %d, batch %d (step %d of this run): "
+                        "box %g, cls %g, dfl %g; the run stops (lower lr0, or check the data and the weights)\n",
+                        epoch, i, steps, lo.box, lo.cls, lo.dfl);
                 loader_release(ld, b);
                 if (next) loader_release(ld, next);
                 save_after_failure(NULL, &fail);

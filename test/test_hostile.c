@@ -415,6 +415,69 @@ static void test_detect_names_and_odd_images(void) {
     CHECK(rc == 2 && strstr(msg, "no JPEG or PNG images found"), "empty folder: %d\n%s", rc, msg);
 }
 
+// ---- NaN: in weights, in the loss -----------------------------------------------------------------
+
+static void test_nan_weights_refused(void) {
+    make_tree();
+    static Config cfg;
+    Err err;
+    char *ov[] = { "imgsz=64", "nc=2" };
+    Model m;
+    if (config_load("cfg/t.ini", 2, ov, &cfg, &err) || model_build(&cfg, 1, 64, &m, &err)) { CHECK(0, "%s", err.msg); return; }
+    model_init_weights(&m, 3);
+    const ParamInfo *p = &m.params[5];
+    m.state[p->offset + 2] = NAN;
+    CHECK(model_save(&m, at("nan.safetensors"), &err) == 0, "%s", err.msg);
+    m.state[p->offset + 2] = INFINITY;
+    CHECK(model_save(&m, at("inf.safetensors"), &err) == 0, "%s", err.msg);
+    char want[300];
+    snprintf(want, sizeof want, "tensor '%s' holds NaN at index 2", p->name);
+    CHECK(model_load(&m, at("nan.safetensors"), "", &err) != 0 && strstr(err.msg, want), "%s", err.msg);
+    snprintf(want, sizeof want, "tensor '%s' holds Inf at index 2", p->name);
+    CHECK(model_load(&m, at("inf.safetensors"), "", &err) != 0 && strstr(err.msg, want), "%s", err.msg);
+    model_free(&m);
+}
+
+// A loss that turns NaN mid-run (YT_NAN_AT_STEP poisons a weight): the run stops with status 1 naming
+// the step and the loss items; the EMA weights (finite: no optimizer step since) are saved, and the
+// state of the last epoch end stays where resume continues.
+static void test_nan_loss_stops(void) {
+    make_tree();
+    SynthConfig sc = synth_defaults();
+    sc.n_train = 4; sc.n_val = 2; sc.min_side = 64; sc.max_side = 80; sc.threads = 1;
+    Err err;
+    if (synth_generate(at("synth"), &sc, &err)) { CHECK(0, "%s", err.msg); return; }
+    static Config cfg;
+    char d[P + 8], p[P + 16];
+    snprintf(d, sizeof d, "data=%s", at("synth/data.yaml"));
+    snprintf(p, sizeof p, "project=%s", at("runs"));
+    char *ov[] = { d, p, "name=nan", "imgsz=64", "batch=2", "epochs=3", "workers=1", "device=cpu" };
+    if (config_load("cfg/t.ini", 8, ov, &cfg, &err)) { CHECK(0, "%s", err.msg); return; }
+    setenv("YT_NAN_AT_STEP", "3", 1);             // epoch 1, batch 0: after epoch 0's checkpoints
+    char tmp[P];
+    snprintf(tmp, sizeof tmp, "%s/train-err.txt", root);
+    fflush(stdout); fflush(stderr);
+    int so = dup(1), se = dup(2);
+    FILE *f = fopen(tmp, "w+");
+    dup2(fileno(f), 1); dup2(fileno(f), 2);
+    int rc = train_run(&cfg);
+    fflush(stdout); fflush(stderr);
+    dup2(so, 1); dup2(se, 2); close(so); close(se);
+    unsetenv("YT_NAN_AT_STEP");
+    static char msg[1 << 16];
+    rewind(f);
+    msg[fread(msg, 1, sizeof msg - 1, f)] = 0;
+    fclose(f);
+    CHECK(rc == 1, "status %d", rc);
+    CHECK(strstr(msg, "the loss is not finite at epoch 1, batch 0 (step 3 of this run): box ") && strstr(msg, "cls nan"), "%s", msg);
+    CHECK(strstr(msg, "saved the EMA weights") && strstr(msg, "continues from there"), "%s", msg);
+    Model m;
+    config_set_nc(&cfg, SYNTH_NC);
+    if (model_build(&cfg, 1, 64, &m, &err)) { CHECK(0, "%s", err.msg); return; }
+    CHECK(model_load(&m, at("runs/nan/weights/last.safetensors"), "", &err) == 0, "last: %s", err.msg);
+    model_free(&m);
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     RUN(test_special_files_in_every_role);
@@ -423,5 +486,7 @@ int main(void) {
     RUN(test_project_and_name);
     RUN(test_concurrent_runs);
     RUN(test_detect_names_and_odd_images);
+    RUN(test_nan_weights_refused);
+    RUN(test_nan_loss_stops);
     return test_summary();
 }
