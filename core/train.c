@@ -292,6 +292,15 @@ void trainer_update(Trainer *t, int epoch, int i) {
     trainer_mark(t, TM_U1);
 }
 
+// The learning rates of iteration (epoch, i) into t->lr without advancing the schedule: a run
+// resumed after its epoch's last batch (stopped during validation) logs them as the run that went on.
+static void trainer_lr_at(Trainer *t, int epoch, int i) {
+    if (t->y26) { train26_lr_at(t, epoch, i); return; }
+    OptSchedule copy = t->sched;                       // opt_schedule_next records steps: not in t
+    OptStep st = opt_schedule_next(&copy, epoch, i);
+    memcpy(t->lr, st.lr, sizeof t->lr);
+}
+
 int trainer_step(Trainer *t, int n, int S, const float *targets, int nt, int epoch, int i,
                  LossOut *out, Err *err) {
     if (t->multi) return multi_step(t->multi, n, S, targets, nt, epoch, i, out, err);
@@ -316,8 +325,35 @@ int trainer_save(const Trainer *t, const char *path, Err *err) {
 
 // ---- the run -------------------------------------------------------------------------------
 
-static volatile sig_atomic_t stop_requested;
-static void on_signal(int sig) { stop_requested = sig; }
+// Ctrl-C and SIGTERM. Once training runs (stop_savable) they only set stop_requested: the loop, the
+// validation pass and the checkpoint writes all finish what they hold within seconds, then the run
+// saves where it stands and says how to resume. Before that (reading the dataset, building the
+// model, loading weights) there is nothing to save: the run ends at once with status 128 + signal;
+// the files written by then (the run folder, args.ini by rename, the lock the kernel drops) are whole.
+static volatile sig_atomic_t stop_requested, stop_savable;
+static void on_signal(int sig) {
+    if (!stop_savable) {
+        static const char msg[] = "\nyolotrain: stopped by a signal before training started; nothing to save\n";
+        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)w;
+        _exit(128 + sig);
+    }
+    stop_requested = sig;
+}
+
+// YT_SIGNAL_AT=startup|val|checkpoint (tests): SIGTERM to this process at that point (once per
+// process), as a user's kill arriving while the dataset loads, validation runs or checkpoints are written.
+static void injected_signal(const char *where) {
+    static int done;
+    const char *at = getenv("YT_SIGNAL_AT");
+    if (!done && at && !strcmp(at, where)) { done = 1; raise(SIGTERM); }
+}
+
+static void say_stopped(const char *dir, int epoch, int batch, const char *when) {
+    printf("\nstopped (%s) %s epoch %d, batch %d: saved %s/weights/last.safetensors and last_state.safetensors; "
+           "continue with: ./yolotrain resume=%s\n", stop_requested < 0 ? "YT_STOP_AFTER_STEPS" : "signal", when,
+           epoch, batch, dir, dir);
+}
 
 int make_dirs(const char *path) {
     char buf[4 * CFG_PATH];
@@ -499,15 +535,19 @@ static void drop_results_from(const char *dir, int epoch) {
     else remove(tmp);
 }
 
-// After an epoch: validate the EMA weights, log, save last (and best by fitness). -1 on a failed save.
+// After an epoch: validate the EMA weights, log, save last (and best by fitness). -1 on a failed save,
+// 1 when a signal stopped the validation (nothing written: the caller saves the state before it).
 static int end_epoch(Config *cfg, Trainer *t, RunState *rs, int epoch, const Running *r) {
     Err err;
     char path[CFG_PATH * 2 + 64];
     if (t->y26) train26_end_epoch(t);                  // ProgLoss: the next epoch's branch weights
     ValOptions vo = val_options_train(cfg);           // train.py: 2*batch, rect, pad 0.5; run in chunks
     vo.picture_dir = rs->dir;
+    vo.stop = &stop_requested;                         // a signal ends the pass within a batch
+    injected_signal("val");
     ValResult v = { 0 };
     int vrc = val_evaluate_ema(t, rs->val, &vo, &v, &err);   // the EMA weights, on every device
+    if (vrc && stop_requested) return 1;
     if (vrc) { fprintf(stderr, "yolotrain: validation failed: %s\n", err.msg); memset(&v, 0, sizeof v); }
     results_row(rs, epoch, r, &v, t->lr);
     char csv[CFG_PATH * 2 + 64];
@@ -516,6 +556,7 @@ static int end_epoch(Config *cfg, Trainer *t, RunState *rs, int epoch, const Run
     if (plot_results(csv, path, &err)) fprintf(stderr, "note: %s\n", err.msg);
     snprintf(path, sizeof path, "%s/weights/last.safetensors", rs->dir);
     int rc = 0;
+    injected_signal("checkpoint");
     if (trainer_save(t, path, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); rc = -1; }
     if (!rc && !vrc && (v.fitness > rs->best_fitness || rs->best_epoch < 0)) {
         rs->best_fitness = v.fitness;
@@ -694,19 +735,23 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
             if (dev_csv) fclose(dev_csv);
             multi_gather_state(t->multi);              // sharded: EMA, momentum into device 0 before saving
         }
-        if (stop_requested) {                          // mid-epoch: save where we are, no validation
-            snprintf(path, sizeof path, "%s/weights/last.safetensors", dir);
+        int in_loop = stop_requested != 0;
+        int ended = in_loop ? 1 : end_epoch(cfg, t, rs, epoch, &r);
+        if (ended > 0) {                               // mid-epoch or mid-validation: save where we are;
+            snprintf(path, sizeof path, "%s/weights/last.safetensors", dir);   // resume validates again
             int bad = trainer_save(t, path, &err);
             if (bad) fprintf(stderr, "yolotrain: %s\n", err.msg);
             rc = save_state(t, rs, epoch, i, &r) || bad;
-            if (!rc) printf("\nstopped (%s) at epoch %d, batch %d: saved %s/weights/last.safetensors and "
-                            "last_state.safetensors; continue with: ./yolotrain resume=%s\n",
-                            stop_requested < 0 ? "YT_STOP_AFTER_STEPS" : "signal", epoch, i, dir, dir);
+            if (!rc) say_stopped(dir, epoch, i, in_loop ? "at" : "during the validation of");
             goto done;
         }
-        if (end_epoch(cfg, t, rs, epoch, &r) || save_state(t, rs, epoch + 1, 0, &(Running){ 0 })) { rc = 1; goto done; }
+        if (ended < 0 || save_state(t, rs, epoch + 1, 0, &(Running){ 0 })) { rc = 1; goto done; }
         fail.saved_epoch = epoch + 1;
         fail.saved_batch = 0;
+        if (stop_requested && epoch + 1 < cfg->epochs) {   // while checkpointing: those files are whole
+            say_stopped(dir, epoch + 1, 0, "at the start of");
+            goto done;
+        }
         if (cfg->patience > 0 && epoch - rs->best_epoch >= cfg->patience) {
             printf("Stopping training early as no improvement observed in last %d epochs. Best results "
                    "observed at epoch %d; the best model is saved as best.safetensors.\n", cfg->patience, rs->best_epoch);
@@ -774,13 +819,43 @@ int train_resume(Config *cfg, int argc, char **argv) {
     return train_run(cfg);
 }
 
+static int train_run_(Config *cfg);
+
+// RUN/args.ini, the effective config (what resume= reads back), through a temporary file and a
+// rename: a resumed run rewrites it, and a kill then must not leave half of it.
+static void write_args(const Config *cfg, const char *dir) {
+    char path[CFG_PATH * 2 + 32], tmp[CFG_PATH * 2 + 40];
+    snprintf(path, sizeof path, "%s/args.ini", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return;
+    config_print(cfg, f);
+    if (fclose(f) == 0) rename(tmp, path);
+    else remove(tmp);
+}
+
+// The run with Ctrl-C and SIGTERM handled (see on_signal); the callers' handlers come back after.
 int train_run(Config *cfg) {
+    struct sigaction on = { .sa_handler = on_signal }, old_int, old_term;
+    sigemptyset(&on.sa_mask);
+    stop_requested = stop_savable = 0;
+    sigaction(SIGINT, &on, &old_int);
+    sigaction(SIGTERM, &on, &old_term);
+    int rc = train_run_(cfg);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    stop_savable = 0;
+    return rc;
+}
+
+static int train_run_(Config *cfg) {
     Err err;
     DeviceList devs;
     if (pick_devices(cfg, &devs)) return 2;
     int gpu = devs.gpu[0];
     note_unbuilt_keys(cfg);
     Dataset ds;
+    injected_signal("startup");
     if (open_data(cfg, &ds, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return 2; }
     Dataset vds;
     DatasetOptions vopt = { .strict = cfg->strict, .nc = ds.nc, .report = stderr };
@@ -808,9 +883,7 @@ int train_run(Config *cfg) {
         return 1;
     }
     char path[CFG_PATH * 2 + 32];
-    snprintf(path, sizeof path, "%s/args.ini", dir);
-    FILE *f = fopen(path, "w");
-    if (f) { config_print(cfg, f); fclose(f); }
+    write_args(cfg, dir);
     char where[64];
     if (devs.n > 1) snprintf(where, sizeof where, "%d %s (%s)", devs.n, gpu < 0 ? "CPU devices" : "GPUs", gpu < 0 ? "fp32" : cfg->precision);
     else snprintf(where, sizeof where, gpu < 0 ? "cpu" : "GPU %d (%s)", gpu, cfg->precision);
@@ -837,12 +910,11 @@ int train_run(Config *cfg) {
             rs.best_epoch = rs.start.best_epoch;
             if (t.multi) multi_scatter_state(t.multi);   // replicas and shards take the loaded state
             printf("Resuming %s from epoch %d, batch %d\n", dir, rs.start.epoch, rs.start.batch);
+            if (rs.start.batch > 0) trainer_lr_at(&t, rs.start.epoch, rs.start.batch - 1);
             drop_results_from(dir, rs.start.epoch);
         }
     }
-    stop_requested = 0;
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
+    stop_savable = 1;                                // from here a signal saves where the run stands
     double t0 = now_seconds();
     if (!rc) rc = train_epochs(cfg, &t, ld, &rs);
     if (rc != 2) {                                   // 2: the run could not start
