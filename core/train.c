@@ -19,6 +19,7 @@
 #include "io/plot.h"
 #include "core/checkpoint.h"
 #include "core/infer_devices.h"
+#include "core/memlimit.h"
 #include "core/readfile.h"
 #include "core/runlock.h"
 #include "core/multi.h"
@@ -48,14 +49,19 @@ static int trainer_setup(Trainer *t, const Config *cfg, int gpu, int master, int
     t->master = master;
     if (gpu < 0) {
         // The arenas are reserved but not yet touched: refuse now rather than be killed mid-epoch.
+        // OpenBLAS's buffers first (it would spin where they do not fit), then the run's own need
+        // against the least of MemAvailable, the cgroup limit and ulimit -v.
+        if (blas_reserve(err)) { model_free(m); return -1; }
         double states = m->end2end ? 4.0 : 3.0;       // YOLO26: two optimizer states (MuSGD s, m; AdamW m, v)
-        double need = model_host_bytes(m) + sizeof(float) * (states * m->n_state + (double)cfg->batch * cfg->imgsz * cfg->imgsz * 3);
-        double have = (double)mem_available_bytes();
-        if (have > 0 && need > 0.9 * have) {
+        double stacks = (cfg->workers + 4.0) * (8 << 20);   // loader and BLAS threads' stacks (address space)
+        double need = model_host_bytes(m) + stacks +
+                      sizeof(float) * (states * m->n_state + (double)cfg->batch * cfg->imgsz * cfg->imgsz * 3);
+        MemBudget have = mem_budget(model_host_bytes(m));   // the arenas are mapped, not yet touched
+        if (have.bytes > 0 && need > 0.9 * have.bytes) {
             model_free(m);
             return err_set(err, "training on the CPU at batch %d and imgsz %d needs %.1f GB of memory, %.1f GB are "
-                           "available; lower batch or imgsz (cfg/t.ini is set up for CPU runs) or train on a GPU",
-                           micro, cfg->imgsz, need / 1e9, have / 1e9);
+                           "available (%s); lower batch or imgsz (cfg/t.ini is set up for CPU runs), raise the "
+                           "limit, or train on a GPU", micro, cfg->imgsz, need / 1e9, have.bytes / 1e9, have.what);
         }
         if (master) {
             t->ema = xmalloc(m->n_state * sizeof(float));

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 
 #include "cfg/config.h"
@@ -478,8 +479,78 @@ static void test_nan_loss_stops(void) {
     model_free(&m);
 }
 
+// ---- resource limits: ulimit -v ----------------------------------------------------------------
+
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+
+static long vm_size_kb(void) {
+    long kb = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+    for (char line[256]; f && fgets(line, sizeof line, f); )
+        if (sscanf(line, "VmSize: %ld kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb;
+}
+
+// A tiny training run under RLIMIT_AS = what is mapped now + extra_mb; its messages into msg.
+static int limited_run(const char *extra_mb, char *msg, size_t n) {
+    struct rlimit r;
+    r.rlim_cur = r.rlim_max = (rlim_t)(vm_size_kb() + atol(extra_mb) * 1024) * 1024;
+    if (setrlimit(RLIMIT_AS, &r)) { snprintf(msg, n, "setrlimit: %s", strerror(errno)); return 97; }
+    static Config cfg;
+    Err err;
+    char d[P + 8], p[P + 16];
+    snprintf(d, sizeof d, "data=%s", at("synth/data.yaml"));
+    snprintf(p, sizeof p, "project=%s", at("runs"));
+    char *ov[] = { d, p, "name=lim", "imgsz=64", "batch=2", "epochs=1", "workers=1", "device=cpu" };
+    if (config_load("cfg/t.ini", 8, ov, &cfg, &err)) { snprintf(msg, n, "%s", err.msg); return 98; }
+    char tmp[P];
+    snprintf(tmp, sizeof tmp, "%s/lim-%s.txt", root, extra_mb);
+    FILE *f = fopen(tmp, "w+");
+    if (!f) return 96;
+    fflush(stdout); fflush(stderr);
+    dup2(fileno(f), 1); dup2(fileno(f), 2);
+    int rc = train_run(&cfg);
+    fflush(stdout); fflush(stderr);
+    rewind(f);
+    msg[fread(msg, 1, n - 1, f)] = 0;
+    return rc;
+}
+
+// Under ulimit -v the memory check counts the limit (not only MemAvailable), OpenBLAS's buffers are
+// sized to it, and what does not fit is a clear refusal within seconds, never a spin; a limit with
+// room trains.
+static void test_address_space_limit(void) {
+#ifdef UNDER_ASAN
+    SKIP("AddressSanitizer maps terabytes of shadow memory: RLIMIT_AS cannot apply");
+#else
+    make_tree();
+    SynthConfig sc = synth_defaults();
+    sc.n_train = 4; sc.n_val = 2; sc.min_side = 64; sc.max_side = 80; sc.threads = 1;
+    Err err;
+    if (synth_generate(at("synth"), &sc, &err)) { CHECK(0, "%s", err.msg); return; }
+    static char msg[1 << 15];
+    // first in this process: no GEMM has run, so OpenBLAS has no buffers yet (as in a fresh yolotrain)
+    int rc = in_child(limited_run, "50", msg, sizeof msg);
+    CHECK(rc == 2 && strstr(msg, "ulimit -v") && strstr(msg, "OpenBLAS alone needs"),
+          "a 50 MB address-space limit: status %d (negative: killed, a spin)\n%s", rc, msg);
+    rc = in_child(limited_run, "400", msg, sizeof msg);      // the old code spun here (3 x 128 MB)
+    CHECK(rc == 0 || (rc == 2 && strstr(msg, "ulimit -v")),
+          "a 400 MB address-space limit: status %d (negative: killed, a spin)\n%s", rc, msg);
+    rc = in_child(limited_run, "1500", msg, sizeof msg);
+    CHECK(rc == 0, "a 1.5 GB address-space limit: status %d\n%s", rc, msg);
+#endif
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
+    RUN(test_address_space_limit);           // first: before any GEMM of this process
     RUN(test_special_files_in_every_role);
     RUN(test_nul_and_long_lines);
     RUN(test_export_out_is_not_an_input);
