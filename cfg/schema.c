@@ -29,7 +29,7 @@ const Key cfg_keys[] = {
     INT ("model", "nc",             nc,             0, 100000, "0"),   // 0: from the dataset
     DBL ("model", "depth_multiple", depth_multiple, 0.01, 10, "1.0"),
     DBL ("model", "width_multiple", width_multiple, 0.01, 10, "1.0"),
-    INT ("model", "reg_max",        reg_max,        1, 64, "16"),
+    INT ("model", "reg_max",        reg_max,        1, 16, "16"),   // 16: DDetect's DFL; 1: YOLO26's Detect
 
     STR ("train", "data",         data,         NULL, ""),        // "": the built-in synthetic set
     STR ("train", "hyp",          hyp_file,     NULL, ""),

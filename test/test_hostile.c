@@ -301,6 +301,21 @@ static void test_project_and_name(void) {
     CHECK(config_load(NULL, 2, ok, &cfg, &err) == 0, "%s", err.msg);
 }
 
+// A key's accepted range is what works end to end: reg_max other than 16 (DFL) is refused where
+// the model is built, naming the layer and what to write, not at the first loss.
+static void test_reg_max_range(void) {
+    static Config cfg;
+    Err err;
+    Model m;
+    char *ov[] = { "imgsz=64", "reg_max=8" };
+    CHECK(config_load("cfg/t.ini", 2, ov, &cfg, &err) == 0, "%s", err.msg);
+    int rc = model_build(&cfg, 1, 64, &m, &err);
+    CHECK(rc != 0 && strstr(err.msg, "cfg/t.ini:") && strstr(err.msg, "set reg_max = 16"), "%s", rc ? err.msg : "built");
+    if (!rc) model_free(&m);
+    char *big[] = { "reg_max=17" };
+    CHECK(config_load("cfg/t.ini", 1, big, &cfg, &err) != 0, "reg_max=17 accepted");
+}
+
 // A second run in a held run folder is refused naming the holder's pid; a crashed holder's lock is stale.
 static void test_concurrent_runs(void) {
     make_tree();
@@ -555,6 +570,7 @@ int main(void) {
     RUN(test_nul_and_long_lines);
     RUN(test_export_out_is_not_an_input);
     RUN(test_project_and_name);
+    RUN(test_reg_max_range);
     RUN(test_concurrent_runs);
     RUN(test_detect_names_and_odd_images);
     RUN(test_nan_weights_refused);
