@@ -480,7 +480,8 @@ static void print_split(const Config *cfg, const DeviceList *devs) {
     if (!strcmp(cfg->split, "even") && cfg->batch % devs->n)
         printf("warning: batch=%d does not divide by %d devices: split as torch.chunk gives %d and %d images, so the "
                "device with fewer waits for the others each step; a multiple of %d (e.g. batch=%d) keeps them even\n",
-               cfg->batch, devs->n, sizes[0], sizes[devs->n - 1], devs->n, cfg->batch / devs->n * devs->n);
+               cfg->batch, devs->n, sizes[0], sizes[devs->n - 1], devs->n,
+               cfg->batch < devs->n ? devs->n : cfg->batch / devs->n * devs->n);   // never batch=0
 }
 
 typedef struct {              // what the run keeps across epochs for validation and checkpoints
