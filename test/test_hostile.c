@@ -504,6 +504,7 @@ static void test_nan_loss_stops(void) {
 #endif
 #endif
 
+#ifndef UNDER_ASAN
 static long vm_size_kb(void) {
     long kb = 0;
     FILE *f = fopen("/proc/self/status", "r");
@@ -537,6 +538,7 @@ static int limited_run(const char *extra_mb, char *msg, size_t n) {
     msg[fread(msg, 1, n - 1, f)] = 0;
     return rc;
 }
+#endif
 
 // Under ulimit -v the memory check counts the limit (not only MemAvailable), OpenBLAS's buffers are
 // sized to it, and what does not fit is a clear refusal within seconds, never a spin; a limit with
