@@ -347,13 +347,14 @@ static int detect_one(Detector *dt, const char *path, int i, int n, char *line, 
     double t0 = now_seconds();
     int nd = infer(dt, &img);
     double ms = (now_seconds() - t0) * 1e3;
-    const char *stem = dt->run->src->stem[i], *dot = strrchr(path, '.');
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path, *dot = strrchr(base, '.');
+    const char *stem = dt->run->src->stem[i];
     char out[4 * CFG_PATH];
     snprintf(out, sizeof out, "%s/labels/%s.txt", dir, stem);
     int rc = nd ? detect_write_labels(out, dt->dec.det, nd, img.w, img.h, err) : 0;
     draw(&img, dt->dec.det, nd, dt->run->names);
     int png = dot && !strcasecmp(dot, ".png");
-    snprintf(out, sizeof out, "%s/%s%s", dir, stem, dot && !strchr(dot, '/') ? dot : png ? ".png" : ".jpg");
+    snprintf(out, sizeof out, "%s/%s%s", dir, stem, dot ? dot : ".jpg");   // the input's extension
     if (!rc) rc = png ? image_save_png(out, &img, err) : image_save_jpeg(out, &img, 95, err);
     snprintf(line, size, "image %d/%d %s: %dx%d %d detection%s, %.1fms", i + 1, n, path, img.w, img.h, nd, nd == 1 ? "" : "s", ms);
     image_free(&img);

@@ -17,6 +17,7 @@
 #include "core/runlock.h"
 #include "core/readfile.h"
 #include "core/train.h"
+#include "io/check.h"
 #include "io/dataset.h"
 #include "io/image.h"
 #include "io/safetensors.h"
@@ -431,6 +432,27 @@ static void test_detect_names_and_odd_images(void) {
     CHECK(rc == 2 && strstr(msg, "no JPEG or PNG images found"), "empty folder: %d\n%s", rc, msg);
 }
 
+// `check CONFIG.ini data=X` judges class ids by the dataset's names (2 here), as training does, not
+// by the config's nc (80): class 5 is outside 0..1.
+static void test_check_uses_dataset_nc(void) {
+    make_tree();
+    PUTS("two.yaml", "train: images/train\nval: images/train\nnames: [x, y]\n");
+    PUTS("labels/train/b.txt", "5 0.5 0.5 0.2 0.2\n");
+    static Config cfg;
+    Err err;
+    char d[P + 8];
+    snprintf(d, sizeof d, "data=%s", at("two.yaml"));
+    char *ov[] = { d };
+    if (config_load("cfg/t.ini", 1, ov, &cfg, &err)) { CHECK(0, "%s", err.msg); return; }
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    check_run(&cfg, out, NULL, &err);
+    fclose(out);
+    CHECK(cfg.nc == 80 && text && strstr(text, "labels/train/b.txt:1: class 5 is outside 0..1"), "%s", text);
+    free(text);
+}
+
 // ---- NaN: in weights, in the loss -----------------------------------------------------------------
 
 static void test_nan_weights_refused(void) {
@@ -575,6 +597,7 @@ int main(void) {
     RUN(test_reg_max_range);
     RUN(test_concurrent_runs);
     RUN(test_detect_names_and_odd_images);
+    RUN(test_check_uses_dataset_nc);
     RUN(test_nan_weights_refused);
     RUN(test_nan_loss_stops);
     return test_summary();
