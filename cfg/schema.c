@@ -14,6 +14,8 @@
 static int check_device(const char *v, char *why, size_t n);
 static int check_split(const char *v, char *why, size_t n);
 static int check_freeze(const char *v, char *why, size_t n);
+static int check_project(const char *v, char *why, size_t n);
+static int check_name(const char *v, char *why, size_t n);
 
 #define F(field) offsetof(Config, field), sizeof(((Config *)0)->field)
 #define INT(sec, name, field, lo, hi, def)     { sec, name, KEY_INT, F(field), lo, hi, 0, NULL, NULL, def }
@@ -31,7 +33,7 @@ const Key cfg_keys[] = {
     DBL ("model", "depth_multiple", depth_multiple, 0.01, 10, "1.0"),
     DBL ("model", "width_multiple", width_multiple, 0.01, 10, "1.0"),
     INT ("model", "max_channels",   max_channels,   0, 65536, "0"),   // 0: no cap
-    INT ("model", "reg_max",        reg_max,        1, 64, "16"),
+    INT ("model", "reg_max",        reg_max,        1, 16, "16"),   // 16: DDetect's DFL; 1: YOLO26's Detect
 
     STR ("train", "data",         data,         NULL, ""),        // "": the built-in synthetic set
     STR ("train", "hyp",          hyp_file,     NULL, ""),
@@ -40,8 +42,8 @@ const Key cfg_keys[] = {
     STR ("train", "device",       device,       check_device, ""),
     ENUM("train", "precision",    precision,    "bf16|tf32|fp32", "bf16"),
     ENUM("train", "cache",        cache,        "|ram|none", ""),
-    STR ("train", "project",      project,      NULL, "runs/train"),
-    STR ("train", "name",         name,         NULL, "exp"),
+    STR ("train", "project",      project,      check_project, "runs/train"),
+    STR ("train", "name",         name,         check_name, "exp"),
     ENUM("train", "optimizer",    optimizer,    "auto|SGD|MuSGD|AdamW", "auto"),
     STR ("train", "freeze",       freeze,       check_freeze, ""),   // "": train every layer
     INT ("train", "epochs",       epochs,       1, 1000000, "300"),
@@ -366,6 +368,22 @@ static int check_device(const char *v, char *why, size_t n) {
         break;
     }
     snprintf(why, n, "not a device list; %s", forms);
+    return -1;
+}
+
+// A folder to write runs under: never empty (project= would write the run to /exp).
+static int check_project(const char *v, char *why, size_t n) {
+    if (*v) return 0;
+    snprintf(why, n, "empty; name the folder for runs, e.g. project=runs/train");
+    return -1;
+}
+
+// One folder name inside project: no '/', not "." or "..", so a run never lands outside project or
+// in project itself, beside other runs' files.
+static int check_name(const char *v, char *why, size_t n) {
+    if (*v && !strchr(v, '/') && strcmp(v, ".") && strcmp(v, "..")) return 0;
+    snprintf(why, n, "not a folder name; a run's folder is project/name: one name without '/', not '.' "
+             "or '..', e.g. name=exp");
     return -1;
 }
 

@@ -246,6 +246,23 @@ static int export_onnx(Config *cfg, const char *out, int dynamic, Err *err) {
     return rc;
 }
 
+// 1 when a and b name one existing file (any spelling, a symlink or a hard link).
+static int same_file(const char *a, const char *b) {
+    struct stat x, y;
+    return !stat(a, &x) && !stat(b, &y) && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+// An output never replaces an input: out= naming the weights would lose them (the auxiliary branch).
+static int outputs_clear(const Config *cfg, const char *out, const char *ini, Err *err) {
+    const char *outs[2] = { out, ini }, *ins[2] = { cfg->weights, cfg->file };
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++)
+            if (ins[j][0] && same_file(outs[i], ins[j]))
+                return err_set(err, "out=%s: %s would overwrite the input %s; name another file", out, outs[i],
+                               ins[j]);
+    return 0;
+}
+
 int export_run(int argc, char **argv, Config *cfg) {
     char out[CFG_PATH] = "", ini[CFG_PATH + 16], format[32] = "safetensors", dyn[16] = "0";
     Err err;
@@ -264,11 +281,13 @@ int export_run(int argc, char **argv, Config *cfg) {
     if (load_config(argc, argv, cfg, &err)) { fprintf(stderr, "yolotrain export: %s\n", err.msg); return 2; }
     if (onnx) {
         if (!out[0]) derive(cfg->weights, ".onnx", out, sizeof out);
+        if (outputs_clear(cfg, out, out, &err)) { fprintf(stderr, "yolotrain export: %s\n", err.msg); return 2; }
         if (export_onnx(cfg, out, dyn[0] == '1', &err)) { fprintf(stderr, "yolotrain export: %s\n", err.msg); return 2; }
         return 0;
     }
     if (!out[0]) derive(cfg->weights, "-converted.safetensors", out, sizeof out);
     derive(out, ".ini", ini, sizeof ini);
+    if (outputs_clear(cfg, out, ini, &err)) { fprintf(stderr, "yolotrain export: %s\n", err.msg); return 2; }
     if (export_weights(cfg, cfg->weights, out, ini, &err)) {
         fprintf(stderr, "yolotrain export: %s\n", err.msg);
         return 2;

@@ -668,6 +668,9 @@ static int build_layer(Builder *b, const int *in, int n_in, int *out) {
     double wm = b->cfg->width_multiple > 0 ? b->cfg->width_multiple : 1.0;
     int c[4] = { 0 };
     int head = !strcmp(mod, "DDetect") || !strcmp(mod, "DualDDetect") || !strcmp(mod, "Detect");
+    if (head && strcmp(mod, "Detect") && m->reg_max != 16)     // the loss and decode have 16 DFL bins
+        return fail(b, "reg_max = %d: %s works with reg_max = 16 (DFL bins) only; set reg_max = 16 in [model] "
+                    "(reg_max = 1 is for YOLO26's end-to-end Detect)", m->reg_max, mod);
     if (!strcmp(mod, "Upsample") || !strcmp(mod, "Concat") || head || !strcmp(mod, "Silence") ||
         !strcmp(mod, "CBLinear") || !strcmp(mod, "CBFuse")) {
     } else {

@@ -150,6 +150,10 @@ void model_print_info(const Model *m, const Config *cfg, FILE *f);
 // Weights in safetensors with PyTorch state-dict names (prefix "" or e.g. "param/").
 int  model_load(Model *m, const char *path, const char *prefix, Err *err);
 int  model_save(const Model *m, const char *path, Err *err);
+// Values on their way into the model (host copies, n_state floats laid out as m->state, or another
+// array of n when not): refuse NaN or Inf naming path, the tensor (`what`, or the parameter at that
+// offset) and the index, so broken weights never train to a NaN loss. Every reader calls it.
+int  model_check_finite(const Model *m, const float *v, size_t n, const char *path, const char *what, Err *err);
 
 // core/act_plan.c: the activation arena's layout. bf16 = 1 (a GPU running bf16 GEMMs) stores the
 // pre-BN maps z of GEMM convolutions, and every value whose writers and readers all take bf16 maps,
