@@ -98,6 +98,7 @@ int model_transfer(Model *m, const char *path, uint64_t seed, int verbose, Err *
         rc = err_set(err, "%s: only %d/%d items of this model (name and shape) are in the file; it seems to hold %s. "
                      "Train with the config of that model, or without weights=", path, c.taken, c.total, what);
     }
+    if (!rc) rc = model_check_finite(m, host, m->n_state, path, "state", err);   // NaN/Inf weights refused
     if (!rc) m->be->upload(m->be_ctx, m->state, host, m->n_state);
     if (!rc && verbose) printf("Transferred %d/%d items from %s\n", c.taken, c.total, path);
     free(host);

@@ -7,6 +7,8 @@
 // ('storage', torch.HalfStorage, '<key>', 'cpu', numel) and are the entries <dir>/data/<key>.
 #include "io/pt.h"
 
+#include "core/readfile.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -535,12 +537,12 @@ static int walk_root(Names *w, Value *root, SafeTensors *st) {
 
 // ---- open -------------------------------------------------------------------------------------
 static int map_file(const char *path, SafeTensors *st, Err *err) {
-    int fd = open(path, O_RDONLY | O_NONBLOCK);
-    if (fd < 0) return err_set(err, "%s: cannot open: %s", path, strerror(errno));
+    int fd = rf_open(path, "weights file", err);   // a FIFO or a device is refused, never waited on
+    if (fd < 0) return -1;
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    if (fstat(fd, &sb) != 0) {
         close(fd);
-        return err_set(err, "%s: not a regular file", path);
+        return err_set(err, "%s: cannot stat: %s", path, strerror(errno));
     }
     st->map_size = (size_t)sb.st_size;
     void *p = st->map_size ? mmap(NULL, st->map_size, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;

@@ -15,6 +15,7 @@
 #include "core/detect.h"
 #include "core/export.h"
 #include "core/runlock.h"
+#include "core/transfer.h"
 #include "core/readfile.h"
 #include "core/train.h"
 #include "io/check.h"
@@ -473,6 +474,8 @@ static void test_nan_weights_refused(void) {
     CHECK(model_load(&m, at("nan.safetensors"), "", &err) != 0 && strstr(err.msg, want), "%s", err.msg);
     snprintf(want, sizeof want, "tensor '%s' holds Inf at index 2", p->name);
     CHECK(model_load(&m, at("inf.safetensors"), "", &err) != 0 && strstr(err.msg, want), "%s", err.msg);
+    // training's weights= goes through the transfer, which checks the same
+    CHECK(model_transfer(&m, at("inf.safetensors"), 1, 0, &err) != 0 && strstr(err.msg, want), "transfer: %s", err.msg);
     model_free(&m);
 }
 
