@@ -6,11 +6,33 @@ CC      ?= gcc
 NVCC    ?= $(shell command -v nvcc 2>/dev/null)
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wshadow -I. -pthread
-NVFLAGS ?= -O2 -g -arch=sm_90 -gencode=arch=compute_90,code=compute_90
-NVFLAGS += -std=c++17 -I. -Xcompiler -Wall,-Wno-unused-parameter
+# CUDA_ARCH: the GPUs the CUDA build runs on. `fat` (the default): machine code for sm_80 (A100), sm_86
+# (RTX 30, A10), sm_89 (L4, L40S, RTX 40) and sm_90 (H100, H200), plus compute_90 PTX that the driver
+# compiles at first use on newer GPUs (Blackwell: sm_100, sm_120). `native`: only the GPU(s) of this
+# machine (nvcc -arch=native; quickest to build). Or compute capabilities: CUDA_ARCH="80 90"; the PTX
+# is of the last. An -arch or -gencode in NVFLAGS replaces all of this.
+CUDA_ARCH ?= fat
+ifeq ($(CUDA_ARCH),fat)
+  ARCH_LIST := 80 86 89 90
+else ifneq ($(CUDA_ARCH),native)
+  ARCH_LIST := $(CUDA_ARCH)
+endif
+ifeq ($(CUDA_ARCH),native)
+  ARCH_FLAGS := -arch=native
+else
+  ARCH_FLAGS := $(foreach a,$(ARCH_LIST),-gencode=arch=compute_$(a),code=sm_$(a)) \
+                -gencode=arch=compute_$(lastword $(ARCH_LIST)),code=compute_$(lastword $(ARCH_LIST))
+endif
+ifneq ($(filter -arch% --gpu-architecture% -gencode% --generate-code%,$(NVFLAGS)),)
+  ARCH_FLAGS :=
+endif
+NVFLAGS ?= -O2 -g
+# `override`: kept when NVFLAGS is set on the command line (make NVFLAGS="-O3"), which replaces the
+# line above but would otherwise also drop these, which the build needs.
+override NVFLAGS += $(ARCH_FLAGS) -std=c++17 -I. -Xcompiler -Wall,-Wno-unused-parameter
 ifneq ($(WERROR),)
   CFLAGS  += -Werror
-  NVFLAGS += -Werror all-warnings
+  override NVFLAGS += -Werror all-warnings
 endif
 ifneq ($(SANITIZE),)
   CFLAGS  += -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
@@ -32,9 +54,21 @@ else
   CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
   VARIANT := cuda
   CFLAGS  += -DUSE_CUDA -I$(CUDA_HOME)/include
-  NVFLAGS += -DUSE_CUDA
+  override NVFLAGS += -DUSE_CUDA
   LDLIBS  += -L$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
   GPU_SRCS := $(wildcard gpu/*.cu gpu/*.c)
+  # cuDNN 9 (optional): detected by its header like nvcc; the library is opened at run time
+  # (gpu/cudnn_conv.c), so a binary built with it still runs, on im2col + cuBLAS, where it is absent.
+  # `make CUDNN=` builds without it; CUDNN_INCLUDE names another header folder.
+  CUDNN_INCLUDE ?= $(firstword $(foreach d,$(CUDA_HOME)/include /usr/include /usr/include/x86_64-linux-gnu,$(if $(wildcard $(d)/cudnn_graph.h),$(d))))
+  CUDNN ?= $(CUDNN_INCLUDE)
+  ifneq ($(CUDNN),)
+    CFLAGS  += -DUSE_CUDNN -I$(CUDNN_INCLUDE)
+    override NVFLAGS += -DUSE_CUDNN
+    LDLIBS  += -ldl
+  else
+    $(info cuDNN headers not found: convolutions use im2col + cuBLAS only)
+  endif
 endif
 
 B        := build/$(VARIANT)$(if $(SANITIZE),-san)
@@ -89,6 +123,10 @@ deps:
 	     gcc make libpng-dev libjpeg-turbo8-dev libinih-dev libyaml-dev libopenblas-dev zlib1g-dev gfortran; \
 	   $$SUDO apt-get install -y -qq --no-install-recommends clang libclang-rt-dev >/dev/null 2>&1 \
 	     || echo "make deps: clang's libFuzzer runtime not installed: make fuzz will not build"; \
+	   if apt-cache policy python3-onnx 2>/dev/null | grep -q 'Candidate: [0-9]'; then \
+	     $$SUDO apt-get install -y -qq --no-install-recommends python3-onnx >/dev/null 2>&1 \
+	       || echo "make deps: python3-onnx did not install: test_onnx will skip"; \
+	   else echo "make deps: no python3-onnx package here: test_onnx (the ONNX export check) will skip"; fi; \
 	 else echo "make deps: no apt-get here; install libpng, libjpeg-turbo, inih, libyaml and OpenBLAS development packages by hand" >&2; exit 1; fi
 
 clean:

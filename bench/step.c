@@ -1,7 +1,8 @@
 // step.c: training-step speed with a per-phase breakdown (forward, loss, backward, optimizer).
 //   make benches && ./bench/step                    CPU: gelan-s 4x256, gelan-t 8x320, gelan-s 4x640
 //   ./bench/step CONFIG imgsz batch steps [device [precision]]   e.g. cfg/s.ini 640 64 20 0 bf16
-//   (device as in the config: cpu, cpu:2, 0, 0,1)
+//   (device as in the config: cpu, cpu:2, 0, 0,1; batch -1: the largest that fits, as training's batch=-1;
+//   YT_GPU_RESERVE_GB=G takes G GiB first, e.g. to size the batch for a smaller GPU)
 // "fwd1" is one training-mode forward alone. On one GPU the timed steps reuse the batch already on
 // the device (PyTorch's GPU-only figures are measured so); several devices upload each step. Images and targets are random (data loading is
 // measured by bench/loader and by the training loop's own data-wait figure). On a GPU every phase
@@ -12,8 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/infer_devices.h"
 #include "core/model.h"
 #include "core/multi.h"
+#include "gpu/cudnn_conv.h"
 #include "gpu/device.h"
 
 #include "cfg/config.h"
@@ -55,7 +58,8 @@ static double node_flops(const Model *m, const Node *nd, int n) {
 
 // With YT_PROFILE set: the 15 most expensive (node, direction) pairs of the profiled steps.
 static void print_profile(const Model *m, int n, int steps) {
-    static const char *ops[] = { "conv", "repconv", "maxpool", "avgpool", "upsample", "copy", "add" };
+    static const char *ops[] = { "conv", "repconv", "maxpool", "avgpool", "upsample", "copy", "add", "attn", "detach" };
+    _Static_assert(sizeof ops / sizeof *ops == OP_KINDS, "a name for every OpKind");
     int k = 2 * m->n_nodes, *order = xmalloc(k * sizeof *order);
     double fwd = 0, bwd = 0;
     for (int i = 0; i < k; i++) { order[i] = i; if (i % 2) bwd += m->prof[i]; else fwd += m->prof[i]; }
@@ -93,10 +97,12 @@ static int bench(const char *cfgfile, int S, int n, int steps, const char *devic
 #endif
     DeviceList devs;
     if (parse_devices(device, n_gpus, &devs, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
+    if (infer_auto_batch(&cfg, &devs, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }   // batch -1
+    n = cfg.batch;
     int gpu = devs.gpu[0];
     Trainer t;
     if (trainer_init_devices(&t, &cfg, steps + 1, &devs, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
-    static float targets[6 * 6 * 256];
+    float *targets = xmalloc(6 * 6 * (size_t)n * sizeof(float));   // 6 objects per image
     int nt;
     Rng r = rng_for(1, 2, 3);
     random_batch(&t, n, S, targets, &nt, &r);
@@ -124,6 +130,14 @@ static int bench(const char *cfgfile, int S, int n, int steps, const char *devic
     if (devs.n > 1)
         printf("  %d devices: per step gather %.4f s, broadcast %.4f s (device 0's phases above)\n", devs.n,
                p->gather / steps, p->broadcast / steps);
+#ifdef USE_CUDA
+    if (t.dev) {   // cuDNN's plans, made in the warm-up steps (gpu/cudnn_conv.c)
+        int plans, refused;
+        double secs;
+        cudnn_conv_stats(((Device *)t.dev)->cudnn, &plans, &refused, &secs);
+        if (plans + refused) printf("  cuDNN: %d plans made, %d shapes left to cuBLAS, %.2f s making them\n", plans, refused, secs);
+    }
+#endif
     if (getenv("YT_PROFILE")) {
         t.m.prof = xcalloc(2 * (size_t)t.m.n_nodes, sizeof(double));
         for (int i = 0; i < steps; i++) trainer_step(&t, n, S, targets, nt, 0, steps + 2 + i, &lo, &err);
@@ -132,6 +146,7 @@ static int bench(const char *cfgfile, int S, int n, int steps, const char *devic
         t.m.prof = NULL;
     }
     trainer_free(&t);
+    free(targets);
     return 0;
 }
 

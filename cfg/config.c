@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cfg/parts.h"
+#include "core/readfile.h"
 
 static const char *const COMMAND_LINE = "command line";
 
@@ -113,7 +114,8 @@ static int entry_set(Config *cfg, const char *section, const char *name, const c
 typedef struct {
     Config     *cfg;
     const char *path;
-    FILE       *f;
+    TextFile    text;                         // the whole file, checked for NUL bytes
+    size_t      pos;                          // where the next line starts
     Err        *err;
     int         failed;
     int         line;                         // the line inih is handling now
@@ -181,15 +183,17 @@ static char *long_line(IniRead *r, char *s, char *str, int num) {
 // trimmed, so inih's indented continuation lines never apply.
 static char *read_line(char *str, int num, void *stream) {
     IniRead *r = stream;
-    char raw[CFG_LINE_MAX + 2];
-    if (r->failed || !fgets(raw, sizeof raw, r->f)) return NULL;
+    char raw[CFG_LINE_MAX + 1];
+    const char *line;
+    size_t n;
+    if (r->failed || !rf_text_line(&r->text, &r->pos, &line, &n)) return NULL;
     r->line++;
-    size_t n = strlen(raw);
-    if (n && raw[n - 1] == '\n') raw[--n] = 0;
-    else if (n > CFG_LINE_MAX) {
+    if (n > CFG_LINE_MAX) {
         read_fail(r, "the line is longer than %d characters; shorten it", CFG_LINE_MAX);
         return NULL;
     }
+    memcpy(raw, line, n);
+    raw[n] = 0;
     char *s = raw;
     if (r->line == 1 && !strncmp(s, "\xEF\xBB\xBF", 3)) s += 3;   // a UTF-8 byte-order mark
     strip_comment(s);
@@ -218,10 +222,9 @@ static int on_key(void *user, const char *section, const char *name, const char 
 
 static int ini_read(Config *cfg, const char *path, Err *err) {
     IniRead r = { .cfg = cfg, .path = path, .err = err };
-    r.f = fopen(path, "rb");
-    if (!r.f) return err_set(err, "%s: cannot open the config: %s", path, strerror(errno));
+    if (rf_text_read(path, "config", &r.text, err)) return -1;
     int bad = ini_parse_stream(read_line, &r, on_key, &r);
-    fclose(r.f);
+    rf_text_free(&r.text);
     if (r.failed) return -1;
     if (bad > 0) return err_set(err, "%s:%d: not `key = value`, a [section] or a comment", path, bad);
     return 0;

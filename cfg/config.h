@@ -29,6 +29,8 @@ typedef struct {
     char   sarg[32];                 // the string argument where one is written ('nearest'), else "";
                                      // it is the last arg written and not counted in n_args
     unsigned nc_mask;                // bit i set: args[i] was written `nc` (config_set_nc rewrites it)
+    int    list;                     // 1: the args were written as one nested list, [[64, 128]] (CBLinear,
+                                     // CBFuse); args[] holds its entries
     Where  at;
 } LayerSpec;
 
@@ -44,6 +46,8 @@ typedef struct {
     // [model]
     int    nc;                       // classes; 0 = take from the dataset
     double depth_multiple, width_multiple;
+    int    max_channels;             // channel counts are capped at this before width scaling (YOLO26's
+                                     // scales); 0: no cap (YOLOv9)
     int    reg_max;
     LayerSpec layers[CFG_MAX_LAYERS];
     int    n_layers;
@@ -58,6 +62,7 @@ typedef struct {
     char   cache[16];                // "" | ram
     char   project[CFG_PATH], name[256];
     char   optimizer[16];            // auto | SGD | MuSGD | AdamW (gelan-s: auto = SGD; YOLO26: core/train26.c)
+    char   freeze[256];              // "" | N: layers 0..N-1 | [i,j,...]: those layers (core/transfer.h)
     int    epochs, batch, imgsz, workers, seed, exist_ok, close_mosaic, min_items, patience;
     int    save_period, strict, cos_lr, rect;
     // [parallel] (multi-GPU; DESIGN.md section 2)
@@ -97,5 +102,9 @@ void config_defaults(Config *cfg);
 void config_set_nc(Config *cfg, int nc);
 // "cfg/s.ini:12", "command line argument 3" or "default", into buf; returns buf.
 const char *config_where_text(const Where *w, char *buf, size_t n);
+
+// config_freeze_layers: the layers freeze=v names into frozen[0..max) (1 = frozen): "" none, N the
+// first N (yolov9's --freeze N), [i,j,...] or i,j,... those. -1 with why on bad text or an index >= max.
+int config_freeze_layers(const char *v, unsigned char *frozen, int max, char *why, size_t n);
 // The value of a [data] key, or NULL when it was not given.
 const char *config_data_get(const Config *cfg, const char *key);

@@ -1,6 +1,7 @@
 // hyp_yaml.c: hyp=FILE.yaml, a hyp.scratch-high.yaml style mapping of `key: number` lines, read
 // with libyaml over the [hyp] keys; every key and value error names the yaml file:line.
 #include "cfg/parts.h"
+#include "core/readfile.h"
 
 #include <errno.h>
 #include <string.h>
@@ -64,12 +65,12 @@ static int on_event(HypRead *h, const yaml_event_t *e, int *depth) {
 }
 
 int hyp_yaml_load(Config *cfg, const char *path, Err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return err_set(err, "%s: cannot open the hyp file: %s; hyp= names a yaml such as "
-                                "hyp.scratch-high.yaml", path, strerror(errno));
+    TextFile text;
+    if (rf_text_read(path, "hyp file (hyp= names a yaml such as hyp.scratch-high.yaml)", &text, err))
+        return -1;
     yaml_parser_t parser;
     if (!yaml_parser_initialize(&parser)) die("libyaml: cannot initialise a parser");
-    yaml_parser_set_input_file(&parser, f);
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text.buf, text.n);
     HypRead h = { .cfg = cfg, .path = path, .err = err };
     int depth = 0, rc = 0, done = 0;
     while (!rc && !done) {
@@ -84,6 +85,6 @@ int hyp_yaml_load(Config *cfg, const char *path, Err *err) {
         yaml_event_delete(&e);
     }
     yaml_parser_delete(&parser);
-    fclose(f);
+    rf_text_free(&text);
     return rc;
 }

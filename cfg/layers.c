@@ -9,23 +9,28 @@
 #include <stdlib.h>
 #include <string.h>
 
-// The known modules: how many numeric args each takes, and whether a last word arg may follow
-// (nn.Upsample's mode). Add a module here and in core/model.c.
-typedef struct { const char *name; int min_args, max_args, word; const char *args; } Module;
+// The known modules: how many numeric args each takes, whether a last word arg may follow
+// (nn.Upsample's mode), and whether the args are one nested list (list = 1: CBLinear's output widths,
+// CBFuse's slice indices, written [[64, 128]] as in the yaml). Add a module here and in core/model.c.
+typedef struct { const char *name; int min_args, max_args, word; const char *args; int list; } Module;
 static const Module modules[] = {
-    { "Conv",         1, 5, 0, "[c2, k, s, p, g]" },
-    { "ELAN1",        3, 3, 0, "[c2, c3, c4]" },
-    { "AConv",        1, 1, 0, "[c2]" },
-    { "RepNCSPELAN4", 3, 4, 0, "[c2, c3, c4, c5]" },
-    { "SPPELAN",      2, 2, 0, "[c2, c3]" },
-    { "Upsample",     2, 2, 1, "[size, scale, 'mode'], e.g. [None, 2, 'nearest']" },
-    { "Concat",       0, 1, 0, "[dim]" },
-    { "DDetect",      1, 1, 0, "[nc]" },
-    { "DualDDetect",  1, 1, 0, "[nc]" },      // PGI training: auxiliary levels, then main levels
-    { "C3k2",         1, 4, 0, "[c2, c3k, e, attn], e.g. [256, False, 0.25]" },   // YOLO26 (ultralytics)
-    { "SPPF",         1, 4, 0, "[c2, k, n, shortcut]" },
-    { "C2PSA",        1, 2, 0, "[c2, e]" },
-    { "Detect",       1, 2, 0, "[nc, end2end], e.g. [nc, True]" },
+    { "Conv",         1, 5, 0, "[c2, k, s, p, g]", 0 },
+    { "ELAN1",        3, 3, 0, "[c2, c3, c4]", 0 },
+    { "AConv",        1, 1, 0, "[c2]", 0 },
+    { "ADown",        1, 1, 0, "[c2]", 0 },
+    { "Silence",      0, 0, 0, "[] (the image, passed on)", 0 },
+    { "CBLinear",     1, 8, 0, "[[c2, ...]]: the widths of its outputs, e.g. [[64, 128]]", 1 },
+    { "CBFuse",       1, 7, 0, "[[i, ...]]: which output of each CBLinear input, e.g. [[0, 0, 0]]", 1 },
+    { "RepNCSPELAN4", 3, 4, 0, "[c2, c3, c4, c5]", 0 },
+    { "SPPELAN",      2, 2, 0, "[c2, c3]", 0 },
+    { "Upsample",     2, 2, 1, "[size, scale, 'mode'], e.g. [None, 2, 'nearest']", 0 },
+    { "Concat",       0, 1, 0, "[dim]", 0 },
+    { "DDetect",      1, 1, 0, "[nc]", 0 },
+    { "DualDDetect",  1, 1, 0, "[nc]", 0 },      // PGI training: auxiliary levels, then main levels
+    { "C3k2",         1, 4, 0, "[c2, c3k, e, attn], e.g. [256, False, 0.25]", 0 },   // YOLO26 (ultralytics)
+    { "SPPF",         1, 4, 0, "[c2, k, n, shortcut]", 0 },
+    { "C2PSA",        1, 2, 0, "[c2, e]", 0 },
+    { "Detect",       1, 2, 0, "[nc, end2end], e.g. [nc, True]", 0 },
 };
 enum { N_MODULES = sizeof modules / sizeof modules[0] };
 
@@ -127,11 +132,29 @@ static int set_arg(Cursor *c, LayerSpec *l, const char *t, int last) {
     return 0;
 }
 
-// [<args>]: comma-separated, quotes respected
+// A nested list [[a, b, ...]] as the only argument (CBLinear, CBFuse): its integers become the args.
+static int read_list(Cursor *c, LayerSpec *l) {
+    c->p++;                                          // the inner '['
+    l->list = 1;
+    for (;;) {
+        if (l->n_args == CFG_MAX_ARGS) return fail(c, "too many entries in the list; at most 8");
+        int v;
+        if (read_int(c, &v, "a list entry")) return -1;
+        l->args[l->n_args++] = v;
+        skip_space(c);
+        if (*c->p == ']') break;
+        if (expect(c, ',', "between list entries")) return -1;
+    }
+    c->p++;
+    return expect(c, ']', "after the nested list (it is the only argument)");
+}
+
+// [<args>]: comma-separated, quotes respected; or one nested list
 static int read_args(Cursor *c, LayerSpec *l) {
     if (expect(c, '[', "to start the args")) return -1;
     skip_space(c);
     if (*c->p == ']') { c->p++; return 0; }
+    if (*c->p == '[') return read_list(c, l);
     for (;;) {
         const char *start = c->p;
         char quote = 0, t[128];
@@ -167,6 +190,11 @@ static int check_module(Cursor *c, const LayerSpec *l) {
         if (strcmp(m->name, l->module)) continue;
         if (l->sarg[0] && !m->word) {
             snprintf(c->why, sizeof c->why, "%s takes no word argument; its args are %s", m->name, m->args);
+            return -1;
+        }
+        if (l->list != m->list) {
+            snprintf(c->why, sizeof c->why, "%s takes %s; its args are %s", m->name,
+                     m->list ? "one nested list" : "no nested list", m->args);
             return -1;
         }
         if (l->n_args >= m->min_args && l->n_args <= m->max_args) return 0;
@@ -238,7 +266,8 @@ void layer_format(const LayerSpec *l, char *buf, size_t n) {
     o += snprintf(buf + o, n - o, "%s", l->n_from == 1 ? "" : "[");
     for (int j = 0; j < l->n_from && o < n; j++)
         o += snprintf(buf + o, n - o, "%s%d", j ? ", " : "", l->from[j]);
-    if (o < n) o += snprintf(buf + o, n - o, "%s, %d, %s, [", l->n_from == 1 ? "" : "]", l->number, l->module);
+    if (o < n) o += snprintf(buf + o, n - o, "%s, %d, %s, [%s", l->n_from == 1 ? "" : "]", l->number, l->module,
+                             l->list ? "[" : "");
     for (int i = 0; i < l->n_args && o < n; i++) {
         const char *sep = i ? ", " : "";
         if (l->nc_mask >> i & 1) o += snprintf(buf + o, n - o, "%snc", sep);
@@ -250,5 +279,5 @@ void layer_format(const LayerSpec *l, char *buf, size_t n) {
         }
     }
     if (l->sarg[0] && o < n) o += snprintf(buf + o, n - o, "%s'%s'", l->n_args ? ", " : "", l->sarg);
-    if (o < n) snprintf(buf + o, n - o, "]");
+    if (o < n) snprintf(buf + o, n - o, "%s]", l->list ? "]" : "");
 }

@@ -13,10 +13,15 @@
 
 static int check_device(const char *v, char *why, size_t n);
 static int check_split(const char *v, char *why, size_t n);
+static int check_freeze(const char *v, char *why, size_t n);
+static int check_project(const char *v, char *why, size_t n);
+static int check_name(const char *v, char *why, size_t n);
 
 #define F(field) offsetof(Config, field), sizeof(((Config *)0)->field)
 #define INT(sec, name, field, lo, hi, def)     { sec, name, KEY_INT, F(field), lo, hi, 0, NULL, NULL, def }
 #define INTM(sec, name, field, lo, hi, m, def) { sec, name, KEY_INT, F(field), lo, hi, m, NULL, NULL, def }
+// an INT that also takes one value outside lo..hi, `extra` ("-1 (auto)": the number, then what it means)
+#define INTX(sec, name, field, lo, hi, extra, def) { sec, name, KEY_INT, F(field), lo, hi, 0, extra, NULL, def }
 #define BOOL(sec, name, field, def)            { sec, name, KEY_BOOL, F(field), 0, 1, 0, NULL, NULL, def }
 #define DBL(sec, name, field, lo, hi, def)     { sec, name, KEY_DOUBLE, F(field), lo, hi, 0, NULL, NULL, def }
 #define STR(sec, name, field, check, def)      { sec, name, KEY_STRING, F(field), 0, 0, 0, NULL, check, def }
@@ -27,7 +32,8 @@ const Key cfg_keys[] = {
     INT ("model", "nc",             nc,             0, 100000, "0"),   // 0: from the dataset
     DBL ("model", "depth_multiple", depth_multiple, 0.01, 10, "1.0"),
     DBL ("model", "width_multiple", width_multiple, 0.01, 10, "1.0"),
-    INT ("model", "reg_max",        reg_max,        1, 64, "16"),
+    INT ("model", "max_channels",   max_channels,   0, 65536, "0"),   // 0: no cap
+    INT ("model", "reg_max",        reg_max,        1, 16, "16"),   // 16: DDetect's DFL; 1: YOLO26's Detect
 
     STR ("train", "data",         data,         NULL, ""),        // "": the built-in synthetic set
     STR ("train", "hyp",          hyp_file,     NULL, ""),
@@ -36,11 +42,12 @@ const Key cfg_keys[] = {
     STR ("train", "device",       device,       check_device, ""),
     ENUM("train", "precision",    precision,    "bf16|tf32|fp32", "bf16"),
     ENUM("train", "cache",        cache,        "|ram|none", ""),
-    STR ("train", "project",      project,      NULL, "runs/train"),
-    STR ("train", "name",         name,         NULL, "exp"),
+    STR ("train", "project",      project,      check_project, "runs/train"),
+    STR ("train", "name",         name,         check_name, "exp"),
     ENUM("train", "optimizer",    optimizer,    "auto|SGD|MuSGD|AdamW", "auto"),
+    STR ("train", "freeze",       freeze,       check_freeze, ""),   // "": train every layer
     INT ("train", "epochs",       epochs,       1, 1000000, "300"),
-    INT ("train", "batch",        batch,        1, 1048576, "64"),
+    INTX("train", "batch",        batch,        1, 1048576, "-1 (auto: the largest that fits the GPU)", "64"),
     INTM("train", "imgsz",        imgsz,        32, 8192, 32, "640"),
     INT ("train", "workers",      workers,      0, 1024, "8"),
     INT ("train", "seed",         seed,         0, INT_MAX, "0"),
@@ -114,12 +121,15 @@ static int parse_int(const Key *k, const char *s, int *out, char *why, size_t n)
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
+    char extra[128] = "";
+    if (k->allowed) snprintf(extra, sizeof extra, ", or %s", k->allowed);
     if (end == s || *end) {
-        snprintf(why, n, "not an integer; allowed: integers from %.0f to %.0f", k->lo, k->hi);
+        snprintf(why, n, "not an integer; allowed: integers from %.0f to %.0f%s", k->lo, k->hi, extra);
         return -1;
     }
+    if (k->allowed && errno != ERANGE && v == strtol(k->allowed, NULL, 10)) { *out = (int)v; return 0; }
     if (errno == ERANGE || v < k->lo || v > k->hi) {
-        snprintf(why, n, "out of range; allowed: integers from %.0f to %.0f", k->lo, k->hi);
+        snprintf(why, n, "out of range; allowed: integers from %.0f to %.0f%s", k->lo, k->hi, extra);
         return -1;
     }
     if (k->multiple && v % k->multiple) {
@@ -302,6 +312,39 @@ void key_suggest(const char *section, const char *name, char *buf, size_t n) {
 
 // ---- rules for free-form strings
 
+// freeze: "" | N | [i,j,...] | i,j,... (layer indices)
+int config_freeze_layers(const char *v, unsigned char *frozen, int max, char *why, size_t n) {
+    static const char *forms = "allowed: N (the first N layers, as yolov9's --freeze N) or a list of layer indices "
+                               "[0,1,2] or 0,1,2";
+    memset(frozen, 0, (size_t)max);
+    if (!*v) return 0;
+    const char *p = v + (*v == '[');
+    int list = *v == '[' || strchr(v, ',') != NULL;
+    char *end;
+    for (;;) {
+        if (!isdigit((unsigned char)*p)) break;
+        errno = 0;
+        long k = strtol(p, &end, 10);
+        if (errno || k > (list ? max - 1 : max)) {
+            snprintf(why, n, "layer %.20s: the model has at most %d layers; %s", p, max, forms);
+            return -1;
+        }
+        if (list) frozen[k] = 1;
+        else for (long i = 0; i < k; i++) frozen[i] = 1;
+        p = end;
+        if (*p == ',') { p++; continue; }
+        if ((*v == '[' && p[0] == ']' && !p[1]) || (*v != '[' && !*p)) return 0;
+        break;
+    }
+    snprintf(why, n, "not a layer count or list; %s", forms);
+    return -1;
+}
+
+static int check_freeze(const char *v, char *why, size_t n) {
+    unsigned char frozen[CFG_MAX_LAYERS];
+    return config_freeze_layers(v, frozen, CFG_MAX_LAYERS, why, n);
+}
+
 // "", cpu, cpu:N, or GPU ids: 0 | 0,1 | [0,1]
 static int check_device(const char *v, char *why, size_t n) {
     static const char *forms = "allowed: \"\" (automatic), cpu, cpu:N (N CPU devices), "
@@ -332,6 +375,22 @@ static int check_device(const char *v, char *why, size_t n) {
         break;
     }
     snprintf(why, n, "not a device list; %s", forms);
+    return -1;
+}
+
+// A folder to write runs under: never empty (project= would write the run to /exp).
+static int check_project(const char *v, char *why, size_t n) {
+    if (*v) return 0;
+    snprintf(why, n, "empty; name the folder for runs, e.g. project=runs/train");
+    return -1;
+}
+
+// One folder name inside project: no '/', not "." or "..", so a run never lands outside project or
+// in project itself, beside other runs' files.
+static int check_name(const char *v, char *why, size_t n) {
+    if (*v && !strchr(v, '/') && strcmp(v, ".") && strcmp(v, "..")) return 0;
+    snprintf(why, n, "not a folder name; a run's folder is project/name: one name without '/', not '.' "
+             "or '..', e.g. name=exp");
     return -1;
 }
 

@@ -117,6 +117,11 @@ typedef struct Backend {
     void (*timer_free)(void *ctx, void *tm);
     void (*timer_record)(void *ctx, void *tm);
     double (*timer_seconds)(void *ctx, void *from, void *to);
+    // The backward of a conv + BN unit from du, the gradient at the BN output (a RepConv branch, a
+    // conv without activation): dgamma, dbeta, dw (+=), dx (+=; none when dx.data is NULL); dz, of
+    // z's shape, is the backend's to use (a GPU under bf16 keeps it as bf16 for its convolution).
+    void (*conv_bn_backward)(void *ctx, const ConvDims *d, Map x, const float *w, Map z, const BnSaved *bn, Map du,
+                             Map dz, Map dx, float *dw, float *ws);
     // Detections on the backend (validation): core/nms.h's nms_decode + nms_run for whole batches of
     // head maps in the backend's memory, detection for detection; only the kept ones reach the host.
     // nms_prepare: work for up to max_n images of A anchors and nc classes under o; NULL when the

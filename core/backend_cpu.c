@@ -58,6 +58,11 @@ static void conv_bn_silu_bwd(void *c, const ConvDims *d, Map x, const float *w, 
     bn_backward_cpu(z, bn->gamma, bn->mean, bn->invstd, tmp, dz, bn->dgamma, bn->dbeta);
     conv_backward_cpu(d, x, w, dz, dx, dw, NULL, ws);
 }
+static void conv_bn_bwd(void *c, const ConvDims *d, Map x, const float *w, Map z, const BnSaved *bn, Map du, Map dz,
+                        Map dx, float *dw, float *ws) {
+    bn_backward_cpu(z, bn->gamma, bn->mean, bn->invstd, du, dz, bn->dgamma, bn->dbeta);
+    conv_backward_cpu(d, x, w, dz, dx, dw, NULL, ws);
+}
 static void dw_fwd(void *c, const DwDims *d, Map x, const float *w, const float *b, Map y) {
     dwconv_forward_cpu(d, x, w, b, y);
 }
@@ -188,6 +193,7 @@ const Backend backend_cpu = {
     bn_silu_train, conv_bn_silu_bwd,
     dw_fwd, dw_bwd, attn_fwd, attn_bwd,
     sumsq_to, clip, loss_norm, timer_new, timer_free, timer_record, timer_seconds,
+    conv_bn_bwd,
     nms_prepare, nms_release, nms_detect,
     vloss_prepare, vloss_release, vloss_stage, vloss_eval,
 };

@@ -55,6 +55,7 @@ static int read_flat(Trainer *t, const SafeTensors *st, const char *name, float 
                        "config", st->path, name, x ? st_numel(x) : 0, n);
     float *h = xmalloc((n ? n : 1) * sizeof(float));
     int rc = st_read_f32(st, name, h, n, err);
+    if (!rc) rc = model_check_finite(&t->m, h, n, st->path, name, err);
     if (!rc) t->m.be->upload(t->m.be_ctx, dst, h, n);
     free(h);
     return rc;

@@ -15,12 +15,13 @@
 #include <sys/stat.h>
 
 #include "core/infer_devices.h"
+#include "core/readfile.h"
 #include "core/model.h"
 #include "core/val.h"
 #include "io/augment.h"
 #include "io/dataset.h"
 #include "io/image.h"
-#include "io/safetensors.h"
+#include "io/pt.h"
 #include "io/synth.h"
 
 // ---- arguments -----------------------------------------------------------------------------
@@ -69,7 +70,11 @@ int detect_take_args(int *argc, char **argv, DetectOptions *o, Err *err) {
 
 // ---- sources -------------------------------------------------------------------------------
 
-typedef struct { char **path; int n, cap; } PathList;
+typedef struct {
+    char **path;
+    char **stem;                      // (n) the output name of each: the file name without its extension,
+    int n, cap;                       //   made unique (x, x_2, ...) when two inputs share one
+} PathList;
 
 static void paths_add(PathList *l, const char *p) {
     if (l->n == l->cap) l->cap = 2 * l->cap + 16, l->path = xrealloc(l->path, sizeof *l->path * l->cap);
@@ -96,19 +101,19 @@ static int list_folder(const char *dir, PathList *l, Err *err) {
         paths_add(l, p);
     }
     closedir(d);
-    qsort(l->path, l->n, sizeof *l->path, cmp_str);
+    if (l->n > 1) qsort(l->path, l->n, sizeof *l->path, cmp_str);
     return 0;
 }
 
 static int list_file(const char *txt, PathList *l, Err *err) {
-    FILE *f = fopen(txt, "r");
-    if (!f) return err_set(err, "source=%s: cannot open the list: %s", txt, strerror(errno));
+    TextFile t;
+    if (rf_text_read(txt, "source list", &t, err)) return -1;   // a FIFO or binary file is refused
     char line[2 * CFG_PATH];
-    while (fgets(line, sizeof line, f)) {
-        line[strcspn(line, "\r\n")] = 0;
-        if (line[0]) paths_add(l, line);
-    }
-    fclose(f);
+    const char *s;
+    size_t pos = 0, len;
+    while (rf_text_line(&t, &pos, &s, &len))
+        if (len) paths_add(l, (snprintf(line, sizeof line, "%.*s", (int)len, s), line));
+    rf_text_free(&t);
     return 0;
 }
 
@@ -124,9 +129,57 @@ static int list_sources(const char *src, PathList *l, Err *err) {
     return rc;
 }
 
+static char *stem_of(const char *path, int k) {   // "a/x.jpg" -> "x" (k == 1), "x_k" (k > 1)
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path, *dot = strrchr(base, '.');
+    int n = dot ? (int)(dot - base) : (int)strlen(base);
+    char buf[2 * CFG_PATH];
+    if (k > 1) snprintf(buf, sizeof buf, "%.*s_%d", n, base, k);
+    else snprintf(buf, sizeof buf, "%.*s", n, base);
+    return xstrdup(buf);
+}
+
+typedef struct { const char *s; int i; } StemAt;
+
+static int cmp_stem_at(const void *a, const void *b) {
+    const StemAt *x = a, *y = b;
+    int c = strcmp(x->s, y->s);
+    return c ? c : (x->i > y->i) - (x->i < y->i);
+}
+
+static int cmp_stem_key(const void *key, const void *e) { return strcmp(key, ((const StemAt *)e)->s); }
+
+// One output name per input, so no result overwrites another's (a/x.jpg and b/x.jpg, or x.jpg and
+// x.png, would share labels/x.txt): the first in source order keeps its name, a later one becomes
+// x_2, x_3, ... (a name no input has), and says so.
+static void paths_name_outputs(PathList *l) {
+    int n = l->n;
+    char **orig = xcalloc((size_t)n + 1, sizeof *orig);
+    char *dup = xcalloc((size_t)n + 1, 1);
+    StemAt *by = xmalloc(sizeof *by * ((size_t)n + 1));
+    for (int i = 0; i < n; i++) by[i] = (StemAt){ orig[i] = stem_of(l->path[i], 1), i };
+    if (n > 1) qsort(by, n, sizeof *by, cmp_stem_at);
+    for (int j = 1; j < n; j++) dup[by[j].i] = !strcmp(by[j].s, by[j - 1].s);
+    l->stem = xcalloc((size_t)n + 1, sizeof *l->stem);
+    for (int i = 0; i < n; i++) {
+        if (!dup[i]) { l->stem[i] = xstrdup(orig[i]); continue; }
+        char *name = NULL;
+        for (int k = 2; !name; k++) {
+            name = stem_of(l->path[i], k);
+            int taken = bsearch(name, by, n, sizeof *by, cmp_stem_key) != NULL;
+            for (int r = 0; r < i && !taken; r++) taken = dup[r] && !strcmp(l->stem[r], name);
+            if (taken) { free(name); name = NULL; }
+        }
+        l->stem[i] = name;
+        printf("note: %s shares its name with another input; its results are named %s\n", l->path[i], name);
+    }
+    for (int i = 0; i < n; i++) free(orig[i]);
+    free(orig); free(dup); free(by);
+}
+
 static void paths_free(PathList *l) {
-    for (int i = 0; i < l->n; i++) free(l->path[i]);
+    for (int i = 0; i < l->n; i++) { free(l->path[i]); if (l->stem) free(l->stem[i]); }
     free(l->path);
+    free(l->stem);
 }
 
 // ---- classes and output folder ---------------------------------------------------------------
@@ -134,7 +187,7 @@ static void paths_free(PathList *l) {
 // nc of a weights file: the rows of the first head's class conv bias (DDetect cv3.0.2).
 static int weights_nc(const char *path, int *nc, Err *err) {
     SafeTensors st;
-    if (st_open(path, &st, err)) return -1;
+    if (weights_open(path, &st, err)) return -1;
     *nc = 0;
     const char *tail = ".cv3.0.2.bias";
     for (int i = 0; i < st.n && !*nc; i++) {
@@ -312,17 +365,14 @@ static int detect_one(Detector *dt, const char *path, int i, int n, char *line, 
     double t0 = now_seconds();
     int nd = infer(dt, &img);
     double ms = (now_seconds() - t0) * 1e3;
-    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-    char out[4 * CFG_PATH], stem[CFG_PATH];
-    snprintf(stem, sizeof stem, "%s", base);
-    char *dot = strrchr(stem, '.');
-    if (dot) *dot = 0;
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path, *dot = strrchr(base, '.');
+    const char *stem = dt->run->src->stem[i];
+    char out[4 * CFG_PATH];
     snprintf(out, sizeof out, "%s/labels/%s.txt", dir, stem);
     int rc = nd ? detect_write_labels(out, dt->dec.det, nd, img.w, img.h, err) : 0;
     draw(&img, dt->dec.det, nd, dt->run->names);
-    snprintf(out, sizeof out, "%s/%s", dir, base);
-    size_t len = strlen(out);
-    int png = len > 4 && !strcasecmp(out + len - 4, ".png");
+    int png = dot && !strcasecmp(dot, ".png");
+    snprintf(out, sizeof out, "%s/%s%s", dir, stem, dot ? dot : ".jpg");   // the input's extension
     if (!rc) rc = png ? image_save_png(out, &img, err) : image_save_jpeg(out, &img, 95, err);
     snprintf(line, size, "image %d/%d %s: %dx%d %d detection%s, %.1fms", i + 1, n, path, img.w, img.h, nd, nd == 1 ? "" : "s", ms);
     image_free(&img);
@@ -398,7 +448,7 @@ static int detect_all(InferModels *im, char **names, const char *dir, const Path
 static int setup_models(Config *cfg, const DeviceList *devs, InferModels *im, Err *err) {
     int nc;
     memset(im, 0, sizeof *im);
-    if (!cfg->weights[0]) return err_set(err, "detect needs weights=FILE.safetensors");
+    if (!cfg->weights[0]) return err_set(err, "detect needs weights=FILE (.safetensors or .pt)");
     if (!cfg->n_layers) return err_set(err, "detect needs a model config, e.g. yolotrain detect cfg/s.ini weights=...");
     if (weights_nc(cfg->weights, &nc, err)) return -1;
     if (cfg->nc != nc) config_set_nc(cfg, nc);
@@ -416,6 +466,7 @@ int detect_run(Config *cfg, const DetectOptions *o) {
         paths_free(&src);
         return 2;
     }
+    paths_name_outputs(&src);
     char dir[2 * CFG_PATH + 16];
     int nc = im.models[0].nc;
     char **names = class_names(cfg, nc, &err);

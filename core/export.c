@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "core/model.h"
+#include "io/pt.h"
 
 // The absolute layer index `from` entry f of layer i refers to (-1: the image).
 static int from_abs(int i, int f) { return f < 0 ? i + f : f; }
@@ -26,6 +27,27 @@ static void mark_needed(const Config *cfg, unsigned char *need) {
     }
 }
 
+// The reference's inference models keep a Silence layer (the image, passed on) only where two layers read
+// it (gelan-e's second backbone): yolov9-c/m's Silence feeds the auxiliary branch and goes with it, so
+// gelan-c/m start at their first Conv. Drop the needed Silence layers read by fewer than two needed ones.
+static void drop_lone_silence(const Config *cfg, unsigned char *need) {
+    int D = cfg->n_layers - 1;
+    for (int s = 0; s < D; s++) {
+        if (!need[s] || strcmp(cfg->layers[s].module, "Silence")) continue;
+        int readers = 0;
+        for (int i = s + 1; i < D; i++)
+            for (int j = 0; j < cfg->layers[i].n_from; j++) readers += need[i] && from_abs(i, cfg->layers[i].from[j]) == s;
+        if (readers < 2) need[s] = 0;
+    }
+}
+
+// The layer that entry f of layer i reads, looking through dropped Silence layers to their input.
+static int source(const Config *cfg, const int *map, int i, int f) {
+    int t = from_abs(i, f);
+    while (t >= 0 && map[t] < 0 && !strcmp(cfg->layers[t].module, "Silence")) t = from_abs(t, cfg->layers[t].from[0]);
+    return t;
+}
+
 int export_config(const Config *cfg, Config *out, int map[CFG_MAX_LAYERS], Err *err) {
     int D = cfg->n_layers - 1;
     if (D < 0 || strcmp(cfg->layers[D].module, "DualDDetect"))
@@ -34,6 +56,7 @@ int export_config(const Config *cfg, Config *out, int map[CFG_MAX_LAYERS], Err *
                        D < 0 ? "missing" : cfg->layers[D].module);
     unsigned char need[CFG_MAX_LAYERS];
     mark_needed(cfg, need);
+    drop_lone_silence(cfg, need);
     memcpy(out, cfg, sizeof *out);
     out->n_layers = out->n_backbone = 0;
     for (int i = 0; i < D; i++) map[i] = need[i] ? out->n_layers++ : -1;
@@ -42,8 +65,8 @@ int export_config(const Config *cfg, Config *out, int map[CFG_MAX_LAYERS], Err *
         LayerSpec l = cfg->layers[i];
         l.index = map[i];
         for (int j = 0; j < l.n_from; j++) {        // relative entries stay relative (-1 stays -1 here)
-            int f = l.from[j], t = from_abs(i, f);
-            l.from[j] = f >= 0 ? map[t] : t < 0 ? -(map[i] + 1) : map[t] - map[i];
+            int f = l.from[j], t = source(cfg, map, i, f);
+            l.from[j] = t < 0 ? -(map[i] + 1) : f >= 0 ? map[t] : map[t] - map[i];
         }
         out->layers[map[i]] = l;
         if (i < cfg->n_backbone) out->n_backbone = map[i] + 1;
@@ -52,7 +75,7 @@ int export_config(const Config *cfg, Config *out, int map[CFG_MAX_LAYERS], Err *
     int half = h.n_from / 2;
     h.index = map[D] = out->n_layers;
     h.n_from -= half;
-    for (int j = 0; j < h.n_from; j++) h.from[j] = map[from_abs(D, cfg->layers[D].from[half + j])];
+    for (int j = 0; j < h.n_from; j++) h.from[j] = map[source(cfg, map, D, cfg->layers[D].from[half + j])];
     snprintf(h.module, sizeof h.module, "DDetect");
     out->layers[out->n_layers++] = h;
     return 0;
@@ -100,33 +123,49 @@ static int write_ini(Config *inf, const char *out, const char *ini, Err *err) {
     return fclose(f) ? err_set(err, "cannot write %s (disk full?)", ini) : 0;
 }
 
+// The inference model of cfg (a DualDDetect config is reduced, see export_config) with `weights`;
+// *inf gets its config. Returns 0 with *small built, or -1 with err.
+static int inference_model(const Config *cfg, const char *weights, int size, Config *inf, Model *small, Err *err) {
+    int map[CFG_MAX_LAYERS], D = cfg->n_layers - 1;
+    if (D < 0 || strcmp(cfg->layers[D].module, "DualDDetect")) {      // already the inference form
+        memcpy(inf, cfg, sizeof *inf);
+        if (model_build(inf, 1, size, small, err)) return -1;
+        if (!model_load(small, weights, "", err)) return 0;
+        model_free(small);
+        return -1;
+    }
+    Model big;
+    if (export_config(cfg, inf, map, err) || model_build(cfg, 1, size, &big, err)) return -1;
+    int rc = model_load(&big, weights, "", err);
+    if (!rc && model_build(inf, 1, size, small, err)) rc = -1;
+    else if (!rc && (rc = copy_kept(cfg, map, &big, small, err))) model_free(small);
+    model_free(&big);
+    return rc;
+}
+
 int export_weights(const Config *cfg, const char *weights, const char *out, const char *ini, Err *err) {
     enum { SIZE = 64 };                            // any multiple of 32: weights do not depend on it
     Config *inf = xmalloc(sizeof *inf);
-    int map[CFG_MAX_LAYERS], rc = export_config(cfg, inf, map, err);
-    Model big, small;
-    int have_big = 0, have_small = 0;
-    if (!rc) rc = model_build(cfg, 1, SIZE, &big, err), have_big = !rc;
-    if (!rc) rc = model_load(&big, weights, "", err);
-    if (!rc) rc = model_build(inf, 1, SIZE, &small, err), have_small = !rc;
-    if (!rc) rc = copy_kept(cfg, map, &big, &small, err);
+    Model small;
+    int map[CFG_MAX_LAYERS], rc = export_config(cfg, inf, map, err);   // refuses a model without DualDDetect
+    int built = !rc && !(rc = inference_model(cfg, weights, SIZE, inf, &small, err));
     if (!rc) rc = model_save(&small, out, err);
     if (!rc && ini) rc = write_ini(inf, out, ini, err);
-    if (have_big) model_free(&big);
-    if (have_small) model_free(&small);
+    if (built) model_free(&small);
     free(inf);
     return rc;
 }
 
 // ---- the command ------------------------------------------------------------------------------
 
-// Take out=FILE (or --out FILE, --out=FILE) from the arguments.
-static void take_out(int *argc, char **argv, char *out, size_t size) {
+// Take KEY=VALUE (or --KEY VALUE, --KEY=VALUE) from the arguments: keys of export, not of the config.
+static void take_arg(int *argc, char **argv, const char *key, char *out, size_t size) {
     int n = 0;
+    size_t k = strlen(key);
     for (int i = 0; i < *argc; i++) {
-        const char *a = argv[i];
-        if (!strncmp(a, "out=", 4) || !strncmp(a, "--out=", 6)) snprintf(out, size, "%s", strchr(a, '=') + 1);
-        else if (!strcmp(a, "--out") && i + 1 < *argc) snprintf(out, size, "%s", argv[++i]);
+        const char *a = argv[i], *b = a + 2 * !strncmp(a, "--", 2);
+        if (!strncmp(b, key, k) && b[k] == '=') snprintf(out, size, "%s", b + k + 1);
+        else if (b != a && !strcmp(b, key) && i + 1 < *argc) snprintf(out, size, "%s", argv[++i]);
         else argv[n++] = argv[i];
     }
     *argc = n;
@@ -145,11 +184,13 @@ static void run_ini(const char *weights, char *ini, size_t size) {
     snprintf(ini, size, "%s/args.ini", dir);
 }
 
-// out.safetensors -> out.ini; weights.safetensors -> weights-converted.safetensors
+// out.safetensors -> out.ini; weights.safetensors (or .pt) -> weights-converted.safetensors
 static void derive(const char *path, const char *suffix, char *buf, size_t size) {
-    size_t n = strlen(path), e = strlen(".safetensors");
-    int cut = n > e && !strcmp(path + n - e, ".safetensors");
-    snprintf(buf, size, "%.*s%s", (int)(cut ? n - e : n), path, suffix);
+    size_t n = strlen(path), cut = 0;
+    static const char *ext[] = { ".safetensors", ".pt" };
+    for (int k = 0; k < 2 && !cut; k++)
+        if (n > strlen(ext[k]) && !strcmp(path + n - strlen(ext[k]), ext[k])) cut = strlen(ext[k]);
+    snprintf(buf, size, "%.*s%s", (int)(n - cut), path, suffix);
 }
 
 static int load_config(int argc, char **argv, Config *cfg, Err *err) {
@@ -171,13 +212,82 @@ static int load_config(int argc, char **argv, Config *cfg, Err *err) {
     return 0;
 }
 
+// nc of a weights file: the rows of the first head's class conv bias (*.cv3.0.2.bias)
+static int weights_nc(const char *path, Err *err) {
+    SafeTensors st;
+    if (weights_open(path, &st, err)) return -1;
+    int nc = 0;
+    for (int i = 0; i < st.n && !nc; i++) {
+        size_t n = strlen(st.tensor[i].name);
+        if (n > 13 && !strcmp(st.tensor[i].name + n - 13, ".cv3.0.2.bias") && st.tensor[i].ndim == 1) nc = (int)st.tensor[i].shape[0];
+    }
+    st_close(&st);
+    return nc ? nc : err_set(err, "%s: no detection head (*.cv3.0.2.bias) found: not weights of a YOLO detector", path);
+}
+
+// format=onnx: the inference model, BN folded, with its decoded head (core/export_onnx.c)
+static int export_onnx(Config *cfg, const char *out, int dynamic, Err *err) {
+    int nc = weights_nc(cfg->weights, err);
+    if (nc < 0) return -1;
+    if (cfg->nc != nc) config_set_nc(cfg, nc);
+    Config *inf = xmalloc(sizeof *inf);
+    Model m;
+    double t0 = now_seconds();
+    int rc = inference_model(cfg, cfg->weights, cfg->imgsz, inf, &m, err);
+    if (!rc) {
+        rc = export_onnx_model(&m, cfg->imgsz, dynamic, out, err);
+        const char *b = dynamic ? "batch" : "1";
+        if (!rc) printf("wrote %s (ONNX opset 17, BN folded%s) in %.2f s: input images (%s, 3, %d, %d) RGB 0-1, output0 "
+                        "(%s, %s\n", out, m.end2end ? ", YOLO26 end-to-end" : "", now_seconds() - t0, b, cfg->imgsz,
+                        cfg->imgsz, b, m.end2end ? "300, 6): x1 y1 x2 y2 score class" : "4 + nc, anchors): xywh pixels, class scores");
+        model_free(&m);
+    }
+    free(inf);
+    return rc;
+}
+
+// 1 when a and b name one existing file (any spelling, a symlink or a hard link).
+static int same_file(const char *a, const char *b) {
+    struct stat x, y;
+    return !stat(a, &x) && !stat(b, &y) && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+// An output never replaces an input: out= naming the weights would lose them (the auxiliary branch).
+static int outputs_clear(const Config *cfg, const char *out, const char *ini, Err *err) {
+    const char *outs[2] = { out, ini }, *ins[2] = { cfg->weights, cfg->file };
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++)
+            if (ins[j][0] && same_file(outs[i], ins[j]))
+                return err_set(err, "out=%s: %s would overwrite the input %s; name another file", out, outs[i],
+                               ins[j]);
+    return 0;
+}
+
 int export_run(int argc, char **argv, Config *cfg) {
-    char out[CFG_PATH] = "", ini[CFG_PATH + 16];
+    char out[CFG_PATH] = "", ini[CFG_PATH + 16], format[32] = "safetensors", dyn[16] = "0";
     Err err;
-    take_out(&argc, argv, out, sizeof out);
+    take_arg(&argc, argv, "out", out, sizeof out);
+    take_arg(&argc, argv, "format", format, sizeof format);
+    take_arg(&argc, argv, "dynamic", dyn, sizeof dyn);
+    int onnx = !strcmp(format, "onnx");
+    if (!onnx && strcmp(format, "safetensors")) {
+        fprintf(stderr, "yolotrain export: format=%s: allowed: safetensors (yolov9-s -> gelan-s weights), onnx\n", format);
+        return 2;
+    }
+    if (strcmp(dyn, "0") && strcmp(dyn, "1")) {
+        fprintf(stderr, "yolotrain export: dynamic=%s: allowed: 0 (batch 1), 1 (any batch)\n", dyn);
+        return 2;
+    }
     if (load_config(argc, argv, cfg, &err)) { fprintf(stderr, "yolotrain export: %s\n", err.msg); return 2; }
+    if (onnx) {
+        if (!out[0]) derive(cfg->weights, ".onnx", out, sizeof out);
+        if (outputs_clear(cfg, out, out, &err)) { fprintf(stderr, "yolotrain export: %s\n", err.msg); return 2; }
+        if (export_onnx(cfg, out, dyn[0] == '1', &err)) { fprintf(stderr, "yolotrain export: %s\n", err.msg); return 2; }
+        return 0;
+    }
     if (!out[0]) derive(cfg->weights, "-converted.safetensors", out, sizeof out);
     derive(out, ".ini", ini, sizeof ini);
+    if (outputs_clear(cfg, out, ini, &err)) { fprintf(stderr, "yolotrain export: %s\n", err.msg); return 2; }
     if (export_weights(cfg, cfg->weights, out, ini, &err)) {
         fprintf(stderr, "yolotrain export: %s\n", err.msg);
         return 2;

@@ -5,6 +5,7 @@
 // state-dict names, so PyTorch's gelan-s, `val` and `detect` load the result.
 #pragma once
 #include "cfg/config.h"
+#include "core/model.h"
 
 // export_config: the inference form of cfg (whose last layer is a DualDDetect) into out: every key
 // copied, the layer table reduced as above. map[i] gets layer i's new index, or -1 where dropped.
@@ -22,7 +23,15 @@ int export_rename(const Config *cfg, const int map[CFG_MAX_LAYERS], const char *
 // `yolotrain val INI` and `detect INI source=...` need nothing else). Returns 0, or -1 with err.
 int export_weights(const Config *cfg, const char *weights, const char *out, const char *ini, Err *err);
 
-// `yolotrain export weights=RUN/weights/best.safetensors [out=FILE] [CONFIG.ini] [overrides]`: the
+// export_onnx_model: m (an inference model: DDetect or YOLO26's end-to-end head) as ONNX (opset 17)
+// at path: input `images` (1 or symbolic batch with dynamic, 3, imgsz, imgsz) RGB 0-1, BN folded into
+// the convolutions; output0 (batch, 4 + nc, anchors) (xywh pixels, sigmoid scores; DDetect) or
+// (batch, 300, 6) (x1 y1 x2 y2 score class; YOLO26). core/export_onnx.c. Returns 0, or -1 with err.
+int export_onnx_model(const Model *m, int imgsz, int dynamic, const char *path, Err *err);
+
+// `yolotrain export weights=FILE [format=safetensors|onnx] [dynamic=1] [out=FILE] [CONFIG.ini]
+// [overrides]`: format=onnx writes the inference model as ONNX (a yolov9-s config as gelan-s); the
+// default, safetensors, converts yolov9-s weights to gelan-s. The
 // config is CONFIG.ini, else the run's args.ini beside weights/. out defaults to the weights' name
 // with -converted; the config goes beside it as .ini. Returns the exit status: 0, or 2 after a message.
 int export_run(int argc, char **argv, Config *cfg);

@@ -8,6 +8,7 @@
 
 #include "gpu/device.h"
 #ifdef USE_CUDA
+#include "core/train.h"
 #include "gpu/model_gpu.h"
 #endif
 
@@ -36,11 +37,28 @@ static int to_gpu(Model *m, int id, const Config *cfg, Err *err) {
     if (model_to_gpu(m, dev, id, &plan, prec, err)) { free(dev); return -1; }
     return 0;
 }
+
+static int auto_batch_gpu(Config *cfg, const DeviceList *devs, Err *err) {
+    return trainer_gpu_auto_batch(cfg, devs->gpu, devs->n, err);
+}
 #else
 static int to_gpu(Model *m, int id, const Config *cfg, Err *err) {
     return err_set(err, "device=%s: this yolotrain was built without CUDA; use device=cpu", cfg->device);
 }
+
+static int auto_batch_gpu(Config *cfg, const DeviceList *devs, Err *err) {
+    return err_set(err, "device=%s: this yolotrain was built without CUDA; use device=cpu", cfg->device);
+}
 #endif
+
+int infer_auto_batch(Config *cfg, const DeviceList *devs, Err *err) {
+    if (cfg->batch != -1) return 0;
+    if (devs->gpu[0] >= 0) return auto_batch_gpu(cfg, devs, err);
+    cfg->batch = AUTO_BATCH_CPU * devs->n;          // Ultralytics' AutoBatch on the CPU: its default batch
+    printf("batch=-1 (auto) sizes the batch for a GPU's memory; on the CPU it is %d%s\n", cfg->batch,
+           devs->n > 1 ? " (16 per device)" : "");
+    return 0;
+}
 
 static void free_model(Model *m) {
     if (!m->on_device) { model_free(m); return; }
@@ -67,6 +85,9 @@ static void print_devices(const Config *cfg, const DeviceList *devs) {
 int infer_models_open(const Config *cfg, const DeviceList *devs, int max_n, InferModels *im, Err *err) {
     memset(im, 0, sizeof *im);
     im->devs = *devs;
+    if (max_n < 1)
+        return err_set(err, "batch=%d: validation and detection take a positive batch (batch=-1, auto, is for training)",
+                       cfg->batch);
     for (int k = 0; k < devs->n; k++) {
         Model *m = &im->models[k];
         if (model_build(cfg, max_n, cfg->imgsz, m, err)) { infer_models_free(im); return -1; }

@@ -19,6 +19,8 @@ typedef struct {
     int              layer;   // index of the config layer being expanded
     int              max_hw;  // planned input size
     int             *vh, *vw; // planned spatial size per value (filled as values are made)
+    int              split[CFG_MAX_LAYERS][CFG_MAX_ARGS + 1];   // CBLinear layer i's output j is channels
+    int              n_split[CFG_MAX_LAYERS];                   // [split[i][j], split[i][j+1]); 0: not one
 } Builder;
 
 enum { NAME_LEN = sizeof(((ParamInfo *)0)->name) };
@@ -254,6 +256,53 @@ static int sppelan(Builder *b, const char *p, int in, int c2, int c3) {
 }
 
 static int make_divisible(double x, int d) { return (int)ceil(x / d) * d; }
+
+static int add_values(Builder *b, int x, int y, int out);
+
+// ADown(c1, c2): x = avg_pool(2, s1) x, split in halves a, b; out = concat[cv1 a (3x3 s2),
+// cv2(max_pool(3, s2, p1) b) (1x1)], c2/2 channels each.
+static int adown(Builder *b, const char *p, int in, int c2) {
+    char q[NAME_LEN];
+    int C = b->m->values[in].C / 2, c = c2 / 2;
+    int x = pool(b, OP_AVGPOOL, in, -1, 2, 1, 0);
+    int out = new_value(b, 2 * c, conv_out(b->vh[x], 3, 2), conv_out(b->vw[x], 3, 2));
+    namef(q, "%s.cv1", p);
+    conv_bn(b, q, slice_value(b, x, 0, C), slice_value(b, out, 0, c), c, 3, 2, 1);
+    int mp = pool(b, OP_MAXPOOL, slice_value(b, x, C, C), -1, 3, 2, 1);
+    namef(q, "%s.cv2", p);
+    conv_bn(b, q, mp, slice_value(b, out, c, c), c, 1, 1, 1);
+    return out;
+}
+
+// CBLinear(c1, c2s): one 1x1 nn.Conv2d with bias, "<p>.conv", whose output is split into the widths
+// c2s (the builder remembers the split for CBFuse).
+static int cblinear(Builder *b, const char *p, int in, const int *c2s, int n) {
+    char q[NAME_LEN];
+    int *sp = b->split[b->layer];
+    sp[0] = 0;
+    for (int i = 0; i < n; i++) sp[i + 1] = sp[i] + c2s[i];
+    b->n_split[b->layer] = n;
+    int out = new_value(b, sp[n], b->vh[in], b->vw[in]);
+    namef(q, "%s.conv", p);
+    return conv_bias(b, q, in, out, sp[n], 1);
+}
+
+// CBFuse(idx): out = sum_i nearest_resize(x_i[idx_i], size of the last input) + the last input; x_i are
+// CBLinear outputs at strides that divide the target's, so the resize is an integer upsampling.
+static int cbfuse(Builder *b, const int *srcs, const int *in, int n_in, const int *idx) {
+    int t = in[n_in - 1], acc = t;
+    for (int i = 0; i < n_in - 1; i++) {
+        const int *sp = b->split[srcs[i]];
+        int v = slice_value(b, in[i], sp[idx[i]], sp[idx[i] + 1] - sp[idx[i]]), f = b->vh[t] / b->vh[v];
+        if (f > 1) {
+            int u = new_value(b, b->m->values[v].C, b->vh[t], b->vw[t]);
+            add_node(b, OP_UPSAMPLE, v, u)->k = f;
+            v = u;
+        }
+        acc = i == 0 ? v : add_values(b, acc, v, -1);
+    }
+    return add_values(b, acc, t, -1);
+}
 
 // DDetect: per level a box branch (3x3, 3x3 g4, 1x1 g4 + bias) named "<p>.<box>.<level>" and a class
 // branch (3x3, 3x3, 1x1 + bias) named "<p>.<cls>.<level>", writing into the level's output map
@@ -582,6 +631,34 @@ static int build_layer26(Builder *b, const int *in, int n_in, int c2, int *out) 
     return 0;
 }
 
+// CBFuse [[idx...]] from [cblinear layers..., target]: checks what the reference takes for granted.
+static int build_cbfuse(Builder *b, const int *in, int n_in, int *out) {
+    const LayerSpec *s = b->spec;
+    int srcs[CFG_MAX_FROM], idx[CFG_MAX_FROM], t = in[n_in - 1];
+    if (n_in < 2 || s->n_args != n_in - 1)
+        return fail(b, "CBFuse takes CBLinear layers then the map they are added to (at least 2 inputs), and "
+                       "one index per CBLinear input: %d inputs, %d indices", n_in, s->n_args);
+    for (int i = 0; i < n_in - 1; i++) {
+        srcs[i] = s->from[i] < 0 ? s->index + s->from[i] : s->from[i];
+        idx[i] = (int)s->args[i];
+        int ns = srcs[i] >= 0 ? b->n_split[srcs[i]] : 0;
+        if (!ns) return fail(b, "input %d (layer %d) is not a CBLinear layer", i + 1, srcs[i]);
+        if (s->args[i] != idx[i] || idx[i] < 0 || idx[i] >= ns)
+            return fail(b, "index %g of input %d must be 0 to %d: layer %d has %d outputs", s->args[i], i + 1,
+                        ns - 1, srcs[i], ns);
+        const int *sp = b->split[srcs[i]];
+        int C = sp[idx[i] + 1] - sp[idx[i]], h = b->vh[in[i]], w = b->vw[in[i]];
+        if (C != b->m->values[t].C)
+            return fail(b, "output %d of layer %d has %d channels, the last input %d", idx[i], srcs[i], C,
+                        b->m->values[t].C);
+        if (h > b->vh[t] || b->vh[t] % h || w > b->vw[t] || b->vw[t] % w || b->vh[t] / h != b->vw[t] / w)
+            return fail(b, "input %d is %dx%d, which does not scale up to the last input's %dx%d at imgsz %d", i + 1,
+                        h, w, b->vh[t], b->vw[t], b->max_hw);
+    }
+    *out = cbfuse(b, srcs, in, n_in, idx);
+    return 0;
+}
+
 static int build_layer(Builder *b, const int *in, int n_in, int *out) {
     const LayerSpec *s = b->spec;
     const char *mod = s->module;
@@ -591,12 +668,18 @@ static int build_layer(Builder *b, const int *in, int n_in, int *out) {
     double wm = b->cfg->width_multiple > 0 ? b->cfg->width_multiple : 1.0;
     int c[4] = { 0 };
     int head = !strcmp(mod, "DDetect") || !strcmp(mod, "DualDDetect") || !strcmp(mod, "Detect");
-    if (!strcmp(mod, "Upsample") || !strcmp(mod, "Concat") || head) {
+    if (head && strcmp(mod, "Detect") && m->reg_max != 16)     // the loss and decode have 16 DFL bins
+        return fail(b, "reg_max = %d: %s works with reg_max = 16 (DFL bins) only; set reg_max = 16 in [model] "
+                    "(reg_max = 1 is for YOLO26's end-to-end Detect)", m->reg_max, mod);
+    if (!strcmp(mod, "Upsample") || !strcmp(mod, "Concat") || head || !strcmp(mod, "Silence") ||
+        !strcmp(mod, "CBLinear") || !strcmp(mod, "CBFuse")) {
     } else {
         for (int i = 0; i < s->n_args && i < 4; i++)   // YOLO26 modules: only c2 is a channel count
             if (i == 0 || (strcmp(mod, "Conv") && !is_module26(mod))) { if (arg_int(b, i, &c[i])) return -1; }
-        c[0] = make_divisible(c[0] * wm, 8);
+        int cap = b->cfg->max_channels;                // as ultralytics: min(c2, max_channels) * width
+        c[0] = make_divisible((cap > 0 && c[0] > cap ? cap : c[0]) * wm, 8);
     }
+    if (!strcmp(mod, "CBFuse")) return build_cbfuse(b, in, n_in, out);
     if (strcmp(mod, "Concat") && !head && n_in != 1)
         return fail(b, "%s takes one input, got %d", mod, n_in);
     int x = in[0];
@@ -614,6 +697,19 @@ static int build_layer(Builder *b, const int *in, int n_in, int *out) {
         int a = pool(b, OP_AVGPOOL, x, -1, 2, 1, 0);
         char q[NAME_LEN]; namef(q, "%s.cv1", p);
         *out = conv_bn(b, q, a, -1, c[0], 3, 2, 1);
+    } else if (!strcmp(mod, "ADown")) {
+        if (need_args(b, 1, 1)) return -1;
+        if (m->values[x].C % 2) return fail(b, "the input's %d channels must be even (they are split in halves)",
+                                            m->values[x].C);
+        if (c[0] < 2) return fail(b, "c2 = %d leaves no channels for the halves", c[0]);
+        *out = adown(b, p, x, c[0]);
+    } else if (!strcmp(mod, "Silence")) {
+        *out = x;                                      // the reference's placeholder: its input, unchanged
+    } else if (!strcmp(mod, "CBLinear")) {
+        int c2s[CFG_MAX_ARGS];
+        for (int i = 0; i < s->n_args; i++)            // the reference does not scale these by width
+            if (arg_int(b, i, &c2s[i])) return -1;
+        *out = cblinear(b, p, x, c2s, s->n_args);
     } else if (!strcmp(mod, "ELAN1") || !strcmp(mod, "RepNCSPELAN4")) {
         int rep = !strcmp(mod, "ELAN1") ? 0 : (s->n_args > 3 ? c[3] : 1);
         if (need_args(b, 3, rep ? 4 : 3)) return -1;
@@ -653,8 +749,8 @@ static int build_layer(Builder *b, const int *in, int n_in, int *out) {
     } else if (is_module26(mod)) {
         return build_layer26(b, in, n_in, c[0], out);
     } else {
-        return fail(b, "unknown module '%s'; known: Conv, AConv, ELAN1, RepNCSPELAN4, SPPELAN, "
-                       "Upsample, Concat, DDetect, DualDDetect, C3k2, SPPF, C2PSA, Detect", mod);
+        return fail(b, "unknown module '%s'; known: Conv, AConv, ADown, ELAN1, RepNCSPELAN4, SPPELAN, Silence, "
+                       "CBLinear, CBFuse, Upsample, Concat, DDetect, DualDDetect, C3k2, SPPF, C2PSA, Detect", mod);
     }
     return 0;
 }
@@ -664,13 +760,14 @@ static void layer_info(Builder *b, const LayerSpec *s, int out) {
     li->n_from = s->n_from;
     memcpy(li->from, s->from, sizeof li->from);
     snprintf(li->module, sizeof li->module, "%s", s->module);
-    int o = 0;
-    li->args[0] = 0;
+    int o = s->list ? snprintf(li->args, sizeof li->args, "[") : 0;   // CBLinear, CBFuse: [[...]] in the yaml
+    li->args[o] = 0;
     for (int i = 0; i < s->n_args && o < (int)sizeof li->args - 16; i++) {
         if (isnan(s->args[i])) o += snprintf(li->args + o, sizeof li->args - o, "%sNone", i ? ", " : "");
         else o += snprintf(li->args + o, sizeof li->args - o, "%s%g", i ? ", " : "", s->args[i]);
     }
     if (s->sarg[0]) snprintf(li->args + o, sizeof li->args - o, "%s'%s'", o ? ", " : "", s->sarg);
+    if (s->list && o < (int)sizeof li->args - 1) snprintf(li->args + o, sizeof li->args - o, "]");
     li->out = out;
 }
 
@@ -783,6 +880,12 @@ size_t model_count_params(const Model *m) {
     return n;
 }
 
+int model_count_tensors(const Model *m) {
+    int n = m->n_params;
+    for (int i = 0; i < m->n_params; i++) n += m->params[i].kind == PK_RUNNING_VAR;   // num_batches_tracked
+    return n;
+}
+
 size_t model_host_bytes(const Model *m) {
     return sizeof(float) * (2 * m->n_state + m->n_act + m->n_dact + m->n_stats + m->n_ws + 2 * m->n_tmp);
 }
@@ -817,6 +920,13 @@ void model_set_size(Model *m, int h, int w) {
     for (int v = 0; v < m->n_values; v++) { m->vh[v] = m->vh[owner(m, v)]; m->vw[v] = m->vw[owner(m, v)]; }
 }
 
+// 1 when value v is one of the head's (or auxiliary head's) output maps.
+static int is_head_map(const Model *m, int v) {
+    for (int l = 0; l < m->n_levels; l++)
+        if (v == m->head[l] || (l < m->n_aux && v == m->aux[l])) return 1;
+    return 0;
+}
+
 // ---- initial weights ------------------------------------------------------------------------
 
 // PyTorch's default conv init (kaiming_uniform with a = sqrt(5): U(+-1/sqrt(fan_in)), the same
@@ -846,7 +956,7 @@ void model_init_weights(Model *m, uint64_t seed) {
     // bias_init: box logits 1.0 (end-to-end: distances 2.0), class logits ln(5 / nc / (640 / stride)^2)
     for (int i = 0; i < m->n_nodes; i++) {
         const Node *n = &m->nodes[i];
-        if (n->op != OP_CONV || n->cv.b < 0) continue;
+        if (n->op != OP_CONV || n->cv.b < 0 || !is_head_map(m, owner(m, n->out))) continue;   // not CBLinear
         const Value *v = &m->values[n->out];
         float *bias = m->state + m->params[n->cv.b].offset;
         for (int k = 0; k < n->cv.d.K; k++)

@@ -52,6 +52,7 @@ typedef enum {
     OP_ATTN,      // the attention core of C2PSA/PSABlock (core/ops26.h): in = qkv, out = y, out2 = v
     OP_DETACH,    // out = in forward; no gradient flows back to in (the one-to-one head's features)
 } OpKind;
+enum { OP_KINDS = OP_DETACH + 1 };   // how many there are (name tables check their size against it)
 
 // A conv unit whose groups == C == K runs the depthwise ops (core/ops26.h), not the GEMM convolution.
 typedef struct {        // one conv + optional BN; parameter indices into Model.params (-1: none)
@@ -140,6 +141,8 @@ void model_free_grad_plan(Model *m);
 void model_init_weights(Model *m, uint64_t seed);
 int  model_find_param(const Model *m, const char *name);
 size_t model_count_params(const Model *m);     // as PyTorch counts: trainable + fixed
+int    model_count_tensors(const Model *m);    // the state dict's entries: parameters, BN buffers and
+                                               // each BN's num_batches_tracked
 size_t model_host_bytes(const Model *m);       // the arenas model_build reserves (touched when run on the CPU)
 double model_flops(const Model *m, int imgsz); // 2 x MACs for one image of imgsz x imgsz
 void model_print_info(const Model *m, const Config *cfg, FILE *f);
@@ -147,6 +150,10 @@ void model_print_info(const Model *m, const Config *cfg, FILE *f);
 // Weights in safetensors with PyTorch state-dict names (prefix "" or e.g. "param/").
 int  model_load(Model *m, const char *path, const char *prefix, Err *err);
 int  model_save(const Model *m, const char *path, Err *err);
+// Values on their way into the model (host copies, n_state floats laid out as m->state, or another
+// array of n when not): refuse NaN or Inf naming path, the tensor (`what`, or the parameter at that
+// offset) and the index, so broken weights never train to a NaN loss. Every reader calls it.
+int  model_check_finite(const Model *m, const float *v, size_t n, const char *path, const char *what, Err *err);
 
 // core/act_plan.c: the activation arena's layout. bf16 = 1 (a GPU running bf16 GEMMs) stores the
 // pre-BN maps z of GEMM convolutions, and every value whose writers and readers all take bf16 maps,

@@ -71,9 +71,9 @@ void model_print_info(const Model *m, const Config *cfg, FILE *f) {
     }
     int anchors = 0;
     for (int l = 0; l < m->n_levels; l++) anchors += m->vh[m->head[l]] * m->vw[m->head[l]];
-    fprintf(f, "%s: %d layers, %s parameters, %.1f GFLOPs at %d (2 x multiply-adds), nc=%d, %d anchors\n",
-            cfg->file, m->n_layers, grouped(model_count_params(m), a), model_flops(m, m->imgsz) / 1e9,
-            m->imgsz, m->nc, anchors);
+    fprintf(f, "%s: %d layers, %s parameters, %d state-dict tensors, %.1f GFLOPs at %d (2 x multiply-adds), nc=%d, "
+            "%d anchors\n", cfg->file, m->n_layers, grouped(model_count_params(m), a), model_count_tensors(m),
+            model_flops(m, m->imgsz) / 1e9, m->imgsz, m->nc, anchors);
     if (m->end2end)
         fprintf(f, "end-to-end head: the one-to-many branch is for training only; inference (one-to-one, no NMS) "
                    "uses %s parameters\n", grouped(inference_params(m), a));

@@ -1,10 +1,11 @@
 // model_io.c: model weights in safetensors under the PyTorch state-dict names of the reference, so
 // PyTorch's load_state_dict reads what we save and we read what it saves (or a fixture's "param/").
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/model.h"
-#include "io/safetensors.h"
+#include "io/pt.h"
 
 static const char NBT[] = "num_batches_tracked";
 
@@ -45,9 +46,24 @@ static int load_param(float *state, const SafeTensors *st, const ParamInfo *p, c
     return st_read_f32(st, name, state + p->offset, p->n, err);
 }
 
+int model_check_finite(const Model *m, const float *v, size_t n, const char *path, const char *what, Err *err) {
+    size_t j = 0;
+    while (j < n && isfinite(v[j])) j++;
+    if (j == n) return 0;
+    const char *name = what;
+    size_t at = j;
+    for (int i = 0; n == m->n_state && i < m->n_params; i++)
+        if (j >= m->params[i].offset && j < m->params[i].offset + m->params[i].n) {
+            name = m->params[i].name;
+            at = j - m->params[i].offset;
+        }
+    return err_set(err, "%s: tensor '%s' holds %s at index %zu; the weights are broken (a run that diverged?): "
+                   "start from other weights", path, name, isnan(v[j]) ? "NaN" : "Inf", at);
+}
+
 int model_load(Model *m, const char *path, const char *prefix, Err *err) {
     SafeTensors st;
-    if (st_open(path, &st, err)) return -1;
+    if (weights_open(path, &st, err)) return -1;   // safetensors or .pt
     int rc = 0;
     size_t plen = strlen(prefix);
     float *host = xmalloc(m->n_state * sizeof(float));   // the state may live on a GPU
@@ -65,6 +81,7 @@ int model_load(Model *m, const char *path, const char *prefix, Err *err) {
             rc = err_set(err, "%s: tensor '%s' is not part of this model: the weights belong to another config",
                          path, name);
     }
+    if (!rc) rc = model_check_finite(m, host, m->n_state, path, "state", err);
     if (!rc) m->be->upload(m->be_ctx, m->state, host, m->n_state);
     free(host);
     st_close(&st);

@@ -96,13 +96,21 @@ static void bn_recompute(const Model *m, const ConvUnit *cu, Map z, Map u) {
 static void unit_backward(Model *m, const ConvUnit *cu, int in, Map du, int n) {
     ConvDims d = unit_dims(m, cu, in, n);
     Map x = model_value(m, in, n), dx = model_grad(m, in, n), dz = du;
+    if (m->values[in].no_grad) dx.data = NULL;   // no gradient for the images or detached features
+    if (cu->bn_w >= 0 && cu->b < 0 && !unit_is_dw(cu)) {   // BN + conv, fused by the backend
+        Map z = unit_z(m, cu, &d);
+        const float *mean = m->stats + cu->stats;
+        BnSaved bn = { P(m, cu->bn_w), P(m, cu->bn_b), mean, mean + d.K, G(m, cu->bn_w), G(m, cu->bn_b) };
+        m->be->conv_bn_backward(m->be_ctx, &d, x, P(m, cu->w), z, &bn, du, map_make(m->tmp_b, d.N, d.P, d.Q, d.K), dx,
+                                G(m, cu->w), m->ws);
+        return;
+    }
     if (cu->bn_w >= 0) {
         Map z = unit_z(m, cu, &d);
         dz = map_make(m->tmp_b, d.N, d.P, d.Q, d.K);
         const float *mean = m->stats + cu->stats;
         m->be->bn_backward(m->be_ctx, z, P(m, cu->bn_w), mean, mean + d.K, du, dz, G(m, cu->bn_w), G(m, cu->bn_b));
     }
-    if (m->values[in].no_grad) dx.data = NULL;   // no gradient for the images or detached features
     if (unit_is_dw(cu)) {
         DwDims dd = unit_dw(&d);
         m->be->dwconv_backward(m->be_ctx, &dd, x, P(m, cu->w), dz, dx, G(m, cu->w), G(m, cu->b));

@@ -121,10 +121,19 @@ int split_weighted(const double *w, const int *cap, int B, int n, int *sizes) {
         sizes[best]++;
         given++;
     }
+    if (!sizes[0] && w[0] > 0 && B > 0 && (!cap || cap[0] > 0)) {   // a small (last, partial) batch: device 0
+        int most = 1;                                                 // takes one from the fullest device
+        for (int k = 2; k < n; k++) if (sizes[k] > sizes[most]) most = k;
+        sizes[most]--, sizes[0]++;
+    }
     return sizes[0] ? 0 : -1;
 }
 
 int split_batch(const char *split, int B, int n, int *sizes, Err *err) {
+    return split_batch_capped(split, B, n, NULL, sizes, err);
+}
+
+int split_batch_capped(const char *split, int B, int n, const int *cap, int *sizes, Err *err) {
     memset(sizes, 0, sizeof(int) * n);
     if (!strcmp(split, "even") || !strcmp(split, "auto")) {   // torch.chunk
         int chunk = (B + n - 1) / n, left = B;
@@ -136,12 +145,12 @@ int split_batch(const char *split, int B, int n, int *sizes, Err *err) {
     for (int k = 0; k < n; k++) {
         char *end;
         w[k] = strtod(p, &end);
-        if (end == p || w[k] < 0) return err_set(err, "split=%s: give %d non-negative weights, one per device", split, n);
+        if (end == p || w[k] <= 0) return err_set(err, "split=%s: give %d positive weights, one per device", split, n);
         sum += w[k];
         p = *end == ',' ? end + 1 : end;
     }
-    if (*p || sum <= 0) return err_set(err, "split=%s: give %d non-negative weights, one per device", split, n);
-    if (split_weighted(w, NULL, B, n, sizes))
+    if (*p || sum <= 0) return err_set(err, "split=%s: give %d positive weights, one per device", split, n);
+    if (split_weighted(w, cap, B, n, sizes))
         return err_set(err, "split=%s: device 0 gets no image of a batch of %d", split, B);
     return 0;
 }
@@ -960,8 +969,8 @@ static int split_sizes(const Multi *mt, int B, int *sizes, Err *err) {
     if (mt->au.use) {
         if (split_weighted(mt->au.rate, mt->cap, B, mt->n, sizes))
             return err_set(err, "split=auto: no split of %d images fits the devices' micro-batch sizes", B);
-    } else if (split_batch(mt->split, B, mt->n, sizes, err)) {
-        return -1;
+    } else if (split_batch_capped(mt->split, B, mt->n, mt->cap, sizes, err)) {   // the caps: a partial batch
+        return -1;                                                                //   never outgrows the plan
     }
     for (int k = 0; k < mt->n; k++)
         if (sizes[k] > mt->cap[k])

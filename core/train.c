@@ -4,6 +4,7 @@
 #include "core/train.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stddef.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -18,8 +19,12 @@
 #include "io/plot.h"
 #include "core/checkpoint.h"
 #include "core/infer_devices.h"
+#include "core/memlimit.h"
+#include "core/readfile.h"
+#include "core/runlock.h"
 #include "core/multi.h"
 #include "core/train26.h"
+#include "core/transfer.h"
 #include "core/val.h"
 #include "gpu/device.h"
 #include "io/synth.h"
@@ -37,22 +42,29 @@ static int trainer_setup(Trainer *t, const Config *cfg, int gpu, int master, int
         return err_set(err, "optimizer=%s: %s trains with SGD, as YOLOv9's train.py; MuSGD and AdamW are YOLO26's "
                        "(cfg/yolo26s.ini): use optimizer=SGD or auto", cfg->optimizer, cfg->file);
     }
-    if (cfg->weights[0]) {
-        if (model_load(m, cfg->weights, "", err)) { model_free(m); return -1; }
+    unsigned char frozen[CFG_MAX_LAYERS];
+    if (freeze_mask(cfg, m, frozen, err)) { model_free(m); return -1; }
+    if (cfg->weights[0]) {          // what matches by name and shape; the rest fresh (core/transfer.h)
+        if (model_transfer(m, cfg->weights, (uint64_t)cfg->seed, master, err)) { model_free(m); return -1; }
     } else {
         model_init_weights(m, (uint64_t)cfg->seed);
     }
     t->master = master;
     if (gpu < 0) {
         // The arenas are reserved but not yet touched: refuse now rather than be killed mid-epoch.
+        // OpenBLAS's buffers first (it would spin where they do not fit), then the run's own need
+        // against the least of MemAvailable, the cgroup limit and ulimit -v.
+        if (blas_reserve(err)) { model_free(m); return -1; }
         double states = m->end2end ? 4.0 : 3.0;       // YOLO26: two optimizer states (MuSGD s, m; AdamW m, v)
-        double need = model_host_bytes(m) + sizeof(float) * (states * m->n_state + (double)cfg->batch * cfg->imgsz * cfg->imgsz * 3);
-        double have = (double)mem_available_bytes();
-        if (have > 0 && need > 0.9 * have) {
+        double stacks = (cfg->workers + 4.0) * (8 << 20);   // loader and BLAS threads' stacks (address space)
+        double need = model_host_bytes(m) + stacks +
+                      sizeof(float) * (states * m->n_state + (double)cfg->batch * cfg->imgsz * cfg->imgsz * 3);
+        MemBudget have = mem_budget(model_host_bytes(m));   // the arenas are mapped, not yet touched
+        if (have.bytes > 0 && need > 0.9 * have.bytes) {
             model_free(m);
             return err_set(err, "training on the CPU at batch %d and imgsz %d needs %.1f GB of memory, %.1f GB are "
-                           "available; lower batch or imgsz (cfg/t.ini is set up for CPU runs) or train on a GPU",
-                           micro, cfg->imgsz, need / 1e9, have / 1e9);
+                           "available (%s); lower batch or imgsz (cfg/t.ini is set up for CPU runs), raise the "
+                           "limit, or train on a GPU", micro, cfg->imgsz, need / 1e9, have.bytes / 1e9, have.what);
         }
         if (master) {
             t->ema = xmalloc(m->n_state * sizeof(float));
@@ -80,15 +92,29 @@ static int trainer_setup(Trainer *t, const Config *cfg, int gpu, int master, int
     return 0;
 }
 
+// freeze=: say once what stays fixed (train.py logs each name; one line is enough here)
+static void print_frozen(const Model *m, const unsigned char *frozen) {
+    long tensors = 0, floats = 0;
+    for (int i = 0; i < m->n_params; i++)
+        if (param_trainable(m->params[i].kind) && param_frozen(frozen, m->params[i].name))
+            tensors++, floats += (long)m->params[i].n;
+    if (tensors) printf("freeze: %ld parameter tensors (%ld values) of the frozen layers get no update\n", tensors, floats);
+}
+
 static void optimizer_init(Trainer *t, const Config *cfg, int nb) {
     Model *m = &t->m;
+    unsigned char frozen[CFG_MAX_LAYERS];
+    Err ignored;
+    if (freeze_mask(cfg, m, frozen, &ignored)) memset(frozen, 0, sizeof frozen);   // trainer_setup checked it
     t->slots = xcalloc(m->n_params, sizeof *t->slots);
     for (int i = 0; i < m->n_params; i++) {
         const ParamInfo *p = &m->params[i];
         int g = param_group(p->kind);
         if (g < 0 && p->kind != PK_FIXED) continue;      // BN buffers are no parameters
+        if (param_frozen(frozen, p->name)) g = -1;       // as requires_grad False: no update, decay or norm share
         t->slots[t->n_slots++] = (ParamSlot){ m->state + p->offset, g >= 0 ? m->grad + p->offset : NULL, p->n, g };
     }
+    print_frozen(m, frozen);
     if (t->y26) { train26_optimizer_init(t, cfg, nb); return; }   // its groups, optimizer and schedule
     sgd_init(&t->sgd, t->slots, t->n_slots, m->be, m->be_ctx, t->sgd_buf);   // NULL: a host buffer
     LrKind kind = cfg->cos_lr ? LR_COSINE : LR_LINEAR;
@@ -289,6 +315,15 @@ void trainer_update(Trainer *t, int epoch, int i) {
     trainer_mark(t, TM_U1);
 }
 
+// The learning rates of iteration (epoch, i) into t->lr without advancing the schedule: a run
+// resumed after its epoch's last batch (stopped during validation) logs them as the run that went on.
+static void trainer_lr_at(Trainer *t, int epoch, int i) {
+    if (t->y26) { train26_lr_at(t, epoch, i); return; }
+    OptSchedule copy = t->sched;                       // opt_schedule_next records steps: not in t
+    OptStep st = opt_schedule_next(&copy, epoch, i);
+    memcpy(t->lr, st.lr, sizeof t->lr);
+}
+
 int trainer_step(Trainer *t, int n, int S, const float *targets, int nt, int epoch, int i,
                  LossOut *out, Err *err) {
     if (t->multi) return multi_step(t->multi, n, S, targets, nt, epoch, i, out, err);
@@ -313,8 +348,35 @@ int trainer_save(const Trainer *t, const char *path, Err *err) {
 
 // ---- the run -------------------------------------------------------------------------------
 
-static volatile sig_atomic_t stop_requested;
-static void on_signal(int sig) { stop_requested = sig; }
+// Ctrl-C and SIGTERM. Once training runs (stop_savable) they only set stop_requested: the loop, the
+// validation pass and the checkpoint writes all finish what they hold within seconds, then the run
+// saves where it stands and says how to resume. Before that (reading the dataset, building the
+// model, loading weights) there is nothing to save: the run ends at once with status 128 + signal;
+// the files written by then (the run folder, args.ini by rename, the lock the kernel drops) are whole.
+static volatile sig_atomic_t stop_requested, stop_savable;
+static void on_signal(int sig) {
+    if (!stop_savable) {
+        static const char msg[] = "\nyolotrain: stopped by a signal before training started; nothing to save\n";
+        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)w;
+        _exit(128 + sig);
+    }
+    stop_requested = sig;
+}
+
+// YT_SIGNAL_AT=startup|val|checkpoint (tests): SIGTERM to this process at that point (once per
+// process), as a user's kill arriving while the dataset loads, validation runs or checkpoints are written.
+static void injected_signal(const char *where) {
+    static int done;
+    const char *at = getenv("YT_SIGNAL_AT");
+    if (!done && at && !strcmp(at, where)) { done = 1; raise(SIGTERM); }
+}
+
+static void say_stopped(const char *dir, int epoch, int batch, const char *when) {
+    printf("\nstopped (%s) %s epoch %d, batch %d: saved %s/weights/last.safetensors and last_state.safetensors; "
+           "continue with: ./yolotrain resume=%s\n", stop_requested < 0 ? "YT_STOP_AFTER_STEPS" : "signal", when,
+           epoch, batch, dir, dir);
+}
 
 int make_dirs(const char *path) {
     char buf[4 * CFG_PATH];
@@ -328,18 +390,23 @@ int make_dirs(const char *path) {
     return mkdir(buf, 0755) && errno != EEXIST ? -1 : 0;
 }
 
-// runs/train/exp, exp2, exp3, ... (first free), or exactly NAME with exist_ok; plus weights/.
-static int run_dir(const Config *cfg, char *dir, size_t size, Err *err) {
+// runs/train/exp, exp2, exp3, ... (the first free one), or exactly NAME with exist_ok; plus weights/;
+// locked for this run (*lock). A folder another run holds is skipped, or refused under exist_ok.
+static int run_dir(const Config *cfg, char *dir, size_t size, int *lock, Err *err) {
     struct stat st;
     for (int k = 1; k < 10000; k++) {
         if (k == 1) snprintf(dir, size, "%s/%s", cfg->project, cfg->name);
         else snprintf(dir, size, "%s/%s%d", cfg->project, cfg->name, k);
-        if (cfg->exist_ok || stat(dir, &st)) break;
+        if (!cfg->exist_ok && !stat(dir, &st)) continue;
+        char w[CFG_PATH * 2 + 16];
+        snprintf(w, sizeof w, "%s/weights", dir);
+        if (make_dirs(w)) return err_set(err, "cannot create %s: %s; set project= to a writable folder", w, strerror(errno));
+        int rc = run_lock(dir, lock, err);
+        if (rc < 0 || (rc > 0 && cfg->exist_ok)) return -1;
+        if (rc == 0) return 0;             // rc > 0: another run made this folder just now; the next name
     }
-    char w[CFG_PATH * 2 + 16];
-    snprintf(w, sizeof w, "%s/weights", dir);
-    if (make_dirs(w)) return err_set(err, "cannot create %s: %s; set project= to a writable folder", w, strerror(errno));
-    return 0;
+    return err_set(err, "%s/%s: no free run folder name up to %s9999; pick another name=", cfg->project, cfg->name,
+                   cfg->name);
 }
 
 // Refuse to start when the run folder's disk cannot hold the checkpoints of one epoch end (last,
@@ -412,9 +479,11 @@ static void note_unbuilt_keys(const Config *cfg) {
 }
 
 // The devices device= names, or -1 after printing why it cannot be used (with the GPUs found).
-static int pick_devices(const Config *cfg, DeviceList *devs) {
+static int pick_devices(Config *cfg, DeviceList *devs) {
     if (infer_pick_devices(cfg, "yolotrain", devs)) return -1;   // as val and detect pick theirs
     if (!cfg->device[0] && devs->gpu[0] < 0) printf("device: no GPU found, training on the CPU\n");
+    Err err;
+    if (infer_auto_batch(cfg, devs, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return -1; }   // batch=-1
     return 0;
 }
 
@@ -430,7 +499,8 @@ static void print_split(const Config *cfg, const DeviceList *devs) {
     if (!strcmp(cfg->split, "even") && cfg->batch % devs->n)
         printf("warning: batch=%d does not divide by %d devices: split as torch.chunk gives %d and %d images, so the "
                "device with fewer waits for the others each step; a multiple of %d (e.g. batch=%d) keeps them even\n",
-               cfg->batch, devs->n, sizes[0], sizes[devs->n - 1], devs->n, cfg->batch / devs->n * devs->n);
+               cfg->batch, devs->n, sizes[0], sizes[devs->n - 1], devs->n,
+               cfg->batch < devs->n ? devs->n : cfg->batch / devs->n * devs->n);   // never batch=0
 }
 
 typedef struct {              // what the run keeps across epochs for validation and checkpoints
@@ -480,7 +550,7 @@ static void drop_results_from(const char *dir, int epoch) {
     char path[CFG_PATH * 2 + 64], tmp[CFG_PATH * 2 + 80], line[1024];
     snprintf(path, sizeof path, "%s/results.csv", dir);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(path, "r");
+    FILE *f = rf_fopen(path, "results file", NULL);
     if (!f) return;
     FILE *o = fopen(tmp, "w");
     if (!o) { fclose(f); return; }
@@ -491,15 +561,19 @@ static void drop_results_from(const char *dir, int epoch) {
     else remove(tmp);
 }
 
-// After an epoch: validate the EMA weights, log, save last (and best by fitness). -1 on a failed save.
+// After an epoch: validate the EMA weights, log, save last (and best by fitness). -1 on a failed save,
+// 1 when a signal stopped the validation (nothing written: the caller saves the state before it).
 static int end_epoch(Config *cfg, Trainer *t, RunState *rs, int epoch, const Running *r) {
     Err err;
     char path[CFG_PATH * 2 + 64];
     if (t->y26) train26_end_epoch(t);                  // ProgLoss: the next epoch's branch weights
     ValOptions vo = val_options_train(cfg);           // train.py: 2*batch, rect, pad 0.5; run in chunks
     vo.picture_dir = rs->dir;
+    vo.stop = &stop_requested;                         // a signal ends the pass within a batch
+    injected_signal("val");
     ValResult v = { 0 };
     int vrc = val_evaluate_ema(t, rs->val, &vo, &v, &err);   // the EMA weights, on every device
+    if (vrc && stop_requested) return 1;
     if (vrc) { fprintf(stderr, "yolotrain: validation failed: %s\n", err.msg); memset(&v, 0, sizeof v); }
     results_row(rs, epoch, r, &v, t->lr);
     char csv[CFG_PATH * 2 + 64];
@@ -508,6 +582,7 @@ static int end_epoch(Config *cfg, Trainer *t, RunState *rs, int epoch, const Run
     if (plot_results(csv, path, &err)) fprintf(stderr, "note: %s\n", err.msg);
     snprintf(path, sizeof path, "%s/weights/last.safetensors", rs->dir);
     int rc = 0;
+    injected_signal("checkpoint");
     if (trainer_save(t, path, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); rc = -1; }
     if (!rc && !vrc && (v.fitness > rs->best_fitness || rs->best_epoch < 0)) {
         rs->best_fitness = v.fitness;
@@ -535,6 +610,17 @@ typedef struct {
     int            saved_epoch, saved_batch;   // where last_state.safetensors continues; epoch -1: none yet
 } Failure;
 
+// 1 when the EMA weights hold only finite values (else err names the first tensor that does not):
+// weights that went NaN are never saved over good ones.
+static int ema_finite(const Trainer *t, Err *err) {
+    size_t n = t->m.n_state;
+    float *host = xmalloc(n * sizeof(float));
+    t->m.be->download(t->m.be_ctx, host, t->ema, n);
+    int rc = model_check_finite(&t->m, host, n, "the EMA weights", "ema", err);
+    free(host);
+    return rc == 0;
+}
+
 // A step failed (what NULL: a device error or bad targets, reported already) or a CUDA call did (the
 // fatal hook of gpu/device.h, what: the error): keep the newest weights. The EMA on device 0 is whole
 // as of the last optimizer step, so it goes to weights/last.safetensors; last_state stays where it
@@ -553,6 +639,7 @@ static void save_after_failure(const char *what, void *arg) {
     else if (f->t->dev && !device_usable(f->t->dev)) snprintf(why, sizeof why, "GPU %d can no longer run work (a "
                                                               "sticky CUDA error)", ((Device *)f->t->dev)->id);
 #endif
+    else if (!ema_finite(f->t, &err)) snprintf(why, sizeof why, "%s", err.msg);
     else if (trainer_save(f->t, last, &err)) snprintf(why, sizeof why, "%s", err.msg);
     if (!why[0]) {
         fprintf(stderr, "yolotrain: saved the EMA weights of the last optimizer step to %s; ", last);
@@ -591,6 +678,15 @@ static void injected_cuda_failure(const Trainer *t, int step) {
     device_fatal("injected");
 }
 
+// YT_NAN_AT_STEP=N (tests): before step N a weight becomes NaN, as a diverging run's would, so the
+// step's loss is NaN and the run must stop without saving NaN weights over the last finite ones.
+static void injected_nan(const Trainer *t, int step) {
+    const char *at = getenv("YT_NAN_AT_STEP");
+    if (!at || atoi(at) != step) return;
+    float nan = NAN;
+    t->m.be->upload(t->m.be_ctx, t->m.state, &nan, 1);
+}
+
 static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
     int nb = loader_batches(ld), S = cfg->imgsz, rc = 0;
     const Dataset *ds = rs->train;
@@ -627,12 +723,23 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
                 if (picture_batch(b, ds->names, ds->nc, path, &err)) fprintf(stderr, "note: %s\n", err.msg);
             }
             injected_cuda_failure(t, ++steps);
+            injected_nan(t, steps);
             t->input_u8 = b->images;                   // converted on the device: a quarter of the bytes
             LossOut lo;
             int bad = trainer_step(t, b->n, S, b->targets, b->nt, epoch, i, &lo, &err);
             t->input_u8 = NULL;                        // the batch goes back to the loader below
             if (bad) {
                 fprintf(stderr, "\nyolotrain: %s\n", err.msg);
+                loader_release(ld, b);
+                if (next) loader_release(ld, next);
+                save_after_failure(NULL, &fail);
+                rc = 1;
+                goto done;
+            }
+            if (!isfinite(lo.box) || !isfinite(lo.cls) || !isfinite(lo.dfl)) {   // the weights may follow
+                fprintf(stderr, "\nyolotrain: the loss is not finite at epoch %d, batch %d (step %d of this run): "
+                        "box %g, cls %g, dfl %g; the run stops (lower lr0, or check the data and the weights)\n",
+                        epoch, i, steps, lo.box, lo.cls, lo.dfl);
                 loader_release(ld, b);
                 if (next) loader_release(ld, next);
                 save_after_failure(NULL, &fail);
@@ -654,19 +761,23 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
             if (dev_csv) fclose(dev_csv);
             multi_gather_state(t->multi);              // sharded: EMA, momentum into device 0 before saving
         }
-        if (stop_requested) {                          // mid-epoch: save where we are, no validation
-            snprintf(path, sizeof path, "%s/weights/last.safetensors", dir);
+        int in_loop = stop_requested != 0;
+        int ended = in_loop ? 1 : end_epoch(cfg, t, rs, epoch, &r);
+        if (ended > 0) {                               // mid-epoch or mid-validation: save where we are;
+            snprintf(path, sizeof path, "%s/weights/last.safetensors", dir);   // resume validates again
             int bad = trainer_save(t, path, &err);
             if (bad) fprintf(stderr, "yolotrain: %s\n", err.msg);
             rc = save_state(t, rs, epoch, i, &r) || bad;
-            if (!rc) printf("\nstopped (%s) at epoch %d, batch %d: saved %s/weights/last.safetensors and "
-                            "last_state.safetensors; continue with: ./yolotrain resume=%s\n",
-                            stop_requested < 0 ? "YT_STOP_AFTER_STEPS" : "signal", epoch, i, dir, dir);
+            if (!rc) say_stopped(dir, epoch, i, in_loop ? "at" : "during the validation of");
             goto done;
         }
-        if (end_epoch(cfg, t, rs, epoch, &r) || save_state(t, rs, epoch + 1, 0, &(Running){ 0 })) { rc = 1; goto done; }
+        if (ended < 0 || save_state(t, rs, epoch + 1, 0, &(Running){ 0 })) { rc = 1; goto done; }
         fail.saved_epoch = epoch + 1;
         fail.saved_batch = 0;
+        if (stop_requested && epoch + 1 < cfg->epochs) {   // while checkpointing: those files are whole
+            say_stopped(dir, epoch + 1, 0, "at the start of");
+            goto done;
+        }
         if (cfg->patience > 0 && epoch - rs->best_epoch >= cfg->patience) {
             printf("Stopping training early as no improvement observed in last %d epochs. Best results "
                    "observed at epoch %d; the best model is saved as best.safetensors.\n", cfg->patience, rs->best_epoch);
@@ -699,10 +810,20 @@ static int find_run(const Config *cfg, char *dir, size_t size, Err *err) {
     if (w) *w = 0;
     size_t n = strlen(dir);
     while (n > 1 && dir[n - 1] == '/') dir[--n] = 0;
-    char state[CFG_PATH * 2 + 64];
+    char state[CFG_PATH * 2 + 64], csv[CFG_PATH * 2 + 64];
+    Err why;
+    if (rf_check_dir(dir, "run folder (resume=)", err)) return -1;
     snprintf(state, sizeof state, "%s/weights/last_state.safetensors", dir);
     if (stat(state, &st)) return err_set(err, "resume=%s: %s is missing; a run saves it at each epoch end and when "
                                          "stopped", cfg->resume, state);
+    int fd = rf_open(state, "training state", err);   // a FIFO here would hang the load much later
+    if (fd < 0) return -1;
+    close(fd);
+    fd = -1;
+    snprintf(csv, sizeof csv, "%s/results.csv", dir);  // appended to each epoch: a FIFO would block that
+    if (!stat(csv, &st) && (fd = rf_open(csv, "results file", &why)) < 0)
+        return err_set(err, "resume=%s: %s", cfg->resume, why.msg);
+    if (fd >= 0) close(fd);
     return 0;
 }
 
@@ -724,13 +845,43 @@ int train_resume(Config *cfg, int argc, char **argv) {
     return train_run(cfg);
 }
 
+static int train_run_(Config *cfg);
+
+// RUN/args.ini, the effective config (what resume= reads back), through a temporary file and a
+// rename: a resumed run rewrites it, and a kill then must not leave half of it.
+static void write_args(const Config *cfg, const char *dir) {
+    char path[CFG_PATH * 2 + 32], tmp[CFG_PATH * 2 + 40];
+    snprintf(path, sizeof path, "%s/args.ini", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return;
+    config_print(cfg, f);
+    if (fclose(f) == 0) rename(tmp, path);
+    else remove(tmp);
+}
+
+// The run with Ctrl-C and SIGTERM handled (see on_signal); the callers' handlers come back after.
 int train_run(Config *cfg) {
+    struct sigaction on = { .sa_handler = on_signal }, old_int, old_term;
+    sigemptyset(&on.sa_mask);
+    stop_requested = stop_savable = 0;
+    sigaction(SIGINT, &on, &old_int);
+    sigaction(SIGTERM, &on, &old_term);
+    int rc = train_run_(cfg);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    stop_savable = 0;
+    return rc;
+}
+
+static int train_run_(Config *cfg) {
     Err err;
     DeviceList devs;
     if (pick_devices(cfg, &devs)) return 2;
     int gpu = devs.gpu[0];
     note_unbuilt_keys(cfg);
     Dataset ds;
+    injected_signal("startup");
     if (open_data(cfg, &ds, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return 2; }
     Dataset vds;
     DatasetOptions vopt = { .strict = cfg->strict, .nc = ds.nc, .report = stderr };
@@ -750,15 +901,15 @@ int train_run(Config *cfg) {
         return 2;
     }
     char dir[CFG_PATH * 2];                        // made only once the run can start
-    if (run_dir(cfg, dir, sizeof dir, &err) || check_space(dir, &t.m, &err)) {
+    int lock = -1;
+    if (run_dir(cfg, dir, sizeof dir, &lock, &err) || check_space(dir, &t.m, &err)) {
         fprintf(stderr, "yolotrain: %s\n", err.msg);
+        run_unlock(dir, lock);
         trainer_free(&t); loader_close(ld); dataset_free(&ds); dataset_free(&vds);
         return 1;
     }
     char path[CFG_PATH * 2 + 32];
-    snprintf(path, sizeof path, "%s/args.ini", dir);
-    FILE *f = fopen(path, "w");
-    if (f) { config_print(cfg, f); fclose(f); }
+    write_args(cfg, dir);
     char where[64];
     if (devs.n > 1) snprintf(where, sizeof where, "%d %s (%s)", devs.n, gpu < 0 ? "CPU devices" : "GPUs", gpu < 0 ? "fp32" : cfg->precision);
     else snprintf(where, sizeof where, gpu < 0 ? "cpu" : "GPU %d (%s)", gpu, cfg->precision);
@@ -785,12 +936,11 @@ int train_run(Config *cfg) {
             rs.best_epoch = rs.start.best_epoch;
             if (t.multi) multi_scatter_state(t.multi);   // replicas and shards take the loaded state
             printf("Resuming %s from epoch %d, batch %d\n", dir, rs.start.epoch, rs.start.batch);
+            if (rs.start.batch > 0) trainer_lr_at(&t, rs.start.epoch, rs.start.batch - 1);
             drop_results_from(dir, rs.start.epoch);
         }
     }
-    stop_requested = 0;
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
+    stop_savable = 1;                                // from here a signal saves where the run stands
     double t0 = now_seconds();
     if (!rc) rc = train_epochs(cfg, &t, ld, &rs);
     if (rc != 2) {                                   // 2: the run could not start
@@ -806,6 +956,7 @@ int train_run(Config *cfg) {
         else printf("The run stopped on an error (above); its files are in %s\n", dir);
     }
     val_result_free(&rs.best);
+    run_unlock(dir, lock);
     trainer_free(&t);
     loader_close(ld);
     dataset_free(&ds);

@@ -102,6 +102,14 @@ int  trainer_step(Trainer *t, int n, int S, const float *targets, int nt, int ep
 int  trainer_save(const Trainer *t, const char *path, Err *err);
 
 #ifdef USE_CUDA
+// gpu/train_gpu.c, batch=-1: cfg->batch becomes n times the largest micro-batch whose training plan (the
+// master's: model_gpu_plan with the optimizer's states) fits in AUTO_BATCH_FRACTION of the free memory
+// of the tightest of the n GPUs (as Ultralytics' AutoBatch; the plan is what gets allocated, so the rest
+// is for the CUDA context, cuBLAS and the loss). Returns 0, or -1 with err (not even one image fits).
+enum { AUTO_BATCH_MAX = 4096 };
+#define AUTO_BATCH_FRACTION 0.90
+int  trainer_gpu_auto_batch(Config *cfg, const int *gpus, int n, Err *err);
+size_t trainer_gpu_plan_bytes(const Config *cfg, int micro);   // the master's training plan, in bytes
 // gpu/train_gpu.c: move the model onto GPU `id` at cfg's precision; a master takes the EMA and the
 // momentum buffers (t->sgd_buf) from its optimizer arena; makes the GPU loss work.
 int  trainer_gpu_init(Trainer *t, const Config *cfg, int id, Err *err);

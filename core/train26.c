@@ -272,15 +272,26 @@ static void optimizer_step(Trainer *t, const MuStep *st) {
     }
 }
 
+// The rates of step st as the trainer logs them (results.csv's x/lr0..2).
+static void log_lr(Trainer *t, const MuStep *st) {
+    Train26 *y = t->y26;
+    memcpy(y->lr, st->lr, sizeof y->lr);
+    t->lr[0] = st->lr[MU_BIAS];
+    t->lr[1] = st->lr[y->opt.use_muon ? MU_MUON : MU_WEIGHT];
+    t->lr[2] = st->lr[MU_BN];
+}
+
+void train26_lr_at(Trainer *t, int epoch, int i) {
+    MuStep st = train26_schedule(t->y26, &t->sched, epoch, i);
+    log_lr(t, &st);
+}
+
 void train26_update(Trainer *t, int epoch, int i) {
     Train26 *y = t->y26;
     Model *m = &t->m;
     OptStep when = opt_schedule_next(&t->sched, epoch, i);   // accumulate and whether to step
     MuStep st = train26_schedule(y, &t->sched, epoch, i);
-    memcpy(y->lr, st.lr, sizeof y->lr);
-    t->lr[0] = st.lr[MU_BIAS];
-    t->lr[1] = st.lr[y->opt.use_muon ? MU_MUON : MU_WEIGHT];
-    t->lr[2] = st.lr[MU_BN];
+    log_lr(t, &st);
     if (!when.step) return;
     clip_grad_norm_queued(&t->sgd, CLIP_NORM, t->scal + SC_SUMSQ);
     optimizer_step(t, &st);                // also zeroes the gradients

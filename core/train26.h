@@ -75,6 +75,8 @@ MuStep train26_schedule(const Train26 *y, const OptSchedule *s, int epoch, int i
 // The optimizer part of an iteration: schedule; when it steps: clip to norm 10, the optimizer
 // step (zeroes the gradients), EMA. t->lr gets [bias, weight (Muon), BN] group rates.
 void train26_update(Trainer *t, int epoch, int i);
+// The learning rates of iteration (epoch, i) into t->lr, the schedule untouched (a resumed run).
+void train26_lr_at(Trainer *t, int epoch, int i);
 // An epoch ended: one ProgLoss update, on the master and every replica.
 void train26_end_epoch(Trainer *t);
 

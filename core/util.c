@@ -29,23 +29,31 @@ void die(const char *fmt, ...) {
     exit(1);
 }
 
+// An allocation that fails is the machine's limit, not a bug: say which limits to look at, exit 1.
+static void out_of_memory(size_t n) __attribute__((noreturn));
+static void out_of_memory(size_t n) {
+    fprintf(stderr, "yolotrain: out of host memory allocating %zu bytes: the memory, the cgroup limit or the "
+            "address-space limit (ulimit -v) is reached; lower batch, imgsz or workers, or drop cache=ram\n", n);
+    exit(1);
+}
+
 void *xmalloc(size_t n) {
     void *p = malloc(n ? n : 1);
-    if (!p) die("out of host memory allocating %zu bytes", n);
+    if (!p) out_of_memory(n);
     atomic_fetch_add(&n_allocs, 1);
     return p;
 }
 
 void *xcalloc(size_t n, size_t size) {
     void *p = calloc(n ? n : 1, size ? size : 1);
-    if (!p) die("out of host memory allocating %zu x %zu bytes", n, size);
+    if (!p) out_of_memory(n * size);
     atomic_fetch_add(&n_allocs, 1);
     return p;
 }
 
 void *xrealloc(void *p, size_t n) {
     void *q = realloc(p, n ? n : 1);
-    if (!q) die("out of host memory reallocating %zu bytes", n);
+    if (!q) out_of_memory(n);
     atomic_fetch_add(&n_allocs, 1);
     return q;
 }

@@ -209,7 +209,8 @@ static void *worker_main(void *arg) {
     w->m->be->bind(w->m->be_ctx);
     for (;;) {
         pthread_mutex_lock(&p->mu);
-        int b = p->failed || p->next == p->plan.n_batches ? -1 : p->next++;
+        int stop = p->o->stop && *p->o->stop;
+        int b = p->failed || stop || p->next == p->plan.n_batches ? -1 : p->next++;
         pthread_mutex_unlock(&p->mu);
         if (b < 0) return NULL;
         double t0 = now_seconds();
@@ -346,6 +347,7 @@ int val_evaluate_models(Model *const *models, int n, const Dataset *ds, const Va
     if (saving && val_save_close(&p.save, p.failed ? &(Err){ { 0 } } : &p.err)) p.failed = 1;
     int rc = p.failed ? -1 : 0;
     if (rc) *err = p.err;
+    else if (o->stop && *o->stop) rc = err_set(err, "validation stopped by a signal");
     else finish(&p, p.plan.n_batches, r, t0);
     for (int b = 0; b < p.plan.n_batches; b++) metrics_stats_free(&p.out[b].st);
     free(p.out);

@@ -50,6 +50,16 @@ static void conv_bn_silu_bwd(void *ctx, const ConvDims *d, Map x, const float *w
     bn_silu_backward_gpu(DEV, z, bn->gamma, bn->beta, bn->mean, bn->invstd, dy, dz, bn->dgamma, bn->dbeta);
     conv_backward_gpu(DEV, d, x, w, dz, dx, dw, NULL);
 }
+static void conv_bn_bwd(void *ctx, const ConvDims *d, Map x, const float *w, Map z, const BnSaved *bn, Map du,
+                        Map dz, Map dx, float *dw, float *ws) {
+    if (DEV->precision == GPU_BF16 && z.ld == z.C) {   // dz as the bf16 operand, in dz's own memory
+        bn_backward_bf16_gpu(DEV, z, bn->gamma, bn->mean, bn->invstd, du, dz.data, bn->dgamma, bn->dbeta);
+        conv_backward_bf16dy_gpu(DEV, d, x, w, dz.data, dx, dw);
+        return;
+    }
+    bn_backward_gpu(DEV, z, bn->gamma, bn->mean, bn->invstd, du, dz, bn->dgamma, bn->dbeta);
+    conv_backward_gpu(DEV, d, x, w, dz, dx, dw, NULL);
+}
 static void silu_fwd(void *ctx, Map u, Map y) { silu_forward_gpu(DEV, u, y); }
 static void silu_bwd(void *ctx, Map u, Map dy, Map du) { silu_backward_gpu(DEV, u, dy, du); }
 static void add_fwd(void *ctx, Map a, Map b, Map y) { add_forward_gpu(DEV, a, b, y); }
@@ -171,6 +181,7 @@ const Backend backend_gpu = {
     bn_silu_train, conv_bn_silu_bwd,
     dw_fwd, dw_bwd, attn_fwd, attn_bwd,
     sumsq_to, clip, loss_norm, timer_new, timer_free, timer_record, timer_seconds,
+    conv_bn_bwd,
     nms_prepare, nms_release, nms_detect,
     vloss_prepare, vloss_release, vloss_stage, vloss_eval,
 };

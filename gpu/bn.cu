@@ -30,10 +30,10 @@ static int parts_for(size_t M) {
     return g < 1 ? 1 : g > MAX_PARTS ? MAX_PARTS : (int)g;
 }
 
-// Per-channel double vectors in scratch: partials (G, C) twice, then per-channel results.
+// Per-channel double vectors in scratch: partials (C, G) twice, then per-channel results.
 struct Sums {
     int G;
-    double *part0, *part1;   // (G, C)
+    double *part0, *part1;   // (C, G)
     double *mean, *var;      // (C)
     float *shift, *scale;    // (C): u = (z - shift) * scale + beta
 };
@@ -89,70 +89,106 @@ __device__ static inline float silu_grad(float u, float dy) {
 
 // ---- kernels -------------------------------------------------------------------------------
 
-// Block (TILE_C, TILE_M) covers TILE_C channels; block row blockIdx.y of G takes pixels
-// blockIdx.y*TILE_M + threadIdx.y, stepping by G*TILE_M. Partial (blockIdx.y, c) is written.
-template <SumKind KIND>
-__global__ void partial_sums_kernel(Map a, Map b, BnSaved p, double *part0, double *part1) {
-    __shared__ double sh0[TILE_M][TILE_C], sh1[TILE_M][TILE_C];
-    int c = blockIdx.x * TILE_C + threadIdx.x;
-    size_t M = (size_t)a.N * a.H * a.W;
-    double s0 = 0.0, s1 = 0.0;
-    if (c < a.C) {
-        float k = KIND == MOMENTS ? map_get(a, c) : 0.0f;
-        for (size_t m = blockIdx.y * (size_t)TILE_M + threadIdx.y; m < M;
-             m += (size_t)gridDim.y * TILE_M) {
-            float v = map_get(a, m * a.ld + c);
-            if (KIND == MOMENTS) {
-                double e = (double)v - k;
-                s0 += e;
-                s1 += e * e;
-            } else {
-                float g = b.data[m * b.ld + c];
-                if (KIND == SILU_GRAD) g = silu_grad(bn_apply_value(v, c, p), g);
-                s0 += g;
-                s1 += (double)g * ((v - p.mean[c]) * (double)p.invstd[c]);
-            }
+// V consecutive channels at offset off of a map of either storage, as floats: V = 8 moves 16 bytes
+// of bf16 (or two 16-byte runs of fp32), so a warp reads whole lines of a pixel's channels.
+template <int V> __device__ static inline void load_channels(Map m, size_t off, float (&x)[V]) {
+    if constexpr (V == 8) {
+        if (m.bf16) {
+            uint4 u = *(const uint4 *)((const __nv_bfloat16 *)m.data + off);
+            unsigned w[4] = { u.x, u.y, u.z, u.w };
+            for (int k = 0; k < 4; k++) x[2 * k] = bf16_lo(w[k]), x[2 * k + 1] = bf16_hi(w[k]);
+        } else {
+            Vec<4> lo = vec_load<4>(m.data + off), hi = vec_load<4>(m.data + off + 4);
+            for (int k = 0; k < 4; k++) x[k] = lo.v[k], x[4 + k] = hi.v[k];
         }
+    } else {
+        Vec<V> v = map_vget<V>(m, off);
+        for (int k = 0; k < V; k++) x[k] = v.v[k];
     }
-    sh0[threadIdx.y][threadIdx.x] = s0;
-    sh1[threadIdx.y][threadIdx.x] = s1;
+}
+
+// Block (bx, TILE_M): thread x of the block owns V channels c = (blockIdx.x·bx + x)·V ..; block
+// row blockIdx.y of G takes pixels blockIdx.y·TILE_M + threadIdx.y, stepping by G·TILE_M, two at a
+// time in flight; partial (blockIdx.y, c) is written. Each channel's terms are added in the same
+// order whatever V is, so a bf16-stored map and its fp32 twin give the same sums.
+template <SumKind KIND, int V>
+__global__ void partial_sums_kernel(Map a, Map b, BnSaved p, double *part0, double *part1) {
+    extern __shared__ double sh[];   // (2, TILE_M, blockDim.x·V): the rows' sums, then added in order
+    int width = blockDim.x * V, x = threadIdx.x * V, c = blockIdx.x * width + x;
+    double *sh0 = sh + threadIdx.y * width, *sh1 = sh + (TILE_M + threadIdx.y) * width;
+    size_t M = (size_t)a.N * a.H * a.W, step = (size_t)gridDim.y * TILE_M;
+    double s0[V] = {}, s1[V] = {};
+    if (c < a.C) {
+        float k[V] = {}, mean[V] = {}, invstd[V] = {};
+        if (KIND == MOMENTS) load_channels<V>(a, c, k);
+        else
+            for (int j = 0; j < V; j++) mean[j] = p.mean[c + j], invstd[j] = p.invstd[c + j];
+        auto add = [&](size_t m) {
+            float v[V], g[V];
+            load_channels<V>(a, m * a.ld + c, v);
+            if (KIND != MOMENTS) load_channels<V>(b, m * b.ld + c, g);
+            for (int j = 0; j < V; j++) {
+                if (KIND == MOMENTS) {
+                    double e = (double)v[j] - k[j];
+                    s0[j] += e;
+                    s1[j] += e * e;
+                } else {
+                    float d = g[j];
+                    if (KIND == SILU_GRAD) d = silu_grad(bn_apply_value(v[j], c + j, p), d);
+                    s0[j] += d;
+                    s1[j] += (double)d * ((v[j] - mean[j]) * (double)invstd[j]);
+                }
+            }
+        };
+        size_t m = blockIdx.y * (size_t)TILE_M + threadIdx.y;
+        for (; m + step < M; m += 2 * step) {   // the loads of both pixels issue before their sums
+            add(m);
+            add(m + step);
+        }
+        if (m < M) add(m);
+    }
+    for (int j = 0; j < V; j++) sh0[x + j] = s0[j], sh1[x + j] = s1[j];
     __syncthreads();
     if (threadIdx.y != 0 || c >= a.C) return;
-    for (int t = 1; t < TILE_M; t++) { s0 += sh0[t][threadIdx.x]; s1 += sh1[t][threadIdx.x]; }
-    part0[(size_t)blockIdx.y * a.C + c] = s0;
-    part1[(size_t)blockIdx.y * a.C + c] = s1;
+    for (int j = 0; j < V; j++) {
+        for (int t = 1; t < TILE_M; t++) s0[j] += sh0[t * width + x + j], s1[j] += sh1[t * width + x + j];
+        part0[(size_t)(c + j) * gridDim.y + blockIdx.y] = s0[j];
+        part1[(size_t)(c + j) * gridDim.y + blockIdx.y] = s1[j];
+    }
 }
 
-// out0[c] = Σ_g part0[g][c] / divisor, out1 likewise from part1: a warp per channel, lane l adds
+// The sums over the G partials of this warp's channel c (a warp per channel): lane l adds
 // g = l, l+32, ... in order, then a fixed shuffle tree, so the result does not vary run to run.
-__global__ void combine_kernel(const double *part0, const double *part1, int G, int C,
-                               double divisor, double *out0, double *out1) {
+// Returns the channel, or -1 for the lanes of a warp past C; lane 0 holds the sums.
+__device__ static inline int warp_channel_sums(const double *part0, const double *part1, int G, int C,
+                                               double *s0, double *s1) {
     int c = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
-    if (c >= C) return;   // blockDim is a multiple of 32: whole warps leave together
-    double s0 = 0.0, s1 = 0.0;
-    for (int g = lane; g < G; g += 32) {
-        s0 += part0[(size_t)g * C + c];
-        s1 += part1[(size_t)g * C + c];
+    if (c >= C) return -1;   // blockDim is a multiple of 32: whole warps leave together
+    double a = 0.0, b = 0.0;
+    for (int g = lane; g < G; g += 32) {   // (C, G): the warp reads a channel's partials in a row
+        a += part0[(size_t)c * G + g];
+        b += part1[(size_t)c * G + g];
     }
     for (int o = 16; o > 0; o /= 2) {
-        s0 += __shfl_down_sync(0xffffffffu, s0, o);
-        s1 += __shfl_down_sync(0xffffffffu, s1, o);
+        a += __shfl_down_sync(0xffffffffu, a, o);
+        b += __shfl_down_sync(0xffffffffu, b, o);
     }
-    if (lane) return;
-    out0[c] = s0 / divisor;
-    out1[c] = s1 / divisor;
+    *s0 = a, *s1 = b;
+    return c;
 }
 
-// From the shifted moments m1 = Σ(z - k)/M, m2 = Σ(z - k)²/M (k = z at pixel 0):
-// saved stats, running stats (unbiased variance), and the affine form of the normalisation.
-// `unbias` is M/(M-1), or 1 when M == 1 (as the CPU twin).
-__global__ void train_stats_kernel(int C, Map z, const double *m1, const double *m2,
+// From the partials of the shifted moments, m1 = Σ(z - k)/M, m2 = Σ(z - k)²/M (k = z at pixel
+// 0): saved stats, running stats (unbiased variance), and the affine form of the normalisation.
+// `unbias` is M/(M-1), or 1 when M == 1 (as the CPU twin). One launch: the sums and the stats.
+__global__ void train_stats_kernel(const double *part0, const double *part1, int G, double M, Map z,
                                    const float *gamma, float eps, float momentum, double unbias,
                                    float *running_mean, float *running_var, float *mean,
                                    float *invstd, float *shift, float *scale) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    double mu = map_get(z, c) + m1[c], var = fmax(m2[c] - m1[c] * m1[c], 0.0);
+    double s0, s1;
+    int c = warp_channel_sums(part0, part1, G, z.C, &s0, &s1);
+    if (c < 0 || threadIdx.x % 32) return;
+    double m1 = s0 / M, m2 = s1 / M;
+    double mu = map_get(z, c) + m1, var = fmax(m2 - m1 * m1, 0.0);
     double is = 1.0 / sqrt(var + eps), keep = 1.0 - momentum;
     shift[c] = (float)mu;
     scale[c] = (float)(gamma[c] * is);
@@ -190,15 +226,17 @@ __global__ void normalise_kernel(size_t M, Map z, const float *shift, const floa
     }
 }
 
-// dgamma += Σ du·xhat, dbeta += Σ du; mdu = Σ du / M, mdux = Σ du·xhat / M for bn_dz_kernel
-__global__ void grad_params_kernel(int C, const double *sdu, const double *sdux, double M,
+// From the partials of Σ du and Σ du·xhat: dgamma += Σ du·xhat, dbeta += Σ du, and their means
+// mdu = Σ du / M, mdux = Σ du·xhat / M for bn_dz_kernel. One launch: the sums and the parameters.
+__global__ void grad_params_kernel(const double *part0, const double *part1, int G, int C, double M,
                                    float *dgamma, float *dbeta, double *mdu, double *mdux) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    if (dbeta) dbeta[c] += (float)sdu[c];
-    if (dgamma) dgamma[c] += (float)sdux[c];
-    mdu[c] = sdu[c] / M;
-    mdux[c] = sdux[c] / M;
+    double sdu, sdux;
+    int c = warp_channel_sums(part0, part1, G, C, &sdu, &sdux);
+    if (c < 0 || threadIdx.x % 32) return;
+    if (dbeta) dbeta[c] += (float)sdu;
+    if (dgamma) dgamma[c] += (float)sdux;
+    mdu[c] = sdu / M;
+    mdux[c] = sdux / M;
 }
 
 // dz = gamma·invstd · (du - Σdu/M - xhat·Σ(du·xhat)/M), with du = g, or g·silu'(u) (SILU: g is
@@ -267,17 +305,42 @@ static unsigned channel_blocks(int C) { return (unsigned)((C + THREADS - 1) / TH
 
 // Run one partial-sum pass of kind K over (a, b) and combine its two sums, each divided by
 // `divisor`, into out0 and out1.
-template <SumKind K>
-static void channel_sums(Device *dev, Map a, Map b, BnSaved p, Sums *s, double divisor,
-                         double *out0, double *out1) {
-    dim3 grid((a.C + TILE_C - 1) / TILE_C, s->G), block(TILE_C, TILE_M);
-    partial_sums_kernel<K><<<grid, block, 0, dev->stream>>>(a, b, p, s->part0, s->part1);
-    checkLaunch(dev);
-    unsigned warps_per_block = THREADS / 32;
-    combine_kernel<<<(a.C + warps_per_block - 1) / warps_per_block, THREADS, 0, dev->stream>>>(
-        s->part0, s->part1, s->G, a.C, divisor, out0, out1);
+// The widest V (8, 4, 2, 1) of the channel loads every map allows: C, ld and the first element a
+// multiple of V elements, and at least 16-byte (or V-element) aligned.
+static int sums_width(Map a, Map b) {
+    Map m[2] = { a, b };
+    for (int v = 8; v > 1; v /= 2) {
+        bool ok = true;
+        for (int i = 0; i < 2; i++) {
+            size_t bytes = m[i].bf16 ? 2 : 4, align = v * bytes < 16 ? v * bytes : 16;
+            ok = ok && m[i].C % v == 0 && m[i].ld % v == 0 && (size_t)m[i].data % align == 0;
+        }
+        if (ok) return v;
+    }
+    return 1;
+}
+
+template <SumKind K, int V>
+static void partial_sums(Device *dev, Map a, Map b, BnSaved p, Sums *s) {
+    int groups = (a.C + V - 1) / V, bx = groups < TILE_C ? groups : TILE_C;
+    dim3 grid((groups + bx - 1) / bx, s->G), block(bx, TILE_M);
+    size_t shared = 2 * sizeof(double) * TILE_M * bx * V;
+    partial_sums_kernel<K, V><<<grid, block, shared, dev->stream>>>(a, b, p, s->part0, s->part1);
     checkLaunch(dev);
 }
+
+// One partial-sum pass of kind K over (a, b) into s's partials, as wide as the maps allow.
+template <SumKind K>
+static void channel_sums(Device *dev, Map a, Map b, BnSaved p, Sums *s) {
+    int v = sums_width(a, K == MOMENTS ? a : b);
+    if (v == 8) partial_sums<K, 8>(dev, a, b, p, s);
+    else if (v == 4) partial_sums<K, 4>(dev, a, b, p, s);
+    else if (v == 2) partial_sums<K, 2>(dev, a, b, p, s);
+    else partial_sums<K, 1>(dev, a, b, p, s);
+}
+
+// blocks of THREADS for a warp per channel
+static unsigned warp_blocks(int C) { return (unsigned)((C + THREADS / 32 - 1) / (THREADS / 32)); }
 
 // The grid of a per-element BN launch over z and the other maps it touches.
 static ChannelGrid bn_grid(Map z, Map a, Map b) {
@@ -298,10 +361,10 @@ static void bn_train(Device *dev, Map z, const float *gamma, const float *beta, 
     size_t mark = dev->scratch.used, M = map_pixels(z);
     Sums s = sums_take(dev, z.C, M);
     BnSaved none = { NULL, NULL, NULL, NULL };
-    channel_sums<MOMENTS>(dev, z, z, none, &s, (double)M, s.mean, s.var);   // shifted moments
+    channel_sums<MOMENTS>(dev, z, z, none, &s);   // shifted moments
     double unbias = M > 1 ? (double)M / (double)(M - 1) : 1.0;
-    train_stats_kernel<<<channel_blocks(z.C), THREADS, 0, dev->stream>>>(
-        z.C, z, s.mean, s.var, gamma, eps, momentum, unbias, running_mean, running_var, mean,
+    train_stats_kernel<<<warp_blocks(z.C), THREADS, 0, dev->stream>>>(
+        s.part0, s.part1, s.G, (double)M, z, gamma, eps, momentum, unbias, running_mean, running_var, mean,
         invstd, s.shift, s.scale);
     checkLaunch(dev);
     normalise(dev, z, &s, beta, u, y);
@@ -346,11 +409,10 @@ static void bn_grad(Device *dev, Map z, BnSaved p, Map g, Map dz, __nv_bfloat16 
                     float *dgamma, float *dbeta) {
     size_t mark = dev->scratch.used;
     Sums s = sums_take(dev, z.C, map_pixels(z));
-    double *sdu = s.mean, *sdux = s.var;   // the two sums, held in the mean and var slots
-    double *mdu = s.part0, *mdux = s.part1;   // their means: the partials are used up by then
-    channel_sums<SILU ? SILU_GRAD : GRAD>(dev, z, g, p, &s, 1.0, sdu, sdux);
-    grad_params_kernel<<<channel_blocks(z.C), THREADS, 0, dev->stream>>>(
-        z.C, sdu, sdux, (double)map_pixels(z), dgamma, dbeta, mdu, mdux);
+    double *mdu = s.mean, *mdux = s.var;   // the sums' means, held in the mean and var slots
+    channel_sums<SILU ? SILU_GRAD : GRAD>(dev, z, g, p, &s);
+    grad_params_kernel<<<warp_blocks(z.C), THREADS, 0, dev->stream>>>(
+        s.part0, s.part1, s.G, z.C, (double)map_pixels(z), dgamma, dbeta, mdu, mdux);
     checkLaunch(dev);
     if (dz.data || dz16) {
         ChannelGrid gr = bn_grid(z, g, dz);
@@ -373,6 +435,16 @@ extern "C" void bn_backward_gpu(Device *dev, Map z, const float *gamma, const fl
     require_fp32(dz, "bn_backward_gpu");
     BnSaved p = { gamma, NULL, mean, invstd };
     bn_grad<false>(dev, z, p, du, dz, NULL, dgamma, dbeta);
+}
+
+extern "C" void bn_backward_bf16_gpu(Device *dev, Map z, const float *gamma, const float *mean,
+                                     const float *invstd, Map du, void *dz16, float *dgamma, float *dbeta) {
+    bn_check(z, du, "bn_backward_bf16_gpu");
+    require_fp32(du, "bn_backward_bf16_gpu");
+    if (z.ld != z.C) die("bn_backward_bf16_gpu: z must be contiguous (ld %d, C %d)", z.ld, z.C);
+    BnSaved p = { gamma, NULL, mean, invstd };
+    Map none = { NULL, 0, 0, 0, 0, 0, 0 };
+    bn_grad<false>(dev, z, p, du, none, (__nv_bfloat16 *)dz16, dgamma, dbeta);
 }
 
 extern "C" void bn_silu_backward_gpu(Device *dev, Map z, const float *gamma, const float *beta,

@@ -14,6 +14,7 @@
 // permuted to match once per call, (K, Cg, R, S) -> (K, R, S, Cg), and the weight gradient back.
 #include <cuda_bf16.h>
 
+#include "gpu/cudnn_conv.h"
 #include "gpu/kernel_util.h"
 
 typedef __nv_bfloat16 bf16;
@@ -216,12 +217,13 @@ __global__ void weight_to_cols_kernel(ConvDims d, const float *w, bool permute, 
     }
 }
 
-// dw (K, Cg, R, S) += dwc (K, R·S·Cg): the permuted weight gradient back in PyTorch order
-__global__ void weight_grad_from_cols_kernel(ConvDims d, const float *dwc, float *dw) {
+// dw (K, Cg, R, S) += dwc (K, R·S·Cg) of T: the permuted weight gradient back in PyTorch order
+template <typename T>
+__global__ void weight_grad_from_cols_kernel(ConvDims d, const T *dwc, float *dw) {
     int Cg = d.C / d.groups, rs_n = d.R * d.S, cgrs = Cg * rs_n;
     GRID_STRIDE(i, (size_t)d.K * cgrs) {
         int j = (int)(i % cgrs), cg = j / rs_n, rs = j - cg * rs_n;
-        dw[i] += dwc[i - j + (size_t)rs * Cg + cg];
+        dw[i] += (float)dwc[i - j + (size_t)rs * Cg + cg];
     }
 }
 
@@ -441,12 +443,127 @@ static size_t operand_bytes(const Device *dev) {
     return dev->precision == GPU_BF16 ? sizeof(bf16) : sizeof(float);
 }
 
+// ---- the cuDNN path (gpu/cudnn_conv.c) -------------------------------------------------------
+// Implicit-GEMM convolutions with no im2col or col2im. Every operand of one call has one type:
+// bf16 under GPU_BF16 (maps stored bf16, the packed dz of the fused BN backward, the weight
+// converted to bf16 KRSC), fp32 otherwise; outputs may be fp32 where cuDNN has an engine for that
+// mix (gradients stay fp32). Whatever cuDNN refuses, or an fp32-stored input under GPU_BF16, goes
+// the GEMM path. The weight is converted per call, as the GEMM path does.
+
+enum { CUDNN_DX_TEMP_BYTES = 64 << 20 };   // bound on a bf16 dx staged before it is added
+
+// precision=fp32 (TF32 off) keeps the GEMM path: cuDNN's engines without tensor cores measured
+// slower than im2col + cuBLAS there (a strided 3x3 data gradient 130 ms against 3.6), and fp32 is
+// the precision that checks the others.
+// A pointwise conv is one GEMM already (no im2col), and its backward adds into dx through the
+// GEMM's beta: it stays there too (cuDNN measured 0.28 against 0.24 ms, 1x1 128->128 @80, bf16).
+static bool cudnn_on(const Device *dev, const ConvDims *d) {
+    return dev->cudnn != NULL && dev->precision != GPU_FP32 && !is_pointwise(d);
+}
+
+static CudnnOperand map_operand(Map m) { return CudnnOperand{ m.data, m.ld, m.bf16 }; }
+
+// The weight (K, Cg, R, S) fp32 as the filter operand (K, R, S, Cg) of the device's GEMM type:
+// the original itself when no permutation or conversion is needed.
+static CudnnOperand filter_operand(Device *dev, const ConvDims *d, const float *w) {
+    Operand o = weight_operand(dev, d, w);
+    return CudnnOperand{ (void *)o.p, 0, dev->precision == GPU_BF16 };
+}
+
+static int tensor_cores(const Device *dev) { return dev->precision != GPU_FP32; }
+
+// The scratch left after what this call took: cuDNN's workspace, at the arena's current end.
+static void *workspace(Device *dev, size_t *cap) {
+    size_t at = (dev->scratch.used + 255) & ~(size_t)255;
+    *cap = at < dev->scratch.size ? dev->scratch.size - at : 0;
+    return dev->scratch.base + at;
+}
+
+static bool cudnn_forward(Device *dev, const ConvDims *d, Map x, const float *w, const float *b, Map y) {
+    bool bf = dev->precision == GPU_BF16;
+    if (!cudnn_on(dev, d) || (bf && !x.bf16) || (b && y.bf16)) return false;
+    size_t mark = dev->scratch.used, cap;
+    CudnnOperand wo = filter_operand(dev, d, w);
+    if (b) {   // y = bias, then y = conv + 1 * y
+        fill_bias_kernel<<<blocks_for(pixels_out(d) * d->K), THREADS, 0, dev->stream>>>(y, 0, pixels_out(d), b);
+        checkLaunch(dev);
+    }
+    void *ws = workspace(dev, &cap);
+    int rc = cudnn_conv_run(dev->cudnn, CUDNN_FWD, d, map_operand(x), wo, map_operand(y), b ? 1.0f : 0.0f,
+                            tensor_cores(dev), ws, cap);
+    dev->scratch.used = mark;
+    return rc == 0;   // refused: the GEMM path overwrites the bias rows as it fills them
+}
+
+// dw (K, Cg, R, S) += the weight gradient. cuDNN writes (K, R, S, Cg): straight into dw (beta 1)
+// when that is the same order and fp32, else into scratch, then added back in PyTorch's order.
+// Under GPU_BF16 cuDNN has no engine for bf16 inputs and an fp32 filter gradient, so the sum over
+// the batch is rounded to bf16 once before it is added (as PyTorch's autocast convolutions
+// return their weight gradients); the GEMM path keeps it fp32.
+static bool cudnn_wgrad(Device *dev, const ConvDims *d, Map x, Map dy, const bf16 *dy16, float *dw) {
+    bool bf = dev->precision == GPU_BF16;
+    if (!cudnn_on(dev, d) || (bf && (!x.bf16 || !dy16))) return false;
+    CudnnOperand g = dy16 ? CudnnOperand{ (void *)dy16, d->K, 1 } : map_operand(dy);
+    size_t mark = dev->scratch.used, cap, n = (size_t)d->K * crs_of(d) / d->groups;
+    bool direct = !bf && !needs_permute(d);
+    void *dwc = direct ? (void *)dw : scratch_take(dev, (bf ? sizeof(bf16) : sizeof(float)) * n);
+    void *ws = workspace(dev, &cap);
+    int rc = cudnn_conv_run(dev->cudnn, CUDNN_WGRAD, d, map_operand(x), CudnnOperand{ dwc, 0, bf }, g,
+                            direct ? 1.0f : 0.0f, tensor_cores(dev), ws, cap);
+    if (rc == 0 && !direct) {
+        if (bf) weight_grad_from_cols_kernel<<<blocks_for(n), THREADS, 0, dev->stream>>>(*d, (const bf16 *)dwc, dw);
+        else weight_grad_from_cols_kernel<<<blocks_for(n), THREADS, 0, dev->stream>>>(*d, (const float *)dwc, dw);
+        checkLaunch(dev);
+    }
+    dev->scratch.used = mark;
+    return rc == 0;
+}
+
+// dx += the input gradient: straight into the fp32 dx (beta 1) in tf32; under GPU_BF16, where
+// cuDNN (9.19) has no engine for bf16 operands with an fp32 dx, computed in bf16 a few images at
+// a time into scratch and added (the rounding PyTorch's autocast gives activation gradients).
+static bool cudnn_dgrad(Device *dev, const ConvDims *d, const float *w, Map dy, const bf16 *dy16, Map dx) {
+    bool bf = dev->precision == GPU_BF16;
+    if (!cudnn_on(dev, d) || (bf && !dy16)) return false;
+    CudnnOperand g = dy16 ? CudnnOperand{ (void *)dy16, d->K, 1 } : map_operand(dy);
+    size_t mark = dev->scratch.used, cap;
+    CudnnOperand wo = filter_operand(dev, d, w);
+    void *ws = workspace(dev, &cap);
+    int rc = bf ? -1 : cudnn_conv_run(dev->cudnn, CUDNN_DGRAD, d, map_operand(dx), wo, g, 1.0f, tensor_cores(dev), ws, cap);
+    if (bf) {
+        size_t per_image = sizeof(bf16) * d->H * d->W * d->C;
+        int step = (int)(CUDNN_DX_TEMP_BYTES / per_image);
+        step = step < 1 ? 1 : step > d->N ? d->N : step;
+        bf16 *tmp = (bf16 *)scratch_take(dev, per_image * step);
+        ws = workspace(dev, &cap);
+        rc = 0;
+        int n0 = 0;
+        for (; n0 < d->N && rc == 0; n0 += step) {
+            ConvDims c = *d;
+            c.N = d->N - n0 < step ? d->N - n0 : step;
+            CudnnOperand gi = { (bf16 *)g.p + (size_t)n0 * d->P * d->Q * g.ld, g.ld, 1 };
+            rc = cudnn_conv_run(dev->cudnn, CUDNN_DGRAD, &c, CudnnOperand{ tmp, d->C, 1 }, wo, gi, 0.0f,
+                                tensor_cores(dev), ws, cap);
+            if (rc != 0) break;   // n0 images are in dx already
+            Map src = { (float *)tmp, c.N, d->H, d->W, d->C, d->C, 1 };
+            Map dst = dx;
+            dst.N = c.N;
+            dst.data = dx.data + (size_t)n0 * d->H * d->W * dx.ld;
+            accumulate_map_gpu(dev, src, dst);
+        }
+        if (rc != 0 && n0 > 0) die("cudnn_dgrad: cuDNN took part of a convolution's images, not all");
+    }
+    dev->scratch.used = mark;
+    return rc == 0;
+}
+
 extern "C" void conv_forward_gpu(Device *dev, const ConvDims *d, Map x, const float *w,
                                  const float *b, Map y) {
     conv_check(d, x, y, "conv_forward_gpu");
     if (b) require_fp32(y, "conv_forward_gpu (with a bias)");
     if (y.bf16 && dev->precision != GPU_BF16) die("conv_forward_gpu: a bf16 output without bf16 GEMMs");
     if (conv_stem_fits(d)) { conv_stem_forward_gpu(dev, d, x, w, b, y); return; }
+    if (cudnn_forward(dev, d, x, w, b, y)) return;
     size_t mark = dev->scratch.used, M = pixels_out(d), chunk = chunk_rows(dev, d);
     int crs = (int)crs_of(d);
     Operand wo = weight_operand(dev, d, w);
@@ -500,6 +617,11 @@ static BackwardScratch backward_scratch(Device *dev, const ConvDims *d, bool wan
 static void conv_backward(Device *dev, const ConvDims *d, Map x, const float *w, Map dy,
                           const bf16 *dy16, Map dx, float *dw) {
     if (!dw && !dx.data) return;
+    if (!conv_stem_fits(d)) {   // cuDNN takes what it can; the GEMM path below does the rest
+        if (dw && cudnn_wgrad(dev, d, x, dy, dy16, dw)) dw = NULL;
+        if (dx.data && cudnn_dgrad(dev, d, w, dy, dy16, dx)) dx.data = NULL;
+        if (!dw && !dx.data) return;
+    }
     if (conv_stem_fits(d)) {   // the weight gradient directly; dx (never needed for the images) by GEMM
         Map g = dy16 ? Map{ (float *)dy16, d->N, d->P, d->Q, d->K, d->K, 1 } : dy;
         if (dw) conv_stem_wgrad_gpu(dev, d, x, g, dw);
@@ -529,7 +651,7 @@ static void conv_backward(Device *dev, const ConvDims *d, Map x, const float *w,
     }
     if (s.dwc) {
         size_t n = (size_t)d->K * crs / d->groups;
-        weight_grad_from_cols_kernel<<<blocks_for(n), THREADS, 0, dev->stream>>>(*d, s.dwc, dw);
+        weight_grad_from_cols_kernel<<<blocks_for(n), THREADS, 0, dev->stream>>>(*d, (const float *)s.dwc, dw);
         checkLaunch(dev);
     }
     dev->scratch.used = mark;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpu/cudnn_conv.h"
 #include "gpu/device.h"
 
 enum { BLAS_WORKSPACE_BYTES = 32 << 20 };   // cuBLAS's recommendation for Hopper
@@ -133,6 +134,7 @@ extern "C" int device_init(Device *dev, int id, const size_t arena_bytes[ARENA_C
     checkCuda(counted_malloc((void **)&dev->scal, DEVICE_SCALARS * sizeof(double)));
     checkCuda(cudaMemset(dev->scal, 0, DEVICE_SCALARS * sizeof(double)));
     input_init(dev);
+    dev->cudnn = cudnn_conv_ctx_new(dev->stream);
     return 0;
 }
 
@@ -141,6 +143,7 @@ extern "C" void device_free(Device *dev) {
     checkCuda(cudaSetDevice(dev->id));
     checkCuda(cudaStreamSynchronize(dev->stream));
     if (dev->copy_stream) input_free(dev);
+    cudnn_conv_ctx_free(dev->cudnn);
     for (int k = ARENA_COUNT - 1; k >= 0; k--) {
         Arena *a = arena_of(dev, k);
         if (a->base) checkCuda(cudaFree(a->base));
@@ -171,6 +174,46 @@ extern "C" void *arena_take(Arena *a, size_t bytes, size_t align) {
 }
 
 extern "C" void arena_reset(Arena *a) { a->used = 0; }
+
+extern "C" size_t gpu_free_bytes(int id) {
+    size_t free_b = 0, total = 0;
+    int cur = 0;
+    if (cudaGetDevice(&cur) != cudaSuccess || cudaSetDevice(id) != cudaSuccess ||
+        (reserve_for_test(id), cudaMemGetInfo(&free_b, &total)) != cudaSuccess) {
+        cudaGetLastError();
+        free_b = 0;
+    }
+    cudaSetDevice(cur);
+    return free_b;
+}
+
+// An empty kernel: whether it has an image for the GPU is whether the build has code for it.
+__global__ void arch_probe_kernel(void) {}
+
+extern "C" int device_check(int id, GpuPrecision prec, Err *err) {
+    cudaDeviceProp p;
+    int cur = 0;
+    if (cudaGetDevice(&cur) != cudaSuccess || cudaGetDeviceProperties(&p, id) != cudaSuccess || cudaSetDevice(id) != cudaSuccess) {
+        cudaGetLastError();
+        return err_set(err, "GPU %d cannot be used; list the GPUs with nvidia-smi and pick one", id);
+    }
+    int major = p.major, minor = p.minor;
+    const char *fake = getenv("YT_GPU_CC");
+    if (fake && sscanf(fake, "%d.%d", &major, &minor) != 2) major = p.major, minor = p.minor;
+    cudaFuncAttributes a;
+    int has_code = cudaFuncGetAttributes(&a, arch_probe_kernel) == cudaSuccess;
+    cudaGetLastError();
+    cudaSetDevice(cur);
+    if (!has_code)
+        return err_set(err, "GPU %d (%s, compute capability %d.%d): this yolotrain has no code for it; rebuild with "
+                       "make clean && make CUDA_ARCH=native (or CUDA_ARCH=%d%d)", id, p.name, p.major, p.minor, p.major,
+                       p.minor);
+    if (prec != GPU_FP32 && major < 8)
+        return err_set(err, "GPU %d (%s) has compute capability %d.%d: precision=%s needs bf16/tf32 tensor cores, "
+                       "compute capability 8.0 (Ampere) or newer; use precision=fp32", id, p.name, major, minor,
+                       prec == GPU_BF16 ? "bf16" : "tf32");
+    return 0;
+}
 
 extern "C" size_t device_mem_used(const Device *dev) {
     size_t free_b = 0, total = 0;

@@ -33,6 +33,12 @@ void device_fatal(const char *what) __attribute__((noreturn));
 #ifdef USE_CUDA
 #include "core/util.h"
 
+// CUDA 12.0 is the oldest toolkit the build is written for (cuBLAS's compute types, bf16 GEMMs,
+// -arch=native); 12.x and 13.x use the same runtime calls here.
+#if defined(CUDART_VERSION) && CUDART_VERSION < 12000
+#error "yolotrain needs CUDA 12.0 or newer (nvcc --version); set NVCC= for a CPU-only build"
+#endif
+
 // ---- checking (STYLE.md section 3): a failed CUDA or cuBLAS call is a bug or a dead GPU ------
 #define checkCuda(e)   check_cuda_((e), #e, __FILE__, __LINE__)
 #define checkCublas(e) check_cublas_((e), #e, __FILE__, __LINE__)
@@ -90,6 +96,7 @@ typedef struct {
     InputStage stage[2];      // the batch of the coming step and the one after it
     int stage_next;           // the stage the next prefetch fills (the older of the two)
     double *scal;             // (DEVICE_SCALARS) the step's small values on the device (core/train.h SC_*)
+    void *cudnn;              // cuDNN handle and plans (gpu/cudnn_conv.h); NULL: convs use im2col + cuBLAS
 } Device;
 
 enum { DEVICE_SCALARS = 256 };
@@ -108,6 +115,12 @@ void device_defaults(Device *dev, int id);
 void device_free(Device *dev);                 // undoes device_init, in reverse
 void device_sync(Device *dev);                 // wait for everything queued on dev->stream (a host wait)
 size_t device_mem_used(const Device *dev);     // bytes in use on the GPU (all processes), from the driver
+size_t gpu_free_bytes(int id);                 // bytes free on GPU id now, from the driver (0: unusable)
+// Whether GPU `id` can train or infer at `prec`: this build has code for its architecture (CUDA_ARCH in
+// the Makefile; else the message names the make command), and bf16 or tf32 GEMMs need compute
+// capability 8.0 (Ampere) or newer (else the message says to use precision=fp32). YT_GPU_CC=M.m (tests)
+// stands in for the GPU's compute capability. Returns 0, or -1 with err.
+int device_check(int id, GpuPrecision prec, Err *err);
 
 // `bytes` from the arena at an `align`-byte boundary (a power of two). Running out means the
 // memory plan was wrong: a bug, so it dies naming the arena and the numbers.

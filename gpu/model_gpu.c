@@ -66,7 +66,7 @@ void model_gpu_print_plan(const GpuPlan *p, int id, FILE *f) {
 
 int model_to_gpu(Model *m, Device *dev, int id, const GpuPlan *plan, GpuPrecision prec, Err *err) {
     GpuPlan p = plan ? *plan : model_gpu_plan(m, prec, 2);
-    if (device_init(dev, id, p.arena, err)) return -1;
+    if (device_check(id, prec, err) || device_init(dev, id, p.arena, err)) return -1;
     model_plan_storage(m, prec == GPU_BF16);       // the layout p.acts was planned for
     dev->precision = prec;
     float *state = arena_take(&dev->params, p.arena[ARENA_PARAMS], 256);

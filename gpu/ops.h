@@ -39,6 +39,10 @@ void bn_forward_eval_gpu(Device *dev, Map z, const float *gamma, const float *be
                          const float *running_mean, const float *running_var, Map u);
 void bn_backward_gpu(Device *dev, Map z, const float *gamma, const float *mean,
                      const float *invstd, Map du, Map dz, float *dgamma, float *dbeta);
+// bn_backward_gpu with dz written packed (M, C) as bf16 into dz16 (z contiguous), for
+// conv_backward_bf16dy_gpu (the RepConv branches' backward under bf16)
+void bn_backward_bf16_gpu(Device *dev, Map z, const float *gamma, const float *mean,
+                          const float *invstd, Map du, void *dz16, float *dgamma, float *dbeta);
 // The backward of y = silu(BN(z)) from dy in two passes over (z, dy): du = dy·silu'(u) is
 // recomputed (as bn_apply_silu_backward_gpu) where needed, never stored; dz (=), dgamma, dbeta (+=).
 void bn_silu_backward_gpu(Device *dev, Map z, const float *gamma, const float *beta,

@@ -151,16 +151,26 @@ __global__ void avgpool_fwd_kernel(size_t M, Map x, Window win, Map y) {
     }
 }
 
-__global__ void avgpool_bwd_kernel(Window win, Map dy, Map dx) {
-    GRID_STRIDE(i, map_n(dx)) {
-        Pos e = pos_of(dx, i);
+// dx(n, h, w) += Σ dy(n, p, q) / k² over the windows covering (h, w), in the CPU twin's order;
+// a channel launch over dx's pixels (V channels a thread, no 64-bit index division)
+template <int V, typename Pix>
+__global__ void avgpool_bwd_kernel(size_t M, Window win, Map dy, Map dx) {
+    int c = vec_channel<V>();
+    if (c >= dx.C) return;
+    float area = (float)(win.k * win.k);
+    PIXEL_LOOP(Pix, i, M) {
+        Pos e = pixel_pos(dx, i);
         int p0, p1, q0, q1;
         covering(e.h, win, dy.H, &p0, &p1);
         covering(e.w, win, dy.W, &q0, &q1);
-        float area = (float)(win.k * win.k), acc = *map_elem(dx, i);
+        size_t o = pixel_off(dx, i, c);
+        Vec<V> acc = vec_load<V>(dx.data + o);
         for (int p = p0; p < p1; p++)
-            for (int q = q0; q < q1; q++) acc += *at(dy, e.n, p, q, e.c) / area;
-        *map_elem(dx, i) = acc;
+            for (int q = q0; q < q1; q++) {
+                Vec<V> g = vec_load<V>(dy.data + off_at(dy, e.n, p, q, c));
+                for (int j = 0; j < V; j++) acc.v[j] += g.v[j] / area;
+            }
+        vec_store<V>(dx.data + o, acc);
     }
 }
 
@@ -175,13 +185,22 @@ __global__ void upsample_fwd_kernel(size_t M, Map x, int f, Map y) {
     }
 }
 
-__global__ void upsample_bwd_kernel(int f, Map dy, Map dx) {
-    GRID_STRIDE(i, map_n(dx)) {
-        Pos e = pos_of(dx, i);
-        float acc = *map_elem(dx, i);
+// dx(n, h, w) += Σ dy(n, h·f + a, w·f + b) over a, b < f, in the CPU twin's order; a channel
+// launch over dx's pixels
+template <int V, typename Pix>
+__global__ void upsample_bwd_kernel(size_t M, int f, Map dy, Map dx) {
+    int c = vec_channel<V>();
+    if (c >= dx.C) return;
+    PIXEL_LOOP(Pix, i, M) {
+        Pos e = pixel_pos(dx, i);
+        size_t o = pixel_off(dx, i, c);
+        Vec<V> acc = vec_load<V>(dx.data + o);
         for (int a = 0; a < f; a++)
-            for (int b = 0; b < f; b++) acc += *at(dy, e.n, e.h * f + a, e.w * f + b, e.c);
-        *map_elem(dx, i) = acc;
+            for (int b = 0; b < f; b++) {
+                Vec<V> g = vec_load<V>(dy.data + off_at(dy, e.n, e.h * f + a, e.w * f + b, c));
+                for (int j = 0; j < V; j++) acc.v[j] += g.v[j];
+            }
+        vec_store<V>(dx.data + o, acc);
     }
 }
 
@@ -233,7 +252,8 @@ extern "C" void avgpool_backward_gpu(Device *dev, int k, int stride, int pad, Ma
     if (!dx.data) return;
     require_fp32(dy, "avgpool_backward_gpu");
     require_fp32(dx, "avgpool_backward_gpu");
-    avgpool_bwd_kernel<<<blocks_for(map_floats(dx)), THREADS, 0, dev->stream>>>(win, dy, dx);
+    ChannelGrid g = channel_grid(dx.C, map_pixels(dx), min_int(map_vec_width(dx), map_vec_width(dy)));
+    CHANNEL_KERNEL(g, avgpool_bwd_kernel)<<<g.grid, g.block, 0, dev->stream>>>(g.M, win, dy, dx);
     checkLaunch(dev);
 }
 
@@ -255,6 +275,7 @@ extern "C" void upsample_backward_gpu(Device *dev, int factor, Map dy, Map dx) {
     if (!dx.data) return;
     require_fp32(dy, "upsample_backward_gpu");
     require_fp32(dx, "upsample_backward_gpu");
-    upsample_bwd_kernel<<<blocks_for(map_floats(dx)), THREADS, 0, dev->stream>>>(factor, dy, dx);
+    ChannelGrid g = channel_grid(dx.C, map_pixels(dx), min_int(map_vec_width(dx), map_vec_width(dy)));
+    CHANNEL_KERNEL(g, upsample_bwd_kernel)<<<g.grid, g.block, 0, dev->stream>>>(g.M, factor, dy, dx);
     checkLaunch(dev);
 }

@@ -9,21 +9,31 @@
 #include "gpu/model_gpu.h"
 #include "gpu/optim.h"
 
+#include <stdint.h>
+#include <stdio.h>
+
 // Mosaic with mixup joins the labels of up to eight images into one sample.
 enum { TARGETS_PER_IMAGE = 512 };
 
-int trainer_gpu_init(Trainer *t, const Config *cfg, int id, Err *err) {
-    Model *m = &t->m;
-    Device *dev = xcalloc(1, sizeof *dev);
-    float *initial = xmalloc(m->n_state * sizeof(float));    // the EMA starts from these weights
-    memcpy(initial, m->state, m->n_state * sizeof(float));
-    GpuPrecision prec = gpu_precision(cfg->precision);
-    GpuPlan plan = model_gpu_plan(m, prec, t->master ? 3 : 0);
-    if (m->end2end && t->master) {                     // YOLO26: its optimizer block and Newton-Schulz scratch
+// What training allocates for m on one GPU: the model's arenas, with the optimizer's states on the
+// master, and YOLO26's optimizer block and Newton-Schulz scratch.
+static GpuPlan training_plan(const Model *m, GpuPrecision prec, int master) {
+    GpuPlan plan = model_gpu_plan(m, prec, master ? 3 : 0);
+    if (m->end2end && master) {
         plan.arena[ARENA_OPTIM] += train26_gpu_optim_bytes(m);
         size_t ns = train26_gpu_scratch_bytes(m) + ((size_t)64 << 20);
         if (plan.arena[ARENA_SCRATCH] < ns) plan.arena[ARENA_SCRATCH] = ns;
     }
+    return plan;
+}
+
+int trainer_gpu_init(Trainer *t, const Config *cfg, int id, Err *err) {
+    Model *m = &t->m;
+    GpuPrecision prec = gpu_precision(cfg->precision);
+    Device *dev = xcalloc(1, sizeof *dev);
+    float *initial = xmalloc(m->n_state * sizeof(float));    // the EMA starts from these weights
+    memcpy(initial, m->state, m->n_state * sizeof(float));
+    GpuPlan plan = training_plan(m, prec, t->master);
     model_gpu_print_plan(&plan, id, stdout);
     if (model_to_gpu(m, dev, id, &plan, prec, err)) { free(initial); free(dev); return -1; }
     t->dev = dev;
@@ -76,4 +86,60 @@ void trainer_gpu_items(Trainer *t, LossOut *out) {
     LossOut aux;
     loss_items_gpu(t->gpu_loss_aux, LOSS_AUX_WEIGHT * t->items_mult, &aux);
     loss_add_aux(out, &aux);
+}
+
+// ---- batch=-1 ---------------------------------------------------------------------------------
+
+static size_t plan_bytes(const Config *cfg, GpuPrecision prec, int n);
+
+size_t trainer_gpu_plan_bytes(const Config *cfg, int n) { return plan_bytes(cfg, gpu_precision(cfg->precision), n); }
+
+// The training plan's bytes on the master GPU for micro-batch n (SIZE_MAX when the model cannot be
+// built for it, which counts as not fitting).
+static size_t plan_bytes(const Config *cfg, GpuPrecision prec, int n) {
+    Model m;
+    Err err;
+    if (model_build(cfg, n, cfg->imgsz, &m, &err)) return SIZE_MAX;
+    GpuPlan p = training_plan(&m, prec, 1);
+    model_free(&m);
+    size_t total = 0;
+    for (int k = 0; k < ARENA_COUNT; k++) total += p.arena[k];
+    return total;
+}
+
+int trainer_gpu_auto_batch(Config *cfg, const int *gpus, int n, Err *err) {
+    GpuPrecision prec = gpu_precision(cfg->precision);
+    size_t free_min = SIZE_MAX;
+    int tightest = gpus[0];
+    for (int k = 0; k < n; k++) {
+        if (device_check(gpus[k], prec, err)) return -1;
+        size_t f = gpu_free_bytes(gpus[k]);
+        if (f < free_min) { free_min = f; tightest = gpus[k]; }
+    }
+    double gib = 1 << 30, budget = AUTO_BATCH_FRACTION * (double)free_min;
+    size_t p1 = plan_bytes(cfg, prec, 1), p2 = plan_bytes(cfg, prec, 2);
+    if (p1 == SIZE_MAX || p1 > budget)
+        return err_set(err, "batch=-1: even one image at imgsz %d needs %.2f GiB on a GPU, more than %.0f%% of the "
+                       "%.2f GiB free on GPU %d; lower imgsz or free the GPU", cfg->imgsz, p1 / gib,
+                       100 * AUTO_BATCH_FRACTION, free_min / gib, tightest);
+    // The plan grows about linearly with the batch (activations, their gradients, the input), but
+    // parts are capped (im2col chunks, scratch), so the line through 1 and 2 is only a first guess:
+    // a bisection between a batch that fits (lo) and one that does not (hi) finds the largest.
+    double guess = p2 > p1 ? 1 + (budget - p1) / (double)(p2 - p1) : AUTO_BATCH_MAX;
+    int lo = 1, hi = AUTO_BATCH_MAX + 1;
+    int g = guess > AUTO_BATCH_MAX ? AUTO_BATCH_MAX : guess < 1 ? 1 : (int)guess;
+    if (plan_bytes(cfg, prec, g) <= budget) lo = g;
+    else hi = g;
+    while (hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2;
+        if (plan_bytes(cfg, prec, mid) <= budget) lo = mid;
+        else hi = mid;
+    }
+    int micro = lo;
+    size_t bytes = plan_bytes(cfg, prec, micro);
+    cfg->batch = micro * n;
+    printf("batch=-1 (auto): %d images per GPU%s: the plan, %.2f GiB, is the largest within %.0f%% of the %.2f GiB "
+           "free on GPU %d\n", micro, n > 1 ? " (the batch is their sum)" : "", bytes / gib, 100 * AUTO_BATCH_FRACTION,
+           free_min / gib, tightest);
+    return 0;
 }

@@ -36,6 +36,8 @@ static LetterboxInfo letterbox_geometry(int w, int h, int new_w, int new_h, int 
     double r = fmin((double)new_h / h, (double)new_w / w);
     if (!scaleup) r = fmin(r, 1.0);
     *uw = round_even(w * r), *uh = round_even(h * r);
+    if (*uw < 1) *uw = 1;                  // a 3x10000 image scaled to 640: a side of 1 px, not 0
+    if (*uh < 1) *uh = 1;
     int dw = new_w - *uw, dh = new_h - *uh;
     if (stride > 0) { dw = (dw % stride + stride) % stride; dh = (dh % stride + stride) % stride; }
     double hw = dw / 2.0, hh = dh / 2.0;

@@ -33,15 +33,17 @@ static void print_split(const Dataset *ds, FILE *out) {
     fprintf(out, "instances: %d\n", ds->n_instances);
     print_classes(ds, out);
     print_excluded(ds, out);
-    fprintf(out, "warnings: %d (duplicate label rows dropped: %d)\n", ds->n_warnings, ds->n_duplicates);
+    fprintf(out, "warnings: %d (duplicate label rows dropped: %d, zero-size boxes dropped: %d)\n",
+            ds->n_warnings, ds->n_duplicates, ds->n_zero_boxes);
     fprintf(out, "label files without an image: %d\n", ds->n_orphan_labels);
     fprintf(out, "grayscale images: %d (expanded to RGB when loaded)\n", ds->n_gray);
 }
 
 int check_run(const Config *cfg, FILE *out, const char *picture, Err *err) {
     static const char *const splits[2] = {"train", "val"};
-    DatasetOptions opt = {.strict = cfg->strict, .min_items = cfg->min_items,
-                          .nc = cfg->nc > 0 ? cfg->nc : 0, .quiet = 1, .report = out};
+    // Class ids are checked against the dataset's names, as training does (the dataset's nc replaces
+    // the config's), and val against train's.
+    DatasetOptions opt = {.strict = cfg->strict, .min_items = cfg->min_items, .quiet = 1, .report = out};
     int rc = 0;
     for (int i = 0; i < 2; i++) {
         Dataset ds;
@@ -54,6 +56,7 @@ int check_run(const Config *cfg, FILE *out, const char *picture, Err *err) {
             continue;
         }
         print_split(&ds, out);
+        if (i == 0) opt.nc = ds.nc;
         if (i == 0 && picture) {
             if (picture_augmented(cfg, &ds, picture, &e) != 0) {
                 fprintf(out, "picture of augmented samples: %s\n", e.msg);

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <yaml.h>
 
+#include "core/readfile.h"
 #include "io/image.h"
 
 #define COORD_TOL      0.01f   // Ultralytics accepts coordinates in [-0.01, 1.01]; we clip them to [0,1]
@@ -21,7 +22,7 @@
 const char *const dataset_reason_name[DS_N_REASONS] = {
     "unsupported image format", "unreadable or corrupt image", "unreadable label file",
     "bad class id", "wrong number of values", "not a number", "coordinates out of bounds",
-    "zero-size box", "fewer than min_items labels",
+    "fewer than min_items labels",
 };
 
 static const char *const split_key[DS_N_SPLITS] = {"train", "val", "test"};
@@ -134,7 +135,7 @@ typedef struct {
     char  first[768];       // the first exclusion message, for the strict-mode error
 } Report;
 
-// Print "file:line: message" (line 0: "file: message") and count it.
+// Print "file:line: message" (line 0: "file: message"; line -1: msg names the file itself), count it.
 static void say(Report *r, SayKind kind, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 static void say(Report *r, SayKind kind, const char *file, int line, const char *fmt, ...) {
@@ -145,10 +146,12 @@ static void say(Report *r, SayKind kind, const char *file, int line, const char 
     va_end(ap);
     char where[32] = "";
     if (line > 0) snprintf(where, sizeof where, ":%d", line);
-    fprintf(r->f, "%s%s: %s\n", file, where, msg);
+    if (line < 0) fprintf(r->f, "%s\n", msg);        // msg names the file (and line) itself
+    else fprintf(r->f, "%s%s: %s\n", file, where, msg);
     if (kind == SAY_WARN) r->n_warnings++;
     if (kind == SAY_EXCLUDE && !r->first[0])
-        snprintf(r->first, sizeof r->first, "%.400s%s: %.300s", file, where, msg);
+        snprintf(r->first, sizeof r->first, "%.400s%s%s%.300s", line < 0 ? "" : file,
+                 where, line < 0 ? "" : ": ", msg);
 }
 
 // ---- the description: data.yaml or [data] ------------------------------------------------------
@@ -289,12 +292,12 @@ static int yaml_walk(yaml_document_t *doc, const char *file, RawSpec *raw, Err *
 }
 
 static int yaml_read(const char *file, RawSpec *raw, Err *err) {
-    FILE *f = fopen(file, "rb");
-    if (!f) return err_set(err, "%s: cannot open the dataset description: %s", file, strerror(errno));
+    TextFile text;
+    if (rf_text_read(file, "dataset description", &text, err)) return -1;
     yaml_parser_t parser;
     yaml_document_t doc;
     yaml_parser_initialize(&parser);
-    yaml_parser_set_input_file(&parser, f);
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text.buf, text.n);
     int rc;
     if (!yaml_parser_load(&parser, &doc)) {
         rc = err_set(err, "%s:%d: YAML syntax error: %s%s%s", file, (int)parser.problem_mark.line + 1,
@@ -305,7 +308,7 @@ static int yaml_read(const char *file, RawSpec *raw, Err *err) {
         yaml_document_delete(&doc);
     }
     yaml_parser_delete(&parser);
-    fclose(f);
+    rf_text_free(&text);
     return rc;
 }
 
@@ -468,22 +471,26 @@ static void list_folder(Lister *L, const char *dir, const struct stat *st) {
 
 // A list file: one image path a line, relative ones resolved against the list file's folder.
 static int list_file(Lister *L, const char *file, const Where *at, Err *err) {
-    FILE *f = fopen(file, "rb");
-    if (!f) return err_set(err, "%s:%d: cannot read %s: %s", at->file, at->line, file, strerror(errno));
-    char *dir = path_dir(file), *line = NULL;
-    size_t cap = 0;
-    for (int no = 1; getline(&line, &cap, f) >= 0; no++) {
+    TextFile t;
+    Err e;
+    if (rf_text_read(file, "image list", &t, &e))
+        return err_set(err, "%s:%d: %s", at->file, at->line, e.msg);
+    char *dir = path_dir(file);
+    size_t pos = 0, len;
+    const char *text;
+    for (int no = 1; rf_text_line(&t, &pos, &text, &len); no++) {
+        char *line = str_fmt("%.*s", (int)len, text);
         char *s = line + (no == 1 && !strncmp(line, "\xEF\xBB\xBF", 3) ? 3 : 0);
         while (*s == ' ' || *s == '\t') s++;
-        for (char *e = s + strlen(s); e > s && strchr(" \t\r\n", e[-1]); ) *--e = 0;
-        if (!*s) continue;
+        for (char *e2 = s + strlen(s); e2 > s && strchr(" \t", e2[-1]); ) *--e2 = 0;
+        if (!*s) { free(line); continue; }
         if (ext_in(s, image_exts)) strlist_push(&L->images, path_join(dir, s));
         else say(L->r, SAY_WARN, file, no, "'%s' is not an image file name (bmp dng jpeg jpg mpo png "
                  "tif tiff webp pfm); ignored", s);
+        free(line);
     }
-    free(line);
     free(dir);
-    fclose(f);
+    rf_text_free(&t);
     return 0;
 }
 
@@ -539,7 +546,6 @@ static void label_text_free(LabelText *t) {
 // blank lines are skipped; line numbers count every line, as an editor shows them.
 static void label_text_split(LabelText *t, size_t n) {
     char *p = t->buf + (n >= 3 && !memcmp(t->buf, "\xEF\xBB\xBF", 3) ? 3 : 0), *end = t->buf + n;
-    for (char *q = p; q < end; q++) if (!*q) *q = '\x01';        // a NUL must not end a number early
     for (int line = 1; p < end; line++) {
         char *eol = p;
         while (eol < end && *eol != '\n' && *eol != '\r') eol++;
@@ -565,23 +571,13 @@ static void label_text_split(LabelText *t, size_t n) {
     }
 }
 
-// 0 read, 1 no such file (a background image), -1 unreadable (errno set).
-static int label_text_read(const char *path, LabelText *t) {
+// 0 read, 1 no such file (a background image), -1 unreadable, special or not text (why in err).
+static int label_text_read(const char *path, LabelText *t, Err *err) {
     memset(t, 0, sizeof *t);
-    FILE *f = fopen(path, "rb");
-    if (!f) return errno == ENOENT ? 1 : -1;
-    size_t n = 0, cap = 4096;
-    t->buf = xmalloc(cap + 1);
-    for (size_t got; (got = fread(t->buf + n, 1, cap - n, f)) > 0; ) {
-        n += got;
-        if (n == cap) t->buf = xrealloc(t->buf, (cap *= 2) + 1);
-    }
-    int bad = ferror(f);
-    int saved = errno;
-    fclose(f);
-    if (bad) { errno = saved ? saved : EIO; return -1; }
-    t->buf[n] = 0;
-    label_text_split(t, n);
+    TextFile text;
+    if (rf_text_read(path, "label file", &text, err)) return errno == ENOENT ? 1 : -1;
+    t->buf = text.buf;
+    label_text_split(t, text.n);
     return 0;
 }
 
@@ -606,6 +602,23 @@ static int row_count_ok(Checker *c, const char *file, const RowSpan *rs, int pol
     return 0;
 }
 
+// A decimal number as the reference's float() reads a label: [+-]digits[.digits][e[+-]digits].
+// strtod alone would also take hexadecimal (0x1, 0x0.8p0), "inf" and "nan".
+static int is_decimal(const char *s) {
+    if (*s == '+' || *s == '-') s++;
+    int digits = 0;
+    while (*s >= '0' && *s <= '9') s++, digits++;
+    if (*s == '.') for (s++; *s >= '0' && *s <= '9'; s++) digits++;
+    if (!digits) return 0;
+    if (*s == 'e' || *s == 'E') {
+        s++;
+        if (*s == '+' || *s == '-') s++;
+        if (*s < '0' || *s > '9') return 0;
+        while (*s >= '0' && *s <= '9') s++;
+    }
+    return *s == 0;
+}
+
 // Parse every value of a row into v[] as float32; -1 or the reason the row is bad.
 static int row_numbers(Checker *c, const char *file, const LabelText *t, const RowSpan *rs, float *v) {
     for (int i = 0; i < rs->nf; i++) {
@@ -618,6 +631,11 @@ static int row_numbers(Checker *c, const char *file, const LabelText *t, const R
         }
         if (!isfinite(x) || !isfinite((float)x)) {
             say(&c->r, SAY_EXCLUDE, file, rs->line, "'%s' is not a finite number", s);
+            return DS_NOT_NUMBER;
+        }
+        if (!is_decimal(s)) {
+            say(&c->r, SAY_EXCLUDE, file, rs->line, "'%s' is not a decimal number (labels are written "
+                "like 0.5 or 1e-3)", s);
             return DS_NOT_NUMBER;
         }
         v[i] = (float)x;
@@ -668,7 +686,9 @@ static void polygon_box(const float *xy, int n_pts, float *box) {
     box[0] = (x1 + x2) / 2; box[1] = (y1 + y2) / 2; box[2] = x2 - x1; box[3] = y2 - y1;
 }
 
-// One row into out; -1 when good, else the reason (already reported).
+#define ROW_DROPPED (-2)   // a row left out on its own (a zero-size box): the image stays
+
+// One row into out; -1 when good, ROW_DROPPED, else the reason (already reported).
 static int row_parse(Checker *c, const char *file, const LabelText *t, const RowSpan *rs,
                      int polygons, Row *out) {
     if (!row_count_ok(c, file, rs, polygons)) return DS_BAD_COUNT;
@@ -680,10 +700,10 @@ static int row_parse(Checker *c, const char *file, const LabelText *t, const Row
         out->line = rs->line;
         if (polygons) polygon_box(v + 1, (rs->nf - 1) / 2, out->v + 1);
         else memcpy(out->v + 1, v + 1, 4 * sizeof *v);
-        if (out->v[3] <= 0 || out->v[4] <= 0) {
-            say(&c->r, SAY_EXCLUDE, file, rs->line, "zero-size box (w = %g, h = %g)", out->v[3],
-                out->v[4]);
-            reason = DS_ZERO_SIZE;
+        if (out->v[3] <= 0 || out->v[4] <= 0) {   // the reference's box_candidates drops it later
+            say(&c->r, SAY_WARN, file, rs->line, "zero-size box (w = %g, h = %g): the box is dropped, "
+                "the image kept", out->v[3], out->v[4]);
+            reason = ROW_DROPPED;
         }
     }
     free(v);
@@ -720,11 +740,12 @@ static int rows_dedupe(Checker *c, const char *file, Row *rows, int n, int *n_du
 
 // Read and check a label file into s->box; -1 when usable (missing or empty: no boxes), else the
 // first reason; every bad row is reported.
-static int labels_load(Checker *c, const char *file, Sample *s, int *n_dup) {
+static int labels_load(Checker *c, const char *file, Sample *s, int *n_dup, int *n_zero) {
     LabelText t;
-    int rc = label_text_read(file, &t);
+    Err e;
+    int rc = label_text_read(file, &t, &e);
     if (rc != 0) {
-        if (rc < 0) say(&c->r, SAY_EXCLUDE, file, 0, "cannot read the label file: %s", strerror(errno));
+        if (rc < 0) say(&c->r, SAY_EXCLUDE, file, -1, "%s", e.msg);
         label_text_free(&t);
         return rc < 0 ? DS_BAD_LABEL_FILE : -1;
     }
@@ -735,7 +756,8 @@ static int labels_load(Checker *c, const char *file, Sample *s, int *n_dup) {
     for (int i = 0; i < t.n_row; i++) {
         int reason = row_parse(c, file, &t, &t.row[i], polygons, &rows[n]);
         if (reason >= 0 && first < 0) first = reason;
-        if (reason < 0) n++;
+        if (reason == ROW_DROPPED) (*n_zero)++;
+        else if (reason < 0) n++;
     }
     if (first < 0) {
         n = rows_dedupe(c, file, rows, n, n_dup);
@@ -753,7 +775,7 @@ static int labels_load(Checker *c, const char *file, Sample *s, int *n_dup) {
 // A JPEG whose last bytes are not the FFD9 end marker was cut short; the reference re-saves such a
 // file in place, we never write into a dataset (users.md E2), so it is only a warning.
 static int jpeg_truncated(const char *path) {
-    FILE *f = fopen(path, "rb");
+    FILE *f = rf_fopen(path, "image", NULL);
     if (!f) return 0;
     unsigned char head[2] = {0}, tail[2] = {0};
     int jpeg = fread(head, 1, 2, f) == 2 && head[0] == 0xFF && head[1] == 0xD8;
@@ -767,7 +789,7 @@ static int jpeg_truncated(const char *path) {
 // to IEND), so it is excluded now rather than failing in the loader. The slack allows trailing bytes.
 static int png_truncated(const char *path) {
     static const unsigned char iend[8] = {'I', 'E', 'N', 'D', 0xAE, 0x42, 0x60, 0x82};   // type, CRC
-    FILE *f = fopen(path, "rb");
+    FILE *f = rf_fopen(path, "image", NULL);
     if (!f) return 0;
     unsigned char head[4] = {0}, tail[4096];
     int png = fread(head, 1, 4, f) == 4 && !memcmp(head, "\x89PNG", 4);
@@ -822,7 +844,7 @@ static void dataset_push(Dataset *ds, const Sample *s) {
 static void validate_image(Checker *c, const char *path, int min_items, Dataset *ds) {
     Sample s = {.image = xstrdup(path), .label = label_path(path)};
     int reason = image_check(c, path, &s);
-    if (reason < 0) reason = labels_load(c, s.label, &s, &ds->n_duplicates);
+    if (reason < 0) reason = labels_load(c, s.label, &s, &ds->n_duplicates, &ds->n_zero_boxes);
     if (reason < 0 && s.nbox < min_items) reason = DS_MIN_ITEMS;
     if (reason >= 0) {
         ds->excluded_by[reason]++;
@@ -882,8 +904,10 @@ static void summary_print(const Dataset *ds, const char *split, int min_items, F
         fprintf(f, "%s: %d/%d images filtered from dataset (fewer than min_items = %d labels)\n", split,
                 ds->excluded_by[DS_MIN_ITEMS], ds->n_listed, min_items);
     fprintf(f, "%s: images %d, backgrounds %d, instances %d; excluded %d, warnings %d, label files "
-            "without an image %d\n", split, ds->n, ds->n_background, ds->n_instances, ds->n_excluded,
+            "without an image %d", split, ds->n, ds->n_background, ds->n_instances, ds->n_excluded,
             ds->n_warnings, ds->n_orphan_labels);
+    if (ds->n_zero_boxes) fprintf(f, ", zero-size boxes dropped %d", ds->n_zero_boxes);
+    fprintf(f, "\n");
 }
 
 // Failing outcomes once everything is reported: strict exclusions, nothing usable, no labels to train.

@@ -26,7 +26,6 @@ typedef enum {
     DS_BAD_COUNT,       // wrong number of values on a row
     DS_NOT_NUMBER,      // NaN, inf or not a number
     DS_OUT_OF_BOUNDS,   // a coordinate outside [0,1] by more than 0.01
-    DS_ZERO_SIZE,       // w or h <= 0
     DS_MIN_ITEMS,       // fewer than min_items labels (an option, never fatal under strict)
     DS_N_REASONS
 } DatasetReason;
@@ -45,6 +44,7 @@ typedef struct {
     int     n_gray;               // kept samples whose file has one colour component
     int     n_orphan_labels;      // label files with no image (ignored, not a warning)
     int     n_duplicates;         // duplicate label rows dropped (each also a warning)
+    int     n_zero_boxes;         // zero-width or zero-height boxes dropped, their images kept (warnings)
     int     excluded_by[DS_N_REASONS];
 } Dataset;
 

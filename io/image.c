@@ -2,6 +2,7 @@
 // and atomic saving (write `path.tmp`, then rename). The codecs are image_jpeg.c and image_png.c.
 #include "io/image.h"
 #include "io/image_codec.h"
+#include "core/readfile.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -66,11 +67,11 @@ int image_decode_mem(const uint8_t *buf, size_t n, const char *name, Image *out,
 
 // Open `path` for reading and check its size: a regular file of 1 byte .. IMAGE_MAX_FILE_BYTES.
 static FILE *open_image_file(const char *path, size_t *n, Err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { err_set(err, "%s: cannot open: %s", path, strerror(errno)); return NULL; }
+    FILE *f = rf_fopen(path, "image", err);     // a FIFO or a device is refused, never waited on
+    if (!f) return NULL;
     struct stat st;
     const char *why = NULL;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) why = "not a regular file";
+    if (fstat(fileno(f), &st) != 0) why = strerror(errno);
     else if (st.st_size == 0) why = "empty file (0 bytes); remove it";
     else if (st.st_size > IMAGE_MAX_FILE_BYTES) why = "file is larger than 512 MB; not an image to train on";
     if (why) { err_set(err, "%s: %s", path, why); fclose(f); return NULL; }

@@ -2,6 +2,7 @@
 // its slot of the ring and the worker that finishes a batch gathers its targets, so the bytes never
 // depend on which worker did what. Legend: N batch, S side, T_max target rows one image may bring.
 #include "io/loader.h"
+#include "core/memlimit.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -129,7 +130,7 @@ size_t loader_cache_bytes(const Dataset *ds, int img_size) {
 
 static int cache_open(Loader *l, Err *err) {
     size_t need = loader_cache_bytes(l->ds, l->cfg.aug.img_size);
-    size_t have = l->cfg.mem_available ? l->cfg.mem_available : mem_available_bytes();
+    size_t have = l->cfg.mem_available ? l->cfg.mem_available : mem_budget(0).bytes;   // ulimit -v, cgroups too
     if (need * (1 + CACHE_MARGIN) >= (double)have)
         return err_set(err, "cache=ram: %d images at imgsz %d need %.2f GB (+%.0f%% margin = %.2f GB) but "
                        "only %.2f GB of memory is available; set cache= (off) or a smaller imgsz",

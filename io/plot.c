@@ -1,6 +1,7 @@
 // plot.c: results.png, the loss and metric curves of a run drawn from its results.csv, ten panels
 // as the reference draws them (train losses, precision, recall; val losses, mAP50, mAP50-95).
 #include "io/plot.h"
+#include "core/readfile.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -49,8 +50,8 @@ static void panel(Image *im, int ox, int oy, const char *title, const double *y,
 }
 
 int plot_results(const char *csv, const char *png, Err *err) {
-    FILE *f = fopen(csv, "r");
-    if (!f) return err_set(err, "%s: cannot read the results", csv);
+    FILE *f = rf_fopen(csv, "results file", err);
+    if (!f) return -1;
     int n = 0, cap = 256;
     double *v = xmalloc(sizeof(double) * COLS * cap);
     char buf[4096];

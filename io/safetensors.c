@@ -1,6 +1,7 @@
 // safetensors.c: see safetensors.h. The header is parsed by a small strict JSON reader that accepts
 // only what the format uses: one object of tensor entries {dtype, shape, data_offsets} and __metadata__.
 #include "io/safetensors.h"
+#include "core/readfile.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -316,12 +317,12 @@ static int index_names(SafeTensors *st, Err *err) {
 
 // ---- open / close -----------------------------------------------------------------------------
 static int map_file(const char *path, SafeTensors *st, Err *err) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return err_set(err, "%s: cannot open: %s", path, strerror(errno));
+    int fd = rf_open(path, "weights file", err);   // a FIFO or a device is refused, never waited on
+    if (fd < 0) return -1;
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    if (fstat(fd, &sb) != 0) {
         close(fd);
-        return err_set(err, "%s: not a regular file", path);
+        return err_set(err, "%s: %s", path, strerror(errno));
     }
     st->map_size = (size_t)sb.st_size;
     if (st->map_size < 8) {

@@ -136,6 +136,7 @@ static const struct { const char *name, *label; } rules[] = {
     {"oob",     "0 1.02 0.5 0.2 0.2\n0 0.5 0.5 -0.02 0.1\n"},
     {"clip",    "0 1.005 0.5 0.2 0.2\n"},
     {"zero",    "0 0.5 0.5 0 0.1\n"},
+    {"hex",     "0 0x0.8p0 0.5 0.2 0.2\n"},
     {"dup",     "1 0.5 0.5 0.2 0.2\n0 0.3 0.3 0.1 0.1\n1.0 0.50 0.5 0.2 0.2\n"},
     {"order",   "1 0.5 0.5 0.2 0.2\n0 0.3 0.3 0.1 0.1\n"},
     {"crlf",    "\xEF\xBB\xBF" "0 0.5 0.5 0.2 0.2\r\n\r\n1 0.2 0.2 0.1 0.1\r\n"},
@@ -178,21 +179,21 @@ static void test_label_rules(void) {
     CHECK(o.rc == 0, "%s", o.err.msg);
     if (o.rc != 0) { opened_free(&o); return; }
     const Dataset *ds = &o.ds;
-    CHECK(ds->n_listed == 24, "%d listed", ds->n_listed);
-    CHECK(ds->n == 10, "%d kept", ds->n);
+    CHECK(ds->n_listed == 25, "%d listed", ds->n_listed);
+    CHECK(ds->n == 11, "%d kept", ds->n);
     CHECK(ds->n_excluded == 14, "%d excluded", ds->n_excluded);
     CHECK(ds->excluded_by[DS_BAD_CLASS] == 3, "%d", ds->excluded_by[DS_BAD_CLASS]);
     CHECK(ds->excluded_by[DS_BAD_COUNT] == 4, "%d", ds->excluded_by[DS_BAD_COUNT]);
-    CHECK(ds->excluded_by[DS_NOT_NUMBER] == 1, "%d", ds->excluded_by[DS_NOT_NUMBER]);
+    CHECK(ds->excluded_by[DS_NOT_NUMBER] == 2, "%d", ds->excluded_by[DS_NOT_NUMBER]);
     CHECK(ds->excluded_by[DS_OUT_OF_BOUNDS] == 1, "%d", ds->excluded_by[DS_OUT_OF_BOUNDS]);
-    CHECK(ds->excluded_by[DS_ZERO_SIZE] == 1, "%d", ds->excluded_by[DS_ZERO_SIZE]);
+    CHECK(ds->n_zero_boxes == 1, "%d zero-size boxes dropped", ds->n_zero_boxes);
     CHECK(ds->excluded_by[DS_BAD_LABEL_FILE] == 1, "%d", ds->excluded_by[DS_BAD_LABEL_FILE]);
     CHECK(ds->excluded_by[DS_UNSUPPORTED] == 1, "%d", ds->excluded_by[DS_UNSUPPORTED]);
     CHECK(ds->excluded_by[DS_BAD_IMAGE] == 2, "%d", ds->excluded_by[DS_BAD_IMAGE]);
-    CHECK(ds->n_warnings == 3, "%d warnings (clip, dup, broken link)", ds->n_warnings);
+    CHECK(ds->n_warnings == 4, "%d warnings (clip, dup, broken link, zero box)", ds->n_warnings);
     CHECK(ds->n_duplicates == 1, "%d", ds->n_duplicates);
     CHECK(ds->n_orphan_labels == 1, "%d", ds->n_orphan_labels);
-    CHECK(ds->n_background == 2, "%d backgrounds (empty, nolabel)", ds->n_background);
+    CHECK(ds->n_background == 3, "%d backgrounds (empty, nolabel, zero)", ds->n_background);
     CHECK(ds->n_instances == 13, "%d instances", ds->n_instances);
     CHECK(ds->class_count[0] == 7 && ds->class_count[1] == 6, "%d %d", ds->class_count[0],
           ds->class_count[1]);
@@ -208,7 +209,8 @@ static void test_label_rules(void) {
     CHECK_HAS(r, "labels/train/oob.txt:1: cx = 1.02 is outside [0, 1]");
     CHECK_HAS(r, "labels/train/oob.txt:2: w = -0.02 is outside [0, 1]");
     CHECK_HAS(r, "labels/train/clip.txt:1: values up to 0.01 outside [0, 1] clipped");
-    CHECK_HAS(r, "labels/train/zero.txt:1: zero-size box");
+    CHECK_HAS(r, "labels/train/zero.txt:1: zero-size box (w = 0, h = 0.1): the box is dropped, the image kept");
+    CHECK_HAS(r, "labels/train/hex.txt:1: '0x0.8p0' is not a decimal number");
     CHECK_HAS(r, "labels/train/dup.txt:3: duplicate of line 1; dropped");
     CHECK_HAS(r, "labels/train/crlfbad.txt:3: 4 values");
     CHECK_HAS(r, "labels/train/dirlabel.txt: cannot read the label file");
@@ -217,8 +219,8 @@ static void test_label_rules(void) {
     CHECK_HAS(r, "images/train/tiny.png: image is 8x8");
     CHECK_HAS(r, "images/train/broken.jpg: cannot read");
     CHECK_HAS(r, "labels/train/ghost.txt: label file without an image");
-    CHECK_HAS(r, "train: images 10, backgrounds 2, instances 13; excluded 14, warnings 3, "
-              "label files without an image 1\n");
+    CHECK_HAS(r, "train: images 11, backgrounds 3, instances 13; excluded 14, warnings 4, "
+              "label files without an image 1, zero-size boxes dropped 1\n");
     CHECK(!strstr(r, "hidden") && !strstr(r, "notes.md"), "%s", r);
 
     const Sample *s = find(ds, "floatcls.png");
@@ -264,14 +266,14 @@ static void test_strict_and_min_items(void) {
     CHECK(o.rc == 0, "%s", o.err.msg);
     if (o.rc == 0) {
         CHECK(o.ds.n == 5, "%d kept with >= 2 labels", o.ds.n);
-        CHECK(o.ds.excluded_by[DS_MIN_ITEMS] == 5, "%d", o.ds.excluded_by[DS_MIN_ITEMS]);
-        CHECK_HAS(o.report, "train: 5/24 images filtered from dataset");
+        CHECK(o.ds.excluded_by[DS_MIN_ITEMS] == 6, "%d", o.ds.excluded_by[DS_MIN_ITEMS]);
+        CHECK_HAS(o.report, "train: 6/25 images filtered from dataset");
     }
     opened_free(&o);
 
     o = open_split(at(root, "data.yaml"), NULL, "train", (DatasetOptions){.nc = 1});   // the model's nc
     CHECK(o.rc == 0, "%s", o.err.msg);
-    if (o.rc == 0) CHECK(o.ds.n == 4 && o.ds.nc == 1, "%d kept, nc %d", o.ds.n, o.ds.nc);
+    if (o.rc == 0) CHECK(o.ds.n == 5 && o.ds.nc == 1, "%d kept, nc %d", o.ds.n, o.ds.nc);
     CHECK_HAS(o.report, "labels/train/ok1.txt:2: class 1 is outside 0..0 (nc = 1, from the model)");
     opened_free(&o);
 }

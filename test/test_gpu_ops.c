@@ -9,10 +9,11 @@
 #include "core/util.h"
 #include "test/test.h"
 #ifdef USE_CUDA
+#include "gpu/cudnn_conv.h"
 #include "gpu/ops.h"
 #endif
 
-#define GPU_TESTS(X) X(test_conv_fp32) X(test_conv_tf32) X(test_conv_bf16) X(test_conv_chunked) X(test_conv_bf16dy) \
+#define GPU_TESTS(X) X(test_conv_fp32) X(test_conv_tf32) X(test_conv_bf16) X(test_conv_chunked) X(test_conv_bf16dy) X(test_conv_cudnn_bf16) \
     X(test_bn_train) X(test_bn_silu) X(test_bn_eval) X(test_bn_backward) X(test_bn_silu_backward) X(test_bn_offset_variance) X(test_elementwise) X(test_maxpool)     \
     X(test_avgpool) X(test_upsample) X(test_step_allocates_nothing) X(test_init_refuses)
 
@@ -212,6 +213,8 @@ static uint16_t bf16_bits(float f) {
 static void test_conv_bf16dy(void) {
     NEED_GPU();
     Rng g = rng_for(15, 0, 0);
+    void *cudnn = dev.cudnn;   // a property of the GEMM path: cuDNN sums in another order
+    dev.cudnn = NULL;
     size_t cap = dev.col_cap_floats;
     dev.col_cap_floats = 1000;
     dev.precision = GPU_BF16;
@@ -244,6 +247,74 @@ static void test_conv_bf16dy(void) {
     }
     dev.precision = GPU_FP32;
     dev.col_cap_floats = cap;
+    dev.cudnn = cudnn;
+}
+
+// A bf16-stored copy of a device map slice (same shape and ld), as training stores activations
+static Map bf16_twin(Map m) {
+    Map b = m;
+    b.data = arena_take(&dev.acts, (size_t)m.N * m.H * m.W * m.ld * 2, 256);
+    b.bf16 = 1;
+    checkCuda(cudaMemsetAsync(b.data, 0xff, (size_t)m.N * m.H * m.W * m.ld * 2, dev.stream));   // NaN guards
+    copy_map_gpu(&dev, m, b);
+    return b;
+}
+
+// Host values rounded to bf16 in place (the CPU twin then sees the GPU's operands)
+static void round_bf16(Pair p) {
+    size_t n = map_floats(p.h);
+    for (size_t j = 0; j < n; j++) {
+        uint32_t u = (uint32_t)bf16_bits(*elem(p.h, j)) << 16;
+        memcpy(elem(p.h, j), &u, 4);
+    }
+    pair_upload(p);
+}
+
+// The training path under bf16 (bf16-stored x and y, the packed bf16 dz of the fused backward)
+// through cuDNN, against the CPU twin on the rounded operands: odd shapes, batch 1 to 3, stride 2,
+// groups, depthwise, channel slices in and out, dx and dw accumulating onto earlier values.
+static void test_conv_cudnn_bf16(void) {
+    NEED_GPU();
+    if (!dev.cudnn) SKIP("cuDNN not in use (not found at run time, or YT_CONV=gemm)");
+    Rng g = rng_for(16, 0, 0);
+    int plans0, refused0, plans, refused;
+    cudnn_conv_stats(dev.cudnn, &plans0, &refused0, NULL);
+    dev.precision = GPU_BF16;
+    for (size_t i = 0; i < sizeof CONV_CASES / sizeof *CONV_CASES; i++) {
+        arena_reset(&dev.acts);
+        const ConvCase *cc = &CONV_CASES[i];
+        ConvDims d = conv_dims(cc->N, cc->C, cc->H, cc->W, cc->K, cc->k, cc->stride, cc->pad, cc->groups);
+        size_t nw = (size_t)d.K * (d.C / d.groups) * d.R * d.S, ny = (size_t)d.N * d.P * d.Q * d.K;
+        Pair x = pair_new(d.N, d.H, d.W, d.C, cc->x_extra), y = pair_new(d.N, d.P, d.Q, d.K, cc->y_extra);
+        Pair w = vec_new((int)nw), dy = pair_new(d.N, d.P, d.Q, d.K, 0);
+        Pair dx = pair_new(d.N, d.H, d.W, d.C, cc->x_extra), dw = vec_new((int)nw);
+        pair_rand(x, &g, -1, 1); pair_rand(w, &g, -0.5, 0.5); pair_rand(dy, &g, -1, 1);
+        pair_rand(dx, &g, -1, 1); pair_rand(dw, &g, -1, 1);   // += priors
+        round_bf16(x);
+        round_bf16(dy);
+        float *ws = xmalloc((conv_workspace_floats(&d) + 1) * sizeof(float));
+        Map xb = bf16_twin(x.d), yb = bf16_twin(y.d), dyb = bf16_twin(dy.d);
+        conv_forward_cpu(&d, x.h, w.h.data, NULL, y.h, ws);
+        conv_forward_gpu(&dev, &d, xb, w.d.data, NULL, yb);
+        copy_map_gpu(&dev, yb, y.d);
+        conv_backward_cpu(&d, x.h, w.h.data, dy.h, dx.h, dw.h.data, NULL, ws);
+        conv_backward_bf16dy_gpu(&dev, &d, xb, w.d.data, dyb.data, dx.d, dw.d.data);
+        char name[64];
+        snprintf(name, sizeof name, "cudnn k%d s%d g%d y", d.R, d.stride, d.groups);
+        compare(name, y, BF16);
+        snprintf(name, sizeof name, "cudnn k%d s%d g%d dx", d.R, d.stride, d.groups);
+        compare(name, dx, BF16);
+        snprintf(name, sizeof name, "cudnn k%d s%d g%d dw", d.R, d.stride, d.groups);
+        compare(name, dw, BF16);
+        (void)ny;
+        free(ws);
+        Pair all[] = { x, y, w, dy, dx, dw };
+        for (size_t k = 0; k < sizeof all / sizeof *all; k++) pair_free(all[k]);
+    }
+    dev.precision = GPU_FP32;
+    cudnn_conv_stats(dev.cudnn, &plans, &refused, NULL);
+    printf("# cuDNN plans made %d, shapes refused %d\n", plans - plans0, refused - refused0);
+    CHECK(plans > plans0, "cuDNN is in use but made no plan: every case went the GEMM path");
 }
 
 // ---- batch normalisation ------------------------------------------------------------------
@@ -527,18 +598,23 @@ static void test_avgpool(void) {
 static void test_upsample(void) {
     NEED_GPU();
     Rng g = rng_for(43, 0, 0);
-    for (int f = 2; f <= 3; f++) {
+    static const int factors[] = { 2, 3, 4, 16 };     // the neck's x2; CBFuse's x4 (yolov9-c), x16 (gelan-e)
+    for (int i = 0; i < 4; i++) {
+        int f = factors[i];
+        char name[64];
         arena_reset(&dev.acts);
         Shape s = { 3, 7, 5, 9, 1 };
         Pair x = pair_new(s.N, s.H, s.W, s.C, s.extra), y = pair_new(s.N, s.H * f, s.W * f, s.C, 2);
         Pair dy = pair_new(s.N, s.H * f, s.W * f, s.C, 0), dx = pair_new(s.N, s.H, s.W, s.C, 3);
         pair_rand(x, &g, -1, 1); pair_rand(dy, &g, -1, 1); pair_rand(dx, &g, -1, 1);
-            upsample_forward_cpu(x.h, f, y.h);
+        upsample_forward_cpu(x.h, f, y.h);
         upsample_forward_gpu(&dev, x.d, f, y.d);
         upsample_backward_cpu(f, dy.h, dx.h);
         upsample_backward_gpu(&dev, f, dy.d, dx.d);
-        compare(f == 2 ? "upsample x2 y" : "upsample x3 y", y, FP32);
-        compare(f == 2 ? "upsample x2 dx" : "upsample x3 dx", dx, FP32);
+        snprintf(name, sizeof name, "upsample x%d y", f);
+        compare(name, y, FP32);
+        snprintf(name, sizeof name, "upsample x%d dx", f);
+        compare(name, dx, FP32);
         Pair all[] = { x, y, dy, dx };
         for (size_t k = 0; k < sizeof all / sizeof *all; k++) pair_free(all[k]);
     }

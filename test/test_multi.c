@@ -75,6 +75,10 @@ static void test_split_batch(void) {
     CHECK(!split_batch("3,1", 8, 2, s, &err) && s[0] == 6 && s[1] == 2, "3,1 of 8: %d %d", s[0], s[1]);
     CHECK(!split_batch("1,1,1", 7, 3, s, &err) && s[0] + s[1] + s[2] == 7 && s[0] == 3, "1,1,1 of 7");
     CHECK(split_batch("0,1", 8, 2, s, &err) == -1, "device 0 with no image");
+    CHECK(!split_batch("1,3", 1, 2, s, &err) && s[0] == 1 && s[1] == 0, "1,3 of a last batch of 1: %d %d", s[0], s[1]);
+    int cap[3] = { 1, 1, 5 };                          // 1,1,5 of 7, then a partial batch of 6
+    CHECK(!split_batch_capped("1,1,5", 6, 3, cap, s, &err) && s[0] <= 1 && s[1] <= 1 && s[0] + s[1] + s[2] == 6 &&
+          s[0] == 1, "1,1,5 of 6 within the caps of 7: %d %d %d", s[0], s[1], s[2]);
     CHECK(split_batch("1,x", 8, 2, s, &err) == -1, "a bad weight");
     CHECK(split_batch("1", 8, 2, s, &err) == -1, "too few weights");
 }

@@ -454,6 +454,8 @@ static void test_pool_gradients(void) {
     pool_case(POOL_AVG, 1, 4, 6, 7, 3, 1, 1);
     pool_case(UPSAMPLE, 2, 3, 5, 5, 2, 0, 0);
     pool_case(UPSAMPLE, 1, 2, 3, 4, 3, 0, 0);
+    pool_case(UPSAMPLE, 1, 2, 2, 3, 4, 0, 0);   // CBFuse's P5 -> P3
+    pool_case(UPSAMPLE, 1, 2, 1, 2, 16, 0, 0);  // gelan-e's CBFuse P5 -> P1
 }
 
 // padding never wins a max; ties send the gradient to the first maximum in scan order

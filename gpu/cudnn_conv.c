@@ -1,0 +1,448 @@
+// cudnn_conv.c: convolutions through cuDNN 9's backend API (cudnn_conv.h says what and why).
+// A plan is built the first time a shape (dims, strides, types, alignment, beta) is met: the
+// operation graph of one convolution, cuDNN's heuristics (mode A, then the fallback list), and the
+// first engine configuration that is deterministic, finalizes and fits the workspace. Plans live
+// in a hash table per device; each keeps its last variant pack, which is rebuilt only when the
+// pointers change (they do not, step after step, since the memory plan is fixed).
+// The library is reached through dlopen/dlsym, so the binary does not depend on it.
+#include "gpu/cudnn_conv.h"
+
+#ifdef USE_CUDNN
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cudnn_graph.h>
+
+#include "core/util.h"
+#include "gpu/device.h"
+
+// ---- the library, opened once ------------------------------------------------------------------
+static struct {
+    int ok;
+    size_t version;
+    const char *(*error_string)(cudnnStatus_t);
+    cudnnStatus_t (*create)(cudnnHandle_t *);
+    cudnnStatus_t (*destroy)(cudnnHandle_t);
+    cudnnStatus_t (*set_stream)(cudnnHandle_t, cudaStream_t);
+    cudnnStatus_t (*create_desc)(cudnnBackendDescriptorType_t, cudnnBackendDescriptor_t *);
+    cudnnStatus_t (*destroy_desc)(cudnnBackendDescriptor_t);
+    cudnnStatus_t (*finalize)(cudnnBackendDescriptor_t);
+    cudnnStatus_t (*set_attr)(cudnnBackendDescriptor_t, cudnnBackendAttributeName_t, cudnnBackendAttributeType_t,
+                              int64_t, const void *);
+    cudnnStatus_t (*get_attr)(cudnnBackendDescriptor_t const, cudnnBackendAttributeName_t,
+                              cudnnBackendAttributeType_t, int64_t, int64_t *, void *);
+    cudnnStatus_t (*execute)(cudnnHandle_t, cudnnBackendDescriptor_t, cudnnBackendDescriptor_t);
+} lib;
+static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
+
+static void lib_open(void) {
+    const char *mode = getenv("YT_CONV");
+    if (mode && !strcmp(mode, "gemm")) {
+        fprintf(stderr, "convolutions: im2col + cuBLAS (YT_CONV=gemm)\n");
+        return;
+    }
+    const char *names[] = { "libcudnn_graph.so.9", "libcudnn.so.9" };
+    void *h = NULL;
+    for (int i = 0; i < 2 && !h; i++) h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        fprintf(stderr, "convolutions: cuDNN 9 not found (%s); using im2col + cuBLAS. Install cuDNN 9 or put its "
+                        "lib/ folder on LD_LIBRARY_PATH for the faster path\n", dlerror());
+        return;
+    }
+#define SYM(field, name) *(void **)&lib.field = dlsym(h, name)
+    SYM(error_string, "cudnnGetErrorString");
+    SYM(create, "cudnnCreate");
+    SYM(destroy, "cudnnDestroy");
+    SYM(set_stream, "cudnnSetStream");
+    SYM(create_desc, "cudnnBackendCreateDescriptor");
+    SYM(destroy_desc, "cudnnBackendDestroyDescriptor");
+    SYM(finalize, "cudnnBackendFinalize");
+    SYM(set_attr, "cudnnBackendSetAttribute");
+    SYM(get_attr, "cudnnBackendGetAttribute");
+    SYM(execute, "cudnnBackendExecute");
+#undef SYM
+    size_t (*get_version)(void);
+    *(void **)&get_version = dlsym(h, "cudnnGetVersion");
+    if (!get_version || !lib.error_string || !lib.create || !lib.destroy || !lib.set_stream || !lib.create_desc ||
+        !lib.destroy_desc || !lib.finalize || !lib.set_attr || !lib.get_attr || !lib.execute) {
+        fprintf(stderr, "convolutions: the cuDNN library found lacks the backend API; using im2col + cuBLAS\n");
+        return;
+    }
+    lib.version = get_version();
+    if (lib.version < 90000) {
+        fprintf(stderr, "convolutions: cuDNN %zu is older than 9.0; using im2col + cuBLAS\n", lib.version);
+        return;
+    }
+    lib.ok = 1;
+}
+
+int cudnn_conv_available(void) {
+    pthread_once(&lib_once, lib_open);
+    return lib.ok;
+}
+
+// A failed cuDNN call while building a plan only means "not this engine"; while executing one
+// it is a broken GPU or a bug.
+static int failed(cudnnStatus_t s) { return s != CUDNN_STATUS_SUCCESS; }
+
+static void check_exec(cudnnStatus_t s, const char *what) {
+    if (!failed(s)) return;
+    fprintf(stderr, "cuDNN: %s: %s\n", what, lib.error_string(s));
+    device_fatal(lib.error_string(s));
+}
+
+// ---- plan cache --------------------------------------------------------------------------------
+// Everything a plan depends on. Zeroed before filling, so it can be hashed and compared bytewise.
+typedef struct {
+    int kind;
+    ConvDims d;
+    int x_ld, y_ld, x_bf16, w_bf16, y_bf16;
+    int align[3];            // bytes (16, 8, 4, 2) the x, w, y pointers are aligned to
+    int tensor_cores;
+    float beta;
+} PlanKey;
+
+typedef struct {
+    PlanKey key;
+    int used;                // slot taken
+    int ok;                  // 0: no engine takes it (fall back)
+    cudnnBackendDescriptor_t plan, pack;
+    int64_t ws;              // workspace bytes the plan needs
+    int64_t engine;          // cuDNN's global engine index (the verbose log names it)
+    void *ptrs[3], *ws_ptr;  // what `pack` was built for
+} Plan;
+
+enum { TABLE_SLOTS = 1 << 14 };
+
+typedef struct {
+    cudnnHandle_t handle;
+    Plan *table;
+    int plans, refused;
+    double build_seconds;    // host time spent making plans (rect validation meets many shapes)
+} Ctx;
+
+static uint64_t key_hash(const PlanKey *k) {
+    const unsigned char *p = (const unsigned char *)k;
+    uint64_t h = 1469598103934665603ull;   // FNV-1a
+    for (size_t i = 0; i < sizeof *k; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+static Plan *slot_of(Ctx *c, const PlanKey *k) {
+    for (uint64_t i = key_hash(k), n = 0; n < TABLE_SLOTS; i++, n++) {
+        Plan *p = &c->table[i % TABLE_SLOTS];
+        if (!p->used || !memcmp(&p->key, k, sizeof *k)) return p;
+    }
+    return NULL;
+}
+
+void *cudnn_conv_ctx_new(void *stream) {
+    if (!cudnn_conv_available()) return NULL;
+    Ctx *c = calloc(1, sizeof *c);
+    if (!c || !(c->table = calloc(TABLE_SLOTS, sizeof *c->table))) die("out of host memory for the cuDNN plans");
+    cudnnStatus_t s = lib.create(&c->handle);
+    if (failed(s)) {
+        fprintf(stderr, "convolutions: cudnnCreate failed (%s); using im2col + cuBLAS\n", lib.error_string(s));
+        free(c->table);
+        free(c);
+        return NULL;
+    }
+    check_exec(lib.set_stream(c->handle, (cudaStream_t)stream), "cudnnSetStream");
+    return c;
+}
+
+void cudnn_conv_ctx_free(void *ctx) {
+    Ctx *c = ctx;
+    if (!c) return;
+    for (int i = 0; i < TABLE_SLOTS; i++) {
+        if (c->table[i].plan) lib.destroy_desc(c->table[i].plan);
+        if (c->table[i].pack) lib.destroy_desc(c->table[i].pack);
+    }
+    lib.destroy(c->handle);
+    free(c->table);
+    free(c);
+}
+
+void cudnn_conv_stats(void *ctx, int *plans, int *refused, double *seconds) {
+    Ctx *c = ctx;
+    *plans = c ? c->plans : 0;
+    *refused = c ? c->refused : 0;
+    if (seconds) *seconds = c ? c->build_seconds : 0.0;
+}
+
+// ---- building a plan ---------------------------------------------------------------------------
+// Descriptors made while building one plan, destroyed together at the end (the plan keeps what it
+// needs by itself).
+enum { HELD_MAX = 256 };
+typedef struct { cudnnBackendDescriptor_t d[HELD_MAX]; int n; } Held;
+
+static cudnnBackendDescriptor_t held_new(Held *h, cudnnBackendDescriptorType_t t) {
+    cudnnBackendDescriptor_t d = NULL;
+    if (h->n == HELD_MAX || failed(lib.create_desc(t, &d))) return NULL;
+    return h->d[h->n++] = d;
+}
+
+static void held_free(Held *h) {
+    for (int i = 0; i < h->n; i++) lib.destroy_desc(h->d[i]);
+    h->n = 0;
+}
+
+#define SET(desc, attr, type, n, val) (!failed(lib.set_attr((desc), (attr), (type), (n), (val))))
+
+enum { UID_X = 1, UID_W = 2, UID_Y = 3 };
+
+// An NHWC map (n, c, h, w) with pixel stride ld, or the KRSC filter, as a cuDNN tensor. cuDNN takes
+// dimensions in (N, C, H, W) order whatever the layout; the strides say where each lives.
+static cudnnBackendDescriptor_t tensor(Held *h, int64_t uid, int bf16, int align, int64_t n, int64_t c,
+                                       int64_t hh, int64_t ww, int64_t ld) {
+    cudnnBackendDescriptor_t t = held_new(h, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+    int64_t dims[4] = { n, c, hh, ww }, strides[4] = { hh * ww * ld, 1, ww * ld, ld }, al = align;
+    cudnnDataType_t type = bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+    if (!t || !SET(t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type) ||
+        !SET(t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims) ||
+        !SET(t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides) ||
+        !SET(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid) ||
+        !SET(t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &al) || failed(lib.finalize(t)))
+        return NULL;
+    return t;
+}
+
+// The operation graph of one convolution of k's kind, or NULL when cuDNN refuses to describe it.
+static cudnnBackendDescriptor_t op_graph(Held *h, cudnnHandle_t handle, const PlanKey *k) {
+    const ConvDims *d = &k->d;
+    cudnnBackendDescriptor_t x = tensor(h, UID_X, k->x_bf16, k->align[0], d->N, d->C, d->H, d->W, k->x_ld);
+    cudnnBackendDescriptor_t w = tensor(h, UID_W, k->w_bf16, k->align[1], d->K, d->C / d->groups, d->R, d->S,
+                                        d->C / d->groups);
+    cudnnBackendDescriptor_t y = tensor(h, UID_Y, k->y_bf16, k->align[2], d->N, d->K, d->P, d->Q, k->y_ld);
+    cudnnBackendDescriptor_t conv = held_new(h, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+    if (!x || !w || !y || !conv) return NULL;
+    cudnnDataType_t comp = CUDNN_DATA_FLOAT;
+    cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+    int64_t dims = 2, pad[2] = { d->pad, d->pad }, stride[2] = { d->stride, d->stride }, dil[2] = { 1, 1 };
+    if (!SET(conv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp) ||
+        !SET(conv, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode) ||
+        !SET(conv, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &dims) ||
+        !SET(conv, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dil) ||
+        !SET(conv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, stride) ||
+        !SET(conv, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pad) ||
+        !SET(conv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pad) || failed(lib.finalize(conv)))
+        return NULL;
+    static const cudnnBackendDescriptorType_t OP_TYPE[3] = {
+        CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+        CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+        CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+    };
+    // attribute names per kind: alpha, beta, conv, w, x, y (the output is dx or dw for the gradients)
+    static const cudnnBackendAttributeName_t ATTR[3][6] = {
+        { CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y },
+        { CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY },
+        { CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY },
+    };
+    const cudnnBackendAttributeName_t *a = ATTR[k->kind];
+    cudnnBackendDescriptor_t op = held_new(h, OP_TYPE[k->kind]);
+    float alpha = 1.0f, beta = k->beta;
+    if (!op || !SET(op, a[0], CUDNN_TYPE_FLOAT, 1, &alpha) || !SET(op, a[1], CUDNN_TYPE_FLOAT, 1, &beta) ||
+        !SET(op, a[2], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &conv) || !SET(op, a[3], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &w) ||
+        !SET(op, a[4], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x) || !SET(op, a[5], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y) ||
+        failed(lib.finalize(op)))
+        return NULL;
+    cudnnBackendDescriptor_t graph = held_new(h, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+    if (!graph || !SET(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op) ||
+        !SET(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle) || failed(lib.finalize(graph)))
+        return NULL;
+    return graph;
+}
+
+// An engine is acceptable when its numerics are deterministic and exact-input (no FFT, Winograd,
+// down-converted inputs, reduced-precision reductions), it needs no run-time compilation (plans
+// must be cheap to make: rect validation meets new shapes), and it uses tensor cores only where
+// the precision allows them.
+static int engine_acceptable(Held *h, cudnnBackendDescriptor_t cfg, int tensor_cores, int need_tensor_cores) {
+    cudnnBackendDescriptor_t eng = held_new(h, CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+    int64_t n = 0;
+    if (!eng || failed(lib.get_attr(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &eng)))
+        return 0;
+    cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+    if (failed(lib.get_attr(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                            CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes)))
+        return 0;
+    int uses_tc = 0;
+    for (int64_t i = 0; i < n; i++) uses_tc |= notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE;
+    if ((uses_tc && !tensor_cores) || (!uses_tc && need_tensor_cores)) return 0;
+    for (int64_t i = 0; i < n; i++) {
+        cudnnBackendNumericalNote_t t = notes[i];
+        if (t == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS || t == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION ||
+            t == CUDNN_NUMERICAL_NOTE_FFT || t == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC ||
+            t == CUDNN_NUMERICAL_NOTE_WINOGRAD || t == CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_4x4 ||
+            t == CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_6x6 || t == CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_13x13)
+            return 0;
+    }
+    cudnnBackendBehaviorNote_t behave[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
+    if (failed(lib.get_attr(eng, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
+                            CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &n, behave)))
+        return 0;
+    for (int64_t i = 0; i < n; i++)
+        if (behave[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) return 0;
+    return 1;
+}
+
+// cuDNN's global index of the engine a configuration runs (-1 unknown), for the verbose log
+static int64_t engine_index(Held *h, cudnnBackendDescriptor_t cfg) {
+    cudnnBackendDescriptor_t eng = held_new(h, CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+    int64_t n = 0, index = -1;
+    if (!eng || failed(lib.get_attr(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &eng)) ||
+        failed(lib.get_attr(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &index)))
+        return -1;
+    return index;
+}
+
+enum { MAX_CFGS = 64 };
+
+// The first acceptable engine configuration of heuristics mode `mode` that finalizes into a plan
+// needing at most ws_cap bytes; NULL when none.
+static cudnnBackendDescriptor_t plan_from_heuristics(Held *h, cudnnHandle_t handle, cudnnBackendDescriptor_t graph,
+                                                     cudnnBackendHeurMode_t mode, const PlanKey *k, size_t ws_cap,
+                                                     int64_t *ws, int64_t *engine) {
+    cudnnBackendDescriptor_t heur = held_new(h, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+    if (!heur || !SET(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph) ||
+        !SET(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode) || failed(lib.finalize(heur)))
+        return NULL;
+    int64_t count = 0;
+    if (failed(lib.get_attr(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, NULL)))
+        return NULL;
+    if (count > MAX_CFGS) count = MAX_CFGS;
+    if (count < 1 || h->n + 2 * count + 8 > HELD_MAX) return NULL;
+    cudnnBackendDescriptor_t cfgs[MAX_CFGS];
+    for (int64_t i = 0; i < count; i++)
+        if (!(cfgs[i] = held_new(h, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR))) return NULL;
+    int64_t got = 0;
+    if (failed(lib.get_attr(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, cfgs)))
+        return NULL;
+    // where tensor cores are allowed, only configurations that use them: without, the engines the
+    // heuristics offered for channel slices and groups ran 100-1000x slower than im2col + cuBLAS
+    // (442 ms for one tf32 data gradient that the GEMM path does in 2)
+    for (int64_t i = 0; i < got; i++) {
+        if (!engine_acceptable(h, cfgs[i], k->tensor_cores, k->tensor_cores)) continue;
+        cudnnBackendDescriptor_t plan = NULL;
+        if (failed(lib.create_desc(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan))) return NULL;
+        int64_t n = 0;
+        if (SET(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfgs[i]) &&
+            SET(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle) && !failed(lib.finalize(plan)) &&
+            !failed(lib.get_attr(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, ws)) &&
+            *ws >= 0 && (size_t)*ws <= ws_cap) {
+            *engine = engine_index(h, cfgs[i]);
+            return plan;
+        }
+        lib.destroy_desc(plan);
+    }
+    return NULL;
+}
+
+static void build_plan(Ctx *c, Plan *p, size_t ws_cap) {
+    double t0 = now_seconds();
+    Held h = { .n = 0 };
+    cudnnBackendDescriptor_t graph = op_graph(&h, c->handle, &p->key);
+    p->plan = NULL;
+    if (graph) {
+        p->plan = plan_from_heuristics(&h, c->handle, graph, CUDNN_HEUR_MODE_A, &p->key, ws_cap, &p->ws,
+                                       &p->engine);
+        if (!p->plan) {
+            held_free(&h);   // the fallback list gets a fresh set of descriptors
+            graph = op_graph(&h, c->handle, &p->key);
+            if (graph)
+                p->plan = plan_from_heuristics(&h, c->handle, graph, CUDNN_HEUR_MODE_FALLBACK, &p->key, ws_cap,
+                                               &p->ws, &p->engine);
+        }
+    }
+    held_free(&h);
+    p->ok = p->plan != NULL;
+    if (p->ok) c->plans++;
+    else c->refused++;
+    c->build_seconds += now_seconds() - t0;
+    if (getenv("YT_CUDNN_VERBOSE")) {
+        const ConvDims *d = &p->key.d;
+        fprintf(stderr, "cudnn %s N%d C%d %dx%d K%d %dx%d s%d g%d x_ld %d y_ld %d types x%s w%s y%s beta %g: %s "
+                        "(engine %lld, workspace %lld)\n",
+                p->key.kind == CUDNN_FWD ? "fwd" : p->key.kind == CUDNN_DGRAD ? "dgrad" : "wgrad", d->N, d->C, d->H,
+                d->W, d->K, d->R, d->S, d->stride, d->groups, p->key.x_ld, p->key.y_ld, p->key.x_bf16 ? "bf16" : "f32",
+                p->key.w_bf16 ? "bf16" : "f32", p->key.y_bf16 ? "bf16" : "f32", p->key.beta,
+                p->ok ? "plan" : "no engine", (long long)p->engine, (long long)p->ws);
+    }
+}
+
+// ---- running -----------------------------------------------------------------------------------
+static int align_of(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    return a % 16 == 0 ? 16 : a % 8 == 0 ? 8 : a % 4 == 0 ? 4 : 2;
+}
+
+static void build_pack(Ctx *c, Plan *p, void *const ptrs[3], void *ws) {
+    if (p->pack) lib.destroy_desc(p->pack);
+    p->pack = NULL;
+    int64_t uids[3] = { UID_X, UID_W, UID_Y };
+    void *data[3] = { ptrs[0], ptrs[1], ptrs[2] };
+    cudnnBackendDescriptor_t pack = NULL;
+    check_exec(lib.create_desc(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack), "variant pack");
+    check_exec(lib.set_attr(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids), "variant pack ids");
+    check_exec(lib.set_attr(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, data),
+               "variant pack pointers");
+    check_exec(lib.set_attr(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws),
+               "variant pack workspace");
+    check_exec(lib.finalize(pack), "variant pack");
+    p->pack = pack;
+    memcpy(p->ptrs, data, sizeof data);
+    p->ws_ptr = ws;
+}
+
+int cudnn_conv_run(void *ctx, CudnnConvKind kind, const ConvDims *d, CudnnOperand x, CudnnOperand w,
+                   CudnnOperand y, float beta, int tensor_cores, void *ws, size_t ws_cap) {
+    Ctx *c = ctx;
+    if (!c) return -1;
+    PlanKey k;
+    memset(&k, 0, sizeof k);
+    k.kind = kind;
+    k.d = *d;
+    k.x_ld = x.ld, k.y_ld = y.ld;
+    k.x_bf16 = x.bf16, k.w_bf16 = w.bf16, k.y_bf16 = y.bf16;
+    k.align[0] = align_of(x.p), k.align[1] = align_of(w.p), k.align[2] = align_of(y.p);
+    k.tensor_cores = tensor_cores;
+    k.beta = beta;
+    Plan *p = slot_of(c, &k);
+    if (!p) return -1;   // table full: the GEMM path for the shapes beyond
+    if (!p->used) {
+        p->used = 1;
+        p->key = k;
+        build_plan(c, p, ws_cap);
+    }
+    if (!p->ok || (size_t)p->ws > ws_cap) return -1;
+    void *ptrs[3] = { x.p, w.p, y.p };
+    void *wsp = p->ws ? ws : NULL;
+    if (!p->pack || memcmp(ptrs, p->ptrs, sizeof ptrs) || wsp != p->ws_ptr) build_pack(c, p, ptrs, wsp);
+    check_exec(lib.execute(c->handle, p->plan, p->pack), "cudnnBackendExecute");
+    return 0;
+}
+
+#else   // built without cuDNN's headers: the GEMM path only
+
+int cudnn_conv_available(void) { return 0; }
+void *cudnn_conv_ctx_new(void *stream) { return NULL; }
+void cudnn_conv_ctx_free(void *ctx) {}
+int cudnn_conv_run(void *ctx, CudnnConvKind kind, const ConvDims *d, CudnnOperand x, CudnnOperand w,
+                   CudnnOperand y, float beta, int tensor_cores, void *ws, size_t ws_cap) {
+    return -1;
+}
+void cudnn_conv_stats(void *ctx, int *plans, int *refused, double *seconds) {
+    *plans = *refused = 0;
+    if (seconds) *seconds = 0.0;
+}
+#endif
