@@ -3,6 +3,7 @@
 // and every `accumulate` batches: clip to norm 10, SGD nesterov, EMA update.
 #include "core/train.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stddef.h>
@@ -792,22 +793,34 @@ done:
     return rc;
 }
 
+// resume=1: the folder under `project` whose weights/last_state.safetensors was written last (read
+// with opendir and stat: no shell, so no name under project can run anything).
+static int newest_run(const char *project, char *dir, size_t size, Err *err) {
+    DIR *d = opendir(project);
+    double newest = -1;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char state[CFG_PATH * 2 + 64];
+        struct stat st;
+        snprintf(state, sizeof state, "%s/%s/weights/last_state.safetensors", project, e->d_name);
+        if (stat(state, &st) || !S_ISREG(st.st_mode)) continue;
+        double t = st.st_mtim.tv_sec + 1e-9 * st.st_mtim.tv_nsec;
+        char run[CFG_PATH * 2 + 64];
+        int len = snprintf(run, sizeof run, "%s/%s", project, e->d_name);
+        if (t <= newest || len < 0 || (size_t)len >= size) continue;   // a name too long to hold is passed over
+        newest = t;
+        memcpy(dir, run, (size_t)len + 1);
+    }
+    if (d) closedir(d);
+    return newest < 0 ? err_set(err, "resume=1: no run with a training state under %s; name the run folder", project) : 0;
+}
+
 // The run folder `resume=` names: a folder, a file inside its weights/, or 1 for the newest run
 // under project that has a training state.
 static int find_run(const Config *cfg, char *dir, size_t size, Err *err) {
     struct stat st;
-    if (!strcmp(cfg->resume, "1")) {
-        char cmd[CFG_PATH + 128];
-        snprintf(cmd, sizeof cmd, "ls -td '%s'/*/weights/last_state.safetensors 2>/dev/null | head -n 1", cfg->project);
-        FILE *f = popen(cmd, "r");
-        char line[CFG_PATH * 2] = "";
-        if (f) { if (!fgets(line, sizeof line, f)) line[0] = 0; pclose(f); }
-        char *w = strstr(line, "/weights/last_state.safetensors");
-        if (!w) return err_set(err, "resume=1: no run with a training state under %s; name the run folder", cfg->project);
-        *w = 0;
-        snprintf(dir, size, "%s", line);
-        return 0;
-    }
+    if (!strcmp(cfg->resume, "1")) return newest_run(cfg->project, dir, size, err);
     snprintf(dir, size, "%s", cfg->resume);
     char *w = strstr(dir, "/weights/");
     if (w) *w = 0;

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 
 #include "cfg/config.h"
@@ -375,6 +376,55 @@ static void test_concurrent_runs(void) {
     run_unlock(dir, fd);
 }
 
+// ---- resume=1: the newest run, found without a shell ---------------------------------------------
+
+// Two runs under a project whose name holds a quote and a command: resume=1 names the newer one
+// (its state is damaged here, so the resume stops on it, naming it) and nothing is executed.
+static void test_resume_newest_without_shell(void) {
+    const char *proj = "runs/it's; touch PWNED; '";
+    char rel[P], cmd[3 * P];
+    const char *names[2] = { "old", "new" };
+    for (int i = 0; i < 2; i++) {             // made with mkdir(2): put()'s shell would run the name
+        const char *parts[3] = { "runs", proj, NULL };
+        char path[P];
+        for (int k = 0; k < 2; k++) mkdir(at(parts[k]), 0755);
+        snprintf(rel, sizeof rel, "%s/%s", proj, names[i]);
+        mkdir(at(rel), 0755);
+        snprintf(rel, sizeof rel, "%s/%s/weights", proj, names[i]);
+        mkdir(at(rel), 0755);
+        snprintf(rel, sizeof rel, "%s/%s/weights/last_state.safetensors", proj, names[i]);
+        snprintf(path, sizeof path, "%s", at(rel));
+        FILE *w = fopen(path, "w");
+        CHECK(w && fputs("not a state", w) >= 0 && fclose(w) == 0, "cannot write %s", path);
+        struct timeval tv[2] = { { 1000000000 + 1000 * i, 0 }, { 1000000000 + 1000 * i, 0 } };
+        CHECK(utimes(at(rel), tv) == 0, "utimes %s", at(rel));
+    }
+    static Config cfg;
+    Err err;
+    char r[P + 16];
+    snprintf(r, sizeof r, "project=%s", at(proj));
+    char *rv[] = { "resume=1", r };
+    if (config_load(NULL, 2, rv, &cfg, &err)) { CHECK(0, "%s", err.msg); return; }
+    char tmp[P];
+    snprintf(tmp, sizeof tmp, "%s/resume_stderr.txt", root);
+    fflush(stderr);
+    int saved = dup(2);
+    FILE *f = fopen(tmp, "w+");
+    dup2(fileno(f), 2);
+    int rc = train_resume(&cfg, 2, rv);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    char msg[4096], want[P];
+    rewind(f);
+    msg[fread(msg, 1, sizeof msg - 1, f)] = 0;
+    fclose(f);
+    snprintf(want, sizeof want, "%s/new", at(proj));
+    CHECK(rc != 0 && strstr(msg, want) && !strstr(msg, "/old"), "rc %d, expected the run %s named:\n%s", rc, want, msg);
+    snprintf(cmd, sizeof cmd, "%s/PWNED", root);
+    CHECK(access(cmd, F_OK) != 0 && access("PWNED", F_OK) != 0, "a name under project= ran a command");
+}
+
 // ---- detect: one result per input, every input -----------------------------------------------
 
 static int run_detect(const char *source, const char *name, char *msg, size_t n) {
@@ -599,6 +649,7 @@ int main(void) {
     RUN(test_project_and_name);
     RUN(test_reg_max_range);
     RUN(test_concurrent_runs);
+    RUN(test_resume_newest_without_shell);
     RUN(test_detect_names_and_odd_images);
     RUN(test_check_uses_dataset_nc);
     RUN(test_nan_weights_refused);
