@@ -7,14 +7,11 @@
 // ('storage', torch.HalfStorage, '<key>', 'cpu', numel) and are the entries <dir>/data/<key>.
 #include "io/pt.h"
 
-#include "core/readfile.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "io/zip.h"
@@ -536,37 +533,6 @@ static int walk_root(Names *w, Value *root, SafeTensors *st) {
 }
 
 // ---- open -------------------------------------------------------------------------------------
-static int map_file(const char *path, SafeTensors *st, Err *err) {
-    int fd = rf_open(path, "weights file", err);   // a FIFO or a device is refused, never waited on
-    if (fd < 0) return -1;
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        close(fd);
-        return err_set(err, "%s: cannot stat: %s", path, strerror(errno));
-    }
-    st->map_size = (size_t)sb.st_size;
-    void *p = st->map_size ? mmap(NULL, st->map_size, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
-    close(fd);
-    if (p == MAP_FAILED) return err_set(err, "%s: cannot map (%zu bytes): %s", path, st->map_size,
-                                        st->map_size ? strerror(errno) : "empty file");
-    st->map = p;
-    return 0;
-}
-
-static int by_name(const void *a, const void *b) {
-    return strcmp((*(const StTensor *const *)a)->name, (*(const StTensor *const *)b)->name);
-}
-
-static int index_names(SafeTensors *st, Err *err) {
-    st->by_name = xmalloc((size_t)st->n * sizeof *st->by_name + 1);
-    for (int i = 0; i < st->n; i++) st->by_name[i] = &st->tensor[i];
-    qsort(st->by_name, (size_t)st->n, sizeof *st->by_name, by_name);
-    for (int i = 1; i < st->n; i++)
-        if (!strcmp(st->by_name[i - 1]->name, st->by_name[i]->name))
-            return err_set(err, "%s: tensor '%s' appears twice", st->path, st->by_name[i]->name);
-    return 0;
-}
-
 // The archive's data.pkl: the one entry named <dir>/data.pkl.
 static const ZipEntry *find_pickle(const Zip *z, const char *path, char *dir, size_t size, Err *err) {
     const ZipEntry *found = NULL;
@@ -601,9 +567,9 @@ int pt_open(const char *path, SafeTensors *st, Err *err) {
     memset(st, 0, sizeof *st);
     st->path = xstrdup(path);
     Zip z;
-    if (map_file(path, st, err) || zip_read(path, st->map, st->map_size, &z, err)) { st_close(st); return -1; }
+    if (st_map(path, st, err) || zip_read(path, st->map, st->map_size, &z, err)) { st_close(st); return -1; }
     int rc = read_model(st, &z, err);
-    if (!rc) rc = index_names(st, err);
+    if (!rc) rc = st_index(st, err);
     zip_free(&z);
     if (rc) st_close(st);
     return rc;
@@ -611,7 +577,7 @@ int pt_open(const char *path, SafeTensors *st, Err *err) {
 
 int weights_open(const char *path, SafeTensors *st, Err *err) {
     unsigned char magic[4] = { 0 };
-    int fd = open(path, O_RDONLY | O_NONBLOCK);    // a FIFO must not hang us; map_file says what it is
+    int fd = open(path, O_RDONLY | O_NONBLOCK);    // a FIFO must not hang us; st_map says what it is
     ssize_t n = fd >= 0 ? read(fd, magic, 4) : -1;
     if (fd >= 0) close(fd);
     if (n == 4 && !memcmp(magic, "PK\3\4", 4)) return pt_open(path, st, err);

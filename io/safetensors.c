@@ -304,19 +304,18 @@ static int check_entries(const char *path, Entry *e, int n, size_t data_size, Er
     return rc;
 }
 
-static int index_names(SafeTensors *st, Err *err) {
+int st_index(SafeTensors *st, Err *err) {
     st->by_name = xmalloc((size_t)st->n * sizeof *st->by_name + 1);
     for (int i = 0; i < st->n; i++) st->by_name[i] = &st->tensor[i];
     qsort(st->by_name, (size_t)st->n, sizeof *st->by_name, by_name);
     for (int i = 1; i < st->n; i++)
         if (strcmp(st->by_name[i - 1]->name, st->by_name[i]->name) == 0)
-            return err_set(err, "%s: tensor '%s' appears twice in the header", st->path,
-                           st->by_name[i]->name);
+            return err_set(err, "%s: tensor '%s' appears twice", st->path, st->by_name[i]->name);
     return 0;
 }
 
 // ---- open / close -----------------------------------------------------------------------------
-static int map_file(const char *path, SafeTensors *st, Err *err) {
+int st_map(const char *path, SafeTensors *st, Err *err) {
     int fd = rf_open(path, "weights file", err);   // a FIFO or a device is refused, never waited on
     if (fd < 0) return -1;
     struct stat sb;
@@ -325,9 +324,9 @@ static int map_file(const char *path, SafeTensors *st, Err *err) {
         return err_set(err, "%s: %s", path, strerror(errno));
     }
     st->map_size = (size_t)sb.st_size;
-    if (st->map_size < 8) {
+    if (st->map_size == 0) {
         close(fd);
-        return err_set(err, "%s: %zu bytes, too short for a safetensors header", path, st->map_size);
+        return err_set(err, "%s: an empty file, not weights", path);
     }
     void *m = mmap(NULL, st->map_size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
@@ -338,6 +337,8 @@ static int map_file(const char *path, SafeTensors *st, Err *err) {
 
 static int open_parsed(SafeTensors *st, Err *err) {
     const char *path = st->path;
+    if (st->map_size < 8)
+        return err_set(err, "%s: %zu bytes, too short for a safetensors header", path, st->map_size);
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = hlen << 8 | st->map[i];
     if (hlen > ST_MAX_HEADER)
@@ -359,14 +360,14 @@ static int open_parsed(SafeTensors *st, Err *err) {
         st->tensor[i].data = rc ? NULL : st->map + 8 + hlen + e[i].begin;
     }
     free(e);
-    if (!rc) rc = index_names(st, err);
+    if (!rc) rc = st_index(st, err);
     return rc;
 }
 
 int st_open(const char *path, SafeTensors *st, Err *err) {
     memset(st, 0, sizeof *st);
     st->path = xstrdup(path);
-    if (map_file(path, st, err) || open_parsed(st, err)) {
+    if (st_map(path, st, err) || open_parsed(st, err)) {
         st_close(st);
         return -1;
     }

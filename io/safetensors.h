@@ -38,6 +38,11 @@ typedef struct {
 // *st and releases it with st_close.
 int st_open(const char *path, SafeTensors *st, Err *err);
 void st_close(SafeTensors *st);
+// For readers of other formats that fill a SafeTensors (io/pt.c): st_map maps `path` read-only into
+// st->map (refusing a special file or an empty one); st_index builds st_find's index of st->tensor,
+// refusing a name that appears twice. -1 with a message naming the file.
+int st_map(const char *path, SafeTensors *st, Err *err);
+int st_index(SafeTensors *st, Err *err);
 
 const StTensor *st_find(const SafeTensors *st, const char *name);   // NULL when absent
 const char     *st_meta(const SafeTensors *st, const char *key);    // NULL when absent
