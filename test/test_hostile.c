@@ -140,23 +140,40 @@ static int do_weights(const char *path, char *msg, size_t n) {
     return rc ? 2 : 0;
 }
 
+// fn(arg) with stderr (and, with also_stdout, stdout) going to a scratch file, whose text becomes
+// msg (n bytes at most); the streams are put back after. Returns fn's status (98: no scratch file).
+static int captured(int (*fn)(void *), void *arg, int also_stdout, char *msg, size_t n) {
+    char tmp[P];
+    snprintf(tmp, sizeof tmp, "%s/captured-%d.txt", root, (int)getpid());   // forked children too
+    FILE *f = fopen(tmp, "w+");
+    if (!f) { snprintf(msg, n, "cannot write %s", tmp); return 98; }
+    fflush(stdout); fflush(stderr);
+    int so = dup(1), se = dup(2);
+    if (also_stdout) dup2(fileno(f), 1);
+    dup2(fileno(f), 2);
+    int rc = fn(arg);
+    fflush(stdout); fflush(stderr);
+    dup2(so, 1); dup2(se, 2); close(so); close(se);
+    rewind(f);
+    msg[fread(msg, 1, n - 1, f)] = 0;
+    fclose(f);
+    return rc;
+}
+
+// What captured() runs: a training run, a resume (with its arguments), an export, a detect.
+typedef struct { Config *cfg; int argc; char **argv; DetectOptions *det; } Call;
+static int call_train(void *a) { return train_run(((Call *)a)->cfg); }
+static int call_resume(void *a) { Call *c = a; return train_resume(c->cfg, c->argc, c->argv); }
+static int call_export(void *a) { Call *c = a; return export_run(c->argc, c->argv, c->cfg); }
+static int call_detect(void *a) { Call *c = a; return detect_run(c->cfg, c->det); }
+
 // train_resume prints its refusal on stderr: it goes to a file, which becomes msg.
 static int do_resume(const char *dir, char *msg, size_t n) {
     static Config cfg;
     config_defaults(&cfg);
     snprintf(cfg.resume, sizeof cfg.resume, "%s", dir);
-    char tmp[P];
-    snprintf(tmp, sizeof tmp, "%s/stderr.txt", root);
-    FILE *f = fopen(tmp, "w+");
-    if (!f) return 98;
-    fflush(stderr);
-    dup2(fileno(f), 2);
-    int rc = train_resume(&cfg, 0, NULL);
-    fflush(stderr);
-    rewind(f);
-    msg[fread(msg, 1, n - 1, f)] = 0;
-    fclose(f);
-    return rc;
+    Call c = { &cfg, 0, NULL, NULL };
+    return captured(call_resume, &c, 0, msg, n);
 }
 
 // One role: fn on `path` after `rel` became a FIFO and then /dev/zero; want the status and every
@@ -258,18 +275,8 @@ static int do_export(const char *out, char *msg, size_t n) {
     snprintf(w, sizeof w, "weights=%s", at("run/weights/best.safetensors"));
     snprintf(o, sizeof o, "out=%s", out);
     char *argv[] = { "cfg/yolov9-s.ini", w, o };
-    fflush(stderr);
-    char tmp[P];
-    snprintf(tmp, sizeof tmp, "%s/stderr.txt", root);
-    FILE *f = fopen(tmp, "w+");
-    if (!f) return 98;
-    dup2(fileno(f), 2);
-    int rc = export_run(3, argv, &cfg);
-    fflush(stderr);
-    rewind(f);
-    msg[fread(msg, 1, n - 1, f)] = 0;
-    fclose(f);
-    return rc;
+    Call c = { &cfg, 3, argv, NULL };
+    return captured(call_export, &c, 0, msg, n);
 }
 
 static void test_export_out_is_not_an_input(void) {
@@ -351,20 +358,9 @@ static void test_concurrent_runs(void) {
     snprintf(p, sizeof p, "project=%s", at("runs"));
     char *ov[] = { d, p, "name=exp", "exist_ok=1", "imgsz=64", "batch=2", "epochs=1", "workers=1", "device=cpu" };
     CHECK(config_load("cfg/t.ini", 9, ov, &cfg, &err) == 0, "%s", err.msg);
-    char tmp[P];
-    snprintf(tmp, sizeof tmp, "%s/stderr.txt", root);
-    fflush(stderr);
-    int saved = dup(2);
-    FILE *f = fopen(tmp, "w+");
-    dup2(fileno(f), 2);
-    int rc = train_run(&cfg);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
     char msg[4096], pid[32];
-    rewind(f);
-    msg[fread(msg, 1, sizeof msg - 1, f)] = 0;
-    fclose(f);
+    Call c = { &cfg, 0, NULL, NULL };
+    int rc = captured(call_train, &c, 0, msg, sizeof msg);
     snprintf(pid, sizeof pid, "(pid %d)", (int)holder);
     CHECK(rc == 1 && strstr(msg, "in use by another run") && strstr(msg, pid), "rc %d:\n%s", rc, msg);
     close(go[1]);
@@ -405,20 +401,9 @@ static void test_resume_newest_without_shell(void) {
     snprintf(r, sizeof r, "project=%s", at(proj));
     char *rv[] = { "resume=1", r };
     if (config_load(NULL, 2, rv, &cfg, &err)) { CHECK(0, "%s", err.msg); return; }
-    char tmp[P];
-    snprintf(tmp, sizeof tmp, "%s/resume_stderr.txt", root);
-    fflush(stderr);
-    int saved = dup(2);
-    FILE *f = fopen(tmp, "w+");
-    dup2(fileno(f), 2);
-    int rc = train_resume(&cfg, 2, rv);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
     char msg[4096], want[P];
-    rewind(f);
-    msg[fread(msg, 1, sizeof msg - 1, f)] = 0;
-    fclose(f);
+    Call c = { &cfg, 2, rv, NULL };
+    int rc = captured(call_resume, &c, 0, msg, sizeof msg);
     snprintf(want, sizeof want, "%s/new", at(proj));
     CHECK(rc != 0 && strstr(msg, want) && !strstr(msg, "/old"), "rc %d, expected the run %s named:\n%s", rc, want, msg);
     snprintf(cmd, sizeof cmd, "%s/PWNED", root);
@@ -438,19 +423,8 @@ static int run_detect(const char *source, const char *name, char *msg, size_t n)
     if (config_load("cfg/t.ini", 6, ov, &cfg, &err)) { snprintf(msg, n, "%s", err.msg); return -1; }
     DetectOptions o = { .nms = nms_detect_options() };
     snprintf(o.source, sizeof o.source, "%s", source);
-    char tmp[P];
-    snprintf(tmp, sizeof tmp, "%s/detect-out.txt", root);
-    fflush(stdout); fflush(stderr);
-    int so = dup(1), se = dup(2);
-    FILE *f = fopen(tmp, "w+");
-    dup2(fileno(f), 1); dup2(fileno(f), 2);
-    int rc = detect_run(&cfg, &o);
-    fflush(stdout); fflush(stderr);
-    dup2(so, 1); dup2(se, 2); close(so); close(se);
-    rewind(f);
-    msg[fread(msg, 1, n - 1, f)] = 0;
-    fclose(f);
-    return rc;
+    Call c = { &cfg, 0, NULL, &o };
+    return captured(call_detect, &c, 1, msg, n);
 }
 
 static void test_detect_names_and_odd_images(void) {
@@ -545,20 +519,10 @@ static void test_nan_loss_stops(void) {
     char *ov[] = { d, p, "name=nan", "imgsz=64", "batch=2", "epochs=3", "workers=1", "device=cpu" };
     if (config_load("cfg/t.ini", 8, ov, &cfg, &err)) { CHECK(0, "%s", err.msg); return; }
     setenv("YT_NAN_AT_STEP", "3", 1);             // epoch 1, batch 0: after epoch 0's checkpoints
-    char tmp[P];
-    snprintf(tmp, sizeof tmp, "%s/train-err.txt", root);
-    fflush(stdout); fflush(stderr);
-    int so = dup(1), se = dup(2);
-    FILE *f = fopen(tmp, "w+");
-    dup2(fileno(f), 1); dup2(fileno(f), 2);
-    int rc = train_run(&cfg);
-    fflush(stdout); fflush(stderr);
-    dup2(so, 1); dup2(se, 2); close(so); close(se);
-    unsetenv("YT_NAN_AT_STEP");
     static char msg[1 << 16];
-    rewind(f);
-    msg[fread(msg, 1, sizeof msg - 1, f)] = 0;
-    fclose(f);
+    Call c = { &cfg, 0, NULL, NULL };
+    int rc = captured(call_train, &c, 1, msg, sizeof msg);
+    unsetenv("YT_NAN_AT_STEP");
     CHECK(rc == 1, "status %d", rc);
     CHECK(strstr(msg, "the loss is not finite at epoch 1, batch 0 (step 3 of this run): box ") && strstr(msg, "cls nan"), "%s", msg);
     CHECK(strstr(msg, "saved the EMA weights") && strstr(msg, "continues from there"), "%s", msg);
@@ -601,17 +565,8 @@ static int limited_run(const char *extra_mb, char *msg, size_t n) {
     snprintf(p, sizeof p, "project=%s", at("runs"));
     char *ov[] = { d, p, "name=lim", "imgsz=64", "batch=2", "epochs=1", "workers=1", "device=cpu" };
     if (config_load("cfg/t.ini", 8, ov, &cfg, &err)) { snprintf(msg, n, "%s", err.msg); return 98; }
-    char tmp[P];
-    snprintf(tmp, sizeof tmp, "%s/lim-%s.txt", root, extra_mb);
-    FILE *f = fopen(tmp, "w+");
-    if (!f) return 96;
-    fflush(stdout); fflush(stderr);
-    dup2(fileno(f), 1); dup2(fileno(f), 2);
-    int rc = train_run(&cfg);
-    fflush(stdout); fflush(stderr);
-    rewind(f);
-    msg[fread(msg, 1, n - 1, f)] = 0;
-    return rc;
+    Call c = { &cfg, 0, NULL, NULL };
+    return captured(call_train, &c, 1, msg, n);
 }
 #endif
 
