@@ -444,11 +444,12 @@ static size_t operand_bytes(const Device *dev) {
 }
 
 // ---- the cuDNN path (gpu/cudnn_conv.c) -------------------------------------------------------
-// Implicit-GEMM convolutions with no im2col or col2im. Every operand of one call has one type:
-// bf16 under GPU_BF16 (maps stored bf16, the packed dz of the fused BN backward, the weight
-// converted to bf16 KRSC), fp32 otherwise; outputs may be fp32 where cuDNN has an engine for that
-// mix (gradients stay fp32). Whatever cuDNN refuses, or an fp32-stored input under GPU_BF16, goes
-// the GEMM path. The weight is converted per call, as the GEMM path does.
+// Implicit-GEMM convolutions with no im2col or col2im. Under GPU_BF16 every operand is bf16 (maps
+// stored bf16, the packed dz of the fused BN backward, the weight converted to bf16 KRSC): a forward
+// into an fp32 map is tried and goes the GEMM path where cuDNN has no engine for it, and the weight
+// and data gradients come out in bf16 and are added to the fp32 gradients. Under GPU_TF32 all is
+// fp32. Whatever cuDNN refuses, or an fp32-stored input under GPU_BF16, goes the GEMM path. The
+// weight is converted per call, as the GEMM path does.
 
 enum { CUDNN_DX_TEMP_BYTES = 64 << 20 };   // bound on a bf16 dx staged before it is added
 
