@@ -79,7 +79,7 @@ TESTS    := $(TEST_SRCS:test/%.c=$(B)/test/%)
 BENCH_SRCS := $(wildcard bench/*.c)
 BENCHES  := $(BENCH_SRCS:bench/%.c=bench/%)
 
-.PHONY: all test deps clean benches fuzz FORCE
+.PHONY: all test deps clean benches fuzz layers FORCE
 all: yolotrain
 
 yolotrain: $(B)/core/main.o $(B)/libyt.a FORCE
@@ -108,6 +108,19 @@ bench/%: bench/%.c $(B)/libyt.a FORCE
 
 test: yolotrain $(TESTS)
 	@bash test/run.sh $(B)/test
+
+# make layers: the boundary between the specification and the devices (README, Design). core/, io/ and
+# cfg/ include nothing from gpu/ and no CUDA header (a device is reached through core/backend.h's table),
+# and USE_CUDA appears in none of their files but core/backends.c, which registers the GPU backend.
+LAYER_DIRS := core io cfg
+layers:
+	@fail=0; \
+	 bad=$$(grep -rnE '#[[:space:]]*include[[:space:]]*["<](\.\./)*gpu/|#[[:space:]]*include[[:space:]]*<(cuda|cublas|cudnn)' $(LAYER_DIRS)); \
+	 if [ -n "$$bad" ]; then fail=1; echo "make layers: core/, io/ and cfg/ include nothing from gpu/ or CUDA (use core/backend.h's table):"; echo "$$bad"; fi; \
+	 bad=$$(grep -rn 'USE_CUDA' $(LAYER_DIRS) | grep -v '^core/backends\.c:'); \
+	 if [ -n "$$bad" ]; then fail=1; echo "make layers: USE_CUDA belongs in gpu/ and core/backends.c only:"; echo "$$bad"; fi; \
+	 if [ $$fail = 0 ]; then echo "make layers: ok (core/ io/ cfg/ reach the devices only through core/backend.h)"; fi; \
+	 exit $$fail
 
 # make fuzz: the libFuzzer targets of test/fuzz/ (clang + its fuzzer runtime), FUZZ_SECONDS each
 FUZZ_SECONDS ?= 60

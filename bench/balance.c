@@ -128,7 +128,7 @@ static void device_stats(const Trainer *t, const PhaseTimes *before, int steps, 
     s->images = steps * B;
     s->mem_bytes = s->peak_bytes = -1;
 #ifdef USE_CUDA
-    if (t->dev) s->mem_bytes = s->peak_bytes = (double)device_mem_used(t->dev);
+    if (t->m.on_device) s->mem_bytes = s->peak_bytes = (double)device_mem_used(t->m.be_ctx);
 #endif
 }
 

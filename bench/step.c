@@ -40,7 +40,7 @@ static void random_batch(Trainer *t, int n, int S, float *targets, int *nt, Rng 
 
 static void sync(const Trainer *t) {
 #ifdef USE_CUDA
-    if (t->dev) cudaDeviceSynchronize();
+    if (t->m.on_device) cudaDeviceSynchronize();
 #endif
 }
 
@@ -131,10 +131,10 @@ static int bench(const char *cfgfile, int S, int n, int steps, const char *devic
         printf("  %d devices: per step gather %.4f s, broadcast %.4f s (device 0's phases above)\n", devs.n,
                p->gather / steps, p->broadcast / steps);
 #ifdef USE_CUDA
-    if (t.dev) {   // cuDNN's plans, made in the warm-up steps (gpu/cudnn_conv.c)
+    if (t.m.on_device) {   // cuDNN's plans, made in the warm-up steps (gpu/cudnn_conv.c)
         int plans, refused;
         double secs;
-        cudnn_conv_stats(((Device *)t.dev)->cudnn, &plans, &refused, &secs);
+        cudnn_conv_stats(((Device *)t.m.be_ctx)->cudnn, &plans, &refused, &secs);
         if (plans + refused) printf("  cuDNN: %d plans made, %d shapes left to cuBLAS, %.2f s making them\n", plans, refused, secs);
     }
 #endif

@@ -6,6 +6,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cfg/config.h"
+#include "core/gpu_info.h"
+#include "core/loss.h"
+#include "core/loss26.h"
+#include "core/musgd.h"
 #include "core/ops.h"
 #include "core/ops26.h"
 #include "core/util.h"   // Err
@@ -22,8 +27,7 @@ typedef struct { const float *gamma, *beta, *mean, *invstd; float *dgamma, *dbet
 // file that includes this one.
 struct Det;
 struct NmsOptions;
-struct LossBatch;
-struct LossOut;
+struct Model;
 
 typedef struct Backend {
     const char *name;     // "cpu", "cuda"
@@ -139,6 +143,71 @@ typedef struct Backend {
     void (*vloss_release)(void *ctx, void *prep);
     void (*vloss_stage)(void *ctx, void *prep, const Map head[3], int n0, int N);
     int (*vloss_eval)(void *ctx, void *prep, const struct LossBatch *b, struct LossOut *out, Err *err);
+
+    // ---- what a trainer needs from a device beyond the ops (core/train.c, core/multi.c) ------------
+    // Devices, without a ctx: device_list fills up to max GPUs present (their count; the CPU: 0);
+    // model_to_device plans m's memory on GPU id at `precision` (a master's plan holds the optimizer's
+    // states), prints the plan, allocates it, uploads the state and switches m to this backend (ctx:
+    // m->be_ctx); 0, or -1 with err. auto_batch: batch=-1's choice over n GPUs (cfg->batch); plan_bytes:
+    // the master's training plan for micro-batches of `micro` images. peer_setup: peer access between the
+    // n GPUs ids with its self-test (1: every copy direct, 0: staged through host memory; report says
+    // why). host_pin / host_unpin: page-lock a loader buffer (io/loader.h's LoaderPinning; NULL: no need).
+    int    (*device_list)(GpuInfo *out, int max);
+    int    (*model_to_device)(struct Model *m, int id, const char *precision, int master, Err *err);
+    int    (*auto_batch)(Config *cfg, const int *ids, int n, Err *err);
+    size_t (*plan_bytes)(const Config *cfg, int micro);
+    int    (*peer_setup)(const int *ids, int n, char *report, size_t size);
+    int    (*host_pin)(void *p, size_t bytes, void *arg);
+    void   (*host_unpin)(void *p, void *arg);
+    // A device's memory and failures: device_id (-1 on the CPU); device_close frees the context
+    // model_to_device made (after model_free); scalars: the step's small values (core/train.h SC_*) in
+    // the device's memory, NULL where host memory serves; take: n floats of the optimizer arena (256-byte
+    // aligned, not zeroed; dies when the plan was wrong); reserve: give ctx an optimizer arena of `bytes`
+    // when its plan had none (0, or -1: no room); buffer_new / buffer_free: n zeroed floats outside the
+    // plan (NULL: no room); prefetch_u8: queue the copy of the next batch's n bytes so the step's
+    // upload_u8 of the same bytes only converts; mem_used: bytes in use on the device (0: not known);
+    // usable: 0 once a failure ended the device's context; check: 0, or -1 with the calling thread's
+    // pending device error in msg; inject_fault (YT_FAIL_CUDA, tests): a failing call through the fatal path.
+    int    (*device_id)(void *ctx);
+    void   (*device_close)(void *ctx);
+    double *(*scalars)(void *ctx);
+    float *(*take)(void *ctx, size_t n_floats);
+    int    (*reserve)(void *ctx, size_t bytes);
+    float *(*buffer_new)(void *ctx, size_t n_floats);
+    void   (*buffer_free)(void *ctx, float *p);
+    void   (*prefetch_u8)(void *ctx, const uint8_t *host, size_t n);
+    size_t (*mem_used)(void *ctx);
+    int    (*usable)(void *ctx);
+    int    (*check)(void *ctx, char *msg, size_t size);
+    void   (*inject_fault)(void *ctx, int sticky);
+    // The detection loss (core/loss.h) on the device, queued: loss_new: its work for up to max_n images,
+    // max_targets rows, nc classes and `anchors` per image (NULL: no room); loss_assign: the target-score
+    // sum into *tss (ctx's memory); loss_compute: normalised by *norm (ctx's memory), d total / d head
+    // into grad (=); loss_items: the items of the last compute, once the device passed it (the step's wait).
+    void  *(*loss_new)(void *ctx, int max_n, int max_targets, int nc, int anchors);
+    void   (*loss_free)(void *ctx, void *w);
+    int    (*loss_assign)(void *ctx, void *w, const LossBatch *b, double *tss, Err *err);
+    void   (*loss_compute)(void *ctx, void *w, const LossBatch *b, const double *norm, double batch_mult,
+                           Map grad[LOSS_LEVELS]);
+    void   (*loss_items)(void *ctx, void *w, double batch_mult, LossOut *out);
+    // The same for YOLO26's end-to-end loss (core/loss26.h), both branches: tss[br], norm[br] in ctx's memory.
+    void  *(*loss26_new)(void *ctx, int max_n, int max_targets, int nc, int anchors);
+    void   (*loss26_free)(void *ctx, void *w);
+    int    (*loss26_assign)(void *ctx, void *w, const Loss26Batch *b, double *const tss[L26_BRANCHES], Err *err);
+    void   (*loss26_compute)(void *ctx, void *w, const Loss26Batch *b, const Loss26Weights *wt,
+                             const double *const norm[L26_BRANCHES], double batch_mult,
+                             const Head26 *grad[L26_BRANCHES]);
+    void   (*loss26_items)(void *ctx, void *w, const Loss26Weights *wt, double batch_mult, Loss26Out *out);
+    // YOLO26's optimizers (core/musgd.h) over params (pointers in ctx's memory): opt26_new makes MuSGD
+    // (SGD when no parameter is in a Muon group) or, adamw set, AdamW, with its state block zeroed in
+    // *state: [s | m] or [m | v], packed as the CPU twin packs them (what checkpoints save);
+    // opt26_step: one step with AdamW's step count `steps`, then zero the gradients; opt26_free frees
+    // what opt26_new made (a GPU's state block lies in its optimizer arena).
+    void  *(*opt26_new)(void *ctx, MuParam *p, int n_params, int adamw, double muon, double sgd, float **state);
+    void   (*opt26_step)(void *ctx, void *opt, const MuStep *st, long steps);
+    void   (*opt26_free)(void *ctx, void *opt);
 } Backend;
 
 extern const Backend backend_cpu;
+// The GPU backend when this build has one (core/backends.c, the one place that knows), else NULL.
+const Backend *backend_gpu_get(void);

@@ -186,6 +186,119 @@ static int vloss_eval(void *c, void *prep, const LossBatch *b, LossOut *out, Err
     return loss_forward_backward(v->lw, &g, NULL, out, err);
 }
 
+// ---- what a trainer needs from a device: on the CPU, host memory and the reference loss and optimizers ----
+
+static int device_list(GpuInfo *out, int max) { return 0; }
+static int device_id(void *c) { return -1; }
+static void device_close(void *c) {}
+static double *scalars(void *c) { return NULL; }              // the trainer's own host block
+static float *buffer_new(void *c, size_t n) { return xcalloc(n, sizeof(float)); }
+static void buffer_free(void *c, float *p) { free(p); }
+static void prefetch_u8(void *c, const uint8_t *host, size_t n) {}   // the step converts the bytes
+static size_t mem_used(void *c) { return 0; }
+static int usable(void *c) { return 1; }
+static int check(void *c, char *msg, size_t size) { return 0; }
+static void inject_fault(void *c, int sticky) {}
+
+// The detection loss: the reference's work, and the items of its last compute (host memory: ready at once).
+typedef struct { LossWork *lw; LossOut out; } LossCpu;
+static void *cpu_loss_new(void *c, int max_n, int max_targets, int nc, int anchors) {
+    LossCpu *w = xcalloc(1, sizeof *w);
+    w->lw = loss_work_new();                       // sizes itself on each batch
+    return w;
+}
+static void cpu_loss_free(void *c, void *p) {
+    LossCpu *w = p;
+    if (w) loss_work_free(w->lw);
+    free(w);
+}
+static int cpu_loss_assign(void *c, void *p, const LossBatch *b, double *tss, Err *err) {
+    return loss_assign(((LossCpu *)p)->lw, b, tss, err);
+}
+static void cpu_loss_compute(void *c, void *p, const LossBatch *b, const double *norm, double batch_mult,
+                             Map grad[LOSS_LEVELS]) {
+    LossCpu *w = p;
+    memset(&w->out, 0, sizeof w->out);
+    loss_compute(w->lw, b, *norm, batch_mult, grad, &w->out);
+}
+static void cpu_loss_items(void *c, void *p, double batch_mult, LossOut *out) { *out = ((LossCpu *)p)->out; }
+
+typedef struct { Loss26Work *lw; Loss26Out out; } Loss26Cpu;
+static void *cpu_loss26_new(void *c, int max_n, int max_targets, int nc, int anchors) {
+    Loss26Cpu *w = xcalloc(1, sizeof *w);
+    w->lw = loss26_work_new();
+    return w;
+}
+static void cpu_loss26_free(void *c, void *p) {
+    Loss26Cpu *w = p;
+    if (w) loss26_work_free(w->lw);
+    free(w);
+}
+static int cpu_loss26_assign(void *c, void *p, const Loss26Batch *b, double *const tss[L26_BRANCHES], Err *err) {
+    double s[L26_BRANCHES] = { 0, 0 };
+    int rc = loss26_assign(((Loss26Cpu *)p)->lw, b, s, err);
+    for (int br = 0; br < L26_BRANCHES; br++)
+        if (tss && tss[br]) *tss[br] = s[br];
+    return rc;
+}
+static void cpu_loss26_compute(void *c, void *p, const Loss26Batch *b, const Loss26Weights *wt,
+                               const double *const norm[L26_BRANCHES], double batch_mult,
+                               const Head26 *grad[L26_BRANCHES]) {
+    Loss26Cpu *w = p;
+    double nrm[L26_BRANCHES];
+    for (int br = 0; br < L26_BRANCHES; br++) nrm[br] = *norm[br];
+    memset(&w->out, 0, sizeof w->out);
+    loss26_compute(w->lw, b, wt, nrm, batch_mult, grad, &w->out);
+}
+static void cpu_loss26_items(void *c, void *p, const Loss26Weights *wt, double batch_mult, Loss26Out *out) {
+    *out = ((Loss26Cpu *)p)->out;
+}
+
+// YOLO26's optimizers: the reference's, their state lent from one block (MuSGD [s | m: Muon params
+// only], AdamW [m | v]) so checkpoints save it as one tensor.
+typedef struct { int adamw; MuSgd mu; AdamW adam; float *state; } Opt26Cpu;
+static void lend(float **own, float *part) { free(*own); *own = part; }   // the optimizers allocate their own
+static void *cpu_opt26_new(void *c, MuParam *p, int n, int adamw, double muon, double sgd, float **state) {
+    Opt26Cpu *o = xcalloc(1, sizeof *o);
+    size_t n_all = 0, n_muon = 0;
+    for (int k = 0; k < n; k++) {
+        n_all += p[k].n;
+        if (p[k].group >= MU_MUON_HI) n_muon += p[k].n;
+    }
+    size_t n_opt = adamw ? 2 * n_all : n_all + n_muon;
+    o->adamw = adamw;
+    o->state = xcalloc(n_opt ? n_opt : 1, sizeof(float));
+    if (adamw) {
+        adamw_init(&o->adam, p, n);
+        lend(&o->adam.m, o->state);
+        lend(&o->adam.v, o->state + n_all);
+    } else {                                       // SGD is MuSGD without Muon groups: torch's SGD, nesterov
+        musgd_init(&o->mu, p, n, muon, sgd);
+        lend(&o->mu.s, o->state);
+        lend(&o->mu.m, o->state + n_all);
+    }
+    *state = o->state;
+    return o;
+}
+static void cpu_opt26_step(void *c, void *p, const MuStep *st, long steps) {
+    Opt26Cpu *o = p;
+    if (o->adamw) {
+        o->adam.steps = steps;                     // the checkpointed step count drives the bias correction
+        adamw_step(&o->adam, st);
+    } else {
+        musgd_step(&o->mu, st);
+    }
+}
+static void cpu_opt26_free(void *c, void *p) {
+    Opt26Cpu *o = p;
+    if (!o) return;
+    o->mu.m = o->mu.s = o->adam.m = o->adam.v = NULL;   // lent from the block
+    musgd_free(&o->mu);
+    adamw_free(&o->adam);
+    free(o->state);
+    free(o);
+}
+
 const Backend backend_cpu = {
     "cpu", conv_fwd, conv_bwd, bn_train, bn_eval, bn_bwd, bn_apply, silu_fwd, silu_bwd, add_fwd, copy, accumulate,
     maxpool_fwd, maxpool_bwd, avgpool_fwd, avgpool_bwd, upsample_fwd, upsample_bwd, prepare, sumsq, scale, sgd, ema,
@@ -196,4 +309,12 @@ const Backend backend_cpu = {
     conv_bn_bwd,
     nms_prepare, nms_release, nms_detect,
     vloss_prepare, vloss_release, vloss_stage, vloss_eval,
+    .device_list = device_list, .device_id = device_id, .device_close = device_close, .scalars = scalars,
+    .buffer_new = buffer_new, .buffer_free = buffer_free, .prefetch_u8 = prefetch_u8, .mem_used = mem_used,
+    .usable = usable, .check = check, .inject_fault = inject_fault,
+    .loss_new = cpu_loss_new, .loss_free = cpu_loss_free, .loss_assign = cpu_loss_assign,
+    .loss_compute = cpu_loss_compute, .loss_items = cpu_loss_items,
+    .loss26_new = cpu_loss26_new, .loss26_free = cpu_loss26_free, .loss26_assign = cpu_loss26_assign,
+    .loss26_compute = cpu_loss26_compute, .loss26_items = cpu_loss26_items,
+    .opt26_new = cpu_opt26_new, .opt26_step = cpu_opt26_step, .opt26_free = cpu_opt26_free,
 };

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "gpu/device.h"
+#include "core/fatal.h"
 
 static pthread_mutex_t fatal_mu = PTHREAD_MUTEX_INITIALIZER;
 static DeviceFatalHook fatal_fn;

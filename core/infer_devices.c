@@ -6,19 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu/device.h"
-#ifdef USE_CUDA
-#include "core/train.h"
-#include "gpu/model_gpu.h"
-#endif
-
 int infer_pick_devices(const Config *cfg, const char *prog, DeviceList *devs) {
     GpuInfo gpus[16];
-#ifdef USE_CUDA
-    int n = gpu_list(gpus, 16);
-#else
-    int n = 0;
-#endif
+    const Backend *gpu = backend_gpu_get();
+    int n = gpu ? gpu->device_list(gpus, 16) : 0;
     Err err;
     if (!parse_devices(cfg->device, n, devs, &err)) return 0;
     fprintf(stderr, "%s: %s; the GPUs found are:%s\n", prog, err.msg, n ? "" : " none (use device=cpu)");
@@ -27,29 +18,18 @@ int infer_pick_devices(const Config *cfg, const char *prog, DeviceList *devs) {
     return -1;
 }
 
-#ifdef USE_CUDA
 // m onto GPU id: parameters, activations and scratch for its N x S x S plan; no optimizer state.
 static int to_gpu(Model *m, int id, const Config *cfg, Err *err) {
-    GpuPrecision prec = gpu_precision(cfg->precision);
-    GpuPlan plan = model_gpu_plan(m, prec, 0);
-    model_gpu_print_plan(&plan, id, stdout);
-    Device *dev = xcalloc(1, sizeof *dev);
-    if (model_to_gpu(m, dev, id, &plan, prec, err)) { free(dev); return -1; }
-    return 0;
+    const Backend *gpu = backend_gpu_get();
+    if (!gpu) return err_set(err, "device=%s: this yolotrain was built without CUDA; use device=cpu", cfg->device);
+    return gpu->model_to_device(m, id, cfg->precision, 0, err);
 }
 
 static int auto_batch_gpu(Config *cfg, const DeviceList *devs, Err *err) {
-    return trainer_gpu_auto_batch(cfg, devs->gpu, devs->n, err);
+    const Backend *gpu = backend_gpu_get();
+    if (!gpu) return err_set(err, "device=%s: this yolotrain was built without CUDA; use device=cpu", cfg->device);
+    return gpu->auto_batch(cfg, devs->gpu, devs->n, err);
 }
-#else
-static int to_gpu(Model *m, int id, const Config *cfg, Err *err) {
-    return err_set(err, "device=%s: this yolotrain was built without CUDA; use device=cpu", cfg->device);
-}
-
-static int auto_batch_gpu(Config *cfg, const DeviceList *devs, Err *err) {
-    return err_set(err, "device=%s: this yolotrain was built without CUDA; use device=cpu", cfg->device);
-}
-#endif
 
 int infer_auto_batch(Config *cfg, const DeviceList *devs, Err *err) {
     if (cfg->batch != -1) return 0;
@@ -62,13 +42,11 @@ int infer_auto_batch(Config *cfg, const DeviceList *devs, Err *err) {
 
 static void free_model(Model *m) {
     if (!m->on_device) { model_free(m); return; }
-#ifdef USE_CUDA
-    Device *dev = m->be_ctx;
-    m->be->bind(dev);
+    const Backend *be = m->be;
+    void *dev = m->be_ctx;
+    be->bind(dev);
     model_free(m);
-    device_free(dev);
-    free(dev);
-#endif
+    be->device_close(dev);
 }
 
 static void print_devices(const Config *cfg, const DeviceList *devs) {

@@ -88,7 +88,7 @@ typedef struct {         // what `info` prints per config layer
     int    out;           // output value (-1 for the head)
 } LayerInfo;
 
-typedef struct {
+typedef struct Model {
     int       nc, reg_max, n_levels;
     int       max_n, imgsz;        // planned largest batch and (square) input size
     // parameters and their gradients: one array each, same layout

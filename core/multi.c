@@ -19,11 +19,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gpu/device.h"
-#ifdef USE_CUDA
-#include "gpu/loss.h"
-#include "gpu/peer.h"
-#endif
 
 // ---- devices and splits --------------------------------------------------------------------
 
@@ -202,8 +197,7 @@ typedef struct {             // reduce=sharded: what device k owns
 
 typedef struct {             // loss_on=device0: the whole batch's head maps on device 0
     float      *out[LOSS_LEVELS], *dout[LOSS_LEVELS];   // (B, H_l, W_l, C) each
-    LossWork   *lw;          // CPU
-    void       *gpu_lw;      // GPU (GpuLossWork)
+    void       *loss;        // the loss work on device 0's backend (Backend.loss_new)
     int         max_B;
 } LossAtZero;
 
@@ -237,7 +231,6 @@ struct Multi {
     Job              job[MULTI_MAX];
     Shard            shard[MULTI_MAX];
     LossAtZero       z;
-    LossOut          z_out;                    // loss_on=device0 on CPU devices: the items
     AutoSplit        au;
     MultiDevStats    stats[MULTI_MAX];
     pthread_t        thread[MULTI_MAX];
@@ -465,11 +458,9 @@ static void run_phase(Multi *mt, int k) {
     }
     do_phase(mt, k);
     record(mt, k, PHASE_EVENT[mt->phase]);
-#ifdef USE_CUDA
     char msg[256];
-    if (t->dev && !j->rc && peer_check(msg, sizeof msg)) j->rc = err_set(&j->err, "CUDA error in the %s phase: %s",
-                                                                          PHASE_NAMES[mt->phase], msg);
-#endif
+    if (!j->rc && t->m.be->check(t->m.be_ctx, msg, sizeof msg))
+        j->rc = err_set(&j->err, "CUDA error in the %s phase: %s", PHASE_NAMES[mt->phase], msg);
 }
 
 typedef struct { Multi *mt; int k; } WorkerArg;
@@ -704,19 +695,9 @@ static int loss_at_zero(Multi *mt, int B, const float *targets, int nt, Err *err
     double *tss = m0->scal + SC_TSS, *norm = m0->scal + SC_NORM;
     int rc;
     mt->batch_mult = B;
-#ifdef USE_CUDA
-    if (m0->dev) {
-        if (!(rc = loss_assign_gpu_async(m0->dev, mt->z.gpu_lw, &lb, tss, err))) {
-            m->be->loss_norm(m->be_ctx, tss, 1, norm);
-            loss_compute_gpu_async(m0->dev, mt->z.gpu_lw, &lb, norm, B, grads);
-        }
-    } else
-#endif
-    {
-        if (!(rc = loss_assign(mt->z.lw, &lb, &tss[0], err))) {
-            m->be->loss_norm(m->be_ctx, tss, 1, norm);
-            loss_compute(mt->z.lw, &lb, norm[0], B, grads, &mt->z_out);
-        }
+    if (!(rc = m->be->loss_assign(m->be_ctx, mt->z.loss, &lb, tss, err))) {
+        m->be->loss_norm(m->be_ctx, tss, 1, norm);
+        m->be->loss_compute(m->be_ctx, mt->z.loss, &lb, norm, B, grads);
     }
     record(mt, 0, EV_LOSS);
     if (rc) {
@@ -728,10 +709,8 @@ static int loss_at_zero(Multi *mt, int B, const float *targets, int nt, Err *err
 }
 
 static void loss_dev0_items(Multi *mt, LossOut *out) {
-#ifdef USE_CUDA
-    if (mt->master->dev) { loss_items_gpu(mt->z.gpu_lw, mt->batch_mult, out); return; }
-#endif
-    *out = mt->z_out;
+    const Model *m = &mt->master->m;
+    m->be->loss_items(m->be_ctx, mt->z.loss, mt->batch_mult, out);
 }
 
 static int loss_dev0_init(Multi *mt, int max_B, Err *err) {
@@ -745,48 +724,25 @@ static int loss_dev0_init(Multi *mt, int max_B, Err *err) {
         int v = m->head[l], side = m->imgsz / m->values[v].stride;
         size_t n = (size_t)max_B * side * side * m->values[v].C;
         anchors += side * side;
-#ifdef USE_CUDA
-        if (m0->dev) {
-            int id = ((Device *)m0->dev)->id;
-            mt->z.out[l] = peer_alloc(id, n);
-            mt->z.dout[l] = peer_alloc(id, n);
-            if (!mt->z.out[l] || !mt->z.dout[l])
-                return err_set(err, "loss_on=device0: GPU %d has no room for the batch's head outputs (%.0f MiB); "
-                               "use loss_on=local or a smaller batch", id, 2.0 * n * sizeof(float) / 1048576);
-            continue;
-        }
-#endif
-        mt->z.out[l] = xcalloc(n, sizeof(float));
-        mt->z.dout[l] = xcalloc(n, sizeof(float));
+        mt->z.out[l] = m->be->buffer_new(m->be_ctx, n);   // outside device 0's memory plan
+        mt->z.dout[l] = m->be->buffer_new(m->be_ctx, n);
+        if (!mt->z.out[l] || !mt->z.dout[l])
+            return err_set(err, "loss_on=device0: GPU %d has no room for the batch's head outputs (%.0f MiB); "
+                           "use loss_on=local or a smaller batch", m->be->device_id(m->be_ctx),
+                           2.0 * n * sizeof(float) / 1048576);
     }
-#ifdef USE_CUDA
-    if (m0->dev) {
-        mt->z.gpu_lw = loss_work_new_gpu(m0->dev, max_B, max_B * 512, m->nc, anchors);
-        if (!mt->z.gpu_lw) return err_set(err, "loss_on=device0: no room on device 0 for the loss of %d images", max_B);
-        return 0;
-    }
-#endif
-    (void)anchors;                                 // the CPU's loss work sizes itself
-    mt->z.lw = loss_work_new();
+    mt->z.loss = m->be->loss_new(m->be_ctx, max_B, max_B * TARGETS_PER_IMAGE, m->nc, anchors);
+    if (!mt->z.loss) return err_set(err, "loss_on=device0: no room on device 0 for the loss of %d images", max_B);
     return 0;
 }
 
 static void loss_dev0_free(Multi *mt) {
+    const Model *m = &mt->master->m;
     for (int l = 0; l < LOSS_LEVELS; l++) {
-#ifdef USE_CUDA
-        if (mt->master->dev) {
-            peer_free(((Device *)mt->master->dev)->id, mt->z.out[l]);
-            peer_free(((Device *)mt->master->dev)->id, mt->z.dout[l]);
-            continue;
-        }
-#endif
-        free(mt->z.out[l]);
-        free(mt->z.dout[l]);
+        m->be->buffer_free(m->be_ctx, mt->z.out[l]);
+        m->be->buffer_free(m->be_ctx, mt->z.dout[l]);
     }
-#ifdef USE_CUDA
-    if (mt->z.gpu_lw) loss_work_free_gpu(mt->z.gpu_lw);
-#endif
-    if (mt->z.lw) loss_work_free(mt->z.lw);
+    if (mt->z.loss) m->be->loss_free(m->be_ctx, mt->z.loss);
 }
 
 // ---- reduce=sharded ---------------------------------------------------------------------------
@@ -836,19 +792,16 @@ static int shard_init(Multi *mt, int k, Err *err) {
         sh->recv = m0->recv;
         mom = m0->sgd.buf + sh->mom_at;
     } else {
-#ifdef USE_CUDA
-        if (t->dev) {
-            Device *dev = t->dev;
+        const Backend *be = t->m.be;
+        if (t->m.on_device) {                      // an optimizer arena of the shard's size
             size_t bytes = (2 * n + n_mom) * sizeof(float) + 3 * 256 + sizeof(ParamSlot) * 8 * (size_t)sh->n_slots + (1 << 20);
-            if (peer_optim_arena(dev, bytes))
+            if (be->reserve(t->m.be_ctx, bytes))
                 return err_set(err, "reduce=sharded: GPU %d has no room for its shard's optimizer state (%.0f MiB)",
-                               dev->id, bytes / 1048576.0);
-            sh->ema = arena_take(&dev->optim, n * sizeof(float), 256);
-            sh->recv = arena_take(&dev->optim, n * sizeof(float), 256);
-            mom = arena_take(&dev->optim, (n_mom ? n_mom : 1) * sizeof(float), 256);
-        } else
-#endif
-        {
+                               be->device_id(t->m.be_ctx), bytes / 1048576.0);
+            sh->ema = be->take(t->m.be_ctx, n);
+            sh->recv = be->take(t->m.be_ctx, n);
+            mom = be->take(t->m.be_ctx, n_mom ? n_mom : 1);
+        } else {
             sh->host_block = xcalloc(2 * n + n_mom + 1, sizeof(float));
             sh->ema = sh->host_block;
             sh->recv = sh->host_block + n;
@@ -1099,13 +1052,11 @@ static void after_step(Multi *mt) {
         s->steps++;
         s->images += mt->job[k].n;
         if (mt->gpu[k] < 0) s->mem_bytes = s->peak_bytes = -1;   // the CPU: n/a
-#ifdef USE_CUDA
         const Trainer *t = mt->job[k].t;
-        if (t->dev) {
-            s->mem_bytes = (double)device_mem_used(t->dev);
+        if (t->m.on_device) {
+            s->mem_bytes = (double)t->m.be->mem_used(t->m.be_ctx);
             s->peak_bytes = fmax(s->peak_bytes, s->mem_bytes);
         }
-#endif
     }
     mt->master->m.be->bind(mt->master->m.be_ctx);  // the memory query selects each GPU in turn
 }
@@ -1129,11 +1080,10 @@ int multi_step(Multi *mt, int n, int S, const float *targets, int nt, int epoch,
 // Each GPU's share is the bytes its step will pass to model_forward_u8 (scatter's), so the step
 // finds the copy; a split that changes in between (split=auto) only makes that step copy again.
 void multi_prefetch(Trainer *t, const uint8_t *images, int n, int S) {
-#ifdef USE_CUDA
-    size_t per = (size_t)S * S * 3;
+    size_t per = (size_t)S * S * 3;               // CPU devices convert the bytes in the step (no-op)
     Multi *mt = t->multi;
     if (!mt) {
-        if (t->dev) device_prefetch_u8(t->dev, images, n * per);
+        t->m.be->prefetch_u8(t->m.be_ctx, images, n * per);
         return;
     }
     int sizes[MULTI_MAX], first = 0;
@@ -1141,12 +1091,9 @@ void multi_prefetch(Trainer *t, const uint8_t *images, int n, int S) {
     if (split_sizes(mt, n, sizes, &err)) return;   // the step reports it
     for (int k = 0; k < mt->n; k++) {
         Trainer *d = mt->job[k].t;
-        if (d->dev && sizes[k]) device_prefetch_u8(d->dev, images + first * per, sizes[k] * per);
+        if (sizes[k]) d->m.be->prefetch_u8(d->m.be_ctx, images + first * per, sizes[k] * per);
         first += sizes[k];
     }
-#else
-    (void)t, (void)images, (void)n, (void)S;      // CPU devices convert the bytes in the step
-#endif
 }
 
 void multi_set_bucket_floats(Multi *mt, size_t floats) {
@@ -1284,9 +1231,8 @@ static void release(Multi *mt) {
 // 1 when copies must be staged through host memory.
 static int setup_copies(Multi *mt, char *report, size_t size) {
     snprintf(report, size, "copies between devices: memcpy (CPU devices)");
-#ifdef USE_CUDA
-    if (mt->gpu[0] >= 0) return !peer_setup(mt->gpu, mt->n, report, size);
-#endif
+    const Backend *be = mt->master->m.be;
+    if (mt->gpu[0] >= 0 && be->peer_setup) return !be->peer_setup(mt->gpu, mt->n, report, size);
     return 0;
 }
 

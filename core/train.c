@@ -19,6 +19,7 @@
 #include "io/picture.h"
 #include "io/plot.h"
 #include "core/checkpoint.h"
+#include "core/fatal.h"
 #include "core/infer_devices.h"
 #include "core/memlimit.h"
 #include "core/readfile.h"
@@ -27,10 +28,63 @@
 #include "core/train26.h"
 #include "core/transfer.h"
 #include "core/val.h"
-#include "gpu/device.h"
 #include "io/synth.h"
 
 // ---- the step ------------------------------------------------------------------------------
+
+int trainer_anchors(Model *m) {
+    int anchors = 0;
+    model_set_size(m, m->imgsz, m->imgsz);
+    for (int l = 0; l < m->n_levels; l++) anchors += m->vh[m->head[l]] * m->vw[m->head[l]];
+    return anchors;
+}
+
+// The model onto GPU `id` (the GPU backend's memory plan); a master takes the EMA, the momentum
+// buffers (t->sgd_buf) and room to receive gradients from its optimizer arena.
+static int to_gpu(Trainer *t, const Config *cfg, int id, Err *err) {
+    Model *m = &t->m;
+    const Backend *gpu = backend_gpu_get();
+    if (!gpu) return err_set(err, "device=%d: this yolotrain was built without CUDA; use device=cpu", id);
+    float *initial = xmalloc(m->n_state * sizeof(float));    // the EMA starts from these weights
+    memcpy(initial, m->state, m->n_state * sizeof(float));
+    if (gpu->model_to_device(m, id, cfg->precision, t->master, err)) { free(initial); return -1; }
+    if (t->master) {
+        t->ema = m->be->take(m->be_ctx, m->n_state);
+        m->be->upload(m->be_ctx, t->ema, initial, m->n_state);
+        t->sgd_buf = m->be->take(m->be_ctx, m->n_state);
+        t->recv = m->be->take(m->be_ctx, m->n_state);
+    }
+    free(initial);
+    return 0;
+}
+
+// The loss work of the head and of a dual head's auxiliary maps (their own assignment) on the model's
+// backend; YOLO26's is train26_init's.
+static int losses_new(Trainer *t, Err *err) {
+    Model *m = &t->m;
+    if (m->end2end) return 0;
+    int anchors = trainer_anchors(m), max_t = m->max_n * TARGETS_PER_IMAGE;
+    t->loss = m->be->loss_new(m->be_ctx, m->max_n, max_t, m->nc, anchors);
+    if (t->loss && m->n_aux) t->loss_aux = m->be->loss_new(m->be_ctx, m->max_n, max_t, m->nc, anchors);
+    if (!t->loss || (m->n_aux && !t->loss_aux))
+        return err_set(err, "GPU %d: no memory left for the loss at batch %d; lower batch or imgsz",
+                       m->be->device_id(m->be_ctx), m->max_n);
+    return 0;
+}
+
+// The loss work and the device's memory (the model's included; model_free does the host side).
+static void device_release(Trainer *t) {
+    const Backend *be = t->m.be;
+    if (t->loss) be->loss_free(t->m.be_ctx, t->loss);
+    if (t->loss_aux) be->loss_free(t->m.be_ctx, t->loss_aux);
+    t->loss = t->loss_aux = NULL;
+    if (t->m.on_device) {
+        be->device_close(t->m.be_ctx);
+    } else {
+        free(t->ema);
+        free(t->recv);
+    }
+}
 
 // The model on its device and the loss work; the master also gets the optimizer state and the EMA.
 static int trainer_setup(Trainer *t, const Config *cfg, int gpu, int master, int micro, Err *err) {
@@ -72,20 +126,13 @@ static int trainer_setup(Trainer *t, const Config *cfg, int gpu, int master, int
             memcpy(t->ema, m->state, m->n_state * sizeof(float));
             t->recv = xmalloc(m->n_state * sizeof(float));
         }
-        if (!m->end2end) t->lw = loss_work_new();
-        if (m->n_aux && !m->end2end) t->lw_aux = loss_work_new();
-    } else {
-#ifdef USE_CUDA
-        if (trainer_gpu_init(t, cfg, gpu, err)) { model_free(m); return -1; }
-#else
+    } else if (to_gpu(t, cfg, gpu, err)) {
         model_free(m);
-        return err_set(err, "device=%d: this yolotrain was built without CUDA; use device=cpu", gpu);
-#endif
+        return -1;
     }
+    if (losses_new(t, err)) { device_release(t); model_free(m); return -1; }
     t->input = xmalloc((size_t)cfg->batch * cfg->imgsz * cfg->imgsz * 3 * sizeof(float));
-#ifdef USE_CUDA
-    if (t->dev) t->scal = ((Device *)t->dev)->scal;
-#endif
+    t->scal = m->be->scalars(m->be_ctx);
     if (!t->scal) t->scal = xcalloc(SC_COUNT, sizeof(double));
     for (int k = 0; k < TM_COUNT; k++) t->tm[k] = m->be->timer_new(m->be_ctx);   // the device is the current one
     model_zero_grad(m);
@@ -148,19 +195,10 @@ void trainer_free(Trainer *t) {
     if (t->tm[0]) t->m.be->bind(t->m.be_ctx);
     for (int k = 0; k < TM_COUNT; k++)
         if (t->tm[k]) t->m.be->timer_free(t->m.be_ctx, t->tm[k]);
-    if (!t->dev) free(t->scal);
+    if (!t->m.on_device) free(t->scal);
     if (t->master) sgd_free(&t->sgd);
     free(t->slots); free(t->input);
-    if (t->dev) {
-#ifdef USE_CUDA
-        trainer_gpu_free(t);                           // the GPU memory, the model's included
-#endif
-    } else {
-        loss_work_free(t->lw);
-        loss_work_free(t->lw_aux);
-        free(t->ema);
-        free(t->recv);
-    }
+    device_release(t);
     model_free(&t->m);
     memset(t, 0, sizeof *t);
 }
@@ -209,11 +247,9 @@ void trainer_read_times(Trainer *t, PhaseTimes *delta) {
 // target-score sums into tss[0], tss[1] (t's memory).
 static int assign_heads(Trainer *t, double *tss, Err *err) {
     if (t->y26) return train26_assign(t, tss, err);   // main: the one-to-one branch, aux: one-to-many
-#ifdef USE_CUDA
-    if (t->dev) return trainer_gpu_assign(t, tss, err);
-#endif
-    if (loss_assign(t->lw, &t->lb, &tss[0], err)) return -1;
-    return t->m.n_aux ? loss_assign(t->lw_aux, &t->lb_aux, &tss[1], err) : 0;
+    const Backend *be = t->m.be;
+    if (be->loss_assign(t->m.be_ctx, t->loss, &t->lb, &tss[0], err)) return -1;
+    return t->m.n_aux ? be->loss_assign(t->m.be_ctx, t->loss_aux, &t->lb_aux, &tss[1], err) : 0;
 }
 
 int trainer_phase_forward(Trainer *t, int n, int S, const float *images, const uint8_t *images_u8,
@@ -233,17 +269,11 @@ int trainer_phase_forward(Trainer *t, int n, int S, const float *images, const u
 static void compute_heads(Trainer *t, double batch_mult) {
     t->items_mult = batch_mult;
     if (t->y26) { train26_compute(t, batch_mult); return; }   // both branches, ProgLoss-weighted
-#ifdef USE_CUDA
-    if (t->dev) { trainer_gpu_compute(t, batch_mult); return; }
-#endif
+    const Backend *be = t->m.be;
     const double *norm = t->scal + SC_NORM;
-    LossOut *out = &t->out_cpu;
-    memset(out, 0, sizeof *out);
-    loss_compute(t->lw, &t->lb, norm[0], batch_mult, t->grad_maps, out);
-    if (!t->m.n_aux) return;
-    LossOut aux;
-    loss_compute(t->lw_aux, &t->lb_aux, norm[1], LOSS_AUX_WEIGHT * batch_mult, t->grad_aux, &aux);
-    loss_add_aux(out, &aux);
+    be->loss_compute(t->m.be_ctx, t->loss, &t->lb, norm, batch_mult, t->grad_maps);
+    if (t->m.n_aux)
+        be->loss_compute(t->m.be_ctx, t->loss_aux, &t->lb_aux, norm + 1, LOSS_AUX_WEIGHT * batch_mult, t->grad_aux);
 }
 
 void trainer_phase_backward(Trainer *t, int n, const double *tss, int n_tss, double batch_mult) {
@@ -257,10 +287,12 @@ void trainer_phase_backward(Trainer *t, int n, const double *tss, int n_tss, dou
 
 void trainer_phase_items(Trainer *t, LossOut *out) {
     if (t->y26) { train26_items(t, out); return; }
-#ifdef USE_CUDA
-    if (t->dev) { trainer_gpu_items(t, out); return; }
-#endif
-    *out = t->out_cpu;
+    const Backend *be = t->m.be;
+    be->loss_items(t->m.be_ctx, t->loss, t->items_mult, out);
+    if (!t->m.n_aux) return;
+    LossOut aux;
+    be->loss_items(t->m.be_ctx, t->loss_aux, LOSS_AUX_WEIGHT * t->items_mult, &aux);
+    loss_add_aux(out, &aux);
 }
 
 // ---- the same phases with host values (tests and inspection: they wait for the device) ---------
@@ -429,9 +461,7 @@ static int check_space(const char *dir, const Model *m, Err *err) {
 
 // Memory of the run for the progress line: the GPU's used memory when training on one, else RSS.
 static double mem_gb(const Trainer *t) {
-#ifdef USE_CUDA
-    if (t->dev) return device_mem_used(t->dev) / 1073741824.0;
-#endif
+    if (t->m.on_device) return t->m.be->mem_used(t->m.be_ctx) / 1073741824.0;
     long pages = 0, rss = 0;
     FILE *f = fopen("/proc/self/statm", "r");
     if (f) { if (fscanf(f, "%ld %ld", &pages, &rss) != 2) rss = 0; fclose(f); }
@@ -639,10 +669,8 @@ static void save_after_failure(const char *what, void *arg) {
     snprintf(last, sizeof last, "%s/weights/last.safetensors", f->dir);
     if (f->t->multi && !strcmp(f->cfg->reduce, "sharded")) snprintf(why, sizeof why, "under reduce=sharded the EMA "
                                                                       "is spread over the devices");
-#ifdef USE_CUDA
-    else if (f->t->dev && !device_usable(f->t->dev)) snprintf(why, sizeof why, "GPU %d can no longer run work (a "
-                                                              "sticky CUDA error)", ((Device *)f->t->dev)->id);
-#endif
+    else if (!f->t->m.be->usable(f->t->m.be_ctx)) snprintf(why, sizeof why, "GPU %d can no longer run work (a "
+                                                           "sticky CUDA error)", f->t->m.be->device_id(f->t->m.be_ctx));
     else if (!ema_finite(f->t, &err)) snprintf(why, sizeof why, "%s", err.msg);
     else if (trainer_save(f->t, last, &err)) snprintf(why, sizeof why, "%s", err.msg);
     if (!why[0]) {
@@ -676,9 +704,7 @@ static void injected_cuda_failure(const Trainer *t, int step) {
     const char *spec = getenv("YT_FAIL_CUDA");
     if (!spec || atoi(spec) != step) return;
     fprintf(stderr, "YT_FAIL_CUDA=%s: a CUDA error injected at step %d\n", spec, step);
-#ifdef USE_CUDA
-    if (t->dev) device_inject_fault(t->dev, strstr(spec, "sticky") != NULL);
-#endif
+    t->m.be->inject_fault(t->m.be_ctx, strstr(spec, "sticky") != NULL);   // the CPU's: nothing
     device_fatal("injected");
 }
 
@@ -699,9 +725,8 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
     Err err;
     Failure fail = { cfg, t, dir, cfg->resume[0] ? rs->start.epoch : -1, rs->start.batch };
     device_set_fatal_hook(save_after_failure, &fail);   // until this returns: fail lives here
-#ifdef USE_CUDA
-    if (t->dev) loader_pin_buffers(ld, &(LoaderPinning){ gpu_host_pin, gpu_host_unpin, NULL });   // async uploads
-#endif
+    const Backend *be = t->m.be;
+    if (t->m.on_device && be->host_pin) loader_pin_buffers(ld, &(LoaderPinning){ be->host_pin, be->host_unpin, NULL });   // async uploads
     printf("%11s%11s%11s%11s%11s%11s%11s\n", "Epoch", "mem", "box_loss", "cls_loss", "dfl_loss", "Instances", "Size");
     int steps = 0;
     for (int epoch = rs->start.epoch; epoch < cfg->epochs && !stop_requested; epoch++) {

@@ -24,29 +24,25 @@ typedef struct Trainer {
     Model       m;
     int         master;          // 1: holds the optimizer state and the EMA (device 0); 0: a replica
     struct Multi *multi;         // several devices (core/multi.c), or NULL
-    void       *dev;             // the Device when training on a GPU (gpu/train_gpu.c), else NULL
-    void       *gpu_loss;        // its loss work (gpu/loss.h)
-    float      *sgd_buf;         // momentum buffers in the GPU's optimizer arena (NULL on the CPU)
+    float      *sgd_buf;         // momentum buffers in the device's optimizer arena (NULL on the CPU)
     float      *recv;            // master: n_state floats to receive another device's gradients
     LossBatch   lb;              // the batch of the iteration in progress
     Map         grad_maps[LOSS_LEVELS];
     LossBatch   lb_aux;          // a dual head (m.n_aux > 0): the auxiliary maps of the same batch,
     Map         grad_aux[LOSS_LEVELS];
-    LossWork   *lw_aux;          // their own assignment (the CPU's; gpu_loss_aux on a GPU)
-    void       *gpu_loss_aux;
+    void       *loss_aux;        // their own assignment (the backend's loss work, m.be->loss_new)
     LossNorm    tss_local;       // the local target-score sums of the last assignment (host phase API)
     double     *scal;            // (SC_COUNT) the step's values in the backend's memory (SC_*)
     void       *tm[TM_COUNT];    // the step's timer marks (TM_*), and which were recorded
     unsigned    tm_set;
     double      items_mult;      // batch_mult of the loss in flight, for its items
-    LossOut     out_cpu;         // the CPU's items of the last loss (a GPU's wait in pinned memory)
     float      *ema;             // (m.n_state) EMA of every float of state, in the model's memory;
                                  // what checkpoints hold
     int64_t     ema_updates;
     ParamSlot  *slots;  int n_slots;
     Sgd         sgd;
     OptSchedule sched;
-    LossWork   *lw;
+    void       *loss;            // the loss work of the main head (m.be->loss_new; NULL for YOLO26)
     float      *input;           // (max_n, S, S, 3) the batch as floats in [0,1]
     const uint8_t *input_u8;     // or, when set, the loader's uint8 batch (converted on the device)
     int         input_resident;  // 1: the batch is already on the device (bench/step's GPU-only step)
@@ -101,25 +97,11 @@ int  trainer_step(Trainer *t, int n, int S, const float *targets, int nt, int ep
 // Save the EMA weights (what validation and detection use) as safetensors.
 int  trainer_save(const Trainer *t, const char *path, Err *err);
 
-#ifdef USE_CUDA
-// gpu/train_gpu.c, batch=-1: cfg->batch becomes n times the largest micro-batch whose training plan (the
-// master's: model_gpu_plan with the optimizer's states) fits in AUTO_BATCH_FRACTION of the free memory
-// of the tightest of the n GPUs (as Ultralytics' AutoBatch; the plan is what gets allocated, so the rest
-// is for the CUDA context, cuBLAS and the loss). Returns 0, or -1 with err (not even one image fits).
-enum { AUTO_BATCH_MAX = 4096 };
-#define AUTO_BATCH_FRACTION 0.90
-int  trainer_gpu_auto_batch(Config *cfg, const int *gpus, int n, Err *err);
-size_t trainer_gpu_plan_bytes(const Config *cfg, int micro);   // the master's training plan, in bytes
-// gpu/train_gpu.c: move the model onto GPU `id` at cfg's precision; a master takes the EMA and the
-// momentum buffers (t->sgd_buf) from its optimizer arena; makes the GPU loss work.
-int  trainer_gpu_init(Trainer *t, const Config *cfg, int id, Err *err);
-void trainer_gpu_free(Trainer *t);    // the loss work and the device; model_free does the rest
-// queued: the local target-score sums into tss[0], tss[1] (device memory); the loss normalised by
-// t->scal[SC_NORM..]; its items after the step's wait
-int  trainer_gpu_assign(Trainer *t, double *tss, Err *err);
-void trainer_gpu_compute(Trainer *t, double batch_mult);
-void trainer_gpu_items(Trainer *t, LossOut *out);
-#endif
+
+// Mosaic with mixup joins the labels of up to eight images into one sample: the loss work's target rows.
+enum { TARGETS_PER_IMAGE = 512 };
+// Anchors per image at the planned size (m set to it): what the loss work is sized for.
+int  trainer_anchors(Model *m);
 
 // mkdir -p; 0, or -1 with errno set
 int  make_dirs(const char *path);

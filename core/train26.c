@@ -70,20 +70,12 @@ int train26_init(Trainer *t, const Config *cfg, Err *err) {
     y->epochs = cfg->epochs;
     y->wt = loss26_weights(0, cfg->epochs);
     y->wt.box = cfg->hyp.box; y->wt.cls = cfg->hyp.cls; y->wt.l1 = cfg->hyp.dfl;   // the dfl gain weighs L1
-    if (!t->dev) {
-        y->lw = loss26_work_new();
-        return 0;
-    }
-#ifdef USE_CUDA
-    y->gpu_lw = train26_gpu_loss_new(t);
-    if (!y->gpu_lw)
+    Model *m = &t->m;
+    y->loss = m->be->loss26_new(m->be_ctx, m->max_n, m->max_n * TARGETS_PER_IMAGE, m->nc, trainer_anchors(m));
+    if (!y->loss)
         return err_set(err, "GPU: no memory left for the YOLO26 loss at batch %d; lower batch or imgsz", t->m.max_n);
-#endif
     return 0;
 }
-
-// The CPU optimizers allocate their own zeroed state; they get the block's parts instead.
-static void lend(float **own, float *part) { free(*own); *own = part; }
 
 // The state block (see Train26.state) and the optimizer over it.
 static void optimizer_state(Trainer *t) {
@@ -94,23 +86,8 @@ static void optimizer_state(Trainer *t) {
         if (g >= MU_MUON_HI) n_muon += y->group_floats[g];
     }
     y->n_opt = y->opt.kind == OPT26_ADAMW ? 2 * n_all : n_all + n_muon;   // SGD has no Muon groups
-#ifdef USE_CUDA
-    if (t->dev) {                          // gpu/musgd.h: m and s (or m and v) of n_all floats each
-        y->state = train26_gpu_take_state(t, 2 * n_all);
-        y->gpu_opt = train26_gpu_optim_new(t);
-        return;
-    }
-#endif
-    y->state = xcalloc(y->n_opt ? y->n_opt : 1, sizeof(float));
-    if (y->opt.kind == OPT26_ADAMW) {
-        adamw_init(&y->adam, y->params, y->n_params);
-        lend(&y->adam.m, y->state);
-        lend(&y->adam.v, y->state + n_all);
-    } else {                               // SGD is MuSGD without Muon groups: torch's SGD, nesterov
-        musgd_init(&y->mu, y->params, y->n_params, MUSGD_MUON, MUSGD_SGD);
-        lend(&y->mu.s, y->state);
-        lend(&y->mu.m, y->state + n_all);
-    }
+    y->optimizer = t->m.be->opt26_new(t->m.be_ctx, y->params, y->n_params, y->opt.kind == OPT26_ADAMW, y->muon,
+                                      y->sgd, &y->state);
 }
 
 static void print_choice(const Config *cfg, const Train26 *y, double wd) {
@@ -148,14 +125,8 @@ void train26_optimizer_init(Trainer *t, const Config *cfg, int nb) {
 void train26_free(Trainer *t) {
     Train26 *y = t->y26;
     if (!y) return;
-#ifdef USE_CUDA
-    if (t->dev) train26_gpu_free(t);
-#endif
-    loss26_work_free(y->lw);
-    y->mu.m = y->mu.s = y->adam.m = y->adam.v = NULL;   // lent from the block
-    musgd_free(&y->mu);
-    adamw_free(&y->adam);
-    if (!t->dev) free(y->state);            // a GPU's lies in its optimizer arena
+    if (y->loss) t->m.be->loss26_free(t->m.be_ctx, y->loss);
+    if (y->optimizer) t->m.be->opt26_free(t->m.be_ctx, y->optimizer);   // and the state block it made
     free(y->params);
     free(y);
     t->y26 = NULL;
@@ -185,14 +156,10 @@ static void batch_of(Trainer *t) {
 int train26_assign(Trainer *t, double *tss, Err *err) {
     Train26 *y = t->y26;
     batch_of(t);
-#ifdef USE_CUDA
-    if (t->dev) return train26_gpu_assign(t, tss, err);
-#endif
-    double s[L26_BRANCHES] = { 0, 0 };
-    int rc = loss26_assign(y->lw, &y->lb, s, err);
-    tss[0] = s[L26_O2O];
-    tss[1] = s[L26_O2M];
-    return rc;
+    double *dst[L26_BRANCHES];
+    dst[L26_O2O] = tss;                            // the trainer's main sum
+    dst[L26_O2M] = tss + 1;                        // and its auxiliary one
+    return t->m.be->loss26_assign(t->m.be_ctx, y->loss, &y->lb, dst, err);
 }
 
 static void items_of(const Loss26Out *o, LossOut *out) {
@@ -203,30 +170,18 @@ static void items_of(const Loss26Out *o, LossOut *out) {
 
 void train26_compute(Trainer *t, double batch_mult) {
     Train26 *y = t->y26;
-#ifdef USE_CUDA
-    if (t->dev) { train26_gpu_compute(t, batch_mult); return; }
-#endif
-    double nrm[L26_BRANCHES];
-    nrm[L26_O2O] = t->scal[SC_NORM];
-    nrm[L26_O2M] = t->scal[SC_NORM + 1];
-    Loss26Out o;
-    memset(&o, 0, sizeof o);
     const Head26 *g[L26_BRANCHES] = { &y->grad[0], &y->grad[1] };
-    loss26_compute(y->lw, &y->lb, &y->wt, nrm, batch_mult, g, &o);
-    items_of(&o, &t->out_cpu);
+    const double *norm[L26_BRANCHES];
+    norm[L26_O2O] = t->scal + SC_NORM;
+    norm[L26_O2M] = t->scal + SC_NORM + 1;
+    t->m.be->loss26_compute(t->m.be_ctx, y->loss, &y->lb, &y->wt, norm, batch_mult, g);
 }
 
 void train26_items(Trainer *t, LossOut *out) {
-#ifdef USE_CUDA
-    if (t->dev) {
-        Loss26Out o;
-        memset(&o, 0, sizeof o);
-        train26_gpu_items(t, &o);
-        items_of(&o, out);
-        return;
-    }
-#endif
-    *out = t->out_cpu;
+    Loss26Out o;
+    memset(&o, 0, sizeof o);
+    t->m.be->loss26_items(t->m.be_ctx, t->y26->loss, &t->y26->wt, t->items_mult, &o);
+    items_of(&o, out);
 }
 
 static void prog_update(Train26 *y) {
@@ -259,17 +214,9 @@ MuStep train26_schedule(const Train26 *y, const OptSchedule *s, int epoch, int i
     return st;
 }
 
+// The checkpointed step count drives AdamW's bias correction.
 static void optimizer_step(Trainer *t, const MuStep *st) {
-    Train26 *y = t->y26;
-#ifdef USE_CUDA
-    if (t->dev) { train26_gpu_optim_step(t, st); return; }
-#endif
-    if (y->opt.kind == OPT26_ADAMW) {
-        y->adam.steps = t->sgd.steps;      // the checkpointed step count drives the bias correction
-        adamw_step(&y->adam, st);
-    } else {
-        musgd_step(&y->mu, st);
-    }
+    t->m.be->opt26_step(t->m.be_ctx, t->y26->optimizer, st, (long)t->sgd.steps);
 }
 
 // The rates of step st as the trainer logs them (results.csv's x/lr0..2).

@@ -28,14 +28,12 @@ typedef struct Train26 {
     // (Trainer.sgd.buf / n_train point at it): MuSGD [s: every param | m: Muon params, packed],
     // AdamW [m | v], SGD [s]. n_opt floats are saved; the block may be longer (a GPU's m is n_all).
     float    *state;  size_t n_opt;
-    MuSgd     mu;   AdamW adam;     // the CPU optimizers (their state pointers lent from `state`)
-    void     *gpu_opt;              // GpuMuSgd on a GPU (gpu/musgd.h)
+    void     *optimizer;            // the backend's optimizer over `state` (Backend.opt26_new)
     // loss
     int       prog_updates;         // ProgLoss updates (epoch ends) of this process: not checkpointed
     int       epochs;
     Loss26Weights wt;               // gains and the branch weights in force
-    Loss26Work *lw;                 // the CPU's
-    void     *gpu_lw;               // GpuLoss26Work on a GPU (gpu/loss26.h)
+    void     *loss;                 // the backend's loss work (Backend.loss26_new)
     Loss26Batch lb;                 // the batch of the iteration in progress
     Head26    grad[L26_BRANCHES];
     double    lr[MU_GROUPS];        // the last iteration's learning rates
@@ -80,18 +78,4 @@ void train26_lr_at(Trainer *t, int epoch, int i);
 // An epoch ended: one ProgLoss update, on the master and every replica.
 void train26_end_epoch(Trainer *t);
 
-#ifdef USE_CUDA
-// gpu/train_gpu26.c. The master's optimizer arena needs, beyond trainer_gpu_init's 3 state copies,
-// train26_gpu_optim_bytes (the optimizer block, 2 floats per trainable float, and its tables), and
-// a scratch arena of at least train26_gpu_scratch_bytes (Newton-Schulz of the largest matrix).
-size_t train26_gpu_optim_bytes(const Model *m);
-size_t train26_gpu_scratch_bytes(const Model *m);
-float *train26_gpu_take_state(Trainer *t, size_t n_floats);   // zeroed, from the optimizer arena
-void  *train26_gpu_optim_new(Trainer *t);                      // GpuMuSgd over t->y26->params
-void   train26_gpu_optim_step(Trainer *t, const MuStep *st);
-void  *train26_gpu_loss_new(Trainer *t);                       // GpuLoss26Work, NULL: no memory
-void   train26_gpu_free(Trainer *t);                           // the host sides of both
-int    train26_gpu_assign(Trainer *t, double *tss, Err *err);
-void   train26_gpu_compute(Trainer *t, double batch_mult);
-void   train26_gpu_items(Trainer *t, Loss26Out *out);
-#endif
+

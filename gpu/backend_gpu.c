@@ -3,11 +3,16 @@
 
 #include "core/backend.h"
 #include "gpu/device.h"
+#include "gpu/loss.h"
+#include "gpu/loss26.h"
+#include "gpu/musgd.h"
 #include "gpu/nms.h"
 #include "gpu/val_loss.h"
 #include "gpu/ops.h"
 #include "gpu/ops26.h"
 #include "gpu/optim.h"
+#include "gpu/peer.h"
+#include "gpu/train_gpu.h"
 
 #define DEV ((Device *)ctx)
 
@@ -174,6 +179,68 @@ static int vloss_eval(void *ctx, void *prep, const LossBatch *b, LossOut *out, E
     return val_loss_gpu_eval(DEV, prep, b, out, err);
 }
 
+// ---- what a trainer needs from the GPU: its memory, input path, failures, loss and YOLO26 optimizers ----
+
+static int device_id(void *ctx) { return DEV->id; }
+static void device_close(void *ctx) {
+    device_free(DEV);
+    free(DEV);
+}
+static double *scalars(void *ctx) { return DEV->scal; }
+static float *take(void *ctx, size_t n) { return arena_take(&DEV->optim, n * sizeof(float), 256); }
+static int reserve(void *ctx, size_t bytes) { return peer_optim_arena(DEV, bytes); }
+static float *buffer_new(void *ctx, size_t n) { return peer_alloc(DEV->id, n); }
+static void buffer_free(void *ctx, float *p) { peer_free(DEV->id, p); }
+static void prefetch_u8(void *ctx, const uint8_t *host, size_t n) { device_prefetch_u8(DEV, host, n); }
+static size_t mem_used(void *ctx) { return device_mem_used(DEV); }
+static int usable(void *ctx) { return device_usable(DEV); }
+static int check(void *ctx, char *msg, size_t size) { return peer_check(msg, size); }
+static void inject_fault(void *ctx, int sticky) { device_inject_fault(DEV, sticky); }
+
+static void *gpu_loss_new(void *ctx, int max_n, int max_targets, int nc, int anchors) {
+    return loss_work_new_gpu(DEV, max_n, max_targets, nc, anchors);
+}
+static void gpu_loss_free(void *ctx, void *w) { loss_work_free_gpu(w); }
+static int gpu_loss_assign(void *ctx, void *w, const LossBatch *b, double *tss, Err *err) {
+    return loss_assign_gpu_async(DEV, w, b, tss, err);
+}
+static void gpu_loss_compute(void *ctx, void *w, const LossBatch *b, const double *norm, double batch_mult,
+                             Map grad[LOSS_LEVELS]) {
+    loss_compute_gpu_async(DEV, w, b, norm, batch_mult, grad);
+}
+static void gpu_loss_items(void *ctx, void *w, double batch_mult, LossOut *out) { loss_items_gpu(w, batch_mult, out); }
+
+static void *gpu_loss26_new(void *ctx, int max_n, int max_targets, int nc, int anchors) {
+    return loss26_work_new_gpu(DEV, max_n, max_targets, nc, anchors);
+}
+static void gpu_loss26_free(void *ctx, void *w) { loss26_work_free_gpu(w); }
+static int gpu_loss26_assign(void *ctx, void *w, const Loss26Batch *b, double *const tss[L26_BRANCHES], Err *err) {
+    return loss26_assign_gpu_async(DEV, w, b, tss, err);
+}
+static void gpu_loss26_compute(void *ctx, void *w, const Loss26Batch *b, const Loss26Weights *wt,
+                               const double *const norm[L26_BRANCHES], double batch_mult,
+                               const Head26 *grad[L26_BRANCHES]) {
+    loss26_compute_gpu_async(DEV, w, b, wt, norm, batch_mult, grad);
+}
+static void gpu_loss26_items(void *ctx, void *w, const Loss26Weights *wt, double batch_mult, Loss26Out *out) {
+    loss26_items_gpu(w, wt, batch_mult, out);
+}
+
+// The state block (m and s, or m and v, n_all floats each) zeroed in the optimizer arena beside the EMA.
+static void *gpu_opt26_new(void *ctx, MuParam *p, int n, int adamw, double muon, double sgd, float **state) {
+    size_t n_all = musgd_state_floats(p, n);
+    float *s = arena_take(&DEV->optim, 2 * n_all * sizeof(float), 256);
+    zero(ctx, s, 2 * n_all);
+    *state = s;
+    if (adamw) return adamw_new_gpu(DEV, &DEV->optim, p, n, s, s + n_all);
+    return musgd_new_gpu(DEV, &DEV->optim, p, n, muon, sgd, s + n_all, s);
+}
+static void gpu_opt26_step(void *ctx, void *o, const MuStep *st, long steps) {
+    musgd_set_steps_gpu(o, steps);                 // the checkpointed count: AdamW's t
+    musgd_step_gpu(DEV, o, st);
+}
+static void gpu_opt26_free(void *ctx, void *o) { musgd_free_gpu(o); }
+
 const Backend backend_gpu = {
     "cuda", conv_fwd, conv_bwd, bn_train, bn_eval, bn_bwd, bn_apply, silu_fwd, silu_bwd, add_fwd, copy, accumulate,
     maxpool_fwd, maxpool_bwd, avgpool_fwd, avgpool_bwd, upsample_fwd, upsample_bwd, prepare, sumsq, scale, sgd, ema,
@@ -184,4 +251,15 @@ const Backend backend_gpu = {
     conv_bn_bwd,
     nms_prepare, nms_release, nms_detect,
     vloss_prepare, vloss_release, vloss_stage, vloss_eval,
+    .device_list = gpu_list, .model_to_device = model_to_device_gpu, .auto_batch = trainer_gpu_auto_batch,
+    .plan_bytes = trainer_gpu_plan_bytes, .peer_setup = peer_setup, .host_pin = gpu_host_pin,
+    .host_unpin = gpu_host_unpin,
+    .device_id = device_id, .device_close = device_close, .scalars = scalars, .take = take, .reserve = reserve,
+    .buffer_new = buffer_new, .buffer_free = buffer_free, .prefetch_u8 = prefetch_u8, .mem_used = mem_used,
+    .usable = usable, .check = check, .inject_fault = inject_fault,
+    .loss_new = gpu_loss_new, .loss_free = gpu_loss_free, .loss_assign = gpu_loss_assign,
+    .loss_compute = gpu_loss_compute, .loss_items = gpu_loss_items,
+    .loss26_new = gpu_loss26_new, .loss26_free = gpu_loss26_free, .loss26_assign = gpu_loss26_assign,
+    .loss26_compute = gpu_loss26_compute, .loss26_items = gpu_loss26_items,
+    .opt26_new = gpu_opt26_new, .opt26_step = gpu_opt26_step, .opt26_free = gpu_opt26_free,
 };

@@ -1,6 +1,6 @@
 // device.h: one GPU's context (stream, cuBLAS handle, arenas, the input's copy stream and staging
-// buffers), CUDA error checking with a fatal hook, and the list of GPUs present. Includable from C;
-// everything but gpu_list and the fatal hook needs a CUDA build (USE_CUDA).
+// buffers), CUDA error checking ending in core/fatal.h's device_fatal, and the list of GPUs present.
+// Includable from C; everything but gpu_list needs a CUDA build (USE_CUDA).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -15,20 +15,11 @@
 extern "C" {
 #endif
 
-typedef struct { int id; char name[256]; size_t mem_bytes; char bus_id[32]; int cc_major, cc_minor; } GpuInfo;
+#include "core/gpu_info.h"
+#include "core/fatal.h"   // device_fatal, which checkCuda and checkCublas end in
 
 // Fill up to `max` entries; returns the number of GPUs visible (0 without CUDA or driver).
 int gpu_list(GpuInfo *out, int max);
-
-// ---- fatal errors (issue #8) ------------------------------------------------------------------
-// A failed checkCuda / checkCublas prints the call, then calls device_fatal: it runs the hook set
-// here once (a trainer saves its weights and names the intact checkpoints), then exits with status
-// 1. A CUDA error inside the hook, or in another thread meanwhile, does not run it again: the same
-// thread exits at once, another thread waits for the exit. fn NULL: no hook. Defined in
-// core/multi.c, so CPU builds and their tests have it too.
-typedef void (*DeviceFatalHook)(const char *what, void *arg);
-void device_set_fatal_hook(DeviceFatalHook fn, void *arg);
-void device_fatal(const char *what) __attribute__((noreturn));
 
 #ifdef USE_CUDA
 #include "core/util.h"

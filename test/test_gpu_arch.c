@@ -14,6 +14,7 @@
 #ifdef USE_CUDA
 #include "gpu/device.h"
 #include "gpu/model_gpu.h"
+#include "gpu/train_gpu.h"
 #endif
 
 static Config cfg;

@@ -226,7 +226,7 @@ static void steps_with_prefetch(const char *device) {
     multi_prefetch(&t, y, B, S);
     int n = t.multi ? multi_count(t.multi) : 1;
     for (int k = 0; k < n; k++) {                  // both batches' shares are on their way
-        const Device *d = (t.multi ? multi_replica(t.multi, k) : &t)->dev;
+        const Device *d = (t.multi ? multi_replica(t.multi, k) : &t)->m.be_ctx;
         CHECK(d->input.size > 0, "device=%s: device %d has no input arena (model_gpu_plan: ARENA_INPUT)", device, k);
         CHECK(d->stage[0].host && d->stage[1].host, "device=%s: device %d has not both shares queued", device, k);
     }
@@ -239,7 +239,7 @@ static void steps_with_prefetch(const char *device) {
     CHECK(inputs_are(&t, y, B, S) == 0, "device=%s: the second step's inputs are not its batch", device);
     CHECK(gpu_alloc_count() == allocs, "device=%s: the steps allocated", device);
     for (int k = 0; k < n; k++) {                  // a share the step did not find would still be staged
-        const Device *d = (t.multi ? multi_replica(t.multi, k) : &t)->dev;
+        const Device *d = (t.multi ? multi_replica(t.multi, k) : &t)->m.be_ctx;
         CHECK(!d->stage[0].host && !d->stage[1].host, "device=%s: device %d did not use its prefetched share",
               device, k);
     }
