@@ -25,7 +25,7 @@
 #include "core/readfile.h"
 #include "core/runlock.h"
 #include "core/multi.h"
-#include "core/train26.h"
+#include "core/family.h"
 #include "core/transfer.h"
 #include "core/val.h"
 #include "io/synth.h"
@@ -58,26 +58,9 @@ static int to_gpu(Trainer *t, const Config *cfg, int id, Err *err) {
     return 0;
 }
 
-// The loss work of the head and of a dual head's auxiliary maps (their own assignment) on the model's
-// backend; YOLO26's is train26_init's.
-static int losses_new(Trainer *t, Err *err) {
-    Model *m = &t->m;
-    if (m->end2end) return 0;
-    int anchors = trainer_anchors(m), max_t = m->max_n * TARGETS_PER_IMAGE;
-    t->loss = m->be->loss_new(m->be_ctx, m->max_n, max_t, m->nc, anchors);
-    if (t->loss && m->n_aux) t->loss_aux = m->be->loss_new(m->be_ctx, m->max_n, max_t, m->nc, anchors);
-    if (!t->loss || (m->n_aux && !t->loss_aux))
-        return err_set(err, "GPU %d: no memory left for the loss at batch %d; lower batch or imgsz",
-                       m->be->device_id(m->be_ctx), m->max_n);
-    return 0;
-}
-
-// The loss work and the device's memory (the model's included; model_free does the host side).
+// The device's memory (the model's included; model_free does the host side).
 static void device_release(Trainer *t) {
     const Backend *be = t->m.be;
-    if (t->loss) be->loss_free(t->m.be_ctx, t->loss);
-    if (t->loss_aux) be->loss_free(t->m.be_ctx, t->loss_aux);
-    t->loss = t->loss_aux = NULL;
     if (t->m.on_device) {
         be->device_close(t->m.be_ctx);
     } else {
@@ -91,12 +74,8 @@ static int trainer_setup(Trainer *t, const Config *cfg, int gpu, int master, int
     memset(t, 0, sizeof *t);
     if (model_build(cfg, micro, cfg->imgsz, &t->m, err)) return -1;
     Model *m = &t->m;
-    if (m->end2end && train26_check(cfg, err)) { model_free(m); return -1; }
-    if (!m->end2end && strcmp(cfg->optimizer, "SGD") && strcmp(cfg->optimizer, "auto")) {
-        model_free(m);
-        return err_set(err, "optimizer=%s: %s trains with SGD, as YOLOv9's train.py; MuSGD and AdamW are YOLO26's "
-                       "(cfg/yolo26s.ini): use optimizer=SGD or auto", cfg->optimizer, cfg->file);
-    }
+    t->fam = m->end2end ? &family_yolo26 : &family_gelan;
+    if (t->fam->check(cfg, err)) { model_free(m); return -1; }
     unsigned char frozen[CFG_MAX_LAYERS];
     if (freeze_mask(cfg, m, frozen, err)) { model_free(m); return -1; }
     if (cfg->weights[0]) {          // what matches by name and shape; the rest fresh (core/transfer.h)
@@ -110,7 +89,7 @@ static int trainer_setup(Trainer *t, const Config *cfg, int gpu, int master, int
         // OpenBLAS's buffers first (it would spin where they do not fit), then the run's own need
         // against the least of MemAvailable, the cgroup limit and ulimit -v.
         if (blas_reserve(err)) { model_free(m); return -1; }
-        double states = m->end2end ? 4.0 : 3.0;       // YOLO26: two optimizer states (MuSGD s, m; AdamW m, v)
+        double states = t->fam->host_states;           // YOLO26: two optimizer states (MuSGD s, m; AdamW m, v)
         double stacks = (cfg->workers + 4.0) * (8 << 20);   // loader and BLAS threads' stacks (address space)
         double need = model_host_bytes(m) + stacks +
                       sizeof(float) * (states * m->n_state + (double)cfg->batch * cfg->imgsz * cfg->imgsz * 3);
@@ -130,13 +109,12 @@ static int trainer_setup(Trainer *t, const Config *cfg, int gpu, int master, int
         model_free(m);
         return -1;
     }
-    if (losses_new(t, err)) { device_release(t); model_free(m); return -1; }
     t->input = xmalloc((size_t)cfg->batch * cfg->imgsz * cfg->imgsz * 3 * sizeof(float));
     t->scal = m->be->scalars(m->be_ctx);
     if (!t->scal) t->scal = xcalloc(SC_COUNT, sizeof(double));
     for (int k = 0; k < TM_COUNT; k++) t->tm[k] = m->be->timer_new(m->be_ctx);   // the device is the current one
     model_zero_grad(m);
-    if (m->end2end && train26_init(t, cfg, err)) { trainer_free(t); return -1; }   // YOLO26: core/train26.c
+    if (t->fam->init(t, cfg, err)) { trainer_free(t); return -1; }   // the family's loss work
     return 0;
 }
 
@@ -163,10 +141,7 @@ static void optimizer_init(Trainer *t, const Config *cfg, int nb) {
         t->slots[t->n_slots++] = (ParamSlot){ m->state + p->offset, g >= 0 ? m->grad + p->offset : NULL, p->n, g };
     }
     print_frozen(m, frozen);
-    if (t->y26) { train26_optimizer_init(t, cfg, nb); return; }   // its groups, optimizer and schedule
-    sgd_init(&t->sgd, t->slots, t->n_slots, m->be, m->be_ctx, t->sgd_buf);   // NULL: a host buffer
-    LrKind kind = cfg->cos_lr ? LR_COSINE : LR_LINEAR;
-    opt_schedule_init(&t->sched, &cfg->hyp, kind, cfg->epochs, nb, cfg->batch);
+    t->fam->optimizer_init(t, cfg, nb);               // its groups, optimizer and schedule
 }
 
 int trainer_init(Trainer *t, const Config *cfg, int nb, int gpu, Err *err) {
@@ -191,7 +166,7 @@ int trainer_init_devices(Trainer *t, const Config *cfg, int nb, const DeviceList
 
 void trainer_free(Trainer *t) {
     if (t->multi) multi_free(t);
-    train26_free(t);
+    if (t->fam) t->fam->free(t);
     if (t->tm[0]) t->m.be->bind(t->m.be_ctx);
     for (int k = 0; k < TM_COUNT; k++)
         if (t->tm[k]) t->m.be->timer_free(t->m.be_ctx, t->tm[k]);
@@ -243,15 +218,6 @@ void trainer_read_times(Trainer *t, PhaseTimes *delta) {
     if (delta) *delta = d;
 }
 
-// The two assignments of the batch, each head on its own (detached) predictions: the local
-// target-score sums into tss[0], tss[1] (t's memory).
-static int assign_heads(Trainer *t, double *tss, Err *err) {
-    if (t->y26) return train26_assign(t, tss, err);   // main: the one-to-one branch, aux: one-to-many
-    const Backend *be = t->m.be;
-    if (be->loss_assign(t->m.be_ctx, t->loss, &t->lb, &tss[0], err)) return -1;
-    return t->m.n_aux ? be->loss_assign(t->m.be_ctx, t->loss_aux, &t->lb_aux, &tss[1], err) : 0;
-}
-
 int trainer_phase_forward(Trainer *t, int n, int S, const float *images, const uint8_t *images_u8,
                           const float *targets, int nt, Err *err) {
     trainer_mark(t, TM_F0);
@@ -259,40 +225,23 @@ int trainer_phase_forward(Trainer *t, int n, int S, const float *images, const u
     else model_forward(&t->m, images, n, S, S, 1);   // images NULL: the batch is on the device
     trainer_mark(t, TM_F1);
     loss_batch(t, n, S, targets, nt);
-    int rc = assign_heads(t, t->scal + SC_TSS, err);
+    int rc = t->fam->assign(t, t->scal + SC_TSS, err);   // YOLO26: main the one-to-one branch, aux one-to-many
     trainer_mark(t, TM_A1);
     return rc;
-}
-
-// The loss of both heads (utils/loss_tal_dual.py): the auxiliary one weighted through batch_mult,
-// each normalised by its own scal[SC_NORM + h].
-static void compute_heads(Trainer *t, double batch_mult) {
-    t->items_mult = batch_mult;
-    if (t->y26) { train26_compute(t, batch_mult); return; }   // both branches, ProgLoss-weighted
-    const Backend *be = t->m.be;
-    const double *norm = t->scal + SC_NORM;
-    be->loss_compute(t->m.be_ctx, t->loss, &t->lb, norm, batch_mult, t->grad_maps);
-    if (t->m.n_aux)
-        be->loss_compute(t->m.be_ctx, t->loss_aux, &t->lb_aux, norm + 1, LOSS_AUX_WEIGHT * batch_mult, t->grad_aux);
 }
 
 void trainer_phase_backward(Trainer *t, int n, const double *tss, int n_tss, double batch_mult) {
     trainer_mark(t, TM_C0);
     if (tss) t->m.be->loss_norm(t->m.be_ctx, tss, n_tss, t->scal + SC_NORM);
-    compute_heads(t, batch_mult);
+    t->items_mult = batch_mult;
+    t->fam->compute(t, batch_mult);                    // both heads (or branches), each by its normaliser
     trainer_mark(t, TM_C1);
     model_backward(&t->m, n);
     trainer_mark(t, TM_B1);
 }
 
 void trainer_phase_items(Trainer *t, LossOut *out) {
-    if (t->y26) { train26_items(t, out); return; }
-    const Backend *be = t->m.be;
-    be->loss_items(t->m.be_ctx, t->loss, t->items_mult, out);
-    if (!t->m.n_aux) return;
-    LossOut aux;
-    be->loss_items(t->m.be_ctx, t->loss_aux, LOSS_AUX_WEIGHT * t->items_mult, &aux);
-    loss_add_aux(out, &aux);
+    t->fam->items(t, out);
 }
 
 // ---- the same phases with host values (tests and inspection: they wait for the device) ---------
@@ -331,31 +280,14 @@ void trainer_compute_backward(Trainer *t, int n, double norm, double batch_mult,
 }
 
 void trainer_update(Trainer *t, int epoch, int i) {
-    Model *m = &t->m;
     trainer_mark(t, TM_U0);
-    if (t->y26) {                                      // MuSGD, AdamW or SGD over the 8 groups
-        train26_update(t, epoch, i);
-        trainer_mark(t, TM_U1);
-        return;
-    }
-    OptStep st = opt_schedule_next(&t->sched, epoch, i);
-    memcpy(t->lr, st.lr, sizeof t->lr);
-    if (st.step) {
-        clip_grad_norm_queued(&t->sgd, 10.0f, t->scal + SC_SUMSQ);
-        sgd_step(&t->sgd, &st);                        // also zeroes the gradients
-        m->be->ema_update(m->be_ctx, t->ema, m->state, m->n_state, ema_decay(++t->ema_updates));
-    }
+    t->fam->update(t, epoch, i);                       // SGD; YOLO26: MuSGD, AdamW or SGD over its 8 groups
     trainer_mark(t, TM_U1);
 }
 
 // The learning rates of iteration (epoch, i) into t->lr without advancing the schedule: a run
 // resumed after its epoch's last batch (stopped during validation) logs them as the run that went on.
-static void trainer_lr_at(Trainer *t, int epoch, int i) {
-    if (t->y26) { train26_lr_at(t, epoch, i); return; }
-    OptSchedule copy = t->sched;                       // opt_schedule_next records steps: not in t
-    OptStep st = opt_schedule_next(&copy, epoch, i);
-    memcpy(t->lr, st.lr, sizeof t->lr);
-}
+static void trainer_lr_at(Trainer *t, int epoch, int i) { t->fam->lr_at(t, epoch, i); }
 
 int trainer_step(Trainer *t, int n, int S, const float *targets, int nt, int epoch, int i,
                  LossOut *out, Err *err) {
@@ -597,7 +529,7 @@ static void drop_results_from(const char *dir, int epoch) {
 static int end_epoch(Config *cfg, Trainer *t, RunState *rs, int epoch, const Running *r) {
     Err err;
     char path[CFG_PATH * 2 + 64];
-    if (t->y26) train26_end_epoch(t);                  // ProgLoss: the next epoch's branch weights
+    t->fam->end_epoch(t);                              // YOLO26's ProgLoss: the next epoch's branch weights
     ValOptions vo = val_options_train(cfg);           // train.py: 2*batch, rect, pad 0.5; run in chunks
     // val_batch0 pictures after the first and the last epoch only: drawing and encoding them was most
     // of a small validation (3 ms of its 4.9 per image, coco128 on an H200); train.py plots none

@@ -49,6 +49,7 @@ typedef struct Trainer {
     PhaseTimes  t;
     double      lr[3];           // learning rates of the last iteration, per group (results.csv); YOLO26:
                                  // its bias, weight (Muon under MuSGD) and BN groups
+    const struct Family *fam;    // the model family's loss and optimizer (core/family.h)
     struct Train26 *y26;         // YOLO26 (m.end2end): its loss, optimizer and schedule (core/train26.h)
 } Trainer;
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/family.h"
 #include "core/multi.h"
 
 #define CLIP_NORM  10.0f   // clip_grad_norm_(max_norm=10.0)
@@ -245,3 +246,7 @@ void train26_update(Trainer *t, int epoch, int i) {
     t->sgd.steps++;
     m->be->ema_update(m->be_ctx, t->ema, m->state, m->n_state, ema_decay(++t->ema_updates));
 }
+
+const Family family_yolo26 = { "yolo26", 4.0, train26_check, train26_init, train26_optimizer_init, train26_free,
+                               train26_assign, train26_compute, train26_items, train26_update, train26_lr_at,
+                               train26_end_epoch };
