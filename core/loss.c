@@ -7,25 +7,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/box.h"
+#include "core/loss_host.h"
+
 #define R        LOSS_REG_MAX
 #define TOPK     10
 #define TAL_EPS  1e-9           // assigner: in-box margin and normalisation
-#define IOU_EPS  1e-7           // bbox_iou
 #define DIST_MAX (R - 1 - 0.01) // bbox2dist clamp: 14.99
 #define GAIN_BOX 7.5
 #define GAIN_CLS 0.5
 #define GAIN_DFL 1.5
 
 typedef struct { double x1, y1, x2, y2; int cls, row; } Gt;          // pixels; row in b->targets
-typedef struct { int level, row, col; double x, y, stride; } Anchor;  // x, y in cells (col+0.5, row+0.5)
+typedef LossAnchor Anchor;   // core/loss_host.h
 
 struct LossWork {
     int N, A, G;
-    size_t cap_cells, cap_images, cap_anchors, cap_gts;
-    Anchor        *anchor;     // (A)
+    size_t cap_cells, cap_gts;
     Gt            *gt;         // (G) grouped by image, each image's targets in input order
-    int           *gt_begin;   // (N+1) image n owns gt[gt_begin[n] .. gt_begin[n+1])
-    int           *gt_fill;    // (N+1) scratch for grouping the targets
+    LossIndex      ix;         // anchors; image n owns gt[ix.begin[n] .. ix.begin[n+1]) (core/loss_host.h)
     int           *asg;        // (N*A) assigned gt index, -1 for background
     int           *npos;       // (N*A) number of gts that picked the anchor (assigner scratch)
     double        *score;      // (N*A) target score of the assigned class
@@ -38,42 +38,7 @@ struct LossWork {
 };
 
 // ---- geometry ---------------------------------------------------------------------------------
-// d min(a,b)/da: 1, 0 or 1/2 on a tie (PyTorch's minimum/maximum backward splits ties evenly)
-static double dmin_da(double a, double b) { return a < b ? 1 : a > b ? 0 : 0.5; }
-
-double loss_ciou(const double b1[4], const double b2[4], double d1[4]) {
-    double w1 = b1[2] - b1[0], h1 = b1[3] - b1[1] + IOU_EPS;
-    double w2 = b2[2] - b2[0], h2 = b2[3] - b2[1] + IOU_EPS;
-    double iw = fmin(b1[2], b2[2]) - fmax(b1[0], b2[0]), ih = fmin(b1[3], b2[3]) - fmax(b1[1], b2[1]);
-    double inter = fmax(iw, 0) * fmax(ih, 0);
-    double uni = w1 * h1 + w2 * h2 - inter + IOU_EPS, iou = inter / uni;
-    double cw = fmax(b1[2], b2[2]) - fmin(b1[0], b2[0]), ch = fmax(b1[3], b2[3]) - fmin(b1[1], b2[1]);
-    double c2 = cw * cw + ch * ch + IOU_EPS;
-    double sx = b2[0] + b2[2] - b1[0] - b1[2], sy = b2[1] + b2[3] - b1[1] - b1[3];
-    double rho2 = (sx * sx + sy * sy) / 4;
-    double k = 4 / (M_PI * M_PI), da = atan(w2 / h2) - atan(w1 / h1), v = k * da * da;
-    double alpha = v / (v - iou + (1 + IOU_EPS));
-    if (d1) {
-        // inter: clamp passes the gradient where its input is >= 0 (PyTorch clamp_min)
-        double gx = ih > 0 ? ih : 0, gy = iw > 0 ? iw : 0;
-        double di[4] = { iw >= 0 ? -gx * dmin_da(-b1[0], -b2[0]) : 0, ih >= 0 ? -gy * dmin_da(-b1[1], -b2[1]) : 0,
-                         iw >= 0 ?  gx * dmin_da(b1[2], b2[2]) : 0,   ih >= 0 ?  gy * dmin_da(b1[3], b2[3]) : 0 };
-        double dwh[4] = { -h1, -w1, h1, w1 };                    // d(w1*h1)/db1
-        double dcw[4] = { -dmin_da(b1[0], b2[0]), 0, dmin_da(-b1[2], -b2[2]), 0 };   // max(a,b) = -min(-a,-b)
-        double dch[4] = { 0, -dmin_da(b1[1], b2[1]), 0, dmin_da(-b1[3], -b2[3]) };
-        double r = w1 / h1, datan = 1 / (1 + r * r);
-        double dr[4] = { -1 / h1, w1 / (h1 * h1), 1 / h1, -w1 / (h1 * h1) };
-        double drho[4] = { -sx / 2, -sy / 2, -sx / 2, -sy / 2 };
-        for (int i = 0; i < 4; i++) {
-            double diou = (di[i] - iou * (dwh[i] - di[i])) / uni;
-            double dc2 = 2 * cw * dcw[i] + 2 * ch * dch[i];
-            double dratio = drho[i] / c2 - rho2 / (c2 * c2) * dc2;
-            double dv = -2 * k * da * datan * dr[i];
-            d1[i] = diou - dratio - alpha * dv;
-        }
-    }
-    return iou - (rho2 / c2 + v * alpha);
-}
+double loss_ciou(const double b1[4], const double b2[4], double d1[4]) { return box_ciou(b1, b2, d1); }
 
 double loss_dfl_decode(const float *logits, double p[R]) {
     double m = logits[0], sum = 0, e = 0;
@@ -84,12 +49,7 @@ double loss_dfl_decode(const float *logits, double p[R]) {
 }
 
 // dfl_split: target distance -> left bin and its weight, as _df_loss computes them
-static int dfl_split(double t, double *wl) {
-    t = fmin(fmax(t, 0), DIST_MAX);
-    int left = (int)t;
-    *wl = (left + 1) - t;
-    return left;
-}
+static int dfl_split(double t, double *wl) { return box_dfl_split(t, DIST_MAX, wl); }
 
 static double log_sum_exp(const float *x) {
     double m = x[0], s = 0;
@@ -104,14 +64,12 @@ double loss_dfl_side(const float *logits, double t) {
     return wl * (lse - logits[left]) + (1 - wl) * (lse - logits[left + 1]);
 }
 
-static double sigmoid(double x) { return x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x)); }
-
 // ---- work buffers -----------------------------------------------------------------------------
 LossWork *loss_work_new(void) { return xcalloc(1, sizeof(LossWork)); }
 
 void loss_work_free(LossWork *w) {
     if (!w) return;
-    free(w->anchor); free(w->gt); free(w->gt_begin); free(w->gt_fill); free(w->asg); free(w->npos); free(w->score);
+    free(w->gt); loss_index_free(&w->ix); free(w->asg); free(w->npos); free(w->score);
     free(w->pbox); free(w->have_pbox); free(w->touched); free(w->tm); free(w->um);
     free(w->gmax_t); free(w->gmax_u);
     free(w);
@@ -127,15 +85,7 @@ static void work_reserve(LossWork *w, int N, int A, int G) {
         w->pbox = xrealloc(w->pbox, cells * 4 * sizeof(double));
         w->have_pbox = xrealloc(w->have_pbox, cells);
     }
-    if ((size_t)N > w->cap_images || !w->gt_begin) {
-        w->cap_images = (size_t)N;
-        w->gt_begin = xrealloc(w->gt_begin, (size_t)(N + 1) * sizeof(int));
-        w->gt_fill = xrealloc(w->gt_fill, (size_t)(N + 1) * sizeof(int));
-    }
-    if ((size_t)A > w->cap_anchors) {
-        w->cap_anchors = (size_t)A;
-        w->anchor = xrealloc(w->anchor, (size_t)A * sizeof(Anchor));
-    }
+    loss_index_reserve(&w->ix, N, A);
     if ((size_t)G > w->cap_gts || !w->gt) {
         w->cap_gts = (size_t)G > 2 * w->cap_gts ? (size_t)G : 2 * w->cap_gts + 16;
         size_t g = w->cap_gts;
@@ -148,35 +98,7 @@ static void work_reserve(LossWork *w, int N, int A, int G) {
     }
 }
 
-// ---- inputs -----------------------------------------------------------------------------------
-static int check_maps(const LossBatch *b, int *A, Err *err) {
-    int N = b->head[0].N, C = 4 * R + b->nc;
-    *A = 0;
-    if (b->nc < 1) return err_set(err, "loss: nc = %d; need at least one class", b->nc);
-    for (int l = 0; l < LOSS_LEVELS; l++) {
-        Map m = b->head[l];
-        if (m.N != N || m.C != C || m.H < 1 || m.W < 1 || m.ld < m.C)
-            return err_set(err, "loss: head map P%d is %dx%dx%dx%d (ld %d); expected N=%d, C=4*%d+%d=%d",
-                           l + 3, m.N, m.H, m.W, m.C, m.ld, N, R, b->nc, C);
-        if (b->img_h % m.H || b->img_w % m.W || b->img_h / m.H != b->img_w / m.W)
-            return err_set(err, "loss: head map P%d is %dx%d, which is no integer stride of the %dx%d image",
-                           l + 3, m.H, m.W, b->img_h, b->img_w);
-        *A += m.H * m.W;
-    }
-    return 0;
-}
-
-static void make_anchors(LossWork *w, const LossBatch *b) {
-    int a = 0;
-    for (int l = 0; l < LOSS_LEVELS; l++) {
-        Map m = b->head[l];
-        double stride = (double)b->img_h / m.H;
-        for (int y = 0; y < m.H; y++)
-            for (int x = 0; x < m.W; x++)
-                w->anchor[a++] = (Anchor){ l, y, x, x + 0.5, y + 0.5, stride };
-    }
-}
-
+// ---- inputs (the checks: core/loss_host.c) --------------------------------------------------------
 int loss_check_target(const float *t, int i, int N, int nc, Err *err) {
     for (int k = 0; k < 6; k++)
         if (!isfinite(t[k])) return err_set(err, "loss: target row %d has a non-finite value", i);
@@ -189,21 +111,13 @@ int loss_check_target(const float *t, int i, int N, int nc, Err *err) {
 
 // load_targets: validate the rows, group them by image keeping their order, convert to pixel xyxy.
 static int load_targets(LossWork *w, const LossBatch *b, Err *err) {
-    int N = w->N;
-    memset(w->gt_begin, 0, (size_t)(N + 1) * sizeof(int));
+    int *fill = w->ix.fill;
+    if (loss_group_targets(b->targets, b->n_targets, w->N, b->nc, w->ix.begin, fill, err)) return -1;
     for (int i = 0; i < b->n_targets; i++) {
         const float *t = b->targets + 6 * i;
-        if (loss_check_target(t, i, N, b->nc, err)) return -1;
-        w->gt_begin[(int)t[0] + 1]++;
-    }
-    for (int n = 0; n < N; n++) w->gt_begin[n + 1] += w->gt_begin[n];
-    int *fill = w->gt_fill;
-    for (int n = 0; n < N; n++) fill[n] = w->gt_begin[n];
-    for (int i = 0; i < b->n_targets; i++) {
-        const float *t = b->targets + 6 * i;
-        double cx = t[2] * (double)b->img_w, cy = t[3] * (double)b->img_h;
-        double bw = t[4] * (double)b->img_w, bh = t[5] * (double)b->img_h;
-        w->gt[fill[(int)t[0]]++] = (Gt){ cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2, (int)t[1], i };
+        double x[4];
+        box_target_xyxy(t, b->img_h, b->img_w, x);
+        w->gt[fill[(int)t[0]]++] = (Gt){ x[0], x[1], x[2], x[3], (int)t[1], i };
     }
     return 0;
 }
@@ -218,7 +132,7 @@ static const double *pred_pixels(LossWork *w, const LossBatch *b, int n, int a) 
     size_t i = (size_t)n * w->A + a;
     double *box = w->pbox + 4 * i;
     if (!w->have_pbox[i]) {
-        const Anchor *an = &w->anchor[a];
+        const Anchor *an = &w->ix.anchor[a];
         const float *x = logits_at(b, n, an);
         double p[R], l = loss_dfl_decode(x, p), t = loss_dfl_decode(x + R, p);
         double r = loss_dfl_decode(x + 2 * R, p), bt = loss_dfl_decode(x + 3 * R, p);
@@ -237,7 +151,7 @@ static double overlap(LossWork *w, const LossBatch *b, int n, const Gt *g, int a
 
 // align_metric: t = score^0.5 * overlap^6 for the gt's class; *u receives the overlap
 static double align_metric(LossWork *w, const LossBatch *b, int n, const Gt *g, int a, double *u) {
-    double s = sigmoid(logits_at(b, n, &w->anchor[a])[4 * R + g->cls]);
+    double s = box_sigmoid(logits_at(b, n, &w->ix.anchor[a])[4 * R + g->cls]);
     *u = overlap(w, b, n, g, a);
     return pow(s, 0.5) * pow(*u, 6.0);
 }
@@ -251,28 +165,15 @@ static int in_box(const Gt *g, const Anchor *an) {
 // top 10 over all anchors; when fewer than 10 are > 0 the rest are zero-metric anchors (we take the
 // lowest indices), of which only those inside the box count. Returns the number written to out.
 static int select_topk(LossWork *w, const LossBatch *b, int n, const Gt *g, int *out) {
-    int best[TOPK], zero[TOPK], nb = 0, nz = 0, k = w->A < TOPK ? w->A : TOPK;
-    double bm[TOPK];
-    unsigned char zin[TOPK];
+    LossTopk top;
+    loss_topk_init(&top, w->A < TOPK ? w->A : TOPK);
     if (!(g->x1 + g->y1 + g->x2 + g->y2 > 0)) return 0;   // mask_gt: padding-like rows never match
     for (int a = 0; a < w->A; a++) {
-        int in = in_box(g, &w->anchor[a]);
+        int in = in_box(g, &w->ix.anchor[a]);
         double u, t = in ? align_metric(w, b, n, g, a, &u) : 0;
-        if (t > 0 && (nb < k || t > bm[nb - 1])) {
-            int p = nb < k ? nb++ : k - 1;
-            for (; p > 0 && bm[p - 1] < t; p--) { bm[p] = bm[p - 1]; best[p] = best[p - 1]; }
-            bm[p] = t;
-            best[p] = a;
-        } else if (t <= 0 && nz < k) {
-            zin[nz] = (unsigned char)in;
-            zero[nz++] = a;
-        }
+        loss_topk_offer(&top, a, t, in);
     }
-    int count = 0;
-    for (int i = 0; i < nb; i++) out[count++] = best[i];
-    for (int i = 0; i < k - nb && i < nz; i++)
-        if (zin[i]) out[count++] = zero[i];
-    return count;
+    return loss_topk_take(&top, out);
 }
 
 // best_gt: the conflict rule of select_highest_overlaps: argmax of the overlap over all gts of the
@@ -280,7 +181,7 @@ static int select_topk(LossWork *w, const LossBatch *b, int n, const Gt *g, int 
 static int best_gt(LossWork *w, const LossBatch *b, int n, int a) {
     int best = -1;
     double bu = -1;
-    for (int j = w->gt_begin[n]; j < w->gt_begin[n + 1]; j++) {
+    for (int j = w->ix.begin[n]; j < w->ix.begin[n + 1]; j++) {
         double u = overlap(w, b, n, &w->gt[j], a);
         if (u > bu) { bu = u; best = j; }
     }
@@ -292,7 +193,7 @@ static double assign_image(LossWork *w, const LossBatch *b, int n) {
     int *asg = w->asg + (size_t)n * w->A, *npos = w->npos + (size_t)n * w->A;
     double *score = w->score + (size_t)n * w->A, tss = 0;
     int nt = 0, picks[TOPK];
-    for (int j = w->gt_begin[n]; j < w->gt_begin[n + 1]; j++) {
+    for (int j = w->ix.begin[n]; j < w->ix.begin[n + 1]; j++) {
         int np = select_topk(w, b, n, &w->gt[j], picks);
         for (int i = 0; i < np; i++)
             if (npos[picks[i]]++ == 0) { asg[picks[i]] = j; w->touched[nt++] = picks[i]; }
@@ -317,12 +218,12 @@ static double assign_image(LossWork *w, const LossBatch *b, int n) {
 int loss_assign(LossWork *w, const LossBatch *b, double *tss_local, Err *err) {
     int A, N = b->head[0].N;
     *tss_local = 0;
-    if (check_maps(b, &A, err)) return -1;
+    if (loss_check_maps(b, &A, err)) return -1;
     if (b->n_targets < 0 || (b->n_targets > 0 && !b->targets))
         return err_set(err, "loss: %d targets without data", b->n_targets);
     work_reserve(w, N, A, b->n_targets);
     w->N = N; w->A = A; w->G = b->n_targets;
-    make_anchors(w, b);
+    loss_index_anchors(&w->ix, b->head, b->img_h);
     if (load_targets(w, b, err)) return -1;
     size_t cells = (size_t)N * A;
     for (size_t i = 0; i < cells; i++) { w->asg[i] = -1; w->npos[i] = 0; w->score[i] = 0; }
@@ -385,7 +286,7 @@ void loss_compute(LossWork *w, const LossBatch *b, double tss_norm, double batch
                GAIN_DFL * batch_mult / tss_norm };
     for (int n = 0; n < w->N; n++)
         for (int a = 0; a < w->A; a++) {
-            const Anchor *an = &w->anchor[a];
+            const Anchor *an = &w->ix.anchor[a];
             const float *x = logits_at(b, n, an);
             float *g = grad ? map_at(grad[an->level], n, an->row, an->col) : NULL;
             size_t i = (size_t)n * w->A + a;

@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/box.h"
 #include "core/loss.h"   // loss_ciou: bbox_iou(..., CIoU=True) and its gradient
+#include "core/loss_host.h"
 
 #define TOPK_MAX 10
 #define TAL_EPS  1e-9     // assigner: in-box margin and normalisation
@@ -16,7 +18,7 @@ static const int TOPK2[L26_BRANCHES] = { 10, 1 };   // topk2 == topk: no narrowi
 
 // Gt: one target in pixels; in[] is the box of the inside test, enlarged by STAL for small targets.
 typedef struct { double x1, y1, x2, y2, in[4]; int cls, row, valid; } Gt;
-typedef struct { int level, row, col; double x, y, stride; } Anchor;   // x, y in cells (col+0.5, row+0.5)
+typedef LossAnchor Anchor;   // core/loss_host.h
 
 typedef struct {
     int           *asg;      // (N*A) assigned gt index, -1 for background
@@ -33,11 +35,9 @@ typedef struct {
 
 struct Loss26Work {
     int N, A, G;
-    size_t cap_cells, cap_images, cap_anchors, cap_gts;
-    Anchor *anchor;     // (A)
+    size_t cap_cells, cap_gts;
     Gt     *gt;         // (G) grouped by image, each image's targets in input order
-    int    *gt_begin;   // (N+1) image n owns gt[gt_begin[n] .. gt_begin[n+1])
-    int    *gt_fill;    // (N+1)
+    LossIndex ix;       // anchors; image n owns gt[ix.begin[n] .. ix.begin[n+1]) (core/loss_host.h)
     Branch  br[L26_BRANCHES];
 };
 
@@ -65,7 +65,7 @@ static void branch_free(Branch *b) {
 void loss26_work_free(Loss26Work *w) {
     if (!w) return;
     for (int i = 0; i < L26_BRANCHES; i++) branch_free(&w->br[i]);
-    free(w->anchor); free(w->gt); free(w->gt_begin); free(w->gt_fill);
+    free(w->gt); loss_index_free(&w->ix);
     free(w);
 }
 
@@ -96,83 +96,24 @@ static void work_reserve(Loss26Work *w, int N, int A, int G) {
         w->gt = xrealloc(w->gt, w->cap_gts * sizeof(Gt));
     }
     for (int i = 0; i < L26_BRANCHES; i++) branch_reserve(&w->br[i], cells, w->cap_gts, grow_cells, grow_gts);
-    if ((size_t)N > w->cap_images || !w->gt_begin) {
-        w->cap_images = (size_t)N;
-        w->gt_begin = xrealloc(w->gt_begin, (size_t)(N + 1) * sizeof(int));
-        w->gt_fill = xrealloc(w->gt_fill, (size_t)(N + 1) * sizeof(int));
-    }
-    if ((size_t)A > w->cap_anchors) {
-        w->cap_anchors = (size_t)A;
-        w->anchor = xrealloc(w->anchor, (size_t)A * sizeof(Anchor));
-    }
+    loss_index_reserve(&w->ix, N, A);
 }
 
-// ---- inputs -------------------------------------------------------------------------------------
-static int check_map(Map m, Map ref, int C, const char *what, int br, int l, Err *err) {
-    if (m.N != ref.N || m.H != ref.H || m.W != ref.W || m.C != C || m.ld < m.C || !m.data)
-        return err_set(err, "loss26: %s map P%d of branch %d is %dx%dx%dx%d (ld %d); expected %dx%dx%dx%d",
-                       what, l + 3, br, m.N, m.H, m.W, m.C, m.ld, ref.N, ref.H, ref.W, C);
-    return 0;
-}
-
-static int check_maps(const Loss26Batch *b, int *A, Err *err) {
-    *A = 0;
-    if (b->nc < 1) return err_set(err, "loss26: nc = %d; need at least one class", b->nc);
-    for (int l = 0; l < L26_LEVELS; l++) {
-        Map ref = b->head[L26_O2M].box[l];
-        if (ref.N < 1 || ref.H < 1 || ref.W < 1 || b->img_h % ref.H || b->img_w % ref.W ||
-            b->img_h / ref.H != b->img_w / ref.W)
-            return err_set(err, "loss26: map P%d is %dx%d, which is no integer stride of the %dx%d image",
-                           l + 3, ref.H, ref.W, b->img_h, b->img_w);
-        if (ref.N != b->head[L26_O2M].box[0].N)
-            return err_set(err, "loss26: map P%d has batch %d, P3 has %d", l + 3, ref.N, b->head[0].box[0].N);
-        for (int br = 0; br < L26_BRANCHES; br++)
-            if (check_map(b->head[br].box[l], ref, 4, "box", br, l, err) ||
-                check_map(b->head[br].cls[l], ref, b->nc, "class", br, l, err)) return -1;
-        *A += ref.H * ref.W;
-    }
-    return 0;
-}
-
-static void make_anchors(Loss26Work *w, const Loss26Batch *b) {
-    int a = 0;
-    for (int l = 0; l < L26_LEVELS; l++) {
-        Map m = b->head[L26_O2M].box[l];
-        double stride = (double)b->img_h / m.H;
-        for (int y = 0; y < m.H; y++)
-            for (int x = 0; x < m.W; x++) w->anchor[a++] = (Anchor){ l, y, x, x + 0.5, y + 0.5, stride };
-    }
-}
-
-// stal_box: the inside-test box of select_candidates_in_gts: through xywh, each side under the P3
-// stride replaced by the P4 stride, centre kept, only for valid targets; back to xyxy.
-static void stal_box(Gt *g, double s0, double s1) {
-    double cx = (g->x1 + g->x2) / 2, cy = (g->y1 + g->y2) / 2, w = g->x2 - g->x1, h = g->y2 - g->y1;
-    if (g->valid && w < s0) w = s1;
-    if (g->valid && h < s0) h = s1;
-    g->in[0] = cx - w / 2; g->in[1] = cy - h / 2; g->in[2] = cx + w / 2; g->in[3] = cy + h / 2;
-}
-
+// ---- inputs (the checks: core/loss_host.c) --------------------------------------------------------
 // load_targets: validate, group by image keeping input order (the reference's padded (N, Gmax)
 // layout), scale to pixels and convert to xyxy as v8DetectionLoss.preprocess does.
+// STAL (box_stal): the inside-test box of small targets widened to the P4 stride.
 static int load_targets(Loss26Work *w, const Loss26Batch *b, Err *err) {
-    int N = w->N;
-    memset(w->gt_begin, 0, (size_t)(N + 1) * sizeof(int));
-    for (int i = 0; i < b->n_targets; i++) {
-        if (loss_check_target(b->targets + 6 * i, i, N, b->nc, err)) return -1;
-        w->gt_begin[(int)b->targets[6 * i] + 1]++;
-    }
-    for (int n = 0; n < N; n++) w->gt_begin[n + 1] += w->gt_begin[n];
-    for (int n = 0; n < N; n++) w->gt_fill[n] = w->gt_begin[n];
-    double s0 = w->anchor[0].stride, s1 = (double)b->img_h / b->head[L26_O2M].box[1].H;
+    if (loss_group_targets(b->targets, b->n_targets, w->N, b->nc, w->ix.begin, w->ix.fill, err)) return -1;
+    double s0 = w->ix.anchor[0].stride, s1 = (double)b->img_h / b->head[L26_O2M].box[1].H;
     for (int i = 0; i < b->n_targets; i++) {
         const float *t = b->targets + 6 * i;
-        double cx = t[2] * (double)b->img_w, cy = t[3] * (double)b->img_h;
-        double bw = t[4] * (double)b->img_w, bh = t[5] * (double)b->img_h;
-        Gt *g = &w->gt[w->gt_fill[(int)t[0]]++];
-        *g = (Gt){ cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2, { 0 }, (int)t[1], i, 0 };
+        double x[4];
+        box_target_xyxy(t, b->img_h, b->img_w, x);
+        Gt *g = &w->gt[w->ix.fill[(int)t[0]]++];
+        *g = (Gt){ x[0], x[1], x[2], x[3], { 0 }, (int)t[1], i, 0 };
         g->valid = g->x1 + g->y1 + g->x2 + g->y2 > 0;   // mask_gt
-        stal_box(g, s0, s1);
+        box_stal(x, g->valid, s0, s1, g->in);
     }
     return 0;
 }
@@ -181,7 +122,6 @@ static int load_targets(Loss26Work *w, const Loss26Batch *b, Err *err) {
 // Ctx: one branch on one image.
 typedef struct { Loss26Work *w; Branch *br; const Head26 *head; int n, topk, topk2; } Ctx;
 
-static double sigmoid(double x) { return x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x)); }
 
 static const float *box_at(const Head26 *h, int n, const Anchor *an) {
     return map_at(h->box[an->level], n, an->row, an->col);
@@ -195,7 +135,7 @@ static const double *pred_pixels(const Ctx *c, int a) {
     size_t i = (size_t)c->n * c->w->A + a;
     double *box = c->br->pbox + 4 * i;
     if (!c->br->have_pbox[i]) {
-        const Anchor *an = &c->w->anchor[a];
+        const Anchor *an = &c->w->ix.anchor[a];
         const float *d = box_at(c->head, c->n, an);
         box[0] = (an->x - d[0]) * an->stride;  box[1] = (an->y - d[1]) * an->stride;
         box[2] = (an->x + d[2]) * an->stride;  box[3] = (an->y + d[3]) * an->stride;
@@ -213,7 +153,7 @@ static int candidate(const Gt *g, const Anchor *an) {
 
 // overlap: CIoU(gt, pred) clamped at 0 for candidates, 0 elsewhere (get_box_metrics' overlaps)
 static double overlap(const Ctx *c, const Gt *g, int a) {
-    if (!candidate(g, &c->w->anchor[a])) return 0;
+    if (!candidate(g, &c->w->ix.anchor[a])) return 0;
     double gb[4] = { g->x1, g->y1, g->x2, g->y2 };
     return fmax(loss_ciou(gb, pred_pixels(c, a), NULL), 0);
 }
@@ -222,40 +162,28 @@ static double overlap(const Ctx *c, const Gt *g, int a) {
 static double align_metric(const Ctx *c, const Gt *g, int a, double *u) {
     *u = overlap(c, g, a);
     if (*u == 0) return 0;
-    double s = sigmoid(cls_at(c->head, c->n, &c->w->anchor[a])[g->cls]);
+    double s = box_sigmoid(cls_at(c->head, c->n, &c->w->ix.anchor[a])[g->cls]);
     return pow(s, 0.5) * pow(*u, 6.0);
 }
 
 // select_topk: torch.topk(k) over the gt's metric row (0 off-candidate), then only candidates count.
 // When fewer than k metrics are > 0 the rest of the k are zero-metric anchors, lowest index first.
 static int select_topk(const Ctx *c, const Gt *g, int *out) {
-    int best[TOPK_MAX], zero[TOPK_MAX], nb = 0, nz = 0, k = c->w->A < c->topk ? c->w->A : c->topk;
-    double bm[TOPK_MAX], u;
-    unsigned char zin[TOPK_MAX];
+    LossTopk top;
+    double u;
+    loss_topk_init(&top, c->w->A < c->topk ? c->w->A : c->topk);
     if (!g->valid) return 0;
     for (int a = 0; a < c->w->A; a++) {
         double t = align_metric(c, g, a, &u);
-        if (t > 0 && (nb < k || t > bm[nb - 1])) {
-            int p = nb < k ? nb++ : k - 1;
-            for (; p > 0 && bm[p - 1] < t; p--) { bm[p] = bm[p - 1]; best[p] = best[p - 1]; }
-            bm[p] = t;
-            best[p] = a;
-        } else if (t <= 0 && nz < k) {
-            zin[nz] = (unsigned char)candidate(g, &c->w->anchor[a]);
-            zero[nz++] = a;
-        }
+        loss_topk_offer(&top, a, t, t <= 0 && candidate(g, &c->w->ix.anchor[a]));   // the flag counts at t <= 0 only
     }
-    int count = 0;
-    for (int i = 0; i < nb; i++) out[count++] = best[i];
-    for (int i = 0; i < k - nb && i < nz; i++)
-        if (zin[i]) out[count++] = zero[i];
-    return count;
+    return loss_topk_take(&top, out);
 }
 
 // best_gt: select_highest_overlaps: argmax of the overlap over all of the image's gts (off-candidate
 // pairs count 0), first maximum, so an all-zero column goes to the image's first gt.
 static int best_gt(const Ctx *c, int a) {
-    const int *gb = c->w->gt_begin;
+    const int *gb = c->w->ix.begin;
     int best = gb[c->n];
     double bu = -1;
     for (int j = gb[c->n]; j < gb[c->n + 1]; j++) {
@@ -270,7 +198,7 @@ static int best_gt(const Ctx *c, int a) {
 static void narrow(const Ctx *c, int *asg, int nt) {
     Branch *br = c->br;
     memset(br->keep, 0, (size_t)nt);
-    for (int j = c->w->gt_begin[c->n]; j < c->w->gt_begin[c->n + 1]; j++)
+    for (int j = c->w->ix.begin[c->n]; j < c->w->ix.begin[c->n + 1]; j++)
         for (int r = 0; r < c->topk2; r++) {
             int best = -1;
             for (int i = 0; i < nt; i++) {
@@ -294,7 +222,7 @@ static double assign_image(const Ctx *c) {
     int *asg = br->asg + (size_t)c->n * w->A, *npos = br->npos + (size_t)c->n * w->A;
     double *score = br->score + (size_t)c->n * w->A, tss = 0;
     int nt = 0, picks[TOPK_MAX];
-    for (int j = w->gt_begin[c->n]; j < w->gt_begin[c->n + 1]; j++) {
+    for (int j = w->ix.begin[c->n]; j < w->ix.begin[c->n + 1]; j++) {
         int np = select_topk(c, &w->gt[j], picks);
         for (int i = 0; i < np; i++)
             if (npos[picks[i]]++ == 0) { asg[picks[i]] = j; br->touched[nt++] = picks[i]; }
@@ -325,13 +253,13 @@ static double assign_image(const Ctx *c) {
 int loss26_assign(Loss26Work *w, const Loss26Batch *b, double tss_local[L26_BRANCHES], Err *err) {
     int A;
     for (int i = 0; i < L26_BRANCHES; i++) tss_local[i] = 0;
-    if (check_maps(b, &A, err)) return -1;
+    if (loss26_check_maps(b, &A, err)) return -1;
     if (b->n_targets < 0 || (b->n_targets > 0 && !b->targets))
         return err_set(err, "loss26: %d targets without data", b->n_targets);
     int N = b->head[L26_O2M].box[0].N;
     work_reserve(w, N, A, b->n_targets);
     w->N = N; w->A = A; w->G = b->n_targets;
-    make_anchors(w, b);
+    loss_index_anchors(&w->ix, b->head[L26_O2M].box, b->img_h);
     if (load_targets(w, b, err)) return -1;
     size_t cells = (size_t)N * A;
     for (int k = 0; k < L26_BRANCHES; k++) {
@@ -385,7 +313,7 @@ static void compute_branch(Loss26Work *w, const Loss26Batch *b, int k, const dou
     Sums s = { 0, 0, 0, k_gain[0], k_gain[1], k_gain[2] };
     for (int n = 0; n < w->N; n++)
         for (int a = 0; a < w->A; a++) {
-            const Anchor *an = &w->anchor[a];
+            const Anchor *an = &w->ix.anchor[a];
             size_t i = (size_t)n * w->A + a;
             int j = br->asg[i];
             float *gb = grad ? map_at(grad->box[an->level], n, an->row, an->col) : NULL;

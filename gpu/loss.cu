@@ -25,7 +25,6 @@ enum { SUM_CLS, SUM_BOX, SUM_DFL, N_SUMS };    // compute phase; the assign phas
 enum { RES_TSS = N_SUMS, RES_FG, RES_NORM, N_RES };
 
 typedef struct { double x1, y1, x2, y2; int cls, row, img, pad; } GtBox;   // pixels; row in targets
-typedef struct { int level, row, col; double x, y, stride; } Anchor;       // x, y in cells
 
 // The three head maps (and their gradients, data NULL when not wanted) with the anchor layout.
 typedef struct {
@@ -34,21 +33,12 @@ typedef struct {
     double stride[LOSS_LEVELS];
 } Heads;
 
-struct GpuLossWork {
-    int max_n, max_targets, nc, max_anchors;
-    int N, A, G;                    // of the last assignment
-    char *block;                    // the one device allocation, holding every buffer below
-    GtBox *gt;                      // (G) grouped by image, each image's targets in input order
-    int *gt_begin;                  // (N+1) image n owns gt[gt_begin[n] .. gt_begin[n+1])
+// part: (N_SUMS*PARTS), sums: (N_RES), sums_host: N_RES + 1 (the last a host normaliser on its way in)
+struct GpuLossWork : WorkBase<GtBox> {
     double *pbox;                   // (N*A*4) detached predicted box in pixels
     int *npos, *asg;                // (N*A) gts that picked the anchor; assigned gt or -1
     double *tm, *um, *score;        // (N*A) metric and overlap with the final gt; target score
     unsigned long long *gmax_t, *gmax_u;   // (G) per gt, max over its positives (as double bits)
-    double *part, *sums;            // (N_SUMS*PARTS) block partials; (N_RES) results
-    GtBox *gt_host;                 // pinned staging: (max_targets), (max_n+1), (N_RES+1: the last a
-                                    // host normaliser on its way in)
-    int *begin_host, *fill_host;
-    double *sums_host;
 };
 
 // ---- device math: as core/loss.c, term for term ----------------------------------------------
@@ -62,12 +52,7 @@ __device__ static double dfl_decode(const float *x, double p[R]) {
     return e;
 }
 
-__device__ static int dfl_split(double t, double *wl) {
-    t = fmin(fmax(t, 0.0), DIST_MAX);
-    int left = (int)t;
-    *wl = (left + 1) - t;
-    return left;
-}
+__device__ static int dfl_split(double t, double *wl) { return box_dfl_split(t, DIST_MAX, wl); }
 
 __device__ static double dfl_side(const float *x, double t) {
     double m = x[0], s = 0, wl;
@@ -79,15 +64,7 @@ __device__ static double dfl_side(const float *x, double t) {
 }
 
 // ---- anchors and boxes --------------------------------------------------------------------------
-__device__ static Anchor anchor_of(const Heads &h, int a) {
-    int l = a < h.start[1] ? 0 : a < h.start[2] ? 1 : 2, p = a - h.start[l], W = h.head[l].W;
-    Anchor an = { l, p / W, p % W, p % W + 0.5, p / W + 0.5, h.stride[l] };
-    return an;
-}
-
-__device__ static float *pixel(Map m, int n, const Anchor &an) {
-    return m.data + (((size_t)n * m.H + an.row) * m.W + an.col) * m.ld;
-}
+__device__ static Anchor anchor_of(const Heads &h, int a) { return anchor_at(h.start, h.head, h.stride, a); }
 
 __device__ static int in_box(const GtBox *g, const Anchor &an) {
     double x = an.x * an.stride, y = an.y * an.stride;
@@ -98,14 +75,14 @@ __device__ static int in_box(const GtBox *g, const Anchor &an) {
 // same bits for the same pair (inlined copies may contract multiply-adds differently).
 __device__ __noinline__ static double overlap(const GtBox *g, const double *pb) {
     double gb[4] = { g->x1, g->y1, g->x2, g->y2 };
-    return fmax(ciou(gb, pb, NULL), 0.0);
+    return fmax(box_ciou(gb, pb, NULL), 0.0);
 }
 
 // t = score^0.5 * overlap^6 for the gt's class logit; *u receives the overlap
 __device__ __noinline__ static double align_metric(const GtBox *g, const double *pb, float logit,
                                                    double *u) {
     *u = overlap(g, pb);
-    return pow(sigmoid(logit), 0.5) * pow(*u, 6.0);
+    return pow(box_sigmoid(logit), 0.5) * pow(*u, 6.0);
 }
 
 // the metric of gt g at anchor a of its image, 0 outside the box (torch.topk runs on metric*inbox)
@@ -153,27 +130,12 @@ __device__ static int topk_best(const Heads &h, const GtBox *g, int j, const dou
         [&](int a) { pick(npos, asg, (size_t)g->img * A + a, j); });
 }
 
-// When fewer than k have t > 0, torch.topk fills with zero-metric anchors: we take the lowest
-// indices, as the CPU twin, and only those inside the box become positives. Anchors are scanned
-// in chunks of THREADS in order; a ballot ranks the zero-metric ones within each chunk.
+// The zero-metric fill of the k (block_fill_zero): only anchors inside the box become positives.
 __device__ static void topk_fill_zero(const Heads &h, const GtBox *g, int j, const double *pbox,
                                       int need, int *npos, int *asg) {
-    __shared__ int sh_warp[WARPS];
-    int tid = threadIdx.x, lane = tid & 31, A = h.start[LOSS_LEVELS], in = 0;
-    for (int base = 0, taken = 0; base < A && taken < need; base += THREADS) {
-        int a = base + tid;
-        double t = a < A ? metric_in_box(h, g, pbox, a, &in) : 1;
-        int zero = a < A && t <= 0;
-        unsigned m = __ballot_sync(0xffffffffu, zero);
-        if (lane == 0) sh_warp[tid >> 5] = __popc(m);
-        __syncthreads();
-        int before = 0, total = 0;
-        for (int q = 0; q < WARPS; q++) { before += q < (tid >> 5) ? sh_warp[q] : 0; total += sh_warp[q]; }
-        int rank = taken + before + __popc(m & ((1u << lane) - 1));
-        if (zero && in && rank < need) pick(npos, asg, (size_t)g->img * A + a, j);
-        taken += total;
-        __syncthreads();
-    }
+    int A = h.start[LOSS_LEVELS];
+    block_fill_zero(A, need, [&](int a, int *in) { return metric_in_box(h, g, pbox, a, in); },
+                    [&](int a) { pick(npos, asg, (size_t)g->img * A + a, j); });
 }
 
 // one block per gt: its positives before conflict resolution (select_topk of core/loss.c)
@@ -276,7 +238,7 @@ __device__ static void box_anchor(const float *x, const Anchor &an, const GtBox 
     for (int k = 0; k < 4; k++) e[k] = dfl_decode(x + k * R, p[k]);
     double pb[4] = { an.x - e[0], an.y - e[1], an.x + e[2], an.y + e[3] };
     double tb[4] = { gt->x1 / an.stride, gt->y1 / an.stride, gt->x2 / an.stride, gt->y2 / an.stride };
-    double dpb[4], c = ciou(pb, tb, dpb);
+    double dpb[4], c = box_ciou(pb, tb, dpb);
     s->box += (1 - c) * wgt;
     double kb = k_box * wgt;
     double de[4] = { kb * dpb[0], kb * dpb[1], -kb * dpb[2], -kb * dpb[3] };   // x1 = ax - l, x2 = ax + r
@@ -315,46 +277,18 @@ __global__ void box_kernel(Heads h, int N, const GtBox *gt, const int *asg, cons
     }
 }
 
-// ---- host: inputs (the checks and messages of core/loss.c) ------------------------------------
-static int check_maps(const LossBatch *b, int *A, Err *err) {
-    int N = b->head[0].N, C = 4 * R + b->nc;
-    *A = 0;
-    if (b->nc < 1) return err_set(err, "loss: nc = %d; need at least one class", b->nc);
-    for (int l = 0; l < LOSS_LEVELS; l++) {
-        Map m = b->head[l];
-        if (m.N != N || m.C != C || m.H < 1 || m.W < 1 || m.ld < m.C)
-            return err_set(err, "loss: head map P%d is %dx%dx%dx%d (ld %d); expected N=%d, C=4*%d+%d=%d",
-                           l + 3, m.N, m.H, m.W, m.C, m.ld, N, R, b->nc, C);
-        if (b->img_h % m.H || b->img_w % m.W || b->img_h / m.H != b->img_w / m.W)
-            return err_set(err, "loss: head map P%d is %dx%d, which is no integer stride of the %dx%d image",
-                           l + 3, m.H, m.W, b->img_h, b->img_w);
-        *A += m.H * m.W;
-    }
-    return 0;
-}
+// ---- host: inputs (the checks and the grouping: core/loss_host.c, as the CPU twin) ---------------
 
-// validate the rows, group them by image keeping their order, convert to pixel xyxy (host staging)
+// the rows grouped by image in input order, converted to pixel xyxy (host staging)
 static int load_targets(GpuLossWork *w, const LossBatch *b, Err *err) {
-    int N = w->N, *begin = w->begin_host, *fill = w->fill_host;
-    memset(begin, 0, (size_t)(N + 1) * sizeof(int));
+    int *fill = w->fill_host;
+    if (loss_group_targets(b->targets, b->n_targets, w->N, b->nc, w->begin_host, fill, err)) return -1;
     for (int i = 0; i < b->n_targets; i++) {
         const float *t = b->targets + 6 * i;
-        for (int k = 0; k < 6; k++)
-            if (!isfinite(t[k])) return err_set(err, "loss: target row %d has a non-finite value", i);
-        if (t[0] != floorf(t[0]) || t[0] < 0 || t[0] >= N)
-            return err_set(err, "loss: target row %d: image index %g outside [0, %d)", i, t[0], N);
-        if (t[1] != floorf(t[1]) || t[1] < 0 || t[1] >= b->nc)
-            return err_set(err, "loss: target row %d: class %g outside [0, %d)", i, t[1], b->nc);
-        begin[(int)t[0] + 1]++;
-    }
-    for (int n = 0; n < N; n++) begin[n + 1] += begin[n];
-    for (int n = 0; n < N; n++) fill[n] = begin[n];
-    for (int i = 0; i < b->n_targets; i++) {
-        const float *t = b->targets + 6 * i;
-        double cx = t[2] * (double)b->img_w, cy = t[3] * (double)b->img_h;
-        double bw = t[4] * (double)b->img_w, bh = t[5] * (double)b->img_h;
+        double x[4];
+        box_target_xyxy(t, b->img_h, b->img_w, x);
         int n = (int)t[0];
-        GtBox g = { cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2, (int)t[1], i, n, 0 };
+        GtBox g = { x[0], x[1], x[2], x[3], (int)t[1], i, n, 0 };
         w->gt_host[fill[n]++] = g;
     }
     return 0;
@@ -395,36 +329,11 @@ static size_t work_place(GpuLossWork *w, char *base) {
     return off;
 }
 
-extern "C" GpuLossWork *loss_work_new_gpu(Device *dev, int max_n, int max_targets, int nc,
-                                          int max_anchors) {
-    if (max_n < 1 || max_targets < 0 || nc < 1 || max_anchors < 1)
-        die("loss_work_new_gpu: sizes %d images, %d targets, %d classes, %d anchors", max_n,
-            max_targets, nc, max_anchors);
-    GpuLossWork *w = (GpuLossWork *)xcalloc(1, sizeof *w);
-    w->max_n = max_n; w->max_targets = max_targets; w->nc = nc; w->max_anchors = max_anchors;
-    checkCuda(cudaSetDevice(dev->id));
-    if (cudaMalloc((void **)&w->block, work_place(w, NULL)) != cudaSuccess) {
-        cudaGetLastError();
-        free(w);
-        return NULL;
-    }
-    work_place(w, w->block);
-    checkCuda(cudaMallocHost((void **)&w->gt_host, (size_t)(max_targets + 1) * sizeof(GtBox)));
-    checkCuda(cudaMallocHost((void **)&w->begin_host, (size_t)(max_n + 1) * sizeof(int)));
-    checkCuda(cudaMallocHost((void **)&w->sums_host, (N_RES + 1) * sizeof(double)));
-    w->fill_host = (int *)xmalloc((size_t)(max_n + 1) * sizeof(int));
-    return w;
+extern "C" GpuLossWork *loss_work_new_gpu(Device *dev, int max_n, int max_targets, int nc, int max_anchors) {
+    return work_new(dev, "loss_work_new_gpu", max_n, max_targets, nc, max_anchors, N_RES + 1, work_place);
 }
 
-extern "C" void loss_work_free_gpu(GpuLossWork *w) {
-    if (!w) return;
-    checkCuda(cudaFree(w->block));
-    checkCuda(cudaFreeHost(w->gt_host));
-    checkCuda(cudaFreeHost(w->begin_host));
-    checkCuda(cudaFreeHost(w->sums_host));
-    free(w->fill_host);
-    free(w);
-}
+extern "C" void loss_work_free_gpu(GpuLossWork *w) { work_free(w); }
 
 // ---- host: the two phases ---------------------------------------------------------------------
 
@@ -454,7 +363,7 @@ static void assign_launch(Device *dev, GpuLossWork *w, const Heads *h) {
 extern "C" int loss_assign_gpu_async(Device *dev, GpuLossWork *w, const LossBatch *b, double *tss_dst,
                                      Err *err) {
     int A, N = b->head[0].N;
-    if (check_maps(b, &A, err)) return -1;
+    if (loss_check_maps(b, &A, err)) return -1;
     if (b->n_targets < 0 || (b->n_targets > 0 && !b->targets))
         return err_set(err, "loss: %d targets without data", b->n_targets);
     if (N > w->max_n || A > w->max_anchors || b->n_targets > w->max_targets || b->nc > w->nc)

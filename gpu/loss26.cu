@@ -29,7 +29,6 @@ enum { RES_ASSIGN = N_SUMS_MAX, RES_NORM = RES_ASSIGN + L26_BRANCHES * N_ASSIGN_
 
 // Gt: one target in pixels; in[] is the box of the inside test (STAL-widened for small targets)
 typedef struct { double x1, y1, x2, y2, in[4]; int cls, row, img, valid; } Gt;
-typedef struct { int level, row, col; double x, y, stride; } Anchor;   // x, y in cells (col+0.5, row+0.5)
 
 // One branch's maps (gradient data NULL when not wanted) with the anchor layout.
 typedef struct {
@@ -48,30 +47,13 @@ typedef struct {
     int *keep;                             // (G) one-to-one: the anchor the gt keeps
 } Branch;
 
-struct GpuLoss26Work {
-    int max_n, max_targets, nc, max_anchors;
-    int N, A, G;            // of the last assignment
-    char *block;            // the one device allocation, holding every buffer below
-    Gt *gt;                 // (G) grouped by image, each image's targets in input order
-    int *gt_begin;          // (N+1) image n owns gt[gt_begin[n] .. gt_begin[n+1])
+// part: (N_SUMS_MAX*PARTS), sums: (N_RES), sums_host: N_RES + L26_BRANCHES (then the host normalisers)
+struct GpuLoss26Work : WorkBase<Gt> {
     Branch br[L26_BRANCHES];
-    double *part, *sums;    // (N_SUMS_MAX*PARTS) block partials; (N_RES) results
-    Gt *gt_host;            // pinned staging: (max_targets+1), (max_n+1), (N_RES + L26_BRANCHES: then
-                            // host normalisers on their way in)
-    int *begin_host, *fill_host;
-    double *sums_host;
 };
 
 // ---- anchors and boxes --------------------------------------------------------------------------
-__device__ static Anchor anchor_of(const Heads &h, int a) {
-    int l = a < h.start[1] ? 0 : a < h.start[2] ? 1 : 2, p = a - h.start[l], W = h.box[l].W;
-    Anchor an = { l, p / W, p % W, p % W + 0.5, p / W + 0.5, h.stride[l] };
-    return an;
-}
-
-__device__ static float *pixel(Map m, int n, const Anchor &an) {
-    return m.data + (((size_t)n * m.H + an.row) * m.W + an.col) * m.ld;
-}
+__device__ static Anchor anchor_of(const Heads &h, int a) { return anchor_at(h.start, h.box, h.stride, a); }
 
 // candidate: the anchor centre lies strictly inside the gt's (STAL) box, and the gt is valid
 __device__ static int candidate(const Gt *g, const Anchor &an) {
@@ -86,7 +68,7 @@ __device__ static int candidate(const Gt *g, const Anchor &an) {
 __device__ __noinline__ static double overlap(const Gt *g, const Anchor &an, const double *pb) {
     if (!candidate(g, an)) return 0;
     double gb[4] = { g->x1, g->y1, g->x2, g->y2 };
-    return fmax(ciou(gb, pb, NULL), 0.0);
+    return fmax(box_ciou(gb, pb, NULL), 0.0);
 }
 
 // align_metric: score^0.5 * overlap^6 for the gt's class logit (0 off-candidate); *u gets the overlap
@@ -94,7 +76,7 @@ __device__ __noinline__ static double align_metric(const Gt *g, const Anchor &an
                                                    float logit, double *u) {
     *u = overlap(g, an, pb);
     if (*u == 0) return 0;
-    return pow(sigmoid(logit), 0.5) * pow(*u, 6.0);
+    return pow(box_sigmoid(logit), 0.5) * pow(*u, 6.0);
 }
 
 // the metric of gt g at anchor a of its image; *in: a is a candidate of g
@@ -146,26 +128,11 @@ __device__ static int topk_best(const Heads &h, const Gt *g, int j, const Branch
         [&](int a) { pick(br, (size_t)g->img * A + a, j); });
 }
 
-// When fewer than k have t > 0, torch.topk fills with zero-metric anchors: the lowest indices, as
-// the CPU twin, and only candidates among them become positives. Anchors are scanned in chunks of
-// THREADS in order; a ballot ranks the zero-metric ones within each chunk.
+// The zero-metric fill of the k (block_fill_zero): only candidates become positives.
 __device__ static void topk_fill_zero(const Heads &h, const Gt *g, int j, const Branch &br, int need) {
-    __shared__ int sh_warp[WARPS];
-    int tid = threadIdx.x, lane = tid & 31, A = h.start[L26_LEVELS], in = 0;
-    for (int base = 0, taken = 0; base < A && taken < need; base += THREADS) {
-        int a = base + tid;
-        double t = a < A ? metric_at(h, g, br.pbox, a, &in) : 1;
-        int zero = a < A && t <= 0;
-        unsigned m = __ballot_sync(0xffffffffu, zero);
-        if (lane == 0) sh_warp[tid >> 5] = __popc(m);
-        __syncthreads();
-        int before = 0, total = 0;
-        for (int q = 0; q < WARPS; q++) { before += q < (tid >> 5) ? sh_warp[q] : 0; total += sh_warp[q]; }
-        int rank = taken + before + __popc(m & ((1u << lane) - 1));
-        if (zero && in && rank < need) pick(br, (size_t)g->img * A + a, j);
-        taken += total;
-        __syncthreads();
-    }
+    int A = h.start[L26_LEVELS];
+    block_fill_zero(A, need, [&](int a, int *in) { return metric_at(h, g, br.pbox, a, in); },
+                    [&](int a) { pick(br, (size_t)g->img * A + a, j); });
 }
 
 // one block per gt: its positives before conflict resolution (select_topk of core/loss26.c)
@@ -279,7 +246,7 @@ __device__ static void box_anchor(const float *d, const Anchor &an, const Gt *gt
     double st = an.stride;
     double pb[4] = { an.x - d[0], an.y - d[1], an.x + d[2], an.y + d[3] };
     double tb[4] = { gt->x1 / st, gt->y1 / st, gt->x2 / st, gt->y2 / st };
-    double dpb[4], c = ciou(pb, tb, dpb);
+    double dpb[4], c = box_ciou(pb, tb, dpb);
     s->box += (1 - c) * wgt;
     double kb = k_box * wgt, kl = k_l1 * wgt / 4;   // /4: mean over the sides
     double dbox[4] = { kb * dpb[0], kb * dpb[1], -kb * dpb[2], -kb * dpb[3] };   // x1 = ax - l, x2 = ax + r
@@ -311,61 +278,21 @@ __global__ void box26_kernel(Heads h, int N, const Gt *gt, Branch br, const doub
     if (threadIdx.x == 0) { part_box[blockIdx.x] = box; part_l1[blockIdx.x] = l1; }
 }
 
-// ---- host: inputs (the checks and messages of core/loss26.c) ------------------------------------
-static int check_map(Map m, Map ref, int C, const char *what, int br, int l, Err *err) {
-    if (m.N != ref.N || m.H != ref.H || m.W != ref.W || m.C != C || m.ld < m.C || !m.data)
-        return err_set(err, "loss26: %s map P%d of branch %d is %dx%dx%dx%d (ld %d); expected %dx%dx%dx%d",
-                       what, l + 3, br, m.N, m.H, m.W, m.C, m.ld, ref.N, ref.H, ref.W, C);
-    return 0;
-}
+// ---- host: inputs (the checks and the grouping: core/loss_host.c, as the CPU twin) ---------------
 
-static int check_maps(const Loss26Batch *b, int *A, Err *err) {
-    *A = 0;
-    if (b->nc < 1) return err_set(err, "loss26: nc = %d; need at least one class", b->nc);
-    for (int l = 0; l < L26_LEVELS; l++) {
-        Map ref = b->head[L26_O2M].box[l];
-        if (ref.N < 1 || ref.H < 1 || ref.W < 1 || b->img_h % ref.H || b->img_w % ref.W ||
-            b->img_h / ref.H != b->img_w / ref.W)
-            return err_set(err, "loss26: map P%d is %dx%d, which is no integer stride of the %dx%d image",
-                           l + 3, ref.H, ref.W, b->img_h, b->img_w);
-        if (ref.N != b->head[L26_O2M].box[0].N)
-            return err_set(err, "loss26: map P%d has batch %d, P3 has %d", l + 3, ref.N, b->head[0].box[0].N);
-        for (int br = 0; br < L26_BRANCHES; br++)
-            if (check_map(b->head[br].box[l], ref, 4, "box", br, l, err) ||
-                check_map(b->head[br].cls[l], ref, b->nc, "class", br, l, err)) return -1;
-        *A += ref.H * ref.W;
-    }
-    return 0;
-}
-
-// stal_box: the inside-test box: through xywh, each side under the P3 stride replaced by the P4
-// stride, centre kept, only for valid targets; back to xyxy
-static void stal_box(Gt *g, double s0, double s1) {
-    double cx = (g->x1 + g->x2) / 2, cy = (g->y1 + g->y2) / 2, w = g->x2 - g->x1, h = g->y2 - g->y1;
-    if (g->valid && w < s0) w = s1;
-    if (g->valid && h < s0) h = s1;
-    g->in[0] = cx - w / 2; g->in[1] = cy - h / 2; g->in[2] = cx + w / 2; g->in[3] = cy + h / 2;
-}
-
-// validate the rows, group them by image keeping their order, convert to pixel xyxy (host staging)
+// the rows grouped by image in input order, converted to pixel xyxy, the STAL box (box_stal) beside
 static int load_targets(GpuLoss26Work *w, const Loss26Batch *b, Err *err) {
-    int N = w->N, *begin = w->begin_host, *fill = w->fill_host;
-    memset(begin, 0, (size_t)(N + 1) * sizeof(int));
-    for (int i = 0; i < b->n_targets; i++) {
-        if (loss_check_target(b->targets + 6 * i, i, N, b->nc, err)) return -1;
-        begin[(int)b->targets[6 * i] + 1]++;
-    }
-    for (int n = 0; n < N; n++) begin[n + 1] += begin[n];
-    for (int n = 0; n < N; n++) fill[n] = begin[n];
+    int *fill = w->fill_host;
+    if (loss_group_targets(b->targets, b->n_targets, w->N, b->nc, w->begin_host, fill, err)) return -1;
     double s0 = (double)b->img_h / b->head[L26_O2M].box[0].H, s1 = (double)b->img_h / b->head[L26_O2M].box[1].H;
     for (int i = 0; i < b->n_targets; i++) {
         const float *t = b->targets + 6 * i;
-        double cx = t[2] * (double)b->img_w, cy = t[3] * (double)b->img_h;
-        double bw = t[4] * (double)b->img_w, bh = t[5] * (double)b->img_h;
+        double x[4];
+        box_target_xyxy(t, b->img_h, b->img_w, x);
         int n = (int)t[0];
-        Gt g = { cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2, { 0, 0, 0, 0 }, (int)t[1], i, n, 0 };
+        Gt g = { x[0], x[1], x[2], x[3], { 0, 0, 0, 0 }, (int)t[1], i, n, 0 };
         g.valid = g.x1 + g.y1 + g.x2 + g.y2 > 0;   // mask_gt
-        stal_box(&g, s0, s1);
+        box_stal(x, g.valid, s0, s1, g.in);
         w->gt_host[fill[n]++] = g;
     }
     return 0;
@@ -419,34 +346,11 @@ static size_t work_place(GpuLoss26Work *w, char *base) {
 
 extern "C" GpuLoss26Work *loss26_work_new_gpu(Device *dev, int max_n, int max_targets, int nc,
                                               int max_anchors) {
-    if (max_n < 1 || max_targets < 0 || nc < 1 || max_anchors < 1)
-        die("loss26_work_new_gpu: sizes %d images, %d targets, %d classes, %d anchors", max_n,
-            max_targets, nc, max_anchors);
-    GpuLoss26Work *w = (GpuLoss26Work *)xcalloc(1, sizeof *w);
-    w->max_n = max_n; w->max_targets = max_targets; w->nc = nc; w->max_anchors = max_anchors;
-    checkCuda(cudaSetDevice(dev->id));
-    if (cudaMalloc((void **)&w->block, work_place(w, NULL)) != cudaSuccess) {
-        cudaGetLastError();
-        free(w);
-        return NULL;
-    }
-    work_place(w, w->block);
-    checkCuda(cudaMallocHost((void **)&w->gt_host, (size_t)(max_targets + 1) * sizeof(Gt)));
-    checkCuda(cudaMallocHost((void **)&w->begin_host, (size_t)(max_n + 1) * sizeof(int)));
-    checkCuda(cudaMallocHost((void **)&w->sums_host, (N_RES + L26_BRANCHES) * sizeof(double)));
-    w->fill_host = (int *)xmalloc((size_t)(max_n + 1) * sizeof(int));
-    return w;
+    return work_new(dev, "loss26_work_new_gpu", max_n, max_targets, nc, max_anchors, N_RES + L26_BRANCHES,
+                    work_place);
 }
 
-extern "C" void loss26_work_free_gpu(GpuLoss26Work *w) {
-    if (!w) return;
-    checkCuda(cudaFree(w->block));
-    checkCuda(cudaFreeHost(w->gt_host));
-    checkCuda(cudaFreeHost(w->begin_host));
-    checkCuda(cudaFreeHost(w->sums_host));
-    free(w->fill_host);
-    free(w);
-}
+extern "C" void loss26_work_free_gpu(GpuLoss26Work *w) { work_free(w); }
 
 // ---- host: the two phases -----------------------------------------------------------------------
 
@@ -478,7 +382,7 @@ static void assign_branch(Device *dev, GpuLoss26Work *w, int k, const Heads *h) 
 extern "C" int loss26_assign_gpu_async(Device *dev, GpuLoss26Work *w, const Loss26Batch *b,
                                        double *const tss_dst[L26_BRANCHES], Err *err) {
     int A;
-    if (check_maps(b, &A, err)) return -1;
+    if (loss26_check_maps(b, &A, err)) return -1;
     if (b->n_targets < 0 || (b->n_targets > 0 && !b->targets))
         return err_set(err, "loss26: %d targets without data", b->n_targets);
     int N = b->head[L26_O2M].box[0].N;

@@ -1,53 +1,33 @@
 // loss_common.cuh: what the two detection losses' CUDA twins (gpu/loss.cu for YOLOv9, gpu/loss26.cu
-// for YOLO26) share: CIoU and its gradient, the numerically safe sigmoid, the fixed-order block and
-// partial sums that keep them deterministic, the assigner's tie rule, and the one-block layout of
-// their work buffers. Internal to those two files (everything static).
+// for YOLO26) share beyond core/box.h (CIoU, sigmoid: the CPU's own text) and core/loss_host.h (the
+// host-side checks): the fixed-order block and partial sums that keep them deterministic, the
+// assigner's tie rule, and the allocation and one-block layout of their work buffers. Internal to
+// those two files (everything static).
 #pragma once
 #include <math.h>
 
+#include "core/box.h"
+#include "core/loss_host.h"   // the host-side checks and target grouping both twins share with the CPU
 #include "gpu/kernel_util.h"
 
-#define IOU_EPS 1e-7   // bbox_iou
 enum { PARTS = 1024, WARPS = THREADS / 32 };   // partial-sum blocks; warps per block
-constexpr double PI = 3.14159265358979323846;
 
-__device__ static double dmin_da(double a, double b) { return a < b ? 1 : a > b ? 0 : 0.5; }
+// CIoU and its gradient, the sigmoid and the DFL split are core/box.h's (box_*): the CPU twins' own text.
 
-// ciou: loss_ciou of core/loss.c (CIoU of b1, b2; d1 = dCIoU/db1 with alpha constant, may be NULL)
-__device__ static double ciou(const double b1[4], const double b2[4], double d1[4]) {
-    double w1 = b1[2] - b1[0], h1 = b1[3] - b1[1] + IOU_EPS;
-    double w2 = b2[2] - b2[0], h2 = b2[3] - b2[1] + IOU_EPS;
-    double iw = fmin(b1[2], b2[2]) - fmax(b1[0], b2[0]), ih = fmin(b1[3], b2[3]) - fmax(b1[1], b2[1]);
-    double inter = fmax(iw, 0.0) * fmax(ih, 0.0);
-    double uni = w1 * h1 + w2 * h2 - inter + IOU_EPS, iou = inter / uni;
-    double cw = fmax(b1[2], b2[2]) - fmin(b1[0], b2[0]), ch = fmax(b1[3], b2[3]) - fmin(b1[1], b2[1]);
-    double c2 = cw * cw + ch * ch + IOU_EPS;
-    double sx = b2[0] + b2[2] - b1[0] - b1[2], sy = b2[1] + b2[3] - b1[1] - b1[3];
-    double rho2 = (sx * sx + sy * sy) / 4;
-    double k = 4 / (PI * PI), da = atan(w2 / h2) - atan(w1 / h1), v = k * da * da;
-    double alpha = v / (v - iou + (1 + IOU_EPS));
-    if (d1) {
-        double gx = ih > 0 ? ih : 0, gy = iw > 0 ? iw : 0;
-        double di[4] = { iw >= 0 ? -gx * dmin_da(-b1[0], -b2[0]) : 0, ih >= 0 ? -gy * dmin_da(-b1[1], -b2[1]) : 0,
-                         iw >= 0 ? gx * dmin_da(b1[2], b2[2]) : 0, ih >= 0 ? gy * dmin_da(b1[3], b2[3]) : 0 };
-        double dwh[4] = { -h1, -w1, h1, w1 };
-        double dcw[4] = { -dmin_da(b1[0], b2[0]), 0, dmin_da(-b1[2], -b2[2]), 0 };
-        double dch[4] = { 0, -dmin_da(b1[1], b2[1]), 0, dmin_da(-b1[3], -b2[3]) };
-        double r = w1 / h1, datan = 1 / (1 + r * r);
-        double dr[4] = { -1 / h1, w1 / (h1 * h1), 1 / h1, -w1 / (h1 * h1) };
-        double drho[4] = { -sx / 2, -sy / 2, -sx / 2, -sy / 2 };
-        for (int i = 0; i < 4; i++) {
-            double diou = (di[i] - iou * (dwh[i] - di[i])) / uni;
-            double dc2 = 2 * cw * dcw[i] + 2 * ch * dch[i];
-            double dratio = drho[i] / c2 - rho2 / (c2 * c2) * dc2;
-            double dv = -2 * k * da * datan * dr[i];
-            d1[i] = diou - dratio - alpha * dv;
-        }
-    }
-    return iou - (rho2 / c2 + v * alpha);
+// An anchor: its level, cell and centre (x, y in cells: col + 0.5, row + 0.5), and the level's stride.
+typedef struct { int level, row, col; double x, y, stride; } Anchor;
+
+// Anchor a of the levels' maps (maps[l]: any map of level l), whose first anchors are start[l].
+__device__ static Anchor anchor_at(const int *start, const Map *maps, const double *stride, int a) {
+    int l = a < start[1] ? 0 : a < start[2] ? 1 : 2, p = a - start[l], W = maps[l].W;
+    Anchor an = { l, p / W, p % W, p % W + 0.5, p / W + 0.5, stride[l] };
+    return an;
 }
 
-__device__ static double sigmoid(double x) { return x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x)); }
+// the channels of image n at anchor an's cell of map m
+__device__ static float *pixel(Map m, int n, const Anchor &an) {
+    return m.data + (((size_t)n * m.H + an.row) * m.W + an.col) * m.ld;
+}
 
 // the sum of v over a block of THREADS threads, in a fixed order; every thread gets it
 __device__ static double block_sum(double v, double *sh) {
@@ -107,6 +87,31 @@ __device__ static int block_topk(int A, int k, Metric metric, Pick pick) {
     return nb;
 }
 
+// When fewer than k of a gt's anchors have a metric > 0, torch.topk fills its k with zero-metric anchors:
+// the lowest indices, as the CPU twins (core/loss_host.h, loss_topk_*), and only those inside the gt's box
+// become positives. Anchors [0, A) are scanned in chunks of THREADS in order; a ballot ranks the zero-metric
+// ones within each chunk, until `need` are taken. metric(a, &in): the metric, and in whether a is inside;
+// pick(a) marks a positive.
+template <class Metric, class Pick>
+__device__ static void block_fill_zero(int A, int need, Metric metric, Pick pick) {
+    __shared__ int sh_warp[WARPS];
+    int tid = threadIdx.x, lane = tid & 31, in = 0;
+    for (int base = 0, taken = 0; base < A && taken < need; base += THREADS) {
+        int a = base + tid;
+        double t = a < A ? metric(a, &in) : 1;
+        int zero = a < A && t <= 0;
+        unsigned m = __ballot_sync(0xffffffffu, zero);
+        if (lane == 0) sh_warp[tid >> 5] = __popc(m);
+        __syncthreads();
+        int before = 0, total = 0;
+        for (int q = 0; q < WARPS; q++) { before += q < (tid >> 5) ? sh_warp[q] : 0; total += sh_warp[q]; }
+        int rank = taken + before + __popc(m & ((1u << lane) - 1));
+        if (zero && in && rank < need) pick(a);
+        taken += total;
+        __syncthreads();
+    }
+}
+
 // sums[k] = Σ_p part[k*PARTS + p] in a fixed order, for k < n_sums (one block)
 static __global__ void finish_kernel(const double *part, int n_sums, double *sums) {
     __shared__ double sh[THREADS];
@@ -123,4 +128,55 @@ static void *place(char *base, size_t *off, size_t bytes) {
     size_t start = (*off + 255) & ~(size_t)255;
     *off = start + bytes;
     return base ? base + start : NULL;
+}
+
+// What every loss work holds (T: its target type), on the host side of the C interface's opaque type.
+template <class T>
+struct WorkBase {
+    int max_n, max_targets, nc, max_anchors;
+    int N, A, G;                 // of the last assignment
+    char *block;                 // the one device allocation, holding every device buffer
+    T *gt;                       // (G) grouped by image, each image's targets in input order
+    int *gt_begin;               // (N+1) image n owns gt[gt_begin[n] .. gt_begin[n+1])
+    double *part, *sums;         // the block partials; the results
+    T *gt_host;                  // pinned staging: the targets (max_targets + 1), their image bounds
+    int *begin_host, *fill_host; //   (max_n + 1; fill: host scratch), the results (and the host
+    double *sums_host;           //   normalisers on their way in)
+};
+
+// A loss work W (GpuLossWork, GpuLoss26Work) for up to max_n images, max_targets rows, nc classes and
+// max_anchors anchors: its device block of place(w, NULL) bytes on dev, laid out by place(w, block), and
+// the staging of its targets (pinned: max_targets + 1 of *w->gt_host), image boundaries (pinned, max_n +
+// 1 ints; fill_host: host, the same) and results (pinned, n_sums doubles). NULL, with nothing allocated,
+// when the GPU has no room for the block; sizes a caller cannot mean die naming `who`.
+template <class W>
+static W *work_new(Device *dev, const char *who, int max_n, int max_targets, int nc, int max_anchors, size_t n_sums,
+                   size_t (*place)(W *, char *)) {
+    if (max_n < 1 || max_targets < 0 || nc < 1 || max_anchors < 1)
+        die("%s: sizes %d images, %d targets, %d classes, %d anchors", who, max_n, max_targets, nc, max_anchors);
+    W *w = (W *)xcalloc(1, sizeof *w);
+    w->max_n = max_n; w->max_targets = max_targets; w->nc = nc; w->max_anchors = max_anchors;
+    checkCuda(cudaSetDevice(dev->id));
+    if (cudaMalloc((void **)&w->block, place(w, NULL)) != cudaSuccess) {
+        cudaGetLastError();
+        free(w);
+        return NULL;
+    }
+    place(w, w->block);
+    checkCuda(cudaMallocHost((void **)&w->gt_host, (size_t)(max_targets + 1) * sizeof *w->gt_host));
+    checkCuda(cudaMallocHost((void **)&w->begin_host, (size_t)(max_n + 1) * sizeof(int)));
+    checkCuda(cudaMallocHost((void **)&w->sums_host, n_sums * sizeof(double)));
+    w->fill_host = (int *)xmalloc((size_t)(max_n + 1) * sizeof(int));
+    return w;
+}
+
+template <class W>
+static void work_free(W *w) {
+    if (!w) return;
+    checkCuda(cudaFree(w->block));
+    checkCuda(cudaFreeHost(w->gt_host));
+    checkCuda(cudaFreeHost(w->begin_host));
+    checkCuda(cudaFreeHost(w->sums_host));
+    free(w->fill_host);
+    free(w);
 }
