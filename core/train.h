@@ -1,5 +1,6 @@
-// train.h: the training loop of YOLOv9's train.py on the CPU backend: forward, loss, backward, the
-// nominal-batch optimizer schedule, EMA, per-epoch logging and checkpoints under runs/train/NAME.
+// train.h: the Trainer (core/trainer.c: one model on its backend, its family's loss and optimizer, the
+// iteration in phases, the nominal-batch optimizer schedule and EMA of YOLOv9's train.py) and the run
+// around it (core/train.c: per-epoch logging, validation and checkpoints under runs/train/NAME).
 #pragma once
 #include "cfg/config.h"
 #include "core/loss.h"
@@ -78,6 +79,9 @@ int  trainer_forward_assign_heads(Trainer *t, int n, int S, const float *images,
                                   const float *targets, int nt, LossNorm *tss, Err *err);
 void trainer_compute_backward_heads(Trainer *t, int n, const LossNorm *norm, double batch_mult, LossOut *out);
 void trainer_update(Trainer *t, int epoch, int i);   // schedule; maybe clip, SGD, EMA (queued)
+// The learning rates of iteration (epoch, i) into t->lr without advancing the schedule: a run resumed
+// after its epoch's last batch (stopped during validation) logs them as the run that went on.
+void trainer_lr_at(Trainer *t, int epoch, int i);
 // The phases as a step queues them, with no host wait (a multi-device step runs them on every
 // device): forward and assignment, the local target-score sums into scal[SC_TSS], SC_TSS + 1; then
 // the normalisers max(Σ, 1) from n_tss pairs of sums at tss (t's memory; NULL: scal[SC_NORM..] is
@@ -104,6 +108,7 @@ enum { TARGETS_PER_IMAGE = 512 };
 // Anchors per image at the planned size (m set to it): what the loss work is sized for.
 int  trainer_anchors(Model *m);
 
+// ---- the run (core/train.c) -------------------------------------------------------------------
 // mkdir -p; 0, or -1 with errno set
 int  make_dirs(const char *path);
 

@@ -1,0 +1,60 @@
+// faults.c: see faults.h.
+#include "core/faults.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/fatal.h"
+
+void fault_signal_at(const char *where) {
+    static int done;
+    const char *at = getenv("YT_SIGNAL_AT");
+    if (!done && at && !strcmp(at, where)) { done = 1; raise(SIGTERM); }
+}
+
+static void fail_cuda(const Trainer *t, int step) {
+    const char *spec = getenv("YT_FAIL_CUDA");
+    if (!spec || atoi(spec) != step) return;
+    fprintf(stderr, "YT_FAIL_CUDA=%s: a CUDA error injected at step %d\n", spec, step);
+    t->m.be->inject_fault(t->m.be_ctx, strstr(spec, "sticky") != NULL);   // the CPU's: nothing
+    device_fatal("injected");
+}
+
+static void nan_weight(const Trainer *t, int step) {
+    const char *at = getenv("YT_NAN_AT_STEP");
+    if (!at || atoi(at) != step) return;
+    float nan = NAN;
+    t->m.be->upload(t->m.be_ctx, t->m.state, &nan, 1);
+}
+
+void fault_before_step(const Trainer *t, int step) {
+    fail_cuda(t, step);
+    nan_weight(t, step);
+}
+
+int fault_stop_after(void) {
+    const char *sa = getenv("YT_STOP_AFTER_STEPS");
+    return sa ? atoi(sa) : 0;
+}
+
+static int fail_device;
+
+static int device_fails(int device, const char *phase, void *arg) {
+    static int backward_calls;
+    return device == *(const int *)arg && !strcmp(phase, "backward") && ++backward_calls >= 2;
+}
+
+void fault_device_hook(Multi *mt) {
+    const char *fd = getenv("YT_FAIL_DEVICE");
+    if (!fd || !mt) return;
+    fail_device = atoi(fd);
+    multi_set_fail_hook(mt, device_fails, &fail_device);
+}
+
+double fault_disk_free(double free_bytes) {
+    const char *fake = getenv("YT_DISK_FREE_MB");
+    return fake ? atof(fake) * 1e6 : free_bytes;
+}
