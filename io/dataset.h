@@ -62,6 +62,8 @@ typedef struct {
 // against the current directory, which Ultralytics also tries. Entries of a .txt list resolve
 // against the list file's folder (Ultralytics does so only for entries starting with "./").
 enum { DS_TRAIN, DS_VAL, DS_TEST, DS_N_SPLITS };
+extern const char *const dataset_split_key[DS_N_SPLITS];   // "train", "val", "test" (io/data_yaml.c)
+int dataset_split_index(const char *key);                  // DS_* of a split key, -1 for none
 typedef struct {
     char  *file;                    // the yaml or INI it came from (for messages)
     int    nc;

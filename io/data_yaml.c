@@ -1,0 +1,284 @@
+// data_yaml.c: the dataset's description (dataset.h: dataspec_read): a data.yaml read through libyaml's
+// document API, or the INI [data] keys, each value checked with file:line, then the names and the
+// splits' paths resolved.
+#include "io/dataset.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+#include "core/readfile.h"
+#include "io/strlist.h"
+
+const char *const dataset_split_key[DS_N_SPLITS] = {"train", "val", "test"};
+
+static void where_set(Where *w, const char *file, int line) {
+    snprintf(w->file, sizeof w->file, "%s", file);
+    w->line = line;
+}
+
+// ---- the description: data.yaml or [data] ------------------------------------------------------
+typedef struct {              // the keys as written, before paths are resolved
+    char   *root;             // `path:`, or NULL
+    long    nc;
+    Where   nc_at, names_at;  // line 0: key absent
+    StrList names;
+    StrList src[DS_N_SPLITS];
+    Where   src_at[DS_N_SPLITS];
+} RawSpec;
+
+static void rawspec_free(RawSpec *r) {
+    free(r->root);
+    strlist_free(&r->names);
+    for (int k = 0; k < DS_N_SPLITS; k++) strlist_free(&r->src[k]);
+}
+
+int dataset_split_index(const char *key) {
+    for (int k = 0; k < DS_N_SPLITS; k++)
+        if (!strcmp(key, dataset_split_key[k])) return k;
+    return -1;
+}
+
+static int yline(const yaml_node_t *n) { return (int)n->start_mark.line + 1; }
+
+static const char *yscalar(const yaml_node_t *n) {
+    return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
+}
+
+static int ynull(const yaml_node_t *n) {          // "", ~ and null, unquoted
+    const char *v = yscalar(n);
+    return v && n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+           (!*v || !strcmp(v, "~") || !strcasecmp(v, "null"));
+}
+
+static int parse_nc(const char *s, const Where *at, long *nc, Err *err) {
+    char *end;
+    errno = 0;
+    *nc = s ? strtol(s, &end, 10) : 0;
+    if (!s || end == s || *end || errno || *nc <= 0 || *nc > 100000)
+        return err_set(err, "%s:%d: nc: '%s' is not a class count (a positive integer)", at->file,
+                       at->line, s ? s : "");
+    return 0;
+}
+
+// train/val/test: a path or a list of paths.
+static int yaml_split(yaml_document_t *doc, yaml_node_t *v, const Where *at, StrList *out, Err *err) {
+    if (ynull(v)) return 0;
+    if (yscalar(v)) { strlist_push(out, xstrdup(yscalar(v))); return 0; }
+    if (v->type == YAML_SEQUENCE_NODE) {
+        for (yaml_node_item_t *i = v->data.sequence.items.start; i < v->data.sequence.items.top; i++) {
+            yaml_node_t *e = yaml_document_get_node(doc, *i);
+            if (!yscalar(e) || ynull(e)) break;
+            strlist_push(out, xstrdup(yscalar(e)));
+        }
+        if (out->n == v->data.sequence.items.top - v->data.sequence.items.start) return 0;
+    }
+    return err_set(err, "%s:%d: expected a folder, a .txt list of images, or a list of them",
+                   at->file, yline(v));
+}
+
+// names: a list, or a mapping {0: a, 1: b, ...} whose keys are exactly 0..n-1.
+static int yaml_names(yaml_document_t *doc, yaml_node_t *v, const char *file, StrList *out,
+                      Err *err) {
+    if (v->type == YAML_SEQUENCE_NODE) {
+        for (yaml_node_item_t *i = v->data.sequence.items.start; i < v->data.sequence.items.top; i++) {
+            yaml_node_t *e = yaml_document_get_node(doc, *i);
+            if (!yscalar(e))
+                return err_set(err, "%s:%d: names: each name must be a word", file, yline(e));
+            strlist_push(out, xstrdup(yscalar(e)));
+        }
+        return 0;
+    }
+    if (v->type != YAML_MAPPING_NODE)
+        return err_set(err, "%s:%d: names: expected a list [a, b] or a mapping {0: a, 1: b}", file,
+                       yline(v));
+    int n = (int)(v->data.mapping.pairs.top - v->data.mapping.pairs.start);
+    for (int i = 0; i < n; i++) strlist_push(out, NULL);
+    for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = yaml_document_get_node(doc, p->key), *e = yaml_document_get_node(doc, p->value);
+        const char *ks = yscalar(k);
+        char *end = NULL;
+        long id = ks ? strtol(ks, &end, 10) : -1;
+        if (!ks || end == ks || *end || id < 0 || id >= n || out->v[id] || !yscalar(e))
+            return err_set(err, "%s:%d: names: '%s' is not a free class index 0..%d (a mapping of %d "
+                           "names needs keys 0..%d, each once, each with a name)",
+                           file, yline(k), ks ? ks : "?", n - 1, n, n - 1);
+        out->v[id] = xstrdup(yscalar(e));
+    }
+    return 0;
+}
+
+// One key of the top-level mapping; unknown keys (download, yaml_file, ...) are ignored.
+static int yaml_key(yaml_document_t *doc, const char *file, yaml_node_t *k, yaml_node_t *v,
+                    RawSpec *raw, Err *err) {
+    const char *key = yscalar(k);
+    Where at;
+    where_set(&at, file, yline(k));
+    int split = dataset_split_index(key);
+    if (split >= 0) {
+        raw->src_at[split] = at;
+        return yaml_split(doc, v, &at, &raw->src[split], err);
+    }
+    if (!strcmp(key, "path")) {
+        if (!ynull(v) && !yscalar(v))
+            return err_set(err, "%s:%d: path: expected a folder", file, at.line);
+        if (!ynull(v)) raw->root = xstrdup(yscalar(v));
+        return 0;
+    }
+    if (!strcmp(key, "nc")) {
+        raw->nc_at = at;
+        return parse_nc(yscalar(v), &at, &raw->nc, err);
+    }
+    if (!strcmp(key, "names")) {
+        raw->names_at = at;
+        return yaml_names(doc, v, file, &raw->names, err);
+    }
+    return 0;
+}
+
+static int yaml_walk(yaml_document_t *doc, const char *file, RawSpec *raw, Err *err) {
+    yaml_node_t *root = yaml_document_get_root_node(doc);
+    if (!root || root->type != YAML_MAPPING_NODE)
+        return err_set(err, "%s: not a YAML mapping; a data.yaml has keys train, val and names", file);
+    for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = yaml_document_get_node(doc, p->key), *v = yaml_document_get_node(doc, p->value);
+        if (!yscalar(k)) continue;
+        for (yaml_node_pair_t *q = root->data.mapping.pairs.start; q < p; q++) {
+            const char *prev = yscalar(yaml_document_get_node(doc, q->key));
+            if (prev && !strcmp(prev, yscalar(k)))
+                return err_set(err, "%s:%d: '%s' given twice (also at line %d); keep one", file,
+                               yline(k), prev, yline(yaml_document_get_node(doc, q->key)));
+        }
+        if (yaml_key(doc, file, k, v, raw, err) != 0) return -1;
+    }
+    return 0;
+}
+
+static int yaml_read(const char *file, RawSpec *raw, Err *err) {
+    TextFile text;
+    if (rf_text_read(file, "dataset description", &text, err)) return -1;
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    yaml_parser_initialize(&parser);
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text.buf, text.n);
+    int rc;
+    if (!yaml_parser_load(&parser, &doc)) {
+        rc = err_set(err, "%s:%d: YAML syntax error: %s%s%s", file, (int)parser.problem_mark.line + 1,
+                     parser.problem ? parser.problem : "?", parser.context ? " " : "",
+                     parser.context ? parser.context : "");
+    } else {
+        rc = yaml_walk(&doc, file, raw, err);
+        yaml_document_delete(&doc);
+    }
+    yaml_parser_delete(&parser);
+    rf_text_free(&text);
+    return rc;
+}
+
+// An INI list value: "[a, b]" or, where commas always separate (names), "a, b". Quotes are dropped.
+static void ini_list(const char *value, int commas, StrList *out) {
+    char *s = xstrdup(value), *p = s, *end = s + strlen(s);
+    while (*p == ' ' || *p == '\t') p++;
+    while (end > p && (end[-1] == ' ' || end[-1] == '\t')) *--end = 0;
+    if (*p == '[' && end > p && end[-1] == ']') { p++; *--end = 0; commas = 1; }
+    for (char *item = p; item; ) {
+        char *comma = commas ? strchr(item, ',') : NULL;
+        if (comma) *comma = 0;
+        while (*item == ' ' || *item == '\t') item++;
+        char *e = item + strlen(item);
+        while (e > item && (e[-1] == ' ' || e[-1] == '\t')) *--e = 0;
+        if (e - item >= 2 && (*item == '\'' || *item == '"') && e[-1] == *item) { item++; *--e = 0; }
+        if (*item) strlist_push(out, xstrdup(item));
+        item = comma ? comma + 1 : NULL;
+    }
+    free(s);
+}
+
+static int ini_read(const Config *cfg, RawSpec *raw, Err *err) {
+    for (int i = 0; i < cfg->n_data_kv; i++) {
+        const char *key = cfg->data_kv[i].key, *value = cfg->data_kv[i].value;
+        const Where *at = &cfg->data_kv[i].at;
+        int split = dataset_split_index(key);
+        if (split >= 0) {
+            raw->src_at[split] = *at;
+            strlist_free(&raw->src[split]);
+            ini_list(value, 0, &raw->src[split]);
+        } else if (!strcmp(key, "path")) {
+            free(raw->root);
+            raw->root = value[0] ? xstrdup(value) : NULL;
+        } else if (!strcmp(key, "nc")) {
+            raw->nc_at = *at;
+            if (parse_nc(value, at, &raw->nc, err) != 0) return -1;
+        } else if (!strcmp(key, "names")) {
+            raw->names_at = *at;
+            strlist_free(&raw->names);
+            ini_list(value, 1, &raw->names);
+        } else if (strcmp(key, "download") != 0) {
+            return err_set(err, "%s:%d: [data]: unknown key '%s'; known: path, train, val, test, nc, "
+                           "names, download", at->file, at->line, key);
+        }
+    }
+    return 0;
+}
+
+// Names and nc agree; train and val are present; paths are resolved against `base` (or `path:`).
+static int spec_finish(RawSpec *raw, const char *file, const char *base, DataSpec *d, Err *err) {
+    if (!raw->src_at[DS_TRAIN].line || !raw->src_at[DS_VAL].line)
+        return err_set(err, "%s: no '%s' key: train and val are required (each a folder, a .txt list "
+                       "of images, or a list of them)", file,
+                       raw->src_at[DS_TRAIN].line ? "val" : "train");
+    if (raw->names_at.line && raw->names.n == 0)
+        return err_set(err, "%s:%d: names is empty", raw->names_at.file, raw->names_at.line);
+    if (!raw->names_at.line && !raw->nc_at.line)
+        return err_set(err, "%s: no 'names' key: add names: [a, b, ...] (or at least nc: N)", file);
+    if (raw->names_at.line && raw->nc_at.line && raw->nc != raw->names.n)
+        return err_set(err, "%s:%d: nc: %ld, but names (line %d) has %d entries; make them agree or "
+                       "drop nc", raw->nc_at.file, raw->nc_at.line, raw->nc, raw->names_at.line,
+                       raw->names.n);
+    if (!raw->names_at.line)
+        for (long i = 0; i < raw->nc; i++) strlist_push(&raw->names, str_fmt("class_%ld", i));
+    d->file = xstrdup(file);
+    d->nc = raw->names.n;
+    d->names = raw->names.v;
+    raw->names = (StrList){0};
+    char *root = raw->root ? path_join(base, raw->root) : xstrdup(base);
+    for (int k = 0; k < DS_N_SPLITS; k++) {
+        d->at[k] = raw->src_at[k];
+        d->n_src[k] = raw->src[k].n;
+        d->src[k] = xcalloc((size_t)raw->src[k].n + 1, sizeof(char *));
+        for (int i = 0; i < raw->src[k].n; i++) d->src[k][i] = path_join(root, raw->src[k].v[i]);
+    }
+    free(root);
+    return 0;
+}
+
+int dataspec_read(const char *yaml, const Config *cfg, DataSpec *out, Err *err) {
+    memset(out, 0, sizeof *out);
+    if (!yaml && cfg && cfg->data[0] && cfg->n_data_kv > 0)
+        return err_set(err, "%s:%d: a [data] section and data=%s both describe the dataset; keep one",
+                       cfg->data_kv[0].at.file, cfg->data_kv[0].at.line, cfg->data);
+    if (!yaml && cfg && cfg->data[0]) yaml = cfg->data;
+    if (!yaml && !(cfg && cfg->n_data_kv > 0))
+        return err_set(err, "no dataset: set data=FILE.yaml or write a [data] section");
+    RawSpec raw = {0};
+    const char *file = yaml ? yaml : cfg->file[0] ? cfg->file : "[data]";
+    char *base = path_dir(yaml ? yaml : cfg->file[0] ? cfg->file : ".");
+    int rc = yaml ? yaml_read(yaml, &raw, err) : ini_read(cfg, &raw, err);
+    if (rc == 0) rc = spec_finish(&raw, file, base, out, err);
+    rawspec_free(&raw);
+    free(base);
+    if (rc != 0) dataspec_free(out);
+    return rc;
+}
+
+void dataspec_free(DataSpec *d) {
+    for (int i = 0; d->names && i < d->nc; i++) free(d->names[i]);
+    free(d->names);
+    for (int k = 0; k < DS_N_SPLITS; k++) {
+        for (int i = 0; i < d->n_src[k]; i++) free(d->src[k][i]);
+        free(d->src[k]);
+    }
+    free(d->file);
+    memset(d, 0, sizeof *d);
+}
