@@ -127,7 +127,8 @@ __global__ void stem_wgrad_combine_kernel(const float *part, int strips, int n, 
     int o = blockIdx.x * blockDim.x + threadIdx.x;
     if (o >= n) return;
     double s = 0.0;
-    for (int g = 0; g < strips; g++) s += part[(size_t)g * n + o];
+#pragma unroll 8
+    for (int g = 0; g < strips; g++) s += part[(size_t)g * n + o];   // loads batched, sums in order
     dw[o] += (float)s;
 }
 

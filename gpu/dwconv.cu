@@ -18,7 +18,8 @@ static int dw_parts(size_t M) {
 static size_t dw_pixels(const DwDims *d) { return (size_t)d->N * d->P * d->Q; }
 
 extern "C" size_t dwconv_workspace_bytes_gpu(const DwDims *d) {
-    return sizeof(double) * dw_parts(dw_pixels(d)) * d->C * (d->k * d->k + 1) + 256;
+    return sizeof(double) * dw_parts(dw_pixels(d)) * d->C * (d->k * d->k + 1) + 256 +
+           sizeof(float) * d->C * d->k * d->k + 256;      // + the weights transposed (dw_transpose)
 }
 
 // Shapes are fixed when the model is built, so a mismatch is a bug in the caller.
@@ -87,6 +88,69 @@ template <int K, int ST, typename I> __global__ void dwconv_dx_kernel(DwDims d, 
             }
         }
         dx.data[(size_t)px * dx.ld + c] += s;
+    }
+}
+
+// ---- four channels a thread (C, ld a multiple of 4, maps 16-byte aligned) ------------------------
+// The weights transposed to (k*k, C) so that a thread reads its four channels' tap with one load;
+// each channel's sum runs over the taps in the order of the kernels above (the same bits).
+__global__ void dw_transpose_kernel(const float *w, int C, int kk, float *wt) {
+    GRID_STRIDE(i, (size_t)C * kk) wt[(i % kk) * C + i / kk] = w[i];
+}
+
+__device__ static inline void fma4(float4 &s, float4 a, float4 b) {
+    s.x += a.x * b.x; s.y += a.y * b.y; s.z += a.z * b.z; s.w += a.w * b.w;
+}
+
+template <int K, int ST>
+__global__ void dwconv_fwd4_kernel(DwDims d, Map x, const float *wt, const float *b, Map y) {
+    unsigned C4 = d.C / 4, total = (unsigned)(d.N * d.P * d.Q) * C4;
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        unsigned c = i % C4 * 4, px = i / C4;
+        int q = (int)(px % d.Q), p = (int)(px / d.Q % d.P), n = (int)(px / ((unsigned)d.Q * d.P));
+        float4 s = b ? make_float4(b[c], b[c + 1], b[c + 2], b[c + 3]) : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int r = 0; r < K; r++) {
+            int h = p * ST - d.pad + r;
+            if (h < 0 || h >= d.H) continue;
+#pragma unroll
+            for (int t = 0; t < K; t++) {
+                int ww = q * ST - d.pad + t;
+                if (ww < 0 || ww >= d.W) continue;
+                fma4(s, *(const float4 *)(x.data + (((size_t)n * d.H + h) * d.W + ww) * x.ld + c),
+                     *(const float4 *)(wt + (r * K + t) * d.C + c));
+            }
+        }
+        *(float4 *)(y.data + (size_t)px * y.ld + c) = s;
+    }
+}
+
+template <int K, int ST> __global__ void dwconv_dx4_kernel(DwDims d, const float *wt, Map dy, Map dx) {
+    unsigned C4 = d.C / 4, total = (unsigned)(d.N * d.H * d.W) * C4;
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        unsigned c = i % C4 * 4, px = i / C4;
+        int ww = (int)(px % d.W), h = (int)(px / d.W % d.H), n = (int)(px / ((unsigned)d.W * d.H));
+        float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int r = 0; r < K; r++) {
+            int ph = h + d.pad - r;
+            if (ph < 0 || ph % ST) continue;
+            int p = ph / ST;
+            if (p >= d.P) continue;
+#pragma unroll
+            for (int t = 0; t < K; t++) {
+                int qw = ww + d.pad - t;
+                if (qw < 0 || qw % ST) continue;
+                int q = qw / ST;
+                if (q >= d.Q) continue;
+                fma4(s, *(const float4 *)(dy.data + (((size_t)n * d.P + p) * d.Q + q) * dy.ld + c),
+                     *(const float4 *)(wt + (r * K + t) * d.C + c));
+            }
+        }
+        float4 *o = (float4 *)(dx.data + (size_t)px * dx.ld + c);
+        float4 a = *o;
+        a.x += s.x; a.y += s.y; a.z += s.z; a.w += s.w;
+        *o = a;
     }
 }
 
@@ -168,7 +232,8 @@ __global__ void dwconv_dw_combine_kernel(DwDims d, const double *part, int parts
     GRID_STRIDE(i, (size_t)d.C * slots) {
         int c = (int)(i / slots), tap = (int)(i % slots);
         double s = 0.0;
-        for (int g = 0; g < parts; g++) s += part[((size_t)g * d.C + c) * slots + tap];
+#pragma unroll 8
+        for (int g = 0; g < parts; g++) s += part[((size_t)g * d.C + c) * slots + tap];   // loads batched
         if (tap < slots - 1) { if (dw) dw[(size_t)c * (slots - 1) + tap] += (float)s; }
         else if (db) db[c] += (float)s;
     }
@@ -190,9 +255,42 @@ __global__ void dwconv_dw_combine_kernel(DwDims d, const double *part, int parts
         else kernel<0, 0, size_t><<<blocks_, THREADS, 0, dev->stream>>>(__VA_ARGS__);                \
     } while (0)
 
+// Four channels a thread where k is 3 or 5, stride 1 or 2, the channels and pixel strides multiples
+// of 4 and the maps 16-byte aligned (every depthwise conv of YOLO26), fewer than 2^31 elements.
+static bool dw_vec4(const DwDims *d, Map a, Map b) {
+    bool ks = (d->k == 3 || d->k == 5) && (d->stride == 1 || d->stride == 2);
+    return ks && d->C % 4 == 0 && a.ld % 4 == 0 && b.ld % 4 == 0 && (uintptr_t)a.data % 16 == 0 &&
+           (uintptr_t)b.data % 16 == 0 && map_floats(a) < (1u << 31) && map_floats(b) < (1u << 31);
+}
+
+static const float *dw_transposed(Device *dev, const DwDims *d, const float *w) {
+    float *wt = (float *)scratch_take(dev, sizeof(float) * d->C * d->k * d->k);
+    dw_transpose_kernel<<<blocks_for((size_t)d->C * d->k * d->k), THREADS, 0, dev->stream>>>(w, d->C, d->k * d->k, wt);
+    checkLaunch(dev);
+    return wt;
+}
+
+#define DW_LAUNCH4(kernel, n, ...)                                                                   \
+    do {                                                                                             \
+        unsigned blocks_ = blocks_for((n) / 4);                                                      \
+        switch (d->k * 10 + d->stride) {                                                             \
+        case 31: kernel<3, 1><<<blocks_, THREADS, 0, dev->stream>>>(__VA_ARGS__); break;             \
+        case 32: kernel<3, 2><<<blocks_, THREADS, 0, dev->stream>>>(__VA_ARGS__); break;             \
+        case 51: kernel<5, 1><<<blocks_, THREADS, 0, dev->stream>>>(__VA_ARGS__); break;             \
+        default: kernel<5, 2><<<blocks_, THREADS, 0, dev->stream>>>(__VA_ARGS__); break;             \
+        }                                                                                            \
+    } while (0)
+
 extern "C" void dwconv_forward_gpu(Device *dev, const DwDims *d, Map x, const float *w, const float *b, Map y) {
     dw_check_gpu(d, x, y, "dwconv_forward_gpu");
-    DW_LAUNCH(dwconv_fwd_kernel, map_floats(y), *d, x, w, b, y);
+    if (dw_vec4(d, x, y)) {
+        size_t mark = dev->scratch.used;
+        const float *wt = dw_transposed(dev, d, w);
+        DW_LAUNCH4(dwconv_fwd4_kernel, map_floats(y), *d, x, wt, b, y);
+        dev->scratch.used = mark;
+    } else {
+        DW_LAUNCH(dwconv_fwd_kernel, map_floats(y), *d, x, w, b, y);
+    }
     checkLaunch(dev);
 }
 
@@ -201,7 +299,14 @@ extern "C" void dwconv_backward_gpu(Device *dev, const DwDims *d, Map x, const f
     dw_check_gpu(d, x, dy, "dwconv_backward_gpu");
     if (dx.data) {
         dw_check_gpu(d, dx, dy, "dwconv_backward_gpu (dx)");
-        DW_LAUNCH(dwconv_dx_kernel, map_floats(dx), *d, w, dy, dx);
+        if (dw_vec4(d, dx, dy)) {
+            size_t mark = dev->scratch.used;
+            const float *wt = dw_transposed(dev, d, w);
+            DW_LAUNCH4(dwconv_dx4_kernel, map_floats(dx), *d, wt, dy, dx);
+            dev->scratch.used = mark;
+        } else {
+            DW_LAUNCH(dwconv_dx_kernel, map_floats(dx), *d, w, dy, dx);
+        }
         checkLaunch(dev);
     }
     if (!dw && !db) return;
