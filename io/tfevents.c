@@ -92,9 +92,14 @@ TfEvents *tfevents_open(const char *dir, Err *err) {
     if (gethostname(host, sizeof host - 1)) snprintf(host, sizeof host, "localhost");
     host[sizeof host - 1] = 0;
     for (char *c = host; *c; c++) if (*c == '/') *c = '_';
-    snprintf(ev->path, sizeof ev->path, "%s/events.out.tfevents.%010lld.%s.%d.0", dir, (long long)time(NULL),
-             host, (int)getpid());
-    ev->f = fopen(ev->path, "wb");
+    long long now = (long long)time(NULL);
+    // The last number tells apart two files of one process in one second (a run resumed in-process);
+    // "x": never over an existing file.
+    for (int uid = 0; uid < 100 && !ev->f; uid++) {
+        snprintf(ev->path, sizeof ev->path, "%s/events.out.tfevents.%010lld.%s.%d.%d", dir, now, host, (int)getpid(), uid);
+        ev->f = fopen(ev->path, "wbx");
+        if (!ev->f && errno != EEXIST) break;
+    }
     if (!ev->f) {
         err_set(err, "cannot create %s: %s", ev->path, strerror(errno));
         free(ev);

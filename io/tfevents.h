@@ -19,8 +19,9 @@ uint32_t crc32c_masked(const void *p, size_t n);        // rotated right 15 bits
 int      tfrecord_write(FILE *f, const void *data, size_t n);
 
 typedef struct TfEvents TfEvents;
-// Create DIR/events.out.tfevents.<10-digit Unix time>.<host>.<pid>.0 (the name TensorBoard's own
-// writer gives) with its first record, file_version "brain.Event:2". NULL with err on failure.
+// Create DIR/events.out.tfevents.<10-digit Unix time>.<host>.<pid>.<n> (the name TensorBoard's own
+// writer gives; n = 0, or the next free number) with its first record, file_version "brain.Event:2".
+// NULL with err on failure.
 TfEvents   *tfevents_open(const char *dir, Err *err);
 const char *tfevents_path(const TfEvents *ev);
 // One scalar (stored as float, as add_scalar does). Records are flushed by tfevents_flush.
