@@ -143,6 +143,15 @@ typedef struct Backend {
     void (*vloss_release)(void *ctx, void *prep);
     void (*vloss_stage)(void *ctx, void *prep, const Map head[3], int n0, int N);
     int (*vloss_eval)(void *ctx, void *prep, const struct LossBatch *b, struct LossOut *out, Err *err);
+    // Recordings (CUDA Graphs; NULL where the backend has none): rec_begin makes ctx's queue record
+    // the work queued on it instead of running it (0; -1 when it will not record: YT_GRAPHS=0, a
+    // SYNC_DEBUG build); rec_end stops and returns the recording, ready to replay, or NULL when the
+    // work could not be recorded (nothing ran: the caller runs it directly); rec_replay queues the
+    // recorded work again, the same kernels with the same arguments; rec_free releases a recording.
+    int (*rec_begin)(void *ctx);
+    void *(*rec_end)(void *ctx);
+    void (*rec_replay)(void *ctx, void *rec);
+    void (*rec_free)(void *ctx, void *rec);
 
     // ---- what a trainer needs from a device beyond the ops (core/train.c, core/multi.c) ------------
     // Devices, without a ctx: device_list fills up to max GPUs present (their count; the CPU: 0);

@@ -309,6 +309,7 @@ const Backend backend_cpu = {
     conv_bn_bwd,
     nms_prepare, nms_release, nms_detect,
     vloss_prepare, vloss_release, vloss_stage, vloss_eval,
+    NULL, NULL, NULL, NULL,                        // recordings: the CPU runs its ops directly
     .device_list = device_list, .device_id = device_id, .device_close = device_close, .scalars = scalars,
     .buffer_new = buffer_new, .buffer_free = buffer_free, .prefetch_u8 = prefetch_u8, .mem_used = mem_used,
     .usable = usable, .check = check, .inject_fault = inject_fault,

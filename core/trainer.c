@@ -45,6 +45,7 @@ static int to_gpu(Trainer *t, const Config *cfg, int id, Err *err) {
 static void device_release(Trainer *t) {
     const Backend *be = t->m.be;
     if (t->m.on_device) {
+        model_drop_recordings(&t->m);                  // the device's recordings go before the device
         be->device_close(t->m.be_ctx);
     } else {
         free(t->ema);
