@@ -192,7 +192,6 @@ static int run_steps(const Options *o, const Setup *s, Trainer *t, const DeviceL
     r->steps = o->steps;
     for (int i = 0; i < warm + o->steps && !rc; i++) {
         if (i == warm) {
-            t->input_resident = !feed->open;    // random batches stay on the devices, as bench/step times
             sync_all(devs);
             if (t->multi) multi_reset_stats(t->multi);
             before = t->t;
@@ -209,7 +208,8 @@ static int run_steps(const Options *o, const Setup *s, Trainer *t, const DeviceL
             images += i >= warm ? b->n : 0;
             loader_release(feed->ld, b);
         } else {
-            rc = trainer_step(t, B, S, targets, nt, 0, i, &lo, err);
+            // after the warm-up the random batch stays on the devices, as bench/step times it
+            rc = trainer_step_batch(t, i >= warm ? NULL : t->input, NULL, B, S, targets, nt, 0, i, &lo, err);
             images += i >= warm ? B : 0;
         }
         if (!rc && i >= warm) sample_util(t, devs, gpus, r);

@@ -2,7 +2,7 @@
 // ultralytics) is expanded into primitive nodes (conv+BN+SiLU, depthwise conv, RepConvN, pools, upsample,
 // copy, add, attention, detach) whose parameters carry the
 // PyTorch state-dict names of the reference, so weights load from and save to PyTorch directly.
-// Concats inside modules cost nothing: producers write into their channel slice (DESIGN.md section 4).
+// Concats inside modules cost nothing: producers write into their channel slice (core/tensor.h: Map.ld).
 #include "core/model.h"
 
 #include <math.h>

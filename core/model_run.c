@@ -1,6 +1,6 @@
 // model_run.c: runs the model's node list on its backend (the CPU reference ops or the CUDA twins),
 // forward (training or evaluation BN) and backward. Backward recomputes each BN output and its SiLU from the stored pre-BN map z instead of
-// keeping them (DESIGN.md section 3). Every gradient accumulates (+=), so slices and values read
+// keeping them (less activation memory). Every gradient accumulates (+=), so slices and values read
 // by several nodes just work.
 #include <string.h>
 

@@ -265,9 +265,8 @@ static void scatter(Multi *mt, int S, const float *targets, int nt) {
         j->n = mt->sizes[k];
         j->first = first;
         j->compute = 0;
-        const uint8_t *u8 = mt->master->input_u8;
-        // input_resident (benchmarks): each device's micro-batch is still where the last step put it
-        j->images = u8 || mt->master->input_resident ? NULL : mt->master->input + (size_t)first * S * S * 3;
+        const uint8_t *u8 = mt->images_u8;        // images NULL too: each share is still where the last step put it
+        j->images = u8 || !mt->images ? NULL : mt->images + (size_t)first * S * S * 3;
         j->images_u8 = u8 ? u8 + (size_t)first * S * S * 3 : NULL;
         j->nt = 0;
         for (int r = 0; r < nt; r++) {
@@ -357,6 +356,8 @@ static void finish_step(Multi *mt, int last, double t0, LossOut *out) {
 
 int multi_forward_backward(Multi *mt, int n, int S, const float *targets, int nt, LossOut *out, Err *err) {
     double t0 = now_seconds();
+    mt->images_u8 = mt->master->input_u8;
+    mt->images = mt->images_u8 ? NULL : mt->master->input;
     if (forward_backward(mt, n, S, targets, nt, err)) return settle(mt);
     finish_step(mt, mt->sharded ? EV_REDUCED : EV_DONE, t0, out);
     return 0;
@@ -377,8 +378,11 @@ static void after_step(Multi *mt) {
     mt->master->m.be->bind(mt->master->m.be_ctx);  // the memory query selects each GPU in turn
 }
 
-int multi_step(Multi *mt, int n, int S, const float *targets, int nt, int epoch, int i, LossOut *out, Err *err) {
+int multi_step(Multi *mt, const float *images, const uint8_t *images_u8, int n, int S, const float *targets, int nt,
+               int epoch, int i, LossOut *out, Err *err) {
     double t0 = now_seconds();
+    mt->images = images;
+    mt->images_u8 = images_u8;
     mt->zero_first = i == 0;                       // train.py zeroes the gradients at each epoch start
     if (forward_backward(mt, n, S, targets, nt, err)) return settle(mt);
     if (mt->sharded) {

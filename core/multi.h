@@ -1,4 +1,4 @@
-// multi.h: data parallelism over the devices of one process (DESIGN.md sections 1-2). A worker
+// multi.h: data parallelism over the devices of one process (README, Design). A worker
 // thread per device runs forward, assignment and backward on its micro-batch; the loss is
 // normalised by the target-score sum of the whole batch. reduce=device0: gradients are summed on
 // device 0, which clips, steps SGD and updates the EMA, and sends the new weights (and the BN running
@@ -22,14 +22,17 @@ typedef struct Multi Multi;
 // shards, peer access or host-staged copies). Returns 0, or -1 with err.
 int  multi_init(Trainer *master, const Config *cfg, const DeviceList *devs, int micro, Err *err);
 void multi_free(Trainer *master);
-// One iteration over the devices (trainer_step calls it when master->multi is set). The batch is
-// in master->input (n images) with target rows (img, cls, cx, cy, w, h). i == 0 zeroes every
-// device's gradients first (train.py zeroes them at each epoch start). Returns 0, or -1 with err
-// naming the device that failed; every worker is then idle again (no thread is left waiting).
-int  multi_step(Multi *mt, int n, int S, const float *targets, int nt, int epoch, int i, LossOut *out, Err *err);
-// Its first half: every device's forward, loss and backward, then the gradients summed: into the
-// master's (reduce=device0, the BN statistics averaged too) or into each shard's owner
-// (reduce=sharded: read them with multi_gather_state). No update, no broadcast.
+// One iteration over the devices (trainer_step_batch calls it when master->multi is set) on n images:
+// images_u8 bytes when set, else images floats (host memory; both NULL: each device's share is still
+// where the last step put it, as benchmarks time it), with target rows (img, cls, cx, cy, w, h). i == 0
+// zeroes every device's gradients first (train.py zeroes them at each epoch start). Returns 0, or -1
+// with err naming the device that failed; every worker is then idle again (no thread is left waiting).
+int  multi_step(Multi *mt, const float *images, const uint8_t *images_u8, int n, int S, const float *targets, int nt,
+                int epoch, int i, LossOut *out, Err *err);
+// Its first half on the master's batch (master->input_u8, else master->input): every device's
+// forward, loss and backward, then the gradients summed: into the master's (reduce=device0, the BN
+// statistics averaged too) or into each shard's owner (reduce=sharded: read them with
+// multi_gather_state). No update, no broadcast.
 int  multi_forward_backward(Multi *mt, int n, int S, const float *targets, int nt, LossOut *out, Err *err);
 
 // reduce=sharded keeps gradients, momentum and EMA in shards. Before reading the master's

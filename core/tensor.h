@@ -5,7 +5,7 @@
 
 // Map: an NHWC feature map with a pixel stride. Element (n,h,w,c) is data[((n*H + h)*W + w)*ld + c].
 // ld >= C; ld > C makes a channel slice of a wider buffer, so a concat is a set of slices that
-// producers write into directly, and a channel split is a slice (DESIGN.md section 4).
+// producers write into directly, and a channel split is a slice.
 // bf16 = 1: the elements are bfloat16 (2 bytes each, same indexing) although `data` is typed float:
 // a GPU's activation storage under precision=bf16 (core/act_plan.c). Only the CUDA ops read or
 // write such maps; the CPU ops and host code never see one.

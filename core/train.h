@@ -46,7 +46,6 @@ typedef struct Trainer {
     void       *loss;            // the loss work of the main head (m.be->loss_new; NULL for YOLO26)
     float      *input;           // (max_n, S, S, 3) the batch as floats in [0,1]
     const uint8_t *input_u8;     // or, when set, the loader's uint8 batch (converted on the device)
-    int         input_resident;  // 1: the batch is already on the device (bench/step's GPU-only step)
     PhaseTimes  t;
     double      lr[3];           // learning rates of the last iteration, per group (results.csv); YOLO26:
                                  // its bias, weight (Muon under MuSGD) and BN groups
@@ -99,6 +98,10 @@ void trainer_mark(Trainer *t, int mark);             // record timer mark TM_* o
 // gradients to norm 10, take the SGD step and update the EMA. Returns 0, or -1 on bad targets.
 int  trainer_step(Trainer *t, int n, int S, const float *targets, int nt, int epoch, int i,
                   LossOut *out, Err *err);
+// The same with the batch given: images_u8 bytes when set, else images floats (both NULL: the batch is
+// already in the model's input on its devices, as the benchmarks time the step alone).
+int  trainer_step_batch(Trainer *t, const float *images, const uint8_t *images_u8, int n, int S, const float *targets,
+                        int nt, int epoch, int i, LossOut *out, Err *err);
 // Save the EMA weights (what validation and detection use) as safetensors.
 int  trainer_save(const Trainer *t, const char *path, Err *err);
 

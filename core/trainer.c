@@ -275,9 +275,13 @@ void trainer_lr_at(Trainer *t, int epoch, int i) { t->fam->lr_at(t, epoch, i); }
 
 int trainer_step(Trainer *t, int n, int S, const float *targets, int nt, int epoch, int i,
                  LossOut *out, Err *err) {
-    if (t->multi) return multi_step(t->multi, n, S, targets, nt, epoch, i, out, err);
-    const float *images = t->input_u8 || t->input_resident ? NULL : t->input;
-    if (trainer_phase_forward(t, n, S, images, t->input_u8, targets, nt, err)) {
+    return trainer_step_batch(t, t->input_u8 ? NULL : t->input, t->input_u8, n, S, targets, nt, epoch, i, out, err);
+}
+
+int trainer_step_batch(Trainer *t, const float *images, const uint8_t *images_u8, int n, int S, const float *targets,
+                       int nt, int epoch, int i, LossOut *out, Err *err) {
+    if (t->multi) return multi_step(t->multi, images, images_u8, n, S, targets, nt, epoch, i, out, err);
+    if (trainer_phase_forward(t, n, S, images, images_u8, targets, nt, err)) {
         t->m.be->sync(t->m.be_ctx);                    // the forward read the batch: done before it goes back
         return -1;
     }

@@ -1,5 +1,5 @@
 // device.cu: GPU enumeration and the per-device context: streams, cuBLAS handle and the arenas,
-// each one cudaMalloc made at init (plan, then allocate: STYLE.md section 5); the input's staging
+// each one cudaMalloc made at init (plan, then allocate: a step allocates nothing); the input's staging
 // buffers and their prefetch; host page-locking; the failure probes of a fatal hook.
 #include <stdlib.h>
 #include <string.h>

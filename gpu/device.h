@@ -30,7 +30,7 @@ int gpu_list(GpuInfo *out, int max);
 #error "yolotrain needs CUDA 12.0 or newer (nvcc --version); set NVCC= for a CPU-only build"
 #endif
 
-// ---- checking (STYLE.md section 3): a failed CUDA or cuBLAS call is a bug or a dead GPU ------
+// ---- checking: a failed CUDA or cuBLAS call is a bug or a dead GPU (print the call, device_fatal) --
 #define checkCuda(e)   check_cuda_((e), #e, __FILE__, __LINE__)
 #define checkCublas(e) check_cublas_((e), #e, __FILE__, __LINE__)
 static inline void check_cuda_(cudaError_t e, const char *expr, const char *file, int line) {
@@ -51,7 +51,7 @@ static inline void check_cublas_(cublasStatus_t s, const char *expr, const char 
 #define checkLaunch(dev) checkCuda(cudaGetLastError())
 #endif
 
-// ---- arenas and the device context (STYLE.md section 5) --------------------------------------
+// ---- arenas and the device context: one context and one arena set per device ----------------
 // Arena: one cudaMalloc, handed out front to back by arena_take. `name` appears in errors.
 typedef struct { char *base; size_t size, used; const char *name; } Arena;
 

@@ -1,5 +1,6 @@
 // loader.h: worker threads that decode, augment and batch samples ahead of the trainer, into a ring
-// of batch buffers allocated once. Batches are byte-identical for any worker count (DESIGN.md §5).
+// of batch buffers allocated once. Batches are byte-identical for any worker count (each
+// sample's randomness comes from seed, epoch and index).
 // Legend: N images per batch, S square sample side (img_size), T target rows of a batch.
 #pragma once
 #include <stddef.h>

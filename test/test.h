@@ -38,7 +38,7 @@ static inline int test_summary(void) {
     return t_fail ? 1 : 0;
 }
 
-// close_enough: |got - ref| <= atol + rtol*|ref| (STYLE.md section 7)
+// close_enough: |got - ref| <= atol + rtol*|ref|: the tolerance of the CPU-vs-GPU and gradient checks
 static inline int close_enough(double got, double ref, double atol, double rtol) {
     return fabs(got - ref) <= atol + rtol * fabs(ref) && !isnan(got);
 }

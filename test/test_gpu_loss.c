@@ -12,30 +12,11 @@
 #define GPU_TESTS(X) X(test_random_cases) X(test_bad_rows) X(test_fixture) X(test_deterministic) \
     X(test_no_alloc_and_speed)
 
-#ifndef USE_CUDA
-static void skip_no_cuda(void) { SKIP("no CUDA in this build"); }
-#define RUN_SKIPPED(fn) test_run_(#fn, skip_no_cuda);
-int main(void) {
-    GPU_TESTS(RUN_SKIPPED)
-    return test_summary();
-}
-#else
+#include "test/gpu_harness.h"
+#ifdef USE_CUDA
 
 #define R LOSS_REG_MAX
 static const float GUARD = -777.0f;   // the pad channels [C, ld) of gradient maps; must survive
-
-static Device dev;
-static int dev_state;   // 0 untried, 1 ready, -1 no GPU
-
-static int gpu_ready(void) {
-    if (dev_state) return dev_state > 0;
-    GpuInfo info;
-    Err err;
-    size_t bytes[ARENA_COUNT] = { 0 };
-    dev_state = gpu_list(&info, 1) > 0 && device_init(&dev, 0, bytes, &err) == 0 ? 1 : -1;
-    return dev_state > 0;
-}
-#define NEED_GPU() do { if (!gpu_ready()) SKIP("no GPU"); } while (0)
 
 // ---- a batch on the host and on the device ------------------------------------------------------
 // Batch: head and gradient maps (N, H_l, W_l, C) with ld = C + extra, on the host (h) and the device
@@ -432,15 +413,5 @@ static void test_no_alloc_and_speed(void) {
     batch_free(&b);
 }
 
-// no arguments: every test; else only the tests named (to run a few under compute-sanitizer)
-static int wanted(const char *name, int argc, char **argv) {
-    for (int i = 1; i < argc; i++) if (!strcmp(name, argv[i])) return 1;
-    return argc < 2;
-}
-#define RUN_ONE(fn) if (wanted(#fn, argc, argv)) RUN(fn);
-int main(int argc, char **argv) {
-    GPU_TESTS(RUN_ONE)
-    if (dev_state > 0) device_free(&dev);
-    return test_summary();
-}
+GPU_MAIN()
 #endif

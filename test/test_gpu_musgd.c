@@ -27,33 +27,14 @@
 #define GPU_TESTS(X) X(test_newton_schulz) X(test_musgd_steps_sparse) X(test_musgd_steps_dense) \
     X(test_adamw_steps)
 
-#ifndef USE_CUDA
-static void skip_no_cuda(void) { SKIP("no CUDA in this build"); }
-#define RUN_SKIPPED(fn) test_run_(#fn, skip_no_cuda);
-int main(void) {
-    GPU_TESTS(RUN_SKIPPED)
-    return test_summary();
-}
-#else
+#define GPU_ARENAS { 0, 0, (size_t)1 << 20, (size_t)64 << 20, (size_t)64 << 20 }
+#include "test/gpu_harness.h"
+#ifdef USE_CUDA
 
 static const double MAX_REL = 0.15, MEAN_REL = 0.015;  // of max|X| (or D): see the header
 static const double WD = 5e-4;                         // weight decay of every step
 
-// ---- the device and host/device copies ----------------------------------------------------
-
-static Device dev;
-static int dev_state;   // 0 untried, 1 ready, -1 no GPU
-
-static int gpu_ready(void) {
-    if (dev_state) return dev_state > 0;
-    GpuInfo info;
-    Err err;
-    size_t bytes[ARENA_COUNT] = { 0, 0, (size_t)1 << 20, (size_t)64 << 20, (size_t)64 << 20 };
-    dev_state = gpu_list(&info, 1) > 0 && device_init(&dev, 0, bytes, &err) == 0 ? 1 : -1;
-    return dev_state > 0;
-}
-#define NEED_GPU() do { if (!gpu_ready()) SKIP("no GPU"); arena_reset(&dev.acts); \
-                        arena_reset(&dev.optim); } while (0)
+// ---- host/device copies (the device: test/gpu_harness.h) ------------------------------------
 
 // Every copy goes on dev.stream (non-blocking: plain cudaMemcpy would not wait for its kernels).
 static void copy_floats(float *dst, const float *src, size_t n, enum cudaMemcpyKind kind) {
@@ -400,9 +381,5 @@ static void test_adamw_steps(void) {
     model_free(&m);
 }
 
-#define RUN_ONE(fn) RUN(fn);
-int main(void) {
-    GPU_TESTS(RUN_ONE)
-    return test_summary();
-}
+GPU_MAIN()
 #endif

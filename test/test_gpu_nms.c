@@ -14,27 +14,8 @@
 
 #define GPU_TESTS(X) X(test_counts) X(test_many) X(test_ties) X(test_modes) X(test_speed)
 
-#ifndef USE_CUDA
-static void skip_no_cuda(void) { SKIP("no CUDA in this build"); }
-#define RUN_SKIPPED(fn) test_run_(#fn, skip_no_cuda);
-int main(void) {
-    GPU_TESTS(RUN_SKIPPED)
-    return test_summary();
-}
-#else
-
-static Device dev;
-static int dev_state;   // 0 untried, 1 ready, -1 no GPU
-
-static int gpu_ready(void) {
-    if (dev_state) return dev_state > 0;
-    GpuInfo info;
-    Err err;
-    size_t bytes[ARENA_COUNT] = { 0 };
-    dev_state = gpu_list(&info, 1) > 0 && device_init(&dev, 0, bytes, &err) == 0 ? 1 : -1;
-    return dev_state > 0;
-}
-#define NEED_GPU() do { if (!gpu_ready()) SKIP("no GPU"); } while (0)
+#include "test/gpu_harness.h"
+#ifdef USE_CUDA
 
 // Heads h on the GPU through backend_gpu, each image against the CPU reference. Returns the number of
 // mismatching images (printing the first difference of each); *kept sums the detections.
@@ -142,10 +123,5 @@ static void test_speed(void) {     // printed; the pass condition is equality
     heads_free(&h);
 }
 
-#define RUN_ONE(fn) RUN(fn);
-int main(void) {
-    GPU_TESTS(RUN_ONE)
-    if (dev_state > 0) device_free(&dev);
-    return test_summary();
-}
+GPU_MAIN()
 #endif

@@ -1,6 +1,6 @@
 // test_gpu_ops.c: every CUDA twin of gpu/ops.h against its CPU twin of core/ops.h on the same fresh
 // random inputs, odd shapes and channel slices (ld > C) with guard values checked after each op
-// (STYLE.md section 7). Without CUDA in the build, or without a GPU, every test is a skip.
+// (|gpu - cpu| <= atol + rtol·|cpu|, test/test.h). Without CUDA in the build, or without a GPU, every test is a skip.
 // Legend: N batch, C/K channels, H,W in, P,Q out, k kernel, G groups.
 #include <stdint.h>
 #include <string.h>
@@ -17,38 +17,20 @@
     X(test_bn_train) X(test_bn_silu) X(test_bn_eval) X(test_bn_backward) X(test_bn_silu_backward) X(test_bn_offset_variance) X(test_elementwise) X(test_maxpool)     \
     X(test_avgpool) X(test_upsample) X(test_step_allocates_nothing) X(test_init_refuses)
 
-#ifndef USE_CUDA
-static void skip_no_cuda(void) { SKIP("no CUDA in this build"); }
-#define RUN_SKIPPED(fn) test_run_(#fn, skip_no_cuda);
-int main(void) {
-    GPU_TESTS(RUN_SKIPPED)
-    return test_summary();
-}
-#else
+#define GPU_ARENAS { 0, 0, 0, (size_t)256 << 20, (size_t)256 << 20 }
+#include "test/gpu_harness.h"
+#ifdef USE_CUDA
 
 static const float GUARD = -777.0f;   // fills every element outside a slice; must survive each op
 
-// Tolerances: |gpu - cpu| <= arel·max|cpu| + rtol·|cpu|. fp32 as STYLE.md section 7; tf32 rounds
+// Tolerances: |gpu - cpu| <= arel·max|cpu| + rtol·|cpu|. fp32 at rtol 1e-4, arel 1e-5; tf32 rounds
 // GEMM inputs to 10 mantissa bits, bf16 to 8, so they are held to a share of the largest value
 // (on an H200 the worst seen were 3.1e-4 and 2.5e-3: the bounds leave a 4-6x margin).
 typedef struct { double rtol, arel; const char *name; } Tol;
 static const Tol FP32 = { 1e-4, 1e-5, "fp32" }, TF32 = { 0.0, 2e-3, "tf32" },
                  BF16 = { 0.0, 1e-2, "bf16" };
 
-// ---- the device and paired host/device buffers --------------------------------------------
-
-static Device dev;
-static int dev_state;   // 0 untried, 1 ready, -1 no GPU
-
-static int gpu_ready(void) {
-    if (dev_state) return dev_state > 0;
-    GpuInfo info;
-    Err err;
-    size_t bytes[ARENA_COUNT] = { 0, 0, 0, (size_t)256 << 20, (size_t)256 << 20 };
-    dev_state = gpu_list(&info, 1) > 0 && device_init(&dev, 0, bytes, &err) == 0 ? 1 : -1;
-    return dev_state > 0;
-}
-#define NEED_GPU() do { if (!gpu_ready()) SKIP("no GPU"); arena_reset(&dev.acts); } while (0)
+// ---- paired host/device buffers (the device: test/gpu_harness.h) -----------------------------
 
 // One (N,H,W,C) map twice: on the host (h) and the device (d), each the channel slice
 // [extra, extra+C) of a buffer with ld = C + 2*extra, all GUARD. Vectors are (1,1,1,n) maps.
@@ -677,10 +659,5 @@ static void test_init_refuses(void) {
           err.msg);
 }
 
-#define RUN_ONE(fn) RUN(fn);
-int main(void) {
-    GPU_TESTS(RUN_ONE)
-    if (dev_state > 0) device_free(&dev);
-    return test_summary();
-}
+GPU_MAIN()
 #endif

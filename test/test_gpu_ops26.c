@@ -1,6 +1,6 @@
 // test_gpu_ops26.c: the CUDA twins of core/ops26.h (gpu/dwconv.cu, gpu/attn.cu) against their CPU twins on
 // the same random inputs: odd shapes, batch 1, channel slices (ld > C) with guard values checked after
-// each op, backward onto random priors (+=). fp32, TF32 off (STYLE.md section 7). Without CUDA in the
+// each op, backward onto random priors (+=). fp32, TF32 off, to |gpu - cpu| <= atol + rtol·|cpu| (test/test.h). Without CUDA in the
 // build, or without a GPU, every test is a skip.
 // Legend: N batch, C channels, H,W in, P,Q out, k kernel, T tokens, nh heads.
 #include "core/ops26.h"
@@ -12,30 +12,12 @@
 
 #define GPU_TESTS(X) X(test_dwconv) X(test_attention)
 
-#ifndef USE_CUDA
-static void skip_no_cuda(void) { SKIP("no CUDA in this build"); }
-#define RUN_SKIPPED(fn) test_run_(#fn, skip_no_cuda);
-int main(void) {
-    GPU_TESTS(RUN_SKIPPED)
-    return test_summary();
-}
-#else
+#define GPU_ARENAS { 0, 0, 0, (size_t)256 << 20, (size_t)256 << 20 }
+#include "test/gpu_harness.h"
+#ifdef USE_CUDA
 
 static const float GUARD = -777.0f;   // fills every element outside a slice; must survive each op
 static const double RTOL = 1e-4, AREL = 1e-5;   // |gpu - cpu| <= AREL*max|cpu| + RTOL*|cpu|
-
-static Device dev;
-static int dev_state;   // 0 untried, 1 ready, -1 no GPU
-
-static int gpu_ready(void) {
-    if (dev_state) return dev_state > 0;
-    GpuInfo info;
-    Err err;
-    size_t bytes[ARENA_COUNT] = { 0, 0, 0, (size_t)256 << 20, (size_t)256 << 20 };
-    dev_state = gpu_list(&info, 1) > 0 && device_init(&dev, 0, bytes, &err) == 0 ? 1 : -1;
-    return dev_state > 0;
-}
-#define NEED_GPU() do { if (!gpu_ready()) SKIP("no GPU"); arena_reset(&dev.acts); } while (0)
 
 // One (N,H,W,C) map on the host (h) and the device (d), each the channel slice [extra, extra+C) of a
 // buffer with ld = C + 2*extra, all GUARD outside. Vectors are (1,1,1,n) maps.
@@ -193,10 +175,5 @@ static void test_attention(void) {
     }
 }
 
-#define RUN_ONE(fn) RUN(fn);
-int main(void) {
-    GPU_TESTS(RUN_ONE)
-    if (dev_state > 0) device_free(&dev);
-    return test_summary();
-}
+GPU_MAIN()
 #endif

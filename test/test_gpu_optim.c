@@ -15,33 +15,14 @@
 #define GPU_TESTS(X) X(test_sgd) X(test_ema) X(test_sumsq_scale) X(test_slots) X(test_clip_queued) X(test_loss_norm) \
     X(test_bn_apply) X(test_bn_apply_silu_backward) X(test_conv_bias_grad)
 
-#ifndef USE_CUDA
-static void skip_no_cuda(void) { SKIP("no CUDA in this build"); }
-#define RUN_SKIPPED(fn) test_run_(#fn, skip_no_cuda);
-int main(void) {
-    GPU_TESTS(RUN_SKIPPED)
-    return test_summary();
-}
-#else
+#define GPU_ARENAS { 0, 0, (size_t)1 << 20, (size_t)256 << 20, (size_t)64 << 20 }
+#include "test/gpu_harness.h"
+#ifdef USE_CUDA
 
 static const size_t SIZES[] = { 1, 7, 1000003 };
 static const float GUARD = -777.0f;   // fills a buffer outside its channel slice; must survive
 
-// ---- the device and host/device copies ----------------------------------------------------
-
-static Device dev;
-static int dev_state;   // 0 untried, 1 ready, -1 no GPU
-
-static int gpu_ready(void) {
-    if (dev_state) return dev_state > 0;
-    GpuInfo info;
-    Err err;
-    size_t bytes[ARENA_COUNT] = { 0, 0, (size_t)1 << 20, (size_t)256 << 20, (size_t)64 << 20 };
-    dev_state = gpu_list(&info, 1) > 0 && device_init(&dev, 0, bytes, &err) == 0 ? 1 : -1;
-    return dev_state > 0;
-}
-#define NEED_GPU() do { if (!gpu_ready()) SKIP("no GPU"); arena_reset(&dev.acts); \
-                        arena_reset(&dev.optim); } while (0)
+// ---- host/device copies (the device: test/gpu_harness.h) ------------------------------------
 
 static float *host_rand(size_t n, Rng *g, double lo, double hi) {
     float *h = xmalloc(n * sizeof(float));
@@ -303,7 +284,7 @@ static Pair pair_new(int N, int H, int W, int C, int extra, Rng *g, double lo, d
 static void pair_free(Pair p) { free(p.h.data - p.extra); }
 
 // The device buffer, guards included, against the host one: bit for bit (tol 0) or to
-// |gpu - cpu| <= tol·(max|cpu| + |cpu|), the fp32 bound of STYLE.md section 7 at tol 1e-5.
+// |gpu - cpu| <= tol·(max|cpu| + |cpu|), the CPU-vs-GPU fp32 bound at tol 1e-5.
 static void compare(const char *what, Pair p, double tol) {
     float *got = from_dev(p.d.data - p.extra, p.total), *ref = p.h.data - p.extra;
     double maxref = 0.0, worst = 0.0;
@@ -450,9 +431,5 @@ static void test_conv_bias_grad(void) {
     bias_case(8, 160, 160, 64, 0, &r, 1);  // a large map: where the old one-pass kernel was slow
 }
 
-#define RUN_ONE(fn) RUN(fn);
-int main(void) {
-    GPU_TESTS(RUN_ONE)
-    return test_summary();
-}
+GPU_MAIN()
 #endif

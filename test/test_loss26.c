@@ -206,7 +206,7 @@ static void scene_random(Scene *s, Rng *r) {
 }
 
 // A fixed assignment (it is detached), then central differences of the total over sampled outputs of
-// both branches, box and class channels (STYLE.md section 7). CIoU's alpha is a constant to autograd
+// both branches, box and class channels (test_ops.c's gradient check). CIoU's alpha is a constant to autograd
 // (no_grad), so the gradient is not the derivative of the loss unless the aspect term v is flat: with
 // square targets and square predictions v = 0 and dv = 0, and the two agree to O(h^2). The alpha rule
 // itself is checked on loss_ciou by test_loss.c (test_ciou_gradient).

@@ -1,4 +1,4 @@
-// test_ops.c: the CPU ops of core/ops.h. Gradient checks (STYLE.md section 7) for every op with a
+// test_ops.c: the CPU ops of core/ops.h. Gradient checks (central differences of a random-weighted sum, in double) for every op with a
 // backward, the GEMM conv path against the plain loops on channel slices with guard values, and
 // BatchNorm against a double-precision computation. Legend: N batch, C/K channels, H,W in, P,Q out.
 #include "core/ops.h"
