@@ -56,7 +56,7 @@ else
   CFLAGS  += -DUSE_CUDA -I$(CUDA_HOME)/include
   override NVFLAGS += -DUSE_CUDA
   LDLIBS  += -L$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
-  GPU_SRCS := $(wildcard gpu/*.cu gpu/*.c)
+  GPU_SRCS := $(wildcard gpu/*.cu gpu/*.c gpu/*/*.cu gpu/*/*.c)
   # cuDNN 9 (optional): detected by its header like nvcc; the library is opened at run time
   # (gpu/cudnn_conv.c), so a binary built with it still runs, on im2col + cuBLAS, where it is absent.
   # `make CUDNN=` builds without it; CUDNN_INCLUDE names another header folder.
@@ -72,7 +72,7 @@ else
 endif
 
 B        := build/$(VARIANT)$(if $(SANITIZE),-san)
-LIB_SRCS := $(filter-out core/main.c,$(wildcard core/*.c io/*.c cfg/*.c))
+LIB_SRCS := $(filter-out core/main.c,$(wildcard core/*.c core/*/*.c io/*.c io/*/*.c cfg/*.c cfg/*/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(B)/%.o) $(patsubst %.c,$(B)/%.o,$(GPU_SRCS:%.cu=$(B)/%.o))
 TEST_SRCS:= $(wildcard test/test_*.c)
 TESTS    := $(TEST_SRCS:test/%.c=$(B)/test/%)
