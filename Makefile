@@ -97,7 +97,7 @@ $(B)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -MMD -MP -c -o $@ $<
 
-$(B)/test/%: test/%.c $(B)/libyt.a test/test.h test/gpu_harness.h
+$(B)/test/%: test/%.c $(B)/libyt.a test/test.h test/gpu_harness.h test/trainer_host.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(B)/libyt.a $(LDLIBS)
 

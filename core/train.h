@@ -32,7 +32,6 @@ typedef struct Trainer {
     LossBatch   lb_aux;          // a dual head (m.n_aux > 0): the auxiliary maps of the same batch,
     Map         grad_aux[LOSS_LEVELS];
     void       *loss_aux;        // their own assignment (the backend's loss work, m.be->loss_new)
-    LossNorm    tss_local;       // the local target-score sums of the last assignment (host phase API)
     double     *scal;            // (SC_COUNT) the step's values in the backend's memory (SC_*)
     void       *tm[TM_COUNT];    // the step's timer marks (TM_*), and which were recorded
     unsigned    tm_set;
@@ -64,19 +63,6 @@ int  trainer_init_replica(Trainer *t, const Config *cfg, int gpu, int micro, Err
 struct DeviceList;
 int  trainer_init_devices(Trainer *t, const Config *cfg, int nb, const struct DeviceList *devs, Err *err);
 void trainer_free(Trainer *t);
-// The iteration in phases (a multi-device step runs them on every device, with the normaliser
-// summed over devices between the first two). images: n (S,S,3) floats in host memory.
-// images_u8 bytes when set, else images floats (NULL: the batch is already on the device)
-int  trainer_forward_assign(Trainer *t, int n, int S, const float *images, const uint8_t *images_u8,
-                            const float *targets, int nt, double *tss, Err *err);
-void trainer_compute_backward(Trainer *t, int n, double norm, double batch_mult, LossOut *out);
-// The same phases with one normaliser per head output (LossNorm, core/loss.h), for a dual head
-// (yolov9-s): several devices sum tss->main and tss->aux over devices separately and pass max(sum, 1)
-// of each. The two above are these for the main head; with a dual head, trainer_compute_backward
-// normalises the auxiliary head by its local sum, which is exact on one device only.
-int  trainer_forward_assign_heads(Trainer *t, int n, int S, const float *images, const uint8_t *images_u8,
-                                  const float *targets, int nt, LossNorm *tss, Err *err);
-void trainer_compute_backward_heads(Trainer *t, int n, const LossNorm *norm, double batch_mult, LossOut *out);
 void trainer_update(Trainer *t, int epoch, int i);   // schedule; maybe clip, SGD, EMA (queued)
 // The learning rates of iteration (epoch, i) into t->lr without advancing the schedule: a run resumed
 // after its epoch's last batch (stopped during validation) logs them as the run that went on.
@@ -86,7 +72,9 @@ void trainer_lr_at(Trainer *t, int epoch, int i);
 // the normalisers max(Σ, 1) from n_tss pairs of sums at tss (t's memory; NULL: scal[SC_NORM..] is
 // already set), the loss and backward. After the step's one wait (the backend's sync, or a later
 // point of a stream that waited for this device) trainer_read_times adds the phases' times to t->t
-// (and into *delta when not NULL) and trainer_phase_items gives the loss items.
+// (and into *delta when not NULL) and trainer_phase_items gives the loss items. images: n (S,S,3)
+// floats in host memory, images_u8 bytes when set (NULL both: the batch is already on the device).
+// test/trainer_host.h has the same phases with their values on the host, for tests.
 int  trainer_phase_forward(Trainer *t, int n, int S, const float *images, const uint8_t *images_u8,
                            const float *targets, int nt, Err *err);
 void trainer_phase_backward(Trainer *t, int n, const double *tss, int n_tss, double batch_mult);

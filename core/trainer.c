@@ -228,41 +228,6 @@ void trainer_phase_items(Trainer *t, LossOut *out) {
     t->fam->items(t, out);
 }
 
-// ---- the same phases with host values (tests and inspection: they wait for the device) ---------
-
-int trainer_forward_assign_heads(Trainer *t, int n, int S, const float *images, const uint8_t *images_u8,
-                                 const float *targets, int nt, LossNorm *tss, Err *err) {
-    double v[2] = { 0, 0 };
-    int rc = trainer_phase_forward(t, n, S, images, images_u8, targets, nt, err);
-    if (!rc) t->m.be->download(t->m.be_ctx, (float *)v, (const float *)(t->scal + SC_TSS), 4);   // 2 doubles
-    *tss = (LossNorm){ v[0], v[1] };
-    t->tss_local = *tss;
-    trainer_read_times(t, NULL);
-    return rc;
-}
-
-int trainer_forward_assign(Trainer *t, int n, int S, const float *images, const uint8_t *images_u8,
-                           const float *targets, int nt, double *tss, Err *err) {
-    LossNorm both;
-    int rc = trainer_forward_assign_heads(t, n, S, images, images_u8, targets, nt, &both, err);
-    *tss = both.main;
-    return rc;
-}
-
-void trainer_compute_backward_heads(Trainer *t, int n, const LossNorm *norm, double batch_mult, LossOut *out) {
-    double v[2] = { norm->main, norm->aux };
-    t->m.be->upload(t->m.be_ctx, (float *)(t->scal + SC_NORM), (const float *)v, 4);   // 2 doubles
-    trainer_phase_backward(t, n, NULL, 0, batch_mult);
-    t->m.be->sync(t->m.be_ctx);
-    trainer_read_times(t, NULL);
-    trainer_phase_items(t, out);
-}
-
-void trainer_compute_backward(Trainer *t, int n, double norm, double batch_mult, LossOut *out) {
-    LossNorm both = { norm, t->tss_local.aux > 1 ? t->tss_local.aux : 1 };
-    trainer_compute_backward_heads(t, n, &both, batch_mult, out);
-}
-
 void trainer_update(Trainer *t, int epoch, int i) {
     trainer_mark(t, TM_U0);
     t->fam->update(t, epoch, i);                       // SGD; YOLO26: MuSGD, AdamW or SGD over its 8 groups

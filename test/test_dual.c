@@ -3,6 +3,7 @@
 // head maps, every parameter gradient and the BN running statistics; then the export to gelan-s.
 // Legend: N batch, C channels, H,W map size; fixture maps are NCHW, ours NHWC.
 #include "test/test.h"
+#include "test/trainer_host.h"
 
 #include "cfg/config.h"
 #include "core/export.h"

@@ -1,6 +1,7 @@
 // test_gpu_train.c: training on the GPU. The first steps match the CPU's losses; bf16 and tf32
 // training track the fp32 loss curve over a few hundred steps; the step loop allocates nothing.
 #include "test/test.h"
+#include "test/trainer_host.h"
 
 #include "cfg/config.h"
 #include "core/train.h"

@@ -5,6 +5,7 @@
 // weights, momentum and EMA of one device; a checkpoint of a sharded run resumes exactly;
 // split=auto moves images off a slow device; a failing device stops the step without a hang.
 #include "test/test.h"
+#include "test/trainer_host.h"
 
 #include <cblas.h>
 #include <signal.h>
