@@ -105,7 +105,7 @@ typedef struct Backend {
     void (*attn_forward)(void *ctx, const AttnDims *d, Map qkv, Map y, Map v, float *p);
     void (*attn_backward)(void *ctx, const AttnDims *d, Map qkv, const float *p, Map dy, Map dv, Map dqkv,
                           float *ws);
-    // A step without host waits (core/train.c, core/multi.c): the values the host used to read back
+    // A step without host waits (core/trainer.c, core/multi.c): the values the host used to read back
     // stay in the backend's memory. grad_sumsq_to: Σ g² of prep's slots into *dst (a double, as
     // grad_sumsq). grad_clip: clip_grad_norm from n such sums (added in order): total = sqrt(Σ), coef =
     // 1 / (total + 1e-6) * max_norm in fp32, g *= coef where coef < 1. loss_norm: dst[h] =
@@ -153,7 +153,7 @@ typedef struct Backend {
     void (*rec_replay)(void *ctx, void *rec);
     void (*rec_free)(void *ctx, void *rec);
 
-    // ---- what a trainer needs from a device beyond the ops (core/train.c, core/multi.c) ------------
+    // ---- what a trainer needs from a device beyond the ops (core/trainer.c, core/multi*.c) ---------
     // Devices, without a ctx: device_list fills up to max GPUs present (their count; the CPU: 0);
     // model_to_device plans m's memory on GPU id at `precision` (a master's plan holds the optimizer's
     // states), prints the plan, allocates it, uploads the state and switches m to this backend (ctx:

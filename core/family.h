@@ -1,5 +1,5 @@
 // family.h: what differs between the model families the trainer trains, as one table the step
-// (core/train.c) calls without asking which family it has: gelan and yolov9 (DDetect heads, a dual
+// (core/trainer.c) calls without asking which family it has: gelan and yolov9 (DDetect heads, a dual
 // head's auxiliary branch, SGD; core/family_gelan.c) and YOLO26 (the end-to-end head's two branches
 // weighted by ProgLoss, MuSGD/AdamW/SGD over eight groups; core/train26.c). Checkpoints need no entry:
 // both families keep their optimizer state in t->sgd's buffer (YOLO26: its whole block, n_train its

@@ -1,5 +1,6 @@
 // train26.c: see train26.h. Ultralytics 8.4.14 engine/trainer.py (build_optimizer, the warmup of
-// _do_train, optimizer_step) and utils/loss.py E2ELoss, fitted into core/train.c's phases.
+// _do_train, optimizer_step) and utils/loss.py E2ELoss, fitted into the trainer's phases (core/trainer.c)
+// as the YOLO26 family (core/family.h).
 #include "core/train26.h"
 
 #include <stdio.h>
@@ -135,7 +136,7 @@ void train26_free(Trainer *t) {
 
 // ---- loss ------------------------------------------------------------------------------------
 
-// The trainer's maps of the batch (core/train.c loss_batch): head[] is the one-to-one branch, aux[]
+// The trainer's maps of the batch (core/trainer.c loss_batch): head[] is the one-to-one branch, aux[]
 // the one-to-many one; channels [4 ltrb | nc logits].
 static void batch_of(Trainer *t) {
     Train26 *y = t->y26;

@@ -3,9 +3,11 @@
 // this after test/test.h:
 // - without CUDA in the build, this is the file's main(): every test of GPU_TESTS is a skip ("no CUDA in
 //   this build");
-// - with CUDA, `dev` is GPU 0's context, made at the first NEED_GPU(), the first line of every test (a
-//   machine without a GPU skips the test; the acts and optim arenas start empty), and GPU_MAIN() after
-//   the tests is the file's main: every test (or those named on the command line), then the device freed.
+// - with CUDA and GPU_OWN_DEVICE defined (a file that makes its own device), nothing more;
+// - with CUDA otherwise, `dev` is GPU 0's context, made at the first NEED_GPU(), the first line of every
+//   test (a machine without a GPU skips the test; the acts and optim arenas start empty), and GPU_MAIN()
+//   after the tests is the file's main: every test (or those named on the command line), then the
+//   device freed.
 #pragma once
 
 #ifndef USE_CUDA
@@ -15,7 +17,7 @@ int main(void) {
     GPU_TESTS(RUN_SKIPPED)
     return test_summary();
 }
-#else
+#elif !defined(GPU_OWN_DEVICE)
 #include "gpu/device.h"
 
 #ifndef GPU_ARENAS

@@ -17,14 +17,9 @@
 
 #define GPU_TESTS(X) X(test_conv_input) X(test_conv_output) X(test_conv_backward) X(test_bn) X(test_pools_and_copies)
 
-#ifndef USE_CUDA
-static void skip_no_cuda(void) { SKIP("no CUDA in this build"); }
-#define RUN_SKIPPED(fn) test_run_(#fn, skip_no_cuda);
-int main(void) {
-    GPU_TESTS(RUN_SKIPPED)
-    return test_summary();
-}
-#else
+#define GPU_OWN_DEVICE
+#include "test/gpu_harness.h"
+#ifdef USE_CUDA
 
 static Device dev;
 static int dev_state;   // 0 untried, 1 ready, -1 no GPU

@@ -13,14 +13,9 @@
 
 #define GPU_TESTS(X) X(test_device_post_same)
 
-#ifndef USE_CUDA
-static void skip_no_cuda(void) { SKIP("no CUDA in this build"); }
-#define RUN_SKIPPED(fn) test_run_(#fn, skip_no_cuda);
-int main(void) {
-    GPU_TESTS(RUN_SKIPPED)
-    return test_summary();
-}
-#else
+#define GPU_OWN_DEVICE
+#include "test/gpu_harness.h"
+#ifdef USE_CUDA
 
 static int have_gpu(void) { GpuInfo g[1]; return gpu_list(g, 1) > 0; }
 
