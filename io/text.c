@@ -69,9 +69,16 @@ static int add_face(const char *file, int index) {
 }
 
 #ifdef USE_FONTCONFIG
+static void fc_done(void) { FcFini(); }        // fontconfig's own state, else a leak checker reports it
+
 // The file of fontconfig's best sans-serif font having cp (0: any), or -1.
 static int fc_lookup(uint32_t cp) {
-    if (!FcInit()) return -1;
+    static int started;
+    if (!started) {
+        if (!FcInit()) return -1;
+        started = 1;
+        atexit(fc_done);
+    }
     FcPattern *p = FcNameParse((const FcChar8 *)"sans-serif");
     FcPatternAddBool(p, FC_SCALABLE, FcTrue);
     if (cp) {
