@@ -58,10 +58,10 @@ ifneq ($(FREETYPE),)
     CFLAGS  += -DUSE_FONTCONFIG
     FT_LIBS += $(or $(shell pkg-config --libs fontconfig 2>/dev/null),-lfontconfig)
   else
-    $(info fontconfig not found: text uses DejaVu Sans from its usual path, no per-character font lookup)
+    $(info fontconfig not found or disabled: text uses DejaVu Sans from its usual path, no per-character font lookup)
   endif
 else
-  $(info FreeType not found: text in plots and pictures uses the 5x7 bitmap font (ASCII only))
+  $(info FreeType not found or disabled: text in plots and pictures uses the 5x7 bitmap font (ASCII only))
 endif
 LDLIBS  += $(THIRD) $(FT_LIBS) -lpthread -lm
 
