@@ -34,11 +34,7 @@ static void class_histogram(Image *im, Axes *cell, const float *box, int n, int 
     for (int c = 0; c < nc; c++)
         plot_fill(im, (int)axes_px(&a, c - 0.4), (int)axes_py(&a, count[c]), (int)axes_px(&a, c + 0.4), (int)axes_py(&a, 0),
                   PALETTE[c % 20]);
-    a.xmin = a.xmax;                              // no numeric x ticks: the class names below instead
-    Axes ya = a;
-    ya.xmin = 0; ya.xmax = 1;
-    axes_frame(&ya, 0, 5, font);
-    a.xmin = -0.5 - 0.04 * nc;
+    axes_frame(&a, 0, 5, font);                   // y ticks only: the class names go below instead
     for (int c = 0; names && nc < 30 && c < nc; c++) {
         int w, h, x = (int)axes_px(&a, c);
         text_measure(names[c], font, &w, &h);
