@@ -44,7 +44,26 @@ ifneq ($(STATIC),)
   # static OpenBLAS pulls in libgfortran (LAPACK parts); link that statically too
   THIRD := -Wl,-Bstatic -lpng16 -ljpeg -linih -lyaml -lopenblas -lgfortran -lquadmath -lz -Wl,-Bdynamic
 endif
-LDLIBS  += $(THIRD) -lpthread -lm
+# FreeType and fontconfig (optional): text in plots and pictures through a real font (io/text.c),
+# detected with pkg-config (or their headers) like nvcc; without them the 5x7 bitmap font (ASCII).
+# `make FREETYPE=` builds without both, `make FONTCONFIG=` without fontconfig's font lookup. Linked
+# dynamically even under STATIC=1 (their static forms pull in more libraries).
+FT_INC     := $(firstword $(wildcard /usr/include/freetype2/ft2build.h /usr/local/include/freetype2/ft2build.h))
+FREETYPE   ?= $(or $(shell pkg-config --exists freetype2 2>/dev/null && echo pkg-config),$(FT_INC))
+FONTCONFIG ?= $(or $(shell pkg-config --exists fontconfig 2>/dev/null && echo pkg-config),$(wildcard /usr/include/fontconfig/fontconfig.h))
+ifneq ($(FREETYPE),)
+  CFLAGS += -DUSE_FREETYPE $(or $(shell pkg-config --cflags freetype2 2>/dev/null),-I$(dir $(FT_INC)))
+  FT_LIBS := $(or $(shell pkg-config --libs freetype2 2>/dev/null),-lfreetype)
+  ifneq ($(FONTCONFIG),)
+    CFLAGS  += -DUSE_FONTCONFIG
+    FT_LIBS += $(or $(shell pkg-config --libs fontconfig 2>/dev/null),-lfontconfig)
+  else
+    $(info fontconfig not found or disabled: text uses DejaVu Sans from its usual path, no per-character font lookup)
+  endif
+else
+  $(info FreeType not found or disabled: text in plots and pictures uses the 5x7 bitmap font (ASCII only))
+endif
+LDLIBS  += $(THIRD) $(FT_LIBS) -lpthread -lm
 
 ifeq ($(NVCC),)
   $(info nvcc not found or disabled: building CPU-only yolotrain)
@@ -131,9 +150,11 @@ deps:
 	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	 if command -v apt-get >/dev/null; then \
 	   $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends \
-	     gcc make libpng-dev libjpeg62-turbo-dev libinih-dev libyaml-dev libopenblas-dev zlib1g-dev gfortran \
+	     gcc make pkg-config libpng-dev libjpeg62-turbo-dev libinih-dev libyaml-dev libopenblas-dev zlib1g-dev gfortran \
 	   || $$SUDO apt-get install -y -qq --no-install-recommends \
-	     gcc make libpng-dev libjpeg-turbo8-dev libinih-dev libyaml-dev libopenblas-dev zlib1g-dev gfortran; \
+	     gcc make pkg-config libpng-dev libjpeg-turbo8-dev libinih-dev libyaml-dev libopenblas-dev zlib1g-dev gfortran; \
+	   $$SUDO apt-get install -y -qq --no-install-recommends libfreetype-dev libfontconfig-dev fonts-dejavu-core >/dev/null 2>&1 \
+	     || echo "make deps: FreeType/fontconfig/DejaVu not installed: plots and pictures use the 5x7 bitmap font"; \
 	   $$SUDO apt-get install -y -qq --no-install-recommends clang libclang-rt-dev >/dev/null 2>&1 \
 	     || echo "make deps: clang's libFuzzer runtime not installed: make fuzz will not build"; \
 	   if apt-cache policy python3-onnx 2>/dev/null | grep -q 'Candidate: [0-9]'; then \

@@ -21,6 +21,7 @@
 #include "io/augment.h"
 #include "io/dataset.h"
 #include "io/image.h"
+#include "io/text.h"
 #include "io/pt.h"
 #include "io/synth.h"
 
@@ -273,7 +274,7 @@ static void class_colour(int c, uint8_t rgb[3]) {
 
 static void draw(Image *im, const Det *d, int nd, char *const *names) {
     int lw = (int)fmax(round((im->w + im->h + 3) / 2.0 * 0.003), 2);   // the reference's line width
-    int scale = lw > 2 ? lw - 1 : 1;
+    int px = lw * 7 > 11 ? lw * 7 : 11;                 // about the height of the reference's cv2 label
     static const uint8_t white[3] = { 255, 255, 255 };
     for (int i = nd - 1; i >= 0; i--) {                 // reversed, as detect.py: best on top
         uint8_t c[3];
@@ -282,9 +283,10 @@ static void draw(Image *im, const Det *d, int nd, char *const *names) {
         image_draw_rect(im, x1, y1, x2, y2, lw, c);
         char label[160];
         snprintf(label, sizeof label, "%s %.2f", names[d[i].cls], d[i].conf);
-        int tw, th;
-        image_text_size(label, scale, &tw, &th);
-        image_draw_text_scaled(im, x1, y1 >= th ? y1 - th : y1, scale, label, white, c);
+        int tw, th, pad = lw / 2 + 1;
+        text_measure(label, px, &tw, &th);
+        th += 2 * pad;
+        text_label(im, x1, y1 >= th ? y1 - th : y1, label, px, white, c, pad, NULL, NULL);
     }
 }
 

@@ -9,7 +9,7 @@
 
 #include "core/util.h"
 
-#define PX 1000        // X: np.linspace(0, 1, 1000), the confidence axis of the P, R, F1 curves
+#define PX METRICS_PX   // X: np.linspace(0, 1, 1000), the confidence axis of the P, R, F1 curves
 #define EPS 1e-16
 
 void metrics_iou_thresholds(float iouv[METRICS_NIOU]) {
@@ -75,7 +75,7 @@ void metrics_stats_init(MetricsStats *s, int nc) {
 }
 
 void metrics_stats_free(MetricsStats *s) {
-    free(s->tp); free(s->conf); free(s->cls); free(s->nt);
+    free(s->tp); free(s->conf); free(s->cls); free(s->nt); free(s->cm);
     memset(s, 0, sizeof *s);
 }
 
@@ -96,6 +96,7 @@ void metrics_stats_add(MetricsStats *s, const Det *det, int nd, const Det *gt, i
         if (gt[i].cls < 0 || gt[i].cls >= s->nc) die("metrics_stats_add: label class %d", gt[i].cls);
         s->nt[gt[i].cls]++;
     }
+    confusion_image(det, nd, gt, ng, s->nc, CONFUSION_CONF, CONFUSION_IOU, &s->cm, &s->n_cm, &s->cap_cm);
     s->n += nd;
     s->images++;
 }
@@ -114,6 +115,10 @@ void metrics_stats_merge(MetricsStats *into, const MetricsStats *from) {
         memcpy(into->cls + into->n, from->cls, sizeof *from->cls * from->n);
     }
     for (int c = 0; c < into->nc; c++) into->nt[c] += from->nt[c];
+    if (into->n_cm + from->n_cm > into->cap_cm)
+        into->cap_cm = into->n_cm + from->n_cm + 64, into->cm = xrealloc(into->cm, sizeof *into->cm * into->cap_cm);
+    if (from->n_cm) memcpy(into->cm + into->n_cm, from->cm, sizeof *from->cm * from->n_cm);
+    into->n_cm += from->n_cm;
     into->n += from->n;
     into->images += from->images;
 }
@@ -136,7 +141,9 @@ double metrics_interp(double x, const double *xp, const double *fp, int n, doubl
     return y;
 }
 
-double metrics_compute_ap(const double *recall, const double *precision, int n) {
+// compute_ap, and when py is not NULL the precision envelope at recall px (PX points), what
+// ap_per_class plots as the PR curve.
+static double compute_ap(const double *recall, const double *precision, int n, double *py) {
     double *mrec = xmalloc(sizeof *mrec * (n + 2)), *mpre = xmalloc(sizeof *mpre * (n + 2));
     mrec[0] = 0; mpre[0] = 1;
     for (int i = 0; i < n; i++) mrec[i + 1] = recall[i], mpre[i + 1] = precision[i];
@@ -148,13 +155,19 @@ double metrics_compute_ap(const double *recall, const double *precision, int n) 
         ap += (x1 - x0) * (y0 + y1) / 2.0;
         x0 = x1; y0 = y1;
     }
+    for (int x = 0; py && x < PX; x++) py[x] = metrics_interp(linspace_at(x, PX), mrec, mpre, n + 2, mpre[0], mpre[n + 1]);
     free(mrec); free(mpre);
     return ap;
 }
 
+double metrics_compute_ap(const double *recall, const double *precision, int n) {
+    return compute_ap(recall, precision, n, NULL);
+}
+
 // One class: cumulative TP/FP of its np_ detections dets (in confidence order), AP at every threshold,
-// and its P and R curves over px from the IoU-0.5 column.
-static void class_curves(const MetricsStats *s, const int *dets, int np_, int c, double *ap, double *pc, double *rc) {
+// its P and R curves over px from the IoU-0.5 column and its PR curve py (IoU 0.5).
+static void class_curves(const MetricsStats *s, const int *dets, int np_, int c, double *ap, double *pc, double *rc,
+                         double *py) {
     int nl = s->nt[c];
     if (!np_) return;                         // AP 0, P = R = 0, as the reference's zeros
     double *xp = xmalloc(sizeof *xp * np_), *rec = xmalloc(sizeof *rec * np_), *pre = xmalloc(sizeof *pre * np_);
@@ -167,7 +180,7 @@ static void class_curves(const MetricsStats *s, const int *dets, int np_, int c,
             rec[i] = tpc / (nl + EPS);
             pre[i] = tpc / (tpc + fpc);
         }
-        ap[t] = metrics_compute_ap(rec, pre, np_);
+        ap[t] = compute_ap(rec, pre, np_, t ? NULL : py);
         if (t) continue;
         for (int x = 0; x < PX; x++) {
             double q = -linspace_at(x, PX);
@@ -193,17 +206,22 @@ static void bucket_by_class(const MetricsStats *s, const int *order, int *start,
     free(fill);
 }
 
+void metrics_smooth(const double *y, int n, double f, double *out) {
+    int nf = (int)lround(n * f * 2) / 2 + 1, half = nf / 2;
+    for (int x = 0; x < n; x++) {
+        double v = 0;
+        for (int k = x - half; k <= x + half; k++) v += y[k < 0 ? 0 : k >= n ? n - 1 : k] * (1.0 / nf);
+        out[x] = v;
+    }
+}
+
 // The index of the max of smooth(mean F1, 0.1): a 101-tap box filter over the curve padded with 50
 // copies of each end value (np.convolve 'valid'); the first maximum wins, as np.argmax.
 static int best_f1_index(const double *f1) {
-    enum { NF = 101, HALF = NF / 2 };
+    double sm[PX];
+    metrics_smooth(f1, PX, 0.1, sm);
     int best = 0;
-    double best_v = -1;
-    for (int x = 0; x < PX; x++) {
-        double v = 0;
-        for (int k = x - HALF; k <= x + HALF; k++) v += f1[k < 0 ? 0 : k >= PX ? PX - 1 : k] * (1.0 / NF);
-        if (v > best_v) best_v = v, best = x;
-    }
+    for (int x = 1; x < PX; x++) if (sm[x] > sm[best]) best = x;
     return best;
 }
 
@@ -230,6 +248,35 @@ static int any_tp(const MetricsStats *s) {
     return 0;
 }
 
+void metrics_curves(const MetricsStats *s, MetricsCurves *c) {
+    memset(c, 0, sizeof *c);
+    c->cls = xmalloc(sizeof *c->cls * (s->nc + 1));
+    for (int k = 0; k < s->nc; k++) if (s->nt[k]) c->cls[c->k++] = k;
+    size_t n = (size_t)c->k * PX + 1;
+    c->p = xcalloc(n, sizeof *c->p); c->r = xcalloc(n, sizeof *c->r);
+    c->f1 = xcalloc(n, sizeof *c->f1); c->pr = xcalloc(n, sizeof *c->pr);
+    c->ap = xcalloc(c->k + 1, sizeof *c->ap);
+    c->n_pred = xcalloc(c->k + 1, sizeof *c->n_pred);
+    int *order = confidence_order(s), *start = xmalloc(sizeof *start * (s->nc + 1));
+    int *by_class = xmalloc(sizeof *by_class * (s->n + 1));
+    bucket_by_class(s, order, start, by_class);
+    for (int i = 0; i < c->k; i++) {
+        int k = c->cls[i];
+        size_t o = (size_t)i * PX;
+        c->n_pred[i] = start[k + 1] - start[k];
+        class_curves(s, by_class + start[k], c->n_pred[i], k, c->ap[i], c->p + o, c->r + o, c->pr + o);
+        for (int x = 0; x < PX; x++) c->f1[o + x] = 2 * c->p[o + x] * c->r[o + x] / (c->p[o + x] + c->r[o + x] + EPS);
+    }
+    free(order); free(start); free(by_class);
+}
+
+void metrics_curves_free(MetricsCurves *c) {
+    free(c->cls); free(c->p); free(c->r); free(c->f1); free(c->pr); free(c->ap); free(c->n_pred);
+    memset(c, 0, sizeof *c);
+}
+
+double metrics_px(int x) { return linspace_at(x, PX); }
+
 void metrics_compute(const MetricsStats *s, Metrics *m) {
     memset(m, 0, sizeof *m);
     m->nc = s->nc; m->images = s->images;
@@ -239,34 +286,28 @@ void metrics_compute(const MetricsStats *s, Metrics *m) {
     m->p = xcalloc(s->nc + 1, sizeof *m->p);  m->r = xcalloc(s->nc + 1, sizeof *m->r);
     m->ap50 = xcalloc(s->nc + 1, sizeof *m->ap50);  m->ap = xcalloc(s->nc + 1, sizeof *m->ap);
     if (!any_tp(s)) return;                   // val.py: `if len(stats) and stats[0].any()`
-    for (int c = 0; c < s->nc; c++) if (s->nt[c]) m->cls[m->k++] = c;
-    int *order = confidence_order(s), *start = xmalloc(sizeof *start * (s->nc + 1));
-    int *by_class = xmalloc(sizeof *by_class * (s->n + 1));
-    bucket_by_class(s, order, start, by_class);
-    double *pc = xcalloc((size_t)m->k * PX, sizeof *pc), *rc = xcalloc((size_t)m->k * PX, sizeof *rc);
+    MetricsCurves cv;
+    metrics_curves(s, &cv);
+    m->k = cv.k;
     double *f1 = xcalloc(PX, sizeof *f1);
     for (int i = 0; i < m->k; i++) {
-        double ap[METRICS_NIOU] = { 0 };
-        int c = m->cls[i];
-        class_curves(s, by_class + start[c], start[c + 1] - start[c], c, ap, pc + (size_t)i * PX, rc + (size_t)i * PX);
-        m->ap50[i] = ap[0];
-        for (int t = 0; t < METRICS_NIOU; t++) m->ap[i] += ap[t];
+        m->cls[i] = cv.cls[i];
+        m->ap50[i] = cv.ap[i][0];
+        for (int t = 0; t < METRICS_NIOU; t++) m->ap[i] += cv.ap[i][t];
         m->ap[i] /= METRICS_NIOU;
     }
     for (int x = 0; x < PX; x++) {            // f1.mean(0): the mean over classes of each class's F1
-        for (int i = 0; i < m->k; i++) {
-            double p = pc[(size_t)i * PX + x], r = rc[(size_t)i * PX + x];
-            f1[x] += 2 * p * r / (p + r + EPS);
-        }
+        for (int i = 0; i < m->k; i++) f1[x] += cv.f1[(size_t)i * PX + x];
         f1[x] /= m->k;
     }
     int best = best_f1_index(f1);
     for (int i = 0; i < m->k; i++) {
-        m->p[i] = pc[(size_t)i * PX + best]; m->r[i] = rc[(size_t)i * PX + best];
+        m->p[i] = cv.p[(size_t)i * PX + best]; m->r[i] = cv.r[(size_t)i * PX + best];
         m->mp += m->p[i]; m->mr += m->r[i]; m->map50 += m->ap50[i]; m->map += m->ap[i];
     }
     m->mp /= m->k; m->mr /= m->k; m->map50 /= m->k; m->map /= m->k;
-    free(order); free(start); free(by_class); free(pc); free(rc); free(f1);
+    metrics_curves_free(&cv);
+    free(f1);
 }
 
 void metrics_free(Metrics *m) {

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/confusion.h"
 #include "core/nms.h"
 
 #define METRICS_NIOU 10
@@ -31,12 +32,15 @@ typedef struct {
     int     *cls;                       // (n)
     int     *nt;                        // (nc) labels per class
     int      images;
+    ConfusionCell *cm;                  // (n_cm) the confusion matrix's counts (core/confusion.h)
+    int      n_cm, cap_cm;
 } MetricsStats;
 
 void metrics_stats_init(MetricsStats *s, int nc);
 void metrics_stats_free(MetricsStats *s);
-// Add one image: its detections (in NMS order) and labels, both in the same pixel frame. Classes
-// outside [0, nc) are the caller's bug (die).
+// Add one image: its detections (in NMS order) and labels, both in the same pixel frame; also its
+// confusion-matrix counts (confusion_image at CONFUSION_CONF / CONFUSION_IOU). Classes outside [0, nc)
+// are the caller's bug (die).
 void metrics_stats_add(MetricsStats *s, const Det *det, int nd, const Det *gt, int ng);
 
 // Append the images of `from` (same nc) after those of `into`, as if added to it in that order.
@@ -56,6 +60,25 @@ typedef struct {
 // metric is 0, as val.py skips ap_per_class then.
 void metrics_compute(const MetricsStats *s, Metrics *m);
 void metrics_free(Metrics *m);
+// The curves ap_per_class plots (plot=True) over the confidence (or recall) axis px = linspace(0, 1,
+// METRICS_PX), for the K classes with labels (ascending): precision p, recall r (IoU 0.5, np.interp
+// with left 1 and 0), F1 = 2pr / (p + r + 1e-16), and pr, the precision envelope at recall px (what
+// the PR curve shows; zeros for a class without detections, which the reference leaves out); ap
+// at the ten IoU thresholds. metrics_compute reads P, R and AP from these.
+#define METRICS_PX 1000
+typedef struct {
+    int     k;
+    int    *cls;                        // (K)
+    int    *n_pred;                     // (K) detections of the class
+    double *p, *r, *f1, *pr;            // (K, METRICS_PX)
+    double (*ap)[METRICS_NIOU];         // (K, T)
+} MetricsCurves;
+void   metrics_curves(const MetricsStats *s, MetricsCurves *c);
+void   metrics_curves_free(MetricsCurves *c);
+double metrics_px(int x);               // px[x]: np.linspace(0, 1, METRICS_PX)[x]
+// smooth(y, f): a box filter of round(n * f * 2) // 2 + 1 taps over y padded with copies of its ends.
+void   metrics_smooth(const double *y, int n, double f, double *out);
+
 // fitness (YOLOv9): 0.1 * mAP50 + 0.9 * mAP50-95.
 double metrics_fitness(const Metrics *m);
 

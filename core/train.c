@@ -29,6 +29,7 @@
 #include "core/multi.h"
 #include "core/family.h"
 #include "core/transfer.h"
+#include "core/plots.h"
 #include "core/val.h"
 #include "io/synth.h"
 
@@ -242,6 +243,8 @@ static int end_epoch(Config *cfg, Trainer *t, RunState *rs, int epoch, const Run
     // of a small validation (3 ms of its 4.9 per image, coco128 on an H200); train.py plots none
     // during training
     vo.picture_dir = epoch == 0 || epoch == cfg->epochs - 1 ? rs->dir : NULL;
+    // the plots of the run's last validation: the last epoch's, or one that patience may end the run after
+    vo.plots_dir = epoch == cfg->epochs - 1 || (cfg->patience > 0 && epoch - rs->best_epoch >= cfg->patience) ? rs->dir : NULL;
     vo.stop = &stop_requested;                         // a signal ends the pass within a batch
     fault_signal_at("val");
     ValResult v = { 0 };
@@ -567,6 +570,7 @@ static int train_run_(Config *cfg) {
     }
     char path[CFG_PATH * 2 + 32];
     write_args(cfg, dir);
+    if (!cfg->resume[0]) plots_labels(&ds, dir);   // labels.jpg, as train.py before the first epoch
     char where[64];
     if (devs.n > 1) snprintf(where, sizeof where, "%d %s (%s)", devs.n, gpu < 0 ? "CPU devices" : "GPUs", gpu < 0 ? "fp32" : cfg->precision);
     else snprintf(where, sizeof where, gpu < 0 ? "cpu" : "GPU %d (%s)", gpu, cfg->precision);

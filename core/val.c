@@ -12,6 +12,8 @@
 #include "core/infer_devices.h"
 #include "core/loss.h"
 #include "core/loss26.h"
+#include "core/plots.h"
+#include "core/train.h"
 #include "io/picture.h"
 #include "io/synth.h"
 
@@ -330,6 +332,7 @@ static void finish(Pass *p, int nb, ValResult *r, double t0) {
                 p->models[0]->end2end ? "top-k" : "NMS", p->t_metrics * per, o->batch,
                 p->max_h, p->max_w, o->rect ? " (largest rect batch)" : "");
     }
+    if (o->plots_dir) plots_validation(&st, p->ds->names, o->plots_dir);
     metrics_stats_free(&st);
 }
 
@@ -382,6 +385,7 @@ static int val_on_models(Config *cfg, const Dataset *ds, InferModels *im, Err *e
     char dir[4200];                             // runs/val/NAME unless project= says otherwise
     snprintf(dir, sizeof dir, "%s/%s", strcmp(cfg->project, "runs/train") ? cfg->project : "runs/val", cfg->name);
     o.save_json = cfg->save_json; o.save_txt = cfg->save_txt; o.save_dir = dir;
+    if (!make_dirs(dir)) o.plots_dir = dir;     // val.py's plots: confusion matrix, PR/F1/P/R curves
     ValResult r;
     printf("val: %s on %d images of %s (imgsz %d, batch %d)\n", cfg->weights, ds->n, cfg->data[0] ? cfg->data : "[data]",
            o.imgsz, o.batch);
@@ -389,6 +393,7 @@ static int val_on_models(Config *cfg, const Dataset *ds, InferModels *im, Err *e
     printf("val losses: box %.4g, cls %.4g, dfl %.4g; fitness %.4g; %.1f s\n", r.box, r.cls, r.dfl, r.fitness, r.seconds);
     if (o.save_json) printf("predictions: %s/predictions.json\n", dir);
     if (o.save_txt) printf("labels: %s/labels/\n", dir);
+    if (o.plots_dir) printf("plots: %s (confusion_matrix.png, PR_curve.png, F1_curve.png, P_curve.png, R_curve.png)\n", dir);
     val_result_free(&r);
     return 0;
 }

@@ -30,6 +30,7 @@ typedef struct {
     int        verbose;   // 1: per-class rows in the table
     FILE      *out;       // where the table goes; NULL: nowhere
     const char *picture_dir;  // where val_batch0_labels.jpg / _pred.jpg go; NULL: no pictures
+    const char *plots_dir;    // where the confusion matrix and the PR/F1/P/R curves go (core/plots.h); NULL: none
     const volatile int *stop; // non-NULL and set (a signal, during training): no new batch starts,
                               //   and the pass returns -1 with "stopped" in err
     const char *save_dir; // save_json / save_txt write there (core/val_save.c)

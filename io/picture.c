@@ -1,6 +1,7 @@
 // picture.c: see picture.h. Layout as the reference's plot_images: ns x ns tiles (ns = ceil(sqrt n)),
 // shrunk so the picture is at most 1920 px, on white. Legend: S sample side, t tile side.
 #include "io/picture.h"
+#include "io/text.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -53,7 +54,10 @@ static void draw_boxes(Image *canvas, const Batch *b, int n, int ns, int t, char
         char label[64];
         if (cls >= 0 && cls < nc && names) snprintf(label, sizeof label, "%s", names[cls]);
         else snprintf(label, sizeof label, "%d", cls);
-        image_draw_text(canvas, x1 + 2, y1 + 2, label, white, c);
+        int px = canvas->w / 80 > 11 ? canvas->w / 80 : 11, tw, th;   // 16 px on a 1280 px picture
+        text_measure(label, px, &tw, &th);
+        th += 2;                                   // above the box when the tile has room, as box_label
+        text_label(canvas, x1, y1 - th >= oy ? y1 - th : y1, label, px, white, c, 1, NULL, NULL);
     }
 }
 

@@ -1,5 +1,6 @@
 // plot.c: results.png, the loss and metric curves of a run drawn from its results.csv, ten panels
-// as the reference draws them (train losses, precision, recall; val losses, mAP50, mAP50-95).
+// as the reference draws them (train losses, precision, recall; val losses, mAP50, mAP50-95): each
+// series with dots, its gaussian-smoothed line dotted, ticks on both axes, the legend in panel 2.
 #include "io/plot.h"
 #include "core/readfile.h"
 
@@ -8,45 +9,56 @@
 #include <string.h>
 
 #include "io/image.h"
+#include "io/plot_axes.h"
+#include "io/text.h"
 
-enum { COLS = 14, PW = 300, PH = 220 };
+// 12 x 6 inches as the references' figure (2 x 5 panels), at PLOT_DPI.
+enum { COLS = 14, CELL_W = 12 * PLOT_DPI / 5, CELL_H = 6 * PLOT_DPI / 2 };
 
-static void line(Image *im, int x0, int y0, int x1, int y1, const uint8_t c[3]) {   // Bresenham
-    int dx = abs(x1 - x0), dy = -abs(y1 - y0), sx = x0 < x1 ? 1 : -1, sy = y0 < y1 ? 1 : -1, e = dx + dy;
-    for (;;) {
-        if (x0 >= 0 && y0 >= 0 && x0 < im->w && y0 < im->h) memcpy(im->px + 3 * ((size_t)y0 * im->w + x0), c, 3);
-        if (x0 == x1 && y0 == y1) return;
-        int e2 = 2 * e;
-        if (e2 >= dy) { e += dy; x0 += sx; }
-        if (e2 <= dx) { e += dx; y0 += sy; }
+// scipy's gaussian_filter1d(y, sigma) with its defaults (mode 'reflect', truncate 4): the reference's
+// "smooth" line.
+static void gaussian_smooth(const double *y, int n, double sigma, double *out) {
+    int r = (int)(4 * sigma + 0.5);
+    double wsum = 0, *w = xmalloc(sizeof *w * (2 * r + 1));
+    for (int k = -r; k <= r; k++) wsum += w[k + r] = exp(-0.5 * k * k / (sigma * sigma));
+    for (int i = 0; i < n; i++) {
+        double acc = 0;
+        for (int k = -r; k <= r; k++) {
+            int j = ((i + k) % (2 * n) + 2 * n) % (2 * n);   // reflect: ... b a | a b ... z | z y ...
+            if (j >= n) j = 2 * n - 1 - j;
+            acc += w[k + r] * y[j];
+        }
+        out[i] = acc / wsum;
     }
+    free(w);
 }
 
-// One panel at (ox, oy): a frame, the title, the series y[0..n) scaled to its range, its last value.
-static void panel(Image *im, int ox, int oy, const char *title, const double *y, int n) {
-    static const uint8_t black[3] = { 0, 0, 0 }, blue[3] = { 31, 119, 180 }, white[3] = { 255, 255, 255 };
-    int x0 = ox + 30, y0 = oy + 24, w = PW - 45, h = PH - 48;
-    image_draw_rect(im, x0, y0, x0 + w, y0 + h, 1, black);
-    image_draw_text(im, ox + 30, oy + 6, title, black, white);
-    double lo = INFINITY, hi = -INFINITY;
+// Panel k: its series (and the smooth line) over the epochs x, with ticks, its title, and in panel
+// 1 the legend, as the reference's ax[1].legend().
+static void panel(Image *im, int k, const char *title, const double *x, const double *y, int n) {
+    int font = plot_pt(8), cx = (k % 5) * CELL_W, cy = (k / 5) * CELL_H;
+    double lo = INFINITY, hi = -INFINITY, *sm = xmalloc(sizeof *sm * n);
+    gaussian_smooth(y, n, 3, sm);
     for (int i = 0; i < n; i++) if (isfinite(y[i])) { lo = fmin(lo, y[i]); hi = fmax(hi, y[i]); }
-    if (!(hi >= lo)) return;
-    if (hi - lo < 1e-12) { hi += 0.5; lo -= 0.5; }
-    int px = 0, py = 0;
-    for (int i = 0; i < n; i++) {
-        int x = x0 + (n > 1 ? (int)((double)i * w / (n - 1)) : w / 2);
-        int yy = y0 + h - (int)((y[i] - lo) / (hi - lo) * h);
-        if (i) line(im, px, py, x, yy, blue);
-        image_draw_rect(im, x - 1, yy - 1, x + 1, yy + 1, 1, blue);
-        px = x; py = yy;
+    for (int i = 0; i < n; i++) if (isfinite(sm[i])) { lo = fmin(lo, sm[i]); hi = fmax(hi, sm[i]); }
+    double xmin, xmax, ymin, ymax;
+    axes_autoscale(x[0], x[n - 1], &xmin, &xmax);
+    axes_autoscale(lo, hi, &ymin, &ymax);
+    int left = plot_pt(34), top = plot_pt(22), bottom = plot_pt(22), right = plot_pt(8);
+    Axes a = axes_make(im, cx + left, cy + top, CELL_W - left - right, CELL_H - top - bottom, xmin, xmax, ymin, ymax);
+    axes_frame(&a, 4, 5, font);
+    axes_labels(&a, title, NULL, NULL, font);
+    const uint8_t *c0 = PLOT_TAB10[0], *c1 = PLOT_TAB10[1];
+    axes_line(&a, x, y, n, plot_pt(2), c0, 0);
+    axes_dots(&a, x, y, n, plot_pt(2.5), c0);
+    axes_line(&a, x, sm, n, plot_pt(2), c1, 1);
+    if (k == 1) {
+        LegendEntry e[2] = { { "results", c0, plot_pt(2), 0 }, { "smooth", c1, plot_pt(2), 1 } };
+        int w, h;
+        plot_legend_size(e, 2, font, &w, &h);
+        plot_legend(im, a.x0 + a.w - w - plot_pt(4), a.y0 + plot_pt(4), e, 2, font, NULL);
     }
-    char txt[64];
-    snprintf(txt, sizeof txt, "%.4g", hi);
-    image_draw_text(im, ox + 2, y0 - 2, txt, black, white);
-    snprintf(txt, sizeof txt, "%.4g", lo);
-    image_draw_text(im, ox + 2, y0 + h - 8, txt, black, white);
-    snprintf(txt, sizeof txt, "last %.4g", y[n - 1]);
-    image_draw_text(im, x0, y0 + h + 8, txt, black, white);
+    free(sm);
 }
 
 int plot_results(const char *csv, const char *png, Err *err) {
@@ -69,14 +81,15 @@ int plot_results(const char *csv, const char *png, Err *err) {
     static const char *name[10] = { "train/box_loss", "train/cls_loss", "train/dfl_loss", "metrics/precision",
                                     "metrics/recall", "val/box_loss", "val/cls_loss", "val/dfl_loss",
                                     "metrics/mAP50", "metrics/mAP50-95" };
-    Image im = image_new(5 * PW, 2 * PH, 255);
-    double *y = xmalloc(sizeof(double) * n);
+    Image im = image_new(5 * CELL_W, 2 * CELL_H, 255);
+    double *x = xmalloc(sizeof(double) * n), *y = xmalloc(sizeof(double) * n);
+    for (int i = 0; i < n; i++) x[i] = v[i * COLS];
     for (int k = 0; k < 10; k++) {
         for (int i = 0; i < n; i++) y[i] = v[i * COLS + col[k]];
-        panel(&im, (k % 5) * PW, (k / 5) * PH, name[k], y, n);
+        panel(&im, k, name[k], x, y, n);
     }
-    int rc = image_save_png(png, &im, err);
+    int rc = plot_save(&im, png, err);
     image_free(&im);
-    free(y); free(v);
+    free(x); free(y); free(v);
     return rc;
 }

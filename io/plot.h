@@ -1,7 +1,31 @@
-// plot.h: results.png from a run's results.csv (the loss and metric curves).
+// plot.h: the run's plots, drawn as the references draw them (io/plot_axes.h does the drawing):
+// results.png from results.csv (io/plot.c), the PR / F1 / P / R curves (io/plot_curves.c), the
+// confusion matrix (io/plot_confusion.c) and labels.jpg (io/plot_labels.c). Each saves through a
+// temporary name and a rename and returns 0, or -1 with err naming the file.
 #pragma once
 #include "core/util.h"
 
-// Read csv (the %20.5g rows train writes) and save ten panels as a PNG at png (temporary name and
-// rename). Returns 0, or -1 with err naming the file.
+// Read csv (the %20.5g rows train writes) and save ten panels as a PNG at png.
 int plot_results(const char *csv, const char *png, Err *err);
+
+// One figure of k curves y (k, n) over x (n) in [0, 1] x [0, 1] (9 x 6 inches): thin lines with a
+// legend of `labels` when 0 < k < 21 (tab10 colours), else grey without one; then `mean` (n) bold and
+// blue, labelled mean_label; the legend outside the box on the right, as plot_pr_curve / plot_mc_curve.
+typedef struct {
+    const char   *title, *xlabel, *ylabel;
+    const double *x, *y, *mean;
+    int           n, k;
+    char *const  *labels;               // (k); NULL: no per-curve legend
+    const char   *mean_label;
+} CurvePlot;
+int plot_curves(const char *png, const CurvePlot *c, Err *err);
+
+// The confusion matrix heatmap (12 x 9 inches): m (nc + 1, nc + 1) already normalised (NAN: blank),
+// rows predicted, columns true, index nc "background"; names (nc) label the ticks when 0 < nc < 99,
+// else numbers; each cell annotated with %.2f when nc < 30; the 'Blues' colour map and its bar.
+int plot_confusion(const char *png, const double *m, int nc, char *const *names, Err *err);
+
+// labels.jpg (8 x 8 inches): the class histogram, the first 1000 boxes drawn at the centre, and 50 x 50
+// histograms of the box centres (x, y) and sizes (width, height). box: (n, 5) rows of class, cx, cy,
+// w, h normalised to the image.
+int plot_labels(const char *jpg, const float *box, int n, int nc, char *const *names, Err *err);

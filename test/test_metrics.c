@@ -238,6 +238,108 @@ static void test_map_empty_and_class_sets(void) {
     metrics_free(&m);
 }
 
+// ---- the curves ap_per_class plots, and metrics_compute unchanged by their factoring ----------
+
+// One class, 2 labels; detections at conf .9 (TP), .6 (FP), .3 (TP): recall [.5 .5 1], precision
+// [1 .5 2/3]. The curves by ap_per_class's formulas, worked by hand.
+static void test_curves_hand_case(void) {
+    Det gt[2] = { box(0, 0, 10, 10, 0, 0), box(50, 50, 60, 60, 0, 0) };
+    Det det[3] = { box(0, 0, 10, 10, 0.9f, 0), box(20, 20, 30, 30, 0.6f, 0), box(50, 50, 60, 60, 0.3f, 0) };
+    MetricsStats s;
+    metrics_stats_init(&s, 1);
+    metrics_stats_add(&s, det, 3, gt, 2);
+    MetricsCurves c;
+    metrics_curves(&s, &c);
+    CHECK(c.k == 1 && c.cls[0] == 0 && c.n_pred[0] == 3, "k %d", c.k);
+    double rec2 = 1 / (2 + 1e-16), c9 = -(double)0.9f, c6 = -(double)0.6f;
+    CHECK(metrics_px(0) == 0 && metrics_px(999) == 1 && close_enough(metrics_px(600), 600.0 / 999, 1e-15, 0), "px");
+    // confidence 0: right of every detection (np.interp's right = the last value)
+    CHECK(c.r[0] == 2 / (2 + 1e-16) && close_enough(c.p[0], 2.0 / 3, 1e-15, 0), "px 0: r %.17g p %.17g", c.r[0], c.p[0]);
+    // confidence .95: left of every detection: recall 0 (left=0), precision 1 (left=1)
+    CHECK(c.r[949] == 0 && c.p[949] == 1 && c.f1[949] == 0, "px .95: r %g p %g", c.r[949], c.p[949]);
+    double q = -metrics_px(700), p_ref = 1 + (0.5 - 1) * (q - c9) / (c6 - c9);   // between .9 and .6
+    CHECK(close_enough(c.p[700], p_ref, 1e-12, 0) && close_enough(c.r[700], rec2, 1e-15, 0), "px .7: p %.17g want %.17g",
+          c.p[700], p_ref);
+    CHECK(close_enough(c.f1[700], 2 * p_ref * rec2 / (p_ref + rec2 + 1e-16), 1e-12, 0), "F1 %.17g", c.f1[700]);
+    // PR: mrec [0 .5 .5 1 1], envelope [1 1 2/3 2/3 0]
+    CHECK(c.pr[0] == 1 && c.pr[400] == 1 && close_enough(c.pr[700], 2.0 / 3, 1e-12, 0) && c.pr[999] == 0,
+          "PR %g %g %g %g", c.pr[0], c.pr[400], c.pr[700], c.pr[999]);
+    Metrics m;                                 // P and R are the curves at the best-F1 index
+    metrics_compute(&s, &m);
+    int hit = 0;
+    for (int x = 0; x < METRICS_PX; x++) hit |= c.p[x] == m.p[0] && c.r[x] == m.r[0];
+    CHECK(hit && m.ap50[0] == c.ap[0][0], "P %g R %g not on the curves", m.p[0], m.r[0]);
+    metrics_free(&m);
+    metrics_curves_free(&c);
+    metrics_stats_free(&s);
+}
+
+static void test_smooth(void) {                // smooth(y, 0.05): 51 taps, ends padded with copies
+    double y[1000], sm[1000];
+    for (int i = 0; i < 1000; i++) y[i] = i >= 500;
+    metrics_smooth(y, 1000, 0.05, sm);
+    CHECK(sm[0] == 0 && close_enough(sm[499], 25.0 / 51, 1e-14, 0) && close_enough(sm[500], 26.0 / 51, 1e-14, 0) &&
+          close_enough(sm[999], 1, 1e-14, 0), "%.17g %.17g %.17g", sm[499], sm[500], sm[999]);
+    metrics_smooth(y, 1000, 0.1, sm);          // the best-F1 filter: 101 taps
+    CHECK(close_enough(sm[499], 50.0 / 101, 1e-14, 0), "%.17g", sm[499]);
+}
+
+// Random statistics through metrics_compute: mP, mR, mAP50, mAP50-95 exactly as the code before the
+// curves were factored out of it gave them (hex floats printed by that build).
+static unsigned long long rng_state = 88172645463325252ULL;
+static double rnd(void) {
+    rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
+    return (rng_state >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static void test_metrics_unchanged(void) {
+    static const double want[12][4] = {
+        { 0x1.04dd24f6ee38dp-2, 0x1.4cccccccccccdp-1, 0x1.352a4dfd4f8aep-2, 0x1.70121eb1f0276p-3 },
+        { 0x1.9e9887e99252ap-3, 0x1.8555555555556p-1, 0x1.0ace60356fef2p-2, 0x1.791358b65e3f2p-3 },
+        { 0x1.6f6b58bb5d03cp-3, 0x1.5cdcdcdcdcdcdp-1, 0x1.5373496eab6e9p-3, 0x1.197167e44b563p-3 },
+        { 0x1.19c67a90857ecp-2, 0x1.0693e93e93e94p-1, 0x1.1c242bd4d8cap-2, 0x1.67162d5d29244p-3 },
+        { 0x1.57498be16abe8p-3, 0x1.86d3a06d3a06dp-1, 0x1.6160ce8f34c82p-3, 0x1.f8bf7d372aae8p-4 },
+        { 0x1.3ec731687b42dp-3, 0x1.682834efea257p-1, 0x1.863bf0cadd9cfp-3, 0x1.0df02aa9e89ebp-3 },
+        { 0x1.7a315c095a2e5p-3, 0x1.4726a0f5b243ep-2, 0x1.b012a7dcd76c7p-3, 0x1.5a12287865541p-3 },
+        { 0x1.4141414141414p-3, 0x1.3f2b3884fcacep-1, 0x1.19db424444401p-3, 0x1.83278b8c06636p-4 },
+        { 0x1.56db7ca90a5b8p-3, 0x1.305f22df60952p-1, 0x1.523b0d3becf18p-3, 0x1.e09fcff5d2827p-4 },
+        { 0x1.4bc70011c50e1p-3, 0x1.52ac2a6c4e667p-1, 0x1.5b952c5c5e145p-3, 0x1.015d0075b9a64p-3 },
+        { 0x1.4bf4757462272p-3, 0x1.4803dbf68f7eep-1, 0x1.528a2cb4c5b54p-3, 0x1.e7669dcfcde52p-4 },
+        { 0x1.4d1949eae633dp-3, 0x1.927935b322b31p-1, 0x1.7c2f8b7221f4ep-3, 0x1.212489d0ab342p-3 },
+    };
+    for (int trial = 0; trial < 12; trial++) {
+        int nc = 1 + trial % 7, images = 5 + trial * 3;
+        MetricsStats s;
+        metrics_stats_init(&s, nc);
+        for (int im = 0; im < images; im++) {
+            Det gt[12], det[40];
+            int ng = (int)(rnd() * 8), nd = (int)(rnd() * 30);
+            for (int i = 0; i < ng; i++) {
+                float x = rnd() * 500, y = rnd() * 500, w = 10 + rnd() * 100, h = 10 + rnd() * 100;
+                gt[i] = (Det){ x, y, x + w, y + h, 1, (int)(rnd() * nc) };
+            }
+            for (int j = 0; j < nd; j++) {
+                if (ng && rnd() < 0.6) {
+                    Det g = gt[(int)(rnd() * ng)];
+                    float j1 = (rnd() - 0.5) * 20;
+                    det[j] = (Det){ g.x1 + j1, g.y1 - j1, g.x2 + j1 * 0.5f, g.y2, (float)((int)(rnd() * 50) / 50.0),
+                                    rnd() < 0.8 ? g.cls : (int)(rnd() * nc) };
+                } else {
+                    float x = rnd() * 500, y = rnd() * 500;
+                    det[j] = (Det){ x, y, x + 30, y + 40, (float)rnd(), (int)(rnd() * nc) };
+                }
+            }
+            metrics_stats_add(&s, det, nd, gt, ng);
+        }
+        Metrics m;
+        metrics_compute(&s, &m);
+        CHECK(m.mp == want[trial][0] && m.mr == want[trial][1] && m.map50 == want[trial][2] && m.map == want[trial][3],
+              "trial %d: %a %a %a %a", trial, m.mp, m.mr, m.map50, m.map);
+        metrics_free(&m);
+        metrics_stats_free(&s);
+    }
+}
+
 int main(void) {
     RUN(test_decode_one_hot);
     RUN(test_nms_vs_brute_force);
@@ -250,5 +352,8 @@ int main(void) {
     RUN(test_map_hand_case);
     RUN(test_map_partial_iou);
     RUN(test_map_empty_and_class_sets);
+    RUN(test_curves_hand_case);
+    RUN(test_smooth);
+    RUN(test_metrics_unchanged);
     return test_summary();
 }
