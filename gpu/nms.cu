@@ -13,6 +13,7 @@
 #include "gpu/nms.h"        // first: device.h declares core/util.h's functions extern "C"
 #include "core/fexp.h"
 #include "core/loss.h"
+#include "gpu/score_key.cuh"
 
 #define R LOSS_REG_MAX
 #define NMS_THREADS 1024
@@ -21,7 +22,7 @@
 typedef struct { const float *data[3]; int H[3], W[3], ld[3], A0[4]; float stride[3]; } HeadArgs;
 
 struct NmsGpu {
-    int         max_n, A, nc;
+    int         max_n, A, nc, cap_nms, cap_det;   // room: images, anchors, classes, max_nms, max_det
     NmsOptions  o;
     uint64_t   *keys, *sorted;   // (max_n, A * nc): candidate keys, then sorted per image
     float      *boxes;           // (max_n, A, 4) xyxy pixels
@@ -67,19 +68,8 @@ __device__ static float iou(const float *a, const float *b) {
     return __fdiv_rn(inter, __fsub_rn(__fadd_rn(area_a, area_b), inter));
 }
 
-// The sort key of a candidate: high 32 bits order scores descending (-0 == +0, as the CPU's <, ==),
-// low 32 bits the candidate's place a * nc + c, which is the CPU's filter order: ascending keys are
-// the CPU's stable sort. Non-candidates get the largest key and sort last.
-__device__ static uint64_t cand_key(float s, uint32_t place) {
-    if (s == 0.0f) s = 0.0f;
-    uint32_t u = __float_as_uint(s);
-    u = u >> 31 ? ~u : u | 0x80000000u;
-    return (uint64_t)(~u) << 32 | place;
-}
-__device__ static float key_score(uint64_t key) {
-    uint32_t u = ~(uint32_t)(key >> 32);
-    return __uint_as_float(u >> 31 ? u & 0x7fffffffu : ~u);
-}
+// Candidates sort by score_key(score, a * nc + c) (gpu/score_key.cuh): ascending keys are the CPU's
+// stable sort in its filter order. Non-candidates get the largest key and sort last.
 
 // ---- kernels -------------------------------------------------------------------------------
 
@@ -101,7 +91,7 @@ __global__ void nms_decode_kernel(HeadArgs h, int A, int nc, NmsOptions o, float
     for (int c = 0; c < nc; c++) {
         float s = fexp_sigmoid(logit[c]);
         int cand = sb > o.conf_thres && s > o.conf_thres && (multi || c == best);
-        key[c] = cand ? cand_key(s, (uint32_t)(a * nc + c)) : ~0ull;
+        key[c] = cand ? score_key(s, (uint32_t)(a * nc + c)) : ~0ull;
         found += cand;
     }
     if (found) atomicAdd(&count[n], found);
@@ -132,7 +122,7 @@ __global__ void nms_greedy_kernel(const uint64_t *sorted, const float *boxes, co
             uint32_t place = (uint32_t)key[i];
             int a = place / nc;
             const float *b = box + (size_t)a * 4;
-            out[nd] = Det{ b[0], b[1], b[2], b[3], key_score(key[i]), (int)(place % nc) };
+            out[nd] = Det{ b[0], b[1], b[2], b[3], score_of_key(key[i]), (int)(place % nc) };
         }
         nd++;
         const float *bi = ob + (size_t)i * 4;
@@ -150,19 +140,16 @@ __global__ void nms_offsets_kernel(int *offsets, int n, size_t per) {
 
 // ---- launchers -----------------------------------------------------------------------------
 
-// cudaMalloc that reports failure instead of ending the process: the caller falls back to the host.
+// A counted cudaMalloc that reports failure instead of ending the process: the caller falls back to the host.
 static bool take(void **p, size_t bytes, bool ok) {
-    if (!ok) return false;
-    if (cudaMalloc(p, bytes) == cudaSuccess) return true;
-    *p = NULL;
-    cudaGetLastError();                       // out of memory is not sticky: clear it
-    return false;
+    if (ok) *p = device_try_alloc(bytes);
+    return ok && *p;
 }
 
 extern "C" NmsGpu *nms_gpu_new(Device *dev, int max_n, int A, int nc, const NmsOptions *o) {
     if (o->max_nms >= MAX_SHARED_FLAGS || (size_t)max_n * A * nc >= INT32_MAX) return NULL;
     NmsGpu *w = (NmsGpu *)xcalloc(1, sizeof *w);
-    w->max_n = max_n; w->A = A; w->nc = nc; w->o = *o;
+    w->max_n = max_n; w->A = A; w->nc = nc; w->o = *o; w->cap_nms = o->max_nms; w->cap_det = o->max_det;
     size_t pairs = (size_t)max_n * A * nc, K = o->max_nms > 0 ? o->max_nms : 1, D = o->max_det > 0 ? o->max_det : 1;
     bool ok = take((void **)&w->keys, pairs * sizeof(uint64_t), true);
     ok = take((void **)&w->sorted, pairs * sizeof(uint64_t), ok);
@@ -176,10 +163,16 @@ extern "C" NmsGpu *nms_gpu_new(Device *dev, int max_n, int A, int nc, const NmsO
                                                               w->offsets, w->offsets + 1, 0, 64, dev->stream));
     ok = take(&w->cub_tmp, w->cub_bytes + 1, ok);
     if (!ok) { nms_gpu_free(w); return NULL; }
-    checkCuda(cudaMallocHost((void **)&w->host_det, (size_t)max_n * D * sizeof(Det)));
-    checkCuda(cudaMallocHost((void **)&w->host_nd, max_n * sizeof(int)));
+    w->host_det = (Det *)device_host_alloc((size_t)max_n * D * sizeof(Det));
+    w->host_nd = (int *)device_host_alloc(max_n * sizeof(int));
     return w;
 }
+
+extern "C" int nms_gpu_fits(const NmsGpu *w, int max_n, int A, int nc, const NmsOptions *o) {
+    return w && max_n <= w->max_n && A <= w->A && nc == w->nc && o->max_nms <= w->cap_nms && o->max_det <= w->cap_det;
+}
+
+extern "C" void nms_gpu_set_options(NmsGpu *w, const NmsOptions *o) { w->o = *o; }
 
 extern "C" void nms_gpu_free(NmsGpu *w) {
     if (!w) return;
