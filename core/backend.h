@@ -151,6 +151,11 @@ typedef struct Backend {
     void (*topk_release)(void *ctx, void *prep);
     void (*topk_detect)(void *ctx, void *prep, const Map head[3], int img_h, int n, const struct Topk26Opts *o,
                         struct Det *out, int *nd);
+    // y = silu(BN_eval(z)) (=) in one pass, bit for bit bn_forward_eval then silu_forward with the BN
+    // output held in fp32 between them (evaluation's conv + BN + SiLU units: one launch and one pass over
+    // the map fewer on a GPU).
+    void (*bn_silu_forward_eval)(void *ctx, Map z, const float *gamma, const float *beta, float eps,
+                                 const float *running_mean, const float *running_var, Map y);
 } Backend;
 
 extern const Backend backend_cpu;

@@ -24,6 +24,11 @@ static void bn_eval(void *c, Map z, const float *g, const float *b, float eps, c
                     Map u) {
     bn_forward_eval_cpu(z, g, b, eps, rm, rv, u);
 }
+static void bn_silu_eval(void *c, Map z, const float *g, const float *b, float eps, const float *rm, const float *rv,
+                         Map y) {
+    bn_forward_eval_cpu(z, g, b, eps, rm, rv, y);
+    silu_forward_cpu(y, y);
+}
 static void bn_bwd(void *c, Map z, const float *g, const float *mean, const float *invstd, Map du, Map dz,
                    float *dg, float *db) {
     bn_backward_cpu(z, g, mean, invstd, du, dz, dg, db);
@@ -228,4 +233,5 @@ const Backend backend_cpu = {
     nms_prepare, nms_release, nms_detect,
     vloss_prepare, vloss_release, vloss_stage, vloss_eval,
     topk_prepare, topk_release, topk_detect,
+    bn_silu_eval,
 };

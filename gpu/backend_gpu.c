@@ -35,6 +35,10 @@ static void bn_apply(void *ctx, Map z, const float *g, const float *b, const flo
                      Map u) {
     bn_apply_gpu(DEV, z, g, b, mean, invstd, u);
 }
+static void bn_silu_eval(void *ctx, Map z, const float *g, const float *b, float eps, const float *rm, const float *rv,
+                         Map y) {
+    bn_silu_forward_eval_gpu(DEV, z, g, b, eps, rm, rv, y);
+}
 static void bn_silu_train(void *ctx, Map z, const float *g, const float *b, float eps, float mom, float *rm,
                           float *rv, float *mean, float *invstd, Map y) {
     Map none = { 0 };
@@ -222,4 +226,5 @@ const Backend backend_gpu = {
     nms_prepare, nms_release, nms_detect,
     vloss_prepare, vloss_release, vloss_stage, vloss_eval,
     topk_prepare, topk_release, topk_detect,
+    bn_silu_eval,
 };

@@ -13,8 +13,9 @@ extern "C" {
 typedef struct NmsGpu NmsGpu;
 
 // Work for up to max_n images of A anchors and nc classes under options o (device memory and pinned
-// host buffers, allocated here, counted by gpu_alloc_count). NULL when o cannot run on the device (max_nms above 48K, where
-// the kernel's per-candidate flags would not fit in shared memory): the caller decodes on the host.
+// host buffers, allocated here, counted by gpu_alloc_count). NULL when the GPU lacks the memory or o cannot run on the
+// device (max_nms above 48K, where the kernel's per-candidate flags would not fit in shared memory; more
+// than 256 images or 2^24 pairs an image, what the sort keys hold): the caller decodes on the host.
 NmsGpu *nms_gpu_new(Device *dev, int max_n, int A, int nc, const NmsOptions *o);
 void    nms_gpu_free(NmsGpu *w);
 // Whether w holds work for max_n images of A anchors, nc classes under o (a kept one can be reused, with
