@@ -146,8 +146,8 @@ static int head_fp32(const Model *m) {       // the backend's NMS reads fp32 hea
 
 // Forward the slot's batch in chunks; the backend's detections on each chunk when it has them, and each
 // chunk's head maps copied into w->heads (the host) when the host still needs them (losses, host NMS);
-// w->head the batch's maps there. The backend's time per stage from its timers, read once the chunk's
-// results are back (every chunk ends with a wait for them).
+// w->head the batch's maps there. The backend's timers mark each chunk's stages (the input's upload
+// counts as inference); batch_times reads them.
 static void forward_batch(Worker *w, Slot *s) {
     Model *m = w->m;
     const Backend *be = m->be;
@@ -274,7 +274,7 @@ static void slot_set(Worker *w, Slot *s, int state) {
 
 // Matching of a slot the model's thread ran (unless it matched it itself), then the slot is free.
 static void slot_finish(Worker *w, Slot *s) {
-    if (!s->matched && !w->p->failed) batch_stats(w, s);
+    if (!s->matched) batch_stats(w, s);
     slot_set(w, s, SLOT_FREE);
 }
 
