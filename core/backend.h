@@ -141,6 +141,16 @@ typedef struct Backend {
     void (*vloss_release)(void *ctx, void *prep);
     void (*vloss_stage)(void *ctx, void *prep, const Map head[3], int n0, int N);
     int (*vloss_eval)(void *ctx, void *prep, const struct LossBatch *b, struct LossOut *out, Err *err);
+    // Recordings (CUDA Graphs; NULL where the backend has none): rec_begin makes ctx's queue record
+    // the work queued on it instead of running it (0; -1 when it will not record: YT_GRAPHS=0, a
+    // SYNC_DEBUG build); rec_end stops and returns the recording, ready to replay (*launches: the
+    // kernels and copies it holds), or NULL when the work could not be recorded (nothing ran: the
+    // caller runs it directly); rec_replay queues the
+    // recorded work again, the same kernels with the same arguments; rec_free releases a recording.
+    int (*rec_begin)(void *ctx);
+    void *(*rec_end)(void *ctx, size_t *launches);
+    void (*rec_replay)(void *ctx, void *rec);
+    void (*rec_free)(void *ctx, void *rec);
     // YOLO26's NMS-free top-k on the backend (end-to-end heads): core/topk26.h's topk26_decode +
     // topk26_select for whole batches, detection for detection; only the kept ones reach the host.
     // topk_prepare: work for up to max_n images of A anchors, nc classes, max_det; NULL when it cannot.

@@ -232,6 +232,7 @@ const Backend backend_cpu = {
     conv_bn_bwd,
     nms_prepare, nms_release, nms_detect,
     vloss_prepare, vloss_release, vloss_stage, vloss_eval,
+    NULL, NULL, NULL, NULL,                        // recordings: the CPU runs its ops directly
     topk_prepare, topk_release, topk_detect,
     bn_silu_eval,
 };
