@@ -67,13 +67,15 @@ static int unit_forward(Model *m, const ConvUnit *cu, int in, Map out, int n, in
     if (cu->bn_w < 0) { unit_conv(m, cu, &d, x, P(m, cu->b), out); return 0; }
     Map z = unit_z(m, cu, &d);
     unit_conv(m, cu, &d, x, NULL, z);
-    if (!train) {   // a bf16 output is rounded once, after the SiLU
-        Map u = act && out.bf16 ? map_make(m->tmp_a, out.N, out.H, out.W, out.C) : out;
-        be->bn_forward_eval(m->be_ctx, z, P(m, cu->bn_w), P(m, cu->bn_b), BN_EPS, P(m, cu->bn_mean),
-                            P(m, cu->bn_var), u);
-        if (u.data == out.data) return 0;
-        be->silu_forward(m->be_ctx, u, out);
+    if (!train && act) {   // one pass; a bf16 output is rounded once, after the SiLU
+        be->bn_silu_forward_eval(m->be_ctx, z, P(m, cu->bn_w), P(m, cu->bn_b), BN_EPS, P(m, cu->bn_mean),
+                                 P(m, cu->bn_var), out);
         return 1;
+    }
+    if (!train) {
+        be->bn_forward_eval(m->be_ctx, z, P(m, cu->bn_w), P(m, cu->bn_b), BN_EPS, P(m, cu->bn_mean),
+                            P(m, cu->bn_var), out);
+        return 0;
     }
     float *mean = m->stats + cu->stats, *invstd = mean + d.K;
     if (act) {

@@ -2,8 +2,9 @@
 // index ascending on ties; nothing is allocated.
 #include "core/topk26.h"
 
-#include <math.h>
 #include <stdlib.h>
+
+#include "core/fexp.h"
 
 size_t topk26_work_items(int A, int nc, int max_det) {
     size_t k = (size_t)(max_det < A ? max_det : A);
@@ -21,7 +22,7 @@ void topk26_decode(const Head26 *h, int n, int img_h, float *boxes, float *score
                 float ax = x + 0.5f, ay = y + 0.5f, *b = boxes + 4 * (size_t)a;
                 b[0] = (ax - d[0]) * stride; b[1] = (ay - d[1]) * stride;
                 b[2] = (ax + d[2]) * stride; b[3] = (ay + d[3]) * stride;
-                for (int k = 0; k < nc; k++) scores[(size_t)a * nc + k] = 1.0f / (1.0f + expf(-c[k]));
+                for (int k = 0; k < nc; k++) scores[(size_t)a * nc + k] = fexp_sigmoid(c[k]);
             }
     }
 }

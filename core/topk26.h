@@ -10,7 +10,7 @@
 
 typedef struct { float box[4]; float score; int cls, anchor; } Det26;   // box: x1, y1, x2, y2 pixels
 typedef struct { float s; int i; } Topk26Item;                          // work: a score and its index
-typedef struct {
+typedef struct Topk26Opts {
     int   max_det;    // 300 by default
     int   agnostic;   // 1: one class per anchor (its best), top k anchors
     float conf;       // keep score > conf: 0.25 predict, 0.001 val
@@ -20,7 +20,7 @@ typedef struct {
 size_t topk26_work_items(int A, int nc, int max_det);
 
 // topk26_decode: image n of the (one-to-one) head: boxes (A, 4) = dist2bbox(l,t,r,b) * stride in pixels,
-// xyxy; scores (A, nc) = sigmoid(logits). img_h: the input height (stride_l = img_h / H_l).
+// xyxy; scores (A, nc) = sigmoid(logits) (core/fexp.h: expf as glibc's, also on a GPU). img_h: the input height (stride_l = img_h / H_l).
 void topk26_decode(const Head26 *h, int n, int img_h, float *boxes, float *scores);
 
 // topk26_select: the detections of one image into out (room for min(max_det, A)), best first; returns

@@ -388,18 +388,31 @@ extern "C" void bn_silu_forward_train_gpu(Device *dev, Map z, const float *gamma
     bn_train(dev, z, gamma, beta, eps, momentum, running_mean, running_var, mean, invstd, u, y);
 }
 
-extern "C" void bn_forward_eval_gpu(Device *dev, Map z, const float *gamma, const float *beta,
-                                    float eps, const float *running_mean, const float *running_var,
-                                    Map u) {
-    bn_check(z, u, "bn_forward_eval_gpu");
+// Evaluation: u = BN(z) with the running statistics when u.data, and y = silu(u) when y.data.
+static void bn_eval(Device *dev, Map z, const float *gamma, const float *beta, float eps, const float *running_mean,
+                    const float *running_var, Map u, Map y) {
     size_t mark = dev->scratch.used;
     Sums s = sums_take(dev, z.C, map_pixels(z));
     eval_stats_kernel<<<channel_blocks(z.C), THREADS, 0, dev->stream>>>(
         z.C, gamma, eps, running_mean, running_var, s.shift, s.scale);
     checkLaunch(dev);
-    Map none = { NULL, 0, 0, 0, 0, 0, 0 };
-    normalise(dev, z, &s, beta, u, none);
+    normalise(dev, z, &s, beta, u, y);
     dev->scratch.used = mark;
+}
+
+extern "C" void bn_forward_eval_gpu(Device *dev, Map z, const float *gamma, const float *beta,
+                                    float eps, const float *running_mean, const float *running_var,
+                                    Map u) {
+    bn_check(z, u, "bn_forward_eval_gpu");
+    Map none = { NULL, 0, 0, 0, 0, 0, 0 };
+    bn_eval(dev, z, gamma, beta, eps, running_mean, running_var, u, none);
+}
+
+extern "C" void bn_silu_forward_eval_gpu(Device *dev, Map z, const float *gamma, const float *beta, float eps,
+                                         const float *running_mean, const float *running_var, Map y) {
+    bn_check(z, y, "bn_silu_forward_eval_gpu");
+    Map none = { NULL, 0, 0, 0, 0, 0, 0 };
+    bn_eval(dev, z, gamma, beta, eps, running_mean, running_var, none, y);
 }
 
 // The backward of BN (SILU false: g = du) or of SiLU(BN) (SILU true: g = dy at the SiLU output):

@@ -403,15 +403,14 @@ extern "C" GpuLossWork *loss_work_new_gpu(Device *dev, int max_n, int max_target
     GpuLossWork *w = (GpuLossWork *)xcalloc(1, sizeof *w);
     w->max_n = max_n; w->max_targets = max_targets; w->nc = nc; w->max_anchors = max_anchors;
     checkCuda(cudaSetDevice(dev->id));
-    if (cudaMalloc((void **)&w->block, work_place(w, NULL)) != cudaSuccess) {
-        cudaGetLastError();
+    if (!(w->block = (char *)device_try_alloc(work_place(w, NULL)))) {   // counted (gpu_alloc_count)
         free(w);
         return NULL;
     }
     work_place(w, w->block);
-    checkCuda(cudaMallocHost((void **)&w->gt_host, (size_t)(max_targets + 1) * sizeof(GtBox)));
-    checkCuda(cudaMallocHost((void **)&w->begin_host, (size_t)(max_n + 1) * sizeof(int)));
-    checkCuda(cudaMallocHost((void **)&w->sums_host, (N_RES + 1) * sizeof(double)));
+    w->gt_host = (GtBox *)device_host_alloc((size_t)(max_targets + 1) * sizeof(GtBox));
+    w->begin_host = (int *)device_host_alloc((size_t)(max_n + 1) * sizeof(int));
+    w->sums_host = (double *)device_host_alloc((N_RES + 1) * sizeof(double));
     w->fill_host = (int *)xmalloc((size_t)(max_n + 1) * sizeof(int));
     return w;
 }

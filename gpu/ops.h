@@ -37,6 +37,9 @@ void bn_silu_forward_train_gpu(Device *dev, Map z, const float *gamma, const flo
                                float *mean, float *invstd, Map u, Map y);
 void bn_forward_eval_gpu(Device *dev, Map z, const float *gamma, const float *beta, float eps,
                          const float *running_mean, const float *running_var, Map u);
+// The same fused with SiLU in one pass: y = silu(u), u never stored (bit for bit the two launches).
+void bn_silu_forward_eval_gpu(Device *dev, Map z, const float *gamma, const float *beta, float eps,
+                              const float *running_mean, const float *running_var, Map y);
 void bn_backward_gpu(Device *dev, Map z, const float *gamma, const float *mean,
                      const float *invstd, Map du, Map dz, float *dgamma, float *dbeta);
 // bn_backward_gpu with dz written packed (M, C) as bf16 into dz16 (z contiguous), for
