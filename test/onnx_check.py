@@ -11,6 +11,14 @@ on DIR/input.bin and compares output0 with our own inference in DIR/expect.bin, 
 use (slow, for machines without onnxruntime). Then the detections both outputs give (as `detect`: conf
 0.25, NMS at IoU 0.45 for the (B, 4 + nc, A) layout) must be the same boxes. Prints `ok ...` and exits 0,
 or prints why and exits 1.
+
+YOLO26's (B, k, 6) is compared row by row, in order, like everything else: the export ranks the logits
+in both TopKs and runs the Sigmoid on the kept pairs only, and core/topk26.c ranks the logits the same
+way (ties to the lower index, as ONNX's TopK), so the order depends only on the logits, which the
+runtime computes to about 1e-6. The runtime's Sigmoid then changes only score values (onnxruntime's CPU
+Sigmoid is a rational approximation good to ~3e-8 absolute, 0 below about -16.6, not monotone there:
+ranking its outputs reordered the low-score rows). Two logits nearer than the runtimes' difference
+could still swap two rows; the FAIL line then names the near tie rather than hiding it.
 """
 import argparse
 import sys
@@ -146,6 +154,15 @@ def detections(out, conf=0.25, iou=0.45):
     return kept
 
 
+def near_tie(rows, r):
+    """Whether row r of our (k, 6) output has a neighbour of (nearly) the same score, by logit."""
+    logit = lambda p: np.log(np.float64(p) / max(1 - np.float64(p), 1e-300)) if 0 < p else -np.inf
+    for q in (r - 1, r + 1):
+        if 0 <= q < len(rows) and abs(logit(rows[r][4]) - logit(rows[q][4])) <= 1e-5:
+            return f"  rows {min(r, q)} and {max(r, q)} are a near tie (scores {rows[r][4]:.9g}, {rows[q][4]:.9g})"
+    return f"  row {r} has no near tie with its neighbours: a wrong selection or order"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
@@ -182,6 +199,8 @@ def main():
     worst = np.unravel_index(np.argmax(err), err.shape)
     print(f"{'ok' if err.max() <= args.tol else 'FAIL'} {args.model} on {args.run} ({args.runtime}): output {got.shape}, "
           f"max error {err.max():.3g} at {worst}: onnx {got[worst]:.6g}, ours {expect[worst]:.6g}")
+    if err.max() > args.tol and expect.shape[-1] == 6:
+        print(near_tie(expect[worst[0]], worst[1]))
     sys.exit(0 if err.max() <= args.tol and same else 1)
 
 
