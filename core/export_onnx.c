@@ -428,11 +428,13 @@ static void head_end2end(Ex *e, int imgsz, int max_det, const char *out) {
     concat(e, (const char *[]){ b2, vu, clu }, 3, 2, out);
 }
 
-int export_onnx_model(const Model *m, int imgsz, int dynamic, const char *path, Err *err) {
+int export_onnx_model(const Model *m, int imgsz, int batch, const char *path, Err *err) {
     if (m->n_levels < 1 || (m->end2end && m->reg_max != 1))
         return err_set(err, "%s: this model's head cannot be exported to ONNX", path);
+    if (batch < 0) return err_set(err, "%s: batch %d", path, batch);
     Ex e = { .m = m };
-    int64_t in_dims[4] = { dynamic ? -1 : 1, 3, imgsz, imgsz };
+    int64_t B = batch ? batch : -1;                // -1: the symbolic "batch" (io/onnx.h)
+    int64_t in_dims[4] = { B, 3, imgsz, imgsz };
     onnx_value_info(&e.g, ONNX_INPUT, "images", ONNX_FLOAT, in_dims, 4);
     record(&e, m->input, "images");
     model_set_size((Model *)m, imgsz, imgsz);     // the sizes the attention's reshapes need
@@ -442,11 +444,11 @@ int export_onnx_model(const Model *m, int imgsz, int dynamic, const char *path, 
     for (int l = 0; l < m->n_levels; l++) A += (imgsz / m->strides[l]) * (imgsz / m->strides[l]);
     if (m->end2end) {
         head_end2end(&e, imgsz, 300, "output0");
-        int64_t od[3] = { dynamic ? -1 : 1, A < 300 ? A : 300, 6 };
+        int64_t od[3] = { B, A < 300 ? A : 300, 6 };
         onnx_value_info(&e.g, ONNX_OUTPUT, "output0", ONNX_FLOAT, od, 3);
     } else {
         head_ddetect(&e, imgsz, "output0");
-        int64_t od[3] = { dynamic ? -1 : 1, 4 + m->nc, A };
+        int64_t od[3] = { B, 4 + m->nc, A };
         onnx_value_info(&e.g, ONNX_OUTPUT, "output0", ONNX_FLOAT, od, 3);
     }
     free(e.w);

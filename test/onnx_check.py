@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """onnx_check.py: check an ONNX file written by `yolotrain export format=onnx`.
 
-    python3 test/onnx_check.py MODEL.onnx [--opset 17] [--run DIR] [--runtime ort|numpy] [--tol 1e-4] [--conf 0.25]
+    python3 test/onnx_check.py MODEL.onnx [--opset 17] [--batch N|batch] [--run DIR] [--runtime ort|numpy] [--tol 1e-4] [--conf 0.25]
 
 Always (when the onnx module is there): onnx.checker (full check), strict shape inference, the opset, the input `images` (batch, 3, S, S)
-and output0's shape. With --run DIR (written by `build/cpu/test/test_onnx dump ...`): runs the model
+and output0's shape; with --batch, both first dimensions must be N (a fixed batch) or the symbolic `batch`. With --run DIR (written by `build/cpu/test/test_onnx dump ...`): runs the model
 on DIR/input.bin and compares output0 with our own inference in DIR/expect.bin, element by element:
 |onnx - ours| <= tol * max(1, |ours|) (tol absolute for scores, relative for pixel coordinates).
 --runtime ort uses onnxruntime (CPU provider); numpy a small evaluator of the operators our exports
@@ -32,7 +32,7 @@ except ImportError:
     onnx = None
 
 
-def check_file(path, opset):
+def check_file(path, opset, batch=None):
     m = onnx.load(path)
     onnx.checker.check_model(m, full_check=True)
     inferred = onnx.shape_inference.infer_shapes(m, strict_mode=True)
@@ -45,6 +45,8 @@ def check_file(path, opset):
         sys.exit(f"FAIL {path}: input {inp.name} {dims}, want images (batch, 3, S, S)")
     out = inferred.graph.output[0]
     odims = [d.dim_param or d.dim_value for d in out.type.tensor_type.shape.dim]
+    if batch is not None and not (str(dims[0]) == batch and str(odims[0]) == batch):
+        sys.exit(f"FAIL {path}: images {dims} -> {out.name} {odims}: the batch dimension should be {batch}")
     print(f"ok {path}: checker, shape inference, opset {opset}; images {dims} -> {out.name} {odims}")
     return m
 
@@ -167,6 +169,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
     ap.add_argument("--opset", type=int, default=17)
+    ap.add_argument("--batch", help="the batch dimension both images and output0 must have: N or batch (symbolic)")
     ap.add_argument("--run")
     ap.add_argument("--runtime", default="ort", choices=["ort", "numpy"])
     ap.add_argument("--tol", type=float, default=1e-4)
@@ -176,7 +179,7 @@ def main():
         sys.exit("FAIL: the numpy runtime needs the onnx module (Debian: python3-onnx)")
     if onnx is None:
         print(f"skip {args.model}: checker and shape inference (no onnx module here)")
-    m = check_file(args.model, args.opset) if onnx is not None else None
+    m = check_file(args.model, args.opset, args.batch) if onnx is not None else None
     if not args.run:
         return
     shape = [int(v) for v in open(f"{args.run}/shape.txt").read().split()]   # B S then the output's dims
