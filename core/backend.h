@@ -139,6 +139,13 @@ typedef struct Backend {
     void (*vloss_release)(void *ctx, void *prep);
     void (*vloss_stage)(void *ctx, void *prep, const Map head[3], int n0, int N);
     int (*vloss_eval)(void *ctx, void *prep, const struct LossBatch *b, struct LossOut *out, Err *err);
+    // BN in evaluation mode inside training (the units of frozen YOLO26 layers; core/ops.h's
+    // bn_frozen_*): the saved statistics from the running ones (C of them), and the backward from du
+    // with those statistics held constant: dz (=), dgamma, dbeta (+=).
+    void (*bn_frozen_stats)(void *ctx, int C, const float *running_mean, const float *running_var, float eps,
+                            float *mean, float *invstd);
+    void (*bn_frozen_backward)(void *ctx, Map z, const float *gamma, const float *mean, const float *invstd, Map du,
+                               Map dz, float *dgamma, float *dbeta);
 } Backend;
 
 extern const Backend backend_cpu;

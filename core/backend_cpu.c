@@ -186,6 +186,14 @@ static int vloss_eval(void *c, void *prep, const LossBatch *b, LossOut *out, Err
     return loss_forward_backward(v->lw, &g, NULL, out, err);
 }
 
+static void bn_frozen_stats(void *c, int C, const float *rm, const float *rv, float eps, float *mean, float *invstd) {
+    bn_frozen_stats_cpu(C, rm, rv, eps, mean, invstd);
+}
+static void bn_frozen_bwd(void *c, Map z, const float *g, const float *mean, const float *invstd, Map du, Map dz,
+                          float *dg, float *db) {
+    bn_frozen_backward_cpu(z, g, mean, invstd, du, dz, dg, db);
+}
+
 const Backend backend_cpu = {
     "cpu", conv_fwd, conv_bwd, bn_train, bn_eval, bn_bwd, bn_apply, silu_fwd, silu_bwd, add_fwd, copy, accumulate,
     maxpool_fwd, maxpool_bwd, avgpool_fwd, avgpool_bwd, upsample_fwd, upsample_bwd, prepare, sumsq, scale, sgd, ema,
@@ -196,4 +204,5 @@ const Backend backend_cpu = {
     conv_bn_bwd,
     nms_prepare, nms_release, nms_detect,
     vloss_prepare, vloss_release, vloss_stage, vloss_eval,
+    bn_frozen_stats, bn_frozen_bwd,
 };

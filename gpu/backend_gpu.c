@@ -174,6 +174,15 @@ static int vloss_eval(void *ctx, void *prep, const LossBatch *b, LossOut *out, E
     return val_loss_gpu_eval(DEV, prep, b, out, err);
 }
 
+static void bn_frozen_stats(void *ctx, int C, const float *rm, const float *rv, float eps, float *mean,
+                            float *invstd) {
+    bn_frozen_stats_gpu(DEV, C, rm, rv, eps, mean, invstd);
+}
+static void bn_frozen_bwd(void *ctx, Map z, const float *g, const float *mean, const float *invstd, Map du, Map dz,
+                          float *dg, float *db) {
+    bn_frozen_backward_gpu(DEV, z, g, mean, invstd, du, dz, dg, db);
+}
+
 const Backend backend_gpu = {
     "cuda", conv_fwd, conv_bwd, bn_train, bn_eval, bn_bwd, bn_apply, silu_fwd, silu_bwd, add_fwd, copy, accumulate,
     maxpool_fwd, maxpool_bwd, avgpool_fwd, avgpool_bwd, upsample_fwd, upsample_bwd, prepare, sumsq, scale, sgd, ema,
@@ -184,4 +193,5 @@ const Backend backend_gpu = {
     conv_bn_bwd,
     nms_prepare, nms_release, nms_detect,
     vloss_prepare, vloss_release, vloss_stage, vloss_eval,
+    bn_frozen_stats, bn_frozen_bwd,
 };
