@@ -256,7 +256,11 @@ static void test_frozen_layer_is_eval_mode(void) {
 // One training forward and backward with layers 1, 2 and 23 (the head, depthwise units included)
 // frozen, on the GPU in fp32 (TF32 off) and on the CPU from the same weights: head maps, every
 // parameter gradient and the BN running statistics. Tolerance as test_yolo26's GPU step (2e-3 of the
-// tensor's largest value plus 2e-3 relative: cuDNN and OpenBLAS sum in other orders through 23 layers).
+// tensor's largest value plus 2e-3 relative: cuDNN and OpenBLAS sum in other orders through 23 layers),
+// with a floor of 1e-6 of the largest gradient of all: a few BN biases (the attention's pe and proj,
+// the PSA ffn's second conv) have a gradient that is zero up to rounding (1e-8 here, against 69 for the
+// largest), as the training-mode BN after them removes any shift of their channels, so their own
+// largest value is rounding noise.
 static void test_gpu_matches_cpu(void) {
 #ifndef USE_CUDA
     SKIP("no CUDA in this build");
@@ -292,6 +296,10 @@ static void test_gpu_matches_cpu(void) {
     for (size_t i = 0; i < nr; i++) worst = fmax(worst, fabs(maps[1][i] - maps[0][i]) / (2e-4 * mx + 2e-4 * fabs(maps[0][i])));
     CHECK(worst <= 1, "head maps: GPU and CPU differ by %.3g of the tolerance", worst);
     int bad = 0, tensors = 0;
+    double floor = 0;
+    for (int i = 0; i < c.n_params; i++)
+        if (param_trainable(c.params[i].kind))
+            for (size_t j = 0; j < c.params[i].n; j++) floor = fmax(floor, 1e-6 * fabs(grad[0][c.params[i].offset + j]));
     for (int i = 0; i < c.n_params; i++) {
         const ParamInfo *p = &c.params[i];
         int grads = param_trainable(p->kind), stats = p->kind == PK_RUNNING_MEAN || p->kind == PK_RUNNING_VAR;
@@ -299,7 +307,8 @@ static void test_gpu_matches_cpu(void) {
         const float *a = (grads ? grad[0] : state[0]) + p->offset, *b = (grads ? grad[1] : state[1]) + p->offset;
         double top = 0, ratio = 0;
         for (size_t j = 0; j < p->n; j++) top = fmax(top, fabs(a[j]));
-        for (size_t j = 0; j < p->n; j++) ratio = fmax(ratio, fabs(b[j] - a[j]) / (2e-3 * top + 2e-3 * fabs(a[j]) + 1e-30));
+        double atol = fmax(2e-3 * top, grads ? floor : 0);
+        for (size_t j = 0; j < p->n; j++) ratio = fmax(ratio, fabs(b[j] - a[j]) / (atol + 2e-3 * fabs(a[j]) + 1e-30));
         if (ratio > 1 && bad++ < 5) printf("    %s %s: %.3g of the tolerance\n", p->name, grads ? "gradient" : "", ratio);
         tensors++;
     }
