@@ -204,5 +204,6 @@ const Backend backend_cpu = {
     conv_bn_bwd,
     nms_prepare, nms_release, nms_detect,
     vloss_prepare, vloss_release, vloss_stage, vloss_eval,
+    NULL, NULL, NULL, NULL,                        // recordings: the CPU runs its ops directly
     bn_frozen_stats, bn_frozen_bwd,
 };

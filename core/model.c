@@ -858,6 +858,7 @@ int model_build(const Config *cfg, int max_n, int imgsz, Model *m, Err *err) {
 }
 
 void model_free(Model *m) {
+    model_drop_recordings(m);
     if (!m->on_device) {
         free(m->state); free(m->grad);
         free(m->act); free(m->dact); free(m->stats); free(m->ws); free(m->tmp_a); free(m->tmp_b);

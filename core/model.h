@@ -20,6 +20,10 @@ typedef enum {
     PK_FIXED,         // the DFL projection 0..15: saved, never trained
 } ParamKind;
 
+// A forward or backward pass of one shape recorded by the backend (model_run.c's run_pass).
+enum { MODEL_RECS = 8 };
+typedef struct { int state, kind, n, h, w; void *rec; } ModelRecording;
+
 typedef struct {
     char      name[128];   // e.g. "model.4.cv2.0.m.1.cv1.conv1.conv.weight"
     ParamKind kind;
@@ -130,6 +134,9 @@ typedef struct {
     // .. zero_first[T+2]), zeroed then
     size_t    *grad_offset, n_dact;
     int       *zero_first, *zero_list;
+    // recorded passes of training steps (model_run.c): the forward and the backward of each shape
+    // (n, input h, w), replayed through Backend.rec_* once the shape was seen
+    ModelRecording recs[MODEL_RECS];
 } Model;
 
 // Build from the config for inputs of up to max_n images of imgsz x imgsz. Errors (unknown
@@ -181,4 +188,6 @@ void model_forward_u8(Model *m, const uint8_t *images_nhwc, int n, int h, int w,
 // d loss / d head maps must be in model_grad(head[i]) (and model_grad(aux[i])); accumulates parameter
 // gradients into m->grad (callers zero it per optimizer step) and writes input gradients nowhere.
 void model_backward(Model *m, int n);
+// Release the backend's recordings of training passes (model_run.c); before the device goes.
+void model_drop_recordings(Model *m);
 void model_zero_grad(Model *m);

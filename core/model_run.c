@@ -197,15 +197,73 @@ static void node_forward(Model *m, const Node *nd, int n, int train) {
     }
 }
 
-static void forward_nodes(Model *m, int n, int train) {
+// ---- recorded passes ---------------------------------------------------------------------------
+// A backend that records (Backend.rec_*: CUDA Graphs) replays a training step's forward and backward:
+// the same kernels with the same arguments, so the same bits, queued with one call instead of
+// thousands. A shape (n, h, w) runs directly the first time (cuDNN and cuBLAS make their plans then),
+// is recorded the second time and replayed from then on; its pointers (weights, arenas, scratch) are
+// fixed by the memory plan. Not recorded: evaluation forwards, the profiler's per-node timing, and a
+// backward with a hook (several devices exchange gradient buckets while it runs).
+enum { REC_FORWARD, REC_BACKWARD };
+enum { REC_FREE, REC_SEEN, REC_READY, REC_NEVER };
+
+// The recording of (kind, n, h, w), or NULL when the shape is new; a new shape takes a free slot
+// (if one is left) marked seen.
+static ModelRecording *rec_find(Model *m, int kind, int n) {
+    int h = m->vh[m->input], w = m->vw[m->input];
+    for (int i = 0; i < MODEL_RECS; i++) {
+        ModelRecording *r = &m->recs[i];
+        if (r->state != REC_FREE && r->kind == kind && r->n == n && r->h == h && r->w == w) return r;
+    }
+    for (int i = 0; i < MODEL_RECS; i++)
+        if (m->recs[i].state == REC_FREE) { m->recs[i] = (ModelRecording){ REC_SEEN, kind, n, h, w, NULL }; break; }
+    return NULL;
+}
+
+typedef void (*PassFn)(Model *m, int n);
+
+static void run_pass(Model *m, int kind, int n, PassFn pass) {
+    const Backend *be = m->be;
+    int recordable = be->rec_begin && !m->prof && !(kind == REC_BACKWARD && m->backward_hook);
+    ModelRecording *r = recordable ? rec_find(m, kind, n) : NULL;
+    if (r && r->state == REC_SEEN) {               // the second time: record, then replay below
+        r->state = REC_NEVER;
+        if (!be->rec_begin(m->be_ctx)) {
+            pass(m, n);
+            r->rec = be->rec_end(m->be_ctx);
+            if (r->rec) r->state = REC_READY;
+        }
+    }
+    if (r && r->state == REC_READY) be->rec_replay(m->be_ctx, r->rec);
+    else pass(m, n);
+}
+
+void model_drop_recordings(Model *m) {
+    for (int i = 0; i < MODEL_RECS; i++) {
+        if (m->recs[i].rec && m->be && m->be->rec_free) m->be->rec_free(m->be_ctx, m->recs[i].rec);
+        m->recs[i] = (ModelRecording){ 0 };
+    }
+}
+
+static void forward_pass(Model *m, int n, int train) {
     for (int i = 0; i < m->n_nodes; i++) {
         if (!train && m->nodes[i].train_only) continue;   // the auxiliary head is for training only
         double t0 = prof_start(m);
         node_forward(m, &m->nodes[i], n, train);
         prof_stop(m, i, 0, t0);
     }
-    if (train) m->bn_batches++;
     zero_grads_from(m, -1, n);                     // the head maps' gradients, which the loss writes
+}
+
+static void forward_train(Model *m, int n) { forward_pass(m, n, 1); }
+
+static void forward_nodes(Model *m, int n, int train) {
+    if (train) {
+        run_pass(m, REC_FORWARD, n, forward_train);
+        m->bn_batches++;
+    } else {
+        forward_pass(m, n, 0);
+    }
 }
 
 void model_forward(Model *m, const float *images, int n, int h, int w, int train) {
@@ -277,7 +335,7 @@ static void node_backward(Model *m, const Node *nd, int n) {
     }
 }
 
-void model_backward(Model *m, int n) {
+static void backward_pass(Model *m, int n) {
     for (int i = m->n_nodes - 1; i >= 0; i--) {
         double t0 = prof_start(m);
         zero_grads_from(m, m->n_nodes - 1 - i, n);
@@ -286,5 +344,7 @@ void model_backward(Model *m, int n) {
         if (m->backward_hook) m->backward_hook(m->backward_arg, i);
     }
 }
+
+void model_backward(Model *m, int n) { run_pass(m, REC_BACKWARD, n, backward_pass); }
 
 void model_zero_grad(Model *m) { m->be->zero(m->be_ctx, m->grad, m->n_state); }

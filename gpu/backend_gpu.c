@@ -1,5 +1,7 @@
 // backend_gpu.c: the CUDA twins (gpu/ops.h) behind the Backend table; ctx is the Device.
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/backend.h"
 #include "gpu/device.h"
@@ -174,6 +176,32 @@ static int vloss_eval(void *ctx, void *prep, const LossBatch *b, LossOut *out, E
     return val_loss_gpu_eval(DEV, prep, b, out, err);
 }
 
+// Recordings: stream capture in this thread's mode, so other devices' threads are not affected.
+static int rec_begin(void *ctx) {
+#ifdef SYNC_DEBUG
+    return -1;                                     // each launch waits: nothing to record
+#else
+    const char *off = getenv("YT_GRAPHS");        // read at each recording: once per shape and pass
+    if (off && !strcmp(off, "0")) return -1;
+    return cudaStreamBeginCapture(DEV->stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess ? 0 : -1;
+#endif
+}
+static void *rec_end(void *ctx) {
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t e = NULL;
+    cudaError_t rc = cudaStreamEndCapture(DEV->stream, &g);
+    if (rc == cudaSuccess) rc = cudaGraphInstantiate(&e, g, 0);
+    if (g) cudaGraphDestroy(g);
+    if (rc != cudaSuccess) {
+        fprintf(stderr, "GPU %d: could not record the step (%s); it runs without CUDA Graphs\n", DEV->id,
+                cudaGetErrorString(rc));
+        cudaGetLastError();
+        return NULL;
+    }
+    return e;
+}
+static void rec_replay(void *ctx, void *rec) { checkCuda(cudaGraphLaunch((cudaGraphExec_t)rec, DEV->stream)); }
+static void rec_free(void *ctx, void *rec) { cudaGraphExecDestroy((cudaGraphExec_t)rec); }
 static void bn_frozen_stats(void *ctx, int C, const float *rm, const float *rv, float eps, float *mean,
                             float *invstd) {
     bn_frozen_stats_gpu(DEV, C, rm, rv, eps, mean, invstd);
@@ -193,5 +221,6 @@ const Backend backend_gpu = {
     conv_bn_bwd,
     nms_prepare, nms_release, nms_detect,
     vloss_prepare, vloss_release, vloss_stage, vloss_eval,
+    rec_begin, rec_end, rec_replay, rec_free,
     bn_frozen_stats, bn_frozen_bwd,
 };

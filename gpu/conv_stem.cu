@@ -1,8 +1,8 @@
 // conv_stem.cu: the first convolution of a detector (3 input channels, 3x3, groups 1) done directly,
 // forward and weight gradient. Through im2col + GEMM it moved 27-column rows of a 640x640 batch for
 // a GEMM too thin to use the tensor cores (3.5 TFLOP/s, 10 ms a step); here a thread computes an
-// output pixel's K channels from its 27 inputs (forward), and a block sums dy x patch products over
-// a strip of pixels (weight gradient). Operands are rounded to bf16 on a bf16 device (`rnd`), as the
+// output pixel's K channels from its 27 inputs and stores them 8 at a time (forward), and a block
+// sums dy x patch products over a strip of pixels staged by all its threads (weight gradient). Operands are rounded to bf16 on a bf16 device (`rnd`), as the
 // GEMM path rounds them; products are summed in fp32; deterministic: fixed strips, sums in order.
 // Legend: N batch, C = 3 channels in, K out, H,W in, P,Q out, J = C*9 patch values, M = N*P*Q.
 #include "gpu/kernel_util.h"
@@ -33,6 +33,23 @@ __device__ static void stem_patch(const ConvDims &d, Map x, unsigned m, bool rnd
 }
 
 // y (either storage) = conv(x) (+ b): one thread per output pixel, the weights in shared memory.
+// Eight consecutive channels of an output pixel, stored with one 16-byte (bf16) or two 16-byte (fp32)
+// writes when the address allows, else one by one.
+__device__ static inline void put8(Map y, size_t off, const float *a) {
+    bool aligned = (((uintptr_t)y.data + off * (y.bf16 ? 2 : 4)) & 15) == 0;
+    if (y.bf16 && aligned) {
+        uint4 u = make_uint4(bf16_pack(a[0], a[1]), bf16_pack(a[2], a[3]), bf16_pack(a[4], a[5]), bf16_pack(a[6], a[7]));
+        *(uint4 *)((__nv_bfloat16 *)y.data + off) = u;
+    } else if (!y.bf16 && aligned) {
+        *(float4 *)(y.data + off) = make_float4(a[0], a[1], a[2], a[3]);
+        *(float4 *)(y.data + off + 4) = make_float4(a[4], a[5], a[6], a[7]);
+    } else {
+        for (int i = 0; i < 8; i++) map_put(y, off + i, a[i]);
+    }
+}
+
+// y (either storage) = conv(x) (+ b): one thread per output pixel, the weights in shared memory; each
+// channel's sum runs over the 27 inputs in order, eight channels at a time, stored together.
 template <int K>
 __global__ void stem_forward_kernel(ConvDims d, Map x, const float *w, const float *b, bool rnd, Map y) {
     __shared__ float ws[K * STEM_J];
@@ -43,13 +60,27 @@ __global__ void stem_forward_kernel(ConvDims d, Map x, const float *w, const flo
         float v[STEM_J];
         stem_patch(d, x, m, rnd, v);
         size_t off = (size_t)m * y.ld;
-#pragma unroll 4
-        for (int k = 0; k < K; k++) {
-            float acc = b ? b[k] : 0.0f;
+        for (int k0 = 0; k0 < K; k0 += 8) {
+            float acc[8];
 #pragma unroll
-            for (int j = 0; j < STEM_J; j++) acc = fmaf(ws[k * STEM_J + j], v[j], acc);
-            map_put(y, off + k, acc);
+            for (int i = 0; i < 8; i++) {
+                acc[i] = b ? b[k0 + i] : 0.0f;
+#pragma unroll
+                for (int j = 0; j < STEM_J; j++) acc[i] = fmaf(ws[(k0 + i) * STEM_J + j], v[j], acc[i]);
+            }
+            put8(y, off + k0, acc);
         }
+    }
+}
+
+// Values j0 .. j1-1 (in (c, r, s) order) of output pixel m's patch into row; padding reads as 0.
+__device__ static inline void stem_values(const ConvDims &d, Map x, unsigned m, int j0, int j1, bool rnd, float *row) {
+    unsigned pq = m % (unsigned)(d.P * d.Q), n = m / (unsigned)(d.P * d.Q);
+    int p = (int)(pq / d.Q), q = (int)(pq % d.Q);
+    for (int j = j0; j < j1; j++) {
+        int c = j / 9, r = j % 9 / 3, s = j % 3, h = p * d.stride - d.pad + r, w = q * d.stride - d.pad + s;
+        bool in = h >= 0 && h < d.H && w >= 0 && w < d.W;
+        row[j] = in ? operand(map_get(x, (((size_t)n * d.H + h) * d.W + w) * x.ld + c), rnd) : 0.0f;
     }
 }
 
@@ -64,10 +95,11 @@ __global__ void stem_wgrad_kernel(ConvDims d, Map x, Map dy, unsigned per_strip,
     int k = threadIdx.x / per_k, j0 = threadIdx.x % per_k;
     float acc[(STEM_J + STEM_THREADS / K - 1) / (STEM_THREADS / K)] = {};
     for (unsigned t0 = m0; t0 < m1; t0 += STEM_TILE) {
-        for (int i = threadIdx.x; i < STEM_TILE; i += blockDim.x) {
-            float v[STEM_J];
-            if (t0 + i < m1) stem_patch(d, x, t0 + i, rnd, v);
-            for (int j = 0; j < STEM_J; j++) xs[i][j] = t0 + i < m1 ? v[j] : 0.0f;
+        for (int i = threadIdx.x; i < STEM_TILE * 4; i += blockDim.x) {   // 4 threads a pixel, 7 values each
+            unsigned m = t0 + i / 4;
+            int j0 = i % 4 * 7, j1 = j0 + 7 < STEM_J ? j0 + 7 : STEM_J;
+            if (m < m1) stem_values(d, x, m, j0, j1, rnd, xs[i / 4]);
+            else for (int j = j0; j < j1; j++) xs[i / 4][j] = 0.0f;
         }
         for (int i = threadIdx.x; i < STEM_TILE * K; i += blockDim.x) {
             unsigned m = t0 + i / K;
@@ -95,7 +127,8 @@ __global__ void stem_wgrad_combine_kernel(const float *part, int strips, int n, 
     int o = blockIdx.x * blockDim.x + threadIdx.x;
     if (o >= n) return;
     double s = 0.0;
-    for (int g = 0; g < strips; g++) s += part[(size_t)g * n + o];
+#pragma unroll 8
+    for (int g = 0; g < strips; g++) s += part[(size_t)g * n + o];   // loads batched, sums in order
     dw[o] += (float)s;
 }
 

@@ -61,6 +61,7 @@ int trainer_gpu_init(Trainer *t, const Config *cfg, int id, Err *err) {
 void trainer_gpu_free(Trainer *t) {                    // the caller frees the model's host side
     if (t->gpu_loss) loss_work_free_gpu(t->gpu_loss);
     if (t->gpu_loss_aux) loss_work_free_gpu(t->gpu_loss_aux);
+    model_drop_recordings(&t->m);
     device_free(t->dev);
     free(t->dev);
     t->dev = NULL;

@@ -107,6 +107,11 @@ static const DwCase DW_CASES[] = {
     { 2, 37, 11, 13, 3, 2, 3, 1, 0 },   // stride 2, channels not a multiple of the 32-channel tile
     { 3, 33, 6, 5, 5, 2, 1, 2, 1 },     // 5x5 stride 2, slices in and out
     { 2, 64, 40, 40, 3, 1, 0, 0, 0 },   // many pixels: several partial-sum blocks
+    { 8, 24, 130, 130, 3, 1, 1, 0, 1 }, // 135,200 pixels: the most partial-sum blocks (256), lanes wrap rows
+    { 2, 9, 15, 17, 7, 1, 0, 2, 1 },    // 7x7: the one-tap-a-block kernel
+    { 2, 32, 19, 21, 3, 2, 4, 8, 1 },   // four channels a thread (dwconv_fwd4 / dx4): k3 s2, slices
+    { 3, 16, 9, 14, 5, 1, 0, 4, 0 },    // four channels a thread: k5 s1
+    { 2, 8, 11, 10, 5, 2, 8, 0, 1 },    // four channels a thread: k5 s2
 };
 
 static void dw_case(const DwCase *c, Rng *g) {

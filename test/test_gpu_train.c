@@ -8,6 +8,7 @@
 #include "io/synth.h"
 #ifdef USE_CUDA
 #include "gpu/device.h"
+#include "gpu/model_gpu.h"
 #endif
 
 enum { N = 8, S = 256, STEPS = 240, MAX_T = N * SYNTH_MAX_OBJECTS };
@@ -60,6 +61,36 @@ static int run(const Batch8 *b, int gpu, const char *precision, int steps, doubl
 }
 
 static int have_gpu(void) { GpuInfo g[1]; return gpu_list(g, 1) > 0; }
+
+// `steps` bf16 steps on GPU 0 with CUDA Graphs on or off (YT_GRAPHS=0): losses, the final weights
+// (*n floats into *state, malloc'd) and how many passes were recorded.
+static int run_graphs(const Batch8 *b, int graphs, int steps, double *losses, float **state, size_t *n,
+                      int *recorded) {
+    static Config cfg;
+    Err err;
+    char *ov[] = { "batch=8", "imgsz=256", "epochs=1", "nc=6", "seed=0", "precision=bf16" };
+    if (config_load("cfg/t.ini", 6, ov, &cfg, &err)) { printf("    %s\n", err.msg); return -1; }
+    if (graphs) unsetenv("YT_GRAPHS");
+    else setenv("YT_GRAPHS", "0", 1);
+    Trainer t;
+    int rc = trainer_init(&t, &cfg, 1, 0, &err);
+    if (rc) { printf("    %s\n", err.msg); unsetenv("YT_GRAPHS"); return -1; }
+    t.sched.batch_total = 64; t.sched.accumulate = 1; t.sched.nw = 30;
+    memcpy(t.input, b->images, sizeof b->images);
+    LossOut lo;
+    for (int i = 0; i < steps && !rc; i++) {
+        if ((rc = trainer_step(&t, N, S, b->targets, b->nt, 0, i, &lo, &err))) printf("    %s\n", err.msg);
+        losses[i] = lo.total;
+    }
+    *recorded = 0;
+    for (int i = 0; i < MODEL_RECS; i++) *recorded += t.m.recs[i].rec != NULL;
+    *n = t.m.n_state;
+    *state = malloc(t.m.n_state * sizeof(float));
+    model_gpu_download_state(&t.m, *state);
+    trainer_free(&t);
+    unsetenv("YT_GRAPHS");
+    return rc;
+}
 
 static double mean(const double *x, int a, int b) {
     double s = 0;
@@ -125,6 +156,34 @@ static void test_reduced_precision_tracks_fp32(void) {
 #endif
 }
 
+// A step replayed from CUDA Graphs is the step run launch by launch: the same losses and the same
+// weights, bit for bit, after steps that ran directly (1), were recorded (2) and replayed (3-6).
+static void test_graphs_equal_eager(void) {
+#ifndef USE_CUDA
+    SKIP("no CUDA in this build");
+#else
+    if (!have_gpu()) SKIP("no GPU");
+    static Batch8 b;
+    make_batch(&b);
+    enum { STEPS_G = 6 };
+    double lg[STEPS_G], le[STEPS_G];
+    float *wg = NULL, *we = NULL;
+    int rg = 0, re = 0;
+    size_t n = 0, ne = 0, differ = 0;
+    if (run_graphs(&b, 1, STEPS_G, lg, &wg, &n, &rg) || run_graphs(&b, 0, STEPS_G, le, &we, &ne, &re)) {
+        CHECK(0, "run failed"); free(wg); free(we); return;
+    }
+    printf("    passes recorded: %d with graphs, %d with YT_GRAPHS=0\n", rg, re);
+    CHECK(rg == 2, "%d passes recorded (the forward and the backward expected)", rg);
+    CHECK(re == 0, "YT_GRAPHS=0 still recorded %d passes", re);
+    for (int i = 0; i < STEPS_G; i++)
+        CHECK(lg[i] == le[i], "step %d: loss %.9g replayed, %.9g direct", i, lg[i], le[i]);
+    for (size_t i = 0; i < n && n == ne; i++) differ += memcmp(&wg[i], &we[i], sizeof(float)) != 0;
+    CHECK(n > 0 && n == ne && differ == 0, "%zu of %zu weights differ between replayed and direct steps", differ, n);
+    free(wg); free(we);
+#endif
+}
+
 // The GPU's uint8 input path gives the same losses as floats made on the host.
 static void test_gpu_u8_input(void) {
 #ifndef USE_CUDA
@@ -157,5 +216,6 @@ int main(void) {
     RUN(test_gpu_matches_cpu_first_steps);
     RUN(test_reduced_precision_tracks_fp32);
     RUN(test_gpu_u8_input);
+    RUN(test_graphs_equal_eager);
     return test_summary();
 }
