@@ -138,6 +138,10 @@ static int bench(const char *cfgfile, int S, int n, int steps, const char *devic
         if (plans + refused) printf("  cuDNN: %d plans made, %d shapes left to cuBLAS, %.2f s making them\n", plans, refused, secs);
     }
 #endif
+    for (int i = 0; i < MODEL_RECS; i++)   // what CUDA Graphs replay each step (core/model_run.c)
+        if (t.m.recs[i].rec)
+            printf("  CUDA Graphs: the %s of batch %d replayed, %zu launches\n", t.m.recs[i].kind ? "backward" : "forward",
+                   t.m.recs[i].n, t.m.recs[i].launches);
     if (getenv("YT_PROFILE")) {
         t.m.prof = xcalloc(2 * (size_t)t.m.n_nodes, sizeof(double));
         for (int i = 0; i < steps; i++) trainer_step(&t, n, S, targets, nt, 0, steps + 2 + i, &lo, &err);

@@ -64,7 +64,7 @@ typedef struct {
     char   optimizer[16];            // auto | SGD | MuSGD | AdamW (gelan-s: auto = SGD; YOLO26: core/train26.c)
     char   freeze[256];              // "" | N: layers 0..N-1 | [i,j,...]: those layers (core/transfer.h)
     int    epochs, batch, imgsz, workers, seed, exist_ok, close_mosaic, min_items, patience;
-    int    save_period, strict, cos_lr, rect;
+    int    save_period, strict, cos_lr, rect, tensorboard;
     // [parallel] (multi-GPU; DESIGN.md section 2)
     char   reduce[16];               // device0 | sharded
     char   loss_on[16];              // local | device0

@@ -59,6 +59,7 @@ const Key cfg_keys[] = {
     BOOL("train", "strict",       strict,       "0"),
     BOOL("train", "cos_lr",       cos_lr,       "0"),
     BOOL("train", "rect",         rect,         "0"),
+    BOOL("train", "tensorboard",  tensorboard,  "1"),   // RUN/events.out.tfevents.* (core/train_tb.h)
 
     ENUM("parallel", "reduce",  reduce,  "device0|sharded", "device0"),
     ENUM("parallel", "loss_on", loss_on, "local|device0", "local"),

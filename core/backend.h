@@ -141,11 +141,12 @@ typedef struct Backend {
     int (*vloss_eval)(void *ctx, void *prep, const struct LossBatch *b, struct LossOut *out, Err *err);
     // Recordings (CUDA Graphs; NULL where the backend has none): rec_begin makes ctx's queue record
     // the work queued on it instead of running it (0; -1 when it will not record: YT_GRAPHS=0, a
-    // SYNC_DEBUG build); rec_end stops and returns the recording, ready to replay, or NULL when the
-    // work could not be recorded (nothing ran: the caller runs it directly); rec_replay queues the
+    // SYNC_DEBUG build); rec_end stops and returns the recording, ready to replay (*launches: the
+    // kernels and copies it holds), or NULL when the work could not be recorded (nothing ran: the
+    // caller runs it directly); rec_replay queues the
     // recorded work again, the same kernels with the same arguments; rec_free releases a recording.
     int (*rec_begin)(void *ctx);
-    void *(*rec_end)(void *ctx);
+    void *(*rec_end)(void *ctx, size_t *launches);
     void (*rec_replay)(void *ctx, void *rec);
     void (*rec_free)(void *ctx, void *rec);
     // BN in evaluation mode inside training (the units of frozen YOLO26 layers; core/ops.h's

@@ -22,7 +22,7 @@ typedef enum {
 
 // A forward or backward pass of one shape recorded by the backend (model_run.c's run_pass).
 enum { MODEL_RECS = 8 };
-typedef struct { int state, kind, n, h, w; void *rec; } ModelRecording;
+typedef struct { int state, kind, n, h, w; void *rec; size_t launches; } ModelRecording;
 
 typedef struct {
     char      name[128];   // e.g. "model.4.cv2.0.m.1.cv1.conv1.conv.weight"

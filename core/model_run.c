@@ -216,7 +216,7 @@ static ModelRecording *rec_find(Model *m, int kind, int n) {
         if (r->state != REC_FREE && r->kind == kind && r->n == n && r->h == h && r->w == w) return r;
     }
     for (int i = 0; i < MODEL_RECS; i++)
-        if (m->recs[i].state == REC_FREE) { m->recs[i] = (ModelRecording){ REC_SEEN, kind, n, h, w, NULL }; break; }
+        if (m->recs[i].state == REC_FREE) { m->recs[i] = (ModelRecording){ REC_SEEN, kind, n, h, w, NULL, 0 }; break; }
     return NULL;
 }
 
@@ -230,7 +230,7 @@ static void run_pass(Model *m, int kind, int n, PassFn pass) {
         r->state = REC_NEVER;
         if (!be->rec_begin(m->be_ctx)) {
             pass(m, n);
-            r->rec = be->rec_end(m->be_ctx);
+            r->rec = be->rec_end(m->be_ctx, &r->launches);
             if (r->rec) r->state = REC_READY;
         }
     }

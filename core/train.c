@@ -17,6 +17,7 @@
 #include "io/dataset.h"
 #include "io/loader.h"
 #include "io/picture.h"
+#include "core/train_tb.h"
 #include "io/plot.h"
 #include "core/checkpoint.h"
 #include "core/infer_devices.h"
@@ -513,6 +514,7 @@ typedef struct {              // what the run keeps across epochs for validation
     ValResult      best;         // metrics of the best epoch (Metrics arrays freed at the end)
     RunPoint       start;        // where this process starts (a resumed run: where the last one stopped)
     int            stop_after;   // > 0: stop after this many steps, as on Ctrl-C (YT_STOP_AFTER_STEPS, tests)
+    TrainTb        tb;           // the TensorBoard log (tensorboard=1)
 } RunState;
 
 // weights/last_state.safetensors: everything to continue from point p (see core/checkpoint.h)
@@ -529,21 +531,18 @@ static int save_state(const Trainer *t, const RunState *rs, int epoch, int batch
 }
 
 // results.csv as the reference writes it: %20s header, %20.5g values, epoch 0-based
-static void results_row(const RunState *rs, int epoch, const Running *r, const ValResult *v, const double lr[3]) {
+static void results_row(RunState *rs, int epoch, const Running *r, const ValResult *v, const double lr[3]) {
     char path[CFG_PATH * 2 + 64];
     snprintf(path, sizeof path, "%s/results.csv", rs->dir);
     FILE *f = fopen(path, "a");
     if (!f) { fprintf(stderr, "yolotrain: cannot append to %s: %s\n", path, strerror(errno)); return; }
-    if (ftell(f) == 0) {
-        const char *keys[] = { "epoch", "train/box_loss", "train/cls_loss", "train/dfl_loss", "metrics/precision",
-                               "metrics/recall", "metrics/mAP_0.5", "metrics/mAP_0.5:0.95", "val/box_loss",
-                               "val/cls_loss", "val/dfl_loss", "x/lr0", "x/lr1", "x/lr2" };
-        for (int i = 0; i < 14; i++) fprintf(f, "%20s%s", keys[i], i < 13 ? "," : "\n");
-    }
+    if (ftell(f) == 0)
+        for (int i = 0; i < 14; i++) fprintf(f, "%20s%s", results_keys[i], i < 13 ? "," : "\n");
     double vals[14] = { epoch, r->box / r->n, r->cls / r->n, r->dfl / r->n, v->m.mp, v->m.mr, v->m.map50, v->m.map,
                         v->box, v->cls, v->dfl, lr[0], lr[1], lr[2] };
     for (int i = 0; i < 14; i++) fprintf(f, "%20.5g%s", vals[i], i < 13 ? "," : "\n");
     fclose(f);
+    train_tb_epoch(&rs->tb, epoch, vals);
 }
 
 // Drop the results.csv rows of epochs >= `epoch`: an epoch's row is written before its checkpoint,
@@ -580,11 +579,14 @@ static int end_epoch(Config *cfg, Trainer *t, RunState *rs, int epoch, const Run
     int vrc = val_evaluate_ema(t, rs->val, &vo, &v, &err);   // the EMA weights, on every device
     if (vrc && stop_requested) return 1;
     if (vrc) { fprintf(stderr, "yolotrain: validation failed: %s\n", err.msg); memset(&v, 0, sizeof v); }
+    for (int k = 0; vo.picture_dir && !vrc && k < 2; k++)
+        train_tb_picture(&rs->tb, rs->dir, k ? "val_batch0_pred.jpg" : "val_batch0_labels.jpg", epoch);
     results_row(rs, epoch, r, &v, t->lr);
     char csv[CFG_PATH * 2 + 64];
     snprintf(csv, sizeof csv, "%s/results.csv", rs->dir);
     snprintf(path, sizeof path, "%s/results.png", rs->dir);
     if (plot_results(csv, path, &err)) fprintf(stderr, "note: %s\n", err.msg);
+    else if (epoch == cfg->epochs - 1) train_tb_picture(&rs->tb, rs->dir, "results.png", epoch);   // as yolov9, at the end
     snprintf(path, sizeof path, "%s/weights/last.safetensors", rs->dir);
     int rc = 0;
     injected_signal("checkpoint");
@@ -726,6 +728,7 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
             if (epoch == 0 && i == 0) {
                 snprintf(path, sizeof path, "%s/train_batch0.jpg", dir);
                 if (picture_batch(b, ds->names, ds->nc, path, &err)) fprintf(stderr, "note: %s\n", err.msg);
+                else train_tb_picture(&rs->tb, dir, "train_batch0.jpg", 0);
             }
             injected_cuda_failure(t, ++steps);
             injected_nan(t, steps);
@@ -957,6 +960,7 @@ static int train_run_(Config *cfg) {
             drop_results_from(dir, rs.start.epoch);
         }
     }
+    if (rc == 0) train_tb_open(&rs.tb, cfg, dir, t.m.reg_max, rs.start.epoch);
     stop_savable = 1;                                // from here a signal saves where the run stands
     double t0 = now_seconds();
     if (!rc) rc = train_epochs(cfg, &t, ld, &rs);
@@ -973,6 +977,7 @@ static int train_run_(Config *cfg) {
         else printf("The run stopped on an error (above); its files are in %s\n", dir);
     }
     val_result_free(&rs.best);
+    train_tb_close(&rs.tb);
     run_unlock(dir, lock);
     trainer_free(&t);
     loader_close(ld);

@@ -186,10 +186,12 @@ static int rec_begin(void *ctx) {
     return cudaStreamBeginCapture(DEV->stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess ? 0 : -1;
 #endif
 }
-static void *rec_end(void *ctx) {
+static void *rec_end(void *ctx, size_t *launches) {
     cudaGraph_t g = NULL;
     cudaGraphExec_t e = NULL;
     cudaError_t rc = cudaStreamEndCapture(DEV->stream, &g);
+    *launches = 0;
+    if (rc == cudaSuccess) rc = cudaGraphGetNodes(g, NULL, launches);
     if (rc == cudaSuccess) rc = cudaGraphInstantiate(&e, g, 0);
     if (g) cudaGraphDestroy(g);
     if (rc != cudaSuccess) {

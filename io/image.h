@@ -15,10 +15,12 @@ void  image_free(Image *im);
 // alpha (dropped) and CMYK inputs are converted. Errors name the file and why; truncated or
 // damaged pixel data is an error (a JPEG missing only its final EOI marker is accepted), as are
 // empty files, files over 512 MB and headers over IMAGE_MAX_PIXELS (refused before allocating).
-// On error *out is {0, 0, NULL}.
+// A JPEG's EXIF orientation is applied as cv2.imread applies it (io/exif.h), so a phone photo tagged
+// "rotate 90" comes out upright, its sides swapped. On error *out is {0, 0, NULL}.
 int   image_load(const char *path, Image *out, Err *err);
 int   image_decode_mem(const uint8_t *buf, size_t n, const char *name, Image *out, Err *err);
-// Read only the size from the header (no full decode). Refuses what image_load would refuse from
+// Read only the size from the header (no full decode), after the EXIF orientation: the size that
+// image_load gives. Refuses what image_load would refuse from
 // the header alone: unknown format, zero size, more than IMAGE_MAX_PIXELS.
 int   image_probe(const char *path, int *w, int *h, Err *err);
 // image_probe plus the number of colour components stored in the file (1 gray, 2 gray+alpha,

@@ -6,7 +6,12 @@
 // marker (FF D9) is accepted: all pixels are present, and the reference keeps such files too
 // (YOLOv9 re-saves them as "corrupt JPEG restored"; we never write into a dataset). Known gap: a
 // progressive file cut exactly between two scans decodes, blurred, without an error.
+//
+// EXIF orientation is applied as cv2.imread applies it (io/exif.c): libjpeg keeps the first APP1
+// segment while it reads the header (jpeg_save_markers: no second pass over the file), and the
+// header-only path reports the rotated size.
 #include "io/image_codec.h"
+#include "io/exif.h"
 
 #include <setjmp.h>
 #include <stdlib.h>
@@ -90,6 +95,13 @@ static void src_set(j_decompress_ptr d, MemSource *s, const uint8_t *buf, size_t
     d->src = &s->pub;
 }
 
+// The EXIF orientation in the first APP1 segment libjpeg kept (0: none), as OpenCV takes it.
+static int orientation(j_decompress_ptr d) {
+    for (jpeg_saved_marker_ptr m = d->marker_list; m; m = m->next)
+        if (m->marker == JPEG_APP0 + 1) return exif_orientation(m->data, m->data_length);
+    return 0;
+}
+
 // CMYK as OpenCV converts it (icvCvt_CMYK2BGR_8u_C4C3R), for Adobe files, which store the
 // channels inverted (255 = no ink). Files without the Adobe marker store plain CMYK: invert first.
 static void cmyk_to_rgb(const uint8_t *cmyk, uint8_t *rgb, int w, int inverted) {
@@ -118,7 +130,9 @@ int image_jpeg_decode(const uint8_t *buf, size_t n, const char *name, Image *out
     }
     jpeg_create_decompress(&d);
     src_set(&d, &src, buf, n);
+    jpeg_save_markers(&d, JPEG_APP0 + 1, 0xFFFF);
     jpeg_read_header(&d, TRUE);
+    int orient = orientation(&d);
     if (image_check_size(name, d.image_width, d.image_height, err)) {
         jpeg_destroy_decompress(&d);
         return -1;
@@ -139,6 +153,7 @@ int image_jpeg_decode(const uint8_t *buf, size_t n, const char *name, Image *out
     jpeg_destroy_decompress(&d);
     free(cmyk_row);
     *out = (Image){ w, h, px };
+    exif_orient(out, orient);
     return 0;
 }
 
@@ -152,8 +167,11 @@ int image_jpeg_info(FILE *f, const char *name, ImageInfo *info, Err *err) {
     }
     jpeg_create_decompress(&d);
     jpeg_stdio_src(&d, f);
+    jpeg_save_markers(&d, JPEG_APP0 + 1, 0xFFFF);
     jpeg_read_header(&d, TRUE);
-    *info = (ImageInfo){ (int)d.image_width, (int)d.image_height, d.num_components, "JPEG" };
+    int swap = exif_swaps_sides(orientation(&d));
+    *info = (ImageInfo){ (int)(swap ? d.image_height : d.image_width), (int)(swap ? d.image_width : d.image_height),
+                         d.num_components, "JPEG" };
     jpeg_destroy_decompress(&d);
     return 0;
 }

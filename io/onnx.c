@@ -1,43 +1,10 @@
-// onnx.c: see onnx.h. Protobuf wire format: each field is a key varint (number << 3 | wire type:
-// 0 varint, 2 length-delimited, 5 fixed32) and its value; repeated scalars are written one key per
-// element (the unpacked form every parser accepts).
+// onnx.c: see onnx.h. The protobuf encoding is io/pb.c's.
 #include "io/onnx.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-// ---- protobuf --------------------------------------------------------------------------------
-static void pb_put(Pb *p, const void *s, size_t n) {
-    if (p->n + n > p->cap) {
-        p->cap = p->n + n > 2 * p->cap ? p->n + n + 64 : 2 * p->cap;
-        p->b = xrealloc(p->b, p->cap);
-    }
-    memcpy(p->b + p->n, s, n);
-    p->n += n;
-}
-
-static void pb_varint(Pb *p, uint64_t v) {
-    unsigned char b[10];
-    int n = 0;
-    do { b[n++] = (unsigned char)((v & 0x7f) | (v > 0x7f ? 0x80 : 0)); v >>= 7; } while (v);
-    pb_put(p, b, n);
-}
-
-static void pb_key(Pb *p, int field, int wire) { pb_varint(p, (uint64_t)field << 3 | wire); }
-static void pb_int(Pb *p, int field, int64_t v) { pb_key(p, field, 0); pb_varint(p, (uint64_t)v); }
-
-static void pb_bytes(Pb *p, int field, const void *s, size_t n) {
-    pb_key(p, field, 2);
-    pb_varint(p, n);
-    pb_put(p, s, n);
-}
-
-static void pb_str(Pb *p, int field, const char *s) { pb_bytes(p, field, s, strlen(s)); }
-static void pb_msg(Pb *p, int field, Pb *child) { pb_bytes(p, field, child->b, child->n); pb_free(child); }
-
-void pb_free(Pb *p) { free(p->b); memset(p, 0, sizeof *p); }
 
 // ---- ONNX messages ---------------------------------------------------------------------------
 // NodeProto: input 1, output 2, name 3, op_type 4, attribute 5.
@@ -66,12 +33,7 @@ void onnx_attr_int(Pb *node, const char *name, int64_t v) {
 void onnx_attr_float(Pb *node, const char *name, float v) {
     Pb a = { 0 };
     pb_str(&a, 1, name);
-    pb_key(&a, 2, 5);
-    unsigned char b[4];
-    uint32_t u;
-    memcpy(&u, &v, 4);
-    for (int i = 0; i < 4; i++) b[i] = (unsigned char)(u >> 8 * i);
-    pb_put(&a, b, 4);
+    pb_float(&a, 2, v);
     attr(node, &a, 1);
 }
 

@@ -1,18 +1,15 @@
-// onnx.h: write ONNX models without generated code: a small protobuf encoder (varints, length-
-// delimited fields) and the handful of ONNX messages an exported detector needs (ModelProto, GraphProto,
-// NodeProto, AttributeProto, TensorProto, ValueInfoProto), field numbers from onnx/onnx.proto.
+// onnx.h: write ONNX models without generated code: io/pb.h's protobuf encoder and the handful of
+// ONNX messages an exported detector needs (ModelProto, GraphProto, NodeProto, AttributeProto,
+// TensorProto, ValueInfoProto), field numbers from onnx/onnx.proto.
 // A message is built in its own Pb and then appended to its parent as a length-delimited field.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
 
 #include "core/util.h"
-
-typedef struct { unsigned char *b; size_t n, cap; } Pb;
+#include "io/pb.h"
 
 enum { ONNX_FLOAT = 1, ONNX_INT64 = 7 };       // TensorProto.DataType
-
-void pb_free(Pb *p);
 
 // A NodeProto: op_type, name, inputs ("" = an omitted optional input) and outputs; add attributes
 // with onnx_attr_*, then onnx_add_node moves it into the graph.
