@@ -166,6 +166,13 @@ typedef struct Backend {
     // the map fewer on a GPU).
     void (*bn_silu_forward_eval)(void *ctx, Map z, const float *gamma, const float *beta, float eps,
                                  const float *running_mean, const float *running_var, Map y);
+    // BN in evaluation mode inside training (the units of frozen YOLO26 layers; core/ops.h's
+    // bn_frozen_*): the saved statistics from the running ones (C of them), and the backward from du
+    // with those statistics held constant: dz (=), dgamma, dbeta (+=).
+    void (*bn_frozen_stats)(void *ctx, int C, const float *running_mean, const float *running_var, float eps,
+                            float *mean, float *invstd);
+    void (*bn_frozen_backward)(void *ctx, Map z, const float *gamma, const float *mean, const float *invstd, Map du,
+                               Map dz, float *dgamma, float *dbeta);
 } Backend;
 
 extern const Backend backend_cpu;

@@ -193,7 +193,7 @@ static int vloss_eval(void *c, void *prep, const LossBatch *b, LossOut *out, Err
 }
 
 // The CPU's top-k: topk26_decode + topk26_select image by image (what val_decode does on the host).
-typedef struct { int A, nc, max_det; float *boxes, *scores; Topk26Item *work; Det26 *det; } TopkCpu;
+typedef struct { int A, nc, max_det; float *boxes, *logits; Topk26Item *work; Det26 *det; } TopkCpu;
 static void *topk_prepare(void *c, int max_n, int A, int nc, int max_det) {
     TopkCpu *w = xmalloc(sizeof *w);
     *w = (TopkCpu){ A, nc, max_det, xmalloc(sizeof(float) * 4 * (A + 1)), xmalloc(sizeof(float) * ((size_t)A * nc + 1)),
@@ -203,7 +203,7 @@ static void *topk_prepare(void *c, int max_n, int A, int nc, int max_det) {
 }
 static void topk_release(void *c, void *prep) {
     TopkCpu *w = prep;
-    if (w) free(w->boxes), free(w->scores), free(w->work), free(w->det);
+    if (w) free(w->boxes), free(w->logits), free(w->work), free(w->det);
     free(w);
 }
 static void topk_detect(void *c, void *prep, const Map head[3], int img_h, int n, const Topk26Opts *o, Det *out, int *nd) {
@@ -213,13 +213,21 @@ static void topk_detect(void *c, void *prep, const Map head[3], int img_h, int n
     Head26 h;
     for (int l = 0; l < 3; l++) h.box[l] = map_slice(head[l], 0, 4), h.cls[l] = map_slice(head[l], 4, w->nc);
     for (int i = 0; i < n; i++) {
-        topk26_decode(&h, i, img_h, w->boxes, w->scores);
-        nd[i] = topk26_select(w->boxes, w->scores, A, w->nc, o, w->work, w->det);
+        topk26_decode(&h, i, img_h, w->boxes, w->logits);
+        nd[i] = topk26_select(w->boxes, w->logits, A, w->nc, o, w->work, w->det);
         for (int k = 0; k < nd[i]; k++) {
             const Det26 *x = &w->det[k];
             out[(size_t)i * D + k] = (Det){ x->box[0], x->box[1], x->box[2], x->box[3], x->score, x->cls };
         }
     }
+}
+
+static void bn_frozen_stats(void *c, int C, const float *rm, const float *rv, float eps, float *mean, float *invstd) {
+    bn_frozen_stats_cpu(C, rm, rv, eps, mean, invstd);
+}
+static void bn_frozen_bwd(void *c, Map z, const float *g, const float *mean, const float *invstd, Map du, Map dz,
+                          float *dg, float *db) {
+    bn_frozen_backward_cpu(z, g, mean, invstd, du, dz, dg, db);
 }
 
 const Backend backend_cpu = {
@@ -235,4 +243,5 @@ const Backend backend_cpu = {
     NULL, NULL, NULL, NULL,                        // recordings: the CPU runs its ops directly
     topk_prepare, topk_release, topk_detect,
     bn_silu_eval,
+    bn_frozen_stats, bn_frozen_bwd,
 };

@@ -232,6 +232,14 @@ static void *rec_end(void *ctx, size_t *launches) {
 }
 static void rec_replay(void *ctx, void *rec) { checkCuda(cudaGraphLaunch((cudaGraphExec_t)rec, DEV->stream)); }
 static void rec_free(void *ctx, void *rec) { cudaGraphExecDestroy((cudaGraphExec_t)rec); }
+static void bn_frozen_stats(void *ctx, int C, const float *rm, const float *rv, float eps, float *mean,
+                            float *invstd) {
+    bn_frozen_stats_gpu(DEV, C, rm, rv, eps, mean, invstd);
+}
+static void bn_frozen_bwd(void *ctx, Map z, const float *g, const float *mean, const float *invstd, Map du, Map dz,
+                          float *dg, float *db) {
+    bn_frozen_backward_gpu(DEV, z, g, mean, invstd, du, dz, dg, db);
+}
 
 static void topk_free(void *p) { topk26_gpu_free(p); }
 static void *topk_prepare(void *ctx, int max_n, int A, int nc, int max_det) {
@@ -259,4 +267,5 @@ const Backend backend_gpu = {
     rec_begin, rec_end, rec_replay, rec_free,
     topk_prepare, topk_release, topk_detect,
     bn_silu_eval,
+    bn_frozen_stats, bn_frozen_bwd,
 };

@@ -1,9 +1,10 @@
 // topk26.cu: the CUDA twin of core/topk26.c for a batch of images, detection for detection
-// (test_gpu_topk26). Per image, as the CPU: every anchor's best class score (first maximum) as a sort key,
+// (test_gpu_topk26). Per image, as the CPU: every anchor's best class logit (first maximum) as a sort key,
 // a segmented radix sort (CUB) of the anchors, the k*nc (rank, class) pairs of the top k as keys, a second
-// sort, then the top k pairs above conf, boxes decoded for those only. Keys sort by score descending, index
-// ascending (gpu/score_key.cuh), which is the CPU's comparator; the scores go through core/fexp.h and the
-// boxes through the _rn intrinsics (no FMA contraction), so both sides round alike.
+// sort, then the top k pairs whose score is above conf, boxes decoded for those only. Keys sort by logit
+// descending, index ascending (gpu/score_key.cuh), which is the CPU's comparator; the scores of the kept
+// logits go through core/fexp.h and the boxes through the _rn intrinsics (no FMA contraction), so both
+// sides round alike.
 // Legend: N images, A anchors, nc classes, k = min(max_det, A), P = k * nc pairs per image.
 #include <cub/cub.cuh>
 #include <stdint.h>
@@ -34,20 +35,18 @@ __device__ static const float *pixel(const Head26Args &h, int n, int a, int *x, 
     return h.data[*l] + (((size_t)n * h.H[*l] + *y) * h.W[*l] + *x) * h.ld[*l];
 }
 
-// topk26.c best_class: the first maximum of the sigmoid scores
+// topk26.c best_class: the first maximum of the logits
 __device__ static float best_class(const float *logit, int nc, int *cls) {
-    float s = fexp_sigmoid(logit[0]);
+    float s = logit[0];
     *cls = 0;
-    for (int c = 1; c < nc; c++) {
-        float t = fexp_sigmoid(logit[c]);
-        if (t > s) s = t, *cls = c;
-    }
+    for (int c = 1; c < nc; c++)
+        if (logit[c] > s) s = logit[c], *cls = c;
     return s;
 }
 
 // ---- kernels -------------------------------------------------------------------------------
 
-// One thread per (anchor a, image n): the anchor's key by its best class score.
+// One thread per (anchor a, image n): the anchor's key by its best class logit.
 __global__ void topk26_anchor_kernel(Head26Args h, int A, int nc, uint64_t *akeys) {
     int a = blockIdx.x * blockDim.x + threadIdx.x, n = blockIdx.y, x, y, l, cls;
     if (a >= A) return;
@@ -55,13 +54,13 @@ __global__ void topk26_anchor_kernel(Head26Args h, int A, int nc, uint64_t *akey
     akeys[(size_t)n * A + a] = score_key(best_class(px + 4, nc, &cls), (uint32_t)a);
 }
 
-// One thread per (pair p = i * nc + c, image n), i < k: the score of class c of the anchor ranked i.
+// One thread per (pair p = i * nc + c, image n), i < k: the logit of class c of the anchor ranked i.
 __global__ void topk26_pair_kernel(Head26Args h, int A, int nc, int k, const uint64_t *asorted, uint64_t *pkeys) {
     int p = blockIdx.x * blockDim.x + threadIdx.x, n = blockIdx.y, x, y, l;
     if (p >= k * nc) return;
     int a = (int)(uint32_t)asorted[(size_t)n * A + p / nc];
     const float *px = pixel(h, n, a, &x, &y, &l);
-    pkeys[(size_t)n * k * nc + p] = score_key(fexp_sigmoid(px[4 + p % nc]), (uint32_t)p);
+    pkeys[(size_t)n * k * nc + p] = score_key(px[4 + p % nc], (uint32_t)p);
 }
 
 // One thread per image: topk26_select's emit loop over the top k (pairs, or anchors when agnostic).
@@ -73,7 +72,7 @@ __global__ void topk26_emit_kernel(Head26Args h, int A, int nc, int k, int agnos
     int nd = 0;
     for (int j = 0; j < k; j++) {
         uint64_t key = agnostic ? anchors[j] : pairs[j];
-        float s = score_of_key(key);
+        float s = fexp_sigmoid(score_of_key(key));   // topk26_score of the ranked logit
         if (!(s > conf)) continue;
         uint32_t idx = (uint32_t)key;
         int a = agnostic ? (int)idx : (int)(uint32_t)anchors[idx / nc], x, y, l, cls = (int)(idx % nc);
