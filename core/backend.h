@@ -27,6 +27,9 @@ typedef struct { const float *gamma, *beta, *mean, *invstd; float *dgamma, *dbet
 // file that includes this one.
 struct Det;
 struct NmsOptions;
+struct LossBatch;
+struct LossOut;
+struct Topk26Opts;
 struct Model;
 
 typedef struct Backend {
@@ -131,7 +134,8 @@ typedef struct Backend {
     // nms_prepare: work for up to max_n images of A anchors and nc classes under o; NULL when the
     // backend does not do it for o (the caller decodes on the host). nms_detect: images 0..n-1 of
     // head[0..2] (fp32, 64 + nc channels, strides[l] pixels per cell): image i's detections, best
-    // first, into out + i * o->max_det (host memory), their count into nd[i].
+    // first, into out + i * o->max_det (host memory), their count into nd[i]. On a GPU the work of
+    // nms_*, vloss_* and topk_* is kept on the device after release for the next pass (freed with it).
     void *(*nms_prepare)(void *ctx, int max_n, int A, int nc, const struct NmsOptions *o);
     void (*nms_release)(void *ctx, void *prep);
     void (*nms_detect)(void *ctx, void *prep, const Map head[3], const int strides[3], int n, struct Det *out, int *nd);
@@ -153,6 +157,28 @@ typedef struct Backend {
     void *(*rec_end)(void *ctx, size_t *launches);
     void (*rec_replay)(void *ctx, void *rec);
     void (*rec_free)(void *ctx, void *rec);
+    // YOLO26's NMS-free top-k on the backend (end-to-end heads): core/topk26.h's topk26_decode +
+    // topk26_select for whole batches, detection for detection; only the kept ones reach the host.
+    // topk_prepare: work for up to max_n images of A anchors, nc classes, max_det; NULL when it cannot.
+    // topk_detect: images 0..n-1 of head[0..2] (fp32 one-to-one maps, 4 + nc channels) of an input img_h
+    // high, under o (o->max_det <= the prepared one): image i's detections, best first, into
+    // out + i * o->max_det (host memory), their count into nd[i].
+    void *(*topk_prepare)(void *ctx, int max_n, int A, int nc, int max_det);
+    void (*topk_release)(void *ctx, void *prep);
+    void (*topk_detect)(void *ctx, void *prep, const Map head[3], int img_h, int n, const struct Topk26Opts *o,
+                        struct Det *out, int *nd);
+    // y = silu(BN_eval(z)) (=) in one pass, bit for bit bn_forward_eval then silu_forward with the BN
+    // output held in fp32 between them (evaluation's conv + BN + SiLU units: one launch and one pass over
+    // the map fewer on a GPU).
+    void (*bn_silu_forward_eval)(void *ctx, Map z, const float *gamma, const float *beta, float eps,
+                                 const float *running_mean, const float *running_var, Map y);
+    // BN in evaluation mode inside training (the units of frozen YOLO26 layers; core/ops.h's
+    // bn_frozen_*): the saved statistics from the running ones (C of them), and the backward from du
+    // with those statistics held constant: dz (=), dgamma, dbeta (+=).
+    void (*bn_frozen_stats)(void *ctx, int C, const float *running_mean, const float *running_var, float eps,
+                            float *mean, float *invstd);
+    void (*bn_frozen_backward)(void *ctx, Map z, const float *gamma, const float *mean, const float *invstd, Map du,
+                               Map dz, float *dgamma, float *dbeta);
 
     // ---- what a trainer needs from a device beyond the ops (core/trainer.c, core/multi*.c) ---------
     // Devices, without a ctx: device_list fills up to max GPUs present (their count; the CPU: 0);

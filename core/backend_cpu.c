@@ -7,6 +7,7 @@
 #include "core/loss.h"
 #include "core/nms.h"
 #include "core/optim.h"
+#include "core/topk26.h"
 
 static void conv_fwd(void *c, const ConvDims *d, Map x, const float *w, const float *b, Map y, float *ws) {
     conv_forward_cpu(d, x, w, b, y, ws);
@@ -22,6 +23,11 @@ static void bn_train(void *c, Map z, const float *g, const float *b, float eps, 
 static void bn_eval(void *c, Map z, const float *g, const float *b, float eps, const float *rm, const float *rv,
                     Map u) {
     bn_forward_eval_cpu(z, g, b, eps, rm, rv, u);
+}
+static void bn_silu_eval(void *c, Map z, const float *g, const float *b, float eps, const float *rm, const float *rv,
+                         Map y) {
+    bn_forward_eval_cpu(z, g, b, eps, rm, rv, y);
+    silu_forward_cpu(y, y);
 }
 static void bn_bwd(void *c, Map z, const float *g, const float *mean, const float *invstd, Map du, Map dz,
                    float *dg, float *db) {
@@ -186,6 +192,44 @@ static int vloss_eval(void *c, void *prep, const LossBatch *b, LossOut *out, Err
     return loss_forward_backward(v->lw, &g, NULL, out, err);
 }
 
+// The CPU's top-k: topk26_decode + topk26_select image by image (what val_decode does on the host).
+typedef struct { int A, nc, max_det; float *boxes, *logits; Topk26Item *work; Det26 *det; } TopkCpu;
+static void *topk_prepare(void *c, int max_n, int A, int nc, int max_det) {
+    TopkCpu *w = xmalloc(sizeof *w);
+    *w = (TopkCpu){ A, nc, max_det, xmalloc(sizeof(float) * 4 * (A + 1)), xmalloc(sizeof(float) * ((size_t)A * nc + 1)),
+                    xmalloc(sizeof(Topk26Item) * (topk26_work_items(A, nc, max_det) + 1)),
+                    xmalloc(sizeof(Det26) * ((max_det < A ? max_det : A) + 1)) };
+    return w;
+}
+static void topk_release(void *c, void *prep) {
+    TopkCpu *w = prep;
+    if (w) free(w->boxes), free(w->logits), free(w->work), free(w->det);
+    free(w);
+}
+static void topk_detect(void *c, void *prep, const Map head[3], int img_h, int n, const Topk26Opts *o, Det *out, int *nd) {
+    TopkCpu *w = prep;
+    int A = nms_anchors(head, 3), D = o->max_det > 0 ? o->max_det : 0;
+    if (A > w->A || o->max_det > w->max_det) die("topk_detect: %d anchors, max_det %d: work for %d, %d", A, o->max_det, w->A, w->max_det);
+    Head26 h;
+    for (int l = 0; l < 3; l++) h.box[l] = map_slice(head[l], 0, 4), h.cls[l] = map_slice(head[l], 4, w->nc);
+    for (int i = 0; i < n; i++) {
+        topk26_decode(&h, i, img_h, w->boxes, w->logits);
+        nd[i] = topk26_select(w->boxes, w->logits, A, w->nc, o, w->work, w->det);
+        for (int k = 0; k < nd[i]; k++) {
+            const Det26 *x = &w->det[k];
+            out[(size_t)i * D + k] = (Det){ x->box[0], x->box[1], x->box[2], x->box[3], x->score, x->cls };
+        }
+    }
+}
+
+static void bn_frozen_stats(void *c, int C, const float *rm, const float *rv, float eps, float *mean, float *invstd) {
+    bn_frozen_stats_cpu(C, rm, rv, eps, mean, invstd);
+}
+static void bn_frozen_bwd(void *c, Map z, const float *g, const float *mean, const float *invstd, Map du, Map dz,
+                          float *dg, float *db) {
+    bn_frozen_backward_cpu(z, g, mean, invstd, du, dz, dg, db);
+}
+
 // ---- what a trainer needs from a device: on the CPU, host memory and the reference loss and optimizers ----
 
 static int device_list(GpuInfo *out, int max) { return 0; }
@@ -310,6 +354,9 @@ const Backend backend_cpu = {
     nms_prepare, nms_release, nms_detect,
     vloss_prepare, vloss_release, vloss_stage, vloss_eval,
     NULL, NULL, NULL, NULL,                        // recordings: the CPU runs its ops directly
+    topk_prepare, topk_release, topk_detect,
+    bn_silu_eval,
+    bn_frozen_stats, bn_frozen_bwd,
     .device_list = device_list, .device_id = device_id, .device_close = device_close, .scalars = scalars,
     .buffer_new = buffer_new, .buffer_free = buffer_free, .prefetch_u8 = prefetch_u8, .mem_used = mem_used,
     .usable = usable, .check = check, .inject_fault = inject_fault,

@@ -125,3 +125,26 @@ void bn_backward_cpu(Map z, const float *gamma, const float *mean, const float *
         }
     }
 }
+
+void bn_frozen_stats_cpu(int C, const float *running_mean, const float *running_var, float eps, float *mean,
+                         float *invstd) {
+    for (int c = 0; c < C; c++) {
+        mean[c] = running_mean[c];
+        invstd[c] = (float)(1.0 / sqrt((double)running_var[c] + eps));
+    }
+}
+
+// dgamma and dbeta as bn_backward_cpu (its dz = NULL pass), then dz = gamma·invstd·du in double.
+void bn_frozen_backward_cpu(Map z, const float *gamma, const float *mean, const float *invstd, Map du,
+                            Map dz, float *dgamma, float *dbeta) {
+    Map none = { 0 };
+    bn_backward_cpu(z, gamma, mean, invstd, du, none, dgamma, dbeta);
+    if (!dz.data) return;
+    bn_check(z, dz, "bn_frozen_backward_cpu");
+    size_t M = map_pixels(z);
+    for (size_t m = 0; m < M; m++) {   // dz may alias du
+        const float *g = du.data + m * du.ld;
+        float *out = dz.data + m * dz.ld;
+        for (int c = 0; c < z.C; c++) out[c] = (float)((double)gamma[c] * invstd[c] * g[c]);
+    }
+}

@@ -257,10 +257,11 @@ typedef struct {                      // one device's thread: images k, k + n_de
     DetectRun  *run;
     Model      *m;
     int         k, n_dev;
-    float      *input;                // (S, S, 3) for the largest input
     float      *heads;                // head maps of one image, level after level (host copy of a GPU's)
     ValDecoder  dec;                  // decode + NMS, or the end-to-end top-k
     void       *nms;                  // the backend's decode + NMS (a DFL model on a GPU); NULL: the host's
+    void       *topk;                 // the backend's top-k (an end-to-end model on a GPU); NULL: the host's
+    int         max_det;              // what the decoder was made for
 } Detector;
 
 // Ultralytics' 20-colour palette, one per class modulo 20.
@@ -317,12 +318,17 @@ int detect_boxes(ValDecoder *dec, const Model *m, const Map head[], int img_h, c
 }
 
 // The same on the backend: the model's head maps stay where they are, the kept detections come back.
-static int device_boxes(Detector *dt, const LetterboxInfo *lb, int w0, int h0) {
+static int device_boxes(Detector *dt, int img_h, const LetterboxInfo *lb, int w0, int h0) {
     Model *m = dt->m;
     Map head[3];
     for (int l = 0; l < 3; l++) head[l] = model_value(m, m->head[l], 1);
     int nd;
-    m->be->nms_detect(m->be_ctx, dt->nms, head, m->strides, 1, dt->dec.det, &nd);
+    if (dt->topk) {
+        Topk26Opts to = { .max_det = dt->max_det, .agnostic = dt->dec.nms.agnostic, .conf = dt->dec.nms.conf_thres };
+        m->be->topk_detect(m->be_ctx, dt->topk, head, img_h, 1, &to, dt->dec.det, &nd);
+    } else {
+        m->be->nms_detect(m->be_ctx, dt->nms, head, m->strides, 1, dt->dec.det, &nd);
+    }
     unletterbox(dt->dec.det, nd, lb, w0, h0);
     return nd;
 }
@@ -341,17 +347,16 @@ static void host_heads(Detector *dt, Map head[]) {
     }
 }
 
-// Letterbox (scale up allowed, padded to a multiple of 32), forward, then detect_boxes.
+// Letterbox (scale up allowed, padded to a multiple of 32), forward (the bytes / 255 where the model
+// runs), then detect_boxes.
 static int infer(Detector *dt, const Image *img) {
     Model *m = dt->m;
     LetterboxInfo lb;
     Image lbi = augment_letterbox(img, m->imgsz, m->imgsz, 1, 32, &lb);
-    size_t npx = (size_t)lbi.w * lbi.h * 3;
-    for (size_t k = 0; k < npx; k++) dt->input[k] = lbi.px[k] / 255.0f;
-    model_forward(m, dt->input, 1, lbi.h, lbi.w, 0);
+    model_forward_u8(m, lbi.px, 1, lbi.h, lbi.w, 0);
     int h = lbi.h;
     image_free(&lbi);
-    if (dt->nms) return device_boxes(dt, &lb, img->w, img->h);
+    if (dt->nms || dt->topk) return device_boxes(dt, h, &lb, img->w, img->h);
     Map head[4];
     host_heads(dt, head);
     return detect_boxes(&dt->dec, m, head, h, &lb, img->w, img->h);
@@ -411,14 +416,16 @@ static void detector_init(Detector *dt, DetectRun *r, Model *m, int k, int n_dev
     int S = m->imgsz;
     size_t heads = 0;                                  // one image's head maps at S x S
     for (int l = 0; l < m->n_levels; l++) heads += (size_t)(S / m->strides[l]) * (S / m->strides[l]) * m->values[m->head[l]].C;
-    *dt = (Detector){ r, m, k, n_dev, xmalloc(sizeof(float) * S * S * 3), xmalloc(sizeof(float) * (heads + 1)), { 0 }, NULL };
+    *dt = (Detector){ .run = r, .m = m, .k = k, .n_dev = n_dev, .heads = xmalloc(sizeof(float) * (heads + 1)) };
     NmsOptions no = o->nms;
     if (m->end2end) no.max_det = DETECT_E2E_MAX_DET;
+    dt->max_det = no.max_det;
     val_decoder_init(&dt->dec, m, S, S, &no);
-    if (m->on_device && !m->end2end && m->n_levels == 3) {   // heads are fp32 (core/act_plan.c)
+    if (m->on_device && m->n_levels == 3) {   // heads are fp32 (core/act_plan.c)
         int A = (S / 8) * (S / 8) + (S / 16) * (S / 16) + (S / 32) * (S / 32);
         m->be->bind(m->be_ctx);               // the work lives on this model's device
-        dt->nms = m->be->nms_prepare(m->be_ctx, 1, A, m->nc, &no);
+        if (m->end2end) dt->topk = m->be->topk_prepare(m->be_ctx, 1, A, m->nc, no.max_det);
+        else dt->nms = m->be->nms_prepare(m->be_ctx, 1, A, m->nc, &no);
     }
 }
 
@@ -434,8 +441,11 @@ static int detect_all(InferModels *im, char **names, const char *dir, const Path
     detector_main(&dt[0]);
     for (int k = 1; k < n; k++) pthread_join(th[k], NULL);
     for (int k = 0; k < n; k++) {
-        free(dt[k].input); free(dt[k].heads); val_decoder_free(&dt[k].dec);
-        if (dt[k].nms) dt[k].m->be->bind(dt[k].m->be_ctx), dt[k].m->be->nms_release(dt[k].m->be_ctx, dt[k].nms);
+        free(dt[k].heads); val_decoder_free(&dt[k].dec);
+        Model *m = dt[k].m;
+        if (dt[k].nms || dt[k].topk) m->be->bind(m->be_ctx);
+        if (dt[k].nms) m->be->nms_release(m->be_ctx, dt[k].nms);
+        if (dt[k].topk) m->be->topk_release(m->be_ctx, dt[k].topk);
     }
     if (n > 1) im->ptr[0]->be->bind(im->ptr[0]->be_ctx);
     int failed = r.failed;

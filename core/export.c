@@ -3,6 +3,7 @@
 // built and every kept tensor is copied under its new name, so a mismatch cannot go unnoticed.
 #include "core/export.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -226,7 +227,8 @@ static int weights_nc(const char *path, Err *err) {
 }
 
 // format=onnx: the inference model, BN folded, with its decoded head (core/export_onnx.c)
-static int export_onnx(Config *cfg, const char *out, int dynamic, Err *err) {
+// batch: the fixed batch dimension, or 0 for a symbolic one (dynamic=1)
+static int export_onnx(Config *cfg, const char *out, int batch, Err *err) {
     int nc = weights_nc(cfg->weights, err);
     if (nc < 0) return -1;
     if (cfg->nc != nc) config_set_nc(cfg, nc);
@@ -235,8 +237,9 @@ static int export_onnx(Config *cfg, const char *out, int dynamic, Err *err) {
     double t0 = now_seconds();
     int rc = inference_model(cfg, cfg->weights, cfg->imgsz, inf, &m, err);
     if (!rc) {
-        rc = export_onnx_model(&m, cfg->imgsz, dynamic, out, err);
-        const char *b = dynamic ? "batch" : "1";
+        rc = export_onnx_model(&m, cfg->imgsz, batch, out, err);
+        char b[16] = "batch";
+        if (batch) snprintf(b, sizeof b, "%d", batch);
         if (!rc) printf("wrote %s (ONNX opset 17, BN folded%s) in %.2f s: input images (%s, 3, %d, %d) RGB 0-1, output0 "
                         "(%s, %s\n", out, m.end2end ? ", YOLO26 end-to-end" : "", now_seconds() - t0, b, cfg->imgsz,
                         cfg->imgsz, b, m.end2end ? "300, 6): x1 y1 x2 y2 score class" : "4 + nc, anchors): xywh pixels, class scores");
@@ -263,26 +266,44 @@ static int outputs_clear(const Config *cfg, const char *out, const char *ini, Er
     return 0;
 }
 
+// export's batch=TEXT: the fixed batch of an ONNX file (1 by default), 0 for dynamic=1; -1 after saying
+// why when it is not a whole number in 1..4096, is given with dynamic=1 or for safetensors.
+static int export_batch(const char *text, int dynamic, int onnx) {
+    if (!text[0]) return dynamic ? 0 : 1;
+    char *end;
+    errno = 0;
+    long b = strtol(text, &end, 10);
+    if (!onnx) fprintf(stderr, "yolotrain export: batch=%s: a batch size is for format=onnx\n", text);
+    else if (dynamic) fprintf(stderr, "yolotrain export: batch=%s with dynamic=1: the batch is symbolic then; give one of them\n", text);
+    else if (end == text || *end || errno || b < 1 || b > 4096)
+        fprintf(stderr, "yolotrain export: batch=%s: allowed: a whole number 1..4096 (the ONNX input's fixed batch)\n", text);
+    else return (int)b;
+    return -1;
+}
+
 int export_run(int argc, char **argv, Config *cfg) {
-    char out[CFG_PATH] = "", ini[CFG_PATH + 16], format[32] = "safetensors", dyn[16] = "0";
+    char out[CFG_PATH] = "", ini[CFG_PATH + 16], format[32] = "safetensors", dyn[16] = "0", bat[32] = "";
     Err err;
     take_arg(&argc, argv, "out", out, sizeof out);
     take_arg(&argc, argv, "format", format, sizeof format);
     take_arg(&argc, argv, "dynamic", dyn, sizeof dyn);
+    take_arg(&argc, argv, "batch", bat, sizeof bat);   // export's batch (the model's input), not training's
     int onnx = !strcmp(format, "onnx");
     if (!onnx && strcmp(format, "safetensors")) {
         fprintf(stderr, "yolotrain export: format=%s: allowed: safetensors (yolov9-s -> gelan-s weights), onnx\n", format);
         return 2;
     }
     if (strcmp(dyn, "0") && strcmp(dyn, "1")) {
-        fprintf(stderr, "yolotrain export: dynamic=%s: allowed: 0 (batch 1), 1 (any batch)\n", dyn);
+        fprintf(stderr, "yolotrain export: dynamic=%s: allowed: 0 (a fixed batch, batch=N, 1 by default), 1 (any batch)\n", dyn);
         return 2;
     }
+    int batch = export_batch(bat, dyn[0] == '1', onnx);
+    if (batch < 0) return 2;
     if (load_config(argc, argv, cfg, &err)) { fprintf(stderr, "yolotrain export: %s\n", err.msg); return 2; }
     if (onnx) {
         if (!out[0]) derive(cfg->weights, ".onnx", out, sizeof out);
         if (outputs_clear(cfg, out, out, &err)) { fprintf(stderr, "yolotrain export: %s\n", err.msg); return 2; }
-        if (export_onnx(cfg, out, dyn[0] == '1', &err)) { fprintf(stderr, "yolotrain export: %s\n", err.msg); return 2; }
+        if (export_onnx(cfg, out, batch, &err)) { fprintf(stderr, "yolotrain export: %s\n", err.msg); return 2; }
         return 0;
     }
     if (!out[0]) derive(cfg->weights, "-converted.safetensors", out, sizeof out);

@@ -24,10 +24,11 @@ int export_rename(const Config *cfg, const int map[CFG_MAX_LAYERS], const char *
 int export_weights(const Config *cfg, const char *weights, const char *out, const char *ini, Err *err);
 
 // export_onnx_model: m (an inference model: DDetect or YOLO26's end-to-end head) as ONNX (opset 17)
-// at path: input `images` (1 or symbolic batch with dynamic, 3, imgsz, imgsz) RGB 0-1, BN folded into
-// the convolutions; output0 (batch, 4 + nc, anchors) (xywh pixels, sigmoid scores; DDetect) or
-// (batch, 300, 6) (x1 y1 x2 y2 score class; YOLO26). core/export_onnx.c. Returns 0, or -1 with err.
-int export_onnx_model(const Model *m, int imgsz, int dynamic, const char *path, Err *err);
+// at path: input `images` (batch, 3, imgsz, imgsz) RGB 0-1, BN folded into the convolutions; output0
+// (batch, 4 + nc, anchors) (xywh pixels, sigmoid scores; DDetect) or (batch, 300, 6) (x1 y1 x2 y2 score
+// class; YOLO26). batch >= 1 fixes the batch dimension, 0 makes it symbolic ("batch"; dynamic=1).
+// core/export_onnx.c. Returns 0, or -1 with err.
+int export_onnx_model(const Model *m, int imgsz, int batch, const char *path, Err *err);
 
 // `yolotrain export weights=FILE [format=safetensors|onnx] [dynamic=1] [out=FILE] [CONFIG.ini]
 // [overrides]`: format=onnx writes the inference model as ONNX (a yolov9-s config as gelan-s); the

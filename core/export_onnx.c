@@ -9,7 +9,11 @@
 // x * sigmoid(x). The head then decodes as the references' exports do:
 //   DDetect (yolov9 Detect.forward, export): (B, 4 + nc, A): DFL boxes as xywh in pixels, sigmoid scores.
 //   YOLO26 end-to-end (Ultralytics Detect.postprocess): (B, 300, 6): x1 y1 x2 y2 score class, the top
-//   300 anchors by best score, then the top 300 (anchor, class) pairs among them.
+//   300 anchors by best score, then the top 300 (anchor, class) pairs among them. Both TopKs rank the
+//   logits (the sigmoid is monotone, so the same top k) and the Sigmoid runs on the 300 kept: the
+//   order then does not rest on a runtime's sigmoid tail (onnxruntime's CPU Sigmoid is a rational
+//   approximation good to ~3e-8 absolute, 0 below about -16.6, and not even monotone there), and
+//   equal scores (the sigmoid rounds to 1.0f above ~16.6) rank by logit, as core/topk26.c does.
 #include "core/export.h"
 
 #include <math.h>
@@ -381,32 +385,31 @@ static void head_end2end(Ex *e, int imgsz, int max_det, const char *out) {
     for (int l = 0; l < m->n_levels; l++) A += (imgsz / m->strides[l]) * (imgsz / m->strides[l]);
     int k = max_det < A ? max_det : A;
     char cat[NAME], anchors[NAME], strides[NAME], box[NAME], cls[NAME], x1y1[NAME], x2y2[NAME], xyxy[NAME];
-    char px[NAME], sig[NAME], boxes[NAME], scores[NAME], best[NAME], v1[NAME], i1[NAME], i1u[NAME];
+    char px[NAME], boxes[NAME], logits[NAME], best[NAME], v1[NAME], i1[NAME], i1u[NAME];
     char b1[NAME], s1[NAME], flat[NAME], v2[NAME], i2[NAME], ncn[NAME], anc[NAME], cl[NAME], clf[NAME];
-    char anu[NAME], b2[NAME], vu[NAME], clu[NAME], axis2[NAME];
+    char anu[NAME], b2[NAME], sig[NAME], vu[NAME], clu[NAME], axis2[NAME];
     head_maps(e, cat, anchors, strides, imgsz);
     split2(e, cat, 4, nc, box, cls);
     corners(e, box, anchors, x1y1, x2y2);
     concat(e, (const char *[]){ x1y1, x2y2 }, 2, 1, fresh(e, xyxy, "xyxy"));
     binary(e, "Mul", xyxy, strides, fresh(e, px, "pixels"));
-    unary(e, "Sigmoid", cls, fresh(e, sig, "sig"));
     int64_t perm[3] = { 0, 2, 1 }, axis = -1;
     Pb n;
     node(e, "Transpose", (const char *[]){ px }, 1, fresh(e, boxes, "boxes"), &n);   // (B, A, 4)
     onnx_attr_ints(&n, "perm", perm, 3);
     onnx_add_node(&e->g, &n);
-    node(e, "Transpose", (const char *[]){ sig }, 1, fresh(e, scores, "scores"), &n); // (B, A, nc)
+    node(e, "Transpose", (const char *[]){ cls }, 1, fresh(e, logits, "logits"), &n); // (B, A, nc)
     onnx_attr_ints(&n, "perm", perm, 3);
     onnx_add_node(&e->g, &n);
-    node(e, "ReduceMax", (const char *[]){ scores }, 1, fresh(e, best, "best"), &n);  // opset 17: axes attribute
+    node(e, "ReduceMax", (const char *[]){ logits }, 1, fresh(e, best, "best"), &n);  // opset 17: axes attribute
     onnx_attr_ints(&n, "axes", &axis, 1);
     onnx_attr_int(&n, "keepdims", 0);
     onnx_add_node(&e->g, &n);
-    topk(e, best, k, v1, i1);                                      // (B, k) anchors by best score
+    topk(e, best, k, v1, i1);                                      // (B, k) anchors by best logit
     const_i64(e, axis2, &axis, 1);
     binary(e, "Unsqueeze", i1, axis2, fresh(e, i1u, "anchor_idx"));   // (B, k, 1)
     gather_rows(e, boxes, i1u, 4, b1);
-    gather_rows(e, scores, i1u, nc, s1);
+    gather_rows(e, logits, i1u, nc, s1);
     int64_t fshape[2] = { 0, -1 };
     reshape(e, s1, fshape, 2, fresh(e, flat, "pairs"));            // (B, k * nc)
     topk(e, flat, k, v2, i2);
@@ -416,7 +419,8 @@ static void head_end2end(Ex *e, int imgsz, int max_det, const char *out) {
     binary(e, "Mod", i2, ncn, fresh(e, cl, "class"));
     binary(e, "Unsqueeze", anc, axis2, fresh(e, anu, "which_u"));
     gather_rows(e, b1, anu, 4, b2);
-    binary(e, "Unsqueeze", v2, axis2, fresh(e, vu, "score_u"));
+    unary(e, "Sigmoid", v2, fresh(e, sig, "score"));              // (B, k): the kept pairs' scores
+    binary(e, "Unsqueeze", sig, axis2, fresh(e, vu, "score_u"));
     node(e, "Cast", (const char *[]){ cl }, 1, fresh(e, clf, "classf"), &n);
     onnx_attr_int(&n, "to", ONNX_FLOAT);
     onnx_add_node(&e->g, &n);
@@ -424,11 +428,13 @@ static void head_end2end(Ex *e, int imgsz, int max_det, const char *out) {
     concat(e, (const char *[]){ b2, vu, clu }, 3, 2, out);
 }
 
-int export_onnx_model(const Model *m, int imgsz, int dynamic, const char *path, Err *err) {
+int export_onnx_model(const Model *m, int imgsz, int batch, const char *path, Err *err) {
     if (m->n_levels < 1 || (m->end2end && m->reg_max != 1))
         return err_set(err, "%s: this model's head cannot be exported to ONNX", path);
+    if (batch < 0) return err_set(err, "%s: batch %d", path, batch);
     Ex e = { .m = m };
-    int64_t in_dims[4] = { dynamic ? -1 : 1, 3, imgsz, imgsz };
+    int64_t B = batch ? batch : -1;                // -1: the symbolic "batch" (io/onnx.h)
+    int64_t in_dims[4] = { B, 3, imgsz, imgsz };
     onnx_value_info(&e.g, ONNX_INPUT, "images", ONNX_FLOAT, in_dims, 4);
     record(&e, m->input, "images");
     model_set_size((Model *)m, imgsz, imgsz);     // the sizes the attention's reshapes need
@@ -438,11 +444,11 @@ int export_onnx_model(const Model *m, int imgsz, int dynamic, const char *path, 
     for (int l = 0; l < m->n_levels; l++) A += (imgsz / m->strides[l]) * (imgsz / m->strides[l]);
     if (m->end2end) {
         head_end2end(&e, imgsz, 300, "output0");
-        int64_t od[3] = { dynamic ? -1 : 1, A < 300 ? A : 300, 6 };
+        int64_t od[3] = { B, A < 300 ? A : 300, 6 };
         onnx_value_info(&e.g, ONNX_OUTPUT, "output0", ONNX_FLOAT, od, 3);
     } else {
         head_ddetect(&e, imgsz, "output0");
-        int64_t od[3] = { dynamic ? -1 : 1, 4 + m->nc, A };
+        int64_t od[3] = { B, 4 + m->nc, A };
         onnx_value_info(&e.g, ONNX_OUTPUT, "output0", ONNX_FLOAT, od, 3);
     }
     free(e.w);

@@ -22,7 +22,7 @@ static void usage(FILE *f) {
         "       yolotrain val CONFIG.ini weights=FILE [data=FILE.yaml]  P, R, mAP50, mAP50-95 on the val split\n"
         "       yolotrain detect CONFIG.ini weights=FILE source=IMAGE|DIR|LIST.txt [conf=0.25] [iou=0.45]\n"
         "       yolotrain export weights=RUN/weights/best.safetensors [out=FILE]  yolov9-s -> gelan-s\n"
-        "       yolotrain export CONFIG.ini weights=FILE format=onnx [dynamic=1] [imgsz=640] [out=FILE.onnx]\n"
+        "       yolotrain export CONFIG.ini weights=FILE format=onnx [dynamic=1|batch=N] [imgsz=640] [out=FILE.onnx]\n"
         "       yolotrain synth [overrides]                            regenerate the built-in dataset\n"
         "Overrides name any key of the config (epochs=10, --batch 16, device=cpu, data=coco128.yaml).\n");
 }

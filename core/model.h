@@ -29,6 +29,7 @@ typedef struct {
     ParamKind kind;
     int       shape[4], ndim;
     size_t    offset, n;   // floats into Model.state (and Model.grad, same layout)
+    int       frozen;      // freeze= names its layer: no update (core/transfer.h freeze_apply)
 } ParamInfo;
 
 static inline int param_trainable(ParamKind k) { return k <= PK_BIAS; }
@@ -66,6 +67,7 @@ typedef struct {        // one conv + optional BN; parameter indices into Model.
     size_t z;            // offset of the pre-BN output (kept for backward) in the activation arena
     size_t stats;        // offset of 2*K floats (batch mean, invstd) in the stats arena
     int z_bf16;          // z stored as bfloat16 (core/act_plan.c)
+    int bn_frozen;       // BN in evaluation mode in training too (a frozen YOLO26 layer: freeze_apply)
 } ConvUnit;
 
 // A depthwise unit (groups == C == K) runs the depthwise ops (core/ops26.h), not a GEMM.

@@ -1,5 +1,6 @@
 // model_run.c: runs the model's node list on its backend (the CPU reference ops or the CUDA twins),
-// forward (training or evaluation BN) and backward. Backward recomputes each BN output and its SiLU from the stored pre-BN map z instead of
+// forward (training or evaluation BN; a unit with bn_frozen keeps evaluation BN in training, its
+// running statistics saved as the batch ones would be) and backward. Backward recomputes each BN output and its SiLU from the stored pre-BN map z instead of
 // keeping them (less activation memory). Every gradient accumulates (+=), so slices and values read
 // by several nodes just work.
 #include <string.h>
@@ -67,15 +68,25 @@ static int unit_forward(Model *m, const ConvUnit *cu, int in, Map out, int n, in
     if (cu->bn_w < 0) { unit_conv(m, cu, &d, x, P(m, cu->b), out); return 0; }
     Map z = unit_z(m, cu, &d);
     unit_conv(m, cu, &d, x, NULL, z);
-    if (!train) {   // a bf16 output is rounded once, after the SiLU
-        Map u = act && out.bf16 ? map_make(m->tmp_a, out.N, out.H, out.W, out.C) : out;
+    if (!train && act) {   // one pass; a bf16 output is rounded once, after the SiLU
+        be->bn_silu_forward_eval(m->be_ctx, z, P(m, cu->bn_w), P(m, cu->bn_b), BN_EPS, P(m, cu->bn_mean),
+                                 P(m, cu->bn_var), out);
+        return 1;
+    }
+    if (!train) {
         be->bn_forward_eval(m->be_ctx, z, P(m, cu->bn_w), P(m, cu->bn_b), BN_EPS, P(m, cu->bn_mean),
-                            P(m, cu->bn_var), u);
-        if (u.data == out.data) return 0;
+                            P(m, cu->bn_var), out);
+        return 0;
+    }
+    float *mean = m->stats + cu->stats, *invstd = mean + d.K;
+    if (cu->bn_frozen) {   // BatchNorm.eval() in training: the running statistics, left as they are
+        be->bn_frozen_stats(m->be_ctx, d.K, P(m, cu->bn_mean), P(m, cu->bn_var), BN_EPS, mean, invstd);
+        Map u = act ? map_make(m->tmp_a, out.N, out.H, out.W, out.C) : out;   // as bn_recompute, then rounded once
+        be->bn_apply(m->be_ctx, z, P(m, cu->bn_w), P(m, cu->bn_b), mean, invstd, u);
+        if (!act) return 0;
         be->silu_forward(m->be_ctx, u, out);
         return 1;
     }
-    float *mean = m->stats + cu->stats, *invstd = mean + d.K;
     if (act) {
         be->bn_silu_forward_train(m->be_ctx, z, P(m, cu->bn_w), P(m, cu->bn_b), BN_EPS, BN_MOMENTUM,
                                   P(m, cu->bn_mean), P(m, cu->bn_var), mean, invstd, out);
@@ -97,7 +108,7 @@ static void unit_backward(Model *m, const ConvUnit *cu, int in, Map du, int n) {
     ConvDims d = unit_dims(m, cu, in, n);
     Map x = model_value(m, in, n), dx = model_grad(m, in, n), dz = du;
     if (m->values[in].no_grad) dx.data = NULL;   // no gradient for the images or detached features
-    if (cu->bn_w >= 0 && cu->b < 0 && !unit_is_dw(cu)) {   // BN + conv, fused by the backend
+    if (cu->bn_w >= 0 && cu->b < 0 && !unit_is_dw(cu) && !cu->bn_frozen) {   // BN + conv, fused by the backend
         Map z = unit_z(m, cu, &d);
         const float *mean = m->stats + cu->stats;
         BnSaved bn = { P(m, cu->bn_w), P(m, cu->bn_b), mean, mean + d.K, G(m, cu->bn_w), G(m, cu->bn_b) };
@@ -109,7 +120,12 @@ static void unit_backward(Model *m, const ConvUnit *cu, int in, Map du, int n) {
         Map z = unit_z(m, cu, &d);
         dz = map_make(m->tmp_b, d.N, d.P, d.Q, d.K);
         const float *mean = m->stats + cu->stats;
-        m->be->bn_backward(m->be_ctx, z, P(m, cu->bn_w), mean, mean + d.K, du, dz, G(m, cu->bn_w), G(m, cu->bn_b));
+        if (cu->bn_frozen)   // the statistics are constants: no batch-mean terms
+            m->be->bn_frozen_backward(m->be_ctx, z, P(m, cu->bn_w), mean, mean + d.K, du, dz, G(m, cu->bn_w),
+                                      G(m, cu->bn_b));
+        else
+            m->be->bn_backward(m->be_ctx, z, P(m, cu->bn_w), mean, mean + d.K, du, dz, G(m, cu->bn_w),
+                               G(m, cu->bn_b));
     }
     if (unit_is_dw(cu)) {
         DwDims dd = unit_dw(&d);
@@ -294,7 +310,7 @@ static void node_backward(Model *m, const Node *nd, int n) {
         switch (nd->op) {
         case OP_CONV: case OP_REPCONV: {
             if (!nd->act) { unit_backward(m, &nd->cv, nd->in, dy, n); break; }
-            if (nd->op == OP_CONV && nd->cv.bn_w >= 0 && !unit_is_dw(&nd->cv)) {
+            if (nd->op == OP_CONV && nd->cv.bn_w >= 0 && !unit_is_dw(&nd->cv) && !nd->cv.bn_frozen) {
                 unit_backward_silu(m, &nd->cv, nd->in, dy, n);
                 break;
             }

@@ -29,6 +29,15 @@ void bn_forward_eval_cpu(Map z, const float *gamma, const float *beta, float eps
 // du -> dz (=), dgamma, dbeta (+=); training-mode statistics (mean, invstd from the forward)
 void bn_backward_cpu(Map z, const float *gamma, const float *mean, const float *invstd, Map du,
                      Map dz, float *dgamma, float *dbeta);
+// Evaluation-mode BN inside training (a frozen layer of Ultralytics' freeze: its BatchNorm.eval()): the
+// running statistics normalise and stay as they are. bn_frozen_stats: mean = running_mean, invstd =
+// 1/sqrt(running_var + eps) (C), saved for bn_apply and the backward. bn_frozen_backward: the
+// statistics are constants, so dz = du·gamma·invstd (=; dz may alias du), without bn_backward's
+// batch-mean terms; dgamma += Σ du·xhat, dbeta += Σ du as bn_backward_cpu.
+void bn_frozen_stats_cpu(int C, const float *running_mean, const float *running_var, float eps, float *mean,
+                         float *invstd);
+void bn_frozen_backward_cpu(Map z, const float *gamma, const float *mean, const float *invstd, Map du,
+                            Map dz, float *dgamma, float *dbeta);
 
 // ---- elementwise --------------------------------------------------------------------------
 void silu_forward_cpu(Map u, Map y);              // y = u * sigmoid(u); y may alias u

@@ -57,7 +57,7 @@ int train26_params(const Model *m, int use_muon, MuParam *out) {
     int n = 0;
     for (int i = 0; i < m->n_params; i++) {
         const ParamInfo *p = &m->params[i];
-        if (param_trainable(p->kind))
+        if (param_trainable(p->kind) && !p->frozen)   // freeze=: requires_grad False, skipped by the optimizer
             out[n++] = musgd_param(m->state + p->offset, m->grad + p->offset, p->shape, p->ndim,
                                    train26_group(p, use_muon));
     }

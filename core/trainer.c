@@ -62,6 +62,7 @@ static int trainer_setup(Trainer *t, const Config *cfg, int gpu, int master, int
     if (t->fam->check(cfg, err)) { model_free(m); return -1; }
     unsigned char frozen[CFG_MAX_LAYERS];
     if (freeze_mask(cfg, m, frozen, err)) { model_free(m); return -1; }
+    freeze_apply(m, frozen);
     if (cfg->weights[0]) {          // what matches by name and shape; the rest fresh (core/transfer.h)
         if (model_transfer(m, cfg->weights, (uint64_t)cfg->seed, master, err)) { model_free(m); return -1; }
     } else {

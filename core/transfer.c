@@ -120,12 +120,27 @@ int freeze_mask(const Config *cfg, const Model *m, unsigned char frozen[CFG_MAX_
             return err_set(err, "%s: freeze=%s: layer %d does not exist; the model has layers 0..%d",
                            config_where_text(config_where(cfg, "freeze"), at, sizeof at), cfg->freeze, i, n_layers - 1);
     }
-    if (any && m->end2end)
-        return err_set(err, "%s: freeze=%s: Ultralytics also puts a frozen layer's BatchNorm in evaluation mode "
-                       "(running statistics in the forward pass), which yolotrain does not do yet for YOLO26; freeze works "
-                       "with the gelan and yolov9 configs", config_where_text(config_where(cfg, "freeze"), at, sizeof at),
-                       cfg->freeze);
+    int left = 0;   // Ultralytics refuses a freeze that leaves nothing to train
+    for (int i = 0; i < m->n_params && any; i++)
+        left += param_trainable(m->params[i].kind) && !param_frozen(frozen, m->params[i].name);
+    if (any && !left)
+        return err_set(err, "%s: freeze=%s freezes every layer of the model (0..%d): nothing is left to train; freeze "
+                       "fewer layers or list them", config_where_text(config_where(cfg, "freeze"), at, sizeof at),
+                       cfg->freeze, n_layers - 1);
     return 0;
+}
+
+// Ultralytics (engine/trainer.py, _setup_train and _model_train) sets requires_grad=False on the
+// frozen layers' parameters and calls .eval() on their BatchNorm2d modules at every epoch's start, so
+// those normalise with their running statistics and never update them. yolov9's train.py only sets
+// requires_grad=False: its model.train() leaves every BN in training mode (gelan keeps that).
+void freeze_apply(Model *m, const unsigned char frozen[CFG_MAX_LAYERS]) {
+    for (int i = 0; i < m->n_params; i++) m->params[i].frozen = param_frozen(frozen, m->params[i].name);
+    for (int i = 0; i < m->n_nodes; i++) {
+        Node *nd = &m->nodes[i];
+        int eval = m->end2end && nd->layer >= 0 && nd->layer < CFG_MAX_LAYERS && frozen[nd->layer];
+        nd->cv.bn_frozen = nd->cv2.bn_frozen = eval && (nd->op == OP_CONV || nd->op == OP_REPCONV);
+    }
 }
 
 int param_frozen(const unsigned char frozen[CFG_MAX_LAYERS], const char *name) {

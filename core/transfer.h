@@ -20,8 +20,12 @@ void weights_describe(const SafeTensors *st, char *buf, size_t size);
 
 // freeze_mask: frozen[i] = 1 for each layer i that cfg->freeze names ("": none; N: layers 0..N-1,
 // yolov9's --freeze N; [i,j,...] or i,j,...: those layers). -1 with a message naming the key when a
-// layer is past the model's or the model is YOLO26 (Ultralytics also switches the frozen layers'
-// BatchNorm to evaluation mode, which yolotrain does not do).
+// listed layer is past the model's or nothing would be left to train.
 int freeze_mask(const Config *cfg, const Model *m, unsigned char frozen[CFG_MAX_LAYERS], Err *err);
+// freeze_apply: mark the frozen layers' parameters (ParamInfo.frozen: no update, decay or share in the
+// clipping norm), and for YOLO26 (Ultralytics' freeze) their BN units as evaluation-mode in training
+// too (ConvUnit.bn_frozen: running statistics normalise and stay); gelan and yolov9 keep training BN,
+// as yolov9's train.py does.
+void freeze_apply(Model *m, const unsigned char frozen[CFG_MAX_LAYERS]);
 // 1 when parameter `name` ("model.<i>. ...") belongs to a frozen layer
 int param_frozen(const unsigned char frozen[CFG_MAX_LAYERS], const char *name);

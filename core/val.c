@@ -61,6 +61,11 @@ static int chunk_images(const Model *m, int H, int W) {
 }
 
 // ---- one batch on one model ---------------------------------------------------------------
+// Each model has a thread that runs batches on it (forward, detections, losses) and a helper thread that
+// loads the next batch's images while it does, and matches the last batch's detections to its labels:
+// two slots go round, so the device does not wait for the host's decoding and matching (when the
+// detections come from the device; the host's own decode needs the head maps, so then the model's
+// thread matches too).
 
 typedef struct {              // one batch's share of the result, merged in batch order
     MetricsStats st;
@@ -75,47 +80,65 @@ typedef struct {              // the pass, shared by the model threads
     BatchOut        *out;
     int              next, max_h, max_w, failed;
     Err              err;
-    double           t_pre, t_infer, t_loss, t_nms, t_metrics;
+    double           t_pre, t_infer, t_loss, t_nms, t_metrics;   // seconds each stage took (summed)
     int              dev_nms, dev_loss;   // batches done on the device
     ValSave          save;                // save_json / save_txt (under mu)
     pthread_mutex_t  mu;
 } Pass;
 
+enum { SLOT_FREE, SLOT_LOADED, SLOT_RAN };
+
+typedef struct {              // one batch in flight
+    ValBatch  vb;
+    Det      *det;            // (batch, max_det) what the backend picked
+    int      *nd;             // (batch)
+    int       b, state, dev_ok, matched;
+} Slot;
+
 typedef struct {              // one model's scratch
     Pass      *p;
     Model     *m;
-    ValBatch   vb;
+    Slot       slot[2];
+    int        loads_done;    // the helper claimed no further batch (under mu)
+    pthread_mutex_t mu;
+    pthread_cond_t  cv;
     ValImages  img;           // per-image decode, NMS and matching over threads
     LossWork  *lw;
     Loss26Work *lw26;         // end-to-end heads (YOLO26)
     float     *heads;         // host copy of the batch's head maps, level after level
     Map        head[4];
-    void      *nms;           // the backend's decode + NMS work (a model on a GPU); NULL: on the host
-    Det       *dev_det;       // (batch, max_det) what it picked
-    int       *dev_nd;        // (batch)
-    int        dev_ok;        // 1: this batch's detections came from the backend
+    void      *nms;           // the backend's decode + NMS work (a DFL model on a GPU); NULL: on the host
+    void      *topk;          // the backend's top-k work (an end-to-end model on a GPU); NULL: on the host
     void      *vloss;         // the backend's validation-loss work (a model on a GPU); NULL: on the host
     int        vloss_ok;      // 1: this batch's head maps were kept there for the losses
-    double     t_dev_nms;     // this batch's seconds in it
+    void     **tm;            // (3 * n_tm) backend timers per chunk: before its forward, after it, after its
+    int        n_tm;          //   detections
+    double     t_infer, t_nms;   // this batch's seconds on the backend
 } Worker;
 
+static int max_det_of(const Worker *w) { return w->p->o->nms.max_det > 0 ? w->p->o->nms.max_det : 0; }
+
 // The backend picks the detections of the chunk just run (images c0..c0+cn-1 of the batch).
-static void chunk_nms(Worker *w, int c0, int cn) {
+static void chunk_detect(Worker *w, Slot *s, int c0, int cn) {
     Model *m = w->m;
     Map h[3];
     for (int l = 0; l < 3; l++) h[l] = model_value(m, m->head[l], cn);
-    int D = w->p->o->nms.max_det > 0 ? w->p->o->nms.max_det : 0;
-    double t0 = now_seconds();
-    m->be->nms_detect(m->be_ctx, w->nms, h, m->strides, cn, w->dev_det + (size_t)c0 * D, w->dev_nd + c0);
-    w->t_dev_nms += now_seconds() - t0;
+    int D = max_det_of(w);
+    const NmsOptions *no = &w->p->o->nms;
+    if (w->topk) {
+        Topk26Opts to = { .max_det = no->max_det, .agnostic = no->agnostic, .conf = no->conf_thres };
+        m->be->topk_detect(m->be_ctx, w->topk, h, s->vb.H, cn, &to, s->det + (size_t)c0 * D, s->nd + c0);
+    } else {
+        m->be->nms_detect(m->be_ctx, w->nms, h, m->strides, cn, s->det + (size_t)c0 * D, s->nd + c0);
+    }
 }
 
 // The backend keeps the chunk's head maps as images c0.. of the batch, for the losses.
-static void chunk_keep(Worker *w, int c0, int cn) {
+static void chunk_keep(Worker *w, int c0, int cn, int N) {
     Model *m = w->m;
     Map h[3];
     for (int l = 0; l < 3; l++) h[l] = model_value(m, m->head[l], cn);
-    m->be->vloss_stage(m->be_ctx, w->vloss, h, c0, w->vb.n);
+    m->be->vloss_stage(m->be_ctx, w->vloss, h, c0, N);
 }
 
 static int head_fp32(const Model *m) {       // the backend's NMS reads fp32 head maps
@@ -123,38 +146,56 @@ static int head_fp32(const Model *m) {       // the backend's NMS reads fp32 hea
     return 1;
 }
 
-// Forward batch vb in chunks; the backend's NMS on each chunk when it has one, and each chunk's head
-// maps copied into w->heads (the host) when the host still needs them (losses, host NMS); w->head the
-// batch's maps there.
-static void forward_batch(Worker *w) {
+// Forward the slot's batch in chunks; the backend's detections on each chunk when it has them, and each
+// chunk's head maps copied into w->heads (the host) when the host still needs them (losses, host NMS);
+// w->head the batch's maps there. The backend's timers mark each chunk's stages (the input's upload
+// counts as inference); batch_times reads them.
+static void forward_batch(Worker *w, Slot *s) {
     Model *m = w->m;
-    const ValBatch *vb = &w->vb;
+    const Backend *be = m->be;
+    const ValBatch *vb = &s->vb;
     int chunk = chunk_images(m, vb->H, vb->W);
-    w->dev_ok = w->nms && head_fp32(m);
+    s->dev_ok = (w->nms || w->topk) && head_fp32(m);
     w->vloss_ok = w->vloss && head_fp32(m);
-    w->t_dev_nms = 0;
-    for (int c0 = 0; c0 < vb->n; c0 += chunk) {
+    w->t_infer = w->t_nms = 0;
+    int k = 0;
+    for (int c0 = 0; c0 < vb->n; c0 += chunk, k++) {
         int cn = vb->n - c0 < chunk ? vb->n - c0 : chunk;
+        void **tm = w->tm + 3 * (k < w->n_tm ? k : w->n_tm - 1);
+        be->timer_record(m->be_ctx, tm[0]);
         model_forward_u8(m, vb->images + (size_t)c0 * vb->H * vb->W * 3, cn, vb->H, vb->W, 0);
-        if (w->dev_ok) chunk_nms(w, c0, cn);
-        if (w->vloss_ok) chunk_keep(w, c0, cn);
+        be->timer_record(m->be_ctx, tm[1]);
+        if (s->dev_ok) chunk_detect(w, s, c0, cn);
+        be->timer_record(m->be_ctx, tm[2]);
+        if (w->vloss_ok) chunk_keep(w, c0, cn, vb->n);
         size_t off = 0;
         for (int l = 0; l < m->n_levels; l++) {
             Map h = model_value(m, m->head[l], cn);
             size_t per = (size_t)h.H * h.W * h.ld;           // floats per image
             float *dst = w->heads + off + c0 * per;
             if (!m->on_device) memcpy(dst, h.data, sizeof(float) * per * cn);
-            else if ((w->p->o->losses && !w->vloss_ok) || !w->dev_ok) m->be->download(m->be_ctx, dst, h.data, per * cn);
+            else if ((w->p->o->losses && !w->vloss_ok) || !s->dev_ok) be->download(m->be_ctx, dst, h.data, per * cn);
             w->head[l] = (Map){ w->heads + off, vb->n, h.H, h.W, h.C, h.ld, 0 };
             off += per * vb->n;
         }
     }
 }
 
+// The backend's seconds in the forward and the detections of the batch forward_batch ran (after a wait
+// for the device, which the losses or the detections' copy have mostly done already).
+static void batch_times(Worker *w, const ValBatch *vb) {
+    const Backend *be = w->m->be;
+    int chunk = chunk_images(w->m, vb->H, vb->W), chunks = (vb->n + chunk - 1) / chunk;
+    be->sync(w->m->be_ctx);
+    for (int k = 0; k < chunks && k < w->n_tm; k++) {
+        w->t_infer += be->timer_seconds(w->m->be_ctx, w->tm[3 * k], w->tm[3 * k + 1]);
+        w->t_nms += be->timer_seconds(w->m->be_ctx, w->tm[3 * k + 1], w->tm[3 * k + 2]);
+    }
+}
+
 // YOLO26: the one-to-one branch's items, as training logs them. Evaluation computes that branch
 // only; its loss needs nothing from the other, so the same maps stand in the one-to-many slot too.
-static int batch_losses26(Worker *w, BatchOut *out, Err *err) {
-    const ValBatch *b = &w->vb;
+static int batch_losses26(Worker *w, const ValBatch *b, BatchOut *out, Err *err) {
     int nc = w->m->nc;
     Loss26Batch lb = { .nc = nc, .img_h = b->H, .img_w = b->W, .targets = b->targets, .n_targets = b->nt };
     for (int br = 0; br < L26_BRANCHES; br++)
@@ -170,9 +211,8 @@ static int batch_losses26(Worker *w, BatchOut *out, Err *err) {
     return 0;
 }
 
-static int batch_losses(Worker *w, BatchOut *out, Err *err) {
-    if (w->m->end2end) return batch_losses26(w, out, err);
-    const ValBatch *b = &w->vb;
+static int batch_losses(Worker *w, const ValBatch *b, BatchOut *out, Err *err) {
+    if (w->m->end2end) return batch_losses26(w, b, out, err);
     LossBatch lb = { .nc = w->m->nc, .img_h = b->H, .img_w = b->W, .targets = b->targets, .n_targets = b->nt };
     for (int l = 0; l < LOSS_LEVELS; l++) lb.head[l] = w->head[l];
     LossOut lo;
@@ -182,70 +222,156 @@ static int batch_losses(Worker *w, BatchOut *out, Err *err) {
     return 0;
 }
 
-static void batch_stats(Worker *w, int b, BatchOut *out) {
-    const ValBatch *vb = &w->vb;
-    int picture = w->p->o->picture_dir && b == 0;
-    int D = w->p->o->nms.max_det > 0 ? w->p->o->nms.max_det : 0;
-    ValImagesIn in = { .m = w->m, .ds = w->p->ds, .vb = vb, .head = w->head, .dev_det = w->dev_ok ? w->dev_det : NULL,
-                       .dev_nd = w->dev_nd, .dev_stride = D,
+// Match the slot's detections (the backend's, or decoded here from w->head) to its labels; the
+// pictures of batch 0; predictions.json / labels. Seconds into the pass's NMS (host decode) and metrics.
+static void batch_stats(Worker *w, Slot *s) {
+    const ValBatch *vb = &s->vb;
+    Pass *p = w->p;
+    BatchOut *out = &p->out[s->b];
+    double t0 = now_seconds();
+    int picture = p->o->picture_dir && s->b == 0;
+    ValImagesIn in = { .m = w->m, .ds = p->ds, .vb = vb, .head = w->head, .dev_det = s->dev_ok ? s->det : NULL,
+                       .dev_nd = s->nd, .dev_stride = max_det_of(w),
                        .keep = picture ? xcalloc(vb->n, sizeof(Det *)) : NULL, .kn = picture ? xcalloc(vb->n, sizeof(int)) : NULL };
-    int saving = w->p->o->save_json || w->p->o->save_txt;
+    int saving = p->o->save_json || p->o->save_txt;
     if (saving) in.orig = xcalloc(vb->n, sizeof(Det *)), in.on = xcalloc(vb->n, sizeof(int));
     val_images_stats(&w->img, &in, &out->st);
     if (saving) {
-        pthread_mutex_lock(&w->p->mu);
-        for (int i = 0; i < vb->n; i++) val_save_image(&w->p->save, &w->p->ds->s[vb->index[i]], in.orig[i], in.on[i]);
-        pthread_mutex_unlock(&w->p->mu);
+        pthread_mutex_lock(&p->mu);
+        for (int i = 0; i < vb->n; i++) val_save_image(&p->save, &p->ds->s[vb->index[i]], in.orig[i], in.on[i]);
+        pthread_mutex_unlock(&p->mu);
         for (int i = 0; i < vb->n; i++) free(in.orig[i]);
         free(in.orig); free(in.on);
     }
-    if (picture) val_pictures(w->p->ds, w->p->o->picture_dir, vb, (const Det *const *)in.keep, in.kn);
+    if (picture) val_pictures(p->ds, p->o->picture_dir, vb, (const Det *const *)in.keep, in.kn);
     for (int i = 0; picture && i < vb->n; i++) free(in.keep[i]);
     free(in.keep); free(in.kn);
+    double dec = s->dev_ok ? 0 : w->img.t_decode;
+    pthread_mutex_lock(&p->mu);
+    p->t_nms += dec; p->t_metrics += now_seconds() - t0 - dec;
+    pthread_mutex_unlock(&p->mu);
+    s->matched = 1;
 }
 
-// A model's thread: claim the next batch, load, forward, losses, detections, until none is left.
-static void *worker_main(void *arg) {
+// The next batch of the pass, or -1 (none left, a failure, a stop signal).
+static int claim_batch(Pass *p) {
+    pthread_mutex_lock(&p->mu);
+    int stop = p->o->stop && *p->o->stop;
+    int b = p->failed || stop || p->next == p->plan.n_batches ? -1 : p->next++;
+    pthread_mutex_unlock(&p->mu);
+    return b;
+}
+
+// Wait (under w->mu) while slot s is in state `state`.
+static void slot_wait_while(Worker *w, Slot *s, int state) {
+    while (s->state == state) pthread_cond_wait(&w->cv, &w->mu);
+}
+
+static void slot_set(Worker *w, Slot *s, int state) {
+    pthread_mutex_lock(&w->mu);
+    s->state = state;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+// Matching of a slot the model's thread ran (unless it matched it itself), then the slot is free.
+static void slot_finish(Worker *w, Slot *s) {
+    if (!s->matched) batch_stats(w, s);
+    slot_set(w, s, SLOT_FREE);
+}
+
+// The helper thread: loads batches into the slots in turn, each once the model's thread has run what
+// it held and its matching is done.
+static void *helper_main(void *arg) {
     Worker *w = arg;
     Pass *p = w->p;
-    w->m->be->bind(w->m->be_ctx);
-    for (;;) {
-        pthread_mutex_lock(&p->mu);
-        int stop = p->o->stop && *p->o->stop;
-        int b = p->failed || stop || p->next == p->plan.n_batches ? -1 : p->next++;
-        pthread_mutex_unlock(&p->mu);
-        if (b < 0) return NULL;
+    for (int k = 0;; k ^= 1) {
+        Slot *s = &w->slot[k];
+        pthread_mutex_lock(&w->mu);
+        slot_wait_while(w, s, SLOT_LOADED);
+        pthread_mutex_unlock(&w->mu);
+        if (s->state == SLOT_RAN) slot_finish(w, s);
+        int b = claim_batch(p);
+        if (b < 0) {
+            Slot *o = &w->slot[k ^ 1];
+            pthread_mutex_lock(&w->mu);
+            w->loads_done = 1;
+            pthread_cond_broadcast(&w->cv);
+            slot_wait_while(w, o, SLOT_LOADED);
+            pthread_mutex_unlock(&w->mu);
+            if (o->state == SLOT_RAN) slot_finish(w, o);
+            return NULL;
+        }
         double t0 = now_seconds();
-        val_batch_load(p->ds, &p->plan, b, p->o->imgsz, p->o->workers, &w->vb);
-        double t1 = now_seconds();
-        forward_batch(w);
-        double t2 = now_seconds();
-        Err err;
-        int rc = p->o->losses ? batch_losses(w, &p->out[b], &err) : 0;
-        double t3 = now_seconds();
-        if (!rc) batch_stats(w, b, &p->out[b]);
+        val_batch_load(p->ds, &p->plan, b, p->o->imgsz, p->o->workers, &s->vb);
         pthread_mutex_lock(&p->mu);
-        p->t_pre += t1 - t0; p->t_infer += t2 - t1 - w->t_dev_nms; p->t_loss += t3 - t2;
-        p->t_nms += w->t_dev_nms + (rc ? 0 : w->img.t_decode); p->t_metrics += now_seconds() - t3 - (rc ? 0 : w->img.t_decode);
-        if (rc && !p->failed) p->failed = 1, p->err = err;
-        p->dev_nms += w->dev_ok; p->dev_loss += w->vloss_ok && p->o->losses;
+        p->t_pre += now_seconds() - t0;
         pthread_mutex_unlock(&p->mu);
+        s->b = b; s->matched = 0;
+        slot_set(w, s, SLOT_LOADED);
     }
 }
+
+// Forward, detections and losses of one loaded slot (and its matching when the host decodes).
+static void run_batch(Worker *w, Slot *s) {
+    Pass *p = w->p;
+    forward_batch(w, s);
+    double t0 = now_seconds();
+    Err err;
+    int rc = p->o->losses ? batch_losses(w, &s->vb, &p->out[s->b], &err) : 0;
+    double t_loss = now_seconds() - t0;
+    batch_times(w, &s->vb);
+    pthread_mutex_lock(&p->mu);
+    p->t_infer += w->t_infer; p->t_nms += w->t_nms; p->t_loss += t_loss;
+    if (rc && !p->failed) p->failed = 1, p->err = err;
+    p->dev_nms += s->dev_ok; p->dev_loss += w->vloss_ok && p->o->losses;
+    pthread_mutex_unlock(&p->mu);
+    if (!rc && !s->dev_ok) batch_stats(w, s);   // it reads w->head, which the next batch overwrites
+}
+
+// A model's thread: run the slots the helper loads, in turn, until it loads no more.
+static void *worker_main(void *arg) {
+    Worker *w = arg;
+    w->m->be->bind(w->m->be_ctx);
+    pthread_t helper;
+    pthread_create(&helper, NULL, helper_main, w);
+    for (int k = 0;; k ^= 1) {
+        Slot *s = &w->slot[k];
+        pthread_mutex_lock(&w->mu);
+        while (s->state != SLOT_LOADED && !w->loads_done) pthread_cond_wait(&w->cv, &w->mu);
+        int go = s->state == SLOT_LOADED;
+        pthread_mutex_unlock(&w->mu);
+        if (!go) break;
+        run_batch(w, s);
+        slot_set(w, s, SLOT_RAN);
+    }
+    pthread_join(helper, NULL);
+    return NULL;
+}
+
+static int anchors_of(int h, int w) { return (h / 8) * (w / 8) + (h / 16) * (w / 16) + (h / 32) * (w / 32); }
 
 static void worker_init(Worker *w, Pass *p, Model *m) {
     memset(w, 0, sizeof *w);
     w->p = p; w->m = m;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
     val_images_init(&w->img, m, p->o->workers, p->max_h, p->max_w, &p->o->nms);
-    if (m->on_device && !m->end2end && m->n_levels == 3 && !p->o->host_post) {
-        m->be->bind(m->be_ctx);               // the work lives on this model's device
-        int A = (p->max_h / 8) * (p->max_w / 8) + (p->max_h / 16) * (p->max_w / 16) + (p->max_h / 32) * (p->max_w / 32);
-        int chunk = m->max_n < p->o->batch ? m->max_n : p->o->batch, D = p->o->nms.max_det > 0 ? p->o->nms.max_det : 0;
-        w->nms = m->be->nms_prepare(m->be_ctx, chunk, A, m->nc, &p->o->nms);
-        w->dev_det = xmalloc(sizeof(Det) * ((size_t)p->o->batch * D + 1));
-        w->dev_nd = xmalloc(sizeof(int) * (p->o->batch + 1));
-        if (p->o->losses) w->vloss = m->be->vloss_prepare(m->be_ctx, p->o->batch, p->ds->n_instances, m->nc, A);
+    m->be->bind(m->be_ctx);                   // the work lives on this model's device
+    int A = anchors_of(p->max_h, p->max_w), D = max_det_of(w);
+    if (m->on_device && m->n_levels == 3 && !p->o->host_post) {
+        int chunk = m->max_n < p->o->batch ? m->max_n : p->o->batch;
+        if (m->end2end) w->topk = m->be->topk_prepare(m->be_ctx, chunk, A, m->nc, D);
+        else w->nms = m->be->nms_prepare(m->be_ctx, chunk, A, m->nc, &p->o->nms);
+        if (p->o->losses && !m->end2end) w->vloss = m->be->vloss_prepare(m->be_ctx, p->o->batch, p->ds->n_instances, m->nc, A);
     }
+    for (int k = 0; k < 2; k++) {
+        w->slot[k].det = xmalloc(sizeof(Det) * ((size_t)p->o->batch * D + 1));
+        w->slot[k].nd = xmalloc(sizeof(int) * (p->o->batch + 1));
+    }
+    w->n_tm = p->o->batch + 1;                // chunks per batch, at most
+    w->tm = xmalloc(sizeof(void *) * 3 * w->n_tm);
+    for (int k = 0; k < 3 * w->n_tm; k++) w->tm[k] = m->be->timer_new(m->be_ctx);
     w->lw = loss_work_new();
     if (m->end2end) w->lw26 = loss26_work_new();
     size_t floats = 0;                        // the head maps of a whole batch at the largest shape
@@ -257,15 +383,20 @@ static void worker_init(Worker *w, Pass *p, Model *m) {
 }
 
 static void worker_free(Worker *w) {
-    val_batch_free(&w->vb);
     val_images_free(&w->img);
-    if (w->nms || w->vloss) w->m->be->bind(w->m->be_ctx);
-    if (w->nms) w->m->be->nms_release(w->m->be_ctx, w->nms);
-    if (w->vloss) w->m->be->vloss_release(w->m->be_ctx, w->vloss);
-    free(w->dev_det); free(w->dev_nd);
+    Model *m = w->m;
+    m->be->bind(m->be_ctx);
+    if (w->nms) m->be->nms_release(m->be_ctx, w->nms);
+    if (w->topk) m->be->topk_release(m->be_ctx, w->topk);
+    if (w->vloss) m->be->vloss_release(m->be_ctx, w->vloss);
+    for (int k = 0; k < 3 * w->n_tm; k++) m->be->timer_free(m->be_ctx, w->tm[k]);
+    free(w->tm);
+    for (int k = 0; k < 2; k++) val_batch_free(&w->slot[k].vb), free(w->slot[k].det), free(w->slot[k].nd);
     loss_work_free(w->lw);
     loss26_work_free(w->lw26);
     free(w->heads);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
 }
 
 // ---- the pass ------------------------------------------------------------------------------
@@ -327,10 +458,11 @@ static void finish(Pass *p, int nb, ValResult *r, double t0) {
     if (o->out) {
         metrics_print(&r->m, p->ds->names, o->verbose, o->out);
         double per = 1e3 / (st.images ? st.images : 1);
+        // each stage's own time (the device's by its timers); loading and matching overlap the device's work
         fprintf(o->out, "Speed: %.1fms pre-process, %.1fms inference, %.1fms loss, %.1fms %s, %.1fms metrics per image at "
-                "shape (%d, 3, %d, %d)%s\n", p->t_pre * per, p->t_infer * per, p->t_loss * per, p->t_nms * per,
-                p->models[0]->end2end ? "top-k" : "NMS", p->t_metrics * per, o->batch,
-                p->max_h, p->max_w, o->rect ? " (largest rect batch)" : "");
+                "shape (%d, 3, %d, %d)%s; %.1fms per image all in\n", p->t_pre * per, p->t_infer * per, p->t_loss * per,
+                p->t_nms * per, p->models[0]->end2end ? "top-k" : "NMS", p->t_metrics * per, o->batch,
+                p->max_h, p->max_w, o->rect ? " (largest rect batch)" : "", r->seconds * per);
     }
     if (o->plots_dir) plots_validation(&st, p->ds->names, o->plots_dir);
     metrics_stats_free(&st);

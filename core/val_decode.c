@@ -40,7 +40,7 @@ int val_decode(ValDecoder *d, const Model *m, const Map head[], int n, int img_h
         return nms_run_fast(d->boxes, d->scores, A, m->nc, &d->nms, d->det);   // nms_run's output, faster
     }
     Head26 h = head26_of(m, head);
-    topk26_decode(&h, n, img_h, d->boxes, d->scores);
+    topk26_decode(&h, n, img_h, d->boxes, d->scores);   // the logits, in the scores buffer
     Topk26Opts to = { .max_det = d->nms.max_det, .agnostic = d->nms.agnostic, .conf = d->nms.conf_thres };
     int nd = topk26_select(d->boxes, d->scores, A, m->nc, &to, d->work, d->det26);
     for (int i = 0; i < nd; i++) {

@@ -9,6 +9,7 @@
 #include "gpu/loss26.h"
 #include "gpu/musgd.h"
 #include "gpu/nms.h"
+#include "gpu/topk26.h"
 #include "gpu/val_loss.h"
 #include "gpu/ops.h"
 #include "gpu/ops26.h"
@@ -40,6 +41,10 @@ static void bn_bwd(void *ctx, Map z, const float *g, const float *mean, const fl
 static void bn_apply(void *ctx, Map z, const float *g, const float *b, const float *mean, const float *invstd,
                      Map u) {
     bn_apply_gpu(DEV, z, g, b, mean, invstd, u);
+}
+static void bn_silu_eval(void *ctx, Map z, const float *g, const float *b, float eps, const float *rm, const float *rv,
+                         Map y) {
+    bn_silu_forward_eval_gpu(DEV, z, g, b, eps, rm, rv, y);
 }
 static void bn_silu_train(void *ctx, Map z, const float *g, const float *b, float eps, float mom, float *rm,
                           float *rv, float *mean, float *invstd, Map y) {
@@ -162,18 +167,41 @@ static void attn_bwd(void *ctx, const AttnDims *d, Map qkv, const float *p, Map 
     attn26_backward_gpu(DEV, d, qkv, p, dy, dv, dqkv);   // its scratch is the Device's, not ws
 }
 
+// Validation's work stays on the Device between passes (gpu/device.h, DEVICE_KEPT_*): prepare takes the
+// kept one when it is large enough (else frees it and makes one), release keeps it for the next pass;
+// device_free frees it. So every pass after the first allocates nothing.
+static void *kept_take(Device *d, int k) {
+    void *p = d->kept[k];
+    d->kept[k] = NULL;
+    return p;
+}
+static void kept_put(Device *d, int k, void *p, void (*free_fn)(void *)) {
+    if (!p) return;
+    if (d->kept[k] && d->kept[k] != p) d->kept_free[k](d->kept[k]);
+    d->kept[k] = p;
+    d->kept_free[k] = free_fn;
+}
+
+static void nms_free(void *p) { nms_gpu_free(p); }
 static void *nms_prepare(void *ctx, int max_n, int A, int nc, const NmsOptions *o) {
+    NmsGpu *w = kept_take(DEV, DEVICE_KEPT_NMS);
+    if (nms_gpu_fits(w, max_n, A, nc, o)) { nms_gpu_set_options(w, o); return w; }
+    nms_gpu_free(w);
     return nms_gpu_new(DEV, max_n, A, nc, o);
 }
-static void nms_release(void *ctx, void *prep) { nms_gpu_free(prep); }
+static void nms_release(void *ctx, void *prep) { kept_put(DEV, DEVICE_KEPT_NMS, prep, nms_free); }
 static void nms_detect(void *ctx, void *prep, const Map head[3], const int strides[3], int n, Det *out, int *nd) {
     nms_gpu_detect(DEV, prep, head, strides, n, out, nd);
 }
 
+static void vloss_free(void *p) { val_loss_gpu_free(p); }
 static void *vloss_prepare(void *ctx, int max_n, int max_targets, int nc, int A) {
+    ValLossGpu *v = kept_take(DEV, DEVICE_KEPT_VLOSS);
+    if (val_loss_gpu_fits(v, max_n, max_targets, nc, A)) return v;
+    val_loss_gpu_free(v);
     return val_loss_gpu_new(DEV, max_n, max_targets, nc, A);
 }
-static void vloss_release(void *ctx, void *prep) { val_loss_gpu_free(prep); }
+static void vloss_release(void *ctx, void *prep) { kept_put(DEV, DEVICE_KEPT_VLOSS, prep, vloss_free); }
 static void vloss_stage(void *ctx, void *prep, const Map head[3], int n0, int N) {
     val_loss_gpu_stage(DEV, prep, head, n0, N);
 }
@@ -209,6 +237,27 @@ static void *rec_end(void *ctx, size_t *launches) {
 }
 static void rec_replay(void *ctx, void *rec) { checkCuda(cudaGraphLaunch((cudaGraphExec_t)rec, DEV->stream)); }
 static void rec_free(void *ctx, void *rec) { cudaGraphExecDestroy((cudaGraphExec_t)rec); }
+static void bn_frozen_stats(void *ctx, int C, const float *rm, const float *rv, float eps, float *mean,
+                            float *invstd) {
+    bn_frozen_stats_gpu(DEV, C, rm, rv, eps, mean, invstd);
+}
+static void bn_frozen_bwd(void *ctx, Map z, const float *g, const float *mean, const float *invstd, Map du, Map dz,
+                          float *dg, float *db) {
+    bn_frozen_backward_gpu(DEV, z, g, mean, invstd, du, dz, dg, db);
+}
+
+static void topk_free(void *p) { topk26_gpu_free(p); }
+static void *topk_prepare(void *ctx, int max_n, int A, int nc, int max_det) {
+    Topk26Gpu *w = kept_take(DEV, DEVICE_KEPT_TOPK);
+    if (topk26_gpu_fits(w, max_n, A, nc, max_det)) return w;
+    topk26_gpu_free(w);
+    return topk26_gpu_new(DEV, max_n, A, nc, max_det);
+}
+static void topk_release(void *ctx, void *prep) { kept_put(DEV, DEVICE_KEPT_TOPK, prep, topk_free); }
+static void topk_detect(void *ctx, void *prep, const Map head[3], int img_h, int n, const Topk26Opts *o, Det *out,
+                        int *nd) {
+    topk26_gpu_detect(DEV, prep, head, img_h, n, o, out, nd);
+}
 // ---- what a trainer needs from the GPU: its memory, input path, failures, loss and YOLO26 optimizers ----
 
 static int device_id(void *ctx) { return DEV->id; }
@@ -282,6 +331,9 @@ const Backend backend_gpu = {
     nms_prepare, nms_release, nms_detect,
     vloss_prepare, vloss_release, vloss_stage, vloss_eval,
     rec_begin, rec_end, rec_replay, rec_free,
+    topk_prepare, topk_release, topk_detect,
+    bn_silu_eval,
+    bn_frozen_stats, bn_frozen_bwd,
     .device_list = gpu_list, .model_to_device = model_to_device_gpu, .auto_batch = trainer_gpu_auto_batch,
     .plan_bytes = trainer_gpu_plan_bytes, .peer_setup = peer_setup, .host_pin = gpu_host_pin,
     .host_unpin = gpu_host_unpin,

@@ -198,6 +198,15 @@ __global__ void train_stats_kernel(const double *part0, const double *part1, int
     if (running_var) running_var[c] = (float)(keep * running_var[c] + momentum * var * unbias);
 }
 
+// The saved statistics of a BN in evaluation mode inside training: its running ones (as the CPU twin)
+__global__ void frozen_stats_kernel(int C, const float *running_mean, const float *running_var, float eps,
+                                    float *mean, float *invstd) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    mean[c] = running_mean[c];
+    invstd[c] = (float)(1.0 / sqrt((double)running_var[c] + eps));
+}
+
 __global__ void eval_stats_kernel(int C, const float *gamma, float eps, const float *running_mean,
                                   const float *running_var, float *shift, float *scale) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
@@ -388,25 +397,39 @@ extern "C" void bn_silu_forward_train_gpu(Device *dev, Map z, const float *gamma
     bn_train(dev, z, gamma, beta, eps, momentum, running_mean, running_var, mean, invstd, u, y);
 }
 
-extern "C" void bn_forward_eval_gpu(Device *dev, Map z, const float *gamma, const float *beta,
-                                    float eps, const float *running_mean, const float *running_var,
-                                    Map u) {
-    bn_check(z, u, "bn_forward_eval_gpu");
+// Evaluation: u = BN(z) with the running statistics when u.data, and y = silu(u) when y.data.
+static void bn_eval(Device *dev, Map z, const float *gamma, const float *beta, float eps, const float *running_mean,
+                    const float *running_var, Map u, Map y) {
     size_t mark = dev->scratch.used;
     Sums s = sums_take(dev, z.C, map_pixels(z));
     eval_stats_kernel<<<channel_blocks(z.C), THREADS, 0, dev->stream>>>(
         z.C, gamma, eps, running_mean, running_var, s.shift, s.scale);
     checkLaunch(dev);
-    Map none = { NULL, 0, 0, 0, 0, 0, 0 };
-    normalise(dev, z, &s, beta, u, none);
+    normalise(dev, z, &s, beta, u, y);
     dev->scratch.used = mark;
 }
 
+extern "C" void bn_forward_eval_gpu(Device *dev, Map z, const float *gamma, const float *beta,
+                                    float eps, const float *running_mean, const float *running_var,
+                                    Map u) {
+    bn_check(z, u, "bn_forward_eval_gpu");
+    Map none = { NULL, 0, 0, 0, 0, 0, 0 };
+    bn_eval(dev, z, gamma, beta, eps, running_mean, running_var, u, none);
+}
+
+extern "C" void bn_silu_forward_eval_gpu(Device *dev, Map z, const float *gamma, const float *beta, float eps,
+                                         const float *running_mean, const float *running_var, Map y) {
+    bn_check(z, y, "bn_silu_forward_eval_gpu");
+    Map none = { NULL, 0, 0, 0, 0, 0, 0 };
+    bn_eval(dev, z, gamma, beta, eps, running_mean, running_var, none, y);
+}
+
 // The backward of BN (SILU false: g = du) or of SiLU(BN) (SILU true: g = dy at the SiLU output):
-// Σ du and Σ du·xhat, dgamma/dbeta +=, then dz (=) unless dz.data is NULL.
+// Σ du and Σ du·xhat, dgamma/dbeta +=, then dz (=) unless dz.data is NULL. frozen: the statistics
+// are constants (evaluation mode), so the two means bn_dz_kernel subtracts are zero: dz = k·du.
 template <bool SILU>
 static void bn_grad(Device *dev, Map z, BnSaved p, Map g, Map dz, __nv_bfloat16 *dz16,
-                    float *dgamma, float *dbeta) {
+                    float *dgamma, float *dbeta, bool frozen = false) {
     size_t mark = dev->scratch.used;
     Sums s = sums_take(dev, z.C, map_pixels(z));
     double *mdu = s.mean, *mdux = s.var;   // the sums' means, held in the mean and var slots
@@ -414,6 +437,10 @@ static void bn_grad(Device *dev, Map z, BnSaved p, Map g, Map dz, __nv_bfloat16 
     grad_params_kernel<<<warp_blocks(z.C), THREADS, 0, dev->stream>>>(
         s.part0, s.part1, s.G, z.C, (double)map_pixels(z), dgamma, dbeta, mdu, mdux);
     checkLaunch(dev);
+    if (frozen) {
+        checkCuda(cudaMemsetAsync(mdu, 0, sizeof(double) * z.C, dev->stream));
+        checkCuda(cudaMemsetAsync(mdux, 0, sizeof(double) * z.C, dev->stream));
+    }
     if (dz.data || dz16) {
         ChannelGrid gr = bn_grid(z, g, dz);
         if (dz16) {   // packed (M, C) bf16: aligned as a contiguous bf16 map there would be
@@ -491,4 +518,21 @@ extern "C" void bn_apply_silu_backward_gpu(Device *dev, Map z, const float *gamm
     CHANNEL_KERNEL(g, bn_apply_silu_bwd_kernel)<<<g.grid, g.block, 0, dev->stream>>>(
         g.M, z, p, dy, du);
     checkLaunch(dev);
+}
+
+extern "C" void bn_frozen_stats_gpu(Device *dev, int C, const float *running_mean, const float *running_var,
+                                    float eps, float *mean, float *invstd) {
+    frozen_stats_kernel<<<channel_blocks(C), THREADS, 0, dev->stream>>>(C, running_mean, running_var, eps, mean,
+                                                                        invstd);
+    checkLaunch(dev);
+}
+
+extern "C" void bn_frozen_backward_gpu(Device *dev, Map z, const float *gamma, const float *mean,
+                                       const float *invstd, Map du, Map dz, float *dgamma, float *dbeta) {
+    bn_check(z, du, "bn_frozen_backward_gpu");
+    if (dz.data) bn_check(z, dz, "bn_frozen_backward_gpu");
+    require_fp32(du, "bn_frozen_backward_gpu");
+    require_fp32(dz, "bn_frozen_backward_gpu");
+    BnSaved p = { gamma, NULL, mean, invstd };
+    bn_grad<false>(dev, z, p, du, dz, NULL, dgamma, dbeta, true);
 }

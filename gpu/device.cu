@@ -19,6 +19,20 @@ static cudaError_t counted_malloc(void **p, size_t bytes) {
     return cudaMalloc(p, bytes);
 }
 
+extern "C" void *device_try_alloc(size_t bytes) {
+    void *p = NULL;
+    if (counted_malloc(&p, bytes) == cudaSuccess) return p;
+    cudaGetLastError();                       // out of memory is not sticky: clear it
+    return NULL;
+}
+
+extern "C" void *device_host_alloc(size_t bytes) {
+    void *p = NULL;
+    n_mallocs++;
+    checkCuda(cudaMallocHost(&p, bytes ? bytes : 1));
+    return p;
+}
+
 extern "C" int gpu_list(GpuInfo *out, int max) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) { cudaGetLastError(); return 0; }
@@ -142,6 +156,8 @@ extern "C" void device_free(Device *dev) {
     if (!dev->stream) return;
     checkCuda(cudaSetDevice(dev->id));
     checkCuda(cudaStreamSynchronize(dev->stream));
+    for (int k = 0; k < DEVICE_KEPT; k++)
+        if (dev->kept[k]) dev->kept_free[k](dev->kept[k]);
     if (dev->copy_stream) input_free(dev);
     cudnn_conv_ctx_free(dev->cudnn);
     for (int k = ARENA_COUNT - 1; k >= 0; k--) {

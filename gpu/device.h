@@ -74,6 +74,10 @@ typedef struct {
     cudaEvent_t    used;      // recorded on stream after the conversion that read buf
 } InputStage;
 
+// Work a validation pass needs beyond the memory plan (decode + NMS, top-k, the losses' gathered maps) is
+// made by the first pass and kept on the Device for the next ones, so later passes allocate nothing.
+enum { DEVICE_KEPT_NMS, DEVICE_KEPT_TOPK, DEVICE_KEPT_VLOSS, DEVICE_KEPT };
+
 typedef struct {
     int id;                   // cudaSetDevice(id) once, on this device's own thread
     cudaStream_t stream;      // every op of this device runs on it
@@ -88,6 +92,8 @@ typedef struct {
     int stage_next;           // the stage the next prefetch fills (the older of the two)
     double *scal;             // (DEVICE_SCALARS) the step's small values on the device (core/train.h SC_*)
     void *cudnn;              // cuDNN handle and plans (gpu/cudnn_conv.h); NULL: convs use im2col + cuBLAS
+    void *kept[DEVICE_KEPT];  // validation's work between passes (gpu/backend_gpu.c: NMS, top-k, losses)
+    void (*kept_free[DEVICE_KEPT])(void *);   // how device_free frees each
 } Device;
 
 enum { DEVICE_SCALARS = 256 };
@@ -121,6 +127,10 @@ void arena_reset(Arena *a);                    // everything taken is free again
 // cudaMalloc calls made by this module since the start, so a test can assert that a step loop
 // allocates nothing.
 size_t gpu_alloc_count(void);
+// A counted cudaMalloc for work a caller can do without: NULL (the error cleared) when out of memory.
+void *device_try_alloc(size_t bytes);
+// A counted cudaMallocHost (page-locked host memory); dies when it fails.
+void *device_host_alloc(size_t bytes);
 
 // ---- the next batch's upload, overlapped with the current step (issue #6) ----------------------
 // Queue the copy of n bytes of host memory (page-locked: gpu_host_pin; else the copy is slower

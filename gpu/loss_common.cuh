@@ -147,8 +147,9 @@ struct WorkBase {
 // A loss work W (GpuLossWork, GpuLoss26Work) for up to max_n images, max_targets rows, nc classes and
 // max_anchors anchors: its device block of place(w, NULL) bytes on dev, laid out by place(w, block), and
 // the staging of its targets (pinned: max_targets + 1 of *w->gt_host), image boundaries (pinned, max_n +
-// 1 ints; fill_host: host, the same) and results (pinned, n_sums doubles). NULL, with nothing allocated,
-// when the GPU has no room for the block; sizes a caller cannot mean die naming `who`.
+// 1 ints; fill_host: host, the same) and results (pinned, n_sums doubles), every allocation counted
+// (gpu_alloc_count). NULL, with nothing allocated, when the GPU has no room for the block; sizes a
+// caller cannot mean die naming `who`.
 template <class W>
 static W *work_new(Device *dev, const char *who, int max_n, int max_targets, int nc, int max_anchors, size_t n_sums,
                    size_t (*place)(W *, char *)) {
@@ -157,15 +158,14 @@ static W *work_new(Device *dev, const char *who, int max_n, int max_targets, int
     W *w = (W *)xcalloc(1, sizeof *w);
     w->max_n = max_n; w->max_targets = max_targets; w->nc = nc; w->max_anchors = max_anchors;
     checkCuda(cudaSetDevice(dev->id));
-    if (cudaMalloc((void **)&w->block, place(w, NULL)) != cudaSuccess) {
-        cudaGetLastError();
+    if (!(w->block = (char *)device_try_alloc(place(w, NULL)))) {   // counted (gpu_alloc_count)
         free(w);
         return NULL;
     }
     place(w, w->block);
-    checkCuda(cudaMallocHost((void **)&w->gt_host, (size_t)(max_targets + 1) * sizeof *w->gt_host));
-    checkCuda(cudaMallocHost((void **)&w->begin_host, (size_t)(max_n + 1) * sizeof(int)));
-    checkCuda(cudaMallocHost((void **)&w->sums_host, n_sums * sizeof(double)));
+    w->gt_host = (decltype(w->gt_host))device_host_alloc((size_t)(max_targets + 1) * sizeof *w->gt_host);
+    w->begin_host = (int *)device_host_alloc((size_t)(max_n + 1) * sizeof(int));
+    w->sums_host = (double *)device_host_alloc(n_sums * sizeof(double));
     w->fill_host = (int *)xmalloc((size_t)(max_n + 1) * sizeof(int));
     return w;
 }

@@ -1,7 +1,7 @@
 // nms.cu: the CUDA twin of core/nms.c's nms_decode + nms_run for a batch of images, detection for
 // detection (test_gpu_nms). Three steps: decode_kernel (one thread per anchor: DFL boxes, class scores,
-// the candidate filter, one 64-bit sort key per (anchor, class) pair), a segmented radix sort of every
-// image's keys (CUB), nms_kernel (one block per image: the greedy pass, the block's threads testing the
+// the candidate filter, one 64-bit sort key per (anchor, class) pair), one device-wide radix sort of
+// every image's keys (CUB), nms_kernel (one block per image: the greedy pass, the block's threads testing the
 // later candidates in parallel). The arithmetic mirrors the CPU's operation for operation with the _rn
 // intrinsics (no FMA contraction), the class scores through core/fexp.h, the DFL softmax in double.
 // The one source of a difference: CUDA's double exp may differ from glibc's in the last bit, which moves
@@ -13,6 +13,7 @@
 #include "gpu/nms.h"        // first: device.h declares core/util.h's functions extern "C"
 #include "core/fexp.h"
 #include "core/loss.h"
+#include "gpu/score_key.cuh"
 
 #define R LOSS_REG_MAX
 #define NMS_THREADS 1024
@@ -21,13 +22,12 @@
 typedef struct { const float *data[3]; int H[3], W[3], ld[3], A0[4]; float stride[3]; } HeadArgs;
 
 struct NmsGpu {
-    int         max_n, A, nc;
+    int         max_n, A, nc, cap_nms, cap_det;   // room: images, anchors, classes, max_nms, max_det
     NmsOptions  o;
     uint64_t   *keys, *sorted;   // (max_n, A * nc): candidate keys, then sorted per image
     float      *boxes;           // (max_n, A, 4) xyxy pixels
     float      *ob;              // (max_n, K, 4) candidate boxes offset by class
     int        *count;           // (max_n) candidates per image
-    int        *offsets;         // (max_n + 1) segment starts for the sort
     void       *cub_tmp;
     size_t      cub_bytes;
     Det        *det, *host_det;  // (max_n, D) on the device / pinned host
@@ -67,19 +67,18 @@ __device__ static float iou(const float *a, const float *b) {
     return __fdiv_rn(inter, __fsub_rn(__fadd_rn(area_a, area_b), inter));
 }
 
-// The sort key of a candidate: high 32 bits order scores descending (-0 == +0, as the CPU's <, ==),
-// low 32 bits the candidate's place a * nc + c, which is the CPU's filter order: ascending keys are
-// the CPU's stable sort. Non-candidates get the largest key and sort last.
-__device__ static uint64_t cand_key(float s, uint32_t place) {
-    if (s == 0.0f) s = 0.0f;
-    uint32_t u = __float_as_uint(s);
-    u = u >> 31 ? ~u : u | 0x80000000u;
-    return (uint64_t)(~u) << 32 | place;
+// A candidate's key packs [image n: 8 bits | score: 32 bits, score_key's | place a * nc + c: 24 bits], so
+// one device-wide radix sort of every image's keys groups them by image and, within an image, gives the
+// CPU's stable sort in its filter order (a segmented sort takes one block per image: slow at 10^5-10^6
+// pairs each). Non-candidates get the largest score bits and sort last in their image.
+enum { KEY_PLACE_BITS = 24, KEY_IMAGES = 256 };
+
+__device__ static uint64_t image_key(int n, float s, uint32_t place, bool cand) {
+    uint64_t score = cand ? score_key(s, 0) >> 32 : 0xffffffffull;
+    return (uint64_t)n << 56 | score << KEY_PLACE_BITS | place;
 }
-__device__ static float key_score(uint64_t key) {
-    uint32_t u = ~(uint32_t)(key >> 32);
-    return __uint_as_float(u >> 31 ? u & 0x7fffffffu : ~u);
-}
+__device__ static uint32_t key_place(uint64_t key) { return (uint32_t)(key & ((1u << KEY_PLACE_BITS) - 1)); }
+__device__ static float key_score(uint64_t key) { return score_of_key((key >> KEY_PLACE_BITS & 0xffffffffull) << 32); }
 
 // ---- kernels -------------------------------------------------------------------------------
 
@@ -101,7 +100,7 @@ __global__ void nms_decode_kernel(HeadArgs h, int A, int nc, NmsOptions o, float
     for (int c = 0; c < nc; c++) {
         float s = fexp_sigmoid(logit[c]);
         int cand = sb > o.conf_thres && s > o.conf_thres && (multi || c == best);
-        key[c] = cand ? cand_key(s, (uint32_t)(a * nc + c)) : ~0ull;
+        key[c] = image_key(n, s, (uint32_t)(a * nc + c), cand);
         found += cand;
     }
     if (found) atomicAdd(&count[n], found);
@@ -117,7 +116,7 @@ __global__ void nms_greedy_kernel(const uint64_t *sorted, const float *boxes, co
     const float *box = boxes + (size_t)n * A * 4;
     float *ob = ob_all + (size_t)n * K * 4;
     for (int j = threadIdx.x; j < m; j += blockDim.x) {
-        uint32_t place = (uint32_t)key[j];
+        uint32_t place = key_place(key[j]);
         int a = place / nc, c = place % nc;
         float off = o.agnostic ? 0.0f : __fmul_rn((float)c, NMS_MAX_WH);
         for (int q = 0; q < 4; q++) ob[(size_t)j * 4 + q] = __fadd_rn(box[(size_t)a * 4 + q], off);
@@ -129,7 +128,7 @@ __global__ void nms_greedy_kernel(const uint64_t *sorted, const float *boxes, co
     for (int i = 0; i < m && nd < o.max_det; i++) {
         if (gone[i]) continue;                // the same in every thread: set before the last barrier
         if (threadIdx.x == 0) {
-            uint32_t place = (uint32_t)key[i];
+            uint32_t place = key_place(key[i]);
             int a = place / nc;
             const float *b = box + (size_t)a * 4;
             out[nd] = Det{ b[0], b[1], b[2], b[3], key_score(key[i]), (int)(place % nc) };
@@ -143,48 +142,48 @@ __global__ void nms_greedy_kernel(const uint64_t *sorted, const float *boxes, co
     if (threadIdx.x == 0) nd_out[n] = nd;
 }
 
-__global__ void nms_offsets_kernel(int *offsets, int n, size_t per) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i <= n) offsets[i] = (int)(i * per);
-}
 
 // ---- launchers -----------------------------------------------------------------------------
 
-// cudaMalloc that reports failure instead of ending the process: the caller falls back to the host.
+// A counted cudaMalloc that reports failure instead of ending the process: the caller falls back to the host.
 static bool take(void **p, size_t bytes, bool ok) {
-    if (!ok) return false;
-    if (cudaMalloc(p, bytes) == cudaSuccess) return true;
-    *p = NULL;
-    cudaGetLastError();                       // out of memory is not sticky: clear it
-    return false;
+    if (ok) *p = device_try_alloc(bytes);
+    return ok && *p;
 }
 
 extern "C" NmsGpu *nms_gpu_new(Device *dev, int max_n, int A, int nc, const NmsOptions *o) {
-    if (o->max_nms >= MAX_SHARED_FLAGS || (size_t)max_n * A * nc >= INT32_MAX) return NULL;
+    if (o->max_nms >= MAX_SHARED_FLAGS || (size_t)max_n * A * nc >= INT32_MAX || max_n > KEY_IMAGES ||
+        (size_t)A * nc > (1u << KEY_PLACE_BITS))
+        return NULL;                          // beyond what the kernels or the keys hold: the host decodes
     NmsGpu *w = (NmsGpu *)xcalloc(1, sizeof *w);
-    w->max_n = max_n; w->A = A; w->nc = nc; w->o = *o;
+    w->max_n = max_n; w->A = A; w->nc = nc; w->o = *o; w->cap_nms = o->max_nms; w->cap_det = o->max_det;
     size_t pairs = (size_t)max_n * A * nc, K = o->max_nms > 0 ? o->max_nms : 1, D = o->max_det > 0 ? o->max_det : 1;
     bool ok = take((void **)&w->keys, pairs * sizeof(uint64_t), true);
     ok = take((void **)&w->sorted, pairs * sizeof(uint64_t), ok);
     ok = take((void **)&w->boxes, (size_t)max_n * A * 4 * sizeof(float), ok);
     ok = take((void **)&w->ob, (size_t)max_n * K * 4 * sizeof(float), ok);
     ok = take((void **)&w->count, max_n * sizeof(int), ok);
-    ok = take((void **)&w->offsets, (max_n + 1) * sizeof(int), ok);
     ok = take((void **)&w->det, (size_t)max_n * D * sizeof(Det), ok);
     ok = take((void **)&w->nd, max_n * sizeof(int), ok);
-    if (ok) checkCuda(cub::DeviceSegmentedRadixSort::SortKeys(NULL, w->cub_bytes, w->keys, w->sorted, (int)pairs, max_n,
-                                                              w->offsets, w->offsets + 1, 0, 64, dev->stream));
+    if (ok) checkCuda(cub::DeviceRadixSort::SortKeys(NULL, w->cub_bytes, w->keys, w->sorted, (int)pairs, 0, 64,
+                                                     dev->stream));
     ok = take(&w->cub_tmp, w->cub_bytes + 1, ok);
     if (!ok) { nms_gpu_free(w); return NULL; }
-    checkCuda(cudaMallocHost((void **)&w->host_det, (size_t)max_n * D * sizeof(Det)));
-    checkCuda(cudaMallocHost((void **)&w->host_nd, max_n * sizeof(int)));
+    w->host_det = (Det *)device_host_alloc((size_t)max_n * D * sizeof(Det));
+    w->host_nd = (int *)device_host_alloc(max_n * sizeof(int));
     return w;
 }
+
+extern "C" int nms_gpu_fits(const NmsGpu *w, int max_n, int A, int nc, const NmsOptions *o) {
+    return w && max_n <= w->max_n && A <= w->A && nc == w->nc && o->max_nms <= w->cap_nms && o->max_det <= w->cap_det;
+}
+
+extern "C" void nms_gpu_set_options(NmsGpu *w, const NmsOptions *o) { w->o = *o; }
 
 extern "C" void nms_gpu_free(NmsGpu *w) {
     if (!w) return;
     cudaFree(w->keys); cudaFree(w->sorted); cudaFree(w->boxes); cudaFree(w->ob); cudaFree(w->count);
-    cudaFree(w->offsets); cudaFree(w->det); cudaFree(w->nd); cudaFree(w->cub_tmp);
+    cudaFree(w->det); cudaFree(w->nd); cudaFree(w->cub_tmp);
     if (w->host_det) cudaFreeHost(w->host_det);
     if (w->host_nd) cudaFreeHost(w->host_nd);
     free(w);
@@ -211,13 +210,10 @@ extern "C" void nms_gpu_detect(Device *dev, NmsGpu *w, const Map head[3], const 
     size_t per = (size_t)A * nc;
     cudaStream_t s = dev->stream;
     checkCuda(cudaMemsetAsync(w->count, 0, n * sizeof(int), s));
-    nms_offsets_kernel<<<(n + 256) / 256, 256, 0, s>>>(w->offsets, n, per);
-    checkLaunch(dev);
     nms_decode_kernel<<<dim3((A + 127) / 128, n), 128, 0, s>>>(h, A, nc, w->o, w->boxes, w->keys, w->count);
     checkLaunch(dev);
     size_t bytes = w->cub_bytes;
-    checkCuda(cub::DeviceSegmentedRadixSort::SortKeys(w->cub_tmp, bytes, w->keys, w->sorted, (int)(per * n), n,
-                                                      w->offsets, w->offsets + 1, 0, 64, s));
+    checkCuda(cub::DeviceRadixSort::SortKeys(w->cub_tmp, bytes, w->keys, w->sorted, (int)(per * n), 0, 64, s));
     int K = w->o.max_nms > 0 ? w->o.max_nms : 0;
     nms_greedy_kernel<<<n, NMS_THREADS, K + 1, s>>>(w->sorted, w->boxes, w->count, A, nc, w->o, w->ob, w->det, w->nd);
     checkLaunch(dev);

@@ -37,6 +37,9 @@ void bn_silu_forward_train_gpu(Device *dev, Map z, const float *gamma, const flo
                                float *mean, float *invstd, Map u, Map y);
 void bn_forward_eval_gpu(Device *dev, Map z, const float *gamma, const float *beta, float eps,
                          const float *running_mean, const float *running_var, Map u);
+// The same fused with SiLU in one pass: y = silu(u), u never stored (bit for bit the two launches).
+void bn_silu_forward_eval_gpu(Device *dev, Map z, const float *gamma, const float *beta, float eps,
+                              const float *running_mean, const float *running_var, Map y);
 void bn_backward_gpu(Device *dev, Map z, const float *gamma, const float *mean,
                      const float *invstd, Map du, Map dz, float *dgamma, float *dbeta);
 // bn_backward_gpu with dz written packed (M, C) as bf16 into dz16 (z contiguous), for
@@ -61,6 +64,13 @@ void bn_apply_gpu(Device *dev, Map z, const float *gamma, const float *beta, con
 // contiguous temp.
 void bn_apply_silu_backward_gpu(Device *dev, Map z, const float *gamma, const float *beta,
                                 const float *mean, const float *invstd, Map dy, Map du);
+// BN in evaluation mode inside training (core/ops.h bn_frozen_*): the saved statistics from the
+// running ones, bit for bit as the CPU; the backward with them constant: dz = du·gamma·invstd (=),
+// dgamma, dbeta (+=) as bn_backward_gpu.
+void bn_frozen_stats_gpu(Device *dev, int C, const float *running_mean, const float *running_var, float eps,
+                         float *mean, float *invstd);
+void bn_frozen_backward_gpu(Device *dev, Map z, const float *gamma, const float *mean, const float *invstd,
+                            Map du, Map dz, float *dgamma, float *dbeta);
 
 // ---- elementwise (gpu/elementwise.cu) ----------------------------------------------------------
 // dst (n floats, device) = src (n bytes, host) / 255.0f: a share queued by device_prefetch_u8 is waited

@@ -8,7 +8,7 @@
 #include "gpu/val_loss.h"
 
 struct ValLossGpu {
-    int          max_n, nc, A, N, h[LOSS_LEVELS], w[LOSS_LEVELS];
+    int          max_n, max_targets, nc, A, N, h[LOSS_LEVELS], w[LOSS_LEVELS];
     GpuLossWork *lw;
     float       *buf;   // (max_n * A * C): level after level, each (N, H_l, W_l, C)
 };
@@ -18,13 +18,16 @@ ValLossGpu *val_loss_gpu_new(Device *dev, int max_n, int max_targets, int nc, in
     if (!lw) return NULL;
     ValLossGpu *v = xcalloc(1, sizeof *v);
     v->max_n = max_n; v->nc = nc; v->A = A; v->lw = lw;
-    if (cudaMalloc((void **)&v->buf, (size_t)max_n * A * (4 * LOSS_REG_MAX + nc) * sizeof(float)) != cudaSuccess) {
-        cudaGetLastError();                   // out of memory is not sticky: the host takes the losses
-        v->buf = NULL;
-        val_loss_gpu_free(v);
+    v->max_targets = max_targets;
+    if (!(v->buf = device_try_alloc((size_t)max_n * A * (4 * LOSS_REG_MAX + nc) * sizeof(float)))) {
+        val_loss_gpu_free(v);                 // out of memory: the host takes the losses
         return NULL;
     }
     return v;
+}
+
+int val_loss_gpu_fits(const ValLossGpu *v, int max_n, int max_targets, int nc, int A) {
+    return v && max_n <= v->max_n && max_targets <= v->max_targets && nc == v->nc && A <= v->A;
 }
 
 void val_loss_gpu_free(ValLossGpu *v) {

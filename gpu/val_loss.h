@@ -10,6 +10,8 @@ typedef struct ValLossGpu ValLossGpu;
 // the GPU lacks the memory.
 ValLossGpu *val_loss_gpu_new(Device *dev, int max_n, int max_targets, int nc, int A);
 void        val_loss_gpu_free(ValLossGpu *v);
+// Whether v holds work for those sizes (a kept one can be reused).
+int         val_loss_gpu_fits(const ValLossGpu *v, int max_n, int max_targets, int nc, int A);
 // Copy the images of a chunk (head[l].N of them; device maps, fp32) to images n0.. of a batch of N.
 void        val_loss_gpu_stage(Device *dev, ValLossGpu *v, const Map head[LOSS_LEVELS], int n0, int N);
 // The loss items of the staged batch (b: classes, input size and targets; its maps are ignored).

@@ -1,16 +1,24 @@
 #!/usr/bin/env python3
 """onnx_check.py: check an ONNX file written by `yolotrain export format=onnx`.
 
-    python3 test/onnx_check.py MODEL.onnx [--opset 17] [--run DIR] [--runtime ort|numpy] [--tol 1e-4] [--conf 0.25]
+    python3 test/onnx_check.py MODEL.onnx [--opset 17] [--batch N|batch] [--run DIR] [--runtime ort|numpy] [--tol 1e-4] [--conf 0.25]
 
 Always (when the onnx module is there): onnx.checker (full check), strict shape inference, the opset, the input `images` (batch, 3, S, S)
-and output0's shape. With --run DIR (written by `build/cpu/test/test_onnx dump ...`): runs the model
+and output0's shape; with --batch, both first dimensions must be N (a fixed batch) or the symbolic `batch`. With --run DIR (written by `build/cpu/test/test_onnx dump ...`): runs the model
 on DIR/input.bin and compares output0 with our own inference in DIR/expect.bin, element by element:
 |onnx - ours| <= tol * max(1, |ours|) (tol absolute for scores, relative for pixel coordinates).
 --runtime ort uses onnxruntime (CPU provider); numpy a small evaluator of the operators our exports
 use (slow, for machines without onnxruntime). Then the detections both outputs give (as `detect`: conf
 0.25, NMS at IoU 0.45 for the (B, 4 + nc, A) layout) must be the same boxes. Prints `ok ...` and exits 0,
 or prints why and exits 1.
+
+YOLO26's (B, k, 6) is compared row by row, in order, like everything else: the export ranks the logits
+in both TopKs and runs the Sigmoid on the kept pairs only, and core/topk26.c ranks the logits the same
+way (ties to the lower index, as ONNX's TopK), so the order depends only on the logits, which the
+runtime computes to about 1e-6. The runtime's Sigmoid then changes only score values (onnxruntime's CPU
+Sigmoid is a rational approximation good to ~3e-8 absolute, 0 below about -16.6, not monotone there:
+ranking its outputs reordered the low-score rows). Two logits nearer than the runtimes' difference
+could still swap two rows; the FAIL line then names the near tie rather than hiding it.
 """
 import argparse
 import sys
@@ -24,7 +32,7 @@ except ImportError:
     onnx = None
 
 
-def check_file(path, opset):
+def check_file(path, opset, batch=None):
     m = onnx.load(path)
     onnx.checker.check_model(m, full_check=True)
     inferred = onnx.shape_inference.infer_shapes(m, strict_mode=True)
@@ -37,6 +45,8 @@ def check_file(path, opset):
         sys.exit(f"FAIL {path}: input {inp.name} {dims}, want images (batch, 3, S, S)")
     out = inferred.graph.output[0]
     odims = [d.dim_param or d.dim_value for d in out.type.tensor_type.shape.dim]
+    if batch is not None and not (str(dims[0]) == batch and str(odims[0]) == batch):
+        sys.exit(f"FAIL {path}: images {dims} -> {out.name} {odims}: the batch dimension should be {batch}")
     print(f"ok {path}: checker, shape inference, opset {opset}; images {dims} -> {out.name} {odims}")
     return m
 
@@ -146,10 +156,20 @@ def detections(out, conf=0.25, iou=0.45):
     return kept
 
 
+def near_tie(rows, r):
+    """Whether row r of our (k, 6) output has a neighbour of (nearly) the same score, by logit."""
+    logit = lambda p: np.log(np.float64(p) / max(1 - np.float64(p), 1e-300)) if 0 < p else -np.inf
+    for q in (r - 1, r + 1):
+        if 0 <= q < len(rows) and abs(logit(rows[r][4]) - logit(rows[q][4])) <= 1e-5:
+            return f"  rows {min(r, q)} and {max(r, q)} are a near tie (scores {rows[r][4]:.9g}, {rows[q][4]:.9g})"
+    return f"  row {r} has no near tie with its neighbours: a wrong selection or order"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
     ap.add_argument("--opset", type=int, default=17)
+    ap.add_argument("--batch", help="the batch dimension both images and output0 must have: N or batch (symbolic)")
     ap.add_argument("--run")
     ap.add_argument("--runtime", default="ort", choices=["ort", "numpy"])
     ap.add_argument("--tol", type=float, default=1e-4)
@@ -159,7 +179,7 @@ def main():
         sys.exit("FAIL: the numpy runtime needs the onnx module (Debian: python3-onnx)")
     if onnx is None:
         print(f"skip {args.model}: checker and shape inference (no onnx module here)")
-    m = check_file(args.model, args.opset) if onnx is not None else None
+    m = check_file(args.model, args.opset, args.batch) if onnx is not None else None
     if not args.run:
         return
     shape = [int(v) for v in open(f"{args.run}/shape.txt").read().split()]   # B S then the output's dims
@@ -182,6 +202,8 @@ def main():
     worst = np.unravel_index(np.argmax(err), err.shape)
     print(f"{'ok' if err.max() <= args.tol else 'FAIL'} {args.model} on {args.run} ({args.runtime}): output {got.shape}, "
           f"max error {err.max():.3g} at {worst}: onnx {got[worst]:.6g}, ours {expect[worst]:.6g}")
+    if err.max() > args.tol and expect.shape[-1] == 6:
+        print(near_tie(expect[worst[0]], worst[1]))
     sys.exit(0 if err.max() <= args.tol and same else 1)
 
 

@@ -362,6 +362,17 @@ static void test_bn_silu(void) {
     }
 }
 
+// Whether two pairs' device buffers (guards included) hold the same bits.
+static int same_on_device(Pair a, Pair b) {
+    device_sync(&dev);
+    float *x = xmalloc(a.total * sizeof(float)), *y = xmalloc(b.total * sizeof(float));
+    checkCuda(cudaMemcpy(x, a.d.data - a.extra, a.total * sizeof(float), cudaMemcpyDeviceToHost));
+    checkCuda(cudaMemcpy(y, b.d.data - b.extra, b.total * sizeof(float), cudaMemcpyDeviceToHost));
+    int same = a.total == b.total && !memcmp(x, y, a.total * sizeof(float));
+    free(x); free(y);
+    return same;
+}
+
 static void test_bn_eval(void) {
     NEED_GPU();
     Rng g = rng_for(22, 0, 0);
@@ -375,7 +386,14 @@ static void test_bn_eval(void) {
             bn_forward_eval_cpu(z.h, ga.h.data, be.h.data, EPS, rm.h.data, rv.h.data, u.h);
         bn_forward_eval_gpu(&dev, z.d, ga.d.data, be.d.data, EPS, rm.d.data, rv.d.data, u.d);
         compare("bn eval u", u, FP32);
-        Pair all[] = { z, u, ga, be, rm, rv };
+        // fused with SiLU (evaluation's conv units): the CPU twin's y, and the two launches' bits
+        Pair y = pair_new(s.N, s.H, s.W, s.C, 2), y2 = pair_new(s.N, s.H, s.W, s.C, 2);
+        silu_forward_cpu(u.h, y.h);
+        bn_silu_forward_eval_gpu(&dev, z.d, ga.d.data, be.d.data, EPS, rm.d.data, rv.d.data, y.d);
+        compare("bn+silu eval y", y, FP32);
+        silu_forward_gpu(&dev, u.d, y2.d);
+        CHECK(same_on_device(y, y2), "bn+silu eval: the fused launch differs from bn eval + silu");
+        Pair all[] = { z, u, ga, be, rm, rv, y, y2 };
         for (size_t k = 0; k < sizeof all / sizeof *all; k++) pair_free(all[k]);
     }
 }

@@ -2,7 +2,9 @@
 // (backend nms_* and vloss_* entries) against the same model with them on the host (host_post = 1):
 // the same P, R, mAP50 and mAP50-95 bit for bit (the same head maps, the same detections), losses
 // within the GPU loss's tolerance, every batch done on the device; also with batches forwarded in
-// chunks. Without CUDA, or without a GPU, every test skips.
+// chunks; a pass after the first allocates no device memory (the device keeps the work); YOLO26's top-k
+// on the device (backend topk_* entries) against the host's likewise. Without CUDA, or without a GPU,
+// every test skips.
 #include "core/model.h"
 #include "core/val.h"
 #include "io/synth.h"
@@ -11,7 +13,7 @@
 #include "gpu/model_gpu.h"
 #endif
 
-#define GPU_TESTS(X) X(test_device_post_same)
+#define GPU_TESTS(X) X(test_device_post_same) X(test_topk_post_same)
 
 #define GPU_OWN_DEVICE
 #include "test/gpu_harness.h"
@@ -27,9 +29,12 @@ static int same_metrics(const ValResult *a, const ValResult *b, const char *what
     return same;
 }
 
-static void test_device_post_same(void) {
+// A small synthetic val set with big objects (random weights score TPs), a random model of cfg_path at
+// imgsz 128 on GPU 0 (fp32, built for 4 images), and the comparisons for batches of 4 and 7 (7: more than
+// the model holds, forwarded in chunks).
+static void compare_post(const char *cfg_path, const char *name, int want_map) {
     if (!have_gpu()) SKIP("no GPU");
-    const char *dir = test_tmpdir("gpu-val");
+    const char *dir = test_tmpdir(name);
     SynthConfig sc = synth_defaults();
     sc.n_train = 2; sc.n_val = 9; sc.min_side = 100; sc.max_side = 160; sc.threads = 1;
     sc.max_objects = 1; sc.min_diameter = 90; sc.max_diameter = 1.0;   // big objects: random weights score TPs
@@ -43,7 +48,7 @@ static void test_device_post_same(void) {
     Model m;
     Device dev;
     DatasetOptions opt = { .quiet = 1 };
-    if (config_load("cfg/t.ini", 5, argv, &cfg, &err) || dataset_open(NULL, &cfg, "val", &opt, &ds, &err)) {
+    if (config_load(cfg_path, 5, argv, &cfg, &err) || dataset_open(NULL, &cfg, "val", &opt, &ds, &err)) {
         CHECK(0, "%s", err.msg); return;
     }
     config_set_nc(&cfg, ds.nc);
@@ -53,30 +58,40 @@ static void test_device_post_same(void) {
     if (model_to_gpu(&m, &dev, 0, &plan, GPU_FP32, &err)) { CHECK(0, "%s", err.msg); model_free(&m); dataset_free(&ds); return; }
     ValOptions o = val_options(&cfg);
     o.out = stdout; o.nms.conf_thres = 0;     // random weights: keep every candidate, max_det is hit
-    for (int batch = 4; batch <= 7; batch += 3) {   // 7: more than the model holds, forwarded in chunks
+    for (int batch = 4; batch <= 7; batch += 3) {
         o.batch = batch;
-        ValResult dv, host;
+        ValResult dv, again, host;
         o.host_post = 0;
         int ok = val_evaluate(&m, &ds, &o, &dv, &err) == 0;
+        size_t allocs = gpu_alloc_count();
+        ok = ok && val_evaluate(&m, &ds, &o, &again, &err) == 0;
+        CHECK(!ok || gpu_alloc_count() == allocs, "batch %d: the second pass allocated %zu times", batch,
+              gpu_alloc_count() - allocs);
         o.host_post = 1;
         ok = ok && val_evaluate(&m, &ds, &o, &host, &err) == 0;
         CHECK(ok, "batch %d: %s", batch, err.msg);
         if (!ok) continue;
         int nb = (ds.n + batch - 1) / batch;
-        CHECK(dv.dev_nms == nb && dv.dev_loss == nb && host.dev_nms == 0, "batch %d: device batches %d/%d of %d, host run %d",
-              batch, dv.dev_nms, dv.dev_loss, nb, host.dev_nms);
+        CHECK(dv.dev_nms == nb && dv.dev_loss == (m.end2end ? 0 : nb) && host.dev_nms == 0,
+              "batch %d: device batches %d/%d of %d, host run %d", batch, dv.dev_nms, dv.dev_loss, nb, host.dev_nms);
         CHECK(same_metrics(&dv, &host, "device vs host"), "batch %d: metrics differ", batch);
-        CHECK(dv.m.map50 > 0 && dv.m.mr > 0, "batch %d: mAP50 %g R %g: nothing compared", batch, dv.m.map50, dv.m.mr);
+        CHECK(same_metrics(&dv, &again, "first vs second pass"), "batch %d: metrics differ between passes", batch);
+        if (want_map) CHECK(dv.m.map50 > 0 && dv.m.mr > 0, "batch %d: mAP50 %g R %g: nothing compared", batch, dv.m.map50, dv.m.mr);
+        else printf("    batch %d: mAP50 %g, R %g\n", batch, dv.m.map50, dv.m.mr);
         CHECK(close_enough(dv.box, host.box, 1e-6, 1e-4) && close_enough(dv.cls, host.cls, 1e-6, 1e-4) &&
               close_enough(dv.dfl, host.dfl, 1e-6, 1e-4) && host.cls > 0,
               "batch %d: losses box %.9g/%.9g cls %.9g/%.9g dfl %.9g/%.9g", batch, dv.box, host.box, dv.cls, host.cls,
               dv.dfl, host.dfl);
-        val_result_free(&dv); val_result_free(&host);
+        val_result_free(&dv); val_result_free(&again); val_result_free(&host);
     }
     model_free(&m);
     device_free(&dev);
     dataset_free(&ds);
 }
+
+static void test_device_post_same(void) { compare_post("cfg/t.ini", "gpu-val", 1); }
+
+static void test_topk_post_same(void) { compare_post("cfg/yolo26n.ini", "gpu-val26", 0); }
 
 #define RUN_ONE(fn) RUN(fn);
 int main(void) {

@@ -1,8 +1,10 @@
 // test_onnx.c: `export format=onnx`. gelan-t and YOLO26-s (fresh weights, BN statistics scrambled so
-// the folding matters) are exported at 64x64 with a dynamic batch, then test/onnx_check.py checks the
-// file (onnx.checker, strict shape inference, opset 17) and runs it with its numpy evaluator (or
-// onnxruntime: YT_ONNX_RUNTIME=ort) on two images against our own inference. Skips when no python3 has
-// the onnx and numpy modules (Debian: python3-onnx).
+// the folding matters) are exported at 64x64 with a dynamic batch, and with a fixed batch of 2 (YOLO26-s
+// directly, gelan-t through `yolotrain export ... batch=2`), then test/onnx_check.py checks the file
+// (onnx.checker, strict shape inference, opset 17, the batch dimension) and runs it with its numpy
+// evaluator (or onnxruntime: YT_ONNX_RUNTIME=ort) on two images against our own inference. Skips when
+// no python3 has the onnx and numpy modules (Debian: python3-onnx). export's batch= refusals are checked
+// without python.
 //
 // Dump mode, for the GPU machine's onnxruntime check (commands in the final report / README "Export"):
 //   build/cpu/test/test_onnx dump CONFIG.ini WEIGHTS FIXTURE.safetensors OUTDIR
@@ -112,8 +114,9 @@ static void scramble_bn(Model *m) {
     }
 }
 
-// Check path (ONNX) with onnx_check.py against our output for B random images through m.
-static void check_against(const char *py, Model *m, const char *dir, const char *path) {
+// Check path (ONNX) with onnx_check.py against our output for B random images through m; batch: the
+// batch dimension the file must have ("batch": symbolic).
+static void check_against(const char *py, Model *m, const char *dir, const char *path, const char *batch) {
     enum { B = 2, S = 64 };
     char cmd[13400];
     float *nchw = malloc(sizeof(float) * B * 3 * S * S);
@@ -123,8 +126,8 @@ static void check_against(const char *py, Model *m, const char *dir, const char 
     int dims[3];
     float *out = our_output(m, nhwc, B, S, dims);
     CHECK(write_run(dir, nchw, B, S, out, dims) == 0, "cannot write the run files in %s", dir);
-    snprintf(cmd, sizeof cmd, "%s test/onnx_check.py '%s' --run '%s' --runtime %s --conf 0.001 > '%s/check.log' 2>&1", py, path,
-             dir, runtime(), dir);
+    snprintf(cmd, sizeof cmd, "%s test/onnx_check.py '%s' --batch %s --run '%s' --runtime %s --conf 0.001 > '%s/check.log' 2>&1",
+             py, path, batch, dir, runtime(), dir);
     int rc = system(cmd);
     char log_path[4400];
     snprintf(log_path, sizeof log_path, "%s/check.log", dir);
@@ -146,7 +149,8 @@ static int build_scrambled(const char *ini, Model *m) {
     return 0;
 }
 
-static void export_and_run(const char *ini, const char *tag) {
+// batch: 0 symbolic (dynamic=1), else fixed (the check runs 2 images)
+static void export_and_run(const char *ini, const char *tag, int batch) {
     const char *py = python_with_onnx();
     if (!py) SKIP("no python3 with numpy and %s", !strcmp(runtime(), "ort") ? "onnxruntime (pip install onnxruntime)" : "onnx (Debian: apt-get install python3-onnx)");
     Err err = { { 0 } };
@@ -155,8 +159,8 @@ static void export_and_run(const char *ini, const char *tag) {
     const char *dir = test_tmpdir(tag);
     char path[4400];
     snprintf(path, sizeof path, "%s/model.onnx", dir);
-    CHECK(export_onnx_model(&m, 64, 1, path, &err) == 0, "%s", err.msg);
-    check_against(py, &m, dir, path);
+    CHECK(export_onnx_model(&m, 64, batch, path, &err) == 0, "%s", err.msg);
+    check_against(py, &m, dir, path, batch ? "2" : "batch");
     model_free(&m);
 }
 
@@ -184,13 +188,44 @@ static void test_yolov9s_as_gelan_s(void) {
     CHECK(export_run(6, argv, &cfg) == 0, "export_run failed");
     if (build_scrambled("cfg/s.ini", &gelan)) { CHECK(0, "build gelan-s"); model_free(&dual); return; }
     CHECK(model_load(&gelan, conv, "", &err) == 0, "%s", err.msg);
-    check_against(py, &gelan, dir, onnx);
+    check_against(py, &gelan, dir, onnx, "batch");
     model_free(&dual);
     model_free(&gelan);
 }
 
-static void test_gelan_t(void) { export_and_run("cfg/t.ini", "onnx-gelan-t"); }
-static void test_yolo26s(void) { export_and_run("cfg/yolo26s.ini", "onnx-yolo26s"); }
+static void test_gelan_t(void) { export_and_run("cfg/t.ini", "onnx-gelan-t", 0); }
+static void test_yolo26s(void) { export_and_run("cfg/yolo26s.ini", "onnx-yolo26s", 0); }
+static void test_yolo26s_batch2(void) { export_and_run("cfg/yolo26s.ini", "onnx-yolo26s-b2", 2); }
+
+// yolotrain export ... format=onnx batch=2 (gelan-t): the file has batch 2 in and out and runs two images
+// as our inference does; batch=0, batch=x, batch=2 with dynamic=1 and batch= for safetensors are refused
+// (status 2) naming the key.
+static void test_export_batch(void) {
+    Err err = { { 0 } };
+    Model m;
+    if (build_scrambled("cfg/t.ini", &m)) { CHECK(0, "build gelan-t"); return; }
+    const char *dir = test_tmpdir("onnx-batch");
+    char w[4400], onnx[4400], wa[4500], oa[4500];
+    snprintf(w, sizeof w, "%s/w.safetensors", dir);
+    snprintf(onnx, sizeof onnx, "%s/model.onnx", dir);
+    CHECK(model_save(&m, w, &err) == 0, "%s", err.msg);
+    snprintf(wa, sizeof wa, "weights=%s", w);
+    snprintf(oa, sizeof oa, "out=%s", onnx);
+    static Config cfg;
+    static const char *bad[][2] = { { "batch=0", "format=onnx" }, { "batch=x", "format=onnx" },
+                                    { "batch=2", "dynamic=1" }, { "batch=2", "format=safetensors" } };
+    for (int i = 0; i < 4; i++) {
+        char *argv[] = { "cfg/t.ini", wa, oa, "format=onnx", "imgsz=64", (char *)bad[i][0], (char *)bad[i][1] };
+        fflush(stdout);
+        CHECK(export_run(7, argv, &cfg) == 2, "%s %s: accepted", bad[i][0], bad[i][1]);
+    }
+    char *argv[] = { "cfg/t.ini", wa, oa, "format=onnx", "imgsz=64", "batch=2" };
+    CHECK(export_run(6, argv, &cfg) == 0, "export batch=2 failed");
+    const char *py = python_with_onnx();
+    if (!py) { model_free(&m); SKIP("no python3 with numpy and %s", !strcmp(runtime(), "ort") ? "onnxruntime" : "onnx"); }
+    check_against(py, &m, dir, onnx, "2");
+    model_free(&m);
+}
 
 // dump CONFIG WEIGHTS FIXTURE OUTDIR: see the header
 static int dump(char **argv) {
@@ -224,6 +259,8 @@ int main(int argc, char **argv) {
     if (argc == 6 && !strcmp(argv[1], "dump")) return dump(argv + 2);
     RUN(test_gelan_t);
     RUN(test_yolo26s);
+    RUN(test_yolo26s_batch2);
+    RUN(test_export_batch);
     RUN(test_yolov9s_as_gelan_s);
     return test_summary();
 }

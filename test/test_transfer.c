@@ -133,10 +133,11 @@ static void test_freeze_key(void) {
         CHECK(config_load("cfg/t.ini", 1, &bad[i], &cfg, &err) == -1, "%s accepted", bad[i]);
         CHECK(strstr(err.msg, "freeze"), "%s: message %s", bad[i], err.msg);
     }
-    char *y26[] = { "freeze=10", "imgsz=64", "batch=1" };
+    char *y26[] = { "freeze=24", "imgsz=64", "batch=1" };   // all 24 layers: Ultralytics refuses it too
     Trainer t;
     CHECK(config_load("cfg/yolo26s.ini", 3, y26, &cfg, &err) == 0, "%s", err.msg);
-    CHECK(trainer_init(&t, &cfg, 1, -1, &err) == -1 && strstr(err.msg, "evaluation mode"), "YOLO26 freeze: %s", err.msg);
+    CHECK(trainer_init(&t, &cfg, 1, -1, &err) == -1 && strstr(err.msg, "nothing is left to train"), "YOLO26 freeze=24: %s",
+          err.msg);
     char *far[] = { "freeze=[3,40]", "imgsz=64", "batch=1" };
     CHECK(config_load("cfg/t.ini", 3, far, &cfg, &err) == 0, "%s", err.msg);
     CHECK(trainer_init(&t, &cfg, 1, -1, &err) == -1 && strstr(err.msg, "layer 40 does not exist"), "%s", err.msg);
@@ -178,11 +179,54 @@ static void test_freeze_keeps_layers(void) {
     trainer_free(&t);
 }
 
+// Three MuSGD steps of YOLO26-n with freeze=[0,2] (Ultralytics' freeze): layers 0 and 2 keep their
+// parameters and, their BN being in evaluation mode, their running statistics; layer 1 moves both.
+static void test_freeze_yolo26(void) {
+    static Config cfg;
+    Err err = { { 0 } };
+    char *ov[] = { "freeze=[0,2]", "imgsz=64", "batch=2", "nc=3", "seed=1", "optimizer=MuSGD" };
+    if (config_load("cfg/yolo26n.ini", 6, ov, &cfg, &err)) { CHECK(0, "%s", err.msg); return; }
+    Trainer t;
+    if (trainer_init(&t, &cfg, 1, -1, &err)) { CHECK(0, "%s", err.msg); return; }
+    Model *m = &t.m;
+    float *before = malloc(m->n_state * sizeof *before);
+    memcpy(before, m->state, m->n_state * sizeof *before);
+    Rng r = rng_for(3, 0, 0);
+    for (size_t i = 0; i < (size_t)2 * 64 * 64 * 3; i++) t.input[i] = (float)rng_uniform(&r, 0, 1);
+    float targets[] = { 0, 1, 0.5f, 0.5f, 0.4f, 0.3f, 1, 2, 0.3f, 0.6f, 0.2f, 0.2f };
+    t.sched.batch_total = 64; t.sched.accumulate = 1; t.sched.nw = 1;   // an optimizer step every batch
+    LossOut lo;
+    for (int i = 0; i < 3; i++) CHECK(!trainer_step(&t, 2, 64, targets, 2, 0, i, &lo, &err), "%s", err.msg);
+    int frozen_moved = 0, stats_moved = 0, free_moved = 0, free_stats = 0;
+    for (int i = 0; i < m->n_params; i++) {
+        const ParamInfo *p = &m->params[i];
+        int layer = -1, stat = p->kind == PK_RUNNING_MEAN || p->kind == PK_RUNNING_VAR;
+        sscanf(p->name, "model.%d.", &layer);
+        int moved = memcmp(before + p->offset, m->state + p->offset, p->n * sizeof(float)) != 0;
+        if (!param_trainable(p->kind) && !stat) continue;
+        if (layer == 0 || layer == 2) {
+            if (moved) printf("    frozen %s moved\n", p->name);
+            if (stat) stats_moved += moved;
+            else frozen_moved += moved;
+        } else if (layer == 1) {
+            if (stat) free_stats += moved;
+            else free_moved += moved;
+        }
+    }
+    CHECK(frozen_moved == 0, "%d parameter tensors of frozen layers moved", frozen_moved);
+    CHECK(stats_moved == 0, "%d BN statistics of frozen layers moved (Ultralytics: BatchNorm.eval())", stats_moved);
+    CHECK(free_moved == 3 && free_stats == 2, "layer 1: %d of 3 parameter tensors and %d of 2 statistics moved", free_moved,
+          free_stats);
+    free(before);
+    trainer_free(&t);
+}
+
 int main(void) {
     RUN(test_pt_loads_into_its_config);
     RUN(test_transfer_to_six_classes);
     RUN(test_transfer_refuses_another_model);
     RUN(test_freeze_key);
     RUN(test_freeze_keeps_layers);
+    RUN(test_freeze_yolo26);
     return test_summary();
 }
