@@ -1,6 +1,6 @@
-// gpu_harness.h: the setup every GPU test file shares. A file defines GPU_TESTS(X) (its tests) and, for
-// its device's arenas, GPU_ARENAS (an ARENA_COUNT initializer of bytes; default: none), then includes
-// this after test/test.h:
+// gpu_harness.h: the setup every GPU test file shares. A file defines GPU_TESTS(X) (its tests), maybe
+// CPU_TESTS(X) (tests that run in every build, first) and, for its device's arenas, GPU_ARENAS (an
+// ARENA_COUNT initializer of bytes; default: none), then includes this after test/test.h:
 // - without CUDA in the build, this is the file's main(): every test of GPU_TESTS is a skip ("no CUDA in
 //   this build");
 // - with CUDA and GPU_OWN_DEVICE defined (a file that makes its own device), nothing more;
@@ -10,10 +10,16 @@
 //   device freed.
 #pragma once
 
+#ifndef CPU_TESTS
+#define CPU_TESTS(X)
+#endif
+#define RUN_CPU(fn) RUN(fn);
+
 #ifndef USE_CUDA
 static void skip_no_cuda(void) { SKIP("no CUDA in this build"); }
 #define RUN_SKIPPED(fn) test_run_(#fn, skip_no_cuda);
 int main(void) {
+    CPU_TESTS(RUN_CPU)
     GPU_TESTS(RUN_SKIPPED)
     return test_summary();
 }
@@ -47,6 +53,7 @@ static int gpu_wanted(const char *name, int argc, char **argv) {
 // The file's main, after its tests: GPU_MAIN()
 #define GPU_MAIN()                                   \
     int main(int argc, char **argv) {                \
+        CPU_TESTS(RUN_WANTED)                        \
         GPU_TESTS(RUN_WANTED)                        \
         if (dev_state > 0) device_free(&dev);        \
         return test_summary();                       \

@@ -137,28 +137,9 @@ static void test_cpu_backend(void) {   // the CPU twin of the entries: the refer
 
 #define GPU_TESTS(X) X(test_cases) X(test_kept) X(test_speed)
 
-#ifndef USE_CUDA
-static void skip_no_cuda(void) { SKIP("no CUDA in this build"); }
-#define RUN_SKIPPED(fn) test_run_(#fn, skip_no_cuda);
-int main(void) {
-    RUN(test_cpu_backend);
-    GPU_TESTS(RUN_SKIPPED)
-    return test_summary();
-}
-#else
-
-static Device dev;
-static int dev_state;   // 0 untried, 1 ready, -1 no GPU
-
-static int gpu_ready(void) {
-    if (dev_state) return dev_state > 0;
-    GpuInfo info;
-    Err err;
-    size_t bytes[ARENA_COUNT] = { 0 };
-    dev_state = gpu_list(&info, 1) > 0 && device_init(&dev, 0, bytes, &err) == 0 ? 1 : -1;
-    return dev_state > 0;
-}
-#define NEED_GPU() do { if (!gpu_ready()) SKIP("no GPU"); } while (0)
+#define CPU_TESTS(X) X(test_cpu_backend)
+#include "test/gpu_harness.h"
+#ifdef USE_CUDA
 
 // h's maps copied to the device (free dh[0].data's block with cudaFree(*block)).
 static void to_device(const Heads26 *h, Map dh[3], float **block) {
@@ -222,11 +203,5 @@ static void test_speed(void) {     // printed; the pass condition is equality
     printf("    640 px, nc 80, 8 images: GPU top-k %.3f ms per image (%d kept)\n", s * 1e3 / 8, kept);
 }
 
-#define RUN_ONE(fn) RUN(fn);
-int main(void) {
-    RUN(test_cpu_backend);
-    GPU_TESTS(RUN_ONE)
-    if (dev_state > 0) device_free(&dev);
-    return test_summary();
-}
+GPU_MAIN()
 #endif
