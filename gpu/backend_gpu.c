@@ -258,6 +258,7 @@ static void topk_detect(void *ctx, void *prep, const Map head[3], int img_h, int
                         int *nd) {
     topk26_gpu_detect(DEV, prep, head, img_h, n, o, out, nd);
 }
+
 // ---- what a trainer needs from the GPU: its memory, input path, failures, loss and YOLO26 optimizers ----
 
 static int device_id(void *ctx) { return DEV->id; }
