@@ -73,6 +73,9 @@ int model_to_gpu(Model *m, Device *dev, int id, const GpuPlan *plan, GpuPrecisio
     float *grad = arena_take(&dev->grads, p.arena[ARENA_GRADS], 256);
     checkCuda(cudaMemcpy(state, m->state, m->n_state * sizeof(float), cudaMemcpyHostToDevice));
     checkCuda(cudaMemset(grad, 0, m->n_state * sizeof(float)));
+    // Both run on the legacy stream, which the device's non-blocking streams do not wait for, and a
+    // pageable upload may still be in flight when cudaMemcpy returns: done before any kernel reads them.
+    checkCuda(cudaDeviceSynchronize());
     free(m->state); free(m->grad); free(m->act); free(m->dact); free(m->stats); free(m->ws);
     free(m->tmp_a); free(m->tmp_b);
     m->state = state;

@@ -59,3 +59,19 @@ static int gpu_wanted(const char *name, int argc, char **argv) {
         return test_summary();                       \
     }
 #endif
+
+#ifdef USE_CUDA
+#include <cuda_runtime.h>
+// The tests' plain cudaMemcpy runs on the legacy stream, which the device's non-blocking streams are not
+// ordered with, and a pageable upload may still be in flight when it returns: each copy here waits for
+// the work queued before it and is complete when it returns, so a kernel never reads an unfinished
+// upload and a download never reads a map a kernel is still writing. (Seen: tests run side by side on
+// one GPU read stale inputs.)
+static inline cudaError_t harness_memcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind) {
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e == cudaSuccess) e = cudaMemcpy(dst, src, bytes, kind);
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    return e;
+}
+#define cudaMemcpy harness_memcpy
+#endif
