@@ -101,6 +101,10 @@ BENCHES  := $(BENCH_SRCS:bench/%.c=bench/%)
 .PHONY: all test deps clean benches fuzz layers FORCE
 all: yolotrain
 
+# `yolotrain --version`: the commit this binary was built from
+YT_VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo unknown)
+$(B)/core/main.o: CFLAGS += -DYT_VERSION='"$(YT_VERSION)"'
+
 yolotrain: $(B)/core/main.o $(B)/libyt.a FORCE
 	$(CC) $(LDFLAGS) -o $@ $(B)/core/main.o $(B)/libyt.a $(LDLIBS)
 

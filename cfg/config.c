@@ -7,6 +7,7 @@
 #include <ini.h>
 #include <stdarg.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cfg/parts.h"
 #include "core/readfile.h"
@@ -232,63 +233,140 @@ static int ini_read(Config *cfg, const char *path, Err *err) {
 
 // ---- command-line overrides
 
-// One "name=value" (name: key or section.key, '-' read as '_') from argv position pos.
-static int override_one(Config *cfg, const char *arg, size_t name_len, const char *value, int pos, Err *err) {
-    char name[128], section[32] = "";
-    snprintf(name, sizeof name, "%.*s", (int)(name_len < sizeof name ? name_len : sizeof name - 1), arg);
+// yolov9 train.py's and Ultralytics' spellings of our keys ('-' already read as '_'). "model" (also
+// yolov9's --cfg) names the config file itself: config_load takes it before the overrides.
+static const struct { const char *from, *to; } key_alias[] = {
+    { "batch_size", "batch" }, { "img", "imgsz" }, { "img_size", "imgsz" }, { "cfg", "model" },
+};
+
+// Keys that are not booleans but still work as a bare flag, and the value the flag means.
+static const struct { const char *name, *value; } bare_flag[] = {
+    { "resume", "1" },                             // the latest run (train.py's --resume)
+};
+
+static int is_bool_word(const char *s) {
+    static const char *const w[] = { "0", "1", "true", "false", "yes", "no", "on", "off" };
+    for (int i = 0; i < 8; i++) if (!strcasecmp(s, w[i])) return 1;
+    return 0;
+}
+
+// One override as read from argv: the name ('-' read as '_', an alias mapped), its value, the text
+// as written and its position (1-based).
+typedef struct { char name[128]; const char *value, *arg; int pos; } Override;
+
+static void name_normalise(const char *s, size_t len, char *name, size_t n) {
+    snprintf(name, n, "%.*s", (int)(len < n ? len : n - 1), s);
     for (char *p = name; *p; p++) if (*p == '-') *p = '_';
+    for (size_t i = 0; i < sizeof key_alias / sizeof key_alias[0]; i++)
+        if (!strcmp(name, key_alias[i].from)) { snprintf(name, n, "%s", key_alias[i].to); break; }
+}
+
+// The value a bare --name means when it takes none (a boolean key: "1"), or NULL.
+static const char *flag_value(const char *name) {
+    const char *dot = strchr(name, '.');
+    const Key *k = key_find(NULL, dot ? dot + 1 : name);
+    if (k && k->type == KEY_BOOL) return "1";
+    for (size_t i = 0; i < sizeof bare_flag / sizeof bare_flag[0]; i++)
+        if (!strcmp(name, bare_flag[i].name)) return bare_flag[i].value;
+    return NULL;
+}
+
+// Read the override at argv[*i] into o and advance *i. A flag (flag_value) takes the next argument
+// only when it is a yes/no word (resume: a word that is no option and no key=value); every other
+// --key takes the next argument as its value.
+static int override_next(int argc, char **argv, int *i, Override *o, Err *err, const Override *prev) {
+    const char *a = argv[*i], *eq;
+    o->arg = a;
+    o->pos = *i + 1;
+    (*i)++;
+    if (!strncmp(a, "--", 2)) {
+        const char *s = a + 2;
+        eq = strchr(s, '=');
+        name_normalise(s, eq ? (size_t)(eq - s) : strlen(s), o->name, sizeof o->name);
+        if (eq) { o->value = eq + 1; return 0; }
+        const char *next = *i < argc ? argv[*i] : NULL, *flag = flag_value(o->name);
+        if (flag) {
+            int takes = next && (!strcmp(o->name, "resume") ? next[0] != '-' && !strchr(next, '=')
+                                                            : is_bool_word(next));
+            o->value = takes ? argv[(*i)++] : flag;
+            return 0;
+        }
+        const char *dot = strchr(o->name, '.');
+        if (!key_find(NULL, dot ? dot + 1 : o->name) && strcmp(o->name, "model") && (!dot || strncmp(o->name, "data.", 5))) {
+            o->value = "";                           // override_one says: unknown key, and suggests one
+            return 0;
+        }
+        if (!next || !strncmp(next, "--", 2))
+            return err_set(err, "command line argument %d: --%s needs a value; write --%s VALUE or "
+                           "%s=VALUE", o->pos, s, s, s);
+        o->value = argv[(*i)++];
+        return 0;
+    }
+    if ((eq = strchr(a, '='))) {
+        name_normalise(a, (size_t)(eq - a), o->name, sizeof o->name);
+        o->value = eq + 1;
+        return 0;
+    }
+    if (prev)
+        return err_set(err, "command line argument %d: '%s' is not key=value; a value of several parts "
+                       "is one argument, commas and no spaces: %s=%s,%s", o->pos, a, prev->name, prev->value, a);
+    return err_set(err, "command line argument %d: '%s' is not key=value; write key=value or "
+                   "--key value", o->pos, a);
+}
+
+// One override: name is a key or section.key.
+static int override_one(Config *cfg, const Override *o, Err *err) {
+    char section[32] = "";
     Where at;
-    where_set(&at, COMMAND_LINE, pos);
-    const char *dot = strchr(name, '.'), *key = name;
-    if (dot && (size_t)(dot - name) < sizeof section) {
-        snprintf(section, sizeof section, "%.*s", (int)(dot - name), name);
+    where_set(&at, COMMAND_LINE, o->pos);
+    const char *dot = strchr(o->name, '.'), *key = o->name;
+    if (dot && (size_t)(dot - o->name) < sizeof section) {
+        snprintf(section, sizeof section, "%.*s", (int)(dot - o->name), o->name);
         if (section_known(section)) key = dot + 1;
         else section[0] = 0;
     }
-    if (section[0]) return entry_set(cfg, section, key, value, &at, err);
+    if (section[0]) return entry_set(cfg, section, key, o->value, &at, err);
     const Key *k = key_find(NULL, key);
     if (!k) {
         char hint[600];
         key_suggest(NULL, key, hint, sizeof hint);
-        return err_set(err, "command line argument %d: %s: unknown key; %s", pos, arg, hint);
+        return err_set(err, "command line argument %d: %s: unknown key; %s", o->pos, o->arg, hint);
     }
-    return key_set(cfg, k, value, &at, err);
+    return key_set(cfg, k, o->value, &at, err);
 }
 
 static int overrides_apply(Config *cfg, int argc, char **argv, Err *err) {
-    const char *prev = NULL, *prev_value = NULL;   // the previous override, for the stray-word hint
-    size_t prev_len = 0;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *eq = strchr(a, '='), *value;
-        int pos = i + 1;
-        if (!strncmp(a, "--", 2)) {
-            a += 2;
-            eq = strchr(a, '=');
-            if (!eq && (i + 1 == argc || !strncmp(argv[i + 1], "--", 2)))
-                return err_set(err, "command line argument %d: --%s needs a value; write --%s VALUE or "
-                               "%s=VALUE", pos, a, a, a);
-            value = eq ? eq + 1 : argv[++i];
-        } else if (eq) {
-            value = eq + 1;
-        } else if (prev) {
-            return err_set(err, "command line argument %d: '%s' is not key=value; a value of several parts "
-                           "is one argument, commas and no spaces: %.*s=%s,%s", pos, a, (int)prev_len, prev,
-                           prev_value, a);
-        } else {
-            return err_set(err, "command line argument %d: '%s' is not key=value; write key=value or "
-                           "--key value", pos, a);
-        }
-        if (strpbrk(value, "\r\n"))      // args.ini could not hold it (config_print writes lines)
-            return err_set(err, "command line argument %d: %s: a value cannot hold a line break", pos, a);
-        size_t name_len = eq ? (size_t)(eq - a) : strlen(a);
-        if (override_one(cfg, a, name_len, value, pos, err)) return -1;
-        prev = a, prev_len = name_len, prev_value = value;
+    Override o, prev;
+    int have_prev = 0;
+    for (int i = 0; i < argc;) {
+        if (override_next(argc, argv, &i, &o, err, have_prev ? &prev : NULL)) return -1;
+        if (strpbrk(o.value, "\r\n"))      // args.ini could not hold it (config_print writes lines)
+            return err_set(err, "command line argument %d: %s: a value cannot hold a line break", o.pos, o.arg);
+        if (!strcmp(o.name, "model")) continue;          // the config file: config_load took it
+        if (override_one(cfg, &o, err)) return -1;
+        prev = o, have_prev = 1;
+    }
+    return 0;
+}
+
+int config_model_arg(int argc, char **argv, const char **path, Err *err) {
+    Override o;
+    int found = 0;
+    for (int i = 0; i < argc;) {
+        if (override_next(argc, argv, &i, &o, err, NULL)) { err->msg[0] = 0; continue; }  // reported later
+        if (strcmp(o.name, "model")) continue;
+        if (*path && (found || strcmp(*path, o.value)))
+            return err_set(err, "command line argument %d: %s: the model config is already %s; name it once",
+                           o.pos, o.arg, *path);
+        *path = o.value;
+        found = 1;
     }
     return 0;
 }
 
 int config_load(const char *path, int argc, char **argv, Config *cfg, Err *err) {
     config_defaults(cfg);
+    if (config_model_arg(argc, argv, &path, err)) return -1;
     if (path) {
         snprintf(cfg->file, sizeof cfg->file, "%s", path);
         if (ini_read(cfg, path, err)) return -1;

@@ -87,7 +87,17 @@ typedef struct {
 // key); '-' in a key reads as '_'. Their Where is file "command line", line = position in argv + 1.
 // path may be NULL: defaults and overrides only. In the INI, `#` and `;` start a comment at a line
 // start or after a blank (a `#` inside quotes is kept); lines hold at most CFG_LINE_MAX characters.
+// Bare boolean flags: `--exist-ok` sets 1 (the next argument is taken only when it is a yes/no word),
+// `--resume` alone means the latest run. yolov9's and Ultralytics' spellings map to our keys:
+// --batch-size = batch, --img / --img-size = imgsz; `model=FILE` or `--cfg FILE` names the config
+// file when path is NULL (naming another one as well is an error).
 int  config_load(const char *path, int argc, char **argv, Config *cfg, Err *err);
+// The config file that model=FILE / --cfg FILE among the overrides names, into *path (unchanged
+// when none does). -1 with err when *path is already another file.
+int  config_model_arg(int argc, char **argv, const char **path, Err *err);
+// `yolotrain MODE --help`: the keys MODE (train, val, detect, export, info, check) reads, each with
+// its default and one line of meaning, grouped by section.
+void config_help(const char *mode, FILE *f);
 // Where a key got its value (for messages of later checks), or NULL for an unknown key. key is
 // "name" or "section.name"; "data.KEY" finds a [data] key. line 0 means the built-in default.
 const Where *config_where(const Config *cfg, const char *key);

@@ -247,3 +247,5 @@ typedef struct Backend {
 extern const Backend backend_cpu;
 // The GPU backend when this build has one (core/backends.c, the one place that knows), else NULL.
 const Backend *backend_gpu_get(void);
+// 1 when the GPU backend of this build uses cuDNN (USE_CUDNN), else 0 (`yolotrain --version`).
+int backend_built_with_cudnn(void);

@@ -8,3 +8,9 @@ const Backend *backend_gpu_get(void) { return &backend_gpu; }
 #else
 const Backend *backend_gpu_get(void) { return NULL; }
 #endif
+
+#if defined(USE_CUDA) && defined(USE_CUDNN)
+int backend_built_with_cudnn(void) { return 1; }
+#else
+int backend_built_with_cudnn(void) { return 0; }
+#endif

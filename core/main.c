@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cfg/config.h"
+#include "core/backend.h"
 #include "core/detect.h"
 #include "core/export.h"
 #include "core/model.h"
@@ -12,6 +13,11 @@
 #include "core/val.h"
 #include "io/check.h"
 #include "io/synth.h"
+#include "io/text.h"
+
+#ifndef YT_VERSION
+#define YT_VERSION "unknown"
+#endif
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -20,11 +26,55 @@ static void usage(FILE *f) {
         "       yolotrain info CONFIG.ini [overrides]                  layer table, parameters, FLOPs\n"
         "       yolotrain check [CONFIG.ini] [data=FILE.yaml] [...]    validate a dataset, summarise it\n"
         "       yolotrain val CONFIG.ini weights=FILE [data=FILE.yaml]  P, R, mAP50, mAP50-95 on the val split\n"
-        "       yolotrain detect CONFIG.ini weights=FILE source=IMAGE|DIR|LIST.txt [conf=0.25] [iou=0.45]\n"
+        "       yolotrain detect|predict CONFIG.ini weights=FILE source=IMAGE|DIR|LIST.txt [conf=0.25] [iou=0.45]\n"
         "       yolotrain export weights=RUN/weights/best.safetensors [out=FILE]  yolov9-s -> gelan-s\n"
         "       yolotrain export CONFIG.ini weights=FILE format=onnx [dynamic=1|batch=N] [imgsz=640] [out=FILE.onnx]\n"
         "       yolotrain synth [overrides]                            regenerate the built-in dataset\n"
-        "Overrides name any key of the config (epochs=10, --batch 16, device=cpu, data=coco128.yaml).\n");
+        "       yolotrain --version                                   the version and what this build has\n"
+        "Overrides name any key of the config (epochs=10, --batch 16, device=cpu, data=coco128.yaml); a yes/no\n"
+        "key alone is a flag (--exist-ok, --cos-lr); yolov9's --batch-size, --img, --cfg FILE and Ultralytics'\n"
+        "model=FILE work too. `yolotrain MODE --help` lists the keys of a mode (train, val, detect, export,\n"
+        "info, check) with their defaults.\n");
+}
+
+// The options a mode reads besides the config keys (config_help lists those).
+static const struct { const char *mode, *text; } mode_own[] = {
+    { "train",  "yolotrain [train] CONFIG.ini|model=CONFIG.ini [key=value | --key value | --flag ...]\n" },
+    { "val",    "yolotrain val CONFIG.ini weights=FILE [data=FILE.yaml] [key=value ...]\n" },
+    { "detect", "yolotrain detect|predict CONFIG.ini weights=FILE source=IMAGE|DIR|LIST.txt [key=value ...]\n"
+                "  source=                    an image, a folder of images or a .txt list of image paths\n"
+                "  conf=0.25                  score threshold\n"
+                "  iou=0.45                   IoU threshold of NMS\n"
+                "  save_conf=0                add the score to each label row (needs save_txt)\n"
+                "  nosave=0                   do not write the pictures with boxes\n" },
+    { "export", "yolotrain export [CONFIG.ini] weights=FILE [format=safetensors|onnx] [out=FILE]\n"
+                "  format=safetensors         safetensors (yolov9-s -> gelan-s) or onnx\n"
+                "  out=                       the output file (default: next to the weights)\n"
+                "  dynamic=0                  onnx: a dynamic batch size\n"
+                "  batch=1                    onnx: the fixed batch size of the input\n" },
+    { "info",   "yolotrain info CONFIG.ini [key=value ...]: layer table, parameters, FLOPs\n" },
+    { "check",  "yolotrain check [CONFIG.ini] [data=FILE.yaml] [key=value ...]: validate a dataset\n" },
+};
+
+static int is_help(const char *a) { return !strcmp(a, "-h") || !strcmp(a, "--help") || !strcmp(a, "help"); }
+
+// `yolotrain MODE --help`: 1 when argv holds --help (printed), else 0.
+static int mode_help(const char *mode, int argc, char **argv) {
+    int asked = 0;
+    for (int i = 0; i < argc; i++) asked |= is_help(argv[i]);
+    if (!asked) return 0;
+    for (size_t i = 0; i < sizeof mode_own / sizeof mode_own[0]; i++)
+        if (!strcmp(mode_own[i].mode, mode)) fputs(mode_own[i].text, stdout);
+    printf("keys (key=default  meaning; also --key value, and --key alone for a yes/no key):\n");
+    config_help(mode, stdout);
+    return 1;
+}
+
+static int version(void) {
+    printf("yolotrain %s\nbuild: CUDA %s, cuDNN %s, FreeType %s\n", YT_VERSION,
+           backend_gpu_get() ? "yes" : "no", backend_built_with_cudnn() ? "yes" : "no",
+           text_built_with_freetype() ? "yes" : "no");
+    return 0;
 }
 
 // The config file is the first argument unless it looks like an override; the rest are overrides.
@@ -102,14 +152,23 @@ static int cmd_train(int argc, char **argv, Config *cfg) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+    setvbuf(stdout, NULL, _IOLBF, 0);             // piped logs keep the order of stdout and stderr lines
+    if (argc >= 2 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version"))) return version();
+    if (argc < 2 || is_help(argv[1])) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
     static const struct { const char *name; int (*run)(int, char **, Config *); } cmds[] = {
         { "info", cmd_info }, { "check", cmd_check }, { "synth", cmd_synth }, { "train", cmd_train },
-        { "val", cmd_val }, { "detect", cmd_detect }, { "export", export_run },
+        { "val", cmd_val }, { "detect", cmd_detect }, { "predict", cmd_detect }, { "export", export_run },
     };
+    const char *mode = argv[1];
+    int first = 2;
+    if (!strcmp(mode, "predict")) mode = "detect";
+    int known = 0;
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) known |= !strcmp(argv[1], cmds[i].name);
+    if (!known) mode = "train", first = 1;
+    if (mode_help(mode, argc - first, argv + first)) return 0;
     Config *cfg = xmalloc(sizeof *cfg);           // large: not on the stack
     int rc = -1;
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)

@@ -204,6 +204,14 @@ void text_measure(const char *utf8, int px, int *w, int *h) {
     pthread_mutex_unlock(&mu);
 }
 
+int text_built_with_freetype(void) {
+#ifdef USE_FREETYPE
+    return 1;
+#else
+    return 0;
+#endif
+}
+
 int text_has_font(void) {
     pthread_mutex_lock(&mu);
     int ok = ft_ready();

@@ -22,3 +22,5 @@ void text_label(Image *im, int x, int y, const char *utf8, int px, const uint8_t
 
 // 1 when a FreeType font is in use (else the bitmap font).
 int text_has_font(void);
+// 1 when this build draws text through FreeType (USE_FREETYPE), 0: the 5x7 bitmap font only.
+int text_built_with_freetype(void);

@@ -199,7 +199,7 @@ static void test_command_line_errors(void) {
     char *a3[] = { "fast" };
     rc = config_load("cfg/s.ini", 1, a3, &cfg, &err);
     CHECK(rc == -1 && strstr(err.msg, "'fast' is not key=value"), "%s", err.msg);
-    char *a4[] = { "--batch_size", "8" };
+    char *a4[] = { "--bacth", "8" };
     rc = config_load("cfg/s.ini", 2, a4, &cfg, &err);
     CHECK(rc == -1 && strstr(err.msg, "train.batch"), "%s", err.msg);
     rc = config_load("no/such.ini", 0, NULL, &cfg, &err);
@@ -316,6 +316,40 @@ static void test_hyp_yaml(void) {
     CHECK(rc == -1 && strstr(err.msg, "missing.yaml: cannot open"), "%s", err.msg);
 }
 
+// yolov9's and Ultralytics' command lines: bare boolean flags never take the next argument,
+// their spellings map to our keys, model= / --cfg name the config file.
+static void test_flags_and_aliases(void) {
+    char *a1[] = { "--exist-ok", "device=cpu", "--cos-lr", "--strict", "0", "--batch-size", "4", "--img", "320" };
+    int rc = config_load("cfg/s.ini", 9, a1, &cfg, &err);
+    CHECK(rc == 0, "%s", err.msg);
+    CHECK(cfg.exist_ok == 1 && cfg.cos_lr == 1 && cfg.strict == 0, "flags: exist_ok %d cos_lr %d strict %d",
+          cfg.exist_ok, cfg.cos_lr, cfg.strict);
+    CHECK(!strcmp(cfg.device, "cpu"), "--exist-ok took the next argument: device '%s'", cfg.device);
+    CHECK(cfg.batch == 4 && cfg.imgsz == 320, "batch %d imgsz %d", cfg.batch, cfg.imgsz);
+    char *a2[] = { "--cfg", "cfg/t.ini", "--img-size", "256", "--device", "0,1", "--exist-ok" };   // flag last
+    rc = config_load(NULL, 7, a2, &cfg, &err);
+    CHECK(rc == 0 && !strcmp(cfg.file, "cfg/t.ini") && cfg.n_layers > 0 && cfg.imgsz == 256 && cfg.exist_ok,
+          "--cfg: rc %d file '%s' %s", rc, cfg.file, err.msg);
+    CHECK(!strcmp(cfg.device, "0,1"), "device '%s'", cfg.device);
+    char *a3[] = { "model=cfg/s.ini", "imgsz=320", "device=[0,1]", "--resume" };
+    rc = config_load(NULL, 4, a3, &cfg, &err);
+    CHECK(rc == 0 && !strcmp(cfg.file, "cfg/s.ini") && cfg.imgsz == 320 && !strcmp(cfg.device, "[0,1]"),
+          "model=: rc %d file '%s' %s", rc, cfg.file, err.msg);
+    CHECK(!strcmp(cfg.resume, "1"), "bare --resume: '%s'", cfg.resume);
+    char *a4[] = { "--resume", "runs/train/exp3", "--exist-ok=0" };
+    rc = config_load("cfg/s.ini", 3, a4, &cfg, &err);
+    CHECK(rc == 0 && !strcmp(cfg.resume, "runs/train/exp3") && cfg.exist_ok == 0, "--resume DIR: '%s'", cfg.resume);
+    char *a5[] = { "model=cfg/t.ini" };
+    rc = config_load("cfg/s.ini", 1, a5, &cfg, &err);
+    CHECK(rc == -1 && strstr(err.msg, "already cfg/s.ini"), "two configs: %s", err.msg);
+    char *a6[] = { "--exst-ok", "device=cpu" };
+    rc = config_load("cfg/s.ini", 2, a6, &cfg, &err);
+    CHECK(rc == -1 && strstr(err.msg, "unknown key") && strstr(err.msg, "exist_ok"), "misspelt flag: %s", err.msg);
+    char *a7[] = { "--batch-size", "--exist-ok" };
+    rc = config_load("cfg/s.ini", 2, a7, &cfg, &err);
+    CHECK(rc == -1 && strstr(err.msg, "needs a value"), "a key that is no flag: %s", err.msg);
+}
+
 // Truncated and garbled versions of s.ini: every load returns 0 or -1 with a message, never crashes.
 static void test_garbled(void) {
     static char orig[16384], text[16384 + 64];
@@ -359,5 +393,6 @@ int main(void) {
     RUN(test_round_trip);
     RUN(test_hyp_yaml);
     RUN(test_garbled);
+    RUN(test_flags_and_aliases);
     return test_summary();
 }

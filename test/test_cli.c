@@ -1,0 +1,67 @@
+// test_cli.c: the yolotrain binary's command line as a user types it: --version, MODE --help, the
+// mode words, exit statuses. Runs ./yolotrain (make test builds it first) from the repository root.
+#include "test.h"
+
+#include <sys/wait.h>
+
+static char out[1 << 16];
+
+// Run `./yolotrain ARGS` with stderr joined to stdout; the exit status, output in out.
+static int yt(const char *args) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "./yolotrain %s 2>&1", args);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_version(void) {
+    if (access("./yolotrain", X_OK)) SKIP("./yolotrain is not built");
+    int rc = yt("--version");
+    CHECK(rc == 0, "exit %d: %s", rc, out);
+    CHECK(!strncmp(out, "yolotrain ", 10) && strstr(out, "CUDA ") && strstr(out, "cuDNN ") && strstr(out, "FreeType "),
+          "%s", out);
+}
+
+static void test_mode_help(void) {
+    if (access("./yolotrain", X_OK)) SKIP("./yolotrain is not built");
+    static const struct { const char *args, *has, *lacks; } c[] = {
+        { "train --help", "epochs=300", "save_json" },
+        { "cfg/s.ini --help", "lr0=0.01", "save_json" },
+        { "val --help", "save_json=0", "mosaic" },
+        { "detect --help", "source=", "epochs" },
+        { "predict --help", "nosave=0", "epochs" },
+        { "export --help", "format=", "mosaic" },
+        { "info --help", "imgsz=640", "epochs" },
+        { "check --help", "data=", "lr0" },
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        int rc = yt(c[i].args);
+        CHECK(rc == 0 && strstr(out, c[i].has) && !strstr(out, c[i].lacks), "%s: exit %d\n%s", c[i].args, rc, out);
+    }
+    int rc = yt("train --help");
+    CHECK(strstr(out, "exist_ok=0") && strstr(out, "reuse project/name"), "a key has its meaning: %s", out);
+    (void)rc;
+}
+
+static void test_modes_and_errors(void) {
+    if (access("./yolotrain", X_OK)) SKIP("./yolotrain is not built");
+    int rc = yt("info model=cfg/s.ini --img 320");
+    CHECK(rc == 0 && strstr(out, "at 320"), "info model=: exit %d %s", rc, out);
+    rc = yt("info --cfg cfg/t.ini");
+    CHECK(rc == 0 && strstr(out, "cfg/t.ini:"), "info --cfg: exit %d %s", rc, out);
+    rc = yt("cfg/s.ini --exst-ok device=cpu");
+    CHECK(rc == 2 && strstr(out, "unknown key") && strstr(out, "exist_ok"), "exit %d %s", rc, out);
+    rc = yt("predict cfg/s.ini source=/nonexistent/x.jpg");
+    CHECK(rc == 2, "predict is detect: exit %d %s", rc, out);
+}
+
+int main(void) {
+    RUN(test_version);
+    RUN(test_mode_help);
+    RUN(test_modes_and_errors);
+    return test_summary();
+}
