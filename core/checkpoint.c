@@ -115,3 +115,13 @@ int checkpoint_load(Trainer *t, RunPoint *p, const char *path, Err *err) {
     st_close(&st);
     return rc;
 }
+
+int checkpoint_epoch(const char *path, int *epoch, Err *err) {
+    SafeTensors st;
+    if (st_open(path, &st, err)) return -1;
+    double v;
+    int rc = meta_num(&st, "epoch", &v, err);
+    if (!rc) *epoch = (int)v;
+    st_close(&st);
+    return rc;
+}

@@ -19,3 +19,6 @@ int checkpoint_save(const Trainer *t, const RunPoint *p, const char *path, Err *
 // corrupt one, is refused with a message naming it; for one that does not open, the message also
 // names the intact weights files beside it (last.safetensors, best.safetensors).
 int checkpoint_load(Trainer *t, RunPoint *p, const char *path, Err *err);
+// The epoch a saved state would continue from (its "epoch" entry), without loading it: 0, or -1
+// with err when the file does not open or has no epoch.
+int checkpoint_epoch(const char *path, int *epoch, Err *err);

@@ -496,6 +496,15 @@ int train_resume(Config *cfg, int argc, char **argv) {
         fprintf(stderr, "yolotrain: cannot resume: %s\n", err.msg);
         return 2;
     }
+    char state[CFG_PATH * 2 + 64];
+    int done_epochs;
+    snprintf(state, sizeof state, "%s/weights/last_state.safetensors", dir);
+    if (!checkpoint_epoch(state, &done_epochs, &err) && done_epochs >= cfg->epochs) {
+        printf("%s finished all %d epochs; nothing to resume. Its weights: %s/weights/best.safetensors and "
+               "last.safetensors (train on from them with weights=%s/weights/last.safetensors)\n", dir, cfg->epochs,
+               dir, dir);
+        return 0;
+    }
     snprintf(cfg->resume, sizeof cfg->resume, "%s", dir);
     char *slash = strrchr(dir, '/');
     snprintf(cfg->name, sizeof cfg->name, "%s", slash ? slash + 1 : dir);
@@ -506,6 +515,22 @@ int train_resume(Config *cfg, int argc, char **argv) {
 }
 
 static int train_run_(Config *cfg);
+
+// "Results saved to DIR (...)" naming the files of the run that exist.
+static void say_results(const char *dir) {
+    static const char *const files[] = { "weights/last.safetensors", "weights/best.safetensors", "results.csv",
+                                         "results.png" };
+    char list[512] = "", path[CFG_PATH * 2 + 64];
+    size_t o = 0;
+    struct stat st;
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        if (stat(path, &st) || !S_ISREG(st.st_mode)) continue;
+        o += snprintf(list + o, sizeof list - o, "%s%s", o ? ", " : "", files[i]);
+    }
+    if (o) printf("Results saved to %s (%s)\n", dir, list);
+    else printf("Results saved to %s (no weights or results written)\n", dir);
+}
 
 // RUN/args.ini, the effective config (what resume= reads back), through a temporary file and a
 // rename: a resumed run rewrites it, and a kill then must not leave half of it.
@@ -609,7 +634,7 @@ static int train_run_(Config *cfg) {
         if (rs.best_epoch >= 0)
             printf("Best epoch %d: P %.3f R %.3f mAP50 %.3f mAP50-95 %.3f (fitness %.4f)\n", rs.best_epoch,
                    rs.best.m.mp, rs.best.m.mr, rs.best.m.map50, rs.best.m.map, rs.best_fitness);
-        if (rc == 0) printf("Results saved to %s (weights/last.safetensors, weights/best.safetensors, results.csv)\n", dir);
+        if (rc == 0) say_results(dir);
         else printf("The run stopped on an error (above); its files are in %s\n", dir);
     }
     val_result_free(&rs.best);

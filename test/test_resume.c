@@ -83,8 +83,73 @@ static void test_truncated_state_is_refused(void) {
     CHECK(rc == 2, "a truncated state was accepted (status %d)", rc);
 }
 
+// Run fn with stdout into a file; its text (malloc'd) or NULL.
+static char *capture(int (*fn)(void), int *rc) {
+    char path[4400];
+    snprintf(path, sizeof path, "%s/stdout.txt", project);
+    fflush(stdout);
+    int saved = dup(1);
+    FILE *f = fopen(path, "w");
+    if (!f || saved < 0) { if (f) fclose(f); return NULL; }
+    dup2(fileno(f), 1);
+    *rc = fn();
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    fclose(f);
+    size_t n;
+    return slurp(path, &n);
+}
+
+static int resume_whole(void) {
+    static Config cfg;
+    Err err;
+    char r[4500];
+    snprintf(r, sizeof r, "resume=%s/whole", project);
+    char *ov[] = { r };
+    if (config_load(NULL, 1, ov, &cfg, &err)) return -1;
+    return train_resume(&cfg, 1, ov);
+}
+
+static int train_one_step(void) {
+    setenv("YT_STOP_AFTER_STEPS", "1", 1);            // stopped in epoch 0: no validation, no results yet
+    int rc = train("one_step");
+    unsetenv("YT_STOP_AFTER_STEPS");
+    return rc;
+}
+
+// Resuming a finished run says so and exits 0 without touching it; the last line of a run names
+// only the files it wrote.
+static void test_honest_endings(void) {
+    char csv[4500];
+    snprintf(csv, sizeof csv, "%s/whole/results.csv", project);
+    struct stat before, after;
+    if (stat(csv, &before)) SKIP("the resume test left no finished run");
+    int rc = -1;
+    char *out = capture(resume_whole, &rc);
+    CHECK(rc == 0, "resuming a finished run: status %d", rc);
+    CHECK(out && strstr(out, "finished all 3 epochs; nothing to resume"), "%s", out ? out : "(no output)");
+    CHECK(!stat(csv, &after) && after.st_mtim.tv_sec == before.st_mtim.tv_sec
+          && after.st_mtim.tv_nsec == before.st_mtim.tv_nsec && after.st_size == before.st_size,
+          "the finished run's results.csv was touched");
+    free(out);
+    out = capture(train_one_step, &rc);
+    const char *line = out ? strstr(out, "Results saved to") : NULL;
+    CHECK(rc == 0 && line, "a stopped run: status %d\n%s", rc, out ? out : "");
+    if (line) {
+        const char *eol = strchr(line, '\n');
+        int len = eol ? (int)(eol - line) : (int)strlen(line);
+        char l[4600];
+        snprintf(l, sizeof l, "%.*s", len, line);
+        CHECK(strstr(l, "weights/last.safetensors") && !strstr(l, "best.safetensors") && !strstr(l, "results.csv"),
+              "names files that were not written: %s", l);
+    }
+    free(out);
+}
+
 int main(void) {
     RUN(test_stop_and_resume_is_exact);
+    RUN(test_honest_endings);
     RUN(test_truncated_state_is_refused);
     return test_summary();
 }
