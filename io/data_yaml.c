@@ -6,12 +6,23 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <yaml.h>
 
 #include "core/readfile.h"
 #include "io/strlist.h"
 
 const char *const dataset_split_key[DS_N_SPLITS] = {"train", "val", "test"};
+
+// The last part of a path ("../datasets/coco" -> "coco").
+static const char *last_part(const char *p) {
+    size_t n = strlen(p);
+    while (n > 1 && p[n - 1] == '/') n--;
+    const char *s = p + n;
+    while (s > p && s[-1] != '/') s--;
+    return *s ? s : p;
+}
 
 static void where_set(Where *w, const char *file, int line) {
     snprintf(w->file, sizeof w->file, "%s", file);
@@ -21,6 +32,9 @@ static void where_set(Where *w, const char *file, int line) {
 // ---- the description: data.yaml or [data] ------------------------------------------------------
 typedef struct {              // the keys as written, before paths are resolved
     char   *root;             // `path:`, or NULL
+    Where   root_at;
+    char   *download;         // `download:` as written (a URL or a script), or NULL
+    Where   download_at;
     long    nc;
     Where   nc_at, names_at;  // line 0: key absent
     StrList names;
@@ -30,6 +44,7 @@ typedef struct {              // the keys as written, before paths are resolved
 
 static void rawspec_free(RawSpec *r) {
     free(r->root);
+    free(r->download);
     strlist_free(&r->names);
     for (int k = 0; k < DS_N_SPLITS; k++) strlist_free(&r->src[k]);
 }
@@ -109,7 +124,8 @@ static int yaml_names(yaml_document_t *doc, yaml_node_t *v, const char *file, St
     return 0;
 }
 
-// One key of the top-level mapping; unknown keys (download, yaml_file, ...) are ignored.
+// One key of the top-level mapping; download: is kept (say_download), other unknown keys
+// (yaml_file, ...) are ignored.
 static int yaml_key(yaml_document_t *doc, const char *file, yaml_node_t *k, yaml_node_t *v,
                     RawSpec *raw, Err *err) {
     const char *key = yscalar(k);
@@ -124,6 +140,12 @@ static int yaml_key(yaml_document_t *doc, const char *file, yaml_node_t *k, yaml
         if (!ynull(v) && !yscalar(v))
             return err_set(err, "%s:%d: path: expected a folder", file, at.line);
         if (!ynull(v)) raw->root = xstrdup(yscalar(v));
+        raw->root_at = at;
+        return 0;
+    }
+    if (!strcmp(key, "download")) {
+        if (yscalar(v) && !ynull(v)) raw->download = xstrdup(yscalar(v));
+        raw->download_at = at;
         return 0;
     }
     if (!strcmp(key, "nc")) {
@@ -207,6 +229,7 @@ static int ini_read(const Config *cfg, RawSpec *raw, Err *err) {
         } else if (!strcmp(key, "path")) {
             free(raw->root);
             raw->root = value[0] ? xstrdup(value) : NULL;
+            raw->root_at = *at;
         } else if (!strcmp(key, "nc")) {
             raw->nc_at = *at;
             if (parse_nc(value, at, &raw->nc, err) != 0) return -1;
@@ -214,12 +237,61 @@ static int ini_read(const Config *cfg, RawSpec *raw, Err *err) {
             raw->names_at = *at;
             strlist_free(&raw->names);
             ini_list(value, 1, &raw->names);
-        } else if (strcmp(key, "download") != 0) {
+        } else if (!strcmp(key, "download")) {
+            free(raw->download);
+            raw->download = value[0] ? xstrdup(value) : NULL;
+            raw->download_at = *at;
+        } else {
             return err_set(err, "%s:%d: [data]: unknown key '%s'; known: path, train, val, test, nc, "
                            "names, download", at->file, at->line, key);
         }
     }
     return 0;
+}
+
+static int is_dir(const char *p) {
+    struct stat st;
+    return !stat(p, &st) && S_ISDIR(st.st_mode);
+}
+
+// The dataset root: `path:` from the folder of the description (base); a relative one that is no
+// folder there is tried from the current directory (yolov9 resolves it from its checkout, where
+// users run it). When neither is a folder and a split is relative, the error lists both places.
+static int resolve_root(const RawSpec *raw, const char *base, char **root, Err *err) {
+    *root = NULL;
+    if (!raw->root) { *root = xstrdup(base); return 0; }
+    char *from_file = path_join(base, raw->root);
+    if (raw->root[0] == '/' || is_dir(from_file)) { *root = from_file; return 0; }
+    if (is_dir(raw->root)) { free(from_file); *root = xstrdup(raw->root); return 0; }
+    int relative_split = 0;
+    for (int k = 0; k < DS_N_SPLITS; k++)
+        for (int i = 0; i < raw->src[k].n; i++) relative_split |= raw->src[k].v[i][0] != '/';
+    if (!relative_split) { *root = from_file; return 0; }
+    char cwd[CFG_PATH] = "the current directory";
+    if (!getcwd(cwd, sizeof cwd)) snprintf(cwd, sizeof cwd, "the current directory");
+    int rc = err_set(err, "%s:%d: path: %s: no such folder; tried %s (from the folder of %s) and %s/%s (from "
+                     "the current directory); write an absolute path, e.g. path: /data/%s", raw->root_at.file,
+                     raw->root_at.line, raw->root, from_file, raw->root_at.file, cwd, raw->root, last_part(raw->root));
+    free(from_file);
+    return rc;
+}
+
+// download: the one line dataset_open prints: yolotrain does not fetch datasets, and the URLs the
+// key names (a script's too).
+static char *download_note(const RawSpec *raw, const char *root) {
+    if (!raw->download) return NULL;
+    char urls[1200] = "";
+    size_t o = 0;
+    int n = 0;
+    for (const char *p = raw->download; (p = strstr(p, "http")) && o < sizeof urls - 200;) {
+        if (strncmp(p, "http://", 7) && strncmp(p, "https://", 8)) { p += 4; continue; }
+        size_t len = strcspn(p, " \t\r\n'\",)]}");
+        o += snprintf(urls + o, sizeof urls - o, "%s%.*s", n++ ? ", " : "", (int)(len > 150 ? 150 : len), p);
+        p += len;
+    }
+    return str_fmt("%s:%d: download: yolotrain does not download datasets; fetch %s yourself and unpack it "
+                   "so that %s holds the images and labels", raw->download_at.file, raw->download_at.line,
+                   n ? urls : "what it names", root);
 }
 
 // Names and nc agree; train and val are present; paths are resolved against `base` (or `path:`).
@@ -242,13 +314,15 @@ static int spec_finish(RawSpec *raw, const char *file, const char *base, DataSpe
     d->nc = raw->names.n;
     d->names = raw->names.v;
     raw->names = (StrList){0};
-    char *root = raw->root ? path_join(base, raw->root) : xstrdup(base);
+    char *root;
+    if (resolve_root(raw, base, &root, err)) return -1;
     for (int k = 0; k < DS_N_SPLITS; k++) {
         d->at[k] = raw->src_at[k];
         d->n_src[k] = raw->src[k].n;
         d->src[k] = xcalloc((size_t)raw->src[k].n + 1, sizeof(char *));
         for (int i = 0; i < raw->src[k].n; i++) d->src[k][i] = path_join(root, raw->src[k].v[i]);
     }
+    d->download_note = download_note(raw, root);
     free(root);
     return 0;
 }
@@ -280,5 +354,6 @@ void dataspec_free(DataSpec *d) {
         free(d->src[k]);
     }
     free(d->file);
+    free(d->download_note);
     memset(d, 0, sizeof *d);
 }

@@ -616,6 +616,11 @@ int dataset_open(const char *yaml, const Config *cfg, const char *split,
     }
     Checker c = {.r = {.f = opt->report ? opt->report : stderr},
                  .nc = opt->nc > 0 ? opt->nc : d.nc, .nc_from = opt->nc > 0 ? "the model" : d.file};
+    static char noted[CFG_PATH];                   // the description whose download: was reported last
+    if (d.download_note && strcmp(noted, d.file)) {
+        fprintf(c.r.f, "%s\n", d.download_note);
+        snprintf(noted, sizeof noted, "%s", d.file);
+    }
     Lister L = {.r = &c.r};
     int rc = split_list(&d, k, &L, err);
     if (rc == 0) {

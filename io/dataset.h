@@ -71,11 +71,15 @@ typedef struct {
     char **src[DS_N_SPLITS];        // folders or list files, resolved
     int    n_src[DS_N_SPLITS];
     Where  at[DS_N_SPLITS];         // where each split's key is written; line 0: absent
+    char  *download_note;           // for a download: key, the line saying what to fetch, or NULL
 } DataSpec;
 
 // Read a data.yaml (yaml != NULL), else cfg->data when set, else cfg's [data] keys. `names` may be
 // a list or a {0: a, 1: b} mapping (an INI: "a, b" or "[a, b]"); `nc`, when given, must equal the
-// number of names; `train` and `val` are required; `download:` and unknown yaml keys are ignored.
+// number of names; `train` and `val` are required; unknown yaml keys are ignored. A relative `path:`
+// resolves from the description's folder, and when no folder is there, from the current directory
+// (yolov9's habit); when neither exists the error names both. `download:` gives download_note:
+// yolotrain does not download, and the URLs it names (dataset_open reports it once per file).
 // Returns 0, or -1 with err naming file:line.
 int  dataspec_read(const char *yaml, const Config *cfg, DataSpec *out, Err *err);
 void dataspec_free(DataSpec *d);

@@ -347,6 +347,48 @@ static void test_yaml_forms(void) {
     opened_free(&o);
 }
 
+// yolov9's data/coco.yaml habit: `path: ../datasets/coco` is relative to where train.py runs. Not a
+// folder from the yaml's folder, it is tried from the current directory; when neither is one, the
+// error names both places. download: gets one line saying what to fetch.
+static void test_yaml_root_and_download(void) {
+    const char *root = forms_dataset();
+    char cwd[4096], ds_link[4200];
+    if (!getcwd(cwd, sizeof cwd)) SKIP("getcwd failed");
+    snprintf(ds_link, sizeof ds_link, "%s/ds", root);
+    if (symlink(".", ds_link) && errno != EEXIST) SKIP("symlink failed");   // root/ds is the dataset
+    put(root, "v9/data/c.yaml", "path: ../ds\ntrain: images/a\nval: images/a\nnames: [cat, dog]\n"
+        "download: |\n  from utils.general import download\n  urls = ['https://example.com/c-labels.zip',\n"
+        "          'http://images.example.org/zips/train.zip']\n  download(urls)\n");
+    if (chdir(at(root, "v9"))) SKIP("chdir failed");
+    Opened o = open_split(at(root, "v9/data/c.yaml"), NULL, "train", (DatasetOptions){0});
+    CHECK(o.rc == 0 && o.ds.n == 2, "path: from the current directory: %s", o.err.msg);
+    if (o.rc == 0) CHECK(!strcmp(o.ds.s[0].image, "../ds/images/a/x1.png"), "%s", o.ds.s[0].image);
+    CHECK_HAS(o.report, "c.yaml:5: download: yolotrain does not download datasets; fetch "
+              "https://example.com/c-labels.zip, http://images.example.org/zips/train.zip yourself");
+    CHECK_HAS(o.report, "so that ../ds holds the images");
+    opened_free(&o);
+    o = open_split(at(root, "v9/data/c.yaml"), NULL, "val", (DatasetOptions){0});
+    CHECK(o.rc == 0 && (!o.report || !strstr(o.report, "download:")), "the download line comes once a file");
+    opened_free(&o);
+    put(root, "v9/data/d.yaml", "path: ../nowhere\ntrain: images/a\nval: images/a\nnames: [cat, dog]\n");
+    o = open_split(at(root, "v9/data/d.yaml"), NULL, "train", (DatasetOptions){0});
+    CHECK(o.rc == -1, "a path: found nowhere must fail");
+    if (o.rc == -1) {
+        CHECK_HAS(o.err.msg, "d.yaml:1: path: ../nowhere: no such folder; tried ");
+        CHECK_HAS(o.err.msg, "v9/data/../nowhere (from the folder of");
+        CHECK_HAS(o.err.msg, "v9/../nowhere (from the current directory); write an absolute path, e.g. path: /data/nowhere");
+    }
+    opened_free(&o);
+    if (chdir(cwd)) printf("cannot go back to %s\n", cwd);
+    // the yaml's own folder still wins over the current directory
+    put(root, "v9/data/e.yaml", "path: ..\ntrain: images/a\nval: images/a\nnames: [cat, dog]\n");
+    put_png(root, "v9/images/a/z.png", 16, 16);
+    put(root, "v9/labels/a/z.txt", "0 0.5 0.5 0.2 0.2\n");
+    o = open_split(at(root, "v9/data/e.yaml"), NULL, "train", (DatasetOptions){0});
+    CHECK(o.rc == 0 && o.ds.n == 1, "path: from the yaml's folder: %s", o.err.msg);
+    opened_free(&o);
+}
+
 static void test_ini_data(void) {
     const char *root = forms_dataset();
     Config *cfg = config_new(at(root, "run.ini"));
@@ -496,6 +538,7 @@ int main(void) {
     RUN(test_label_rules);
     RUN(test_strict_and_min_items);
     RUN(test_yaml_forms);
+    RUN(test_yaml_root_and_download);
     RUN(test_ini_data);
     RUN(test_symlink_loop);
     RUN(test_truncated_jpeg);
