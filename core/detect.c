@@ -37,18 +37,36 @@ static int parse_float(const char *key, const char *v, float lo, float hi, float
     return 0;
 }
 
-// One of our keys at argv[i] ("key=v", "--key=v" or "--key v"): *used = arguments consumed (0: not ours).
+static int parse_flag(const char *key, const char *v, int *out, Err *err) {
+    static const char *const yes[] = { "1", "true", "yes", "on" }, *const no[] = { "0", "false", "no", "off" };
+    for (int i = 0; i < 4; i++) {
+        if (!strcasecmp(v, yes[i])) { *out = 1; return 0; }
+        if (!strcasecmp(v, no[i])) { *out = 0; return 0; }
+    }
+    return err_set(err, "command line: %s=%s: expected 0 or 1", key, v);
+}
+
+// One of our keys at argv[i] ("key=v", "--key=v" or "--key v"; '-' reads as '_'; the flags save_conf
+// and nosave alone mean 1): *used = arguments consumed (0: not ours).
 static int take_one(int argc, char **argv, int i, DetectOptions *o, int *used, Err *err) {
-    static const char *const keys[] = { "source", "conf", "iou" };
+    static const char *const keys[] = { "source", "conf", "iou", "save_conf", "nosave" };
     const char *a = argv[i], *s = !strncmp(a, "--", 2) ? a + 2 : a;
+    char name[32];
+    size_t len = strcspn(s, "=");
+    snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), s);
+    for (char *p = name; *p; p++) if (*p == '-') *p = '_';
     *used = 0;
-    for (int k = 0; k < 3; k++) {
-        size_t n = strlen(keys[k]);
-        if (strncmp(s, keys[k], n) || (s[n] && s[n] != '=')) continue;
-        if (!s[n] && s == a) return 0;            // a bare word "source" is no key
-        const char *v = s[n] ? s + n + 1 : i + 1 < argc ? argv[i + 1] : NULL;
+    for (int k = 0; k < 5; k++) {
+        if (strlen(keys[k]) != len || strcmp(name, keys[k])) continue;
+        if (!s[len] && s == a) return 0;          // a bare word "source" is no key
+        const char *v = s[len] ? s + len + 1 : i + 1 < argc ? argv[i + 1] : NULL;
+        if (k >= 3) {                              // a flag: the next argument only when it is 0 or 1
+            if (!s[len] && (!v || (strcmp(v, "0") && strcmp(v, "1")))) { *used = 1; v = "1"; }
+            else *used = s[len] ? 1 : 2;
+            return parse_flag(keys[k], v, k == 3 ? &o->save_conf : &o->nosave, err);
+        }
         if (!v || !*v) return err_set(err, "command line: %s needs a value, e.g. %s=images/", keys[k], keys[k]);
-        *used = s[n] ? 1 : 2;
+        *used = s[len] ? 1 : 2;
         if (k == 0) { snprintf(o->source, sizeof o->source, "%s", v); return 0; }
         return parse_float(keys[k], v, 0, 1, k == 1 ? &o->nms.conf_thres : &o->nms.iou_thres, err);
     }
@@ -232,7 +250,7 @@ static int output_dir(const Config *cfg, char *dir, size_t size, Err *err) {
         if (cfg->exist_ok || stat(dir, &st)) break;
     }
     char p[3 * CFG_PATH];
-    snprintf(p, sizeof p, "%s/labels", dir);
+    snprintf(p, sizeof p, cfg->save_txt ? "%s/labels" : "%s", dir);
     if (make_dirs(p)) return err_set(err, "cannot create %s: %s; set project= to a writable folder", p, strerror(errno));
     return 0;
 }
@@ -249,7 +267,10 @@ typedef struct {                      // the run, shared by the device threads
     char          **names;
     const char     *dir;
     ImageLog       *log;              // (src->n)
+    const DetectOptions *o;
+    int             save_txt;         // write labels/STEM.txt
     int             printed, failed;  // images printed so far (in source order), images that failed
+    int             labels;           // label files written
     pthread_mutex_t mu;
 } DetectRun;
 
@@ -291,12 +312,15 @@ static void draw(Image *im, const Det *d, int nd, char *const *names) {
     }
 }
 
-int detect_write_labels(const char *path, const Det *d, int nd, int w, int h, Err *err) {
+int detect_write_labels(const char *path, const Det *d, int nd, int w, int h, int with_conf, Err *err) {
     FILE *f = fopen(path, "w");
     if (!f) return err_set(err, "cannot write %s: %s", path, strerror(errno));
-    for (int i = 0; i < nd; i++)
-        fprintf(f, "%d %g %g %g %g %g\n", d[i].cls, (d[i].x1 + d[i].x2) / 2 / w, (d[i].y1 + d[i].y2) / 2 / h,
-                (d[i].x2 - d[i].x1) / w, (d[i].y2 - d[i].y1) / h, d[i].conf);
+    for (int i = 0; i < nd; i++) {
+        fprintf(f, "%d %g %g %g %g", d[i].cls, (d[i].x1 + d[i].x2) / 2 / w, (d[i].y1 + d[i].y2) / 2 / h,
+                (d[i].x2 - d[i].x1) / w, (d[i].y2 - d[i].y1) / h);
+        if (with_conf) fprintf(f, " %g", d[i].conf);
+        fputc('\n', f);
+    }
     return fclose(f) ? err_set(err, "cannot write %s: %s", path, strerror(errno)) : 0;
 }
 
@@ -362,9 +386,12 @@ static int infer(Detector *dt, const Image *img) {
     return detect_boxes(&dt->dec, m, head, h, &lb, img->w, img->h);
 }
 
-// One source image: detections, the drawn copy and (when anything was found) its label file; line
-// gets what it prints (empty when the image could not be read).
-static int detect_one(Detector *dt, const char *path, int i, int n, char *line, size_t size, Err *err) {
+// One source image: detections, the drawn copy (unless nosave) and, with save_txt, when anything was
+// found, its label file (*labelled = 1); line gets what it prints (empty when the image could not be read).
+static int detect_one(Detector *dt, const char *path, int i, int n, char *line, size_t size, int *labelled,
+                      Err *err) {
+    const DetectRun *r = dt->run;
+    *labelled = 0;
     const char *dir = dt->run->dir;
     line[0] = 0;
     Image img;
@@ -376,19 +403,26 @@ static int detect_one(Detector *dt, const char *path, int i, int n, char *line, 
     const char *stem = dt->run->src->stem[i];
     char out[4 * CFG_PATH];
     snprintf(out, sizeof out, "%s/labels/%s.txt", dir, stem);
-    int rc = nd ? detect_write_labels(out, dt->dec.det, nd, img.w, img.h, err) : 0;
-    draw(&img, dt->dec.det, nd, dt->run->names);
-    int png = dot && !strcasecmp(dot, ".png");
-    snprintf(out, sizeof out, "%s/%s%s", dir, stem, dot ? dot : ".jpg");   // the input's extension
-    if (!rc) rc = png ? image_save_png(out, &img, err) : image_save_jpeg(out, &img, 95, err);
+    int rc = 0;
+    if (nd && r->save_txt) {
+        rc = detect_write_labels(out, dt->dec.det, nd, img.w, img.h, r->o->save_conf, err);
+        *labelled = !rc;
+    }
+    if (!r->o->nosave) {
+        draw(&img, dt->dec.det, nd, dt->run->names);
+        int png = dot && !strcasecmp(dot, ".png");
+        snprintf(out, sizeof out, "%s/%s%s", dir, stem, dot ? dot : ".jpg");   // the input's extension
+        if (!rc) rc = png ? image_save_png(out, &img, err) : image_save_jpeg(out, &img, 95, err);
+    }
     snprintf(line, size, "image %d/%d %s: %dx%d %d detection%s, %.1fms", i + 1, n, path, img.w, img.h, nd, nd == 1 ? "" : "s", ms);
     image_free(&img);
     return rc;
 }
 
 // Image i is done: keep its messages, then print every finished image not printed yet in source order.
-static void log_image(DetectRun *r, int i, const char *line, const char *error) {
+static void log_image(DetectRun *r, int i, const char *line, const char *error, int labelled) {
     pthread_mutex_lock(&r->mu);
+    r->labels += labelled;
     r->log[i] = (ImageLog){ line[0] ? xstrdup(line) : NULL, error ? xstrdup(error) : NULL, 1 };
     if (error) r->failed++;
     for (ImageLog *g; r->printed < r->src->n && (g = &r->log[r->printed])->done; r->printed++) {
@@ -406,8 +440,9 @@ static void *detector_main(void *arg) {
     char line[3 * CFG_PATH];
     for (int i = dt->k; i < src->n; i += dt->n_dev) {
         Err err;
-        int rc = detect_one(dt, src->path[i], i, src->n, line, sizeof line, &err);
-        log_image(dt->run, i, line, rc ? err.msg : NULL);
+        int labelled;
+        int rc = detect_one(dt, src->path[i], i, src->n, line, sizeof line, &labelled, &err);
+        log_image(dt->run, i, line, rc ? err.msg : NULL, labelled);
     }
     return NULL;
 }
@@ -430,9 +465,11 @@ static void detector_init(Detector *dt, DetectRun *r, Model *m, int k, int n_dev
 }
 
 // Every source image on the models of im, image i on model i % n, one thread per model.
-static int detect_all(InferModels *im, char **names, const char *dir, const PathList *src, const DetectOptions *o) {
+static int detect_all(InferModels *im, char **names, const char *dir, const PathList *src, const DetectOptions *o,
+                      int save_txt) {
     int n = im->n;
-    DetectRun r = { .src = src, .names = names, .dir = dir, .log = xcalloc(src->n, sizeof(ImageLog)) };
+    DetectRun r = { .src = src, .names = names, .dir = dir, .log = xcalloc(src->n, sizeof(ImageLog)), .o = o,
+                    .save_txt = save_txt };
     pthread_mutex_init(&r.mu, NULL);
     Detector *dt = xcalloc(n, sizeof *dt);
     pthread_t *th = xcalloc(n, sizeof *th);
@@ -449,8 +486,10 @@ static int detect_all(InferModels *im, char **names, const char *dir, const Path
     }
     if (n > 1) im->ptr[0]->be->bind(im->ptr[0]->be_ctx);
     int failed = r.failed;
-    printf("Results saved to %s (%d images, %d labels in %s/labels)%s\n", dir, src->n - failed, src->n - failed,
-           dir, failed ? "; some images failed, see above" : "");
+    char pictures[64] = "", labels[3 * CFG_PATH] = "";   // as detect.py: "N labels saved to DIR/labels"
+    if (!o->nosave) snprintf(pictures, sizeof pictures, " (%d images)", src->n - failed);
+    if (save_txt) snprintf(labels, sizeof labels, "; %d label%s saved to %s/labels", r.labels, r.labels == 1 ? "" : "s", dir);
+    printf("Results saved to %s%s%s%s\n", dir, pictures, labels, failed ? "; some images failed, see above" : "");
     free(dt); free(th); free(r.log);
     pthread_mutex_destroy(&r.mu);
     return failed ? 1 : 0;
@@ -484,7 +523,7 @@ int detect_run(Config *cfg, const DetectOptions *o) {
     char **names = class_names(cfg, nc, &err);
     int rc = !names ? 2 : output_dir(cfg, dir, sizeof dir, &err) ? 1 : 0;
     if (rc) fprintf(stderr, "yolotrain detect: %s\n", err.msg);
-    if (!rc) rc = detect_all(&im, names, dir, &src, o);
+    if (!rc) rc = detect_all(&im, names, dir, &src, o, cfg->save_txt);
     for (int c = 0; names && c < nc; c++) free(names[c]);
     free(names);
     infer_models_free(&im);

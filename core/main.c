@@ -45,8 +45,9 @@ static const struct { const char *mode, *text; } mode_own[] = {
                 "  source=                    an image, a folder of images or a .txt list of image paths\n"
                 "  conf=0.25                  score threshold\n"
                 "  iou=0.45                   IoU threshold of NMS\n"
-                "  save_conf=0                add the score to each label row (needs save_txt)\n"
-                "  nosave=0                   do not write the pictures with boxes\n" },
+                "  save_conf=0                add the score to each label row (with save_txt=1)\n"
+                "  nosave=0                   do not write the pictures with boxes\n"
+                "  (save_txt=1 below writes labels/STEM.txt for each image with detections)\n" },
     { "export", "yolotrain export [CONFIG.ini] weights=FILE [format=safetensors|onnx] [out=FILE]\n"
                 "  format=safetensors         safetensors (yolov9-s -> gelan-s) or onnx\n"
                 "  out=                       the output file (default: next to the weights)\n"

@@ -131,7 +131,7 @@ static void test_detect_writes_boxes(void) {
     char path[4200];
     snprintf(path, sizeof path, "%s/x.txt", test_tmpdir("detect26-labels"));
     Err err;
-    CHECK(detect_write_labels(path, dec.det, nd, 128, 128, &err) == 0, "%s", err.msg);
+    CHECK(detect_write_labels(path, dec.det, nd, 128, 128, 1, &err) == 0, "%s", err.msg);
     FILE *f = fopen(path, "r");
     for (int i = 0; f && i < 2; i++) {
         int c = -1;

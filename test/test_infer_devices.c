@@ -165,8 +165,9 @@ static int detect_on(const char *device, const char *precision, const char *name
     Config *cfg = calloc(1, sizeof *cfg);
     int rc = 2;
     if (!load_cfg(cfg, device, precision, name)) {
-        DetectOptions o = { .nms = nms_detect_options() };
+        DetectOptions o = { .nms = nms_detect_options(), .save_conf = 1 };
         snprintf(o.source, sizeof o.source, "%s", source);
+        cfg->save_txt = 1;
         quiet(1);
         rc = detect_run(cfg, &o);
         quiet(0);
@@ -208,6 +209,110 @@ static void test_detect_cpu2_same_files(void) {
     int labels = for_each_output("cpu", "cpu2", expect_same_bytes);
     CHECK(labels == 5, "%d label files of 5 images: want boxes on every image", labels);
     CHECK(detect_on("99", "fp32", "bad") == 2 && detect_on("[0,1]]", "fp32", "bad") == 2, "bad devices: want exit 2");
+}
+
+// detect.py's --save-txt, --save-conf and --nosave, as `yolotrain detect` reads them from the command
+// line; the last line counts the label files written. Returns the status; out gets stdout.
+static int detect_cli(const char *name, const char *extra1, const char *extra2, char *out, size_t size) {
+    Config *cfg = calloc(1, sizeof *cfg);
+    char dev[] = "device=cpu", nm[64], src[P + 16], e1[64], e2[64];
+    snprintf(nm, sizeof nm, "name=%s", name);
+    snprintf(src, sizeof src, "source=%s", source);
+    snprintf(e1, sizeof e1, "%s", extra1);
+    snprintf(e2, sizeof e2, "%s", extra2);
+    char *argv[] = { "imgsz=64", data_arg, weights_arg, project_arg, dev, nm, src, e1, e2 };
+    int argc = 7 + (extra1[0] != 0) + (extra2[0] != 0);
+    if (!extra1[0]) argv[7] = e2;
+    DetectOptions o;
+    Err err;
+    int rc = 2;
+    if (!detect_take_args(&argc, argv, &o, &err) && !config_load("cfg/t.ini", argc, argv, cfg, &err)) {
+        char path[P + 32];
+        snprintf(path, sizeof path, "%s/detect-%s.txt", dir, name);
+        fflush(stdout);
+        int saved = dup(1), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        close(fd);
+        rc = detect_run(cfg, &o);
+        fflush(stdout);
+        dup2(saved, 1);
+        close(saved);
+        size_t n;
+        char *text = slurp(path, &n);
+        snprintf(out, size, "%s", text ? text : "");
+        free(text);
+    } else {
+        snprintf(out, size, "%s", err.msg);
+    }
+    free(cfg);
+    return rc;
+}
+
+// Files of runs/NAME/SUB whose names end with ext.
+static int count_files(const char *name, const char *sub, const char *ext) {
+    char p[2 * P];
+    snprintf(p, sizeof p, "%s/runs/%s%s", dir, name, sub);
+    DIR *d = opendir(p);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        size_t l = strlen(e->d_name), k = strlen(ext);
+        n += l > k && !strcmp(e->d_name + l - k, ext);
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+static void test_detect_save_options(void) {
+    if (!ready()) { CHECK(0, "no data"); return; }
+    static char out[1 << 16];
+    int rc = detect_cli("plain", "", "", out, sizeof out);   // detect.py's defaults: pictures, no labels
+    CHECK(rc == 0 && count_files("plain", "", ".jpg") + count_files("plain", "", ".png") == 5, "plain: %d %s", rc, out);
+    CHECK(count_files("plain", "/labels", ".txt") == 0 && !strstr(out, "labels saved"), "labels without save_txt: %s", out);
+    rc = detect_cli("txt", "--save-txt", "--nosave", out, sizeof out);
+    int labels = count_files("txt", "/labels", ".txt");
+    CHECK(rc == 0 && labels == 5 && count_files("txt", "", ".jpg") + count_files("txt", "", ".png") == 0,
+          "--save-txt --nosave: %d labels, %s", labels, out);
+    char want[64];
+    snprintf(want, sizeof want, "%d labels saved to ", labels);
+    CHECK(strstr(out, want), "the count of label files written: %s", out);
+    char p[2 * P];
+    snprintf(p, sizeof p, "%s/runs/txt/labels", dir);
+    DIR *d = opendir(p);
+    struct dirent *e = NULL;
+    while (d && (e = readdir(d)) && e->d_name[0] == '.') {}
+    if (e) {
+        char f[3 * P];
+        snprintf(f, sizeof f, "%s/%s", p, e->d_name);
+        size_t n;
+        char *text = slurp(f, &n);
+        int cols = 0;
+        for (char *q = text; q && *q && *q != '\n'; q++) cols += (q == text || q[-1] == ' ') && *q != ' ';
+        CHECK(cols == 5, "a row without --save-conf has 5 columns, got %d: %s", cols, text ? text : "");
+        free(text);
+    }
+    if (d) closedir(d);
+    rc = detect_cli("conf", "save_txt=1", "--save-conf", out, sizeof out);
+    snprintf(p, sizeof p, "%s/runs/conf/labels", dir);
+    d = opendir(p);
+    e = NULL;
+    while (d && (e = readdir(d)) && e->d_name[0] == '.') {}
+    if (e) {
+        char f[3 * P];
+        snprintf(f, sizeof f, "%s/%s", p, e->d_name);
+        size_t n;
+        char *text = slurp(f, &n);
+        int cols = 0;
+        for (char *q = text; q && *q && *q != '\n'; q++) cols += (q == text || q[-1] == ' ') && *q != ' ';
+        CHECK(cols == 6, "a row with --save-conf has 6 columns, got %d: %s", cols, text ? text : "");
+        free(text);
+    } else {
+        CHECK(0, "--save-conf wrote no labels: %s", out);
+    }
+    if (d) closedir(d);
+    // conf=0.99: no image has a box, so no label file, and the count says 0
+    rc = detect_cli("none", "save_txt=1", "conf=0.99", out, sizeof out);
+    CHECK(rc == 0 && count_files("none", "/labels", ".txt") == 0 && strstr(out, "; 0 labels saved to "),
+          "images without detections get no label file and are not counted: %s", out);
 }
 
 // ---- GPUs ---------------------------------------------------------------------------------------
@@ -290,6 +395,7 @@ int main(void) {
     RUN(test_val_cpu2_same_as_cpu);
     RUN(test_val_run_devices);
     RUN(test_detect_cpu2_same_files);
+    RUN(test_detect_save_options);
     RUN(test_gpu_detect_same_as_cpu);
     RUN(test_gpu_val_same_as_cpu);
     return test_summary();
