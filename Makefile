@@ -98,7 +98,7 @@ TESTS    := $(TEST_SRCS:test/%.c=$(B)/test/%)
 BENCH_SRCS := $(wildcard bench/*.c)
 BENCHES  := $(BENCH_SRCS:bench/%.c=bench/%)
 
-.PHONY: all test deps clean benches fuzz layers FORCE
+.PHONY: all test deps clean benches fuzz layers install uninstall install-check FORCE
 all: yolotrain
 
 # `yolotrain --version`: the commit this binary was built from
@@ -130,7 +130,7 @@ bench/%: bench/%.c $(B)/libyt.a FORCE
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(B)/libyt.a $(LDLIBS)
 
 test: yolotrain $(TESTS)
-	@bash test/run.sh $(B)/test
+	@bash test/install_check.sh; installed=$$?; bash test/run.sh $(B)/test && [ $$installed -eq 0 ]
 
 # make layers: the boundary between the specification and the devices (README, Design). core/, io/ and
 # cfg/ include nothing from gpu/ and no CUDA header (a device is reached through core/backend.h's table),
@@ -166,6 +166,23 @@ deps:
 	       || echo "make deps: python3-onnx did not install: test_onnx will skip"; \
 	   else echo "make deps: no python3-onnx package here: test_onnx (the ONNX export check) will skip"; fi; \
 	 else echo "make deps: no apt-get here; install libpng, libjpeg-turbo, inih, libyaml and OpenBLAS development packages by hand" >&2; exit 1; fi
+
+# make install [PREFIX=/usr/local] [DESTDIR=]: the binary to PREFIX/bin, the model configs to
+# PREFIX/share/yolotrain/cfg (where the binary looks for a config not in the current directory).
+PREFIX ?= /usr/local
+install: yolotrain
+	install -d "$(DESTDIR)$(PREFIX)/bin" "$(DESTDIR)$(PREFIX)/share/yolotrain/cfg"
+	install -m 755 yolotrain "$(DESTDIR)$(PREFIX)/bin/yolotrain"
+	install -m 644 cfg/*.ini "$(DESTDIR)$(PREFIX)/share/yolotrain/cfg/"
+
+uninstall:
+	rm -f "$(DESTDIR)$(PREFIX)/bin/yolotrain"
+	rm -rf "$(DESTDIR)$(PREFIX)/share/yolotrain"
+
+# make install-check: install into a temporary PREFIX, run the installed binary from another folder
+# with bare config names, uninstall, check that nothing is left (make test runs it).
+install-check: yolotrain
+	@bash test/install_check.sh
 
 clean:
 	rm -rf build yolotrain $(BENCHES)

@@ -8,6 +8,8 @@
 #include <stdarg.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cfg/parts.h"
 #include "core/readfile.h"
@@ -364,12 +366,56 @@ int config_model_arg(int argc, char **argv, const char **path, Err *err) {
     return 0;
 }
 
+// The installed configs: BIN/../share/yolotrain of the running binary (make install puts them
+// there), into dir; 0 when that folder exists.
+static int share_dir(char *dir, size_t n) {
+    char exe[CFG_PATH];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len <= 0 || (size_t)len >= sizeof exe - 1) return -1;
+    exe[len] = 0;
+    char *slash = strrchr(exe, '/');
+    if (!slash) return -1;
+    *slash = 0;
+    slash = strrchr(exe, '/');                     // BIN's parent: the PREFIX
+    if (slash) *slash = 0;
+    else snprintf(exe, sizeof exe, ".");
+    if (strlen(exe) + 17 > n) return -1;
+    memcpy(dir, exe, strlen(exe));
+    strcpy(dir + strlen(exe), "/share/yolotrain");
+    struct stat st;
+    return stat(dir, &st) || !S_ISDIR(st.st_mode) ? -1 : 0;
+}
+
+// A config named relative that is not in the current directory is looked for among the installed
+// ones: SHARE/cfg/NAME, then SHARE/NAME (so both s.ini and cfg/s.ini find them). found gets the
+// file to read (path itself when it exists or nothing else does); looked gets where it looked.
+static void config_find(const char *path, char *found, size_t n, char *looked, size_t ln) {
+    struct stat st;
+    char share[CFG_PATH], p[2 * CFG_PATH + 16];
+    snprintf(found, n, "%s", path);
+    looked[0] = 0;
+    if (path[0] == '/' || !stat(path, &st) || share_dir(share, sizeof share)) return;
+    const char *sub[2] = { "cfg/", "" };
+    for (int i = 0; i < 2; i++) {
+        snprintf(p, sizeof p, "%s/%s%s", share, sub[i], path);
+        if (!stat(p, &st) && S_ISREG(st.st_mode) && strlen(p) < n) {
+            snprintf(found, n, "%s", p);
+            return;
+        }
+    }
+    snprintf(looked, ln, "; not in the current directory nor in %s/cfg", share);
+}
+
 int config_load(const char *path, int argc, char **argv, Config *cfg, Err *err) {
     config_defaults(cfg);
     if (config_model_arg(argc, argv, &path, err)) return -1;
     if (path) {
-        snprintf(cfg->file, sizeof cfg->file, "%s", path);
-        if (ini_read(cfg, path, err)) return -1;
+        char looked[CFG_PATH + 64];
+        config_find(path, cfg->file, sizeof cfg->file, looked, sizeof looked);
+        if (ini_read(cfg, cfg->file, err)) {
+            if (looked[0] && strlen(err->msg) + strlen(looked) < sizeof err->msg) strcat(err->msg, looked);
+            return -1;
+        }
     }
     if (overrides_apply(cfg, argc, argv, err)) return -1;
     if (cfg->hyp_file[0] && hyp_yaml_load(cfg, cfg->hyp_file, err)) return -1;

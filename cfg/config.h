@@ -90,7 +90,9 @@ typedef struct {
 // Bare boolean flags: `--exist-ok` sets 1 (the next argument is taken only when it is a yes/no word),
 // `--resume` alone means the latest run. yolov9's and Ultralytics' spellings map to our keys:
 // --batch-size = batch, --img / --img-size = imgsz; `model=FILE` or `--cfg FILE` names the config
-// file when path is NULL (naming another one as well is an error).
+// file when path is NULL (naming another one as well is an error). A relative path that is not
+// there is looked for among the installed configs, BIN/../share/yolotrain/cfg/ then .../yolotrain/
+// of the running binary (make install); cfg->file is the file read.
 int  config_load(const char *path, int argc, char **argv, Config *cfg, Err *err);
 // The config file that model=FILE / --cfg FILE among the overrides names, into *path (unchanged
 // when none does). -1 with err when *path is already another file.
