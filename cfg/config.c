@@ -244,6 +244,7 @@ static const struct { const char *from, *to; } key_alias[] = {
 // Keys that are not booleans but still work as a bare flag, and the value the flag means.
 static const struct { const char *name, *value; } bare_flag[] = {
     { "resume", "1" },                             // the latest run (train.py's --resume)
+    { "cache", "ram" },                            // train.py's bare --cache
 };
 
 static int is_bool_word(const char *s) {
@@ -289,7 +290,8 @@ static int override_next(int argc, char **argv, int *i, Override *o, Err *err, c
         const char *next = *i < argc ? argv[*i] : NULL, *flag = flag_value(o->name);
         if (flag) {
             int takes = next && (!strcmp(o->name, "resume") ? next[0] != '-' && !strchr(next, '=')
-                                                            : is_bool_word(next));
+                                 : !strcmp(o->name, "cache") ? !strcmp(next, "ram") || !strcmp(next, "none")
+                                 : is_bool_word(next));
             o->value = takes ? argv[(*i)++] : flag;
             return 0;
         }

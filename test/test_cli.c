@@ -4,11 +4,17 @@
 
 #include <sys/wait.h>
 
+#include "io/synth.h"
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation"   // the scratch paths here are short
+#endif
+
 static char out[1 << 16];
 
 // Run `./yolotrain ARGS` with stderr joined to stdout; the exit status, output in out.
 static int yt(const char *args) {
-    char cmd[1024];
+    char cmd[20100];
     snprintf(cmd, sizeof cmd, "./yolotrain %s 2>&1", args);
     FILE *p = popen(cmd, "r");
     if (!p) return -1;
@@ -59,9 +65,38 @@ static void test_modes_and_errors(void) {
     CHECK(rc == 2, "predict is detect: exit %d %s", rc, out);
 }
 
+// stdout is line-buffered: piped into one log with stderr, `detect`'s line for a good image comes
+// before the error about the next, unreadable one, and "Results saved" after it (block-buffered,
+// every stdout line would come at the exit, after the error).
+static void test_piped_order(void) {
+    if (access("./yolotrain", X_OK)) SKIP("./yolotrain is not built");
+    const char *dir = test_tmpdir("cli");
+    char sd[4200], path[4300], args[20000];
+    snprintf(sd, sizeof sd, "%s/synth", dir);
+    SynthConfig sc = synth_defaults();
+    sc.n_train = 4; sc.n_val = 2; sc.min_side = 64; sc.max_side = 96; sc.threads = 1;
+    Err err;
+    if (synth_generate(sd, &sc, &err)) { CHECK(0, "%s", err.msg); return; }
+    snprintf(args, sizeof args, "cfg/t.ini data=%s/data.yaml imgsz=64 batch=4 epochs=1 workers=1 device=cpu "
+             "project=%s/runs name=t --exist-ok", sd, dir);
+    int rc = yt(args);
+    if (rc) { CHECK(0, "training for the weights: exit %d\n%s", rc, out); return; }
+    snprintf(path, sizeof path, "%s/src", dir);
+    mkdir(path, 0755);
+    snprintf(args, sizeof args, "cp %s/images/val/000000.jpg %s/src/a.jpg && printf 'not a jpeg' > %s/src/b.jpg",
+             sd, dir, dir);
+    if (system(args)) { CHECK(0, "cannot make the source folder"); return; }
+    snprintf(args, sizeof args, "predict cfg/t.ini weights=%s/runs/t/weights/last.safetensors source=%s/src imgsz=64 "
+             "device=cpu project=%s/runs name=d", dir, dir, dir);
+    rc = yt(args);
+    const char *good = strstr(out, "image 1/2"), *bad = strstr(out, "b.jpg"), *end = strstr(out, "Results saved");
+    CHECK(rc == 1 && good && bad && end && good < bad && bad < end, "exit %d; want the lines in order:\n%s", rc, out);
+}
+
 int main(void) {
     RUN(test_version);
     RUN(test_mode_help);
     RUN(test_modes_and_errors);
+    RUN(test_piped_order);
     return test_summary();
 }

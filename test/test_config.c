@@ -331,8 +331,9 @@ static void test_flags_and_aliases(void) {
     CHECK(rc == 0 && !strcmp(cfg.file, "cfg/t.ini") && cfg.n_layers > 0 && cfg.imgsz == 256 && cfg.exist_ok,
           "--cfg: rc %d file '%s' %s", rc, cfg.file, err.msg);
     CHECK(!strcmp(cfg.device, "0,1"), "device '%s'", cfg.device);
-    char *a3[] = { "model=cfg/s.ini", "imgsz=320", "device=[0,1]", "--resume" };
-    rc = config_load(NULL, 4, a3, &cfg, &err);
+    char *a3[] = { "model=cfg/s.ini", "--cache", "imgsz=320", "device=[0,1]", "--resume" };
+    rc = config_load(NULL, 5, a3, &cfg, &err);
+    CHECK(!strcmp(cfg.cache, "ram"), "bare --cache: '%s'", cfg.cache);
     CHECK(rc == 0 && !strcmp(cfg.file, "cfg/s.ini") && cfg.imgsz == 320 && !strcmp(cfg.device, "[0,1]"),
           "model=: rc %d file '%s' %s", rc, cfg.file, err.msg);
     CHECK(!strcmp(cfg.resume, "1"), "bare --resume: '%s'", cfg.resume);
