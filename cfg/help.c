@@ -78,6 +78,7 @@ static const struct { const char *mode, *keys; } mode_keys[] = {
     { "export", "weights imgsz" },
     { "info",   "imgsz nc depth_multiple width_multiple" },
     { "check",  "data imgsz workers min_items strict project" },
+    { "synth",  "seed" },
 };
 
 static const char *help_of(const char *name) {

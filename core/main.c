@@ -55,6 +55,7 @@ static const struct { const char *mode, *text; } mode_own[] = {
                 "  batch=1                    onnx: the fixed batch size of the input\n" },
     { "info",   "yolotrain info CONFIG.ini [key=value ...]: layer table, parameters, FLOPs\n" },
     { "check",  "yolotrain check [CONFIG.ini] [data=FILE.yaml] [key=value ...]: validate a dataset\n" },
+    { "synth",  "yolotrain synth [seed=N]: regenerate the built-in dataset under data/synth/\n" },
 };
 
 static int is_help(const char *a) { return !strcmp(a, "-h") || !strcmp(a, "--help") || !strcmp(a, "help"); }
