@@ -8,7 +8,7 @@
 #define CFG_MAX_FROM   8
 #define CFG_MAX_ARGS   8
 #define CFG_PATH       1024
-#define CFG_MAX_KEYS   80          // entries of the key table in cfg/schema.c
+#define CFG_MAX_KEYS   96          // entries of the key table in cfg/schema.c
 #define CFG_LINE_MAX   1000        // longest INI line, comment included
 
 typedef struct { char file[CFG_PATH]; int line; } Where;   // line 0: default; file "command line"
@@ -65,6 +65,10 @@ typedef struct {
     char   freeze[256];              // "" | N: layers 0..N-1 | [i,j,...]: those layers (core/transfer.h)
     int    epochs, batch, imgsz, workers, seed, exist_ok, close_mosaic, min_items, patience;
     int    save_period, strict, cos_lr, rect, tensorboard;
+    int    single_cls;               // every class 0, nc 1, names ['item'] (train.py --single-cls)
+    double fraction;                 // train on the first round(fraction * n) images (Ultralytics)
+    double label_smoothing;          // train.py --label-smoothing: accepted, no effect (as loss_tal.py)
+    int    noval, noplots;           // validate only after the last epoch; no pictures or plots (train.py)
     // [parallel] (several devices: core/multi.h)
     char   reduce[16];               // device0 | sharded
     char   loss_on[16];              // local | device0

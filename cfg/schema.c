@@ -60,6 +60,11 @@ const Key cfg_keys[] = {
     BOOL("train", "cos_lr",       cos_lr,       "0"),
     BOOL("train", "rect",         rect,         "0"),
     BOOL("train", "tensorboard",  tensorboard,  "1"),   // RUN/events.out.tfevents.* (core/train_tb.h)
+    BOOL("train", "single_cls",   single_cls,   "0"),   // train.py --single-cls
+    DBL ("train", "fraction",     fraction,     0, 1, "1.0"),   // Ultralytics: the first part of the train images
+    DBL ("train", "label_smoothing", label_smoothing, 0, 1, "0.0"),   // no effect, as in both references
+    BOOL("train", "noval",        noval,        "0"),   // train.py --noval: validate the last epoch only
+    BOOL("train", "noplots",      noplots,      "0"),   // train.py --noplots: no pictures, no plots
 
     ENUM("parallel", "reduce",  reduce,  "device0|sharded", "device0"),
     ENUM("parallel", "loss_on", loss_on, "local|device0", "local"),
