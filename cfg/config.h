@@ -61,7 +61,8 @@ typedef struct {
     char   precision[16];            // bf16 | tf32 | fp32
     char   cache[16];                // "" | ram
     char   project[CFG_PATH], name[256];
-    char   optimizer[16];            // auto | SGD | MuSGD | AdamW (gelan-s: auto = SGD; YOLO26: core/train26.c)
+    char   optimizer[16];            // auto | SGD | MuSGD | AdamW | Adam (gelan: auto = SGD, Adam/AdamW as
+                                     // train.py smart_optimizer; YOLO26: core/train26.c)
     char   freeze[256];              // "" | N: layers 0..N-1 | [i,j,...]: those layers (core/transfer.h)
     int    epochs, batch, imgsz, workers, seed, exist_ok, close_mosaic, min_items, patience;
     int    save_period, strict, cos_lr, rect, tensorboard;

@@ -44,7 +44,7 @@ const Key cfg_keys[] = {
     ENUM("train", "cache",        cache,        "|ram|none", ""),
     STR ("train", "project",      project,      check_project, "runs/train"),
     STR ("train", "name",         name,         check_name, "exp"),
-    ENUM("train", "optimizer",    optimizer,    "auto|SGD|MuSGD|AdamW", "auto"),
+    ENUM("train", "optimizer",    optimizer,    "auto|SGD|MuSGD|AdamW|Adam", "auto"),
     STR ("train", "freeze",       freeze,       check_freeze, ""),   // "": train every layer
     INT ("train", "epochs",       epochs,       1, 1000000, "300"),
     INTX("train", "batch",        batch,        1, 1048576, "-1 (auto: the largest that fits the GPU)", "64"),

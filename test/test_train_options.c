@@ -1,8 +1,10 @@
 // test_train_options.c: the training options of yolov9's train.py and Ultralytics that change the run
 // around the step: noval (validate only after the last epoch: the other epochs log zeros, as train.py's
-// results tuple), noplots (no pictures, no plots), single_cls (nc 1 in the saved config).
+// results tuple), noplots (no pictures, no plots), single_cls (nc 1 in the saved config); gelan's
+// optimizer=Adam|AdamW against torch.optim.Adam / AdamW's formulas over train.py's three groups.
 #include "test/test.h"
 
+#include <math.h>
 #include <sys/stat.h>
 
 #include "cfg/config.h"
@@ -97,7 +99,96 @@ static void test_noval_noplots_single_cls(void) {
     for (int i = 0; i < 3; i++) CHECK(exists("plain", pictures[i]), "without noplots %s is drawn", pictures[i]);
 }
 
+// One step of gelan-t under optimizer=Adam or AdamW after warmup (epoch 1 of 200 batches: no warmup,
+// a step), against the formulas in double per train.py group: [0] biases, no decay; [1] weights with
+// the scaled decay (Adam: added to the gradient; AdamW: p *= 1 - lr*wd); [2] BN weights, no decay.
+// weight_decay 0.05 outweighs the gradients, so a decay in the wrong group or place flips a step.
+static void adam_check(const char *name, int l2) {
+    static Config cfg;
+    Err err;
+    char opt[64];
+    snprintf(opt, sizeof opt, "optimizer=%s", name);
+    char *ov[] = { opt, "imgsz=64", "batch=2", "device=cpu", "weight_decay=0.05", "momentum=0.9" };
+    if (config_load("cfg/t.ini", 6, ov, &cfg, &err)) { CHECK(0, "%s", err.msg); return; }
+    Trainer t;
+    if (trainer_init(&t, &cfg, 200, -1, &err)) { CHECK(0, "%s", err.msg); return; }
+    CHECK(t.gadam != NULL, "optimizer=%s did not make the Adam state", name);
+    OptSchedule copy = t.sched;
+    OptStep st = opt_schedule_next(&copy, 1, 0);
+    CHECK(st.step && st.weight_decay > 0.04, "%s: step %d, wd %g", name, st.step, st.weight_decay);
+    size_t total = 0;
+    for (int k = 0; k < t.n_slots; k++) total += t.slots[k].group >= 0 ? t.slots[k].n : 0;
+    double *w0 = calloc(total, sizeof *w0), *g0 = calloc(total, sizeof *g0);
+    size_t at = 0;
+    for (int k = 0; k < t.n_slots; k++) {
+        const ParamSlot *p = &t.slots[k];
+        if (p->group < 0) continue;
+        for (size_t i = 0; i < p->n; i++, at++) {
+            p->g[i] = (float)(1e-4 * sin(0.37 * (double)at + k));   // a small norm: no clipping
+            w0[at] = p->w[i];
+            g0[at] = p->g[i];
+        }
+    }
+    trainer_update(&t, 1, 0);
+    double b1 = 0.9, b2 = 0.999, eps = 1e-8, worst = 0;
+    int bad = 0, groups_seen[3] = { 0 };
+    at = 0;
+    for (int k = 0; k < t.n_slots; k++) {
+        const ParamSlot *p = &t.slots[k];
+        if (p->group < 0) continue;
+        groups_seen[p->group]++;
+        double lr = st.lr[p->group], wd = p->group == 1 ? st.weight_decay : 0;
+        for (size_t i = 0; i < p->n; i++, at++) {
+            double w = w0[at], g = g0[at];
+            if (l2) g += wd * w;
+            else w *= 1 - lr * wd;
+            double m = (1 - b1) * g, v = (1 - b2) * g * g;
+            w -= lr * (m / (1 - b1)) / (sqrt(v / (1 - b2)) + eps);
+            double d = fabs(p->w[i] - w);
+            if (d > worst) worst = d;
+            if (d > 1e-6 && bad++ < 3) printf("    %s: slot %d (group %d) [%zu]: %.9g, want %.9g\n", name, k, p->group, i,
+                                              p->w[i], w);
+            if (p->g[i] != 0) bad++;
+        }
+    }
+    CHECK(!bad && groups_seen[0] && groups_seen[1] && groups_seen[2], "%s: %d values off (worst %g), groups %d %d %d",
+          name, bad, worst, groups_seen[0], groups_seen[1], groups_seen[2]);
+    CHECK(t.sgd.n_train == 2 * total && t.sgd.steps == 1, "%s: state %zu floats for %zu parameters, steps %lld", name,
+          t.sgd.n_train, total, (long long)t.sgd.steps);
+    free(w0); free(g0);
+    trainer_free(&t);
+}
+
+static void test_adam(void) { adam_check("Adam", 1); }
+static void test_adamw(void) { adam_check("AdamW", 0); }
+
+// A run stopped mid-epoch under optimizer=AdamW resumes to the same results (the [m | v] block and the
+// step count are checkpointed); MuSGD stays YOLO26's.
+static void test_adam_resume(void) {
+    if (!data_yaml[0] && make_data()) { CHECK(0, "no data"); return; }
+    char *opts[] = { "optimizer=AdamW", "epochs=3", "lr0=0.001" };
+    CHECK(train("adamw_whole", 3, opts) == 0, "the uninterrupted run failed");
+    setenv("YT_STOP_AFTER_STEPS", "3", 1);             // epoch 1, after its first batch
+    CHECK(train("adamw_stopped", 3, opts) == 0, "the stopped run failed");
+    unsetenv("YT_STOP_AFTER_STEPS");
+    static Config cfg;
+    Err err;
+    char r[4500], a[4600], b[4600];
+    snprintf(r, sizeof r, "resume=%s/adamw_stopped", project);
+    char *ov[] = { r };
+    CHECK(config_load(NULL, 1, ov, &cfg, &err) == 0, "%s", err.msg);
+    CHECK(train_resume(&cfg, 1, ov) == 0, "resume failed");
+    snprintf(a, sizeof a, "%s/adamw_whole/results.csv", project);
+    snprintf(b, sizeof b, "%s/adamw_stopped/results.csv", project);
+    CHECK(same_file(a, b), "results.csv differs between the whole AdamW run and the resumed one");
+    char *musgd[] = { "optimizer=MuSGD" };
+    CHECK(train("musgd", 1, musgd) != 0, "gelan with optimizer=MuSGD must be refused");
+}
+
 int main(void) {
     RUN(test_noval_noplots_single_cls);
+    RUN(test_adam);
+    RUN(test_adamw);
+    RUN(test_adam_resume);
     return test_summary();
 }
