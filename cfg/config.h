@@ -70,6 +70,7 @@ typedef struct {
     double fraction;                 // train on the first round(fraction * n) images (Ultralytics)
     double label_smoothing;          // train.py --label-smoothing: accepted, no effect (as loss_tal.py)
     int    noval, noplots;           // validate only after the last epoch; no pictures or plots (train.py)
+    int    multi_scale;              // train.py --multi-scale: not built, refused by training (as rect=1)
     // [parallel] (several devices: core/multi.h)
     char   reduce[16];               // device0 | sharded
     char   loss_on[16];              // local | device0

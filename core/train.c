@@ -147,9 +147,23 @@ static int open_data(Config *cfg, Dataset *ds, Err *err) {
     return 0;
 }
 
+// Keys for training pieces that are not built: refuse them rather than train otherwise than asked.
+static int refuse_unbuilt_keys(const Config *cfg, Err *err) {
+    char at[CFG_PATH + 32];
+    if (cfg->rect)
+        return err_set(err, "%s: rect=1 (rectangular training batches, train.py --rect) is not built yet: training "
+                       "batches are square, imgsz x imgsz, with mosaic; set rect=0 (on resume: resume=DIR rect=0). "
+                       "Validation always uses rectangular batches", config_where_text(config_where(cfg, "rect"), at,
+                       sizeof at));
+    if (cfg->multi_scale)
+        return err_set(err, "%s: multi_scale=1 (train.py --multi-scale) is not built yet: every training batch is "
+                       "imgsz x imgsz; set multi_scale=0", config_where_text(config_where(cfg, "multi_scale"), at,
+                       sizeof at));
+    return 0;
+}
+
 // Keys the config accepts that change nothing: say so instead of ignoring them.
 static void note_unbuilt_keys(const Config *cfg) {
-    if (cfg->rect) printf("note: rect=1 has no effect yet: training batches are square (imgsz x imgsz)\n");
     if (cfg->label_smoothing > 0)   // yolov9: smooth_BCE's cp, cn are never read by loss_tal.py; UL 8.4: no such key
         printf("note: label_smoothing=%g changes nothing, as in the references: yolov9's loss_tal.py computes "
                "smooth_BCE's targets and never uses them, and Ultralytics' YOLO26 loss has none\n", cfg->label_smoothing);
@@ -547,6 +561,7 @@ int train_run(Config *cfg) {
 static int train_run_(Config *cfg) {
     Err err;
     DeviceList devs;
+    if (refuse_unbuilt_keys(cfg, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return 2; }
     if (pick_devices(cfg, &devs)) return 2;
     int gpu = devs.gpu[0];
     note_unbuilt_keys(cfg);

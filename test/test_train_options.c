@@ -185,10 +185,20 @@ static void test_adam_resume(void) {
     CHECK(train("musgd", 1, musgd) != 0, "gelan with optimizer=MuSGD must be refused");
 }
 
+// rect=1 and multi_scale=1 are not built: training refuses them (status 2) before making a run folder.
+static void test_unbuilt_refused(void) {
+    if (!data_yaml[0] && make_data()) { CHECK(0, "no data"); return; }
+    char *rect[] = { "rect=1" }, *ms[] = { "multi_scale=1" };
+    CHECK(train("rect", 1, rect) == 2, "rect=1 must be refused");
+    CHECK(train("ms", 1, ms) == 2, "multi_scale=1 must be refused");
+    CHECK(!exists("rect", "args.ini") && !exists("ms", "args.ini"), "a refused run made its folder");
+}
+
 int main(void) {
     RUN(test_noval_noplots_single_cls);
     RUN(test_adam);
     RUN(test_adamw);
     RUN(test_adam_resume);
+    RUN(test_unbuilt_refused);
     return test_summary();
 }
