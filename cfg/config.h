@@ -8,7 +8,7 @@
 #define CFG_MAX_FROM   8
 #define CFG_MAX_ARGS   8
 #define CFG_PATH       1024
-#define CFG_MAX_KEYS   80          // entries of the key table in cfg/schema.c
+#define CFG_MAX_KEYS   96          // entries of the key table in cfg/schema.c
 #define CFG_LINE_MAX   1000        // longest INI line, comment included
 
 typedef struct { char file[CFG_PATH]; int line; } Where;   // line 0: default; file "command line"
@@ -61,10 +61,16 @@ typedef struct {
     char   precision[16];            // bf16 | tf32 | fp32
     char   cache[16];                // "" | ram
     char   project[CFG_PATH], name[256];
-    char   optimizer[16];            // auto | SGD | MuSGD | AdamW (gelan-s: auto = SGD; YOLO26: core/train26.c)
+    char   optimizer[16];            // auto | SGD | MuSGD | AdamW | Adam (gelan: auto = SGD, Adam/AdamW as
+                                     // train.py smart_optimizer; YOLO26: core/train26.c)
     char   freeze[256];              // "" | N: layers 0..N-1 | [i,j,...]: those layers (core/transfer.h)
     int    epochs, batch, imgsz, workers, seed, exist_ok, close_mosaic, min_items, patience;
     int    save_period, strict, cos_lr, rect, tensorboard;
+    int    single_cls;               // every class 0, nc 1, names ['item'] (train.py --single-cls)
+    double fraction;                 // train on the first round(fraction * n) images (Ultralytics)
+    double label_smoothing;          // train.py --label-smoothing: accepted, no effect (as loss_tal.py)
+    int    noval, noplots;           // validate only after the last epoch; no pictures or plots (train.py)
+    int    multi_scale;              // train.py --multi-scale: not built, refused by training (as rect=1)
     // [parallel] (several devices: core/multi.h)
     char   reduce[16];               // device0 | sharded
     char   loss_on[16];              // local | device0

@@ -44,7 +44,7 @@ const Key cfg_keys[] = {
     ENUM("train", "cache",        cache,        "|ram|none", ""),
     STR ("train", "project",      project,      check_project, "runs/train"),
     STR ("train", "name",         name,         check_name, "exp"),
-    ENUM("train", "optimizer",    optimizer,    "auto|SGD|MuSGD|AdamW", "auto"),
+    ENUM("train", "optimizer",    optimizer,    "auto|SGD|MuSGD|AdamW|Adam", "auto"),
     STR ("train", "freeze",       freeze,       check_freeze, ""),   // "": train every layer
     INT ("train", "epochs",       epochs,       1, 1000000, "300"),
     INTX("train", "batch",        batch,        1, 1048576, "-1 (auto: the largest that fits the GPU)", "64"),
@@ -58,8 +58,14 @@ const Key cfg_keys[] = {
     INT ("train", "save_period",  save_period,  -1, 1000000, "-1"),  // -1: off
     BOOL("train", "strict",       strict,       "0"),
     BOOL("train", "cos_lr",       cos_lr,       "0"),
-    BOOL("train", "rect",         rect,         "0"),
+    BOOL("train", "rect",         rect,         "0"),   // training refuses 1 (not built); val is always rect
+    BOOL("train", "multi_scale",  multi_scale,  "0"),   // training refuses 1 (not built)
     BOOL("train", "tensorboard",  tensorboard,  "1"),   // RUN/events.out.tfevents.* (core/train_tb.h)
+    BOOL("train", "single_cls",   single_cls,   "0"),   // train.py --single-cls
+    DBL ("train", "fraction",     fraction,     0, 1, "1.0"),   // Ultralytics: the first part of the train images
+    DBL ("train", "label_smoothing", label_smoothing, 0, 1, "0.0"),   // no effect, as in both references
+    BOOL("train", "noval",        noval,        "0"),   // train.py --noval: validate the last epoch only
+    BOOL("train", "noplots",      noplots,      "0"),   // train.py --noplots: no pictures, no plots
 
     ENUM("parallel", "reduce",  reduce,  "device0|sharded", "device0"),
     ENUM("parallel", "loss_on", loss_on, "local|device0", "local"),

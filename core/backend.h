@@ -235,7 +235,8 @@ typedef struct Backend {
                              const Head26 *grad[L26_BRANCHES]);
     void   (*loss26_items)(void *ctx, void *w, const Loss26Weights *wt, double batch_mult, Loss26Out *out);
     // YOLO26's optimizers (core/musgd.h) over params (pointers in ctx's memory): opt26_new makes MuSGD
-    // (SGD when no parameter is in a Muon group) or, adamw set, AdamW, with its state block zeroed in
+    // (SGD when no parameter is in a Muon group) or, adamw = OPT26_KIND_ADAMW, AdamW (OPT26_KIND_ADAM:
+    // Adam, gelan's optimizer=Adam), with its state block zeroed in
     // *state: [s | m] or [m | v], packed as the CPU twin packs them (what checkpoints save);
     // opt26_step: one step with AdamW's step count `steps`, then zero the gradients; opt26_free frees
     // what opt26_new made (a GPU's state block lies in its optimizer arena).

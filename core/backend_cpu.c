@@ -314,6 +314,7 @@ static void *cpu_opt26_new(void *c, MuParam *p, int n, int adamw, double muon, d
     o->state = xcalloc(n_opt ? n_opt : 1, sizeof(float));
     if (adamw) {
         adamw_init(&o->adam, p, n);
+        o->adam.l2 = adamw == OPT26_KIND_ADAM;
         lend(&o->adam.m, o->state);
         lend(&o->adam.v, o->state + n_all);
     } else {                                       // SGD is MuSGD without Muon groups: torch's SGD, nesterov

@@ -1,16 +1,45 @@
 // family_gelan.c: the gelan and yolov9 family of the trainer (core/family.h): YOLOv9's ComputeLoss on
 // the DDetect head and, for a dual head (yolov9-s), on the auxiliary branch with its own assignment
-// (utils/loss_tal_dual.py), and train.py's SGD: nominal batch 64 with accumulation, warmup, linear or
-// cosine LR, clipping at norm 10, EMA.
+// (utils/loss_tal_dual.py), and train.py's optimizer: nominal batch 64 with accumulation, warmup, linear or
+// cosine LR, clipping at norm 10, EMA; SGD, or Adam / AdamW as smart_optimizer builds them.
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/family.h"
+#include "core/musgd.h"
 #include "core/train.h"
+#include "core/train26.h"   // train26_params: the trainable tensors as MuParam
+
+// optimizer=Adam|AdamW (train.py smart_optimizer [WongKinYiu/yolov9 utils/torch_utils.py]): the same
+// three groups as SGD (biases with no decay, weights with the scaled decay, BN weights with none),
+// torch.optim.Adam / AdamW with betas (momentum, 0.999), the lr and warmup of SGD's schedule. The
+// groups carry betas, not "momentum", so train.py's warmup leaves beta1 at hyp momentum. Run by the
+// backend's YOLO26 optimizer (Backend.opt26_*): its state block [m | v] is what Trainer.sgd.buf
+// points at, so checkpoints save it as they save SGD's momentum.
+typedef struct GelanAdam {
+    int      kind;                 // OPT26_KIND_ADAM or OPT26_KIND_ADAMW
+    MuParam *params;  int n_params;
+    void    *opt;
+    float   *state;  size_t n_state;
+} GelanAdam;
+
+static int adam_kind(const Config *cfg) {
+    if (!strcmp(cfg->optimizer, "Adam")) return OPT26_KIND_ADAM;
+    if (!strcmp(cfg->optimizer, "AdamW")) return OPT26_KIND_ADAMW;
+    return 0;
+}
 
 static int check(const Config *cfg, Err *err) {
-    if (strcmp(cfg->optimizer, "SGD") && strcmp(cfg->optimizer, "auto"))
-        return err_set(err, "optimizer=%s: %s trains with SGD, as YOLOv9's train.py; MuSGD and AdamW are YOLO26's "
-                       "(cfg/yolo26s.ini): use optimizer=SGD or auto", cfg->optimizer, cfg->file);
+    char at[CFG_PATH + 32];
+    if (!strcmp(cfg->optimizer, "MuSGD"))
+        return err_set(err, "%s: optimizer=MuSGD is YOLO26's (cfg/yolo26s.ini); %s trains with SGD (auto), Adam or "
+                       "AdamW, as YOLOv9's train.py", config_where_text(config_where(cfg, "optimizer"), at, sizeof at),
+                       cfg->file);
+    if (adam_kind(cfg) && !strcmp(cfg->reduce, "sharded"))
+        return err_set(err, "%s: reduce=sharded splits the SGD update into shards; optimizer=%s steps whole on device "
+                       "0: use reduce=device0", config_where_text(config_where(cfg, "reduce"), at, sizeof at),
+                       cfg->optimizer);
     return 0;
 }
 
@@ -26,17 +55,60 @@ static int init(Trainer *t, const Config *cfg, Err *err) {
     return 0;
 }
 
+// Adam/AdamW's parameters (the -hi groups of YOLO26's naming take the plain groups' rates here) and
+// its state block; returns the block.
+static float *adam_init(Trainer *t, int kind) {
+    Model *m = &t->m;
+    GelanAdam *a = xcalloc(1, sizeof *a);
+    t->gadam = a;
+    a->kind = kind;
+    a->params = xcalloc(m->n_params ? m->n_params : 1, sizeof *a->params);
+    a->n_params = train26_params(m, 0, a->params);
+    for (int k = 0; k < a->n_params; k++) a->n_state += 2 * a->params[k].n;
+    a->opt = m->be->opt26_new(m->be_ctx, a->params, a->n_params, kind, 0, 0, &a->state);
+    return a->state;
+}
+
+// train.py's log line: optimizer: Adam(lr=0.01) with parameter groups 5 weight(decay=0.0), ...
+static void print_groups(const Trainer *t, const Config *cfg) {
+    int n[3] = { 0 };                      // BN weights, weights, biases
+    for (int k = 0; k < t->n_slots; k++)
+        if (t->slots[k].group >= 0) n[t->slots[k].group == 2 ? 0 : t->slots[k].group == 1 ? 1 : 2]++;
+    printf("optimizer: %s(lr=%g) with parameter groups %d weight(decay=0.0), %d weight(decay=%g), %d bias\n",
+           t->gadam ? cfg->optimizer : "SGD", cfg->hyp.lr0, n[0], n[1], t->sched.weight_decay, n[2]);
+}
+
 static void optimizer_init(Trainer *t, const Config *cfg, int nb) {
     Model *m = &t->m;
-    sgd_init(&t->sgd, t->slots, t->n_slots, m->be, m->be_ctx, t->sgd_buf);   // NULL: a host buffer
+    int adam = adam_kind(cfg);
+    float *buf = adam ? adam_init(t, adam) : t->sgd_buf;
+    sgd_init(&t->sgd, t->slots, t->n_slots, m->be, m->be_ctx, buf);   // NULL: a host buffer; Adam: clipping
+    if (adam) t->sgd.n_train = t->gadam->n_state;   // checkpoints save [m | v] as "momentum"
     LrKind kind = cfg->cos_lr ? LR_COSINE : LR_LINEAR;
     opt_schedule_init(&t->sched, &cfg->hyp, kind, cfg->epochs, nb, cfg->batch);
+    if (adam) print_groups(t, cfg);
 }
 
 static void release(Trainer *t) {
     if (t->loss) t->m.be->loss_free(t->m.be_ctx, t->loss);
     if (t->loss_aux) t->m.be->loss_free(t->m.be_ctx, t->loss_aux);
     t->loss = t->loss_aux = NULL;
+    if (t->gadam) {
+        if (t->gadam->opt) t->m.be->opt26_free(t->m.be_ctx, t->gadam->opt);   // and its state block
+        free(t->gadam->params);
+        free(t->gadam);
+        t->gadam = NULL;
+    }
+}
+
+// OptStep's three groups onto the backend optimizer's: [0] biases, [1] weights, [2] BN weights. beta1
+// is hyp momentum throughout (the warmup moves only "momentum" keys, which Adam's groups lack).
+static MuStep gelan_adam_step(const OptStep *st, double momentum) {
+    MuStep ms = { .momentum = momentum, .weight_decay = st->weight_decay };
+    ms.lr[MU_BIAS] = ms.lr[MU_BIAS_HI] = st->lr[0];
+    ms.lr[MU_WEIGHT] = ms.lr[MU_WEIGHT_HI] = ms.lr[MU_MUON] = ms.lr[MU_MUON_HI] = st->lr[1];
+    ms.lr[MU_BN] = ms.lr[MU_BN_HI] = st->lr[2];
+    return ms;
 }
 
 // The two assignments of the batch, each head on its own (detached) predictions.
@@ -71,7 +143,13 @@ static void update(Trainer *t, int epoch, int i) {
     memcpy(t->lr, st.lr, sizeof t->lr);
     if (!st.step) return;
     clip_grad_norm_queued(&t->sgd, 10.0f, t->scal + SC_SUMSQ);
-    sgd_step(&t->sgd, &st);                            // also zeroes the gradients
+    if (t->gadam) {                                    // the checkpointed count drives the bias correction
+        MuStep ms = gelan_adam_step(&st, t->sched.momentum);
+        m->be->opt26_step(m->be_ctx, t->gadam->opt, &ms, (long)t->sgd.steps);   // also zeroes the gradients
+        t->sgd.steps++;
+    } else {
+        sgd_step(&t->sgd, &st);                        // also zeroes the gradients
+    }
     m->be->ema_update(m->be_ctx, t->ema, m->state, m->n_state, ema_decay(++t->ema_updates));
 }
 

@@ -854,6 +854,7 @@ int model_build(const Config *cfg, int max_n, int imgsz, Model *m, Err *err) {
                        "reserved here; lower batch or imgsz", cfg->file, max_n, imgsz, gb);
     }
     model_init_weights(m, 0);
+    m->opt_block = m->end2end || !strcmp(cfg->optimizer, "Adam") || !strcmp(cfg->optimizer, "AdamW");
     return 0;
 }
 

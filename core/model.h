@@ -116,6 +116,9 @@ typedef struct Model {
     int        end2end;            // 1: YOLO26's end-to-end Detect: head[] is the one-to-one branch (fed
                                    // detached features; inference uses it), aux[] the one-to-many one;
                                    // maps are [4 ltrb distances | nc logits], reg_max 1, no DFL
+    int        opt_block;          // 1: training's master holds an optimizer state block of 2 floats a
+                                   // trainable float (YOLO26; gelan under optimizer=Adam|AdamW), which
+                                   // a GPU's memory plan adds (gpu/train_gpu.c)
     // where it runs: the backend and its context (NULL for the CPU; the Device of a GPU)
     const Backend *be;
     void      *be_ctx;

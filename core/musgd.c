@@ -198,11 +198,13 @@ void adamw_step(AdamW *o, const MuStep *st) {
     for (int k = 0; k < o->n_params; k++) {
         const MuParam *p = &o->p[k];
         double lr = st->lr[p->group], wd = musgd_group_decays(p->group) ? st->weight_decay : 0;
-        float decay = (float)(1 - lr * wd), w1 = (float)(1 - beta1), b2 = (float)beta2, w2 = (float)(1 - beta2);
+        float decay = o->l2 ? 1.0f : (float)(1 - lr * wd), l2 = o->l2 ? (float)wd : 0.0f;
+        float w1 = (float)(1 - beta1), b2 = (float)beta2, w2 = (float)(1 - beta2);
         float step = (float)-(lr / bc1), bc2s = (float)bc2_sqrt;
         for (size_t i = 0; i < p->n; i++) {
             float g = p->g[i];
-            p->w[i] *= decay;
+            if (l2 != 0.0f) g = fmaf(l2, p->w[i], g);   // Adam: grad.add(param, alpha=wd)
+            else p->w[i] *= decay;                    // AdamW: param.mul_(1 - lr*wd)
             m[i] = lerpf(m[i], g, w1);
             v[i] = fmaf(w2, g * g, v[i] * b2);   // mul_(beta2).addcmul_(g, g, value=1-beta2)
             float denom = sqrtf(v[i]) / bc2s + (float)eps;

@@ -78,11 +78,16 @@ void musgd_step(MuSgd *o, const MuStep *st);
 // betas (momentum, 0.999), eps 1e-8, wd only on decaying groups. The groups are musgd_group(...,
 // use_muon = 0). MuStep.momentum is beta1: the reference's warmup moves only groups that carry a
 // "momentum" key, which AdamW's do not, so a caller matching it passes the constant momentum.
+// l2 = 1 makes it torch.optim.Adam instead (gelan's optimizer=Adam, train.py smart_optimizer): the
+// decay is added to the gradient first, g' = g + wd*p (fmaf, as SGD's), no decoupled decay, then the
+// same moments and update with g'.
+enum { OPT26_KIND_SGD = 0, OPT26_KIND_ADAMW = 1, OPT26_KIND_ADAM = 2 };   // Backend.opt26_new's kind
 typedef struct {
     MuParam *p;          // borrowed, n_params
     int      n_params;
     float   *m, *v;      // exp_avg, exp_avg_sq: packed in parameter order, zeros
     long     steps;      // t of the last step
+    int      l2;         // 1: Adam (L2 decay in the gradient), 0: AdamW (decoupled)
 } AdamW;
 
 void adamw_init(AdamW *o, MuParam *p, int n_params);

@@ -137,7 +137,8 @@ static int open_data(Config *cfg, Dataset *ds, Err *err) {
         snprintf(cfg->data, sizeof cfg->data, "%s/data.yaml", SYNTH_DIR);
         printf("data: the built-in synthetic dataset (%s; `yolotrain synth` regenerates it)\n", cfg->data);
     }
-    DatasetOptions opt = { .strict = cfg->strict, .min_items = cfg->min_items, .report = stderr };
+    DatasetOptions opt = { .strict = cfg->strict, .min_items = cfg->min_items, .report = stderr,
+                           .single_cls = cfg->single_cls, .fraction = cfg->fraction };
     if (dataset_open(NULL, cfg, "train", &opt, ds, err)) return -1;
     if (cfg->nc != ds->nc) {
         printf("Overriding model nc=%d with nc=%d from the dataset\n", cfg->nc, ds->nc);
@@ -146,9 +147,26 @@ static int open_data(Config *cfg, Dataset *ds, Err *err) {
     return 0;
 }
 
-// Keys the config accepts for pieces that are not built yet: say so instead of ignoring them.
+// Keys for training pieces that are not built: refuse them rather than train otherwise than asked.
+static int refuse_unbuilt_keys(const Config *cfg, Err *err) {
+    char at[CFG_PATH + 32];
+    if (cfg->rect)
+        return err_set(err, "%s: rect=1 (rectangular training batches, train.py --rect) is not built yet: training "
+                       "batches are square, imgsz x imgsz, with mosaic; set rect=0 (on resume: resume=DIR rect=0). "
+                       "Validation always uses rectangular batches", config_where_text(config_where(cfg, "rect"), at,
+                       sizeof at));
+    if (cfg->multi_scale)
+        return err_set(err, "%s: multi_scale=1 (train.py --multi-scale) is not built yet: every training batch is "
+                       "imgsz x imgsz; set multi_scale=0", config_where_text(config_where(cfg, "multi_scale"), at,
+                       sizeof at));
+    return 0;
+}
+
+// Keys the config accepts that change nothing: say so instead of ignoring them.
 static void note_unbuilt_keys(const Config *cfg) {
-    if (cfg->rect) printf("note: rect=1 has no effect yet: training batches are square (imgsz x imgsz)\n");
+    if (cfg->label_smoothing > 0)   // yolov9: smooth_BCE's cp, cn are never read by loss_tal.py; UL 8.4: no such key
+        printf("note: label_smoothing=%g changes nothing, as in the references: yolov9's loss_tal.py computes "
+               "smooth_BCE's targets and never uses them, and Ultralytics' YOLO26 loss has none\n", cfg->label_smoothing);
 }
 
 // The devices device= names, or -1 after printing why it cannot be used (with the GPUs found).
@@ -242,13 +260,19 @@ static int end_epoch(Config *cfg, Trainer *t, RunState *rs, int epoch, const Run
     // val_batch0 pictures after the first and the last epoch only: drawing and encoding them was most
     // of a small validation (3 ms of its 4.9 per image, coco128 on an H200); train.py plots none
     // during training
-    vo.picture_dir = epoch == 0 || epoch == cfg->epochs - 1 ? rs->dir : NULL;
+    vo.picture_dir = !cfg->noplots && (epoch == 0 || epoch == cfg->epochs - 1) ? rs->dir : NULL;
     // the plots of the run's last validation: the last epoch's, or one that patience may end the run after
-    vo.plots_dir = epoch == cfg->epochs - 1 || (cfg->patience > 0 && epoch - rs->best_epoch >= cfg->patience) ? rs->dir : NULL;
+    vo.plots_dir = !cfg->noplots && (epoch == cfg->epochs - 1 || (cfg->patience > 0 && epoch - rs->best_epoch >=
+                   cfg->patience)) ? rs->dir : NULL;
     vo.stop = &stop_requested;                         // a signal ends the pass within a batch
     fault_signal_at("val");
     ValResult v = { 0 };
-    int vrc = val_evaluate_ema(t, rs->val, &vo, &v, &err);   // the EMA weights, on every device
+    // noval: train.py's `if not noval or final_epoch`; an epoch not validated logs zeros (its results
+    // tuple as initialised), and its fitness 0 equals best_fitness 0 until a validation, so it is saved
+    // as best and counts as best for patience, as train.py's `best_fitness == fi` and EarlyStopping's >=
+    int skip = cfg->noval && epoch != cfg->epochs - 1;
+    int vrc = skip ? 0 : val_evaluate_ema(t, rs->val, &vo, &v, &err);   // the EMA weights, on every device
+    if (skip) vo.picture_dir = NULL;
     if (vrc && stop_requested) return 1;
     if (vrc) { fprintf(stderr, "yolotrain: validation failed: %s\n", err.msg); memset(&v, 0, sizeof v); }
     for (int k = 0; vo.picture_dir && !vrc && k < 2; k++)
@@ -257,13 +281,13 @@ static int end_epoch(Config *cfg, Trainer *t, RunState *rs, int epoch, const Run
     char csv[CFG_PATH * 2 + 64];
     snprintf(csv, sizeof csv, "%s/results.csv", rs->dir);
     snprintf(path, sizeof path, "%s/results.png", rs->dir);
-    if (plot_results(csv, path, &err)) fprintf(stderr, "note: %s\n", err.msg);
-    else if (epoch == cfg->epochs - 1) train_tb_picture(&rs->tb, rs->dir, "results.png", epoch);   // as yolov9, at the end
+    if (!cfg->noplots && plot_results(csv, path, &err)) fprintf(stderr, "note: %s\n", err.msg);
+    else if (!cfg->noplots && epoch == cfg->epochs - 1) train_tb_picture(&rs->tb, rs->dir, "results.png", epoch);   // as yolov9, at the end
     snprintf(path, sizeof path, "%s/weights/last.safetensors", rs->dir);
     int rc = 0;
     fault_signal_at("checkpoint");
     if (trainer_save(t, path, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); rc = -1; }
-    if (!rc && !vrc && (v.fitness > rs->best_fitness || rs->best_epoch < 0)) {
+    if (!rc && !vrc && (v.fitness > rs->best_fitness || rs->best_epoch < 0 || (skip && rs->best_fitness <= 0))) {
         rs->best_fitness = v.fitness;
         rs->best_epoch = epoch;
         snprintf(path, sizeof path, "%s/weights/best.safetensors", rs->dir);
@@ -366,7 +390,7 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
             if (loader_next(ld, &next)) multi_prefetch(t, next->images, next->n, S);
             else next = NULL;
             t->t.data += now_seconds() - tw;
-            if (epoch == 0 && i == 0) {
+            if (epoch == 0 && i == 0 && !cfg->noplots) {
                 snprintf(path, sizeof path, "%s/train_batch0.jpg", dir);
                 if (picture_batch(b, ds->names, ds->nc, path, &err)) fprintf(stderr, "note: %s\n", err.msg);
                 else train_tb_picture(&rs->tb, dir, "train_batch0.jpg", 0);
@@ -562,6 +586,7 @@ int train_run(Config *cfg) {
 static int train_run_(Config *cfg) {
     Err err;
     DeviceList devs;
+    if (refuse_unbuilt_keys(cfg, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return 2; }
     if (pick_devices(cfg, &devs)) return 2;
     int gpu = devs.gpu[0];
     note_unbuilt_keys(cfg);
@@ -569,7 +594,7 @@ static int train_run_(Config *cfg) {
     fault_signal_at("startup");
     if (open_data(cfg, &ds, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return 2; }
     Dataset vds;
-    DatasetOptions vopt = { .strict = cfg->strict, .nc = ds.nc, .report = stderr };
+    DatasetOptions vopt = { .strict = cfg->strict, .nc = ds.nc, .report = stderr, .single_cls = cfg->single_cls };
     if (dataset_open(NULL, cfg, "val", &vopt, &vds, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); dataset_free(&ds); return 2; }
     LoaderConfig lc = loader_config(cfg, 1);
     Loader *ld;
@@ -595,7 +620,7 @@ static int train_run_(Config *cfg) {
     }
     char path[CFG_PATH * 2 + 32];
     write_args(cfg, dir);
-    if (!cfg->resume[0]) plots_labels(&ds, dir);   // labels.jpg, as train.py before the first epoch
+    if (!cfg->resume[0] && !cfg->noplots) plots_labels(&ds, dir);   // labels.jpg, as train.py before the first epoch
     char where[64];
     if (devs.n > 1) snprintf(where, sizeof where, "%d %s (%s)", devs.n, gpu < 0 ? "CPU devices" : "GPUs", gpu < 0 ? "fp32" : cfg->precision);
     else snprintf(where, sizeof where, gpu < 0 ? "cpu" : "GPU %d (%s)", gpu, cfg->precision);

@@ -20,6 +20,9 @@ static const char *GROUP_NAME[MU_GROUPS] = { "weight-hi", "weight", "bn-hi", "bn
 
 int train26_check(const Config *cfg, Err *err) {
     char at[CFG_PATH + 32];
+    if (!strcmp(cfg->optimizer, "Adam"))
+        return err_set(err, "%s: optimizer=Adam is gelan's (train.py smart_optimizer); YOLO26 trains with auto, "
+                       "SGD, MuSGD or AdamW", config_where_text(config_where(cfg, "optimizer"), at, sizeof at));
     if (!strcmp(cfg->reduce, "sharded"))
         return err_set(err, "%s: reduce=sharded splits the gelan-s SGD update into shards; YOLO26 trains with "
                        "MuSGD/AdamW, whose Newton-Schulz step needs each weight matrix whole: use reduce=device0",

@@ -75,6 +75,7 @@ static int trainer_setup(Trainer *t, const Config *cfg, int gpu, int master, int
         // against the least of MemAvailable, the cgroup limit and ulimit -v.
         if (blas_reserve(err)) { model_free(m); return -1; }
         double states = t->fam->host_states;           // YOLO26: two optimizer states (MuSGD s, m; AdamW m, v)
+        if (m->opt_block && states < 4) states = 4;    // gelan's Adam: EMA, receive, m, v
         double stacks = (cfg->workers + 4.0) * (8 << 20);   // loader and BLAS threads' stacks (address space)
         double need = model_host_bytes(m) + stacks +
                       sizeof(float) * (states * m->n_state + (double)cfg->batch * cfg->imgsz * cfg->imgsz * 3);

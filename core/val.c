@@ -503,7 +503,7 @@ static int open_val_data(Config *cfg, Dataset *ds, Err *err) {
         if (synth_ensure(SYNTH_DIR, err)) return -1;
         snprintf(cfg->data, sizeof cfg->data, "%s/data.yaml", SYNTH_DIR);
     }
-    DatasetOptions opt = { .strict = cfg->strict, .report = stderr };
+    DatasetOptions opt = { .strict = cfg->strict, .report = stderr, .single_cls = cfg->single_cls };   // val.py too
     if (dataset_open(NULL, cfg, cfg->val_split[0] ? cfg->val_split : "val", &opt, ds, err)) return -1;
     if (cfg->nc != ds->nc) config_set_nc(cfg, ds->nc);
     return 0;

@@ -312,7 +312,7 @@ static void *gpu_opt26_new(void *ctx, MuParam *p, int n, int adamw, double muon,
     float *s = arena_take(&DEV->optim, 2 * n_all * sizeof(float), 256);
     zero(ctx, s, 2 * n_all);
     *state = s;
-    if (adamw) return adamw_new_gpu(DEV, &DEV->optim, p, n, s, s + n_all);
+    if (adamw) return adamw_new_gpu(DEV, &DEV->optim, p, n, s, s + n_all, adamw == OPT26_KIND_ADAM);
     return musgd_new_gpu(DEV, &DEV->optim, p, n, muon, sgd, s + n_all, s);
 }
 static void gpu_opt26_step(void *ctx, void *o, const MuStep *st, long steps) {

@@ -35,6 +35,7 @@ struct NsBatch { int first, k, r, c; };
 
 struct GpuMuSgd {
     int adamw;             // 1: AdamW, else MuSGD
+    int l2;                // with adamw: Adam (the decay added to the gradient), as AdamW.l2
     double muon, sgd;      // MuSGD's weights
     const MuSlot *all;     // device, parameter order
     int n_params;
@@ -48,7 +49,7 @@ struct GpuMuSgd {
 // Per-step scalars, per group where the CPU twin computes them per parameter.
 struct SgdHyper  { float alpha[MU_GROUPS], wd[MU_GROUPS], beta; };
 struct MuonHyper { float alpha[MU_GROUPS]; };
-struct AdamHyper { float decay[MU_GROUPS], step[MU_GROUPS], w1, b2, w2, bc2s, eps; };
+struct AdamHyper { float decay[MU_GROUPS], l2[MU_GROUPS], step[MU_GROUPS], w1, b2, w2, bc2s, eps; };
 
 // The bf16 buffers of one NS batch (k matrices) in scratch: Y the iterate (k, m, nw), A the Gram
 // matrix, T = c*A, B the polynomial (k, m, m); fp32 GEMM results G32 (k, m, m) and Z32 (k, m, nw).
@@ -98,14 +99,17 @@ __global__ void musgd_sgd_kernel(const MuSlot *t, int n_slots, size_t chunks, Sg
     }
 }
 
-// adamw_step's element: decoupled decay, then the moments and the bias-corrected update
+// adamw_step's element: decoupled decay (Adam: the decay into the gradient), then the moments and
+// the bias-corrected update
 __global__ void adamw_kernel(const MuSlot *t, int n_slots, size_t chunks, AdamHyper h) {
     for (size_t b = blockIdx.x; b < chunks; b += gridDim.x) {
         MuSlot s = t[slot_of_chunk(t, n_slots, b)];
         size_t lo = (b - s.chunk0) * MU_CHUNK, hi = lo + MU_CHUNK < s.n ? lo + MU_CHUNK : s.n;
-        float decay = h.decay[s.group], step = h.step[s.group];
+        float decay = h.decay[s.group], l2 = h.l2[s.group], step = h.step[s.group];
         for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-            float g = s.g[i], w = __fmul_rn(s.w[i], decay);
+            float g = s.g[i], w = s.w[i];
+            if (l2 != 0.0f) g = __fmaf_rn(l2, w, g);
+            else w = __fmul_rn(w, decay);
             float m = lerp_rn(s.a[i], g, h.w1);
             float v = __fmaf_rn(h.w2, __fmul_rn(g, g), __fmul_rn(s.b[i], h.b2));
             float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), h.bc2s), h.eps);
@@ -388,8 +392,10 @@ extern "C" GpuMuSgd *musgd_new_gpu(Device *dev, Arena *a, const MuParam *p, int 
 }
 
 extern "C" GpuMuSgd *adamw_new_gpu(Device *dev, Arena *a, const MuParam *p, int n_params, float *m,
-                                   float *v) {
-    return opt_new(dev, a, p, n_params, 1, m, v);
+                                   float *v, int l2) {
+    GpuMuSgd *o = opt_new(dev, a, p, n_params, 1, m, v);
+    o->l2 = l2;
+    return o;
 }
 
 extern "C" long musgd_steps_gpu(const GpuMuSgd *o) { return o->steps; }
@@ -443,7 +449,8 @@ static void adamw_steps(Device *dev, GpuMuSgd *o, const MuStep *st) {
                     (float)eps };
     for (int g = 0; g < MU_GROUPS; g++) {
         double lr = st->lr[g], wd = musgd_group_decays(g) ? st->weight_decay : 0;
-        h.decay[g] = (float)(1 - lr * wd);
+        h.decay[g] = o->l2 ? 1.0f : (float)(1 - lr * wd);
+        h.l2[g] = o->l2 ? (float)wd : 0.0f;
         h.step[g] = (float)-(lr / bc1);
     }
     adamw_kernel<<<chunk_grid(o->chunks), THREADS, 0, dev->stream>>>(o->all, o->n_params, o->chunks, h);

@@ -26,7 +26,8 @@ size_t    musgd_state_floats(const MuParam *p, int n_params);      // sum of the
 size_t    musgd_scratch_bytes_gpu(const MuParam *p, int n_params); // the largest step's scratch
 GpuMuSgd *musgd_new_gpu(Device *dev, Arena *a, const MuParam *p, int n_params, double muon, double sgd,
                         float *m, float *s);
-GpuMuSgd *adamw_new_gpu(Device *dev, Arena *a, const MuParam *p, int n_params, float *m, float *v);
+// l2 = 1: Adam (AdamW.l2 of the CPU twin)
+GpuMuSgd *adamw_new_gpu(Device *dev, Arena *a, const MuParam *p, int n_params, float *m, float *v, int l2);
 void      musgd_free_gpu(GpuMuSgd *o);                               // host side only
 // AdamW's step count t (AdamW.steps of the CPU twin; MuSGD keeps none): saved with a checkpoint
 // and set again on resume, before the next step.

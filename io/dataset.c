@@ -600,6 +600,29 @@ static void dataset_names(Dataset *ds, const DataSpec *d, int nc) {
         ds->names[i] = i < d->nc ? xstrdup(d->names[i]) : str_fmt("class_%d", i);
 }
 
+// single_cls: train.py's `names = {0: 'item'} if single_cls and len(names) != 1`, every class 0
+// (LoadImagesAndLabels: labels[i][:, 0] = 0), after the labels were checked against the data's names
+static void dataset_single_cls(Dataset *ds) {
+    for (int i = 0; i < ds->n; i++)
+        for (int j = 0; j < ds->s[i].nbox; j++) ds->s[i].box[j].cls = 0;
+    if (ds->nc != 1) {
+        for (int i = 0; i < ds->nc; i++) free(ds->names[i]);
+        ds->names = xrealloc(ds->names, sizeof *ds->names);
+        ds->names[0] = xstrdup("item");
+        ds->nc = 1;
+    }
+}
+
+// fraction: how many of the n sorted images Ultralytics keeps (im_files[: round(n * fraction)]); -1 when none
+static int fraction_keep(int n, double fraction, const char *split, Err *err) {
+    if (!(fraction > 0 && fraction < 1)) return n;
+    int keep = (int)nearbyint(n * fraction);           // the default rounding mode: half to even, as round()
+    if (keep <= 0)
+        return err_set(err, "%s: fraction=%g keeps none of the %d images; raise fraction (1.0: all)", split,
+                       fraction, n);
+    return keep;
+}
+
 int dataset_open(const char *yaml, const Config *cfg, const char *split,
                  const DatasetOptions *opt, Dataset *out, Err *err) {
     static const DatasetOptions defaults = {0};
@@ -614,21 +637,26 @@ int dataset_open(const char *yaml, const Config *cfg, const char *split,
         dataspec_free(&d);
         return -1;
     }
+    int model_nc = opt->nc > 0 && !opt->single_cls;   // single_cls: the data's names check the labels
     Checker c = {.r = {.f = opt->report ? opt->report : stderr},
-                 .nc = opt->nc > 0 ? opt->nc : d.nc, .nc_from = opt->nc > 0 ? "the model" : d.file};
+                 .nc = model_nc ? opt->nc : d.nc, .nc_from = model_nc ? "the model" : d.file};
     static char noted[CFG_PATH];                   // the description whose download: was reported last
     if (d.download_note && strcmp(noted, d.file)) {
         fprintf(c.r.f, "%s\n", d.download_note);
         snprintf(noted, sizeof noted, "%s", d.file);
     }
     Lister L = {.r = &c.r};
-    int rc = split_list(&d, k, &L, err);
+    int rc = split_list(&d, k, &L, err), keep = 0;
+    if (rc == 0 && (keep = fraction_keep(L.images.n, opt->fraction, split, err)) < 0) rc = -1;
     if (rc == 0) {
         dataset_names(out, &d, c.nc);
-        out->n_listed = L.images.n;
-        for (int i = 0; i < L.images.n; i++) validate_image(&c, L.images.v[i], opt->min_items, out);
-        orphans_report(&c, &L, out);
+        out->n_listed = keep;
+        if (keep < L.images.n && !opt->quiet)
+            fprintf(c.r.f, "%s: fraction=%g: the first %d of %d images\n", split, opt->fraction, keep, L.images.n);
+        for (int i = 0; i < keep; i++) validate_image(&c, L.images.v[i], opt->min_items, out);
+        orphans_report(&c, &L, out);           // over the whole list: the images left out have their labels
         out->n_warnings = c.r.n_warnings;
+        if (opt->single_cls) dataset_single_cls(out);
         dataset_count(out);
         if (!opt->quiet) summary_print(out, split, opt->min_items, c.r.f);
         rc = dataset_verdict(out, &c, split, opt->strict, &d, err);

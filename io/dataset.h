@@ -53,6 +53,11 @@ typedef struct {
     int   min_items;    // > 0: drop images with fewer labels (YOLOv9 --min-items); not a problem
     int   nc;           // > 0: validate class ids against this (the model's nc) instead of the names
     int   quiet;        // 1: no summary line (problems are still reported)
+    int   single_cls;   // 1: every label's class becomes 0, nc 1, names ['item'] (kept when the data has
+                        // one name), as train.py --single-cls; class ids are still checked against the
+                        // data's names (not opt->nc) first, as Ultralytics' label check
+    double fraction;    // 0 < f < 1: only the first round(f * n) of the sorted image list, before
+                        // validation (Ultralytics' fraction=, Python's round: half to even); else all
     FILE *report;       // where problems and the summary go; NULL = stderr
 } DatasetOptions;
 

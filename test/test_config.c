@@ -346,6 +346,10 @@ static void test_flags_and_aliases(void) {
     char *a6[] = { "--exst-ok", "device=cpu" };
     rc = config_load("cfg/s.ini", 2, a6, &cfg, &err);
     CHECK(rc == -1 && strstr(err.msg, "unknown key") && strstr(err.msg, "exist_ok"), "misspelt flag: %s", err.msg);
+    char *a8[] = { "--noval", "--noplots", "--single-cls", "device=cpu" };   // item 6's flags, bare
+    rc = config_load("cfg/s.ini", 4, a8, &cfg, &err);
+    CHECK(rc == 0 && cfg.noval == 1 && cfg.noplots == 1 && cfg.single_cls == 1 && !strcmp(cfg.device, "cpu"),
+          "bare --noval --noplots --single-cls: %s", err.msg);
     char *a7[] = { "--batch-size", "--exist-ok" };
     rc = config_load("cfg/s.ini", 2, a7, &cfg, &err);
     CHECK(rc == -1 && strstr(err.msg, "needs a value"), "a key that is no flag: %s", err.msg);

@@ -33,7 +33,7 @@ static const char *at(const char *dir, const char *rel) {   // dir/rel, in one o
 
 // A fresh scratch folder, removed at exit (mkdtemp: test_tmpdir's snprintf trips -Werror=format-
 // truncation in gcc 12 at -O2).
-static char scratch_dirs[8][4096];
+static char scratch_dirs[16][4096];
 static int n_scratch;
 
 static void scratch_remove(void) {
@@ -46,7 +46,7 @@ static void scratch_remove(void) {
 static const char *scratch(const char *tag) {
     const char *t = getenv("TMPDIR");
     char *dir = scratch_dirs[n_scratch];
-    if (n_scratch == 8 || snprintf(dir, sizeof scratch_dirs[0], "%s/yt-test-%s-XXXXXX",
+    if (n_scratch == 16 || snprintf(dir, sizeof scratch_dirs[0], "%s/yt-test-%s-XXXXXX",
                                    t && *t ? t : "/tmp", tag) >= (int)sizeof scratch_dirs[0] ||
         !mkdtemp(dir)) {
         printf("cannot create a scratch folder for %s\n", tag);
@@ -275,6 +275,58 @@ static void test_strict_and_min_items(void) {
     CHECK(o.rc == 0, "%s", o.err.msg);
     if (o.rc == 0) CHECK(o.ds.n == 5 && o.ds.nc == 1, "%d kept, nc %d", o.ds.n, o.ds.nc);
     CHECK_HAS(o.report, "labels/train/ok1.txt:2: class 1 is outside 0..0 (nc = 1, from the model)");
+    opened_free(&o);
+}
+
+// single_cls (train.py: labels[:, 0] = 0, names {0: 'item'} unless the data has one name) and
+// fraction (Ultralytics: im_files[: round(n * fraction)] of the sorted list, round half to even)
+static void test_single_cls_and_fraction(void) {
+    const char *root = scratch("options");
+    const char *img[5] = { "images/t/e.png", "images/t/a.png", "images/t/c.png", "images/t/b.png", "images/t/d.png" };
+    const char *lab[5] = { "labels/t/e.txt", "labels/t/a.txt", "labels/t/c.txt", "labels/t/b.txt", "labels/t/d.txt" };
+    const char *row[5] = { "2 0.5 0.5 0.2 0.2\n", "1 0.5 0.5 0.2 0.2\n0 0.4 0.4 0.1 0.1\n", "2 0.5 0.5 0.3 0.3\n",
+                           "0 0.5 0.5 0.2 0.2\n", "1 0.5 0.5 0.2 0.2\n" };
+    for (int i = 0; i < 5; i++) { put_png(root, img[i], 16, 16); put(root, lab[i], row[i]); }
+    put(root, "data.yaml", "train: images/t\nval: images/t\nnames: [x, y, z]\n");
+    put(root, "one.yaml", "train: images/t\nval: images/t\nnames: [only]\n");
+
+    Opened o = open_split(at(root, "data.yaml"), NULL, "train", (DatasetOptions){.single_cls = 1, .nc = 1});
+    CHECK(o.rc == 0, "%s", o.err.msg);
+    if (o.rc == 0) {
+        CHECK(o.ds.n == 5 && o.ds.nc == 1 && !strcmp(o.ds.names[0], "item"), "%d images, nc %d, %s", o.ds.n, o.ds.nc,
+              o.ds.names[0]);
+        for (int i = 0; i < o.ds.n; i++)
+            for (int j = 0; j < o.ds.s[i].nbox; j++) CHECK(o.ds.s[i].box[j].cls == 0, "%s: class %d", o.ds.s[i].image,
+                                                           o.ds.s[i].box[j].cls);
+        CHECK(o.ds.n_instances == 6 && o.ds.class_count[0] == 6, "%d instances", o.ds.n_instances);
+        CHECK(o.ds.n_excluded == 0, "the model's nc 1 must not exclude classes 1 and 2 under single_cls");
+    }
+    opened_free(&o);
+    // len(names) == 1: the name is kept; classes 1 and 2 are still outside the data's names (excluded)
+    o = open_split(at(root, "one.yaml"), NULL, "train", (DatasetOptions){.single_cls = 1});
+    CHECK(o.rc == 0, "%s", o.err.msg);
+    if (o.rc == 0) CHECK(o.ds.n == 1 && o.ds.nc == 1 && !strcmp(o.ds.names[0], "only"), "%d, %s", o.ds.n, o.ds.names[0]);
+    opened_free(&o);
+
+    // round(5 * 0.5) = round(2.5) = 2 (half to even), round(5 * 0.7) = round(3.5) = 4, round(5 * 0.3) = round(1.5) = 2
+    static const struct { double f; int n; } frac[] = { { 0.5, 2 }, { 0.7, 4 }, { 0.3, 2 }, { 0.9, 4 }, { 1.0, 5 } };
+    for (int k = 0; k < 5; k++) {
+        o = open_split(at(root, "data.yaml"), NULL, "train", (DatasetOptions){.fraction = frac[k].f});
+        CHECK(o.rc == 0, "%s", o.err.msg);
+        if (o.rc == 0) {
+            CHECK(o.ds.n == frac[k].n, "fraction %g: %d images, want %d", frac[k].f, o.ds.n, frac[k].n);
+            for (int i = 0; i < o.ds.n; i++) {                // the first of the sorted list: a, b, c, d
+                char want[8];
+                snprintf(want, sizeof want, "%c.png", 'a' + i);
+                CHECK(find(&o.ds, want) == &o.ds.s[i], "fraction %g: image %d is not %s", frac[k].f, i, want);
+            }
+            CHECK(!has(o.report, "label file without an image"), "left-out images' labels are no orphans:\n%s", o.report);
+        }
+        opened_free(&o);
+    }
+    o = open_split(at(root, "data.yaml"), NULL, "train", (DatasetOptions){.fraction = 0.05});
+    CHECK(o.rc == -1, "round(0.25) = 0 images must fail");
+    CHECK_HAS(o.err.msg, "fraction=0.05 keeps none of the 5 images");
     opened_free(&o);
 }
 
@@ -537,6 +589,7 @@ static void test_coco128(void) {
 int main(void) {
     RUN(test_label_rules);
     RUN(test_strict_and_min_items);
+    RUN(test_single_cls_and_fraction);
     RUN(test_yaml_forms);
     RUN(test_yaml_root_and_download);
     RUN(test_ini_data);

@@ -1,5 +1,5 @@
 // test_gpu_musgd.c: gpu/musgd.h against core/musgd.h: Newton-Schulz alone on several shapes, three
-// MuSGD steps on a model-like parameter set, three AdamW steps (bit for bit); gradients zeroed, no
+// MuSGD steps on a model-like parameter set, three AdamW and three Adam steps (bit for bit); gradients zeroed, no
 // allocation. Without CUDA in the build, or without a GPU, every test is a skip.
 // Legend: n floats of a tensor; r x c a Muon matrix view; k matrices of one Newton-Schulz call.
 //
@@ -25,7 +25,7 @@
 #endif
 
 #define GPU_TESTS(X) X(test_newton_schulz) X(test_musgd_steps_sparse) X(test_musgd_steps_dense) \
-    X(test_adamw_steps)
+    X(test_adamw_steps) X(test_adam_steps)
 
 #define GPU_ARENAS { 0, 0, (size_t)1 << 20, (size_t)64 << 20, (size_t)64 << 20 }
 #include "test/gpu_harness.h"
@@ -349,17 +349,17 @@ static void test_musgd_steps_dense(void) {
     musgd_run(0);
 }
 
-// ---- AdamW --------------------------------------------------------------------------------------
+// ---- AdamW and Adam (l2: gelan's optimizer=Adam) -----------------------------------------------
 
-static void test_adamw_steps(void) {
-    NEED_GPU();
+static void adam_run(int l2) {
     Rng r = rng_for(83, 0, 0);
     Model m;
     model_init(&m, 0, &r);
     AdamW cpu;
     adamw_init(&cpu, m.p[0], N_MODEL);
+    cpu.l2 = l2;
     float *dm = dev_zeros(m.total), *dv = dev_zeros(m.total);
-    GpuMuSgd *o = adamw_new_gpu(&dev, &dev.optim, m.p[2], N_MODEL, dm, dv);
+    GpuMuSgd *o = adamw_new_gpu(&dev, &dev.optim, m.p[2], N_MODEL, dm, dv, l2);
     size_t allocs = gpu_alloc_count(), scratch = dev.scratch.used;
     for (int step = 0; step < 3; step++) {
         MuStep st = step_at(step, 0);
@@ -367,7 +367,7 @@ static void test_adamw_steps(void) {
         adamw_step(&cpu, &st);
         musgd_step_gpu(&dev, o, &st);
         char what[64];
-        snprintf(what, sizeof what, "adamw step %d w", step);
+        snprintf(what, sizeof what, "%s step %d w", l2 ? "adam" : "adamw", step);
         check_same(what, m.total, m.dw, m.w[0]);
         check_same("adamw m", m.total, dm, cpu.m);
         check_same("adamw v", m.total, dv, cpu.v);
@@ -379,6 +379,16 @@ static void test_adamw_steps(void) {
     musgd_free_gpu(o);
     adamw_free(&cpu);
     model_free(&m);
+}
+
+static void test_adamw_steps(void) {
+    NEED_GPU();
+    adam_run(0);
+}
+
+static void test_adam_steps(void) {
+    NEED_GPU();
+    adam_run(1);
 }
 
 GPU_MAIN()

@@ -284,6 +284,54 @@ static void test_adamw_by_hand(void) {
     adamw_free(&o);
 }
 
+// Adam (torch.optim.Adam, l2 = 1) by the formulas in double: the decay added to the gradient on the
+// weight group only, then AdamW's moments and bias correction, no decoupled decay
+static void test_adam_by_hand(void) {
+    float w1[3] = { 0.5f, -0.2f, 0.1f }, g1[3], w2[2] = { 0.3f, -0.4f }, g2[2];
+    int s1[1] = { 3 }, s2[1] = { 2 };
+    MuParam p[2] = { musgd_param(w1, g1, s1, 1, MU_WEIGHT), musgd_param(w2, g2, s2, 1, MU_BIAS) };
+    AdamW o;
+    adamw_init(&o, p, 2);
+    o.l2 = 1;
+    MuStep st = { { 0 }, 0.937, 0.05 };                // a large decay: its place in the formula shows
+    st.lr[MU_WEIGHT] = 0.01; st.lr[MU_BIAS] = 0.02;
+    double W[5] = { 0.5f, -0.2f, 0.1f, 0.3f, -0.4f }, M[5] = { 0 }, V[5] = { 0 };
+    for (int t = 1; t <= 3; t++) {
+        double G[5] = { 0.1 * t, -0.3, 0.02, 0.5, -0.05 * t };
+        for (int i = 0; i < 3; i++) g1[i] = (float)G[i];
+        for (int i = 0; i < 2; i++) g2[i] = (float)G[3 + i];
+        for (int i = 0; i < 5; i++) {
+            double lr = i < 3 ? 0.01 : 0.02, wd = i < 3 ? 0.05 : 0, g = (float)G[i] + wd * W[i];
+            M[i] = 0.937 * M[i] + 0.063 * g;
+            V[i] = 0.999 * V[i] + 0.001 * g * g;
+            double mh = M[i] / (1 - pow(0.937, t)), vh = V[i] / (1 - pow(0.999, t));
+            W[i] -= lr * mh / (sqrt(vh) + 1e-8);
+        }
+        adamw_step(&o, &st);
+        for (int i = 0; i < 5; i++) {
+            float got = i < 3 ? w1[i] : w2[i - 3];
+            CHECK(fabs(got - W[i]) < 1e-6, "step %d w[%d] %.9g vs %.9g", t, i, got, W[i]);
+        }
+        CHECK(g1[0] == 0 && g2[1] == 0, "gradients zeroed");
+    }
+    // AdamW on the same inputs differs (decoupled decay): the mode matters
+    float a1[3] = { 0.5f, -0.2f, 0.1f }, h1[3] = { 0.1f, -0.3f, 0.02f };
+    MuParam q = musgd_param(a1, h1, s1, 1, MU_WEIGHT);
+    AdamW d;
+    adamw_init(&d, &q, 1);
+    adamw_step(&d, &st);
+    float b1[3] = { 0.5f, -0.2f, 0.1f }, k1[3] = { 0.1f, -0.3f, 0.02f };
+    MuParam r = musgd_param(b1, k1, s1, 1, MU_WEIGHT);
+    AdamW e;
+    adamw_init(&e, &r, 1);
+    e.l2 = 1;
+    adamw_step(&e, &st);
+    CHECK(a1[2] != b1[2], "Adam and AdamW give the same step: %.9g", a1[2]);
+    adamw_free(&d);
+    adamw_free(&e);
+    adamw_free(&o);
+}
+
 int main(void) {
     RUN(test_auto);
     RUN(test_groups);
@@ -292,5 +340,6 @@ int main(void) {
     RUN(test_ns_random);
     RUN(test_step_by_hand);
     RUN(test_adamw_by_hand);
+    RUN(test_adam_by_hand);
     return test_summary();
 }
