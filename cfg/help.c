@@ -79,7 +79,7 @@ static const struct { const char *name, *text; } key_help[] = {
 // The keys each mode reads: whole sections ("[train]") and single keys.
 static const struct { const char *mode, *keys; } mode_keys[] = {
     { "train",  "[model] [train] [parallel] [hyp]" },
-    { "val",    "data weights device precision batch imgsz workers cache project name exist_ok [val]" },
+    { "val",    "data weights device precision batch imgsz workers cache project name exist_ok single_cls [val]" },
     { "detect", "weights data device precision imgsz project name exist_ok max_det save_txt" },
     { "export", "weights imgsz" },
     { "info",   "imgsz nc depth_multiple width_multiple" },
