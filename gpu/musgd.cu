@@ -445,8 +445,12 @@ static void adamw_steps(Device *dev, GpuMuSgd *o, const MuStep *st) {
     const double beta1 = st->momentum, beta2 = 0.999, eps = 1e-8;
     long t = ++o->steps;
     double bc1 = 1 - pow(beta1, (double)t), bc2_sqrt = sqrt(1 - pow(beta2, (double)t));
-    AdamHyper h = { {}, {}, (float)(1 - beta1), (float)beta2, (float)(1 - beta2), (float)bc2_sqrt,
-                    (float)eps };
+    AdamHyper h = {};                              // by name: the arrays are filled below
+    h.w1 = (float)(1 - beta1);
+    h.b2 = (float)beta2;
+    h.w2 = (float)(1 - beta2);
+    h.bc2s = (float)bc2_sqrt;
+    h.eps = (float)eps;
     for (int g = 0; g < MU_GROUPS; g++) {
         double lr = st->lr[g], wd = musgd_group_decays(g) ? st->weight_decay : 0;
         h.decay[g] = o->l2 ? 1.0f : (float)(1 - lr * wd);
