@@ -104,6 +104,10 @@ all: yolotrain
 # `yolotrain --version`: the commit this binary was built from
 YT_VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 $(B)/core/main.o: CFLAGS += -DYT_VERSION='"$(YT_VERSION)"'
+# main.o is rebuilt when the version changes (a new commit), not only when core/main.c does
+$(B)/core/main.o: $(B)/version
+$(B)/version: FORCE
+	@mkdir -p $(dir $@); echo '$(YT_VERSION)' | cmp -s - $@ || echo '$(YT_VERSION)' > $@
 
 yolotrain: $(B)/core/main.o $(B)/libyt.a FORCE
 	$(CC) $(LDFLAGS) -o $@ $(B)/core/main.o $(B)/libyt.a $(LDLIBS)
