@@ -16,20 +16,17 @@ extern "C" int conv_stem_fits(const ConvDims *d) {
 
 __device__ static inline float operand(float v, bool rnd) { return rnd ? __bfloat162float(__float2bfloat16(v)) : v; }
 
-// The 27 inputs of output pixel m in PyTorch's weight order (c, r, s); padding reads as 0.
-__device__ static void stem_patch(const ConvDims &d, Map x, unsigned m, bool rnd, float *v) {
+// Values j0 .. j1-1 of output pixel m's patch, in PyTorch's weight order (c, r, s), into row; padding
+// reads as 0. The forward takes all 27 (the loop unrolls), the weight gradient's staging 7 a thread.
+__device__ static inline void stem_values(const ConvDims &d, Map x, unsigned m, int j0, int j1, bool rnd, float *row) {
     unsigned pq = m % (unsigned)(d.P * d.Q), n = m / (unsigned)(d.P * d.Q);
     int p = (int)(pq / d.Q), q = (int)(pq % d.Q);
 #pragma unroll
-    for (int r = 0; r < 3; r++)
-#pragma unroll
-        for (int s = 0; s < 3; s++) {
-            int h = p * d.stride - d.pad + r, w = q * d.stride - d.pad + s;
-            bool in = h >= 0 && h < d.H && w >= 0 && w < d.W;
-            size_t off = in ? (((size_t)n * d.H + h) * d.W + w) * x.ld : 0;
-#pragma unroll
-            for (int c = 0; c < STEM_C; c++) v[c * 9 + r * 3 + s] = in ? operand(map_get(x, off + c), rnd) : 0.0f;
-        }
+    for (int j = j0; j < j1; j++) {
+        int c = j / 9, r = j % 9 / 3, s = j % 3, h = p * d.stride - d.pad + r, w = q * d.stride - d.pad + s;
+        bool in = h >= 0 && h < d.H && w >= 0 && w < d.W;
+        row[j] = in ? operand(map_get(x, (((size_t)n * d.H + h) * d.W + w) * x.ld + c), rnd) : 0.0f;
+    }
 }
 
 // y (either storage) = conv(x) (+ b): one thread per output pixel, the weights in shared memory.
@@ -58,7 +55,7 @@ __global__ void stem_forward_kernel(ConvDims d, Map x, const float *w, const flo
     unsigned M = (unsigned)(d.N * d.P) * d.Q;
     for (unsigned m = blockIdx.x * blockDim.x + threadIdx.x; m < M; m += gridDim.x * blockDim.x) {
         float v[STEM_J];
-        stem_patch(d, x, m, rnd, v);
+        stem_values(d, x, m, 0, STEM_J, rnd, v);
         size_t off = (size_t)m * y.ld;
         for (int k0 = 0; k0 < K; k0 += 8) {
             float acc[8];
@@ -70,17 +67,6 @@ __global__ void stem_forward_kernel(ConvDims d, Map x, const float *w, const flo
             }
             put8(y, off + k0, acc);
         }
-    }
-}
-
-// Values j0 .. j1-1 (in (c, r, s) order) of output pixel m's patch into row; padding reads as 0.
-__device__ static inline void stem_values(const ConvDims &d, Map x, unsigned m, int j0, int j1, bool rnd, float *row) {
-    unsigned pq = m % (unsigned)(d.P * d.Q), n = m / (unsigned)(d.P * d.Q);
-    int p = (int)(pq / d.Q), q = (int)(pq % d.Q);
-    for (int j = j0; j < j1; j++) {
-        int c = j / 9, r = j % 9 / 3, s = j % 3, h = p * d.stride - d.pad + r, w = q * d.stride - d.pad + s;
-        bool in = h >= 0 && h < d.H && w >= 0 && w < d.W;
-        row[j] = in ? operand(map_get(x, (((size_t)n * d.H + h) * d.W + w) * x.ld + c), rnd) : 0.0f;
     }
 }
 

@@ -3,7 +3,9 @@
 // class logits | 3 pad floats], and a kind that sets how many (anchor, class) pairs clear conf 0.001.
 // Legend: N images, A anchors, nc classes, C = 64 + nc channels, ld = C + 3.
 #pragma once
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/nms.h"
 #include "core/util.h"
@@ -58,3 +60,18 @@ static inline void heads_make(Heads *h, int N, int img_h, int img_w, int nc, int
 }
 
 static inline void heads_free(Heads *h) { free(h->buf); }
+
+// Image n's detections from a device (got, nd of them) against the CPU reference's (want, nw): 0 when
+// equal detection for detection, bit for bit; else 1, with the first difference printed under `what`.
+static inline int dets_differ(const char *what, int n, const Det *got, int nd, const Det *want, int nw) {
+    int first = -1;
+    for (int i = 0; i < nw && i < nd && first < 0; i++) if (memcmp(&got[i], &want[i], sizeof(Det))) first = i;
+    if (nw == nd && first < 0) return 0;
+    printf("    %s image %d: %d detections, CPU %d", what, n, nd, nw);
+    if (first >= 0)
+        printf("; detection %d: cls %d conf %.9g box %.9g %.9g %.9g %.9g vs CPU cls %d conf %.9g box %.9g %.9g %.9g %.9g",
+               first, got[first].cls, got[first].conf, got[first].x1, got[first].y1, got[first].x2, got[first].y2,
+               want[first].cls, want[first].conf, want[first].x1, want[first].y1, want[first].x2, want[first].y2);
+    printf("\n");
+    return 1;
+}

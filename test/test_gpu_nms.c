@@ -42,17 +42,7 @@ static int compare(const Heads *h, const NmsOptions *o, const char *what, int *k
         nms_decode(h->head, h->strides, 3, n, h->nc, boxes, scores);
         int nw = nms_run(boxes, scores, h->A, h->nc, o, want);
         *kept += nw;
-        const Det *g = got + (size_t)n * D;
-        int first = -1;
-        for (int i = 0; i < nw && i < nd[n] && first < 0; i++) if (memcmp(&g[i], &want[i], sizeof(Det))) first = i;
-        if (nw == nd[n] && first < 0) continue;
-        bad++;
-        printf("    %s image %d: %d detections, CPU %d", what, n, nd[n], nw);
-        if (first >= 0)
-            printf("; detection %d: cls %d conf %.9g box %.9g %.9g %.9g %.9g vs CPU cls %d conf %.9g box %.9g %.9g %.9g %.9g",
-                   first, g[first].cls, g[first].conf, g[first].x1, g[first].y1, g[first].x2, g[first].y2, want[first].cls,
-                   want[first].conf, want[first].x1, want[first].y1, want[first].x2, want[first].y2);
-        printf("\n");
+        bad += dets_differ(what, n, got + (size_t)n * D, nd[n], want, nw);
     }
     backend_gpu.nms_release(&dev, prep);
     free(got); free(want); free(nd); free(boxes); free(scores);

@@ -78,17 +78,7 @@ static int compare(const Backend *be, void *ctx, const Heads26 *h, const Map dh[
     for (int n = 0; n < h->N; n++) {
         int nw = reference(h, n, o, want);
         *kept += nw;
-        const Det *g = got + (size_t)n * D;
-        int first = -1;
-        for (int i = 0; i < nw && i < nd[n] && first < 0; i++) if (memcmp(&g[i], &want[i], sizeof(Det))) first = i;
-        if (nw == nd[n] && first < 0) continue;
-        bad++;
-        printf("    %s image %d: %d detections, CPU %d", what, n, nd[n], nw);
-        if (first >= 0)
-            printf("; detection %d: cls %d conf %.9g box %.9g %.9g %.9g %.9g vs CPU cls %d conf %.9g box %.9g %.9g %.9g %.9g",
-                   first, g[first].cls, g[first].conf, g[first].x1, g[first].y1, g[first].x2, g[first].y2, want[first].cls,
-                   want[first].conf, want[first].x1, want[first].y1, want[first].x2, want[first].y2);
-        printf("\n");
+        bad += dets_differ(what, n, got + (size_t)n * D, nd[n], want, nw);
     }
     be->topk_release(ctx, prep);
     free(got); free(want); free(nd);

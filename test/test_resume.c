@@ -5,21 +5,9 @@
 #include "cfg/config.h"
 #include "core/train.h"
 #include "io/synth.h"
+#include "test/synth_run.h"
 
-static char data_yaml[4300], project[4300];
-
-static int make_data(void) {
-    const char *dir = test_tmpdir("resume");
-    char sd[4200];
-    snprintf(sd, sizeof sd, "%s/synth", dir);
-    snprintf(data_yaml, sizeof data_yaml, "%s/data.yaml", sd);
-    snprintf(project, sizeof project, "%s/runs", dir);
-    SynthConfig sc = synth_defaults();
-    sc.n_train = 12; sc.n_val = 4; sc.min_side = 64; sc.max_side = 96; sc.threads = 1;
-    Err err;
-    if (synth_generate(sd, &sc, &err)) { printf("    %s\n", err.msg); return -1; }
-    return 0;
-}
+static int make_data(void) { return synth_run_data("resume", 12); }
 
 // Train gelan-t for 3 epochs of 3 batches into project/name; returns train_run's status.
 static int train(const char *name) {

@@ -11,6 +11,7 @@
 #include "core/train_tb.h"
 #include "io/synth.h"
 #include "test/test.h"
+#include "test/synth_run.h"
 
 #include <dirent.h>
 #include <time.h>
@@ -240,7 +241,6 @@ static void test_events_decode(void) {
 }
 
 // ---- a training run -------------------------------------------------------------------------------
-static char data_yaml[4300], project[4300];
 
 static int train(const char *name, const char *extra) {
     static Config cfg;
@@ -273,15 +273,7 @@ static int csv_row(const char *run, int epoch, double v[14]) {
 }
 
 static void test_training_run(void) {
-    const char *dir = test_tmpdir("tfrun");
-    char sd[4200];
-    snprintf(sd, sizeof sd, "%s/synth", dir);
-    snprintf(data_yaml, sizeof data_yaml, "%s/data.yaml", sd);
-    snprintf(project, sizeof project, "%s/runs", dir);
-    SynthConfig sc = synth_defaults();
-    sc.n_train = 8; sc.n_val = 4; sc.min_side = 64; sc.max_side = 96; sc.threads = 1;
-    Err err;
-    if (synth_generate(sd, &sc, &err)) { CHECK(0, "%s", err.msg); return; }
+    if (synth_run_data("tfrun", 8)) { CHECK(0, "no data"); return; }
     CHECK(train("on", NULL) == 0, "the run failed");
     char run[4500], files[4][4096];
     snprintf(run, sizeof run, "%s/on", project);
@@ -318,6 +310,7 @@ static void test_training_run(void) {
     CHECK(train("resumed", NULL) == 0, "the stopped run failed");
     unsetenv("YT_STOP_AFTER_STEPS");
     static Config cfg;
+    Err err;
     char r[4500];
     snprintf(r, sizeof r, "resume=%s/resumed", project);
     char *ov[] = { r };

@@ -10,21 +10,9 @@
 #include "cfg/config.h"
 #include "core/train.h"
 #include "io/synth.h"
+#include "test/synth_run.h"
 
-static char data_yaml[4300], project[4300];
-
-static int make_data(void) {
-    const char *dir = test_tmpdir("trainopt");
-    char sd[4200];
-    snprintf(sd, sizeof sd, "%s/synth", dir);
-    snprintf(data_yaml, sizeof data_yaml, "%s/data.yaml", sd);
-    snprintf(project, sizeof project, "%s/runs", dir);
-    SynthConfig sc = synth_defaults();
-    sc.n_train = 8; sc.n_val = 4; sc.min_side = 64; sc.max_side = 96; sc.threads = 1;
-    Err err;
-    if (synth_generate(sd, &sc, &err)) { printf("    %s\n", err.msg); return -1; }
-    return 0;
-}
+static int make_data(void) { return synth_run_data("trainopt", 8); }
 
 // gelan-t, 2 epochs of 2 batches at 64 px into project/name, with `extra` overrides
 static int train(const char *name, int n_extra, char **extra) {
