@@ -53,7 +53,23 @@ static inline const char *shared_dir(void) {
     return stat(buf, &st) == 0 && S_ISDIR(st.st_mode) ? buf : NULL;
 }
 
-// A scratch folder for files a test writes: $TMPDIR/yt-test-<pid>-<tag>, created fresh.
+// A scratch folder for files a test writes: $TMPDIR/yt-test-<pid>-<tag>, created fresh. The folders
+// are removed when the binary exits with every test passed; after a failure (or with YT_KEEP_TMP=1) they
+// stay, and their paths are printed, for a look at what the test wrote.
+static char t_tmpdirs[16][4096];
+static int t_ntmpdirs;
+static pid_t t_tmpdir_owner;   // a forked child that exit()s must not remove its parent's folders
+static inline void test_tmpdir_cleanup_(void) {
+    if (getpid() != t_tmpdir_owner) return;
+    const char *keep = getenv("YT_KEEP_TMP");
+    for (int i = 0; i < t_ntmpdirs; i++) {
+        if (t_fail || (keep && *keep && strcmp(keep, "0") != 0)) { printf("# kept %s\n", t_tmpdirs[i]); continue; }
+        char cmd[4200];
+        if (snprintf(cmd, sizeof cmd, "rm -rf '%s'", t_tmpdirs[i]) < (int)sizeof cmd && system(cmd) != 0)
+            printf("# could not remove %s\n", t_tmpdirs[i]);
+    }
+    t_ntmpdirs = 0;
+}
 static inline const char *test_tmpdir(const char *tag) {
     static char buf[4096];
     const char *t = getenv("TMPDIR");
@@ -61,6 +77,12 @@ static inline const char *test_tmpdir(const char *tag) {
     char cmd[8400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", buf, buf);
     if (system(cmd) != 0) { printf("cannot create %s\n", buf); exit(1); }
+    int known = 0;
+    for (int i = 0; i < t_ntmpdirs; i++) known |= strcmp(t_tmpdirs[i], buf) == 0;
+    if (!known && t_ntmpdirs < 16) {
+        if (t_ntmpdirs == 0 && t_tmpdir_owner == 0) { t_tmpdir_owner = getpid(); atexit(test_tmpdir_cleanup_); }
+        snprintf(t_tmpdirs[t_ntmpdirs++], sizeof t_tmpdirs[0], "%s", buf);
+    }
     return buf;
 }
 
