@@ -243,6 +243,8 @@ typedef struct Backend {
     void  *(*opt26_new)(void *ctx, MuParam *p, int n_params, int adamw, double muon, double sgd, float **state);
     void   (*opt26_step)(void *ctx, void *opt, const MuStep *st, long steps);
     void   (*opt26_free)(void *ctx, void *opt);
+    // multi_scale: y = x resized bilinearly to y's H x W (core/ops.h resize_bilinear_cpu), fp32 maps
+    void   (*resize_bilinear)(void *ctx, Map x, Map y);
 } Backend;
 
 extern const Backend backend_cpu;
