@@ -80,7 +80,7 @@ typedef struct {              // the pass, shared by the model threads
     BatchOut        *out;
     int              next, max_h, max_w, failed;
     Err              err;
-    double           t_pre, t_infer, t_loss, t_nms, t_metrics;   // seconds each stage took (summed)
+    double           t_pre, t_infer, t_loss, t_nms, t_metrics, t_plots;   // seconds each stage took (summed)
     int              dev_nms, dev_loss;   // batches done on the device
     ValSave          save;                // save_json / save_txt (under mu)
     pthread_mutex_t  mu;
@@ -159,12 +159,16 @@ static void forward_batch(Worker *w, Slot *s) {
     w->vloss_ok = w->vloss && head_fp32(m);
     w->t_infer = w->t_nms = 0;
     int k = 0;
+    size_t px = (size_t)vb->H * vb->W * 3;   // bytes per image
     for (int c0 = 0; c0 < vb->n; c0 += chunk, k++) {
-        int cn = vb->n - c0 < chunk ? vb->n - c0 : chunk;
+        int cn = vb->n - c0 < chunk ? vb->n - c0 : chunk, c1 = c0 + cn;
         void **tm = w->tm + 3 * (k < w->n_tm ? k : w->n_tm - 1);
         be->timer_record(m->be_ctx, tm[0]);
-        model_forward_u8(m, vb->images + (size_t)c0 * vb->H * vb->W * 3, cn, vb->H, vb->W, 0);
+        model_forward_u8(m, vb->images + c0 * px, cn, vb->H, vb->W, 0);
         be->timer_record(m->be_ctx, tm[1]);
+        // the next chunk's bytes travel while this one runs (its upload then only converts them); it is
+        // uploaded next in any case, so no copy is left behind for another batch's bytes
+        if (c1 < vb->n) be->prefetch_u8(m->be_ctx, vb->images + c1 * px, (size_t)(vb->n - c1 < chunk ? vb->n - c1 : chunk) * px);
         if (s->dev_ok) chunk_detect(w, s, c0, cn);
         be->timer_record(m->be_ctx, tm[2]);
         if (w->vloss_ok) chunk_keep(w, c0, cn, vb->n);
@@ -206,7 +210,8 @@ static int batch_losses26(Worker *w, const ValBatch *b, BatchOut *out, Err *err)
     Loss26Weights wt = loss26_weights(0, 1);
     const Head26 *none[L26_BRANCHES] = { NULL, NULL };
     Loss26Out lo;
-    if (loss26_forward_backward(w->lw26, &lb, &wt, none, &lo, err)) return -1;
+    if (w->vloss_ok ? w->m->be->vloss_eval26(w->m->be_ctx, w->vloss, &lb, &wt, &lo, err)
+                    : loss26_forward_backward(w->lw26, &lb, &wt, none, &lo, err)) return -1;
     out->box = lo.br[L26_O2O].box; out->cls = lo.br[L26_O2O].cls; out->dfl = lo.br[L26_O2O].l1;
     return 0;
 }
@@ -243,12 +248,14 @@ static void batch_stats(Worker *w, Slot *s) {
         for (int i = 0; i < vb->n; i++) free(in.orig[i]);
         free(in.orig); free(in.on);
     }
+    double t_pic = now_seconds();
     if (picture) val_pictures(p->ds, p->o->picture_dir, vb, (const Det *const *)in.keep, in.kn);
     for (int i = 0; picture && i < vb->n; i++) free(in.keep[i]);
     free(in.keep); free(in.kn);
-    double dec = s->dev_ok ? 0 : w->img.t_decode;
+    double dec = s->dev_ok ? 0 : w->img.t_decode, t1 = now_seconds();
     pthread_mutex_lock(&p->mu);
-    p->t_nms += dec; p->t_metrics += now_seconds() - t0 - dec;
+    p->t_nms += dec; p->t_metrics += t_pic - t0 - dec;
+    if (picture) p->t_plots += t1 - t_pic;
     pthread_mutex_unlock(&p->mu);
     s->matched = 1;
 }
@@ -363,7 +370,8 @@ static void worker_init(Worker *w, Pass *p, Model *m) {
         int chunk = m->max_n < p->o->batch ? m->max_n : p->o->batch;
         if (m->end2end) w->topk = m->be->topk_prepare(m->be_ctx, chunk, A, m->nc, D);
         else w->nms = m->be->nms_prepare(m->be_ctx, chunk, A, m->nc, &p->o->nms);
-        if (p->o->losses && !m->end2end) w->vloss = m->be->vloss_prepare(m->be_ctx, p->o->batch, p->ds->n_instances, m->nc, A);
+        if (p->o->losses && (!m->end2end || m->be->vloss_eval26))
+            w->vloss = m->be->vloss_prepare(m->be_ctx, p->o->batch, p->ds->n_instances, m->nc, A, m->end2end);
     }
     for (int k = 0; k < 2; k++) {
         w->slot[k].det = xmalloc(sizeof(Det) * ((size_t)p->o->batch * D + 1));
@@ -454,17 +462,24 @@ static void finish(Pass *p, int nb, ValResult *r, double t0) {
     metrics_compute(&st, &r->m);
     p->t_metrics += now_seconds() - tm;       // ap_per_class belongs to the metrics phase
     r->fitness = metrics_fitness(&r->m);
+    if (o->plots_dir) {
+        double tp = now_seconds();
+        plots_validation(&st, p->ds->names, o->plots_dir);
+        p->t_plots += now_seconds() - tp;
+    }
     r->seconds = now_seconds() - t0;
     if (o->out) {
         metrics_print(&r->m, p->ds->names, o->verbose, o->out);
         double per = 1e3 / (st.images ? st.images : 1);
         // each stage's own time (the device's by its timers); loading and matching overlap the device's work
-        fprintf(o->out, "Speed: %.1fms pre-process, %.1fms inference, %.1fms loss, %.1fms %s, %.1fms metrics per image at "
-                "shape (%d, 3, %d, %d)%s; %.1fms per image all in\n", p->t_pre * per, p->t_infer * per, p->t_loss * per,
-                p->t_nms * per, p->models[0]->end2end ? "top-k" : "NMS", p->t_metrics * per, o->batch,
-                p->max_h, p->max_w, o->rect ? " (largest rect batch)" : "", r->seconds * per);
+        // the val_batch0 pictures and the plots (when asked for): a column of their own
+        char plots[64] = "";
+        if (o->plots_dir || o->picture_dir) snprintf(plots, sizeof plots, ", %.1fms plots", p->t_plots * per);
+        fprintf(o->out, "Speed: %.1fms pre-process, %.1fms inference, %.1fms loss, %.1fms %s, %.1fms metrics%s per image "
+                "at shape (%d, 3, %d, %d)%s; %.1fms per image all in\n", p->t_pre * per, p->t_infer * per,
+                p->t_loss * per, p->t_nms * per, p->models[0]->end2end ? "top-k" : "NMS", p->t_metrics * per, plots,
+                o->batch, p->max_h, p->max_w, o->rect ? " (largest rect batch)" : "", r->seconds * per);
     }
-    if (o->plots_dir) plots_validation(&st, p->ds->names, o->plots_dir);
     metrics_stats_free(&st);
 }
 
