@@ -114,6 +114,8 @@ typedef struct {              // one model's scratch
     void     **tm;            // (3 * n_tm) backend timers per chunk: before its forward, after it, after its
     int        n_tm;          //   detections
     double     t_infer, t_nms;   // this batch's seconds on the backend
+    const uint8_t *pref;      // the bytes of the next slot's first chunk, prefetched; NULL: none pending
+    size_t     pref_n;
 } Worker;
 
 static int max_det_of(const Worker *w) { return w->p->o->nms.max_det > 0 ? w->p->o->nms.max_det : 0; }
@@ -150,11 +152,26 @@ static int head_fp32(const Model *m) {       // the backend's NMS reads fp32 hea
 // chunk's head maps copied into w->heads (the host) when the host still needs them (losses, host NMS);
 // w->head the batch's maps there. The backend's timers mark each chunk's stages (the input's upload
 // counts as inference); batch_times reads them.
+// The next slot's first chunk, when the helper has loaded it, is prefetched while this batch's last
+// chunk runs (its forward then only converts the bytes); worker_main uploads one no batch took.
+static void prefetch_next(Worker *w, const Slot *s) {
+    const Slot *o = &w->slot[s == &w->slot[0]];
+    pthread_mutex_lock(&w->mu);
+    int loaded = o->state == SLOT_LOADED;     // and so it stays until this thread runs it
+    pthread_mutex_unlock(&w->mu);
+    if (!loaded) return;
+    const ValBatch *vb = &o->vb;
+    int chunk = chunk_images(w->m, vb->H, vb->W), cn = vb->n < chunk ? vb->n : chunk;
+    w->pref = vb->images; w->pref_n = (size_t)cn * vb->H * vb->W * 3;
+    w->m->be->prefetch_u8(w->m->be_ctx, w->pref, w->pref_n);
+}
+
 static void forward_batch(Worker *w, Slot *s) {
     Model *m = w->m;
     const Backend *be = m->be;
     const ValBatch *vb = &s->vb;
     int chunk = chunk_images(m, vb->H, vb->W);
+    w->pref = NULL;                           // taken by the first chunk's upload below, if it was this one
     s->dev_ok = (w->nms || w->topk) && head_fp32(m);
     w->vloss_ok = w->vloss && head_fp32(m);
     w->t_infer = w->t_nms = 0;
@@ -166,9 +183,9 @@ static void forward_batch(Worker *w, Slot *s) {
         be->timer_record(m->be_ctx, tm[0]);
         model_forward_u8(m, vb->images + c0 * px, cn, vb->H, vb->W, 0);
         be->timer_record(m->be_ctx, tm[1]);
-        // the next chunk's bytes travel while this one runs (its upload then only converts them); it is
-        // uploaded next in any case, so no copy is left behind for another batch's bytes
+        // the next chunk's bytes travel while this one runs (its upload then only converts them)
         if (c1 < vb->n) be->prefetch_u8(m->be_ctx, vb->images + c1 * px, (size_t)(vb->n - c1 < chunk ? vb->n - c1 : chunk) * px);
+        else prefetch_next(w, s);
         if (s->dev_ok) chunk_detect(w, s, c0, cn);
         be->timer_record(m->be_ctx, tm[2]);
         if (w->vloss_ok) chunk_keep(w, c0, cn, vb->n);
@@ -351,6 +368,10 @@ static void *worker_main(void *arg) {
         if (!go) break;
         run_batch(w, s);
         slot_set(w, s, SLOT_RAN);
+    }
+    if (w->pref) {                            // never left pending: its stage would hold stale bytes
+        Map in = model_value(w->m, w->m->input, 1);
+        w->m->be->upload_u8(w->m->be_ctx, in.data, w->pref, w->pref_n);
     }
     pthread_join(helper, NULL);
     return NULL;
