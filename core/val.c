@@ -253,7 +253,7 @@ static void batch_stats(Worker *w, Slot *s) {
     double t0 = now_seconds();
     int picture = p->o->picture_dir && s->b == 0;
     ValImagesIn in = { .m = w->m, .ds = p->ds, .vb = vb, .head = w->head, .dev_det = s->dev_ok ? s->det : NULL,
-                       .dev_nd = s->nd, .dev_stride = max_det_of(w),
+                       .dev_nd = s->nd, .dev_stride = max_det_of(w), .confusion = p->o->plots_dir != NULL,
                        .keep = picture ? xcalloc(vb->n, sizeof(Det *)) : NULL, .kn = picture ? xcalloc(vb->n, sizeof(int)) : NULL };
     int saving = p->o->save_json || p->o->save_txt;
     if (saving) in.orig = xcalloc(vb->n, sizeof(Det *)), in.on = xcalloc(vb->n, sizeof(int));
