@@ -217,8 +217,9 @@ static int slots_of(const Model *m, int kind) {
 }
 
 // Evaluation forwards are recorded the second time a shape (n, h, w) comes, replayed from the third, as
-// training's are; they take at most half the slots, so a training shape met after many evaluation
-// shapes (validation's rect batches) still gets one; forward and evaluation of one shape are two.
+// training's are; each group has its own slots (MODEL_RECS_EVAL, MODEL_RECS_TRAIN), so many evaluation
+// shapes (validation's rect batches) leave training its slots, and many training shapes (rect,
+// multi_scale) leave evaluation its; forward and evaluation of one shape are two recordings.
 static void test_eval_recordings(void) {
     static Config cfg;
     static Backend be;
@@ -236,19 +237,35 @@ static void test_eval_recordings(void) {
     CHECK(fake_recorded == 1 && fake_replayed == 2, "one shape three times: %d recorded, %d replays (want 1, 2)",
           fake_recorded, fake_replayed);
     static const int shapes[][2] = { { 64, 96 }, { 96, 64 }, { 96, 96 }, { 128, 64 }, { 64, 128 }, { 128, 96 }, { 96, 128 },
-                                     { 128, 128 }, { 32, 128 } };
-    for (int s = 0; s < 9; s++)
+                                     { 128, 128 }, { 32, 128 }, { 128, 32 } };
+    enum { SHAPES = sizeof shapes / sizeof shapes[0] };
+    for (int s = 0; s < SHAPES; s++)
         for (int k = 0; k < 2; k++) model_forward_u8(&m, u8, 1, shapes[s][0], shapes[s][1], 0);
-    int evals = slots_of(&m, 2);
-    CHECK(evals == MODEL_RECS / 2, "%d slots hold evaluation shapes (want %d of %d)", evals, MODEL_RECS / 2, MODEL_RECS);
-    CHECK(fake_recorded == MODEL_RECS / 2, "%d evaluation shapes recorded (want %d)", fake_recorded, MODEL_RECS / 2);
+    CHECK(slots_of(&m, 2) == MODEL_RECS_EVAL && fake_recorded == MODEL_RECS_EVAL,
+          "%d slots hold evaluation shapes, %d recorded (want %d)", slots_of(&m, 2), fake_recorded, MODEL_RECS_EVAL);
     int rec0 = fake_recorded, rep0 = fake_replayed;
     for (int k = 0; k < 3; k++) model_forward_u8(&m, u8, 1, 64, 64, 1);   // training, a shape evaluation has too
     CHECK(fake_recorded == rec0 + 1 && fake_replayed == rep0 + 2 && slots_of(&m, 0) == 1,
           "training after evaluation shapes: %d recorded, %d replays, %d slots (want 1, 2, 1)", fake_recorded - rec0,
           fake_replayed - rep0, slots_of(&m, 0));
+    for (int s = 0; s < SHAPES; s++)                   // training's forwards fill their group, not more
+        for (int k = 0; k < 2; k++) model_forward_u8(&m, u8, 1, shapes[s][0], shapes[s][1], 1);
+    CHECK(slots_of(&m, 0) == MODEL_RECS_TRAIN && slots_of(&m, 2) == MODEL_RECS_EVAL,
+          "training forwards hold %d slots (want %d), evaluation %d (want %d)", slots_of(&m, 0), MODEL_RECS_TRAIN,
+          slots_of(&m, 2), MODEL_RECS_EVAL);
+    rep0 = fake_replayed;
+    model_forward_u8(&m, u8, 1, 64, 96, 0);            // an evaluation shape recorded before them: still there
+    CHECK(fake_replayed == rep0 + 1, "the evaluation recording of 64x96 was not replayed");
     model_drop_recordings(&m);
     CHECK(slots_of(&m, 0) + slots_of(&m, 2) == 0, "recordings left after model_drop_recordings");
+    for (int s = 0; s < SHAPES; s++)                   // training first (rect, multi_scale): evaluation keeps its slots
+        for (int k = 0; k < 2; k++) model_forward_u8(&m, u8, 1, shapes[s][0], shapes[s][1], 1);
+    rec0 = fake_recorded;
+    for (int k = 0; k < 2; k++) model_forward_u8(&m, u8, 1, 64, 64, 0);
+    CHECK(slots_of(&m, 0) == MODEL_RECS_TRAIN && slots_of(&m, 2) == 1 && fake_recorded == rec0 + 1,
+          "after training's shapes: %d training slots (want %d), %d evaluation, %d recorded", slots_of(&m, 0),
+          MODEL_RECS_TRAIN, slots_of(&m, 2), fake_recorded - rec0);
+    model_drop_recordings(&m);
     free(u8);
     model_free(&m);
 }
