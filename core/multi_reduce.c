@@ -278,8 +278,9 @@ int mt_loss_at_zero(Multi *mt, int B, const float *targets, int nt, Err *err) {
     int rc;
     mt->batch_mult = B;
     if (!(rc = m->be->loss_assign(m->be_ctx, mt->z.loss, &lb, tss, err))) {
-        m->be->loss_norm(m->be_ctx, tss, 1, norm);
-        m->be->loss_compute(m->be_ctx, mt->z.loss, &lb, norm, B, grads);
+        if (mt->procs) mt->batch_mult = mt_procs_normaliser_d0(mt, B);   // every process's sums
+        m->be->loss_norm(m->be_ctx, mt->procs ? m0->scal + SC_ALL : tss, 1, norm);
+        m->be->loss_compute(m->be_ctx, mt->z.loss, &lb, norm, mt->batch_mult, grads);
     }
     mt_record(mt, 0, EV_LOSS);
     if (rc) {

@@ -1,0 +1,54 @@
+// procs.h: a run of several processes (core/comm.h) at the level of the trainer: the processes agree
+// on the configuration, the dataset and the seed; the global batch is split over every device of every
+// process; the step's normaliser, the BN running statistics, the gradients (when the optimizer steps)
+// and the logged loss items are summed across processes. The equivalence rule of core/multi.h extends:
+// P processes x M devices give the gradients of one device accumulating the same micro-batches, in every
+// reduce mode. With one process (comm_size() == 1) nothing here is called.
+#pragma once
+#include <stdint.h>
+
+#include "core/comm.h"
+#include "core/train.h"
+
+int  procs_active(void);          // comm_size() > 1
+int  procs_writer(void);          // rank 0: the process that writes the run's files
+
+// Agreement at start: rank 0's configuration (config_print's text) against this rank's, key by key
+// (device= and workers= may differ per host); the dataset's image count and a hash of its list of
+// file names; the number of devices of each process (kept for procs_share). Every rank gets the same
+// answer: 0, or -1 with err naming the ranks, hosts and keys that differ.
+int  procs_agree(const Config *cfg, int n_images, uint64_t list_hash, int n_devices, Err *err);
+// FNV-1a of the names (the last path component) of n files, in order
+uint64_t procs_hash_names(char *const *paths, size_t stride_ptrs, int n);
+// The total devices of every process, and this process's share of a batch of B images: the batch is
+// split as torch.chunk over every device of every process, in rank order; a process gets its devices'.
+int  procs_devices_total(void);
+void procs_share(int B, int *first, int *n);
+// This process's images of a batch: its share's bytes and its target rows re-indexed from 0 (into
+// *tg_out, room for nt rows). Returns the share's image count.
+int  procs_slice(int B, int S, const uint8_t *images, const float *targets, int nt, const uint8_t **img_out,
+                 float *tg_out, int *nt_out);
+
+// The step's normaliser: the local target-score sums (main head, auxiliary head) of n_local images
+// into the sums over every process (rank order), returned in global; the function returns the batch's
+// image count over every process (the loss's batch_mult).
+int  procs_normaliser(const double local[2], int n_local, double global[2]);
+// n floats of the memory of t's backend, summed over the processes in place (t's device bound; a
+// blocking copy through host memory, or the backend's comm_sum).
+void procs_sum(Trainer *t, float *p, size_t n);
+// BN running statistics that hold the mean over `used` local devices: the mean over every process's
+// devices that ran images.
+void procs_mean_buffers(Trainer *t, float *p, size_t n, int used);
+// Whether iteration i of `epoch` steps the optimizer (the gradients are summed across processes then).
+int  procs_will_step(const Trainer *t, int epoch, int i);
+// The logged loss items of each process's share, added up to the batch's.
+void procs_sum_items(LossOut *out);
+// One device in a process of several: forward, the normaliser over every process (into global),
+// backward, the BN statistics' mean and (sum_grads) the gradients summed; returns the batch over every
+// process. procs_items: the loss items of the step after its wait, added over the processes.
+int  procs_forward_backward(Trainer *t, const float *images, const uint8_t *images_u8, int n, int S,
+                            const float *targets, int nt, int sum_grads, double global[2], Err *err);
+void procs_items(Trainer *t, int n, const double global[2], LossOut *out);
+// trainer_step_batch of one device in a process of several.
+int  procs_step_one(Trainer *t, const float *images, const uint8_t *images_u8, int n, int S, const float *targets,
+                    int nt, int epoch, int i, LossOut *out, Err *err);
