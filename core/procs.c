@@ -12,16 +12,64 @@ static int dev_total, dev_before, dev_mine = 1;   // procs_agree's: devices of a
 int procs_active(void) { return comm_size() > 1; }
 int procs_writer(void) { return comm_rank() == 0; }
 
-uint64_t procs_hash_names(char *const *paths, size_t stride_ptrs, int n) {
+uint64_t procs_hash_names(const Dataset *ds) {
     uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < n; i++) {
-        const char *p = paths[(size_t)i * stride_ptrs], *slash = strrchr(p, '/');
+    for (int i = 0; i < ds->n; i++) {
+        const char *p = ds->s[i].image, *slash = strrchr(p, '/');
         for (const char *c = slash ? slash + 1 : p;; c++) {
             h = (h ^ (unsigned char)*c) * 1099511628211ull;   // the 0 too: names do not run together
             if (!*c) break;
         }
     }
     return h;
+}
+
+int procs_join(const Config *cfg, const Dataset *ds, int n_devices, Err *err) {
+    if (comm_init(err)) return -1;
+    if (!procs_active()) {
+        if (comm_launched() && !comm_built())
+            printf("note: started by mpirun/srun, but this yolotrain was built without MPI: each process trains alone "
+                   "(install libopenmpi-dev and rebuild)\n");
+        return 0;
+    }
+    if (procs_agree(cfg, ds->n, procs_hash_names(ds), n_devices, err)) return -1;
+    int first, n;
+    procs_share(cfg->batch, &first, &n);
+    printf("processes: rank %d of %d on %s, %d of %d devices; of each batch of %d this process trains images %d..%d%s\n",
+           comm_rank(), comm_size(), comm_host(), n_devices, dev_total, cfg->batch, first, first + n - 1,
+           procs_writer() ? "; it writes the run's files" : "");
+    return 0;
+}
+
+int procs_any(int flag) {
+    double f = flag != 0;
+    comm_sum_doubles(&f, 1);
+    return f > 0;
+}
+
+void procs_note_count(const char *dir) {
+    if (!procs_writer()) return;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/processes.txt", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    fprintf(f, "%d processes, %d devices\n", comm_size(), dev_total);
+    fclose(f);
+}
+
+int procs_check_count(const char *dir, Err *err) {
+    char path[4200];
+    int P = 1, D = 0;
+    snprintf(path, sizeof path, "%s/processes.txt", dir);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        if (fscanf(f, "%d processes, %d devices", &P, &D) < 1) P = 1;
+        fclose(f);
+    }
+    if (P == comm_size()) return 0;
+    return err_set(err, "%s was trained by %d process%s; this resume runs %d: resume it with the same count (%s), as the "
+                   "batch split, the sums and the shards depend on it", dir, P, P == 1 ? "" : "es", comm_size(),
+                   P == 1 ? "without mpirun" : "mpirun -np N with N as before");
 }
 
 // Keys each host may set its own way: its devices, its loader threads.

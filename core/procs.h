@@ -9,6 +9,7 @@
 
 #include "core/comm.h"
 #include "core/train.h"
+#include "io/dataset.h"
 
 int  procs_active(void);          // comm_size() > 1
 int  procs_writer(void);          // rank 0: the process that writes the run's files
@@ -18,8 +19,17 @@ int  procs_writer(void);          // rank 0: the process that writes the run's f
 // file names; the number of devices of each process (kept for procs_share). Every rank gets the same
 // answer: 0, or -1 with err naming the ranks, hosts and keys that differ.
 int  procs_agree(const Config *cfg, int n_images, uint64_t list_hash, int n_devices, Err *err);
-// FNV-1a of the names (the last path component) of n files, in order
-uint64_t procs_hash_names(char *const *paths, size_t stride_ptrs, int n);
+// FNV-1a of the names (the last path component) of the dataset's images, in order
+uint64_t procs_hash_names(const Dataset *ds);
+// The run's start (core/train.c): join the processes when a launcher started this one (comm_init),
+// agree (procs_agree), say the plan. 0, or -1 with err.
+int  procs_join(const Config *cfg, const Dataset *ds, int n_devices, Err *err);
+// Any rank's flag set: every rank's answer 1 (the run's stop requests, so every rank stops at the same step).
+int  procs_any(int flag);
+// A run folder's process count: RUN/processes.txt, written by rank 0 at the start (procs_note_count);
+// procs_check_count refuses a resume under another count (a missing file: one process).
+void procs_note_count(const char *dir);
+int  procs_check_count(const char *dir, Err *err);
 // The total devices of every process, and this process's share of a batch of B images: the batch is
 // split as torch.chunk over every device of every process, in rank order; a process gets its devices'.
 int  procs_devices_total(void);

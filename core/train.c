@@ -27,6 +27,7 @@
 #include "core/readfile.h"
 #include "core/runlock.h"
 #include "core/multi.h"
+#include "core/procs.h"
 #include "core/family.h"
 #include "core/transfer.h"
 #include "core/plots.h"
@@ -117,6 +118,7 @@ typedef struct { double box, cls, dfl; int n; } Running;
 static void progress(const Config *cfg, const Trainer *t, int epoch, const Running *r, int inst, int S, int i,
                      int nb, double t_epoch, int images, int final) {
     static int tty = -1;
+    if (!procs_writer()) return;                       // several processes: rank 0 reports
     if (tty < 0) tty = isatty(STDOUT_FILENO);
     if (!final && !tty) return;
     char ep[32], mem[16];
@@ -133,7 +135,9 @@ static void progress(const Config *cfg, const Trainer *t, int epoch, const Runni
 
 static int open_data(Config *cfg, Dataset *ds, Err *err) {
     if (!cfg->data[0] && !cfg->n_data_kv) {
-        if (synth_ensure(SYNTH_DIR, err)) return -1;
+        int bad = procs_writer() && synth_ensure(SYNTH_DIR, err);   // several processes: rank 0 makes it
+        if (procs_active() && procs_any(bad) && !bad) return err_set(err, "rank 0 could not make the synthetic dataset");
+        if (bad) return -1;
         snprintf(cfg->data, sizeof cfg->data, "%s/data.yaml", SYNTH_DIR);
         printf("data: the built-in synthetic dataset (%s; `yolotrain synth` regenerates it)\n", cfg->data);
     }
@@ -332,6 +336,7 @@ static int ema_finite(const Trainer *t, Err *err) {
 // device 0's GPU is dead (a sticky error); then, or when the save fails, the intact files are named.
 static void save_after_failure(const char *what, void *arg) {
     const Failure *f = arg;
+    if (!procs_writer()) return;                       // several processes: rank 0 holds the run's files
     char last[CFG_PATH * 2 + 64], why[sizeof(Err)] = "";
     Err err;
     if (what) fprintf(stderr, "\nyolotrain: the run stops on a CUDA error (%s)\n", what);
@@ -360,6 +365,14 @@ static void save_after_failure(const char *what, void *arg) {
             "./yolotrain resume=%s continues from there\n", why, last, f->dir, when, f->dir);
 }
 
+// The next batch's upload: this process's share of it (several processes), else the whole batch.
+static void prefetch_share(Trainer *t, const Batch *b, int S, float *tg) {
+    const uint8_t *img = b->images;
+    int n = b->n, nt;
+    if (procs_active()) n = procs_slice(b->n, S, b->images, b->targets, b->nt, &img, tg, &nt);
+    multi_prefetch(t, img, n, S);
+}
+
 static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
     int nb = loader_batches(ld), S = cfg->imgsz, rc = 0;
     const Dataset *ds = rs->train;
@@ -367,6 +380,7 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
     char path[CFG_PATH * 2 + 64];
     Err err;
     Failure fail = { cfg, t, dir, cfg->resume[0] ? rs->start.epoch : -1, rs->start.batch };
+    float *tg_share = procs_active() ? xmalloc(sizeof(float) * 6 * TARGETS_PER_IMAGE * cfg->batch) : NULL;
     device_set_fatal_hook(save_after_failure, &fail);   // until this returns: fail lives here
     const Backend *be = t->m.be;
     if (t->m.on_device && be->host_pin) loader_pin_buffers(ld, &(LoaderPinning){ be->host_pin, be->host_unpin, NULL });   // async uploads
@@ -384,21 +398,25 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
         int images = 0, inst = 0;
         // Two batches in hand: the next one's upload runs on the GPUs' copy streams behind this step.
         Batch *b = NULL, *next = NULL;
-        if (loader_next(ld, &b)) multi_prefetch(t, b->images, b->n, S);
+        if (loader_next(ld, &b)) prefetch_share(t, b, S, tg_share);
         for (t->t.data += now_seconds() - tw; !stop_requested && b; b = next, i++) {
             tw = now_seconds();
-            if (loader_next(ld, &next)) multi_prefetch(t, next->images, next->n, S);
+            if (loader_next(ld, &next)) prefetch_share(t, next, S, tg_share);
             else next = NULL;
             t->t.data += now_seconds() - tw;
-            if (epoch == 0 && i == 0 && !cfg->noplots) {
+            if (epoch == 0 && i == 0 && !cfg->noplots && procs_writer()) {
                 snprintf(path, sizeof path, "%s/train_batch0.jpg", dir);
                 if (picture_batch(b, ds->names, ds->nc, path, &err)) fprintf(stderr, "note: %s\n", err.msg);
                 else train_tb_picture(&rs->tb, dir, "train_batch0.jpg", 0);
             }
             fault_before_step(t, ++steps);              // YT_FAIL_CUDA, YT_NAN_AT_STEP (tests)
-            t->input_u8 = b->images;                   // converted on the device: a quarter of the bytes
+            const uint8_t *img = b->images;            // several processes: this one's share of the batch
+            const float *tg = b->targets;
+            int n = b->n, nt = b->nt;
+            if (procs_active()) n = procs_slice(b->n, S, b->images, b->targets, b->nt, &img, tg_share, &nt), tg = tg_share;
+            t->input_u8 = img;                         // converted on the device: a quarter of the bytes
             LossOut lo;
-            int bad = trainer_step(t, b->n, S, b->targets, b->nt, epoch, i, &lo, &err);
+            int bad = trainer_step(t, n, S, tg, nt, epoch, i, &lo, &err);
             t->input_u8 = NULL;                        // the batch goes back to the loader below
             if (bad) {
                 fprintf(stderr, "\nyolotrain: %s\n", err.msg);
@@ -423,18 +441,26 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
             loader_release(ld, b);                     // the step has waited for its copies on the GPU
             progress(cfg, t, epoch, &r, inst, S, i + 1, nb, now_seconds() - t0, images, 0);
             if (rs->stop_after > 0 && steps == rs->stop_after) stop_requested = -1;
+            if (procs_active() && procs_any(stop_requested) && !stop_requested) stop_requested = SIGTERM;   // all at once
         }
         if (b) loader_release(ld, b);                  // stopped with the next batch in hand: resume remakes it
         progress(cfg, t, epoch, &r, inst, S, i, nb, now_seconds() - t0, images, 1);
         if (t->multi) {                                // per-device time split and memory, devices.csv
             snprintf(path, sizeof path, "%s/devices.csv", dir);
-            FILE *dev_csv = fopen(path, "a");
+            FILE *dev_csv = procs_writer() ? fopen(path, "a") : NULL;
             multi_epoch_report(t->multi, dev_csv, epoch);
             if (dev_csv) fclose(dev_csv);
             multi_gather_state(t->multi);              // sharded: EMA, momentum into device 0 before saving
         }
         int in_loop = stop_requested != 0;
-        int ended = in_loop ? 1 : end_epoch(cfg, t, rs, epoch, &r);
+        int ended = in_loop ? 1 : procs_writer() ? end_epoch(cfg, t, rs, epoch, &r) : 0;
+        if (procs_active()) {                          // rank 0 validated and saved: its outcome for all
+            int v[2] = { ended, rs->best_epoch };
+            comm_bcast(v, sizeof v);
+            ended = v[0];
+            rs->best_epoch = v[1];
+        }
+        if (ended > 0 && !procs_writer()) goto done;   // rank 0 saves where the run stands
         if (ended > 0) {                               // mid-epoch or mid-validation: save where we are;
             snprintf(path, sizeof path, "%s/weights/last.safetensors", dir);   // resume validates again
             int bad = trainer_save(t, path, &err);
@@ -443,11 +469,11 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
             if (!rc) say_stopped(dir, epoch, i, in_loop ? "at" : "during the validation of");
             goto done;
         }
-        if (ended < 0 || save_state(t, rs, epoch + 1, 0, &(Running){ 0 })) { rc = 1; goto done; }
+        if (ended < 0 || (procs_writer() && save_state(t, rs, epoch + 1, 0, &(Running){ 0 }))) { rc = 1; goto done; }
         fail.saved_epoch = epoch + 1;
         fail.saved_batch = 0;
         if (stop_requested && epoch + 1 < cfg->epochs) {   // while checkpointing: those files are whole
-            say_stopped(dir, epoch + 1, 0, "at the start of");
+            if (procs_writer()) say_stopped(dir, epoch + 1, 0, "at the start of");
             goto done;
         }
         if (cfg->patience > 0 && epoch - rs->best_epoch >= cfg->patience) {
@@ -458,6 +484,7 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
     }
 done:
     device_set_fatal_hook(NULL, NULL);
+    free(tg_share);
     return rc;
 }
 
@@ -577,6 +604,10 @@ int train_run(Config *cfg) {
     sigaction(SIGINT, &on, &old_int);
     sigaction(SIGTERM, &on, &old_term);
     int rc = train_run_(cfg);
+    if (procs_active()) {                            // the others wait on a failed rank: end them all
+        if (rc) comm_abort(rc, "the run stopped (status %d; the reason is above)", rc);
+        comm_finalize();
+    }
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     stop_savable = 0;
@@ -588,11 +619,13 @@ static int train_run_(Config *cfg) {
     DeviceList devs;
     if (refuse_unbuilt_keys(cfg, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return 2; }
     if (pick_devices(cfg, &devs)) return 2;
+    if (comm_init(&err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return 2; }   // mpirun/srun: join
     int gpu = devs.gpu[0];
     note_unbuilt_keys(cfg);
     Dataset ds;
     fault_signal_at("startup");
     if (open_data(cfg, &ds, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return 2; }
+    if (procs_join(cfg, &ds, devs.n, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); dataset_free(&ds); return 2; }
     Dataset vds;
     DatasetOptions vopt = { .strict = cfg->strict, .nc = ds.nc, .report = stderr, .single_cls = cfg->single_cls };
     if (dataset_open(NULL, cfg, "val", &vopt, &vds, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); dataset_free(&ds); return 2; }
@@ -612,15 +645,16 @@ static int train_run_(Config *cfg) {
     }
     char dir[CFG_PATH * 2];                        // made only once the run can start
     int lock = -1;
-    if (run_dir(cfg, dir, sizeof dir, &lock, &err) || check_space(dir, &t.m, &err)) {
+    if (!procs_writer()) snprintf(dir, sizeof dir, "%s/%s", cfg->project, cfg->name);   // read on resume only
+    else if (run_dir(cfg, dir, sizeof dir, &lock, &err) || check_space(dir, &t.m, &err)) {
         fprintf(stderr, "yolotrain: %s\n", err.msg);
         run_unlock(dir, lock);
         trainer_free(&t); loader_close(ld); dataset_free(&ds); dataset_free(&vds);
         return 1;
     }
     char path[CFG_PATH * 2 + 32];
-    write_args(cfg, dir);
-    if (!cfg->resume[0] && !cfg->noplots) plots_labels(&ds, dir);   // labels.jpg, as train.py before the first epoch
+    if (procs_writer()) write_args(cfg, dir);
+    if (!cfg->resume[0] && !cfg->noplots && procs_writer()) plots_labels(&ds, dir);   // labels.jpg, as train.py before the first epoch
     char where[64];
     if (devs.n > 1) snprintf(where, sizeof where, "%d %s (%s)", devs.n, gpu < 0 ? "CPU devices" : "GPUs", gpu < 0 ? "fp32" : cfg->precision);
     else snprintf(where, sizeof where, gpu < 0 ? "cpu" : "GPU %d (%s)", gpu, cfg->precision);
@@ -634,7 +668,10 @@ static int train_run_(Config *cfg) {
     int rc = 0;
     if (cfg->resume[0]) {
         snprintf(path, sizeof path, "%s/weights/last_state.safetensors", dir);
-        if (checkpoint_load(&t, &rs.start, path, &err)) {
+        if (procs_check_count(dir, &err)) {
+            fprintf(stderr, "yolotrain: cannot resume: %s\n", err.msg);
+            rc = 2;
+        } else if (checkpoint_load(&t, &rs.start, path, &err)) {
             fprintf(stderr, "yolotrain: cannot resume: %s\n", err.msg);
             rc = 2;
         } else {
@@ -643,14 +680,15 @@ static int train_run_(Config *cfg) {
             if (t.multi) multi_scatter_state(t.multi);   // replicas and shards take the loaded state
             printf("Resuming %s from epoch %d, batch %d\n", dir, rs.start.epoch, rs.start.batch);
             if (rs.start.batch > 0) trainer_lr_at(&t, rs.start.epoch, rs.start.batch - 1);
-            drop_results_from(dir, rs.start.epoch);
+            if (procs_writer()) drop_results_from(dir, rs.start.epoch);
         }
     }
-    if (rc == 0) train_tb_open(&rs.tb, cfg, dir, t.m.reg_max, rs.start.epoch);
+    if (rc == 0 && procs_writer()) train_tb_open(&rs.tb, cfg, dir, t.m.reg_max, rs.start.epoch);
+    if (rc == 0 && !cfg->resume[0]) procs_note_count(dir);
     stop_savable = 1;                                // from here a signal saves where the run stands
     double t0 = now_seconds();
     if (!rc) rc = train_epochs(cfg, &t, ld, &rs);
-    if (rc != 2) {                                   // 2: the run could not start
+    if (rc != 2 && procs_writer()) {                 // 2: the run could not start
         double total = now_seconds() - t0;
         const PhaseTimes *p = &t.t;
         printf("%.3f hours. Time per phase (device 0): data wait %.1f s, forward %.1f s, loss %.1f s, backward %.1f s, "

@@ -19,7 +19,9 @@
 #include "core/multi.h"
 #include "core/procs.h"
 #include "io/image.h"
+#include "io/safetensors.h"
 #include "io/synth.h"
+#include "test/synth_run.h"
 
 enum { S = 64, B = 18, MAX_T = B * SYNTH_MAX_OBJECTS, MAX_DEV = 8 };
 
@@ -495,6 +497,77 @@ static void test_dead_rank_stops_all(void) {
     }
 }
 
+// Relative L2 difference of every F32 tensor of two safetensors files; -1 when one cannot be read.
+static double file_diff(const char *a, const char *b, int *n_tensors) {
+    SafeTensors x, y;
+    *n_tensors = 0;
+    Err err;
+    if (st_open(a, &x, &err)) { printf("    %s\n", err.msg); return -1; }
+    if (st_open(b, &y, &err)) { printf("    %s\n", err.msg); st_close(&x); return -1; }
+    double se = 0, sr = 0;
+    for (int i = 0; i < x.n; i++) {
+        const StTensor *t = &x.tensor[i], *u = st_find(&y, t->name);
+        if (t->dtype != ST_F32 || !u || u->nbytes != t->nbytes) continue;
+        size_t n = st_numel(t);
+        float *p = xmalloc(n * sizeof(float)), *q = xmalloc(n * sizeof(float));
+        if (!st_read_f32(&x, t->name, p, n, &err) && !st_read_f32(&y, t->name, q, n, &err)) {
+            for (size_t k = 0; k < n; k++) se += ((double)p[k] - q[k]) * ((double)p[k] - q[k]), sr += (double)q[k] * q[k];
+            ++*n_tensors;
+        }
+        free(p); free(q);
+    }
+    st_close(&x); st_close(&y);
+    return sr > 0 ? sqrt(se / sr) : -1;
+}
+
+static int run_shell(const char *cmd, char *out, size_t size) {
+    FILE *p = popen(cmd, "r");
+    size_t o = 0;
+    out[0] = 0;
+    if (!p) return -1;
+    while (o + 1 < size && fgets(out + o, (int)(size - o), p)) o += strlen(out + o);
+    char sink[4096];
+    while (fgets(sink, sizeof sink, p)) {}
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+// Whole runs: 3 steps of `mpirun -np 2 ./yolotrain ... device=cpu` leave the training state of one process
+// on cpu:2 (the same micro-batches, summed in the same order); rank 1 writes nothing (one run folder);
+// resuming that run as one process is refused, naming the counts.
+static void test_training_run(void) {
+    if (!have_mpirun()) SKIP("%s", skip_why);
+    if (access("./yolotrain", X_OK)) SKIP("./yolotrain is not built (make builds it before the tests)");
+    if (synth_run_data("procs", 24)) { CHECK(0, "synthetic data"); return; }
+    char common[9000], cmd[16000], out[1 << 16];
+    snprintf(common, sizeof common, "cfg/t.ini data=%s project=%s imgsz=64 batch=8 epochs=2 workers=1 noplots=1 seed=5",
+             data_yaml, project);
+    snprintf(cmd, sizeof cmd, "YT_STOP_AFTER_STEPS=3 OPENBLAS_NUM_THREADS=1 timeout -k 5 300 ./yolotrain %s name=one "
+             "device=cpu:2 2>&1", common);
+    int rc1 = run_shell(cmd, out, sizeof out);
+    CHECK(rc1 == 0, "one process: status %d:\n%s", rc1, out);
+    snprintf(cmd, sizeof cmd, "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+             "OMPI_MCA_btl_vader_single_copy_mechanism=none YT_STOP_AFTER_STEPS=3 OPENBLAS_NUM_THREADS=1 "
+             "ASAN_OPTIONS=detect_leaks=0 timeout -k 5 300 %s --allow-run-as-root --oversubscribe --bind-to none -np 2 "
+             "./yolotrain %s name=two device=cpu 2>&1", mpirun, common);
+    int rc2 = run_shell(cmd, out, sizeof out);
+    CHECK(rc2 == 0 && strstr(out, "rank 1 of 2") && strstr(out, "images 4..7"), "two processes: status %d:\n%s", rc2, out);
+    char a[9000], b[9000];
+    int n = 0;
+    snprintf(a, sizeof a, "%s/two/weights/last_state.safetensors", project);
+    snprintf(b, sizeof b, "%s/one/weights/last_state.safetensors", project);
+    double d = file_diff(a, b, &n);
+    printf("    3 steps as 2 processes x cpu vs 1 process x cpu:2: the training state (weights, EMA, momentum) differs by %.2g (relative L2, %d "
+           "tensors)\n", d, n);
+    CHECK(d >= 0 && d < 1e-5 && n >= 3, "the training states differ by %.3g over %d tensors", d, n);
+    snprintf(a, sizeof a, "%s/two2", project);
+    snprintf(b, sizeof b, "%s/two/processes.txt", project);
+    CHECK(access(a, F_OK) && !access(b, F_OK), "rank 1 made a run folder of its own, or no processes.txt");
+    snprintf(cmd, sizeof cmd, "timeout -k 5 120 ./yolotrain resume=%s/two 2>&1", project);
+    int rc3 = run_shell(cmd, out, sizeof out);
+    CHECK(rc3 == 2 && strstr(out, "trained by 2 processes"), "resume as one process: status %d: %s", rc3, out);
+}
+
 int main(int argc, char **argv) {
     openblas_set_num_threads(1);
     if (argc >= 3 && !strcmp(argv[1], "rank")) return rank_main(argc, argv);
@@ -509,5 +582,6 @@ int main(int argc, char **argv) {
     RUN(test_three_processes);
     RUN(test_disagreement_refused);
     RUN(test_dead_rank_stops_all);
+    RUN(test_training_run);
     return test_summary();
 }
