@@ -11,7 +11,10 @@
 #include "core/train.h"
 #include "io/dataset.h"
 
-int  procs_active(void);          // comm_size() > 1
+int  procs_active(void);          // comm_size() > 1, or forced
+// Tests: take the several-process path with this process alone (a communicator of one; on GPUs NCCL's),
+// which must give one process's results bit for bit.
+void procs_force(int on);
 int  procs_writer(void);          // rank 0: the process that writes the run's files
 
 // Agreement at start: rank 0's configuration (config_print's text) against this rank's, key by key

@@ -22,6 +22,10 @@
 #include "io/safetensors.h"
 #include "io/synth.h"
 #include "test/synth_run.h"
+#ifdef USE_CUDA
+#include "gpu/comm_nccl.h"
+#include "gpu/device.h"
+#endif
 
 enum { S = 64, B = 18, MAX_T = B * SYNTH_MAX_OBJECTS, MAX_DEV = 8 };
 
@@ -568,6 +572,59 @@ static void test_training_run(void) {
     CHECK(rc3 == 2 && strstr(out, "trained by 2 processes"), "resume as one process: status %d: %s", rc3, out);
 }
 
+// The several-process path with this process alone (procs_force: the normaliser through the host, the
+// sums of a communicator of one, NCCL's on a GPU) gives one process's 3 steps bit for bit.
+static void forced_matches(int gpu) {
+    static Config cfg;
+    Err err;
+    if (load_cfg(&cfg, 8, "device0", "local", NULL)) { CHECK(0, "config"); return; }
+    Trainer a, b;
+    if (trainer_init(&a, &cfg, 1, gpu, &err) || trainer_init(&b, &cfg, 1, gpu, &err)) { CHECK(0, "%s", err.msg); return; }
+    static float tg[MAX_T * 6];
+    int nt = 0;
+    for (int r = 0; r < n_targets; r++)
+        if (targets[6 * r] < 8) memcpy(tg + 6 * nt++, targets + 6 * r, 6 * sizeof(float));
+    for (int i = 0; i < 3; i++) {
+        LossOut la, lb;
+        procs_force(0);
+        CHECK(!trainer_step_batch(&a, images, NULL, 8, S, tg, nt, 0, i, &la, &err), "%s", err.msg);
+        procs_force(1);
+        CHECK(!trainer_step_batch(&b, images, NULL, 8, S, tg, nt, 0, i, &lb, &err), "%s", err.msg);
+        procs_force(0);
+        CHECK(la.total == lb.total && la.tss == lb.tss && la.n_fg == lb.n_fg, "step %d: loss %.9g vs %.9g, normaliser "
+              "%.9g vs %.9g", i, la.total, lb.total, la.tss, lb.tss);
+    }
+    size_t N = a.m.n_state;
+    float *x = xmalloc(4 * N * sizeof(float)), *y = x + N, *ex = y + N, *ey = ex + N;
+    a.m.be->download(a.m.be_ctx, x, a.m.state, N);
+    b.m.be->download(b.m.be_ctx, y, b.m.state, N);
+    a.m.be->download(a.m.be_ctx, ex, a.ema, N);
+    b.m.be->download(b.m.be_ctx, ey, b.ema, N);
+    CHECK(!memcmp(x, y, N * sizeof(float)), "the weights after 3 steps differ");
+    CHECK(!memcmp(ex, ey, N * sizeof(float)), "the EMA after 3 steps differs");
+    free(x);
+    trainer_free(&a);
+    trainer_free(&b);
+}
+
+static void test_one_process_forced_cpu(void) { forced_matches(-1); }
+
+static void test_nccl_communicator_of_one(void) {
+#ifdef USE_CUDA
+    GpuInfo g[1];
+    if (gpu_list(g, 1) < 1) SKIP("no GPU");
+    if (!nccl_available()) SKIP("NCCL (libnccl.so.2) not found or not built in (make found no nccl.h)");
+    setenv("NCCL_NVLS_ENABLE", "0", 1);
+    long before = nccl_calls();
+    forced_matches(0);
+    printf("    GPU 0 with a NCCL communicator of one: %ld all-reduces, 3 steps bit for bit as one process\n",
+           nccl_calls() - before);
+    CHECK(nccl_calls() > before, "NCCL was not used");
+#else
+    SKIP("no CUDA in this build");
+#endif
+}
+
 int main(int argc, char **argv) {
     openblas_set_num_threads(1);
     if (argc >= 3 && !strcmp(argv[1], "rank")) return rank_main(argc, argv);
@@ -577,6 +634,9 @@ int main(int argc, char **argv) {
         printf("test_procs: run it alone; it starts mpirun itself\n");
         return 0;
     }
+    make_batch();
+    RUN(test_one_process_forced_cpu);
+    RUN(test_nccl_communicator_of_one);
     RUN(test_two_processes_one_device);
     RUN(test_two_processes_two_devices);
     RUN(test_three_processes);
