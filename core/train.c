@@ -369,7 +369,7 @@ static void save_after_failure(const char *what, void *arg) {
 static void prefetch_share(Trainer *t, const Batch *b, int S, float *tg) {
     const uint8_t *img = b->images;
     int n = b->n, nt;
-    if (procs_active()) n = procs_slice(b->n, S, b->images, b->targets, b->nt, &img, tg, &nt);
+    if (procs_active()) n = procs_slice(b->n, (size_t)S * S * 3, b->images, b->targets, b->nt, &img, tg, &nt);
     multi_prefetch(t, img, n, S);
 }
 
@@ -413,7 +413,8 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
             const uint8_t *img = b->images;            // several processes: this one's share of the batch
             const float *tg = b->targets;
             int n = b->n, nt = b->nt;
-            if (procs_active()) n = procs_slice(b->n, S, b->images, b->targets, b->nt, &img, tg_share, &nt), tg = tg_share;
+            if (procs_active()) n = procs_slice(b->n, (size_t)S * S * 3, b->images, b->targets, b->nt, &img, tg_share, &nt),
+                                 tg = tg_share;
             t->input_u8 = img;                         // converted on the device: a quarter of the bytes
             LossOut lo;
             int bad = trainer_step(t, n, S, tg, nt, epoch, i, &lo, &err);
