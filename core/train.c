@@ -605,10 +605,8 @@ int train_run(Config *cfg) {
     sigaction(SIGINT, &on, &old_int);
     sigaction(SIGTERM, &on, &old_term);
     int rc = train_run_(cfg);
-    if (procs_active()) {                            // the others wait on a failed rank: end them all
-        if (rc) comm_abort(rc, "the run stopped (status %d; the reason is above)", rc);
-        comm_finalize();
-    }
+    if (rc && comm_size() > 1) comm_abort(rc, "the run stopped (status %d; the reason is above)", rc);   // the others
+    comm_finalize();                                 // wait on it: end them all; else leave MPI (mpirun -np 1 too)
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     stop_savable = 0;
