@@ -50,7 +50,7 @@ int procs_any(int flag) {
 }
 
 void procs_note_count(const char *dir) {
-    if (!procs_writer()) return;
+    if (!procs_writer() || comm_size() < 2) return;   // no file: one process
     char path[4200];
     snprintf(path, sizeof path, "%s/processes.txt", dir);
     FILE *f = fopen(path, "w");

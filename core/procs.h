@@ -29,7 +29,8 @@ uint64_t procs_hash_names(const Dataset *ds);
 int  procs_join(const Config *cfg, const Dataset *ds, int n_devices, Err *err);
 // Any rank's flag set: every rank's answer 1 (the run's stop requests, so every rank stops at the same step).
 int  procs_any(int flag);
-// A run folder's process count: RUN/processes.txt, written by rank 0 at the start (procs_note_count);
+// A run folder's process count: RUN/processes.txt, written by rank 0 at the start of a run of several
+// processes (procs_note_count);
 // procs_check_count refuses a resume under another count (a missing file: one process).
 void procs_note_count(const char *dir);
 int  procs_check_count(const char *dir, Err *err);
