@@ -20,10 +20,12 @@ static char host_[64];
 
 int comm_built(void) { return BUILT != NULL; }
 
+// A launcher's count of processes above 1 (one process, as under an sbatch script without srun, never
+// starts MPI: a singleton MPI_Init may look for a launcher that is not there).
 int comm_launched(void) {
-    static const char *const vars[] = { "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_STEP_NUM_TASKS" };
+    static const char *const vars[] = { "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS" };
     for (size_t k = 0; k < sizeof vars / sizeof vars[0]; k++)
-        if (getenv(vars[k]) && getenv(vars[k])[0]) return 1;
+        if (getenv(vars[k]) && atoi(getenv(vars[k])) > 1) return 1;
     return 0;
 }
 
@@ -38,7 +40,6 @@ int comm_init(Err *err) {
     ops = BUILT;
     rank_ = r;
     size_ = s;
-    if (s == 1) return 0;         // mpirun -np 1: a communicator of one, every collective a copy
     return 0;
 }
 

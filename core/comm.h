@@ -3,9 +3,9 @@
 // join through a small transport: rank and size, a sum of floats every rank gets bit for bit the
 // same, a gather of a few bytes from each rank, a broadcast from rank 0, and an abort that stops
 // every rank. core/comm_mpi.c implements it over MPI (built when the Makefile finds mpicc, -DUSE_MPI)
-// and is used only when a launcher started the process (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK,
-// SLURM_STEP_NUM_TASKS); otherwise, or without MPI at build time, the run is one process (rank 0 of
-// 1) and nothing here does anything. Device buffers reach the transport through the backend's
+// and is used only when a launcher started several processes (OMPI_COMM_WORLD_SIZE, PMI_SIZE or
+// SLURM_STEP_NUM_TASKS above 1); otherwise, or without MPI at build time, the run is one process (rank
+// 0 of 1) and nothing here does anything. Device buffers reach the transport through the backend's
 // comm_sum when it has one (NCCL, gpu/), else through host memory (core/procs.c).
 #pragma once
 #include <stddef.h>
@@ -25,8 +25,8 @@ typedef struct {
     void (*abort)(int code) __attribute__((noreturn));    // every rank ends
 } CommOps;
 
-// Join the other processes when a launcher started this one and the build has MPI; 0, or -1 with
-// err (MPI there but failing to start). Idempotent. comm_force_local: a test's process stays alone.
+// Join the other processes when a launcher started several and the build has MPI; 0, or -1 with err
+// (MPI there but failing to start). Idempotent.
 int  comm_init(Err *err);
 void comm_finalize(void);
 int  comm_rank(void);             // 0 without MPI

@@ -606,7 +606,7 @@ int train_run(Config *cfg) {
     sigaction(SIGTERM, &on, &old_term);
     int rc = train_run_(cfg);
     if (rc && comm_size() > 1) comm_abort(rc, "the run stopped (status %d; the reason is above)", rc);   // the others
-    comm_finalize();                                 // wait on it: end them all; else leave MPI (mpirun -np 1 too)
+    comm_finalize();                                 // wait on it: end them all; else leave MPI
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     stop_savable = 0;
