@@ -236,10 +236,8 @@ int procs_forward_backward(Trainer *t, const float *images, const uint8_t *image
         be->download(t->m.be_ctx, (float *)local, (const float *)(t->scal + SC_TSS), 4);   // 2 doubles
     }
     int N = procs_normaliser(local, n, global);
-    if (n > 0) {
-        be->upload(t->m.be_ctx, (float *)(t->scal + SC_ALL), (const float *)global, 4);
-        trainer_phase_backward(t, n, t->scal + SC_ALL, 1, N);
-    }
+    be->upload(t->m.be_ctx, (float *)(t->scal + SC_ALL), (const float *)global, 4);
+    if (n > 0) trainer_phase_backward(t, n, t->scal + SC_ALL, 1, N);   // a process without images only sums
     procs_mean_buffers(t, t->m.state + t->m.buffers, t->m.n_buffers, n > 0);
     if (sum_grads) procs_sum(t, t->m.grad, t->m.buffers);
     return N;

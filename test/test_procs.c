@@ -469,6 +469,14 @@ static void test_three_processes(void) {
     equiv(3, 2, "sharded", "device0", 11, 18);    // 2+2 + 2+2 + 2+1
 }
 
+// A batch smaller than the devices: the last processes get no image (as an epoch's last batch may
+// leave them) and still take part in every sum.
+static void test_processes_without_images(void) {
+    if (!have_mpirun()) SKIP("%s", skip_why);
+    equiv(3, 1, "device0", "local", 2, 8);        // 1 + 1 + 0
+    equiv(3, 2, "sharded", "device0", 2, 18);     // 1+1 + 0+0 + 0+0
+}
+
 static void test_disagreement_refused(void) {
     if (!have_mpirun()) SKIP("%s", skip_why);
     const char *what[] = { "config", "dataset" };
@@ -640,6 +648,7 @@ int main(int argc, char **argv) {
     RUN(test_two_processes_one_device);
     RUN(test_two_processes_two_devices);
     RUN(test_three_processes);
+    RUN(test_processes_without_images);
     RUN(test_disagreement_refused);
     RUN(test_dead_rank_stops_all);
     RUN(test_training_run);
