@@ -163,19 +163,9 @@ void procs_share(int B, int *first, int *n) {
     *n = k;
 }
 
-int procs_slice(int B, size_t image_bytes, const uint8_t *images, const float *targets, int nt, const uint8_t **img_out,
-                float *tg_out, int *nt_out) {
-    int first, n;
-    procs_share(B, &first, &n);
-    *img_out = images + (size_t)first * image_bytes;
-    int k = 0;
-    for (int r = 0; r < nt; r++) {
-        int img = (int)targets[6 * r];
-        if (img < first || img >= first + n) continue;
-        memcpy(tg_out + 6 * k, targets + 6 * r, 6 * sizeof(float));
-        tg_out[6 * k++] -= (float)first;
-    }
-    *nt_out = k;
+int procs_loader_share(int B, int *first, void *arg) {
+    int n;
+    procs_share(B, first, &n);
     return n;
 }
 

@@ -38,10 +38,8 @@ int  procs_check_count(const char *dir, Err *err);
 // split as torch.chunk over every device of every process, in rank order; a process gets its devices'.
 int  procs_devices_total(void);
 void procs_share(int B, int *first, int *n);
-// This process's images of a batch of B images of image_bytes each: its share's bytes and its target
-// rows re-indexed from 0 (into *tg_out, room for nt rows). Returns the share's image count.
-int  procs_slice(int B, size_t image_bytes, const uint8_t *images, const float *targets, int nt, const uint8_t **img_out,
-                 float *tg_out, int *nt_out);
+// LoaderConfig.share: this process's share of a batch of B images, as procs_share.
+int  procs_loader_share(int B, int *first, void *arg);
 
 // The step's normaliser: the local target-score sums (main head, auxiliary head) of n_local images
 // into the sums over every process (rank order), returned in global; the function returns the batch's

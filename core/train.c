@@ -365,14 +365,6 @@ static void save_after_failure(const char *what, void *arg) {
             "./yolotrain resume=%s continues from there\n", why, last, f->dir, when, f->dir);
 }
 
-// The next batch's upload: this process's share of it (several processes), else the whole batch.
-static void prefetch_share(Trainer *t, const Batch *b, int S, float *tg) {
-    const uint8_t *img = b->images;
-    int n = b->n, nt;
-    if (procs_active()) n = procs_slice(b->n, (size_t)S * S * 3, b->images, b->targets, b->nt, &img, tg, &nt);
-    multi_prefetch(t, img, n, S);
-}
-
 static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
     int nb = loader_batches(ld), S = cfg->imgsz, rc = 0;
     const Dataset *ds = rs->train;
@@ -380,7 +372,6 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
     char path[CFG_PATH * 2 + 64];
     Err err;
     Failure fail = { cfg, t, dir, cfg->resume[0] ? rs->start.epoch : -1, rs->start.batch };
-    float *tg_share = procs_active() ? xmalloc(sizeof(float) * 6 * TARGETS_PER_IMAGE * cfg->batch) : NULL;
     device_set_fatal_hook(save_after_failure, &fail);   // until this returns: fail lives here
     const Backend *be = t->m.be;
     if (t->m.on_device && be->host_pin) loader_pin_buffers(ld, &(LoaderPinning){ be->host_pin, be->host_unpin, NULL });   // async uploads
@@ -398,10 +389,10 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
         int images = 0, inst = 0;
         // Two batches in hand: the next one's upload runs on the GPUs' copy streams behind this step.
         Batch *b = NULL, *next = NULL;
-        if (loader_next(ld, &b)) prefetch_share(t, b, S, tg_share);
+        if (loader_next(ld, &b)) multi_prefetch(t, b->images, b->n, S);
         for (t->t.data += now_seconds() - tw; !stop_requested && b; b = next, i++) {
             tw = now_seconds();
-            if (loader_next(ld, &next)) prefetch_share(t, next, S, tg_share);
+            if (loader_next(ld, &next)) multi_prefetch(t, next->images, next->n, S);
             else next = NULL;
             t->t.data += now_seconds() - tw;
             if (epoch == 0 && i == 0 && !cfg->noplots && procs_writer()) {
@@ -410,14 +401,9 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
                 else train_tb_picture(&rs->tb, dir, "train_batch0.jpg", 0);
             }
             fault_before_step(t, ++steps);              // YT_FAIL_CUDA, YT_NAN_AT_STEP (tests)
-            const uint8_t *img = b->images;            // several processes: this one's share of the batch
-            const float *tg = b->targets;
-            int n = b->n, nt = b->nt;
-            if (procs_active()) n = procs_slice(b->n, (size_t)S * S * 3, b->images, b->targets, b->nt, &img, tg_share, &nt),
-                                 tg = tg_share;
-            t->input_u8 = img;                         // converted on the device: a quarter of the bytes
-            LossOut lo;
-            int bad = trainer_step(t, n, S, tg, nt, epoch, i, &lo, &err);
+            t->input_u8 = b->images;                   // converted on the device: a quarter of the bytes
+            LossOut lo;                                // (several processes: this one's share of the batch)
+            int bad = trainer_step(t, b->n, S, b->targets, b->nt, epoch, i, &lo, &err);
             t->input_u8 = NULL;                        // the batch goes back to the loader below
             if (bad) {
                 fprintf(stderr, "\nyolotrain: %s\n", err.msg);
@@ -485,7 +471,6 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
     }
 done:
     device_set_fatal_hook(NULL, NULL);
-    free(tg_share);
     return rc;
 }
 
@@ -629,6 +614,7 @@ static int train_run_(Config *cfg) {
     DatasetOptions vopt = { .strict = cfg->strict, .nc = ds.nc, .report = stderr, .single_cls = cfg->single_cls };
     if (dataset_open(NULL, cfg, "val", &vopt, &vds, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); dataset_free(&ds); return 2; }
     LoaderConfig lc = loader_config(cfg, 1);
+    if (procs_active()) lc.share = procs_loader_share;   // each process makes only its images of a batch
     Loader *ld;
     if (loader_open(&lc, &ds, &ld, &err)) {
         fprintf(stderr, "yolotrain: %s\n", err.msg);

@@ -22,6 +22,13 @@ typedef struct {
     int       cache_ram;      // 1: decode and resize each image once, keep it for every epoch
     size_t    mem_available;  // bytes the RAM cache may use; 0 = MemAvailable of /proc/meminfo
     FILE     *report;         // where unreadable images are reported; NULL = stderr
+    // Several processes (core/procs.h): each batch of B images is made only in part, the images at
+    // positions [first, first + share(B, &first, share_arg)) of the whole batch; Batch.n is that count
+    // (0: an empty batch) and its targets count from the share's first image. The bytes of each image
+    // are those the whole batch would hold (a sample's randomness comes from its dataset index). NULL:
+    // whole batches.
+    int     (*share)(int batch_images, int *first, void *arg);
+    void     *share_arg;
 } LoaderConfig;
 
 typedef struct {

@@ -19,6 +19,7 @@
 #include "core/multi.h"
 #include "core/procs.h"
 #include "io/image.h"
+#include "io/loader.h"
 #include "io/safetensors.h"
 #include "io/synth.h"
 #include "test/synth_run.h"
@@ -544,6 +545,71 @@ static int run_shell(const char *cmd, char *out, size_t size) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+// Images [3, 7) of each batch (the last, of 4, keeps 1).
+static int share_3_4(int whole, int *first, void *arg) {
+    *first = 3;
+    return whole - 3 < 0 ? 0 : whole - 3 < 4 ? whole - 3 : 4;
+}
+static int share_none(int whole, int *first, void *arg) { *first = 0; return 0; }
+
+// LoaderConfig.share: a process makes only its images of each batch, the same bytes and targets as
+// that part of the whole batch (mosaic on, 2 workers); a share without images still gives each batch.
+static void test_loader_share(void) {
+    if (synth_run_data("share", 20)) { CHECK(0, "synthetic data"); return; }
+    static Config cfg;
+    Err err;
+    char d[4400];
+    snprintf(d, sizeof d, "data=%s", data_yaml);
+    char *ov[] = { d, "imgsz=64", "batch=8", "workers=2" };
+    if (config_load("cfg/t.ini", 4, ov, &cfg, &err)) { CHECK(0, "%s", err.msg); return; }
+    Dataset ds;
+    DatasetOptions opt = { .quiet = 1, .report = tmpfile() };
+    if (dataset_open(NULL, &cfg, "train", &opt, &ds, &err)) { CHECK(0, "%s", err.msg); fclose(opt.report); return; }
+    fclose(opt.report);
+    Loader *whole, *part, *none;
+    LoaderConfig lw = loader_config(&cfg, 1), lp = lw, ln = lw;
+    lp.share = share_3_4;
+    ln.share = share_none;
+    if (loader_open(&lw, &ds, &whole, &err) || loader_open(&lp, &ds, &part, &err) || loader_open(&ln, &ds, &none, &err)) {
+        CHECK(0, "%s", err.msg);
+        dataset_free(&ds);
+        return;
+    }
+    size_t per = (size_t)64 * 64 * 3;
+    for (int epoch = 0; epoch < 2; epoch++) {
+        loader_start_epoch(whole, epoch, 1);
+        loader_start_epoch(part, epoch, 1);
+        loader_start_epoch(none, epoch, 1);
+        Batch *a, *b, *z;
+        int k = 0;
+        for (; loader_next(whole, &a); k++) {
+            CHECK(loader_next(part, &b) && loader_next(none, &z), "epoch %d batch %d: the shares ended early", epoch, k);
+            int first = 0, n = share_3_4(a->n, &first, NULL);
+            CHECK(b->n == n && z->n == 0 && z->nt == 0, "batch %d of %d: share of %d, empty share of %d", k, a->n, b->n, z->n);
+            CHECK(!memcmp(b->images, a->images + first * per, n * per), "epoch %d batch %d: other bytes", epoch, k);
+            int nt = 0, same = 1;
+            for (int r = 0; r < a->nt; r++) {
+                int img = (int)a->targets[6 * r];
+                if (img < first || img >= first + n) continue;
+                float row[6];
+                memcpy(row, a->targets + 6 * r, sizeof row);
+                row[0] -= first;
+                same &= nt < b->nt && !memcmp(row, b->targets + 6 * nt, sizeof row);
+                nt++;
+            }
+            CHECK(same && nt == b->nt, "epoch %d batch %d: other targets (%d rows, %d expected)", epoch, k, b->nt, nt);
+            loader_release(whole, a);
+            loader_release(part, b);
+            loader_release(none, z);
+        }
+        CHECK(k == 3 && !loader_next(part, &b) && !loader_next(none, &z), "epoch %d: %d batches", epoch, k);
+    }
+    loader_close(whole);
+    loader_close(part);
+    loader_close(none);
+    dataset_free(&ds);
+}
+
 // Whole runs: 3 steps of `mpirun -np 2 ./yolotrain ... device=cpu` leave the training state of one process
 // on cpu:2 (the same micro-batches, summed in the same order); rank 1 writes nothing (one run folder);
 // resuming that run as one process is refused, naming the counts.
@@ -644,6 +710,7 @@ int main(int argc, char **argv) {
     }
     make_batch();
     RUN(test_one_process_forced_cpu);
+    RUN(test_loader_share);
     RUN(test_nccl_communicator_of_one);
     RUN(test_two_processes_one_device);
     RUN(test_two_processes_two_devices);
