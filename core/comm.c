@@ -15,6 +15,9 @@ static const CommOps *const BUILT = NULL;
 #endif
 
 static const CommOps *ops;       // NULL: one process
+static void (*abort_hook)(void);
+
+void comm_set_abort_hook(void (*fn)(void)) { abort_hook = fn; }
 static int rank_, size_ = 1, inited;
 static char host_[64];
 
@@ -92,6 +95,9 @@ void comm_abort(int code, const char *fmt, ...) {
     else fprintf(stderr, "yolotrain: %s\n", msg);
     fflush(stderr);
     fflush(stdout);
+    void (*hook)(void) = abort_hook;
+    abort_hook = NULL;                             // once, even if the hook fails into here again
+    if (hook) hook();
     if (ops && size_ > 1) ops->abort(code);
     exit(code);
 }

@@ -40,6 +40,9 @@ void comm_sum_doubles(double *p, size_t n);   // in rank order, the same doubles
 void comm_allgather(const void *mine, void *all, size_t bytes);
 void comm_bcast(void *p, size_t bytes);
 void comm_barrier(void);
-// Print "yolotrain: rank R (host H): MESSAGE" on stderr and end every rank (MPI_Abort); one process:
-// exit(code).
+// Print "yolotrain: rank R (host H): MESSAGE" on stderr and end every rank (MPI_Abort, after the hook
+// below); one process: exit(code).
 void comm_abort(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+// A device transport's last act before comm_abort ends the processes (NCCL: ncclCommAbort of its
+// communicators, so no GPU is left inside a collective); NULL: none.
+void comm_set_abort_hook(void (*fn)(void));

@@ -78,6 +78,7 @@ static ncclComm_t comm_for(Device *dev) {
     if (r != ncclSuccess) comm_abort(1, "NCCL: ncclCommInitRank on GPU %d: %s", dev->id, fn.error_string(r));
     comms[n_comms].gpu = dev->id;
     comms[n_comms++].comm = c;
+    comm_set_abort_hook(nccl_abort_all);          // a failing process aborts its communicators first
     return c;
 }
 
@@ -85,7 +86,6 @@ int nccl_comm_sum(Device *dev, float *p, size_t n) {
     if (!agree()) return -1;
     ncclResult_t r = fn.all_reduce(p, p, n, ncclFloat, ncclSum, comm_for(dev), dev->stream);
     if (r != ncclSuccess) {
-        nccl_abort_all();
         comm_abort(1, "NCCL: all-reduce of %zu floats on GPU %d: %s", n, dev->id, fn.error_string(r));
     }
     calls++;
