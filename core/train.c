@@ -263,6 +263,21 @@ static void drop_results_from(const char *dir, int epoch) {
 }
 
 // After an epoch: validate the EMA weights, log, save last (and best by fitness). -1 on a failed save,
+// results.png from results.csv, drawn once the run ends (its last epoch, an early stop by patience, or
+// a signal), as both references draw it after training; redrawing it every epoch took about 0.2 s a
+// time, seconds of a small run's minute. With `epoch` >= 0 it also goes to TensorBoard, as yolov9's.
+static void draw_results(const Config *cfg, RunState *rs, int epoch) {
+    if (cfg->noplots) return;
+    char csv[CFG_PATH * 2 + 64], png[CFG_PATH * 2 + 64];
+    snprintf(csv, sizeof csv, "%s/results.csv", rs->dir);
+    snprintf(png, sizeof png, "%s/results.png", rs->dir);
+    struct stat st;
+    if (stat(csv, &st) != 0) return;                  // stopped before an epoch ended: nothing to draw
+    Err err;
+    if (plot_results(csv, png, &err)) fprintf(stderr, "note: %s\n", err.msg);
+    else if (epoch >= 0) train_tb_picture(&rs->tb, rs->dir, "results.png", epoch);
+}
+
 // 1 when a signal stopped the validation (nothing written: the caller saves the state before it).
 static int end_epoch(Config *cfg, Trainer *t, RunState *rs, int epoch, const Running *r) {
     Err err;
@@ -290,11 +305,7 @@ static int end_epoch(Config *cfg, Trainer *t, RunState *rs, int epoch, const Run
     for (int k = 0; vo.picture_dir && !vrc && k < 2; k++)
         train_tb_picture(&rs->tb, rs->dir, k ? "val_batch0_pred.jpg" : "val_batch0_labels.jpg", epoch);
     results_row(rs, epoch, r, &v, t->lr);
-    char csv[CFG_PATH * 2 + 64];
-    snprintf(csv, sizeof csv, "%s/results.csv", rs->dir);
-    snprintf(path, sizeof path, "%s/results.png", rs->dir);
-    if (!cfg->noplots && plot_results(csv, path, &err)) fprintf(stderr, "note: %s\n", err.msg);
-    else if (!cfg->noplots && epoch == cfg->epochs - 1) train_tb_picture(&rs->tb, rs->dir, "results.png", epoch);   // as yolov9, at the end
+    if (vo.plots_dir) draw_results(cfg, rs, epoch);    // the run's last validation: the last epoch's or patience's
     snprintf(path, sizeof path, "%s/weights/last.safetensors", rs->dir);
     int rc = 0;
     fault_signal_at("checkpoint");
@@ -671,6 +682,7 @@ static int train_run_(Config *cfg) {
     stop_savable = 1;                                // from here a signal saves where the run stands
     double t0 = now_seconds();
     if (!rc) rc = train_epochs(cfg, &t, ld, &rs);
+    if (rc == 0 && stop_requested) draw_results(cfg, &rs, -1);   // a stopped run's epochs so far
     if (rc != 2) {                                   // 2: the run could not start
         double total = now_seconds() - t0;
         const PhaseTimes *p = &t.t;
