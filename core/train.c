@@ -264,8 +264,8 @@ static void drop_results_from(const char *dir, int epoch) {
 
 // After an epoch: validate the EMA weights, log, save last (and best by fitness). -1 on a failed save,
 // results.png from results.csv, drawn once the run ends (its last epoch, an early stop by patience, or
-// a signal), as both references draw it after training; redrawing it every epoch took about 0.2 s a
-// time, seconds of a small run's minute. With `epoch` >= 0 it also goes to TensorBoard, as yolov9's.
+// a signal), as both references draw it after training; redrawing it every epoch took 0.1 s a time
+// (100 ms for 60 rows on cpu2), 6 s of a 60-epoch run. With `epoch` >= 0 it also goes to TensorBoard, as yolov9's.
 static void draw_results(const Config *cfg, RunState *rs, int epoch) {
     if (cfg->noplots) return;
     char csv[CFG_PATH * 2 + 64], png[CFG_PATH * 2 + 64];
