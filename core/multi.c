@@ -74,8 +74,9 @@ void mt_copy_doubles(Multi *mt, Trainer *dt, double *dst, Trainer *st, const dou
 static void forward_only(Multi *mt, Job *j) {
     Model *m = &j->t->m;
     trainer_mark(j->t, TM_F0);
-    if (j->images_u8) model_forward_u8(m, j->images_u8, j->n, mt->S, mt->S, 1);
-    else model_forward(m, j->images, j->n, mt->S, mt->S, 1);   // images NULL: already on the device
+    const StepShape *s = &mt->shape;
+    if (j->images_u8) model_forward_u8_resized(m, j->images_u8, j->n, s->H, s->W, s->h, s->w, 1);
+    else model_forward(m, j->images, j->n, s->h, s->w, 1);   // images NULL: already on the device
     trainer_mark(j->t, TM_F1);
 }
 
@@ -263,16 +264,18 @@ static int plan_split(Multi *mt, int B, Err *err) {
 // ---- the step ------------------------------------------------------------------------------
 
 // Device k's images and its targets, re-indexed from 0.
-static void scatter(Multi *mt, int S, const float *targets, int nt) {
+static void scatter(Multi *mt, const float *targets, int nt) {
     int first = 0;
+    size_t bytes = (size_t)mt->shape.H * mt->shape.W * 3, floats = (size_t)mt->shape.h * mt->shape.w * 3;
     for (int k = 0; k < mt->n; k++) {
         Job *j = &mt->job[k];
         j->n = mt->sizes[k];
         j->first = first;
         j->compute = 0;
         const uint8_t *u8 = mt->images_u8;        // images NULL too: each share is still where the last step put it
-        j->images = u8 || !mt->images ? NULL : mt->images + (size_t)first * S * S * 3;
-        j->images_u8 = u8 ? u8 + (size_t)first * S * S * 3 : NULL;
+        j->images = u8 || !mt->images ? NULL : mt->images + first * floats;
+        j->images_u8 = u8 ? u8 + first * bytes : NULL;
+        j->t->shape = mt->shape;                   // each device's trainer_phase_forward reads it
         j->nt = 0;
         for (int r = 0; r < nt; r++) {
             int img = (int)targets[6 * r];
@@ -318,8 +321,9 @@ static int settle(Multi *mt) {
 // Forward, loss, backward and the reduction, queued on every device.
 static int forward_backward(Multi *mt, int n, int S, const float *targets, int nt, Err *err) {
     if (plan_split(mt, n, err)) return -1;
-    scatter(mt, S, targets, nt);
     mt->S = S;
+    mt->shape = trainer_shape(mt->master, S);      // rect, multi_scale: set by the run
+    scatter(mt, targets, nt);
     int rc = mt->loss_d0 ? loss_device0(mt, n, targets, nt, err) : loss_local(mt, n, err);
     mt->zero_first = mt->dirty = 0;                // done by the forward phase
     if (rc) return -1;
@@ -409,8 +413,8 @@ int multi_step(Multi *mt, const float *images, const uint8_t *images_u8, int n, 
 
 // Each GPU's share is the bytes its step will pass to model_forward_u8 (scatter's), so the step
 // finds the copy; a split that changes in between (split=auto) only makes that step copy again.
-void multi_prefetch(Trainer *t, const uint8_t *images, int n, int S) {
-    size_t per = (size_t)S * S * 3;               // CPU devices convert the bytes in the step (no-op)
+void multi_prefetch(Trainer *t, const uint8_t *images, int n, int H, int W) {
+    size_t per = (size_t)H * W * 3;               // CPU devices convert the bytes in the step (no-op)
     Multi *mt = t->multi;
     if (!mt) {
         t->m.be->prefetch_u8(t->m.be_ctx, images, n * per);

@@ -78,6 +78,7 @@ struct Multi {
     pthread_t        thread[MULTI_MAX];
     pthread_barrier_t start, done;
     int              phase, S;
+    StepShape        shape;                    // the step's: images H x W, the model at h x w
     const float     *images;                   // the step's batch: floats, or bytes (images_u8), or neither
     const uint8_t   *images_u8;                //   (each device's share is still on it: benchmarks)
     double           batch_mult, ema_d;

@@ -257,7 +257,7 @@ void mt_broadcast(Multi *mt) {
 int mt_loss_at_zero(Multi *mt, int B, const float *targets, int nt, Err *err) {
     Trainer *m0 = mt->master;
     Model *m = &m0->m;
-    LossBatch lb = { .nc = m->nc, .img_h = mt->S, .img_w = mt->S, .targets = targets, .n_targets = nt };
+    LossBatch lb = { .nc = m->nc, .img_h = mt->shape.h, .img_w = mt->shape.w, .targets = targets, .n_targets = nt };
     Map grads[LOSS_LEVELS];
     m->be->bind(m->be_ctx);
     for (int k = 1; k < mt->n; k++)

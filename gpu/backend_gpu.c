@@ -85,6 +85,7 @@ static void maxpool_bwd(void *ctx, Map x, int k, int s, int p, Map dy, Map dx) {
 static void avgpool_fwd(void *ctx, Map x, int k, int s, int p, Map y) { avgpool_forward_gpu(DEV, x, k, s, p, y); }
 static void avgpool_bwd(void *ctx, int k, int s, int p, Map dy, Map dx) { avgpool_backward_gpu(DEV, k, s, p, dy, dx); }
 static void upsample_fwd(void *ctx, Map x, int f, Map y) { upsample_forward_gpu(DEV, x, f, y); }
+static void resize_fwd(void *ctx, Map x, Map y) { resize_bilinear_gpu(DEV, x, y); }
 static void upsample_bwd(void *ctx, int f, Map dy, Map dx) { upsample_backward_gpu(DEV, f, dy, dx); }
 // The slots and their momentum buffers as one device table, so each optimizer op is one or two launches.
 static void *prepare(void *ctx, const ParamSlot *slots, int n, float *buf) {
@@ -348,5 +349,6 @@ const Backend backend_gpu = {
     .loss26_new = gpu_loss26_new, .loss26_free = gpu_loss26_free, .loss26_assign = gpu_loss26_assign,
     .loss26_compute = gpu_loss26_compute, .loss26_items = gpu_loss26_items,
     .opt26_new = gpu_opt26_new, .opt26_step = gpu_opt26_step, .opt26_free = gpu_opt26_free,
+    .resize_bilinear = resize_fwd,
     .comm_sum = comm_sum,
 };
