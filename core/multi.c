@@ -321,6 +321,7 @@ static int settle(Multi *mt) {
 // Forward, loss, backward and the reduction, queued on every device.
 static int forward_backward(Multi *mt, int n, int S, const float *targets, int nt, Err *err) {
     if (plan_split(mt, n, err)) return -1;
+    mt->n_step = n;
     mt->S = S;
     mt->shape = trainer_shape(mt->master, S);      // rect, multi_scale: set by the run
     scatter(mt, targets, nt);
@@ -344,7 +345,7 @@ static void finish_step(Multi *mt, int last, double t0, LossOut *out) {
     m0->m.be->sync(m0->m.be_ctx);
     double wall = now_seconds() - t0;
     memset(out, 0, sizeof *out);
-    if (mt->loss_d0) mt_loss_dev0_items(mt, out);
+    if (mt->loss_d0 && mt->n_step) mt_loss_dev0_items(mt, out);   // none: no loss this step here
     for (int k = 0; k < mt->n; k++) {
         Job *j = &mt->job[k];
         if (!mt->loss_d0 && j->n) {

@@ -89,6 +89,7 @@ struct Multi {
     Buckets          bk;                       // reduce=device0
     HookArg          hook_args[MULTI_MAX];
     int              procs, procs_reduce;       // several processes (core/procs.h); sum the gradients this step
+    int              n_step;                    // images of the step in flight (0: none in this process)
 };
 
 // ---- core/multi.c: device helpers -------------------------------------------------------------
@@ -136,5 +137,6 @@ int mt_sharded_update(Multi *mt, int epoch, int i, Err *err);
 // ---- core/multi_procs.c: several processes (core/procs.h) ----------------------------------------
 void mt_procs_normaliser(Multi *mt);             // after the forward phase: scal[SC_ALL], batch_mult
 int mt_procs_normaliser_d0(Multi *mt, int B);   // loss_on=device0: device 0's; returns the global batch
+int mt_procs_normaliser_empty(Multi *mt);        // the same for a process without images
 void mt_procs_reduce(Multi *mt);                 // after this process's reduction
 int mt_procs_check(Multi *mt, Err *err);

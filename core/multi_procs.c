@@ -45,6 +45,15 @@ int mt_procs_normaliser_d0(Multi *mt, int B) {
     return N;
 }
 
+// loss_on=device0 with no image in this process: zero sums; returns the batch over every process.
+int mt_procs_normaliser_empty(Multi *mt) {
+    Trainer *m0 = mt->master;
+    double zero[2] = { 0, 0 }, global[2];
+    int N = procs_normaliser(zero, 0, global);
+    m0->m.be->upload(m0->m.be_ctx, (float *)(m0->scal + SC_ALL), (const float *)global, 4);   // as the others hold
+    return N;
+}
+
 // After this process's reduction (workers parked): the sums across processes.
 void mt_procs_reduce(Multi *mt) {
     int used = mt_used_devices(mt);
