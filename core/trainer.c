@@ -13,6 +13,7 @@
 #include "core/family.h"
 #include "core/memlimit.h"
 #include "core/multi.h"
+#include "core/procs.h"
 #include "core/transfer.h"
 
 int trainer_anchors(Model *m) {
@@ -263,7 +264,12 @@ int trainer_step(Trainer *t, int n, int S, const float *targets, int nt, int epo
 
 int trainer_step_batch(Trainer *t, const float *images, const uint8_t *images_u8, int n, int S, const float *targets,
                        int nt, int epoch, int i, LossOut *out, Err *err) {
-    if (t->multi) return multi_step(t->multi, images, images_u8, n, S, targets, nt, epoch, i, out, err);
+    if (t->multi) {
+        int rc = multi_step(t->multi, images, images_u8, n, S, targets, nt, epoch, i, out, err);
+        if (rc && procs_active()) comm_abort(1, "%s", err->msg);   // the other processes wait on this one
+        return rc;
+    }
+    if (procs_active()) return procs_step_one(t, images, images_u8, n, S, targets, nt, epoch, i, out, err);
     if (trainer_phase_forward(t, n, S, images, images_u8, targets, nt, err)) {
         t->m.be->sync(t->m.be_ctx);                    // the forward read the batch: done before it goes back
         return -1;

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/backend.h"
+#include "gpu/comm_nccl.h"
 #include "gpu/device.h"
 #include "gpu/loss.h"
 #include "gpu/loss26.h"
@@ -266,6 +267,7 @@ static void topk_detect(void *ctx, void *prep, const Map head[3], int img_h, int
 // ---- what a trainer needs from the GPU: its memory, input path, failures, loss and YOLO26 optimizers ----
 
 static int device_id(void *ctx) { return DEV->id; }
+static int comm_sum(void *ctx, float *p, size_t n) { return nccl_comm_sum(DEV, p, n); }
 static void device_close(void *ctx) {
     device_free(DEV);
     free(DEV);
@@ -351,5 +353,6 @@ const Backend backend_gpu = {
     .loss26_compute = gpu_loss26_compute, .loss26_items = gpu_loss26_items,
     .opt26_new = gpu_opt26_new, .opt26_step = gpu_opt26_step, .opt26_free = gpu_opt26_free,
     .resize_bilinear = resize_fwd,
+    .comm_sum = comm_sum,
     .vloss_eval26 = vloss_eval26,
 };

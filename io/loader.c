@@ -23,6 +23,7 @@ typedef struct {
     float *stage;           // (N, T_max, 5) each image's boxes, gathered into b.targets when complete
     int   *stage_n;         // (N)
     int    pinned;          // b.images is page-locked (loader_pin_buffers)
+    int    first;           // cfg.share: the batch position of b's first image (else 0)
 } Slot;
 
 typedef struct {            // decode + long-side resize once per image, by whichever worker needs it first
@@ -211,6 +212,18 @@ static void gather_targets(Slot *s, int t_max) {   // stage (N,T_max,5) -> targe
 
 typedef struct { Slot *slot; int i, index, epoch, gen; } Claim;
 
+// Under mu, a slot just taken for a batch (of b.n images): this process's share of it (cfg.share). A
+// share without images is complete at once.
+static void take_share(Loader *l, Slot *s) {
+    int first = 0, n = l->cfg.share(s->b.n, &first, l->cfg.share_arg);
+    s->first = first;
+    s->b.n = n;
+    if (n) return;
+    gather_targets(s, l->t_max);
+    s->ready = 1;
+    pthread_cond_broadcast(&l->done);
+}
+
 // Under mu: wait for the next sample of the epoch whose batch has (or can take) a slot. 0 on stop.
 static int claim(Loader *l, Claim *c) {
     int N = l->cfg.batch;
@@ -225,10 +238,17 @@ static int claim(Loader *l, Claim *c) {
                 s->b.epoch = l->epoch, s->b.number = b;
                 s->b.h = l->rect_shape ? l->rect_shape[b][0] : l->cfg.aug.img_size;
                 s->b.w = l->rect_shape ? l->rect_shape[b][1] : l->cfg.aug.img_size;
+                s->first = 0;
+                if (l->cfg.share) take_share(l, s);
             }
             if (s->id == b) {
+                int j = l->next_sample - b * N;    // the sample's position in the whole batch
+                if (j < s->first || j >= s->first + s->b.n) {   // another process's: skip to this one's
+                    l->next_sample = j < s->first ? b * N + s->first : (b + 1) * N;
+                    continue;
+                }
                 int k = l->next_sample++;
-                *c = (Claim){ s, k % N, l->order[k], l->epoch, l->gen };
+                *c = (Claim){ s, j - s->first, l->order[k], l->epoch, l->gen };
                 l->busy++;
                 return 1;
             }

@@ -28,6 +28,13 @@ typedef struct {
     // The loader copies both. NULL: shuffled, every batch S x S (with aug.rect too: letterboxed, no mosaic).
     const int *rect_order;
     const int (*rect_shape)[2];
+    // Several processes (core/procs.h): each batch of B images is made only in part, the images at
+    // positions [first, first + share(B, &first, share_arg)) of the whole batch; Batch.n is that count
+    // (0: an empty batch) and its targets count from the share's first image. The bytes of each image
+    // are those the whole batch would hold (a sample's randomness comes from its dataset index). NULL:
+    // whole batches.
+    int     (*share)(int batch_images, int *first, void *arg);
+    void     *share_arg;
 } LoaderConfig;
 
 typedef struct {
