@@ -10,6 +10,7 @@
 
 #include "cfg/config.h"
 #include "core/train.h"
+#include "io/image.h"
 #include "io/synth.h"
 #include "test/synth_run.h"
 
@@ -183,6 +184,17 @@ static void test_rect_multi_scale(void) {
     char *both[] = { "rect=1", "multi_scale=1", "epochs=3" }, *rect[] = { "rect=1" }, *ms[] = { "multi_scale=1" };
     CHECK(train("rect", 1, rect) == 0 && exists("rect", "weights/last.safetensors"), "rect=1 did not train");
     CHECK(train("ms", 1, ms) == 0 && exists("ms", "weights/last.safetensors"), "multi_scale=1 did not train");
+    // train_batch0.jpg shows the batch the model saw, after the resize (train.py plots imgs after
+    // interpolate): its 2 x 2 tiles of 4 images at the first batch's drawn size, for a seed whose
+    // first draw is not 64
+    int seed = 1, h = 64, w = 64, pw = 0, ph = 0;
+    for (; seed < 100 && h == 64; seed++) train_ms_shape(train_ms_size((uint64_t)seed, 0, 0, 64), 64, 64, &h, &w);
+    char seed_kv[32], pic[4700], *ms_seed[] = { "multi_scale=1", seed_kv };
+    snprintf(seed_kv, sizeof seed_kv, "seed=%d", seed - 1);
+    snprintf(pic, sizeof pic, "%s/ms_seed/train_batch0.jpg", project);
+    Err perr;
+    CHECK(train("ms_seed", 2, ms_seed) == 0 && image_probe(pic, &pw, &ph, &perr) == 0 && pw == 2 * w && ph == 2 * h,
+          "train_batch0.jpg is %d x %d, want the 4 images at the drawn %d x %d: %d x %d", pw, ph, w, h, 2 * w, 2 * h);
     CHECK(train("both_whole", 3, both) == 0, "rect=1 multi_scale=1: the uninterrupted run failed");
     setenv("YT_STOP_AFTER_STEPS", "3", 1);             // epoch 1, after its first batch
     CHECK(train("both_stopped", 3, both) == 0, "the stopped run failed");
