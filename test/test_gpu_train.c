@@ -2,6 +2,7 @@
 // training track the fp32 loss curve over a few hundred steps; the step loop allocates nothing; CUDA
 // Graphs give the direct steps' bits, for one shape and for rect / multi_scale's changing shapes.
 #include "test/test.h"
+#include "test/synth_batch.h"
 #include "test/trainer_host.h"
 
 #include "cfg/config.h"
@@ -19,24 +20,7 @@ enum { N = 8, S = 256, STEPS = 240, MAX_T = N * SYNTH_MAX_OBJECTS };
 typedef struct { float images[N * S * S * 3]; float targets[MAX_T * 6]; int nt; } Batch8;
 
 // Eight synthetic images rendered at S x S and their target rows.
-static void make_batch(Batch8 *b) {
-    SynthConfig sc = synth_defaults();
-    sc.min_side = sc.max_side = S;
-    b->nt = 0;
-    for (int n = 0; n < N; n++) {
-        Image im;
-        SynthObject obj[SYNTH_MAX_OBJECTS];
-        int k = synth_render(&sc, 0, n, &im, obj);
-        for (size_t i = 0; i < (size_t)S * S * 3; i++) b->images[(size_t)n * S * S * 3 + i] = im.px[i] / 255.0f;
-        for (int j = 0; j < k; j++) {
-            float *r = b->targets + 6 * b->nt++;
-            r[0] = n; r[1] = obj[j].cls;
-            r[2] = (obj[j].x1 + obj[j].x2) / 2.0f / S; r[3] = (obj[j].y1 + obj[j].y2) / 2.0f / S;
-            r[4] = (float)(obj[j].x2 - obj[j].x1) / S; r[5] = (float)(obj[j].y2 - obj[j].y1) / S;
-        }
-        image_free(&im);
-    }
-}
+static void make_batch(Batch8 *b) { b->nt = synth_batch(N, S, b->images, b->targets); }
 
 // Train `steps` steps on the batch on `gpu` (-1: CPU) at `precision`; losses[i] = total of step i.
 static int run(const Batch8 *b, int gpu, const char *precision, int steps, double *losses, size_t *allocs) {
