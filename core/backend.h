@@ -139,11 +139,14 @@ typedef struct Backend {
     void *(*nms_prepare)(void *ctx, int max_n, int A, int nc, const struct NmsOptions *o);
     void (*nms_release)(void *ctx, void *prep);
     void (*nms_detect)(void *ctx, void *prep, const Map head[3], const int strides[3], int n, struct Det *out, int *nd);
-    // Validation losses on the backend (DFL heads, no gradients): vloss_prepare: work for batches of up
-    // to max_n images, max_targets target rows, nc classes, A anchors, NULL when it cannot; vloss_stage:
-    // keep the head maps of a forward chunk (fp32, head[l].N images) as images n0.. of a batch of N;
-    // vloss_eval: core/loss.h's items over the kept batch (b gives classes, input size and targets).
-    void *(*vloss_prepare)(void *ctx, int max_n, int max_targets, int nc, int A);
+    // Validation losses on the backend (no gradients): vloss_prepare: work for batches of up to max_n
+    // images, max_targets target rows, nc classes, A anchors, of DFL heads (64 + nc channels) or, end2end,
+    // YOLO26's one-to-one heads (4 + nc), NULL when it cannot; vloss_stage: keep the head maps of a
+    // forward chunk (fp32, head[l].N images) as images n0.. of a batch of N; vloss_eval (DFL):
+    // core/loss.h's items over the kept batch (b gives classes, input size and targets); vloss_eval26
+    // (end2end, the table's last entry): core/loss26.h's loss26_forward_backward over it with the kept
+    // maps in both branches.
+    void *(*vloss_prepare)(void *ctx, int max_n, int max_targets, int nc, int A, int end2end);
     void (*vloss_release)(void *ctx, void *prep);
     void (*vloss_stage)(void *ctx, void *prep, const Map head[3], int n0, int N);
     int (*vloss_eval)(void *ctx, void *prep, const struct LossBatch *b, struct LossOut *out, Err *err);
@@ -249,6 +252,9 @@ typedef struct Backend {
     // process, queued behind ctx's work (NCCL between GPUs). 0 when done; -1 or NULL (the CPU): the sum
     // goes through host memory and the process transport.
     int    (*comm_sum)(void *ctx, float *p, size_t n);
+    // YOLO26's validation losses on the backend (see vloss_prepare with end2end).
+    int    (*vloss_eval26)(void *ctx, void *prep, const Loss26Batch *b, const Loss26Weights *wt, Loss26Out *out,
+                           Err *err);
 } Backend;
 
 extern const Backend backend_cpu;

@@ -156,30 +156,33 @@ static void nms_detect(void *c, void *prep, const Map head[3], const int strides
     }
 }
 
-// The CPU's validation losses: the chunks' maps gathered in host memory, then loss_forward_backward.
-typedef struct { int nc, A, N, h[3], w[3]; LossWork *lw; float *buf; } VlossCpu;
-static void *vloss_prepare(void *c, int max_n, int max_targets, int nc, int A) {
+// The CPU's validation losses: the chunks' maps gathered in host memory, then loss_forward_backward
+// (DFL heads) or loss26_forward_backward (end2end: YOLO26's one-to-one maps in both branches).
+typedef struct { int nc, C, A, N, h[3], w[3]; LossWork *lw; Loss26Work *lw26; float *buf; } VlossCpu;
+static void *vloss_prepare(void *c, int max_n, int max_targets, int nc, int A, int end2end) {
     VlossCpu *v = xcalloc(1, sizeof *v);
-    v->nc = nc; v->A = A; v->lw = loss_work_new();
-    v->buf = xmalloc(sizeof(float) * ((size_t)max_n * A * (4 * LOSS_REG_MAX + nc) + 1));
+    v->nc = nc; v->A = A; v->C = end2end ? 4 + nc : 4 * LOSS_REG_MAX + nc;
+    if (end2end) v->lw26 = loss26_work_new();
+    else v->lw = loss_work_new();
+    v->buf = xmalloc(sizeof(float) * ((size_t)max_n * A * v->C + 1));
     return v;
 }
 static void vloss_release(void *c, void *prep) {
     VlossCpu *v = prep;
-    if (v) loss_work_free(v->lw), free(v->buf);
+    if (v) loss_work_free(v->lw), loss26_work_free(v->lw26), free(v->buf);
     free(v);
 }
-static float *vloss_level(VlossCpu *v, int l) {
+static Map vloss_level(VlossCpu *v, int l) {
     size_t off = 0;
-    for (int k = 0; k < l; k++) off += (size_t)v->N * v->h[k] * v->w[k] * (4 * LOSS_REG_MAX + v->nc);
-    return v->buf + off;
+    for (int k = 0; k < l; k++) off += (size_t)v->N * v->h[k] * v->w[k] * v->C;
+    return map_make(v->buf + off, v->N, v->h[l], v->w[l], v->C);
 }
 static void vloss_stage(void *c, void *prep, const Map head[3], int n0, int N) {
     VlossCpu *v = prep;
     v->N = N;
     for (int l = 0; l < 3; l++) v->h[l] = head[l].H, v->w[l] = head[l].W;
     for (int l = 0; l < 3; l++) {
-        Map dst = map_make(vloss_level(v, l), N, head[l].H, head[l].W, 4 * LOSS_REG_MAX + v->nc);
+        Map dst = vloss_level(v, l);
         for (int n = 0; n < head[l].N; n++)
             for (int y = 0; y < head[l].H; y++)
                 for (int x = 0; x < head[l].W; x++)
@@ -189,8 +192,19 @@ static void vloss_stage(void *c, void *prep, const Map head[3], int n0, int N) {
 static int vloss_eval(void *c, void *prep, const LossBatch *b, LossOut *out, Err *err) {
     VlossCpu *v = prep;
     LossBatch g = *b;
-    for (int l = 0; l < 3; l++) g.head[l] = map_make(vloss_level(v, l), v->N, v->h[l], v->w[l], 4 * LOSS_REG_MAX + v->nc);
+    for (int l = 0; l < 3; l++) g.head[l] = vloss_level(v, l);
     return loss_forward_backward(v->lw, &g, NULL, out, err);
+}
+static int vloss_eval26(void *c, void *prep, const Loss26Batch *b, const Loss26Weights *wt, Loss26Out *out, Err *err) {
+    VlossCpu *v = prep;
+    Loss26Batch g = *b;
+    for (int br = 0; br < L26_BRANCHES; br++)
+        for (int l = 0; l < L26_LEVELS; l++) {
+            g.head[br].box[l] = map_slice(vloss_level(v, l), 0, 4);
+            g.head[br].cls[l] = map_slice(vloss_level(v, l), 4, v->nc);
+        }
+    const Head26 *none[L26_BRANCHES] = { NULL, NULL };
+    return loss26_forward_backward(v->lw26, &g, wt, none, out, err);
 }
 
 // The CPU's top-k: topk26_decode + topk26_select image by image (what val_decode does on the host).
@@ -368,4 +382,5 @@ const Backend backend_cpu = {
     .loss26_compute = cpu_loss26_compute, .loss26_items = cpu_loss26_items,
     .opt26_new = cpu_opt26_new, .opt26_step = cpu_opt26_step, .opt26_free = cpu_opt26_free,
     .resize_bilinear = resize_fwd,
+    .vloss_eval26 = vloss_eval26,
 };

@@ -96,7 +96,7 @@ void metrics_stats_add(MetricsStats *s, const Det *det, int nd, const Det *gt, i
         if (gt[i].cls < 0 || gt[i].cls >= s->nc) die("metrics_stats_add: label class %d", gt[i].cls);
         s->nt[gt[i].cls]++;
     }
-    confusion_image(det, nd, gt, ng, s->nc, CONFUSION_CONF, CONFUSION_IOU, &s->cm, &s->n_cm, &s->cap_cm);
+    if (!s->no_confusion) confusion_image(det, nd, gt, ng, s->nc, CONFUSION_CONF, CONFUSION_IOU, &s->cm, &s->n_cm, &s->cap_cm);
     s->n += nd;
     s->images++;
 }

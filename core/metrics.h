@@ -34,13 +34,14 @@ typedef struct {
     int      images;
     ConfusionCell *cm;                  // (n_cm) the confusion matrix's counts (core/confusion.h)
     int      n_cm, cap_cm;
+    int      no_confusion;              // 1: metrics_stats_add leaves cm alone (no plot will draw it)
 } MetricsStats;
 
 void metrics_stats_init(MetricsStats *s, int nc);
 void metrics_stats_free(MetricsStats *s);
 // Add one image: its detections (in NMS order) and labels, both in the same pixel frame; also its
-// confusion-matrix counts (confusion_image at CONFUSION_CONF / CONFUSION_IOU). Classes outside [0, nc)
-// are the caller's bug (die).
+// confusion-matrix counts (confusion_image at CONFUSION_CONF / CONFUSION_IOU) unless s->no_confusion.
+// Classes outside [0, nc) are the caller's bug (die).
 void metrics_stats_add(MetricsStats *s, const Det *det, int nd, const Det *gt, int ng);
 
 // Append the images of `from` (same nc) after those of `into`, as if added to it in that order.

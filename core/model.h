@@ -20,8 +20,9 @@ typedef enum {
     PK_FIXED,         // the DFL projection 0..15: saved, never trained
 } ParamKind;
 
-// A forward or backward pass of one shape recorded by the backend (model_run.c's run_pass).
-enum { MODEL_RECS = 8 };
+// A forward or backward pass of one shape recorded by the backend (model_run.c's run_pass): training's
+// passes in up to MODEL_RECS_TRAIN slots, evaluation forwards (validation, detect) in up to MODEL_RECS_EVAL.
+enum { MODEL_RECS_TRAIN = 8, MODEL_RECS_EVAL = 4, MODEL_RECS = MODEL_RECS_TRAIN + MODEL_RECS_EVAL };
 typedef struct { int state, kind, n, h, w; void *rec; size_t launches; } ModelRecording;
 
 typedef struct {

@@ -204,19 +204,24 @@ static void node_forward(Model *m, const Node *nd, int n, int train) {
 // the same kernels with the same arguments, so the same bits, queued with one call instead of
 // thousands. A shape (n, h, w) runs directly the first time (cuDNN and cuBLAS make their plans then),
 // is recorded the second time and replayed from then on; its pointers (weights, arenas, scratch) are
-// fixed by the memory plan. Not recorded: evaluation forwards, the profiler's per-node timing, and a
-// backward with a hook (several devices exchange gradient buckets while it runs).
-enum { REC_FORWARD, REC_BACKWARD };
+// fixed by the memory plan. Evaluation forwards (validation's chunks, each rect shape its own) are
+// recorded as a kind of their own in slots of their own (MODEL_RECS_EVAL), so neither crowds out the
+// other: rect and multi_scale training fill training's. Not recorded: the profiler's per-node timing, and a backward with a hook (several devices exchange
+// gradient buckets while it runs).
+enum { REC_FORWARD, REC_BACKWARD, REC_EVAL };
 enum { REC_FREE, REC_SEEN, REC_READY, REC_NEVER };
 
 // The recording of (kind, n, h, w), or NULL when the shape is new; a new shape takes a free slot
-// (if one is left) marked seen.
+// marked seen, if its group (training or evaluation) has one left.
 static ModelRecording *rec_find(Model *m, int kind, int n) {
     int h = m->vh[m->input], w = m->vw[m->input];
     for (int i = 0; i < MODEL_RECS; i++) {
         ModelRecording *r = &m->recs[i];
         if (r->state != REC_FREE && r->kind == kind && r->n == n && r->h == h && r->w == w) return r;
     }
+    int same = 0;                                  // slots of kind's group in use
+    for (int i = 0; i < MODEL_RECS; i++) same += m->recs[i].state != REC_FREE && (m->recs[i].kind == REC_EVAL) == (kind == REC_EVAL);
+    if (same >= (kind == REC_EVAL ? MODEL_RECS_EVAL : MODEL_RECS_TRAIN)) return NULL;
     for (int i = 0; i < MODEL_RECS; i++)
         if (m->recs[i].state == REC_FREE) { m->recs[i] = (ModelRecording){ REC_SEEN, kind, n, h, w, NULL, 0 }; break; }
     return NULL;
@@ -258,13 +263,14 @@ static void forward_pass(Model *m, int n, int train) {
 }
 
 static void forward_train(Model *m, int n) { forward_pass(m, n, 1); }
+static void forward_eval(Model *m, int n) { forward_pass(m, n, 0); }
 
 static void forward_nodes(Model *m, int n, int train) {
     if (train) {
         run_pass(m, REC_FORWARD, n, forward_train);
         m->bn_batches++;
     } else {
-        forward_pass(m, n, 0);
+        run_pass(m, REC_EVAL, n, forward_eval);
     }
 }
 

@@ -80,7 +80,7 @@ typedef struct {              // the pass, shared by the model threads
     BatchOut        *out;
     int              next, max_h, max_w, failed;
     Err              err;
-    double           t_pre, t_infer, t_loss, t_nms, t_metrics;   // seconds each stage took (summed)
+    double           t_pre, t_infer, t_loss, t_nms, t_metrics, t_plots;   // seconds each stage took (summed)
     int              dev_nms, dev_loss;   // batches done on the device
     ValSave          save;                // save_json / save_txt (under mu)
     pthread_mutex_t  mu;
@@ -114,6 +114,8 @@ typedef struct {              // one model's scratch
     void     **tm;            // (3 * n_tm) backend timers per chunk: before its forward, after it, after its
     int        n_tm;          //   detections
     double     t_infer, t_nms;   // this batch's seconds on the backend
+    const uint8_t *pref;      // the bytes of the next slot's first chunk, prefetched; NULL: none pending
+    size_t     pref_n;
 } Worker;
 
 static int max_det_of(const Worker *w) { return w->p->o->nms.max_det > 0 ? w->p->o->nms.max_det : 0; }
@@ -150,21 +152,40 @@ static int head_fp32(const Model *m) {       // the backend's NMS reads fp32 hea
 // chunk's head maps copied into w->heads (the host) when the host still needs them (losses, host NMS);
 // w->head the batch's maps there. The backend's timers mark each chunk's stages (the input's upload
 // counts as inference); batch_times reads them.
+// The next slot's first chunk, when the helper has loaded it, is prefetched while this batch's last
+// chunk runs (its forward then only converts the bytes); worker_main uploads one no batch took.
+static void prefetch_next(Worker *w, const Slot *s) {
+    const Slot *o = &w->slot[s == &w->slot[0]];
+    pthread_mutex_lock(&w->mu);
+    int loaded = o->state == SLOT_LOADED;     // and so it stays until this thread runs it
+    pthread_mutex_unlock(&w->mu);
+    if (!loaded) return;
+    const ValBatch *vb = &o->vb;
+    int chunk = chunk_images(w->m, vb->H, vb->W), cn = vb->n < chunk ? vb->n : chunk;
+    w->pref = vb->images; w->pref_n = (size_t)cn * vb->H * vb->W * 3;
+    w->m->be->prefetch_u8(w->m->be_ctx, w->pref, w->pref_n);
+}
+
 static void forward_batch(Worker *w, Slot *s) {
     Model *m = w->m;
     const Backend *be = m->be;
     const ValBatch *vb = &s->vb;
     int chunk = chunk_images(m, vb->H, vb->W);
+    w->pref = NULL;                           // taken by the first chunk's upload below, if it was this one
     s->dev_ok = (w->nms || w->topk) && head_fp32(m);
     w->vloss_ok = w->vloss && head_fp32(m);
     w->t_infer = w->t_nms = 0;
     int k = 0;
+    size_t px = (size_t)vb->H * vb->W * 3;   // bytes per image
     for (int c0 = 0; c0 < vb->n; c0 += chunk, k++) {
-        int cn = vb->n - c0 < chunk ? vb->n - c0 : chunk;
+        int cn = vb->n - c0 < chunk ? vb->n - c0 : chunk, c1 = c0 + cn;
         void **tm = w->tm + 3 * (k < w->n_tm ? k : w->n_tm - 1);
         be->timer_record(m->be_ctx, tm[0]);
-        model_forward_u8(m, vb->images + (size_t)c0 * vb->H * vb->W * 3, cn, vb->H, vb->W, 0);
+        model_forward_u8(m, vb->images + c0 * px, cn, vb->H, vb->W, 0);
         be->timer_record(m->be_ctx, tm[1]);
+        // the next chunk's bytes travel while this one runs (its upload then only converts them)
+        if (c1 < vb->n) be->prefetch_u8(m->be_ctx, vb->images + c1 * px, (size_t)(vb->n - c1 < chunk ? vb->n - c1 : chunk) * px);
+        else prefetch_next(w, s);
         if (s->dev_ok) chunk_detect(w, s, c0, cn);
         be->timer_record(m->be_ctx, tm[2]);
         if (w->vloss_ok) chunk_keep(w, c0, cn, vb->n);
@@ -206,7 +227,8 @@ static int batch_losses26(Worker *w, const ValBatch *b, BatchOut *out, Err *err)
     Loss26Weights wt = loss26_weights(0, 1);
     const Head26 *none[L26_BRANCHES] = { NULL, NULL };
     Loss26Out lo;
-    if (loss26_forward_backward(w->lw26, &lb, &wt, none, &lo, err)) return -1;
+    if (w->vloss_ok ? w->m->be->vloss_eval26(w->m->be_ctx, w->vloss, &lb, &wt, &lo, err)
+                    : loss26_forward_backward(w->lw26, &lb, &wt, none, &lo, err)) return -1;
     out->box = lo.br[L26_O2O].box; out->cls = lo.br[L26_O2O].cls; out->dfl = lo.br[L26_O2O].l1;
     return 0;
 }
@@ -231,7 +253,7 @@ static void batch_stats(Worker *w, Slot *s) {
     double t0 = now_seconds();
     int picture = p->o->picture_dir && s->b == 0;
     ValImagesIn in = { .m = w->m, .ds = p->ds, .vb = vb, .head = w->head, .dev_det = s->dev_ok ? s->det : NULL,
-                       .dev_nd = s->nd, .dev_stride = max_det_of(w),
+                       .dev_nd = s->nd, .dev_stride = max_det_of(w), .confusion = p->o->plots_dir != NULL,
                        .keep = picture ? xcalloc(vb->n, sizeof(Det *)) : NULL, .kn = picture ? xcalloc(vb->n, sizeof(int)) : NULL };
     int saving = p->o->save_json || p->o->save_txt;
     if (saving) in.orig = xcalloc(vb->n, sizeof(Det *)), in.on = xcalloc(vb->n, sizeof(int));
@@ -243,12 +265,14 @@ static void batch_stats(Worker *w, Slot *s) {
         for (int i = 0; i < vb->n; i++) free(in.orig[i]);
         free(in.orig); free(in.on);
     }
+    double t_pic = now_seconds();
     if (picture) val_pictures(p->ds, p->o->picture_dir, vb, (const Det *const *)in.keep, in.kn);
     for (int i = 0; picture && i < vb->n; i++) free(in.keep[i]);
     free(in.keep); free(in.kn);
-    double dec = s->dev_ok ? 0 : w->img.t_decode;
+    double dec = s->dev_ok ? 0 : w->img.t_decode, t1 = now_seconds();
     pthread_mutex_lock(&p->mu);
-    p->t_nms += dec; p->t_metrics += now_seconds() - t0 - dec;
+    p->t_nms += dec; p->t_metrics += t_pic - t0 - dec;
+    if (picture) p->t_plots += t1 - t_pic;
     pthread_mutex_unlock(&p->mu);
     s->matched = 1;
 }
@@ -345,6 +369,10 @@ static void *worker_main(void *arg) {
         run_batch(w, s);
         slot_set(w, s, SLOT_RAN);
     }
+    if (w->pref) {                            // never left pending: its stage would hold stale bytes
+        Map in = model_value(w->m, w->m->input, 1);
+        w->m->be->upload_u8(w->m->be_ctx, in.data, w->pref, w->pref_n);
+    }
     pthread_join(helper, NULL);
     return NULL;
 }
@@ -363,7 +391,8 @@ static void worker_init(Worker *w, Pass *p, Model *m) {
         int chunk = m->max_n < p->o->batch ? m->max_n : p->o->batch;
         if (m->end2end) w->topk = m->be->topk_prepare(m->be_ctx, chunk, A, m->nc, D);
         else w->nms = m->be->nms_prepare(m->be_ctx, chunk, A, m->nc, &p->o->nms);
-        if (p->o->losses && !m->end2end) w->vloss = m->be->vloss_prepare(m->be_ctx, p->o->batch, p->ds->n_instances, m->nc, A);
+        if (p->o->losses && (!m->end2end || m->be->vloss_eval26))
+            w->vloss = m->be->vloss_prepare(m->be_ctx, p->o->batch, p->ds->n_instances, m->nc, A, m->end2end);
     }
     for (int k = 0; k < 2; k++) {
         w->slot[k].det = xmalloc(sizeof(Det) * ((size_t)p->o->batch * D + 1));
@@ -454,17 +483,24 @@ static void finish(Pass *p, int nb, ValResult *r, double t0) {
     metrics_compute(&st, &r->m);
     p->t_metrics += now_seconds() - tm;       // ap_per_class belongs to the metrics phase
     r->fitness = metrics_fitness(&r->m);
+    if (o->plots_dir) {
+        double tp = now_seconds();
+        plots_validation(&st, p->ds->names, o->plots_dir);
+        p->t_plots += now_seconds() - tp;
+    }
     r->seconds = now_seconds() - t0;
     if (o->out) {
         metrics_print(&r->m, p->ds->names, o->verbose, o->out);
         double per = 1e3 / (st.images ? st.images : 1);
         // each stage's own time (the device's by its timers); loading and matching overlap the device's work
-        fprintf(o->out, "Speed: %.1fms pre-process, %.1fms inference, %.1fms loss, %.1fms %s, %.1fms metrics per image at "
-                "shape (%d, 3, %d, %d)%s; %.1fms per image all in\n", p->t_pre * per, p->t_infer * per, p->t_loss * per,
-                p->t_nms * per, p->models[0]->end2end ? "top-k" : "NMS", p->t_metrics * per, o->batch,
-                p->max_h, p->max_w, o->rect ? " (largest rect batch)" : "", r->seconds * per);
+        // the val_batch0 pictures and the plots (when asked for): a column of their own
+        char plots[64] = "";
+        if (o->plots_dir || o->picture_dir) snprintf(plots, sizeof plots, ", %.1fms plots", p->t_plots * per);
+        fprintf(o->out, "Speed: %.1fms pre-process, %.1fms inference, %.1fms loss, %.1fms %s, %.1fms metrics%s per image "
+                "at shape (%d, 3, %d, %d)%s; %.1fms per image all in\n", p->t_pre * per, p->t_infer * per,
+                p->t_loss * per, p->t_nms * per, p->models[0]->end2end ? "top-k" : "NMS", p->t_metrics * per, plots,
+                o->batch, p->max_h, p->max_w, o->rect ? " (largest rect batch)" : "", r->seconds * per);
     }
-    if (o->plots_dir) plots_validation(&st, p->ds->names, o->plots_dir);
     metrics_stats_free(&st);
 }
 

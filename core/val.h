@@ -157,6 +157,7 @@ typedef struct {
     int            *kn;           // (n) their counts
     Det           **orig;         // NULL, or (n): the same in original-image pixels (malloc'd)
     int            *on;           // (n) their counts
+    int             confusion;    // 1: the confusion matrix's counts too (a pass whose plots draw it)
 } ValImagesIn;
 
 void val_images_init(ValImages *v, const Model *m, int threads, int max_h, int max_w, const NmsOptions *o);

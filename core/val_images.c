@@ -89,7 +89,11 @@ void val_images_stats(ValImages *v, const ValImagesIn *in, MetricsStats *out) {
         for (int i = v->img_cap; i < n; i++) metrics_stats_init(&v->img[i], nc);
         v->img_cap = n;
     }
-    for (int i = 0; i < n; i++) { metrics_stats_free(&v->img[i]); metrics_stats_init(&v->img[i], nc); }
+    for (int i = 0; i < n; i++) {
+        metrics_stats_free(&v->img[i]);
+        metrics_stats_init(&v->img[i], nc);
+        v->img[i].no_confusion = !in->confusion;
+    }
     double t0 = now_seconds();
     for (int k = 0; k < v->threads; k++) v->s[k].t_decode = v->s[k].t_match = 0;
     Job j = { .v = v, .in = in };

@@ -197,11 +197,11 @@ static void nms_detect(void *ctx, void *prep, const Map head[3], const int strid
 }
 
 static void vloss_free(void *p) { val_loss_gpu_free(p); }
-static void *vloss_prepare(void *ctx, int max_n, int max_targets, int nc, int A) {
+static void *vloss_prepare(void *ctx, int max_n, int max_targets, int nc, int A, int end2end) {
     ValLossGpu *v = kept_take(DEV, DEVICE_KEPT_VLOSS);
-    if (val_loss_gpu_fits(v, max_n, max_targets, nc, A)) return v;
+    if (val_loss_gpu_fits(v, max_n, max_targets, nc, A, end2end)) return v;
     val_loss_gpu_free(v);
-    return val_loss_gpu_new(DEV, max_n, max_targets, nc, A);
+    return val_loss_gpu_new(DEV, max_n, max_targets, nc, A, end2end);
 }
 static void vloss_release(void *ctx, void *prep) { kept_put(DEV, DEVICE_KEPT_VLOSS, prep, vloss_free); }
 static void vloss_stage(void *ctx, void *prep, const Map head[3], int n0, int N) {
@@ -209,6 +209,9 @@ static void vloss_stage(void *ctx, void *prep, const Map head[3], int n0, int N)
 }
 static int vloss_eval(void *ctx, void *prep, const LossBatch *b, LossOut *out, Err *err) {
     return val_loss_gpu_eval(DEV, prep, b, out, err);
+}
+static int vloss_eval26(void *ctx, void *prep, const Loss26Batch *b, const Loss26Weights *wt, Loss26Out *out, Err *err) {
+    return val_loss_gpu_eval26(DEV, prep, b, wt, out, err);
 }
 
 // Recordings: stream capture in this thread's mode, so other devices' threads are not affected.
@@ -351,4 +354,5 @@ const Backend backend_gpu = {
     .opt26_new = gpu_opt26_new, .opt26_step = gpu_opt26_step, .opt26_free = gpu_opt26_free,
     .resize_bilinear = resize_fwd,
     .comm_sum = comm_sum,
+    .vloss_eval26 = vloss_eval26,
 };

@@ -99,7 +99,13 @@ static void test_normalised_and_stats(void) {
     metrics_stats_merge(&a, &b);
     CHECK(a.n_cm == 2 && a.cm[0].pred == 1 && a.cm[0].truth == 1 && a.cm[1].pred == BG && a.cm[1].truth == 2,
           "%d cells", a.n_cm);
-    metrics_stats_free(&a); metrics_stats_free(&b);
+    MetricsStats c;                            // a pass that draws no plot leaves the counts out, nothing else
+    metrics_stats_init(&c, NC);
+    c.no_confusion = 1;
+    metrics_stats_add(&c, &d, 1, &g, 1);
+    CHECK(c.n_cm == 0 && c.n == 1 && c.images == 1 && c.nt[1] == 1 && c.tp[0][0] == 1 && c.conf[0] == d.conf,
+          "without counts: %d cells, %d detections, %d images", c.n_cm, c.n, c.images);
+    metrics_stats_free(&a); metrics_stats_free(&b); metrics_stats_free(&c);
 }
 
 int main(void) {

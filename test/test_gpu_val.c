@@ -3,8 +3,10 @@
 // the same P, R, mAP50 and mAP50-95 bit for bit (the same head maps, the same detections), losses
 // within the GPU loss's tolerance, every batch done on the device; also with batches forwarded in
 // chunks; a pass after the first allocates no device memory (the device keeps the work); YOLO26's top-k
-// on the device (backend topk_* entries) against the host's likewise. Without CUDA, or without a GPU,
-// every test skips.
+// and validation losses on the device (backend topk_* and vloss_eval26 entries) against the host's
+// likewise. The second pass replays the recorded evaluation forwards (CUDA Graphs), so "first vs
+// second pass" also holds the recordings to the direct run. Without CUDA, or without a GPU, every test
+// skips.
 #include "core/model.h"
 #include "core/val.h"
 #include "io/synth.h"
@@ -72,10 +74,15 @@ static void compare_post(const char *cfg_path, const char *name, int want_map) {
         CHECK(ok, "batch %d: %s", batch, err.msg);
         if (!ok) continue;
         int nb = (ds.n + batch - 1) / batch;
-        CHECK(dv.dev_nms == nb && dv.dev_loss == (m.end2end ? 0 : nb) && host.dev_nms == 0,
+        CHECK(dv.dev_nms == nb && dv.dev_loss == nb && host.dev_nms == 0 && host.dev_loss == 0,
               "batch %d: device batches %d/%d of %d, host run %d", batch, dv.dev_nms, dv.dev_loss, nb, host.dev_nms);
         CHECK(same_metrics(&dv, &host, "device vs host"), "batch %d: metrics differ", batch);
+        int recorded = 0;                     // only evaluation forwards ran: every recording is one
+        for (int i = 0; i < MODEL_RECS; i++) recorded += m.recs[i].rec != NULL;
+        CHECK(recorded > 0, "batch %d: no evaluation forward was recorded", batch);
         CHECK(same_metrics(&dv, &again, "first vs second pass"), "batch %d: metrics differ between passes", batch);
+        CHECK(dv.box == again.box && dv.cls == again.cls && dv.dfl == again.dfl, "batch %d: losses differ between passes "
+              "(%.17g %.17g %.17g vs %.17g %.17g %.17g)", batch, dv.box, dv.cls, dv.dfl, again.box, again.cls, again.dfl);
         if (want_map) CHECK(dv.m.map50 > 0 && dv.m.mr > 0, "batch %d: mAP50 %g R %g: nothing compared", batch, dv.m.map50, dv.m.mr);
         else printf("    batch %d: mAP50 %g, R %g\n", batch, dv.m.map50, dv.m.mr);
         CHECK(close_enough(dv.box, host.box, 1e-6, 1e-4) && close_enough(dv.cls, host.cls, 1e-6, 1e-4) &&

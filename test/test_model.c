@@ -1,9 +1,11 @@
 // test_model.c: the gelan-s graph built from cfg/s.ini: parameter count and FLOPs of the reference,
 // build errors that name the config line, weights round trip, and the forward pass against the
-// PyTorch fixture (outputs and BN running statistics after one training-mode forward).
+// PyTorch fixture (outputs and BN running statistics after one training-mode forward); which passes
+// core/model_run.c records (a recording backend faked over the CPU's ops).
 #include "test/test.h"
 
 #include "cfg/config.h"
+#include "core/backend.h"
 #include "core/model.h"
 #include "io/safetensors.h"
 
@@ -201,6 +203,73 @@ static void test_u8_input_matches_float(void) {
     model_free(&m);
 }
 
+// A backend that "records" (the CPU's ops, run directly; recordings are counted, replays run nothing).
+static int fake_recorded, fake_replayed;
+static int fake_rec_begin(void *ctx) { return 0; }
+static void *fake_rec_end(void *ctx, size_t *launches) { *launches = 1; fake_recorded++; return &fake_recorded; }
+static void fake_rec_replay(void *ctx, void *rec) { fake_replayed++; }
+static void fake_rec_free(void *ctx, void *rec) {}
+
+static int slots_of(const Model *m, int kind) {
+    int k = 0;
+    for (int i = 0; i < MODEL_RECS; i++) k += m->recs[i].state != 0 && m->recs[i].kind == kind;
+    return k;
+}
+
+// Evaluation forwards are recorded the second time a shape (n, h, w) comes, replayed from the third, as
+// training's are; each group has its own slots (MODEL_RECS_EVAL, MODEL_RECS_TRAIN), so many evaluation
+// shapes (validation's rect batches) leave training its slots, and many training shapes (rect,
+// multi_scale) leave evaluation its; forward and evaluation of one shape are two recordings.
+static void test_eval_recordings(void) {
+    static Config cfg;
+    static Backend be;
+    Model m;
+    Err err;
+    if (load_cfg("cfg/t.ini", &cfg)) { CHECK(0, "cfg/t.ini"); return; }
+    if (model_build(&cfg, 1, 128, &m, &err)) { CHECK(0, "%s", err.msg); return; }
+    be = *m.be;
+    be.rec_begin = fake_rec_begin; be.rec_end = fake_rec_end; be.rec_replay = fake_rec_replay; be.rec_free = fake_rec_free;
+    m.be = &be;
+    size_t n = 128 * 128 * 3;
+    uint8_t *u8 = xcalloc(n, 1);
+    fake_recorded = fake_replayed = 0;
+    for (int k = 0; k < 3; k++) model_forward_u8(&m, u8, 1, 64, 64, 0);
+    CHECK(fake_recorded == 1 && fake_replayed == 2, "one shape three times: %d recorded, %d replays (want 1, 2)",
+          fake_recorded, fake_replayed);
+    static const int shapes[][2] = { { 64, 96 }, { 96, 64 }, { 96, 96 }, { 128, 64 }, { 64, 128 }, { 128, 96 }, { 96, 128 },
+                                     { 128, 128 }, { 32, 128 }, { 128, 32 } };
+    enum { SHAPES = sizeof shapes / sizeof shapes[0] };
+    for (int s = 0; s < SHAPES; s++)
+        for (int k = 0; k < 2; k++) model_forward_u8(&m, u8, 1, shapes[s][0], shapes[s][1], 0);
+    CHECK(slots_of(&m, 2) == MODEL_RECS_EVAL && fake_recorded == MODEL_RECS_EVAL,
+          "%d slots hold evaluation shapes, %d recorded (want %d)", slots_of(&m, 2), fake_recorded, MODEL_RECS_EVAL);
+    int rec0 = fake_recorded, rep0 = fake_replayed;
+    for (int k = 0; k < 3; k++) model_forward_u8(&m, u8, 1, 64, 64, 1);   // training, a shape evaluation has too
+    CHECK(fake_recorded == rec0 + 1 && fake_replayed == rep0 + 2 && slots_of(&m, 0) == 1,
+          "training after evaluation shapes: %d recorded, %d replays, %d slots (want 1, 2, 1)", fake_recorded - rec0,
+          fake_replayed - rep0, slots_of(&m, 0));
+    for (int s = 0; s < SHAPES; s++)                   // training's forwards fill their group, not more
+        for (int k = 0; k < 2; k++) model_forward_u8(&m, u8, 1, shapes[s][0], shapes[s][1], 1);
+    CHECK(slots_of(&m, 0) == MODEL_RECS_TRAIN && slots_of(&m, 2) == MODEL_RECS_EVAL,
+          "training forwards hold %d slots (want %d), evaluation %d (want %d)", slots_of(&m, 0), MODEL_RECS_TRAIN,
+          slots_of(&m, 2), MODEL_RECS_EVAL);
+    rep0 = fake_replayed;
+    model_forward_u8(&m, u8, 1, 64, 96, 0);            // an evaluation shape recorded before them: still there
+    CHECK(fake_replayed == rep0 + 1, "the evaluation recording of 64x96 was not replayed");
+    model_drop_recordings(&m);
+    CHECK(slots_of(&m, 0) + slots_of(&m, 2) == 0, "recordings left after model_drop_recordings");
+    for (int s = 0; s < SHAPES; s++)                   // training first (rect, multi_scale): evaluation keeps its slots
+        for (int k = 0; k < 2; k++) model_forward_u8(&m, u8, 1, shapes[s][0], shapes[s][1], 1);
+    rec0 = fake_recorded;
+    for (int k = 0; k < 2; k++) model_forward_u8(&m, u8, 1, 64, 64, 0);
+    CHECK(slots_of(&m, 0) == MODEL_RECS_TRAIN && slots_of(&m, 2) == 1 && fake_recorded == rec0 + 1,
+          "after training's shapes: %d training slots (want %d), %d evaluation, %d recorded", slots_of(&m, 0),
+          MODEL_RECS_TRAIN, slots_of(&m, 2), fake_recorded - rec0);
+    model_drop_recordings(&m);
+    free(u8);
+    model_free(&m);
+}
+
 int main(void) {
     RUN(test_gelan_s_params_and_flops);
     RUN(test_gelan_t_builds);
@@ -208,5 +277,6 @@ int main(void) {
     RUN(test_save_load_round_trip);
     RUN(test_fixture_forward);
     RUN(test_u8_input_matches_float);
+    RUN(test_eval_recordings);
     return test_summary();
 }

@@ -1,10 +1,13 @@
 // test_nms_fast.c: nms_run_fast (core/nms_fast.c) picks exactly nms_run's detections (count, order,
 // boxes, scores and classes bit for bit) on decoded random heads with 0, 1, few and > 30,000 candidates,
 // ties, nc 1/3/80, max_det hit, best-class and agnostic modes, and on boxes outside its fast path.
+#include <math.h>
+
 #include "test/test.h"
 
 #include "core/backend.h"
 #include "core/loss.h"
+#include "core/loss26.h"
 #include "core/nms.h"
 #include "core/util.h"
 #include "test/nms_heads.h"
@@ -144,7 +147,7 @@ static void test_backend_entries(void) {
     LossOut ref, out;
     Err err;
     CHECK(loss_forward_backward(lw, &b, NULL, &ref, &err) == 0, "%s", err.msg);
-    void *vl = backend_cpu.vloss_prepare(NULL, 3, 3, 3, h.A);
+    void *vl = backend_cpu.vloss_prepare(NULL, 3, 3, 3, h.A, 0);
     Map first[3], rest[3];
     for (int l = 0; l < 3; l++) {              // images 0 and 1..2 as two forward chunks
         first[l] = h.head[l], first[l].N = 1;
@@ -158,6 +161,48 @@ static void test_backend_entries(void) {
     backend_cpu.vloss_release(NULL, vl);
     loss_work_free(lw);
     free(got); free(want); free(boxes); free(scores);
+    heads_free(&h);
+}
+
+// The same for YOLO26 (vloss_prepare end2end, vloss_eval26): the one-to-one maps (4 + nc channels, a
+// view of the random heads with the box distances made positive) staged in two chunks give
+// loss26_forward_backward on the batch with those maps in both branches, bit for bit.
+static void test_backend_entries26(void) {
+    Heads h;
+    heads_make(&h, 3, 96, 128, 3, HEAD_MANY, 11);
+    Map v[3];
+    for (int l = 0; l < 3; l++) {
+        v[l] = h.head[l], v[l].C = 4 + 3;
+        for (int n = 0; n < v[l].N; n++)
+            for (int y = 0; y < v[l].H; y++)
+                for (int x = 0; x < v[l].W; x++)
+                    for (int k = 0; k < 4; k++) map_at(v[l], n, y, x)[k] = fabsf(map_at(v[l], n, y, x)[k]);
+    }
+    float targets[] = { 0, 1, 0.5f, 0.5f, 0.3f, 0.4f,   2, 0, 0.3f, 0.6f, 0.2f, 0.2f,   2, 2, 0.7f, 0.3f, 0.4f, 0.3f };
+    Loss26Batch b = { .nc = 3, .img_h = 96, .img_w = 128, .targets = targets, .n_targets = 3 };
+    for (int br = 0; br < L26_BRANCHES; br++)
+        for (int l = 0; l < L26_LEVELS; l++) b.head[br].box[l] = map_slice(v[l], 0, 4), b.head[br].cls[l] = map_slice(v[l], 4, 3);
+    Loss26Work *lw = loss26_work_new();
+    Loss26Weights wt = loss26_weights(0, 1);
+    const Head26 *none[L26_BRANCHES] = { NULL, NULL };
+    Loss26Out ref, out;
+    Err err;
+    CHECK(loss26_forward_backward(lw, &b, &wt, none, &ref, &err) == 0, "%s", err.msg);
+    void *vl = backend_cpu.vloss_prepare(NULL, 3, 3, 3, h.A, 1);
+    Map first[3], rest[3];
+    for (int l = 0; l < 3; l++) {              // images 0 and 1..2 as two forward chunks
+        first[l] = v[l], first[l].N = 1;
+        rest[l] = v[l], rest[l].N = 2, rest[l].data = map_at(v[l], 1, 0, 0);
+    }
+    backend_cpu.vloss_stage(NULL, vl, first, 0, 3);
+    backend_cpu.vloss_stage(NULL, vl, rest, 1, 3);
+    CHECK(backend_cpu.vloss_eval26(NULL, vl, &b, &wt, &out, &err) == 0, "%s", err.msg);
+    const Loss26Terms *x = &out.br[L26_O2O], *y = &ref.br[L26_O2O];
+    CHECK(x->box == y->box && x->cls == y->cls && x->l1 == y->l1 && out.total == ref.total && y->box > 0 && y->n_fg > 0,
+          "o2o losses %.17g %.17g %.17g vs %.17g %.17g %.17g (%d foreground)", x->box, x->cls, x->l1, y->box, y->cls, y->l1,
+          y->n_fg);
+    backend_cpu.vloss_release(NULL, vl);
+    loss26_work_free(lw);
     heads_free(&h);
 }
 
@@ -187,6 +232,7 @@ int main(void) {
     RUN(test_fallbacks);
     RUN(test_threshold_exact);
     RUN(test_backend_entries);
+    RUN(test_backend_entries26);
     RUN(test_speed);
     return test_summary();
 }

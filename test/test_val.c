@@ -1,9 +1,12 @@
 // test_val.c: validation end to end on a tiny synthetic dataset with gelan-t (random weights, so only
 // ranges and determinism can be checked), the letterbox box mapping on hand cases, the rect batch
 // rule and plan, and the same numbers when the batches are spread over two models.
+#include <unistd.h>
+
 #include "test/test.h"
 
 #include "core/multi.h"
+#include "core/plots.h"
 #include "core/train.h"
 #include "core/val.h"
 #include "io/augment.h"
@@ -131,6 +134,31 @@ static void test_val_evaluate_runs(void) {
     CHECK(r2.m.map50 == m->map50 && r2.m.map == m->map && r2.m.mp == m->mp && r2.m.mr == m->mr && r2.box == r.box,
           "not deterministic");
     val_result_free(&r2);
+    snprintf(path, sizeof path, "%s/speed.txt", dir);  // plots: the same numbers, their own Speed column
+    o.out = fopen(path, "w");
+    o.plots_dir = dir;
+    CHECK(val_evaluate(&f.m, &f.ds, &o, &r2, &err) == 0, "%s", err.msg);
+    fclose(o.out);
+    o.out = NULL; o.plots_dir = NULL;
+    CHECK(r2.m.map50 == m->map50 && r2.m.map == m->map && r2.m.mp == m->mp && r2.m.mr == m->mr && r2.box == r.box,
+          "numbers differ with plots");
+    val_result_free(&r2);
+    char cmp[4300], speed[512] = "";
+    snprintf(cmp, sizeof cmp, "%s/confusion_matrix.png", dir);
+    t = fopen(path, "r");
+    while (t && fgets(line, sizeof line, t)) if (!strncmp(line, "Speed:", 6)) snprintf(speed, sizeof speed, "%s", line);
+    if (t) fclose(t);
+    CHECK(access(cmp, F_OK) == 0 && strstr(speed, "ms metrics, ") && strstr(speed, "ms plots per image"),
+          "confusion matrix drawn, plots timed apart: %s", speed);
+    char empty_dir[4300], empty[4400];                 // its counts were gathered: not an empty matrix
+    snprintf(empty_dir, sizeof empty_dir, "%s/empty", dir);
+    snprintf(empty, sizeof empty, "%s/confusion_matrix.png", empty_dir);
+    MetricsStats none;
+    metrics_stats_init(&none, f.m.nc);
+    CHECK(!make_dirs(empty_dir), "%s", empty_dir);
+    plots_validation(&none, f.ds.names, empty_dir);
+    metrics_stats_free(&none);
+    CHECK(access(empty, F_OK) == 0 && !same_file(cmp, empty), "the confusion matrix drew no counts");
     val_result_free(&r);
     o.batch = 3;                                      // more than the model holds: forwards in chunks
     CHECK(val_evaluate(&f.m, &f.ds, &o, &r, &err) == 0 && r.m.images == 3, "batch 3: %s", err.msg);
