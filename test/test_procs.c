@@ -5,7 +5,8 @@
 // rank; three whole steps leave the weights, EMA and momentum of that device, the same bit for bit on
 // every rank (so every rank clipped by the same factor); processes that disagree on the configuration or
 // the dataset are refused with the keys named; a rank that is killed, or that fails, ends every rank
-// within seconds (no hang), named. Each mpirun runs under `timeout`.
+// within seconds (no hang), named; a validation shared by the processes gives one process's numbers bit
+// for bit, and a failure or a stop in one rank ends the pass in every rank. Each mpirun runs under `timeout`.
 #include "test/test.h"
 #include "test/synth_batch.h"
 #include "test/trainer_host.h"
