@@ -64,6 +64,19 @@ else
   $(info FreeType not found or disabled: text in plots and pictures uses the 5x7 bitmap font (ASCII only))
 endif
 LDLIBS  += $(THIRD) $(FT_LIBS) -lpthread -lm
+# MPI (optional): several processes joined by mpirun or srun (core/comm.h), detected by mpicc like nvcc:
+# its compile and link flags (Open MPI's --showme, MPICH's -compile_info/-link_info). Without it, or
+# when a binary with it is not started by a launcher, yolotrain is one process. `make MPICC=` builds
+# without MPI. Debian/Ubuntu: apt-get install libopenmpi-dev openmpi-bin (make deps does).
+MPICC   ?= $(shell command -v mpicc 2>/dev/null)
+ifneq ($(MPICC),)
+  MPI_CFLAGS := $(or $(shell $(MPICC) --showme:compile 2>/dev/null),$(patsubst %,-I%,$(filter-out -I,$(shell $(MPICC) -compile_info 2>/dev/null | tr ' ' '\n' | sed -n 's/^-I//p'))))
+  MPI_LIBS   := $(or $(shell $(MPICC) --showme:link 2>/dev/null),-lmpi)
+  CFLAGS += -DUSE_MPI
+  LDLIBS += $(MPI_LIBS)
+else
+  $(info mpicc not found or disabled: yolotrain runs as one process (no mpirun/srun joining))
+endif
 
 ifeq ($(NVCC),)
   $(info nvcc not found or disabled: building CPU-only yolotrain)
@@ -88,6 +101,15 @@ else
   else
     $(info cuDNN headers not found: convolutions use im2col + cuBLAS only)
   endif
+  # NCCL (optional): the gradient sums across processes between GPUs (gpu/comm_nccl.c), detected by its
+  # header; the library (libnccl.so.2) is opened at run time like cuDNN's, so the binary runs without it
+  # (the sums then go through host memory and MPI). `make NCCL=` builds without it.
+  NCCL_INCLUDE ?= $(firstword $(foreach d,$(CUDA_HOME)/include /usr/include,$(if $(wildcard $(d)/nccl.h),$(d))))
+  NCCL ?= $(NCCL_INCLUDE)
+  ifneq ($(NCCL),)
+    CFLAGS  += -DUSE_NCCL -I$(NCCL_INCLUDE)
+    LDLIBS  += -ldl
+  endif
 endif
 
 B        := build/$(VARIANT)$(if $(SANITIZE),-san)
@@ -108,6 +130,11 @@ $(B)/core/main.o: CFLAGS += -DYT_VERSION='"$(YT_VERSION)"'
 $(B)/core/main.o: $(B)/version
 $(B)/version: FORCE
 	@mkdir -p $(dir $@); echo '$(YT_VERSION)' | cmp -s - $@ || echo '$(YT_VERSION)' > $@
+# core/comm_mpi.o (and the NCCL file) are rebuilt when MPI or NCCL comes or goes
+$(B)/core/comm.o $(B)/core/comm_mpi.o $(B)/gpu/comm_nccl.o: $(B)/commflags
+$(B)/core/comm_mpi.o: CFLAGS += $(MPI_CFLAGS)
+$(B)/commflags: FORCE
+	@mkdir -p $(dir $@); echo '$(MPICC) $(NCCL)' | cmp -s - $@ || echo '$(MPICC) $(NCCL)' > $@
 
 yolotrain: $(B)/core/main.o $(B)/libyt.a FORCE
 	$(CC) $(LDFLAGS) -o $@ $(B)/core/main.o $(B)/libyt.a $(LDLIBS)
@@ -163,6 +190,8 @@ deps:
 	     gcc make pkg-config libpng-dev libjpeg-turbo8-dev libinih-dev libyaml-dev libopenblas-dev zlib1g-dev gfortran; \
 	   $$SUDO apt-get install -y -qq --no-install-recommends libfreetype-dev libfontconfig-dev fonts-dejavu-core >/dev/null 2>&1 \
 	     || echo "make deps: FreeType/fontconfig/DejaVu not installed: plots and pictures use the 5x7 bitmap font"; \
+	   $$SUDO apt-get install -y -qq --no-install-recommends libopenmpi-dev openmpi-bin >/dev/null 2>&1 \
+	     || echo "make deps: Open MPI not installed: yolotrain runs as one process (no mpirun/srun)"; \
 	   $$SUDO apt-get install -y -qq --no-install-recommends clang libclang-rt-dev >/dev/null 2>&1 \
 	     || echo "make deps: clang's libFuzzer runtime not installed: make fuzz will not build"; \
 	   if apt-cache policy python3-onnx 2>/dev/null | grep -q 'Candidate: [0-9]'; then \

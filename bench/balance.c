@@ -8,6 +8,12 @@
 //   ./bench/balance device=0,1 imgsz=640 batch=64 steps=20 warmup=5 precision=bf16
 //   ./bench/balance device=cpu:2 imgsz=64 batch=4 steps=2       a check on the CPU
 // Other keys: cfg=cfg/s.ini workers=1 (the starved run) csv=bench/balance.csv png=bench/balance.png.
+// Several processes (README, Several machines): the same under mpirun, e.g.
+//   mpirun -np 2 --bind-to none ./bench/balance device=0,1,2,3,4,5,6,7 base=IPS
+// batch stays per device (the global batch is batch x devices x processes); rank 0 prints every
+// process's devices (p<rank> GPU <id>) and the images/s of them all, and with base= (the images/s of the
+// same configuration in one process, from a run without mpirun) the scaling against one process. The
+// loader's run (few workers) is left out under several processes.
 // batch is per device. Inputs and targets are random and, after warm-up, stay on the devices (the
 // GPU-only step, as bench/step and anchors.md measure it); the starved run feeds the real loader.
 #include <stdio.h>
@@ -15,7 +21,9 @@
 #include <string.h>
 
 #include "cfg/config.h"
+#include "core/comm.h"
 #include "core/multi.h"
+#include "core/procs.h"
 #include "core/nvml.h"
 #include "core/train.h"
 #include "gpu/device.h"
@@ -30,6 +38,7 @@
 typedef struct {
     char device[64], cfg[256], precision[16], csv[256], png[256];
     int  imgsz, batch, steps, warmup, workers;
+    double base;              // images/s of one process (base=), for the scaling of several
 } Options;
 
 typedef struct {             // one configuration
@@ -44,6 +53,7 @@ typedef struct {
     double util[MULTI_MAX];         // mean %, or -1
     double ips, data_wait;          // images/s; seconds waiting for the loader per step
     int    steps;
+    char   host[64];
 } Result;
 
 static const Setup SETUPS[] = {
@@ -81,6 +91,7 @@ static int parse_options(int argc, char **argv, Options *o, int n_gpus) {
             if (!strcmp(k, strs[j].key)) { snprintf(strs[j].dst, strs[j].size, "%s", v); found = 1; }
         if (num) *num = atoi(v);
         else if (found) continue;
+        else if (!strcmp(k, "base")) o->base = atof(v);
         else { fprintf(stderr, "balance: unknown key %s\n", k); return -1; }
     }
     if (o->imgsz < 32 || o->batch < 1 || o->steps < 1 || o->warmup < 0) { fprintf(stderr, "balance: bad sizes\n"); return -1; }
@@ -237,18 +248,20 @@ static void measure(const Options *o, const Setup *s, const DeviceList *all, con
     char spec[64];
     if (devs.gpu[0] < 0) snprintf(spec, sizeof spec, "cpu:%d", devs.n);
     else for (int k = 0, len = 0; k < devs.n; k++) len += snprintf(spec + len, sizeof spec - len, "%s%d", k ? "," : "", devs.gpu[k]);
-    int B = o->batch * devs.n - s->batch_minus;
+    int B = o->batch * devs.n * comm_size() - s->batch_minus, first, Bl;   // the global batch, this process's share
     static Config cfg;
     Err err;
     Feed feed = { 0 };
     Trainer t;
-    if (load_config(o, s, spec, B, &cfg, &err) || (s->loader && feed_open(&feed, &cfg, &err)) ||
-        trainer_init_devices(&t, &cfg, 1000, &devs, &err)) {
+    snprintf(r->host, sizeof r->host, "%s", comm_host());
+    if (load_config(o, s, spec, B, &cfg, &err) || procs_agree(&cfg, 0, 0, devs.n, &err) ||
+        (s->loader && feed_open(&feed, &cfg, &err)) || trainer_init_devices(&t, &cfg, 1000, &devs, &err)) {
         snprintf(r->why, sizeof r->why, "%s", err.msg);
         feed_close(&feed);
         return;
     }
-    r->ok = !run_steps(o, s, &t, &devs, gpus, &feed, B, r, &err);
+    procs_share(B, &first, &Bl);
+    r->ok = !run_steps(o, s, &t, &devs, gpus, &feed, Bl, r, &err);
     if (!r->ok) snprintf(r->why, sizeof r->why, "%s", err.msg);
     trainer_free(&t);
     feed_close(&feed);
@@ -279,39 +292,50 @@ static const char *fmt(char *buf, double v, const char *f) {
     return buf;
 }
 
-static void print_table(const Result *res, FILE *csv) {
+static double o_base;     // Options.base, for the table
+
+static void print_table(const Result *all, int P, FILE *csv) {
     printf("\n%-16s %-6s %5s %7s %7s %7s %7s %7s %7s %7s %7s %9s %5s | %8s %6s %6s %6s\n", "config", "device", "micro",
            "fwd", "loss", "bwd", "gather", "update", "bcast", "idle", "data", "peak GiB", "util", "img/s", "scale",
            "imb.t", "imb.mem");
     printf("%-16s %-6s %5s %7s (ms per step) %45s %5s |\n", "", "", "", "", "", "%");
     fprintf(csv, "config,device,micro_batch,forward_ms,loss_ms,backward_ms,gather_ms,update_ms,broadcast_ms,idle_ms,"
                  "data_wait_ms,peak_mem_gib,util_pct,images_per_s,scaling,imbalance_time,imbalance_mem\n");
-    double base = res[0].ok ? res[0].ips : 0;
-    for (int c = 0; c < N_SETUPS; c++) {
-        const Result *r = &res[c];
-        if (!r->ok) { printf("%-16s not run: %s\n", SETUPS[c].name, r->why); continue; }
+    // all[p * N_SETUPS + c]: process p's result of setup c; images/s are every process's added up
+    double base = 0;
+    for (int p = 0; p < P && all[0].ok; p++) base += all[p * N_SETUPS].ips;
+    if (o_base > 0) base = o_base;                  // against one process: base= names its images/s
+    for (int c = 0; c < N_SETUPS * P; c++) {
+        const Result *r = &all[(c % P) * N_SETUPS + c / P];
+        int first_row = c % P == 0;
+        double ips = 0;
+        for (int p = 0; p < P; p++) ips += all[p * N_SETUPS + c / P].ips;
+        if (!r->ok) { if (first_row) printf("%-16s not run: %s\n", SETUPS[c / P].name, r->why); continue; }
         double it, im;
         imbalance(r, &it, &im);
         for (int k = 0; k < r->n_dev; k++) {
+            char dev[48];
+            if (P > 1) snprintf(dev, sizeof dev, "p%d %s", c % P, r->dev_name[k]);
+            else snprintf(dev, sizeof dev, "%s", r->dev_name[k]);
             const MultiDevStats *d = &r->dev[k];
             double per = 1000.0 / (d->steps ? d->steps : 1);
             char a[16], b[16], x[16], y[16], z[16], w[16];
             fmt(a, d->peak_bytes < 0 ? -1 : d->peak_bytes / 1073741824, "%.2f");
             fmt(b, r->util[k], "%.0f");
-            printf("%-16s %-6s %5.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %9s %5s", k ? "" : SETUPS[c].name,
-                   r->dev_name[k], d->steps ? (double)d->images / d->steps : 0, d->forward * per, d->loss * per,
+            printf("%-16s %-6s %5.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %9s %5s", k || !first_row ? "" :
+                   SETUPS[c / P].name, dev, d->steps ? (double)d->images / d->steps : 0, d->forward * per, d->loss * per,
                    d->backward * per, d->gather * per, d->update * per, d->broadcast * per, d->idle * per,
                    r->data_wait * 1000, a, b);
-            fmt(x, base > 0 ? r->ips / base : -1, "%.2fx");
+            fmt(x, base > 0 ? ips / base : -1, "%.2fx");
             fmt(y, it, "%.2f");
             fmt(z, im, "%.2f");
-            if (!k) printf(" | %8.1f %6s %6s %6s\n", r->ips, x, y, z);
+            if (!k && first_row) printf(" | %8.1f %6s %6s %6s\n", ips, x, y, z);
             else printf(" |\n");
-            fmt(w, base > 0 ? r->ips / base : -1, "%.3f");
-            fprintf(csv, "%s,%s,%.2f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%s,%s,%.2f,%s,%s,%s\n", SETUPS[c].name,
-                    r->dev_name[k], d->steps ? (double)d->images / d->steps : 0, d->forward * per, d->loss * per,
+            fmt(w, base > 0 ? ips / base : -1, "%.3f");
+            fprintf(csv, "%s,%s,%.2f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%s,%s,%.2f,%s,%s,%s\n", SETUPS[c / P].name,
+                    dev, d->steps ? (double)d->images / d->steps : 0, d->forward * per, d->loss * per,
                     d->backward * per, d->gather * per, d->update * per, d->broadcast * per, d->idle * per,
-                    r->data_wait * 1000, a, b, r->ips, w, y, z);
+                    r->data_wait * 1000, a, b, ips, w, y, z);
         }
     }
 }
@@ -347,25 +371,39 @@ int main(int argc, char **argv) {
 #endif
     Options o;
     if (parse_options(argc, argv, &o, n_gpus)) return 2;
+    Err cerr;
+    if (comm_init(&cerr)) { fprintf(stderr, "balance: %s\n", cerr.msg); return 2; }
+    int P = comm_size(), me = comm_rank();
+    o_base = o.base;
     DeviceList devs;
     Err err;
     if (parse_devices(o.device, n_gpus, &devs, &err)) { fprintf(stderr, "balance: %s\n", err.msg); return 2; }
-    printf("bench/balance: %s, imgsz %d, %d images per device, %s, %d warm-up + %d timed steps, %d device%s; NVML %s\n",
-           o.cfg, o.imgsz, o.batch, o.precision, o.warmup, o.steps, devs.n, devs.n > 1 ? "s" : "",
-           nvml_open() ? "found" : "absent (utilisation n/a)");
+    int nvml = nvml_open();
+    if (!me) printf("bench/balance: %s, imgsz %d, %d images per device, %s, %d warm-up + %d timed steps, %d device%s%s; NVML %s\n",
+                    o.cfg, o.imgsz, o.batch, o.precision, o.warmup, o.steps, devs.n, devs.n > 1 ? "s" : "",
+                    P > 1 ? " per process" : "", nvml ? "found" : "absent (utilisation n/a)");
+    if (P > 1 && !me) printf("%d processes (rank 0 on %s); the global batch is %d images per device x devices x %d\n", P,
+                             comm_host(), o.batch, P);
     Result res[N_SETUPS];
     for (int c = 0; c < N_SETUPS; c++) {
         if (SETUPS[c].all_devices && devs.n < 2) { memset(&res[c], 0, sizeof res[c]); snprintf(res[c].why, sizeof res[c].why, "one device"); continue; }
-        printf("\n== %s ==\n", SETUPS[c].name);
+        if (SETUPS[c].loader && P > 1) { memset(&res[c], 0, sizeof res[c]); snprintf(res[c].why, sizeof res[c].why, "several processes"); continue; }
+        if (!me) printf("\n== %s ==\n", SETUPS[c].name);
         fflush(stdout);
         measure(&o, &SETUPS[c], &devs, gpus, n_gpus, &res[c]);
     }
+    Result *all = xmalloc(sizeof(Result) * N_SETUPS * P);
+    comm_allgather(res, all, sizeof res);          // every process's devices, for rank 0's table
+    if (me) { free(all); nvml_close(); comm_finalize(); return 0; }
+    for (int p = 0; P > 1 && p < P; p++) printf("p%d: process %d on %s\n", p, p, all[p * N_SETUPS].host);
     FILE *csv = fopen(o.csv, "w");
     if (!csv) { fprintf(stderr, "balance: cannot write %s\n", o.csv); return 1; }
-    print_table(res, csv);
+    print_table(all, P, csv);
     fclose(csv);
     printf("wrote %s\n", o.csv);
     draw_chart(res, o.png);
+    free(all);
     nvml_close();
+    comm_finalize();
     return 0;
 }

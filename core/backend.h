@@ -243,6 +243,12 @@ typedef struct Backend {
     void  *(*opt26_new)(void *ctx, MuParam *p, int n_params, int adamw, double muon, double sgd, float **state);
     void   (*opt26_step)(void *ctx, void *opt, const MuStep *st, long steps);
     void   (*opt26_free)(void *ctx, void *opt);
+    // multi_scale: y = x resized bilinearly to y's H x W (core/ops.h resize_bilinear_cpu), fp32 maps
+    void   (*resize_bilinear)(void *ctx, Map x, Map y);
+    // Several processes (core/comm.h, core/procs.c): p[0, n) in ctx's memory := its sum over every
+    // process, queued behind ctx's work (NCCL between GPUs). 0 when done; -1 or NULL (the CPU): the sum
+    // goes through host memory and the process transport.
+    int    (*comm_sum)(void *ctx, float *p, size_t n);
 } Backend;
 
 extern const Backend backend_cpu;

@@ -51,6 +51,7 @@ static void maxpool_bwd(void *c, Map x, int k, int s, int p, Map dy, Map dx) { m
 static void avgpool_fwd(void *c, Map x, int k, int s, int p, Map y) { avgpool_forward_cpu(x, k, s, p, y); }
 static void avgpool_bwd(void *c, int k, int s, int p, Map dy, Map dx) { avgpool_backward_cpu(k, s, p, dy, dx); }
 static void upsample_fwd(void *c, Map x, int f, Map y) { upsample_forward_cpu(x, f, y); }
+static void resize_fwd(void *c, Map x, Map y) { resize_bilinear_cpu(x, y); }
 static void upsample_bwd(void *c, int f, Map dy, Map dx) { upsample_backward_cpu(f, dy, dx); }
 static void bn_silu_train(void *c, Map z, const float *g, const float *b, float eps, float mom, float *rm,
                           float *rv, float *mean, float *invstd, Map y) {
@@ -366,4 +367,5 @@ const Backend backend_cpu = {
     .loss26_new = cpu_loss26_new, .loss26_free = cpu_loss26_free, .loss26_assign = cpu_loss26_assign,
     .loss26_compute = cpu_loss26_compute, .loss26_items = cpu_loss26_items,
     .opt26_new = cpu_opt26_new, .opt26_step = cpu_opt26_step, .opt26_free = cpu_opt26_free,
+    .resize_bilinear = resize_fwd,
 };

@@ -188,6 +188,11 @@ Map  model_grad(const Model *m, int v, int n);    // gradient view
 void model_forward(Model *m, const float *images_nhwc, int n, int h, int w, int train);
 // The same from a uint8 batch (n,h,w,3), divided by 255 on the model's device.
 void model_forward_u8(Model *m, const uint8_t *images_nhwc, int n, int h, int w, int train);
+// The same from a uint8 batch of H x W images that the model's device resizes to h x w (multi_scale:
+// F.interpolate bilinear, core/resize.c) before the forward; H x W = h x w is model_forward_u8. The
+// bytes become floats in tmp_a first: model_resize_fits says whether n images of H x W fit there.
+void model_forward_u8_resized(Model *m, const uint8_t *images_nhwc, int n, int H, int W, int h, int w, int train);
+int  model_resize_fits(const Model *m, int n, int H, int W);
 // d loss / d head maps must be in model_grad(head[i]) (and model_grad(aux[i])); accumulates parameter
 // gradients into m->grad (callers zero it per optimizer step) and writes input gradients nowhere.
 void model_backward(Model *m, int n);

@@ -276,9 +276,23 @@ void model_forward(Model *m, const float *images, int n, int h, int w, int train
 }
 
 void model_forward_u8(Model *m, const uint8_t *images, int n, int h, int w, int train) {
+    model_forward_u8_resized(m, images, n, h, w, h, w, train);
+}
+
+int model_resize_fits(const Model *m, int n, int H, int W) { return (size_t)n * H * W * 3 <= m->n_tmp; }
+
+void model_forward_u8_resized(Model *m, const uint8_t *images, int n, int H, int W, int h, int w, int train) {
     model_set_size(m, h, w);
     Map in = model_value(m, m->input, n);
-    m->be->upload_u8(m->be_ctx, in.data, images, map_floats(in));
+    if (H == h && W == w) {
+        m->be->upload_u8(m->be_ctx, in.data, images, map_floats(in));
+    } else {                                       // tmp_a is free until the first node runs
+        if (!model_resize_fits(m, n, H, W))
+            die("model_forward_u8_resized: %d images of %dx%d do not fit the %zu floats of tmp_a", n, H, W, m->n_tmp);
+        Map raw = map_make(m->tmp_a, n, H, W, 3);
+        m->be->upload_u8(m->be_ctx, raw.data, images, map_floats(raw));
+        m->be->resize_bilinear(m->be_ctx, raw, in);
+    }
     forward_nodes(m, n, train);
 }
 

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "core/multi_impl.h"
+#include "core/procs.h"
 
 static const char *PHASE_NAMES[] = { "forward", "forward", "backward", "backward", "reduce", "update",
                                      "all-gather", "quit" };
@@ -73,8 +74,9 @@ void mt_copy_doubles(Multi *mt, Trainer *dt, double *dst, Trainer *st, const dou
 static void forward_only(Multi *mt, Job *j) {
     Model *m = &j->t->m;
     trainer_mark(j->t, TM_F0);
-    if (j->images_u8) model_forward_u8(m, j->images_u8, j->n, mt->S, mt->S, 1);
-    else model_forward(m, j->images, j->n, mt->S, mt->S, 1);   // images NULL: already on the device
+    const StepShape *s = &mt->shape;
+    if (j->images_u8) model_forward_u8_resized(m, j->images_u8, j->n, s->H, s->W, s->h, s->w, 1);
+    else model_forward(m, j->images, j->n, s->h, s->w, 1);   // images NULL: already on the device
     trainer_mark(j->t, TM_F1);
 }
 
@@ -102,6 +104,10 @@ static void backward_from_zero(Multi *mt, int k) {
 static void backward_local(Multi *mt, int k) {
     Job *j = &mt->job[k];
     Trainer *t = j->t;
+    if (mt->procs) {                               // several processes: the sums are in already
+        trainer_phase_backward(t, j->n, t->scal + SC_ALL, 1, mt->batch_mult);
+        return;
+    }
     double *all = t->scal + SC_ALL;
     int n_all = 0;
     for (int i = 0; i < mt->n; i++) {
@@ -258,16 +264,18 @@ static int plan_split(Multi *mt, int B, Err *err) {
 // ---- the step ------------------------------------------------------------------------------
 
 // Device k's images and its targets, re-indexed from 0.
-static void scatter(Multi *mt, int S, const float *targets, int nt) {
+static void scatter(Multi *mt, const float *targets, int nt) {
     int first = 0;
+    size_t bytes = (size_t)mt->shape.H * mt->shape.W * 3, floats = (size_t)mt->shape.h * mt->shape.w * 3;
     for (int k = 0; k < mt->n; k++) {
         Job *j = &mt->job[k];
         j->n = mt->sizes[k];
         j->first = first;
         j->compute = 0;
         const uint8_t *u8 = mt->images_u8;        // images NULL too: each share is still where the last step put it
-        j->images = u8 || !mt->images ? NULL : mt->images + (size_t)first * S * S * 3;
-        j->images_u8 = u8 ? u8 + (size_t)first * S * S * 3 : NULL;
+        j->images = u8 || !mt->images ? NULL : mt->images + first * floats;
+        j->images_u8 = u8 ? u8 + first * bytes : NULL;
+        j->t->shape = mt->shape;                   // each device's trainer_phase_forward reads it
         j->nt = 0;
         for (int r = 0; r < nt; r++) {
             int img = (int)targets[6 * r];
@@ -285,6 +293,7 @@ static void scatter(Multi *mt, int S, const float *targets, int nt) {
 static int loss_local(Multi *mt, int B, Err *err) {
     if (mt_run_all(mt, PH_FORWARD, err)) return -1;
     mt->batch_mult = B;
+    if (mt->procs) mt_procs_normaliser(mt);       // every process's sums; the batch of them all
     return mt_run_all(mt, PH_BACKWARD, err);
 }
 
@@ -312,14 +321,17 @@ static int settle(Multi *mt) {
 // Forward, loss, backward and the reduction, queued on every device.
 static int forward_backward(Multi *mt, int n, int S, const float *targets, int nt, Err *err) {
     if (plan_split(mt, n, err)) return -1;
-    scatter(mt, S, targets, nt);
+    mt->n_step = n;
     mt->S = S;
+    mt->shape = trainer_shape(mt->master, S);      // rect, multi_scale: set by the run
+    scatter(mt, targets, nt);
     int rc = mt->loss_d0 ? loss_device0(mt, n, targets, nt, err) : loss_local(mt, n, err);
     mt->zero_first = mt->dirty = 0;                // done by the forward phase
     if (rc) return -1;
-    if (mt->sharded) return mt_run_all(mt, PH_REDUCE, err);
-    mt_gather(mt);
-    return 0;
+    if (mt->sharded) rc = mt_run_all(mt, PH_REDUCE, err);
+    else mt_gather(mt);
+    if (!rc && mt->procs) mt_procs_reduce(mt);    // then across processes
+    return rc;
 }
 
 // The step's one host wait: device 0's queue waits for every replica's last work of the step
@@ -333,7 +345,7 @@ static void finish_step(Multi *mt, int last, double t0, LossOut *out) {
     m0->m.be->sync(m0->m.be_ctx);
     double wall = now_seconds() - t0;
     memset(out, 0, sizeof *out);
-    if (mt->loss_d0) mt_loss_dev0_items(mt, out);
+    if (mt->loss_d0 && mt->n_step) mt_loss_dev0_items(mt, out);   // none: no loss this step here
     for (int k = 0; k < mt->n; k++) {
         Job *j = &mt->job[k];
         if (!mt->loss_d0 && j->n) {
@@ -352,12 +364,14 @@ static void finish_step(Multi *mt, int last, double t0, LossOut *out) {
         double busy = j->compute + d.gather + d.optim + d.broadcast;
         s->idle += wall > busy ? wall - busy : 0;
     }
+    if (mt->procs) procs_sum_items(out);          // each process's share: the batch's
 }
 
 int multi_forward_backward(Multi *mt, int n, int S, const float *targets, int nt, LossOut *out, Err *err) {
     double t0 = now_seconds();
     mt->images_u8 = mt->master->input_u8;
     mt->images = mt->images_u8 ? NULL : mt->master->input;
+    mt->procs_reduce = 1;
     if (forward_backward(mt, n, S, targets, nt, err)) return settle(mt);
     finish_step(mt, mt->sharded ? EV_REDUCED : EV_DONE, t0, out);
     return 0;
@@ -384,6 +398,7 @@ int multi_step(Multi *mt, const float *images, const uint8_t *images_u8, int n, 
     mt->images = images;
     mt->images_u8 = images_u8;
     mt->zero_first = i == 0;                       // train.py zeroes the gradients at each epoch start
+    mt->procs_reduce = mt->procs && procs_will_step(mt->master, epoch, i);   // accumulated until the step
     if (forward_backward(mt, n, S, targets, nt, err)) return settle(mt);
     if (mt->sharded) {
         if (mt_sharded_update(mt, epoch, i, err)) return settle(mt);
@@ -399,8 +414,8 @@ int multi_step(Multi *mt, const float *images, const uint8_t *images_u8, int n, 
 
 // Each GPU's share is the bytes its step will pass to model_forward_u8 (scatter's), so the step
 // finds the copy; a split that changes in between (split=auto) only makes that step copy again.
-void multi_prefetch(Trainer *t, const uint8_t *images, int n, int S) {
-    size_t per = (size_t)S * S * 3;               // CPU devices convert the bytes in the step (no-op)
+void multi_prefetch(Trainer *t, const uint8_t *images, int n, int H, int W) {
+    size_t per = (size_t)H * W * 3;               // CPU devices convert the bytes in the step (no-op)
     Multi *mt = t->multi;
     if (!mt) {
         t->m.be->prefetch_u8(t->m.be_ctx, images, n * per);
@@ -584,6 +599,8 @@ int multi_init(Trainer *master, const Config *cfg, const DeviceList *devs, int m
         for (int k = 0; k < mt->n; k++)
             if (mt_shard_init(mt, k, err)) { release(mt); return -1; }
     }
+    mt->procs = procs_active();
+    if (mt->procs && mt_procs_check(mt, err)) { release(mt); return -1; }
     memset(mt->stats, 0, sizeof mt->stats);
     print_plan(mt, copies);
     pthread_barrier_init(&mt->start, NULL, mt->n + 1);

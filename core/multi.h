@@ -46,12 +46,12 @@ void multi_scatter_state(Multi *mt);
 // the peer-to-peer self-test fails (tests force it to check that path).
 void multi_use_host_copies(Multi *mt);
 
-// Start the upload of the next batch (n uint8 images of S x S x 3, page-locked: gpu_host_pin) while
+// Start the upload of the next batch (n uint8 images of H x W x 3, page-locked: gpu_host_pin) while
 // the current step computes: with several devices each GPU its share under the split the next step
 // will use, on one GPU (t->multi NULL) the whole batch, on CPU devices nothing. The step that then
 // runs with t->input_u8 == images waits for these copies on the GPUs, not on the host. The bytes
 // must stay unchanged until that step has returned.
-void multi_prefetch(Trainer *t, const uint8_t *images, int n, int S);
+void multi_prefetch(Trainer *t, const uint8_t *images, int n, int H, int W);
 
 // Device k's trainer (0: the master).
 const Trainer *multi_replica(const Multi *mt, int k);

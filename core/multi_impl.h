@@ -78,6 +78,7 @@ struct Multi {
     pthread_t        thread[MULTI_MAX];
     pthread_barrier_t start, done;
     int              phase, S;
+    StepShape        shape;                    // the step's: images H x W, the model at h x w
     const float     *images;                   // the step's batch: floats, or bytes (images_u8), or neither
     const uint8_t   *images_u8;                //   (each device's share is still on it: benchmarks)
     double           batch_mult, ema_d;
@@ -87,6 +88,8 @@ struct Multi {
     void            *hook_arg;
     Buckets          bk;                       // reduce=device0
     HookArg          hook_args[MULTI_MAX];
+    int              procs, procs_reduce;       // several processes (core/procs.h); sum the gradients this step
+    int              n_step;                    // images of the step in flight (0: none in this process)
 };
 
 // ---- core/multi.c: device helpers -------------------------------------------------------------
@@ -130,3 +133,10 @@ void mt_shard_bounds(Multi *mt);
 int mt_shard_init(Multi *mt, int k, Err *err);
 void mt_shard_free(Shard *sh);
 int mt_sharded_update(Multi *mt, int epoch, int i, Err *err);
+
+// ---- core/multi_procs.c: several processes (core/procs.h) ----------------------------------------
+void mt_procs_normaliser(Multi *mt);             // after the forward phase: scal[SC_ALL], batch_mult
+int mt_procs_normaliser_d0(Multi *mt, int B);   // loss_on=device0: device 0's; returns the global batch
+int mt_procs_normaliser_empty(Multi *mt);        // the same for a process without images
+void mt_procs_reduce(Multi *mt);                 // after this process's reduction
+int mt_procs_check(Multi *mt, Err *err);

@@ -257,9 +257,14 @@ void mt_broadcast(Multi *mt) {
 int mt_loss_at_zero(Multi *mt, int B, const float *targets, int nt, Err *err) {
     Trainer *m0 = mt->master;
     Model *m = &m0->m;
-    LossBatch lb = { .nc = m->nc, .img_h = mt->S, .img_w = mt->S, .targets = targets, .n_targets = nt };
+    LossBatch lb = { .nc = m->nc, .img_h = mt->shape.h, .img_w = mt->shape.w, .targets = targets, .n_targets = nt };
     Map grads[LOSS_LEVELS];
     m->be->bind(m->be_ctx);
+    if (!B) {                                      // several processes: none of this batch's images are
+        mt->batch_mult = mt_procs_normaliser_empty(mt);   // this one's, but its (zero) sums still count
+        mt_record(mt, 0, EV_LOSS);
+        return 0;
+    }
     for (int k = 1; k < mt->n; k++)
         if (mt->job[k].n) mt_wait_for(mt, 0, k, EV_ASSIGNED);
     trainer_mark(m0, TM_C0);
@@ -278,8 +283,9 @@ int mt_loss_at_zero(Multi *mt, int B, const float *targets, int nt, Err *err) {
     int rc;
     mt->batch_mult = B;
     if (!(rc = m->be->loss_assign(m->be_ctx, mt->z.loss, &lb, tss, err))) {
-        m->be->loss_norm(m->be_ctx, tss, 1, norm);
-        m->be->loss_compute(m->be_ctx, mt->z.loss, &lb, norm, B, grads);
+        if (mt->procs) mt->batch_mult = mt_procs_normaliser_d0(mt, B);   // every process's sums
+        m->be->loss_norm(m->be_ctx, mt->procs ? m0->scal + SC_ALL : tss, 1, norm);
+        m->be->loss_compute(m->be_ctx, mt->z.loss, &lb, norm, mt->batch_mult, grads);
     }
     mt_record(mt, 0, EV_LOSS);
     if (rc) {

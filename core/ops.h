@@ -58,3 +58,9 @@ void avgpool_backward_cpu(int k, int stride, int pad, Map dy, Map dx);          
 // nearest-neighbour upsampling by an integer factor
 void upsample_forward_cpu(Map x, int factor, Map y);
 void upsample_backward_cpu(int factor, Map dy, Map dx);                           // dx +=
+// bilinear resize of fp32 maps to y's H x W (core/resize.c): F.interpolate(mode="bilinear",
+// align_corners=False) as PyTorch's upsample_bilinear2d computes it, no fused multiply-adds. No backward:
+// it resizes the images (multi_scale). resize_taps: output index i's lower source index, the step to
+// the upper one (0 at the edge) and their weights, for in -> out samples.
+void resize_bilinear_cpu(Map x, Map y);
+void resize_taps(int in, int out, int i, int *lo, int *step, float *w_lo, float *w_hi);

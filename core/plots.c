@@ -109,5 +109,7 @@ void plots_labels(const Dataset *ds, const char *dir) {
     Err err;
     snprintf(path, sizeof path, "%s/labels.jpg", dir);
     note(plot_labels(path, box, n, ds->nc, ds->names, &err), &err);
+    snprintf(path, sizeof path, "%s/labels_correlogram.jpg", dir);
+    note(plot_labels_correlogram(path, box, n, &err), &err);
     free(box);
 }

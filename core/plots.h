@@ -1,5 +1,5 @@
-// plots.h: the plots a run folder gets from its data (core/plots.c): labels.jpg from the training
-// labels at the start, and from a validation's statistics confusion_matrix.png and PR_curve.png,
+// plots.h: the plots a run folder gets from its data (core/plots.c): labels.jpg and
+// labels_correlogram.jpg from the training labels at the start, and from a validation's statistics confusion_matrix.png and PR_curve.png,
 // F1_curve.png, P_curve.png, R_curve.png (YOLOv9 val.py with plots=True). A plot that fails is a
 // note on stderr, never an error of the run.
 #pragma once
@@ -8,5 +8,5 @@
 
 // The five validation plots into dir; names (nc) may be NULL.
 void plots_validation(const MetricsStats *st, char *const *names, const char *dir);
-// labels.jpg into dir from every box of ds.
+// labels.jpg and labels_correlogram.jpg into dir from every box of ds.
 void plots_labels(const Dataset *ds, const char *dir);

@@ -27,6 +27,7 @@
 #include "core/readfile.h"
 #include "core/runlock.h"
 #include "core/multi.h"
+#include "core/procs.h"
 #include "core/family.h"
 #include "core/transfer.h"
 #include "core/plots.h"
@@ -117,6 +118,7 @@ typedef struct { double box, cls, dfl; int n; } Running;
 static void progress(const Config *cfg, const Trainer *t, int epoch, const Running *r, int inst, int S, int i,
                      int nb, double t_epoch, int images, int final) {
     static int tty = -1;
+    if (!procs_writer()) return;                       // several processes: rank 0 reports
     if (tty < 0) tty = isatty(STDOUT_FILENO);
     if (!final && !tty) return;
     char ep[32], mem[16];
@@ -131,9 +133,21 @@ static void progress(const Config *cfg, const Trainer *t, int epoch, const Runni
     fflush(stdout);
 }
 
+static int count_shapes(const ValPlan *p) {
+    int n = 0;
+    for (int b = 0; b < p->n_batches; b++) {
+        int k = 0;
+        while (k < b && (p->shape[k][0] != p->shape[b][0] || p->shape[k][1] != p->shape[b][1])) k++;
+        n += k == b;
+    }
+    return n;
+}
+
 static int open_data(Config *cfg, Dataset *ds, Err *err) {
     if (!cfg->data[0] && !cfg->n_data_kv) {
-        if (synth_ensure(SYNTH_DIR, err)) return -1;
+        int bad = procs_writer() && synth_ensure(SYNTH_DIR, err);   // several processes: rank 0 makes it
+        if (procs_active() && procs_any(bad) && !bad) return err_set(err, "rank 0 could not make the synthetic dataset");
+        if (bad) return -1;
         snprintf(cfg->data, sizeof cfg->data, "%s/data.yaml", SYNTH_DIR);
         printf("data: the built-in synthetic dataset (%s; `yolotrain synth` regenerates it)\n", cfg->data);
     }
@@ -147,19 +161,22 @@ static int open_data(Config *cfg, Dataset *ds, Err *err) {
     return 0;
 }
 
-// Keys for training pieces that are not built: refuse them rather than train otherwise than asked.
-static int refuse_unbuilt_keys(const Config *cfg, Err *err) {
-    char at[CFG_PATH + 32];
-    if (cfg->rect)
-        return err_set(err, "%s: rect=1 (rectangular training batches, train.py --rect) is not built yet: training "
-                       "batches are square, imgsz x imgsz, with mosaic; set rect=0 (on resume: resume=DIR rect=0). "
-                       "Validation always uses rectangular batches", config_where_text(config_where(cfg, "rect"), at,
-                       sizeof at));
-    if (cfg->multi_scale)
-        return err_set(err, "%s: multi_scale=1 (train.py --multi-scale) is not built yet: every training batch is "
-                       "imgsz x imgsz; set multi_scale=0", config_where_text(config_where(cfg, "multi_scale"), at,
-                       sizeof at));
-    return 0;
+// The training loader; rect=1: the reference's rectangular batches (LoadImagesAndLabels(rect=True,
+// pad=0.0)): images in ascending h/w, each batch letterboxed to its own shape, no mosaic, no shuffle.
+static int open_loader(const Config *cfg, const Dataset *ds, Loader **ld, Err *err) {
+    LoaderConfig lc = loader_config(cfg, 1);
+    if (procs_active()) lc.share = procs_loader_share;   // several processes: each makes only its images
+    ValPlan plan = { 0 };
+    if (cfg->rect) {
+        val_plan(ds, cfg->batch, cfg->imgsz, 1, 0.0, &plan);
+        lc.rect_order = plan.order;
+        lc.rect_shape = (const int (*)[2])plan.shape;
+        printf("rect: %d batches of %d shapes in ascending aspect ratio, no mosaic, shuffle off (as train.py "
+               "--rect)\n", plan.n_batches, count_shapes(&plan));
+    }
+    int rc = loader_open(&lc, ds, ld, err);
+    val_plan_free(&plan);
+    return rc;
 }
 
 // Keys the config accepts that change nothing: say so instead of ignoring them.
@@ -251,6 +268,21 @@ static void drop_results_from(const char *dir, int epoch) {
 }
 
 // After an epoch: validate the EMA weights, log, save last (and best by fitness). -1 on a failed save,
+// results.png from results.csv, drawn once the run ends (its last epoch, an early stop by patience, or
+// a signal), as both references draw it after training; redrawing it every epoch took 0.1 s a time
+// (100 ms for 60 rows on cpu2), 6 s of a 60-epoch run. With `epoch` >= 0 it also goes to TensorBoard, as yolov9's.
+static void draw_results(const Config *cfg, RunState *rs, int epoch) {
+    if (cfg->noplots) return;
+    char csv[CFG_PATH * 2 + 64], png[CFG_PATH * 2 + 64];
+    snprintf(csv, sizeof csv, "%s/results.csv", rs->dir);
+    snprintf(png, sizeof png, "%s/results.png", rs->dir);
+    struct stat st;
+    if (stat(csv, &st) != 0) return;                  // stopped before an epoch ended: nothing to draw
+    Err err;
+    if (plot_results(csv, png, &err)) fprintf(stderr, "note: %s\n", err.msg);
+    else if (epoch >= 0) train_tb_picture(&rs->tb, rs->dir, "results.png", epoch);
+}
+
 // 1 when a signal stopped the validation (nothing written: the caller saves the state before it).
 static int end_epoch(Config *cfg, Trainer *t, RunState *rs, int epoch, const Running *r) {
     Err err;
@@ -278,11 +310,7 @@ static int end_epoch(Config *cfg, Trainer *t, RunState *rs, int epoch, const Run
     for (int k = 0; vo.picture_dir && !vrc && k < 2; k++)
         train_tb_picture(&rs->tb, rs->dir, k ? "val_batch0_pred.jpg" : "val_batch0_labels.jpg", epoch);
     results_row(rs, epoch, r, &v, t->lr);
-    char csv[CFG_PATH * 2 + 64];
-    snprintf(csv, sizeof csv, "%s/results.csv", rs->dir);
-    snprintf(path, sizeof path, "%s/results.png", rs->dir);
-    if (!cfg->noplots && plot_results(csv, path, &err)) fprintf(stderr, "note: %s\n", err.msg);
-    else if (!cfg->noplots && epoch == cfg->epochs - 1) train_tb_picture(&rs->tb, rs->dir, "results.png", epoch);   // as yolov9, at the end
+    if (vo.plots_dir) draw_results(cfg, rs, epoch);    // the run's last validation: the last epoch's or patience's
     snprintf(path, sizeof path, "%s/weights/last.safetensors", rs->dir);
     int rc = 0;
     fault_signal_at("checkpoint");
@@ -332,6 +360,7 @@ static int ema_finite(const Trainer *t, Err *err) {
 // device 0's GPU is dead (a sticky error); then, or when the save fails, the intact files are named.
 static void save_after_failure(const char *what, void *arg) {
     const Failure *f = arg;
+    if (!procs_writer()) return;                       // several processes: rank 0 holds the run's files
     char last[CFG_PATH * 2 + 64], why[sizeof(Err)] = "";
     Err err;
     if (what) fprintf(stderr, "\nyolotrain: the run stops on a CUDA error (%s)\n", what);
@@ -360,6 +389,14 @@ static void save_after_failure(const char *what, void *arg) {
             "./yolotrain resume=%s continues from there\n", why, last, f->dir, when, f->dir);
 }
 
+// The shape of batch i: the loader's images (S x S, or the rect batch's), resized under multi_scale
+// to the size drawn for (seed, epoch, i).
+static StepShape batch_shape(const Config *cfg, const Batch *b, int epoch, int i) {
+    StepShape s = { b->h, b->w, b->h, b->w };
+    if (cfg->multi_scale) train_ms_shape(train_ms_size((uint64_t)cfg->seed, epoch, i, cfg->imgsz), b->h, b->w, &s.h, &s.w);
+    return s;
+}
+
 static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
     int nb = loader_batches(ld), S = cfg->imgsz, rc = 0;
     const Dataset *ds = rs->train;
@@ -381,25 +418,28 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
         if (i == 0) model_zero_grad(&t->m);            // train.py zeroes at every epoch start
         else r = (Running){ rs->start.box, rs->start.cls, rs->start.dfl, rs->start.n };
         double t0 = now_seconds(), tw = t0;
-        int images = 0, inst = 0;
+        int images = 0, inst = 0, size = S;          // size: the last batch's width (the Size column)
         // Two batches in hand: the next one's upload runs on the GPUs' copy streams behind this step.
         Batch *b = NULL, *next = NULL;
-        if (loader_next(ld, &b)) multi_prefetch(t, b->images, b->n, S);
+        if (loader_next(ld, &b)) multi_prefetch(t, b->images, b->n, b->h, b->w);
         for (t->t.data += now_seconds() - tw; !stop_requested && b; b = next, i++) {
             tw = now_seconds();
-            if (loader_next(ld, &next)) multi_prefetch(t, next->images, next->n, S);
+            if (loader_next(ld, &next)) multi_prefetch(t, next->images, next->n, next->h, next->w);
             else next = NULL;
             t->t.data += now_seconds() - tw;
-            if (epoch == 0 && i == 0 && !cfg->noplots) {
+            if (epoch == 0 && i == 0 && !cfg->noplots && procs_writer()) {
                 snprintf(path, sizeof path, "%s/train_batch0.jpg", dir);
                 if (picture_batch(b, ds->names, ds->nc, path, &err)) fprintf(stderr, "note: %s\n", err.msg);
                 else train_tb_picture(&rs->tb, dir, "train_batch0.jpg", 0);
             }
             fault_before_step(t, ++steps);              // YT_FAIL_CUDA, YT_NAN_AT_STEP (tests)
             t->input_u8 = b->images;                   // converted on the device: a quarter of the bytes
-            LossOut lo;
+            t->shape = batch_shape(cfg, b, epoch, i);
+            LossOut lo;                                // (several processes: this one's share of the batch)
             int bad = trainer_step(t, b->n, S, b->targets, b->nt, epoch, i, &lo, &err);
             t->input_u8 = NULL;                        // the batch goes back to the loader below
+            size = t->shape.w;                         // imgs.shape[-1], as the reference logs it
+            t->shape = (StepShape){ 0 };
             if (bad) {
                 fprintf(stderr, "\nyolotrain: %s\n", err.msg);
                 loader_release(ld, b);
@@ -421,20 +461,28 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
             r.box += lo.box; r.cls += lo.cls; r.dfl += lo.dfl; r.n++;
             images += b->n; inst = b->nt;
             loader_release(ld, b);                     // the step has waited for its copies on the GPU
-            progress(cfg, t, epoch, &r, inst, S, i + 1, nb, now_seconds() - t0, images, 0);
+            progress(cfg, t, epoch, &r, inst, size, i + 1, nb, now_seconds() - t0, images, 0);
             if (rs->stop_after > 0 && steps == rs->stop_after) stop_requested = -1;
+            if (procs_active() && procs_any(stop_requested) && !stop_requested) stop_requested = SIGTERM;   // all at once
         }
         if (b) loader_release(ld, b);                  // stopped with the next batch in hand: resume remakes it
-        progress(cfg, t, epoch, &r, inst, S, i, nb, now_seconds() - t0, images, 1);
+        progress(cfg, t, epoch, &r, inst, size, i, nb, now_seconds() - t0, images, 1);
         if (t->multi) {                                // per-device time split and memory, devices.csv
             snprintf(path, sizeof path, "%s/devices.csv", dir);
-            FILE *dev_csv = fopen(path, "a");
+            FILE *dev_csv = procs_writer() ? fopen(path, "a") : NULL;
             multi_epoch_report(t->multi, dev_csv, epoch);
             if (dev_csv) fclose(dev_csv);
             multi_gather_state(t->multi);              // sharded: EMA, momentum into device 0 before saving
         }
         int in_loop = stop_requested != 0;
-        int ended = in_loop ? 1 : end_epoch(cfg, t, rs, epoch, &r);
+        int ended = in_loop ? 1 : procs_writer() ? end_epoch(cfg, t, rs, epoch, &r) : 0;
+        if (procs_active()) {                          // rank 0 validated and saved: its outcome for all
+            int v[2] = { ended, rs->best_epoch };
+            comm_bcast(v, sizeof v);
+            ended = v[0];
+            rs->best_epoch = v[1];
+        }
+        if (ended > 0 && !procs_writer()) goto done;   // rank 0 saves where the run stands
         if (ended > 0) {                               // mid-epoch or mid-validation: save where we are;
             snprintf(path, sizeof path, "%s/weights/last.safetensors", dir);   // resume validates again
             int bad = trainer_save(t, path, &err);
@@ -443,11 +491,11 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
             if (!rc) say_stopped(dir, epoch, i, in_loop ? "at" : "during the validation of");
             goto done;
         }
-        if (ended < 0 || save_state(t, rs, epoch + 1, 0, &(Running){ 0 })) { rc = 1; goto done; }
+        if (ended < 0 || (procs_writer() && save_state(t, rs, epoch + 1, 0, &(Running){ 0 }))) { rc = 1; goto done; }
         fail.saved_epoch = epoch + 1;
         fail.saved_batch = 0;
         if (stop_requested && epoch + 1 < cfg->epochs) {   // while checkpointing: those files are whole
-            say_stopped(dir, epoch + 1, 0, "at the start of");
+            if (procs_writer()) say_stopped(dir, epoch + 1, 0, "at the start of");
             goto done;
         }
         if (cfg->patience > 0 && epoch - rs->best_epoch >= cfg->patience) {
@@ -577,6 +625,8 @@ int train_run(Config *cfg) {
     sigaction(SIGINT, &on, &old_int);
     sigaction(SIGTERM, &on, &old_term);
     int rc = train_run_(cfg);
+    if (rc && comm_size() > 1) comm_abort(rc, "the run stopped (status %d; the reason is above)", rc);   // the others
+    comm_finalize();                                 // wait on it: end them all; else leave MPI
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     stop_savable = 0;
@@ -586,19 +636,19 @@ int train_run(Config *cfg) {
 static int train_run_(Config *cfg) {
     Err err;
     DeviceList devs;
-    if (refuse_unbuilt_keys(cfg, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return 2; }
     if (pick_devices(cfg, &devs)) return 2;
+    if (comm_init(&err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return 2; }   // mpirun/srun: join
     int gpu = devs.gpu[0];
     note_unbuilt_keys(cfg);
     Dataset ds;
     fault_signal_at("startup");
     if (open_data(cfg, &ds, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return 2; }
+    if (procs_join(cfg, &ds, devs.n, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); dataset_free(&ds); return 2; }
     Dataset vds;
     DatasetOptions vopt = { .strict = cfg->strict, .nc = ds.nc, .report = stderr, .single_cls = cfg->single_cls };
     if (dataset_open(NULL, cfg, "val", &vopt, &vds, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); dataset_free(&ds); return 2; }
-    LoaderConfig lc = loader_config(cfg, 1);
     Loader *ld;
-    if (loader_open(&lc, &ds, &ld, &err)) {
+    if (open_loader(cfg, &ds, &ld, &err)) {
         fprintf(stderr, "yolotrain: %s\n", err.msg);
         dataset_free(&ds); dataset_free(&vds);
         return 2;
@@ -612,15 +662,16 @@ static int train_run_(Config *cfg) {
     }
     char dir[CFG_PATH * 2];                        // made only once the run can start
     int lock = -1;
-    if (run_dir(cfg, dir, sizeof dir, &lock, &err) || check_space(dir, &t.m, &err)) {
+    if (!procs_writer()) snprintf(dir, sizeof dir, "%s/%s", cfg->project, cfg->name);   // read on resume only
+    else if (run_dir(cfg, dir, sizeof dir, &lock, &err) || check_space(dir, &t.m, &err)) {
         fprintf(stderr, "yolotrain: %s\n", err.msg);
         run_unlock(dir, lock);
         trainer_free(&t); loader_close(ld); dataset_free(&ds); dataset_free(&vds);
         return 1;
     }
     char path[CFG_PATH * 2 + 32];
-    write_args(cfg, dir);
-    if (!cfg->resume[0] && !cfg->noplots) plots_labels(&ds, dir);   // labels.jpg, as train.py before the first epoch
+    if (procs_writer()) write_args(cfg, dir);
+    if (!cfg->resume[0] && !cfg->noplots && procs_writer()) plots_labels(&ds, dir);   // labels.jpg, as train.py before the first epoch
     char where[64];
     if (devs.n > 1) snprintf(where, sizeof where, "%d %s (%s)", devs.n, gpu < 0 ? "CPU devices" : "GPUs", gpu < 0 ? "fp32" : cfg->precision);
     else snprintf(where, sizeof where, gpu < 0 ? "cpu" : "GPU %d (%s)", gpu, cfg->precision);
@@ -634,7 +685,10 @@ static int train_run_(Config *cfg) {
     int rc = 0;
     if (cfg->resume[0]) {
         snprintf(path, sizeof path, "%s/weights/last_state.safetensors", dir);
-        if (checkpoint_load(&t, &rs.start, path, &err)) {
+        if (procs_check_count(dir, &err)) {
+            fprintf(stderr, "yolotrain: cannot resume: %s\n", err.msg);
+            rc = 2;
+        } else if (checkpoint_load(&t, &rs.start, path, &err)) {
             fprintf(stderr, "yolotrain: cannot resume: %s\n", err.msg);
             rc = 2;
         } else {
@@ -643,14 +697,16 @@ static int train_run_(Config *cfg) {
             if (t.multi) multi_scatter_state(t.multi);   // replicas and shards take the loaded state
             printf("Resuming %s from epoch %d, batch %d\n", dir, rs.start.epoch, rs.start.batch);
             if (rs.start.batch > 0) trainer_lr_at(&t, rs.start.epoch, rs.start.batch - 1);
-            drop_results_from(dir, rs.start.epoch);
+            if (procs_writer()) drop_results_from(dir, rs.start.epoch);
         }
     }
-    if (rc == 0) train_tb_open(&rs.tb, cfg, dir, t.m.reg_max, rs.start.epoch);
+    if (rc == 0 && procs_writer()) train_tb_open(&rs.tb, cfg, dir, t.m.reg_max, rs.start.epoch);
+    if (rc == 0 && !cfg->resume[0]) procs_note_count(dir);
     stop_savable = 1;                                // from here a signal saves where the run stands
     double t0 = now_seconds();
     if (!rc) rc = train_epochs(cfg, &t, ld, &rs);
-    if (rc != 2) {                                   // 2: the run could not start
+    if (rc == 0 && stop_requested && procs_writer()) draw_results(cfg, &rs, -1);   // a stopped run's epochs so far
+    if (rc != 2 && procs_writer()) {                 // 2: the run could not start
         double total = now_seconds() - t0;
         const PhaseTimes *p = &t.t;
         printf("%.3f hours. Time per phase (device 0): data wait %.1f s, forward %.1f s, loss %.1f s, backward %.1f s, "

@@ -21,6 +21,11 @@ enum { SC_DEVICES = 16, SC_TSS = 0, SC_NORM = 2, SC_SUMSQ = 4, SC_ALL = 8, SC_SU
 // C1..B1, gather G0..G1, update U0..U1, broadcast P0..P1. Read after the step's wait.
 enum { TM_F0, TM_F1, TM_A1, TM_C0, TM_C1, TM_B1, TM_G0, TM_G1, TM_U0, TM_U1, TM_P0, TM_P1, TM_COUNT };
 
+// The shape of a training step: the batch's images are (n, H, W, 3) (S x S, or a rect batch shape) and
+// the model runs at h x w (multi_scale resizes them to it on the device; else h, w = H, W). Zeros:
+// the step's S for what is not set.
+typedef struct { int H, W, h, w; } StepShape;
+
 typedef struct Trainer {
     Model       m;
     int         master;          // 1: holds the optimizer state and the EMA (device 0); 0: a replica
@@ -45,6 +50,8 @@ typedef struct Trainer {
     void       *loss;            // the loss work of the main head (m.be->loss_new; NULL for YOLO26)
     float      *input;           // (max_n, S, S, 3) the batch as floats in [0,1]
     const uint8_t *input_u8;     // or, when set, the loader's uint8 batch (converted on the device)
+    StepShape   shape;           // the next step's shape when not S x S (core/train.c sets it before each
+                                 // step, as input_u8; a multi-device step gives it to every device)
     PhaseTimes  t;
     double      lr[3];           // learning rates of the last iteration, per group (results.csv); YOLO26:
                                  // its bias, weight (Muon under MuSGD) and BN groups
@@ -94,6 +101,23 @@ int  trainer_step_batch(Trainer *t, const float *images, const uint8_t *images_u
 // Save the EMA weights (what validation and detection use) as safetensors.
 int  trainer_save(const Trainer *t, const char *path, Err *err);
 
+
+// t->shape with the step's S filled in where it is 0.
+StepShape trainer_shape(const Trainer *t, int S);
+
+// ---- the shapes of training batches (core/train_shapes.c) --------------------------------------
+// multi_scale (yolov9 train.py --multi-scale, Ultralytics 8.x multi_scale=True): batch i of `epoch`
+// runs at sz = randrange(int(0.5 S), int(1.5 S) + 32) // 32 * 32 (at least 32), drawn from
+// rng_for(seed + TRAIN_MS_SALT, epoch, i) so a resumed or multi-device run draws the same; a batch of
+// H x W images with sf = sz / max(H, W) != 1 is resized to ceil(H sf / 32) * 32 x ceil(W sf / 32) * 32
+// (float64, as Python computes it), else kept.
+#define TRAIN_MS_SALT 0x6d756c7469ull   // "multi": a stream apart from the loader's (seed, epoch, index)
+int  train_ms_size(uint64_t seed, int epoch, int i, int S);
+void train_ms_shape(int sz, int H, int W, int *h, int *w);
+int  train_ms_max(int S);                 // the largest size train_ms_size draws
+// The square side a training memory plan is for: imgsz, or multi_scale's largest input when larger
+// (rect batch shapes never exceed imgsz, and their long side is imgsz).
+int  train_plan_size(const Config *cfg);
 
 // Mosaic with mixup joins the labels of up to eight images into one sample: the loss work's target rows.
 enum { TARGETS_PER_IMAGE = 512 };

@@ -20,9 +20,6 @@ static const char *GROUP_NAME[MU_GROUPS] = { "weight-hi", "weight", "bn-hi", "bn
 
 int train26_check(const Config *cfg, Err *err) {
     char at[CFG_PATH + 32];
-    if (!strcmp(cfg->optimizer, "Adam"))
-        return err_set(err, "%s: optimizer=Adam is gelan's (train.py smart_optimizer); YOLO26 trains with auto, "
-                       "SGD, MuSGD or AdamW", config_where_text(config_where(cfg, "optimizer"), at, sizeof at));
     if (!strcmp(cfg->reduce, "sharded"))
         return err_set(err, "%s: reduce=sharded splits the gelan-s SGD update into shards; YOLO26 trains with "
                        "MuSGD/AdamW, whose Newton-Schulz step needs each weight matrix whole: use reduce=device0",
@@ -48,6 +45,7 @@ Opt26Choice train26_choose(const Config *cfg, long n_images, int nc) {
     }
     if (!strcmp(name, "MuSGD")) { c.kind = OPT26_MUSGD; c.name = "MuSGD"; c.use_muon = 1; }
     else if (!strcmp(name, "AdamW")) { c.kind = OPT26_ADAMW; c.name = "AdamW"; }
+    else if (!strcmp(name, "Adam")) { c.kind = OPT26_ADAM; c.name = "Adam"; }
     else if (strcmp(name, "SGD")) die("train26_choose: optimizer '%s' passed the config check", name);
     return c;
 }
@@ -90,9 +88,10 @@ static void optimizer_state(Trainer *t) {
         n_all += y->group_floats[g];
         if (g >= MU_MUON_HI) n_muon += y->group_floats[g];
     }
-    y->n_opt = y->opt.kind == OPT26_ADAMW ? 2 * n_all : n_all + n_muon;   // SGD has no Muon groups
-    y->optimizer = t->m.be->opt26_new(t->m.be_ctx, y->params, y->n_params, y->opt.kind == OPT26_ADAMW, y->muon,
-                                      y->sgd, &y->state);
+    int adam = y->opt.kind == OPT26_ADAMW || y->opt.kind == OPT26_ADAM;
+    y->n_opt = adam ? 2 * n_all : n_all + n_muon;   // SGD has no Muon groups
+    int kind = y->opt.kind == OPT26_ADAMW ? OPT26_KIND_ADAMW : y->opt.kind == OPT26_ADAM ? OPT26_KIND_ADAM : OPT26_KIND_SGD;
+    y->optimizer = t->m.be->opt26_new(t->m.be_ctx, y->params, y->n_params, kind, y->muon, y->sgd, &y->state);
 }
 
 static void print_choice(const Config *cfg, const Train26 *y, double wd) {
@@ -212,7 +211,8 @@ MuStep train26_schedule(const Train26 *y, const OptSchedule *s, int epoch, int i
         double fp[2] = { g == MU_BIAS || g == MU_BIAS_HI ? y->opt.warmup_bias_lr : 0.0, target };
         st.lr[g] = warm ? opt_interp(ni, xi, fp, 2) : target;
     }
-    if (y->opt.kind != OPT26_ADAMW && s->nw >= 0) {   // AdamW's groups carry betas, not "momentum"
+    int betas = y->opt.kind == OPT26_ADAMW || y->opt.kind == OPT26_ADAM;
+    if (!betas && s->nw >= 0) {                    // Adam's and AdamW's groups carry betas, not "momentum"
         double fm[2] = { s->warmup_momentum, s->momentum };
         st.momentum = warm ? opt_interp(ni, xi, fm, 2) : s->momentum;   // warmup's last value stays
     }

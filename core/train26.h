@@ -7,12 +7,14 @@
 #include "core/musgd.h"
 #include "core/train.h"
 
-typedef enum { OPT26_MUSGD, OPT26_ADAMW, OPT26_SGD } Opt26Kind;
+typedef enum { OPT26_MUSGD, OPT26_ADAMW, OPT26_SGD, OPT26_ADAM } Opt26Kind;
 
-// What optimizer=auto|MuSGD|AdamW|SGD resolves to (BaseTrainer.build_optimizer at 8.4.14).
+// What optimizer=auto|MuSGD|AdamW|Adam|SGD resolves to (BaseTrainer.build_optimizer at 8.4.14: Adam is
+// torch.optim.Adam(groups, lr, betas=(momentum, 0.999)) over the same eight groups as AdamW, the decayed
+// groups' weight_decay added to the gradient (L2), none on BN weights and biases).
 typedef struct {
     Opt26Kind kind;
-    const char *name;        // "MuSGD", "AdamW", "SGD"
+    const char *name;        // "MuSGD", "AdamW", "Adam", "SGD"
     double lr0, momentum;    // the constructor's: auto's own, else hyp lr0 and momentum
     double warmup_bias_lr;   // auto forces 0
     int    use_muon;         // MuSGD: every ndim >= 2 parameter goes to a Muon group
@@ -26,7 +28,7 @@ typedef struct Train26 {
     size_t    group_floats[MU_GROUPS];
     // The optimizer's state as one block, so a checkpoint saves it as it saves SGD's momentum
     // (Trainer.sgd.buf / n_train point at it): MuSGD [s: every param | m: Muon params, packed],
-    // AdamW [m | v], SGD [s]. n_opt floats are saved; the block may be longer (a GPU's m is n_all).
+    // AdamW and Adam [m | v], SGD [s]. n_opt floats are saved; the block may be longer (a GPU's m is n_all).
     float    *state;  size_t n_opt;
     void     *optimizer;            // the backend's optimizer over `state` (Backend.opt26_new)
     // loss

@@ -13,6 +13,7 @@
 #include "core/family.h"
 #include "core/memlimit.h"
 #include "core/multi.h"
+#include "core/procs.h"
 #include "core/transfer.h"
 
 int trainer_anchors(Model *m) {
@@ -56,8 +57,15 @@ static void device_release(Trainer *t) {
 // The model on its device and the loss work; the master also gets the optimizer state and the EMA.
 static int trainer_setup(Trainer *t, const Config *cfg, int gpu, int master, int micro, Err *err) {
     memset(t, 0, sizeof *t);
-    if (model_build(cfg, micro, cfg->imgsz, &t->m, err)) return -1;
+    int plan = train_plan_size(cfg);               // multi_scale: its largest input
+    if (model_build(cfg, micro, plan, &t->m, err)) return -1;
     Model *m = &t->m;
+    if (plan > cfg->imgsz && !model_resize_fits(m, micro, cfg->imgsz, cfg->imgsz)) {   // never with a real stem
+        model_free(m);
+        return err_set(err, "%s: multi_scale=1: this model's largest map holds less than the batch's images "
+                       "(%d x %d x %d x 3 floats, the bytes before the resize); set multi_scale=0", cfg->file,
+                       micro, cfg->imgsz, cfg->imgsz);
+    }
     t->fam = m->end2end ? &family_yolo26 : &family_gelan;
     if (t->fam->check(cfg, err)) { model_free(m); return -1; }
     unsigned char frozen[CFG_MAX_LAYERS];
@@ -78,13 +86,14 @@ static int trainer_setup(Trainer *t, const Config *cfg, int gpu, int master, int
         if (m->opt_block && states < 4) states = 4;    // gelan's Adam: EMA, receive, m, v
         double stacks = (cfg->workers + 4.0) * (8 << 20);   // loader and BLAS threads' stacks (address space)
         double need = model_host_bytes(m) + stacks +
-                      sizeof(float) * (states * m->n_state + (double)cfg->batch * cfg->imgsz * cfg->imgsz * 3);
+                      sizeof(float) * (states * m->n_state + (double)cfg->batch * plan * plan * 3);
         MemBudget have = mem_budget(model_host_bytes(m));   // the arenas are mapped, not yet touched
         if (have.bytes > 0 && need > 0.9 * have.bytes) {
             model_free(m);
-            return err_set(err, "training on the CPU at batch %d and imgsz %d needs %.1f GB of memory, %.1f GB are "
+            return err_set(err, "training on the CPU at batch %d and imgsz %d%s needs %.1f GB of memory, %.1f GB are "
                            "available (%s); lower batch or imgsz (cfg/t.ini is set up for CPU runs), raise the "
-                           "limit, or train on a GPU", micro, cfg->imgsz, need / 1e9, have.bytes / 1e9, have.what);
+                           "limit, or train on a GPU", micro, cfg->imgsz, plan > cfg->imgsz ? " (multi_scale: up to "
+                           "1.5x)" : "", need / 1e9, have.bytes / 1e9, have.what);
         }
         if (master) {
             t->ema = xmalloc(m->n_state * sizeof(float));
@@ -167,9 +176,9 @@ void trainer_free(Trainer *t) {
 // ---- one iteration, in phases so several devices can share the loss normaliser ---------------
 
 // The head maps (and a dual head's auxiliary maps) of the batch, with their gradients.
-static void loss_batch(Trainer *t, int n, int S, const float *targets, int nt) {
+static void loss_batch(Trainer *t, int n, int h, int w, const float *targets, int nt) {
     Model *m = &t->m;
-    t->lb = (LossBatch){ .nc = m->nc, .img_h = S, .img_w = S, .targets = targets, .n_targets = nt };
+    t->lb = (LossBatch){ .nc = m->nc, .img_h = h, .img_w = w, .targets = targets, .n_targets = nt };
     t->lb_aux = t->lb;
     for (int l = 0; l < LOSS_LEVELS; l++) {
         t->lb.head[l] = model_value(m, m->head[l], n);
@@ -204,13 +213,21 @@ void trainer_read_times(Trainer *t, PhaseTimes *delta) {
     if (delta) *delta = d;
 }
 
+StepShape trainer_shape(const Trainer *t, int S) {
+    StepShape s = t->shape;
+    if (!s.H || !s.W) s.H = s.W = S;
+    if (!s.h || !s.w) s.h = s.H, s.w = s.W;
+    return s;
+}
+
 int trainer_phase_forward(Trainer *t, int n, int S, const float *images, const uint8_t *images_u8,
                           const float *targets, int nt, Err *err) {
+    StepShape s = trainer_shape(t, S);             // targets are normalised: a resize leaves them as they are
     trainer_mark(t, TM_F0);
-    if (images_u8) model_forward_u8(&t->m, images_u8, n, S, S, 1);
-    else model_forward(&t->m, images, n, S, S, 1);   // images NULL: the batch is on the device
+    if (images_u8) model_forward_u8_resized(&t->m, images_u8, n, s.H, s.W, s.h, s.w, 1);
+    else model_forward(&t->m, images, n, s.h, s.w, 1);   // floats: at the model's size; NULL: on the device
     trainer_mark(t, TM_F1);
-    loss_batch(t, n, S, targets, nt);
+    loss_batch(t, n, s.h, s.w, targets, nt);
     int rc = t->fam->assign(t, t->scal + SC_TSS, err);   // YOLO26: main the one-to-one branch, aux one-to-many
     trainer_mark(t, TM_A1);
     return rc;
@@ -247,7 +264,12 @@ int trainer_step(Trainer *t, int n, int S, const float *targets, int nt, int epo
 
 int trainer_step_batch(Trainer *t, const float *images, const uint8_t *images_u8, int n, int S, const float *targets,
                        int nt, int epoch, int i, LossOut *out, Err *err) {
-    if (t->multi) return multi_step(t->multi, images, images_u8, n, S, targets, nt, epoch, i, out, err);
+    if (t->multi) {
+        int rc = multi_step(t->multi, images, images_u8, n, S, targets, nt, epoch, i, out, err);
+        if (rc && procs_active()) comm_abort(1, "%s", err->msg);   // the other processes wait on this one
+        return rc;
+    }
+    if (procs_active()) return procs_step_one(t, images, images_u8, n, S, targets, nt, epoch, i, out, err);
     if (trainer_phase_forward(t, n, S, images, images_u8, targets, nt, err)) {
         t->m.be->sync(t->m.be_ctx);                    // the forward read the batch: done before it goes back
         return -1;

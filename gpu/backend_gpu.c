@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/backend.h"
+#include "gpu/comm_nccl.h"
 #include "gpu/device.h"
 #include "gpu/loss.h"
 #include "gpu/loss26.h"
@@ -84,6 +85,7 @@ static void maxpool_bwd(void *ctx, Map x, int k, int s, int p, Map dy, Map dx) {
 static void avgpool_fwd(void *ctx, Map x, int k, int s, int p, Map y) { avgpool_forward_gpu(DEV, x, k, s, p, y); }
 static void avgpool_bwd(void *ctx, int k, int s, int p, Map dy, Map dx) { avgpool_backward_gpu(DEV, k, s, p, dy, dx); }
 static void upsample_fwd(void *ctx, Map x, int f, Map y) { upsample_forward_gpu(DEV, x, f, y); }
+static void resize_fwd(void *ctx, Map x, Map y) { resize_bilinear_gpu(DEV, x, y); }
 static void upsample_bwd(void *ctx, int f, Map dy, Map dx) { upsample_backward_gpu(DEV, f, dy, dx); }
 // The slots and their momentum buffers as one device table, so each optimizer op is one or two launches.
 static void *prepare(void *ctx, const ParamSlot *slots, int n, float *buf) {
@@ -262,6 +264,7 @@ static void topk_detect(void *ctx, void *prep, const Map head[3], int img_h, int
 // ---- what a trainer needs from the GPU: its memory, input path, failures, loss and YOLO26 optimizers ----
 
 static int device_id(void *ctx) { return DEV->id; }
+static int comm_sum(void *ctx, float *p, size_t n) { return nccl_comm_sum(DEV, p, n); }
 static void device_close(void *ctx) {
     device_free(DEV);
     free(DEV);
@@ -346,4 +349,6 @@ const Backend backend_gpu = {
     .loss26_new = gpu_loss26_new, .loss26_free = gpu_loss26_free, .loss26_assign = gpu_loss26_assign,
     .loss26_compute = gpu_loss26_compute, .loss26_items = gpu_loss26_items,
     .opt26_new = gpu_opt26_new, .opt26_step = gpu_opt26_step, .opt26_free = gpu_opt26_free,
+    .resize_bilinear = resize_fwd,
+    .comm_sum = comm_sum,
 };

@@ -91,6 +91,8 @@ void avgpool_forward_gpu(Device *dev, Map x, int k, int stride, int pad, Map y);
 void avgpool_backward_gpu(Device *dev, int k, int stride, int pad, Map dy, Map dx);
 void upsample_forward_gpu(Device *dev, Map x, int factor, Map y);
 void upsample_backward_gpu(Device *dev, int factor, Map dy, Map dx);
+// bilinear resize of fp32 maps (gpu/resize.cu): core/resize.c's resize_bilinear_cpu, bit for bit
+void resize_bilinear_gpu(Device *dev, Map x, Map y);
 
 #ifdef __cplusplus
 }

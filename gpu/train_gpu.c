@@ -60,11 +60,11 @@ static size_t plan_bytes(const Config *cfg, GpuPrecision prec, int n);
 size_t trainer_gpu_plan_bytes(const Config *cfg, int n) { return plan_bytes(cfg, gpu_precision(cfg->precision), n); }
 
 // The training plan's bytes on the master GPU for micro-batch n (SIZE_MAX when the model cannot be
-// built for it, which counts as not fitting).
+// built for it, which counts as not fitting), at the largest input (multi_scale: up to 1.5x imgsz).
 static size_t plan_bytes(const Config *cfg, GpuPrecision prec, int n) {
     Model m;
     Err err;
-    if (model_build(cfg, n, cfg->imgsz, &m, &err)) return SIZE_MAX;
+    if (model_build(cfg, n, train_plan_size(cfg), &m, &err)) return SIZE_MAX;
     GpuPlan p = training_plan(&m, prec, 1);
     model_free(&m);
     size_t total = 0;

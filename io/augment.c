@@ -316,13 +316,15 @@ static Box *boxes_normalise(const BoxXyxy *in, int n, int W, int H) {
     return out;
 }
 
-// load_image → letterbox to s×s (scaleup on) → random_perspective with border 0, into out (see
-// out_prepare). The letterbox is not painted: the warp reads its body through a Plane.
+// load_image → letterbox to s×s (rect: to out's shape, the batch's; scaleup on either way, as
+// letterbox(img, shape, auto=False, scaleup=self.augment)) → random_perspective with border 0, into
+// out (see out_prepare). The letterbox is not painted: the warp reads its body through a Plane.
 static int load_letterboxed(const AugParams *p, const SampleSource *src, int index, Rng *rng,
                             Image *out, BoxXyxy **boxes, int *n, Err *err) {
     Image img; Box *b; int nb, uw, uh;
+    int new_w = p->rect && out->px ? out->w : p->img_size, new_h = p->rect && out->px ? out->h : p->img_size;
     if (src->get(src->ctx, index, &img, &b, &nb, err)) return -1;
-    LetterboxInfo lb = letterbox_geometry(img.w, img.h, p->img_size, p->img_size, 1, 0, &uw, &uh);
+    LetterboxInfo lb = letterbox_geometry(img.w, img.h, new_w, new_h, 1, 0, &uw, &uh);
     Image body = (uw == img.w && uh == img.h) ? img : image_resize(&img, uw, uh, 0);
     Plane pl = { .w = uw + lb.left + lb.right, .h = uh + lb.top + lb.bottom };
     augment_plane_add(&pl, body.px, (size_t)uw * 3, lb.left, lb.top, lb.left + uw, lb.top + uh);
@@ -360,7 +362,8 @@ static int load_mosaic_mixup(const AugParams *p, const SampleSource *src, int in
 // The whole sample into out (see out_prepare); on error out may hold a buffer the caller frees.
 static int train_sample(const AugParams *p, const SampleSource *src, int index, Rng *rng, AugScratch *scratch,
                         Image *out, Box **boxes, int *n, Err *err) {
-    int mosaic = !p->close_mosaic && rng_uniform(rng, 0, 1) < p->mosaic;   // no draw once mosaic is closed
+    // no draw once mosaic is closed, or under rect (self.mosaic = augment and not rect)
+    int mosaic = !p->rect && !p->close_mosaic && rng_uniform(rng, 0, 1) < p->mosaic;
     BoxXyxy *px; int np;
     int rc = mosaic ? load_mosaic_mixup(p, src, index, rng, scratch, out, &px, &np, err)
                     : load_letterboxed(p, src, index, rng, out, &px, &np, err);
@@ -386,8 +389,11 @@ int augment_train_sample(const AugParams *p, const SampleSource *src, int index,
 
 int augment_train_sample_into(const AugParams *p, const SampleSource *src, int index, Rng *rng,
                               AugScratch *scratch, Image *out, Box **boxes, int *n, Err *err) {
-    if (!out->px || out->w != p->img_size || out->h != p->img_size)
-        die("augment_train_sample_into: output %dx%d, want %dx%d", out->w, out->h, p->img_size, p->img_size);
+    int fits = p->rect ? out->w >= 32 && out->h >= 32 && out->w <= p->img_size && out->h <= p->img_size
+                       : out->w == p->img_size && out->h == p->img_size;
+    if (!out->px || !fits)
+        die("augment_train_sample_into: output %dx%d, want %dx%d%s", out->w, out->h, p->img_size, p->img_size,
+            p->rect ? " or a rect batch shape within it" : "");
     return train_sample(p, src, index, rng, scratch, out, boxes, n, err);
 }
 

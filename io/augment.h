@@ -16,6 +16,8 @@ typedef struct {
     double flipud, fliplr;            // probabilities: 0 0.5
     double mosaic, mixup;             // probabilities: 1 0.15 (mixup only happens inside mosaic)
     int    close_mosaic;              // 1: mosaic, and so mixup, off (the last close_mosaic epochs)
+    int    rect;                      // 1: rect training (§3.9): no mosaic (so no mixup, and no draw for
+                                      // it), letterbox to the output's shape (its batch's) instead of s×s
 } AugParams;
 
 // Where samples come from: a RAM cache or a decoder. get() gives the image resized so its long side is
@@ -40,7 +42,8 @@ int augment_train_sample(const AugParams *p, const SampleSource *src, int index,
                          Image *out, Box **boxes, int *n, Err *err);
 // The same bytes and boxes written into out->px (s×s, the caller's memory, e.g. a batch slot), with the
 // big temporaries in scratch: one per thread, reused across samples, so a sample allocates only its boxes
-// (large malloc/free pairs cost page faults that serialise threads). out->w and out->h must be s.
+// (large malloc/free pairs cost page faults that serialise threads). out->w and out->h must be s, or
+// with p->rect the batch shape (each side at most s).
 typedef struct { Image mix; } AugScratch;      // the mixup partner; grown on demand
 int augment_train_sample_into(const AugParams *p, const SampleSource *src, int index, Rng *rng,
                               AugScratch *scratch, Image *out, Box **boxes, int *n, Err *err);

@@ -23,6 +23,7 @@ typedef struct {
     float *stage;           // (N, T_max, 5) each image's boxes, gathered into b.targets when complete
     int   *stage_n;         // (N)
     int    pinned;          // b.images is page-locked (loader_pin_buffers)
+    int    first;           // cfg.share: the batch position of b's first image (else 0)
 } Slot;
 
 typedef struct {            // decode + long-side resize once per image, by whichever worker needs it first
@@ -42,6 +43,8 @@ struct Loader {
     int             n_slots;
     Slot           *slot;
     int            *order;        // (n) this epoch's samples
+    int            *rect_order;   // (n) rect training: the fixed order, else NULL
+    int           (*rect_shape)[2];   // (batches) rect training: each batch's {h, w}, else NULL
     // the rest is guarded by mu
     pthread_mutex_t mu;
     pthread_cond_t  work;         // workers: a sample to claim, a slot freed, or stop
@@ -160,9 +163,9 @@ static void cache_free(Cache *c, int n) {
 // are made in place (no copy; scratch: the worker's reusable buffers). A sample that cannot be made at
 // all (no image of the dataset loads) becomes a grey image without boxes.
 static void make_sample(Loader *l, Slot *s, int i, int index, int epoch, AugScratch *scratch) {
-    int S = l->cfg.aug.img_size, n = 0;
-    uint8_t *dst = s->b.images + (size_t)i * S * S * 3;
-    Image out = { S, S, dst };
+    int S = l->cfg.aug.img_size, H = s->b.h, W = s->b.w, n = 0;
+    uint8_t *dst = s->b.images + (size_t)i * H * W * 3;
+    Image out = { W, H, dst };
     Box *box = NULL;
     Err e;
     LetterboxInfo info = { 0 };
@@ -173,14 +176,14 @@ static void make_sample(Loader *l, Slot *s, int i, int index, int epoch, AugScra
            : augment_val_sample(&l->src, index, S, S, &out, &box, &n, &info, &e);
     if (rc) {
         fprintf(l->cfg.report ? l->cfg.report : stderr, "warning: sample %d: %s\n", index, e.msg);
-        memset(dst, 114, (size_t)S * S * 3);
+        memset(dst, 114, (size_t)H * W * 3);
         n = 0;
     } else {
-        if (out.w != S || out.h != S || n > l->t_max)
+        if (out.w != W || out.h != H || n > l->t_max)
             die("loader: sample %d came out %dx%d with %d boxes (expected %dx%d, at most %d)",
-                index, out.w, out.h, n, S, S, l->t_max);
+                index, out.w, out.h, n, W, H, l->t_max);
         if (out.px != dst) {
-            memcpy(dst, out.px, (size_t)S * S * 3);
+            memcpy(dst, out.px, (size_t)H * W * 3);
             image_free(&out);
         }
     }
@@ -209,6 +212,18 @@ static void gather_targets(Slot *s, int t_max) {   // stage (N,T_max,5) -> targe
 
 typedef struct { Slot *slot; int i, index, epoch, gen; } Claim;
 
+// Under mu, a slot just taken for a batch (of b.n images): this process's share of it (cfg.share). A
+// share without images is complete at once.
+static void take_share(Loader *l, Slot *s) {
+    int first = 0, n = l->cfg.share(s->b.n, &first, l->cfg.share_arg);
+    s->first = first;
+    s->b.n = n;
+    if (n) return;
+    gather_targets(s, l->t_max);
+    s->ready = 1;
+    pthread_cond_broadcast(&l->done);
+}
+
 // Under mu: wait for the next sample of the epoch whose batch has (or can take) a slot. 0 on stop.
 static int claim(Loader *l, Claim *c) {
     int N = l->cfg.batch;
@@ -221,10 +236,19 @@ static int claim(Loader *l, Claim *c) {
                 s->id = b, s->filled = 0, s->ready = 0;
                 s->b.n = l->ds->n - b * N < N ? l->ds->n - b * N : N;
                 s->b.epoch = l->epoch, s->b.number = b;
+                s->b.h = l->rect_shape ? l->rect_shape[b][0] : l->cfg.aug.img_size;
+                s->b.w = l->rect_shape ? l->rect_shape[b][1] : l->cfg.aug.img_size;
+                s->first = 0;
+                if (l->cfg.share) take_share(l, s);
             }
             if (s->id == b) {
+                int j = l->next_sample - b * N;    // the sample's position in the whole batch
+                if (j < s->first || j >= s->first + s->b.n) {   // another process's: skip to this one's
+                    l->next_sample = j < s->first ? b * N + s->first : (b + 1) * N;
+                    continue;
+                }
                 int k = l->next_sample++;
-                *c = (Claim){ s, k % N, l->order[k], l->epoch, l->gen };
+                *c = (Claim){ s, j - s->first, l->order[k], l->epoch, l->gen };
                 l->busy++;
                 return 1;
             }
@@ -274,7 +298,7 @@ static void slots_alloc(Loader *l) {
     for (int k = 0; k < l->n_slots; k++) {
         Slot *s = &l->slot[k];
         s->id = -1;
-        s->b.S = S, s->b.slot = k;
+        s->b.S = s->b.h = s->b.w = S, s->b.slot = k;
         s->b.images = page_alloc((size_t)N * S * S * 3);
         s->b.targets = page_alloc((size_t)N * l->t_max * 6 * sizeof(float));
         s->b.index = xcalloc(N, sizeof *s->b.index);
@@ -298,6 +322,14 @@ static int check_config(const LoaderConfig *c, const Dataset *ds, Err *err) {
         return err_set(err, "loader: batch=%d workers=%d imgsz=%d prefetch=%d: need batch >= 1, "
                        "workers >= 0, imgsz >= 32, prefetch 0 or >= 2", c->batch, c->workers,
                        c->aug.img_size, c->prefetch);
+    if (!c->rect_order != !c->rect_shape || (c->rect_order && !c->train))
+        return err_set(err, "loader: rect batches need both their order and their shapes, in training");
+    for (int b = 0; c->rect_shape && b < (ds->n + c->batch - 1) / c->batch; b++) {
+        int h = c->rect_shape[b][0], w = c->rect_shape[b][1];
+        if (h < 32 || w < 32 || h > c->aug.img_size || w > c->aug.img_size || h % 32 || w % 32)
+            return err_set(err, "loader: rect batch %d has shape %dx%d; each side must be a multiple of 32 "
+                           "from 32 to imgsz %d", b, h, w, c->aug.img_size);
+    }
     return 0;
 }
 
@@ -335,6 +367,15 @@ int loader_open(const LoaderConfig *cfg, const Dataset *ds, Loader **out, Err *e
     l->src = (SampleSource){ ds->n, l, source_get, source_put };
     l->bad = xcalloc(ds->n, sizeof *l->bad);
     l->order = xmalloc(ds->n * sizeof *l->order);
+    if (cfg->rect_order) {                         // copies: the caller's plan may go
+        int nb = loader_batches(l);
+        l->rect_order = xmalloc(ds->n * sizeof *l->rect_order);
+        l->rect_shape = xmalloc(nb * sizeof *l->rect_shape);
+        memcpy(l->rect_order, cfg->rect_order, ds->n * sizeof *l->rect_order);
+        memcpy(l->rect_shape, cfg->rect_shape, nb * sizeof *l->rect_shape);
+        l->cfg.rect_order = NULL, l->cfg.rect_shape = NULL;
+        l->cfg.aug.rect = 1;                       // no mosaic; letterbox to the batch's shape
+    }
     slots_alloc(l);
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->work, NULL);
@@ -366,15 +407,16 @@ void loader_close(Loader *l) {
     }
     cache_free(l->cache, l->ds->n);
     pthread_cond_destroy(&l->done), pthread_cond_destroy(&l->work), pthread_mutex_destroy(&l->mu);
-    free(l->slot), free(l->threads), free(l->order), free((void *)l->bad), free(l);
+    free(l->slot), free(l->threads), free(l->order), free(l->rect_order), free(l->rect_shape);
+    free((void *)l->bad), free(l);
 }
 
 int loader_batches(const Loader *l) { return (l->ds->n + l->cfg.batch - 1) / l->cfg.batch; }
 
 static void epoch_order(Loader *l, int epoch) {
     int n = l->ds->n;
-    for (int i = 0; i < n; i++) l->order[i] = i;
-    if (!l->cfg.train) return;
+    for (int i = 0; i < n; i++) l->order[i] = l->rect_order ? l->rect_order[i] : i;
+    if (!l->cfg.train || l->rect_order) return;   // rect: shuffle off, as the reference forces it
     Rng rng = rng_for(l->cfg.seed, (uint64_t)epoch, 0);
     for (int i = n - 1; i > 0; i--) {   // Fisher-Yates
         int j = rng_int(&rng, i + 1), t = l->order[i];
@@ -452,7 +494,7 @@ int loader_pin_buffers(Loader *l, const LoaderPinning *p) {
 }
 
 void loader_batch_to_float(const Batch *b, float *nhwc_out) {
-    size_t n = (size_t)b->n * b->S * b->S * 3;
+    size_t n = (size_t)b->n * b->h * b->w * 3;
     for (size_t i = 0; i < n; i++) nhwc_out[i] = b->images[i] / 255.0f;   // as imgs.float() / 255
 }
 
@@ -463,6 +505,6 @@ LoaderConfig loader_config(const Config *cfg, int train) {
     lc.aug = (AugParams){ .img_size = cfg->imgsz, .hsv_h = h->hsv_h, .hsv_s = h->hsv_s, .hsv_v = h->hsv_v,
                           .degrees = h->degrees, .translate = h->translate, .scale = h->scale, .shear = h->shear,
                           .perspective = h->perspective, .flipud = h->flipud, .fliplr = h->fliplr,
-                          .mosaic = h->mosaic, .mixup = h->mixup };
-    return lc;
+                          .mosaic = h->mosaic, .mixup = h->mixup, .rect = train && cfg->rect };
+    return lc;   // rect: the caller gives rect_order and rect_shape (core/train.c)
 }

@@ -22,12 +22,26 @@ typedef struct {
     int       cache_ram;      // 1: decode and resize each image once, keep it for every epoch
     size_t    mem_available;  // bytes the RAM cache may use; 0 = MemAvailable of /proc/meminfo
     FILE     *report;         // where unreadable images are reported; NULL = stderr
+    // rect training (train = 1, aug.rect; core/train.c fills both from val_plan with pad 0): every
+    // epoch takes the samples in rect_order (n dataset indices, ascending h/w: no shuffle, as the
+    // reference turns shuffle off for rect) and batch b is letterboxed to rect_shape[b] = {h, w}.
+    // The loader copies both. NULL: shuffled, every batch S x S (with aug.rect too: letterboxed, no mosaic).
+    const int *rect_order;
+    const int (*rect_shape)[2];
+    // Several processes (core/procs.h): each batch of B images is made only in part, the images at
+    // positions [first, first + share(B, &first, share_arg)) of the whole batch; Batch.n is that count
+    // (0: an empty batch) and its targets count from the share's first image. The bytes of each image
+    // are those the whole batch would hold (a sample's randomness comes from its dataset index). NULL:
+    // whole batches.
+    int     (*share)(int batch_images, int *first, void *arg);
+    void     *share_arg;
 } LoaderConfig;
 
 typedef struct {
     int            n;         // images in this batch; the last batch of an epoch may have fewer than N
     int            S;
-    uint8_t       *images;    // (n,S,S,3) RGB, page-aligned
+    int            h, w;      // the images' height and width: S x S, or the rect batch shape
+    uint8_t       *images;    // (n,h,w,3) RGB, page-aligned
     int            nt;
     float         *targets;   // (nt,6): image in batch, class, cx, cy, w, h, normalised to S
     int           *index;     // (n) dataset index of each image
@@ -58,8 +72,8 @@ int  loader_open(const LoaderConfig *cfg, const Dataset *ds, Loader **out, Err *
 // Stop the workers (even mid-epoch: each finishes at most its current sample), join, free all.
 void loader_close(Loader *l);
 int  loader_batches(const Loader *l);   // batches per epoch: ceil(n / N)
-// Begin epoch `epoch`: the order is a Fisher-Yates shuffle from rng_for(seed, epoch, 0) (train) or
-// 0..n-1 (validation); sample i draws from rng_for(seed, epoch, i + 1) (+1: stream 0 is the
+// Begin epoch `epoch`: the order is a Fisher-Yates shuffle from rng_for(seed, epoch, 0) (train),
+// rect_order (rect training) or 0..n-1 (validation); sample i draws from rng_for(seed, epoch, i + 1) (+1: stream 0 is the
 // shuffle's). mosaic_on = 0 closes mosaic (and so mixup). Work of an unfinished epoch is dropped;
 // release every batch first.
 void loader_start_epoch(Loader *l, int epoch, int mosaic_on);
@@ -85,5 +99,5 @@ typedef struct {
 // Pin every image buffer of the ring not pinned yet; loader_close unpins them before freeing. Call
 // it before the batches are given to a device. Returns how many buffers are pinned now.
 int  loader_pin_buffers(Loader *l, const LoaderPinning *p);
-// The model's input (CPU path): nhwc_out (n,S,S,3) = images / 255.
+// The model's input (CPU path): nhwc_out (n,h,w,3) = images / 255.
 void loader_batch_to_float(const Batch *b, float *nhwc_out);

@@ -1,5 +1,6 @@
 // picture.c: see picture.h. Layout as the reference's plot_images: ns x ns tiles (ns = ceil(sqrt n)),
-// shrunk so the picture is at most 1920 px, on white. Legend: S sample side, t tile side.
+// shrunk so the picture is at most 1920 px, on white. Legend: h, w the batch's image size (S x S, or a
+// rect batch shape), th, tw the tile's.
 #include "io/picture.h"
 #include "io/text.h"
 
@@ -24,52 +25,57 @@ static void blit(Image *dst, const Image *src, int ox, int oy) {
                (size_t)src->w * 3);
 }
 
-static void draw_tiles(Image *canvas, const Batch *b, int n, int ns, int t) {
+static void draw_tiles(Image *canvas, const Batch *b, int n, int ns, int tw, int th) {
     static const uint8_t white[3] = { 255, 255, 255 };
     for (int i = 0; i < n; i++) {
-        Image view = { b->S, b->S, b->images + (size_t)i * b->S * b->S * 3 };   // read only
-        int ox = (i % ns) * t, oy = (i / ns) * t;
-        if (t == b->S) {
+        Image view = { b->w, b->h, b->images + (size_t)i * b->h * b->w * 3 };   // read only
+        int ox = (i % ns) * tw, oy = (i / ns) * th;
+        if (tw == b->w && th == b->h) {
             blit(canvas, &view, ox, oy);
         } else {
-            Image tile = image_resize(&view, t, t, 1);
+            Image tile = image_resize(&view, tw, th, 1);
             blit(canvas, &tile, ox, oy);
             image_free(&tile);
         }
-        image_draw_rect(canvas, ox, oy, ox + t - 1, oy + t - 1, 2, white);
+        image_draw_rect(canvas, ox, oy, ox + tw - 1, oy + th - 1, 2, white);
     }
 }
 
-static void draw_boxes(Image *canvas, const Batch *b, int n, int ns, int t, char *const *names, int nc) {
+static void draw_boxes(Image *canvas, const Batch *b, int n, int ns, int tw, int th, char *const *names, int nc) {
     static const uint8_t white[3] = { 255, 255, 255 };
     for (int k = 0; k < b->nt; k++) {
         const float *r = &b->targets[6 * k];   // image, class, cx, cy, w, h
         int i = (int)r[0], cls = (int)r[1];
         if (i >= n) continue;
-        int ox = (i % ns) * t, oy = (i / ns) * t;
-        int x1 = ox + (int)lround((r[2] - r[4] / 2) * t), y1 = oy + (int)lround((r[3] - r[5] / 2) * t);
-        int x2 = ox + (int)lround((r[2] + r[4] / 2) * t), y2 = oy + (int)lround((r[3] + r[5] / 2) * t);
+        int ox = (i % ns) * tw, oy = (i / ns) * th;
+        int x1 = ox + (int)lround((r[2] - r[4] / 2) * tw), y1 = oy + (int)lround((r[3] - r[5] / 2) * th);
+        int x2 = ox + (int)lround((r[2] + r[4] / 2) * tw), y2 = oy + (int)lround((r[3] + r[5] / 2) * th);
         const uint8_t *c = palette[(cls < 0 ? -cls : cls) % 20];
         image_draw_rect(canvas, x1, y1, x2, y2, 2, c);
         char label[64];
         if (cls >= 0 && cls < nc && names) snprintf(label, sizeof label, "%s", names[cls]);
         else snprintf(label, sizeof label, "%d", cls);
-        int px = canvas->w / 80 > 11 ? canvas->w / 80 : 11, tw, th;   // 16 px on a 1280 px picture
-        text_measure(label, px, &tw, &th);
-        th += 2;                                   // above the box when the tile has room, as box_label
-        text_label(canvas, x1, y1 - th >= oy ? y1 - th : y1, label, px, white, c, 1, NULL, NULL);
+        int px = canvas->w / 80 > 11 ? canvas->w / 80 : 11, lw, lh;   // 16 px on a 1280 px picture
+        text_measure(label, px, &lw, &lh);
+        lh += 2;                                   // above the box when the tile has room, as box_label
+        text_label(canvas, x1, y1 - lh >= oy ? y1 - lh : y1, label, px, white, c, 1, NULL, NULL);
     }
 }
 
-int picture_batch(const Batch *b, char *const *names, int nc, const char *path, Err *err) {
+int picture_batch(const Batch *in, char *const *names, int nc, const char *path, Err *err) {
+    Batch sized = *in;                             // h, w 0 (a caller that sets S only): S x S
+    if (!sized.h || !sized.w) sized.h = sized.w = sized.S;
+    const Batch *b = &sized;
     int n = b->n < MAX_TILES ? b->n : MAX_TILES;
     if (n < 1) return err_set(err, "%s: the batch has no images to draw", path);
     int ns = (int)ceil(sqrt((double)n));
-    double scale = (double)MAX_SIZE / (ns * b->S);
-    int t = scale < 1 ? (int)(b->S * scale) : b->S;
-    Image canvas = image_new(ns * t, ((n + ns - 1) / ns) * t, 255);
-    draw_tiles(&canvas, b, n, ns, t);
-    draw_boxes(&canvas, b, n, ns, t, names, nc);
+    double scale = (double)MAX_SIZE / (ns * (b->h > b->w ? b->h : b->w));   // plot_images: max(h, w)
+    int tw = scale < 1 ? (int)(b->w * scale) : b->w, th = scale < 1 ? (int)(b->h * scale) : b->h;
+    if (tw < 1) tw = 1;
+    if (th < 1) th = 1;
+    Image canvas = image_new(ns * tw, ((n + ns - 1) / ns) * th, 255);
+    draw_tiles(&canvas, b, n, ns, tw, th);
+    draw_boxes(&canvas, b, n, ns, tw, th, names, nc);
     int rc = image_save_jpeg(path, &canvas, 90, err);
     image_free(&canvas);
     return rc;

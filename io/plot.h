@@ -29,3 +29,9 @@ int plot_confusion(const char *png, const double *m, int nc, char *const *names,
 // histograms of the box centres (x, y) and sizes (width, height). box: (n, 5) rows of class, cx, cy,
 // w, h normalised to the image.
 int plot_labels(const char *jpg, const float *box, int n, int nc, char *const *names, Err *err);
+// labels_correlogram.jpg, as yolov9's plot_labels draws it with seaborn's pairplot (corner=True,
+// kind='hist'): the 50-bin histograms of x, y, width and height on the diagonal, the 2-D histograms of
+// each pair below it (pmax 0.9). box as plot_labels. plot_auto_bins: numpy's bins='auto' count for
+// column u of box (what seaborn's 2-D histograms use per axis).
+int plot_labels_correlogram(const char *jpg, const float *box, int n, Err *err);
+int plot_auto_bins(const float *box, int n, int u);

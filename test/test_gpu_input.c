@@ -222,8 +222,8 @@ static void steps_with_prefetch(const char *device) {
     uint8_t *x = synth_batch(B, S, 0), *y = synth_batch(B, S, B);
     float targets[6] = { 0, 1, 0.5f, 0.5f, 0.25f, 0.25f };
     LossOut lo;
-    multi_prefetch(&t, x, B, S);
-    multi_prefetch(&t, y, B, S);
+    multi_prefetch(&t, x, B, S, S);
+    multi_prefetch(&t, y, B, S, S);
     int n = t.multi ? multi_count(t.multi) : 1;
     for (int k = 0; k < n; k++) {                  // both batches' shares are on their way
         const Device *d = (t.multi ? multi_replica(t.multi, k) : &t)->m.be_ctx;

@@ -15,7 +15,7 @@
 
 #define GPU_TESTS(X) X(test_conv_fp32) X(test_conv_tf32) X(test_conv_bf16) X(test_conv_chunked) X(test_conv_bf16dy) X(test_conv_cudnn_bf16) \
     X(test_bn_train) X(test_bn_silu) X(test_bn_eval) X(test_bn_backward) X(test_bn_silu_backward) X(test_bn_offset_variance) X(test_elementwise) X(test_maxpool)     \
-    X(test_avgpool) X(test_upsample) X(test_step_allocates_nothing) X(test_init_refuses)
+    X(test_avgpool) X(test_upsample) X(test_resize) X(test_step_allocates_nothing) X(test_init_refuses)
 
 #define GPU_ARENAS { 0, 0, 0, (size_t)256 << 20, (size_t)256 << 20 }
 #include "test/gpu_harness.h"
@@ -617,6 +617,27 @@ static void test_upsample(void) {
         compare(name, dx, FP32);
         Pair all[] = { x, y, dy, dx };
         for (size_t k = 0; k < sizeof all / sizeof *all; k++) pair_free(all[k]);
+    }
+}
+
+// multi_scale's bilinear resize: bit for bit the CPU's (both round each product and sum alone), up and
+// down, odd sizes and ratios, inputs in channel slices (ld > C), the output in one as well.
+static void test_resize(void) {
+    NEED_GPU();
+    Rng g = rng_for(44, 0, 0);
+    static const int shapes[][4] = { { 96, 64, 160, 96 }, { 160, 96, 64, 32 }, { 7, 5, 11, 3 }, { 5, 9, 5, 9 },
+                                     { 1, 3, 2, 7 } };   // H, W -> P, Q
+    const Tol exact = { 0.0, 0.0, "exact" };
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        char name[64];
+        arena_reset(&dev.acts);
+        Pair x = pair_new(3, shapes[i][0], shapes[i][1], 3, 1), y = pair_new(3, shapes[i][2], shapes[i][3], 3, 2);
+        pair_rand(x, &g, 0, 1);
+        resize_bilinear_cpu(x.h, y.h);
+        resize_bilinear_gpu(&dev, x.d, y.d);
+        snprintf(name, sizeof name, "resize %dx%d->%dx%d", shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3]);
+        compare(name, y, exact);
+        pair_free(x); pair_free(y);
     }
 }
 

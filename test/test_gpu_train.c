@@ -1,5 +1,6 @@
 // test_gpu_train.c: training on the GPU. The first steps match the CPU's losses; bf16 and tf32
-// training track the fp32 loss curve over a few hundred steps; the step loop allocates nothing.
+// training track the fp32 loss curve over a few hundred steps; the step loop allocates nothing; CUDA
+// Graphs give the direct steps' bits, for one shape and for rect / multi_scale's changing shapes.
 #include "test/test.h"
 #include "test/trainer_host.h"
 
@@ -83,6 +84,55 @@ static int run_graphs(const Batch8 *b, int graphs, int steps, double *losses, fl
         if ((rc = trainer_step(&t, N, S, b->targets, b->nt, 0, i, &lo, &err))) printf("    %s\n", err.msg);
         losses[i] = lo.total;
     }
+    *recorded = 0;
+    for (int i = 0; i < MODEL_RECS; i++) *recorded += t.m.recs[i].rec != NULL;
+    *n = t.m.n_state;
+    *state = malloc(t.m.n_state * sizeof(float));
+    model_gpu_download_state(&t.m, *state);
+    trainer_free(&t);
+    unsetenv("YT_GRAPHS");
+    return rc;
+}
+
+// The step shapes of rect and multi_scale batches, (H, W) of the bytes -> (h, w) of the model: square,
+// square enlarged to multi_scale's largest (the memory plan's size), rect, rect shrunk, rect stretched.
+// Five shapes: ten (pass, shape) pairs for eight recording slots, so the last shape always runs directly.
+static const StepShape SHAPES[] = { { S, S, S, S }, { S, S, 384, 384 }, { 192, S, 192, S }, { 192, S, 128, 160 },
+                                    { S, 160, 320, 224 } };
+enum { N_SHAPES = sizeof SHAPES / sizeof SHAPES[0] };
+
+// `steps` bf16 steps on GPU 0 under multi_scale (plan for 384 at imgsz 256), cycling through SHAPES with
+// uint8 images (the top-left H x W of each batch image): losses, final weights (malloc'd), passes
+// recorded, and the device allocations after the first step.
+static int run_shapes(const Batch8 *b, int graphs, int steps, double *losses, float **state, size_t *n,
+                      int *recorded, size_t *allocs) {
+    static Config cfg;
+    static uint8_t u8[N * S * S * 3];
+    Err err;
+    char *ov[] = { "batch=8", "imgsz=256", "epochs=1", "nc=6", "seed=0", "precision=bf16", "multi_scale=1" };
+    if (config_load("cfg/t.ini", 7, ov, &cfg, &err)) { printf("    %s\n", err.msg); return -1; }
+    if (graphs) unsetenv("YT_GRAPHS");
+    else setenv("YT_GRAPHS", "0", 1);
+    Trainer t;
+    int rc = trainer_init(&t, &cfg, 1, 0, &err);
+    if (rc) { printf("    %s\n", err.msg); unsetenv("YT_GRAPHS"); return -1; }
+    t.sched.batch_total = 64; t.sched.accumulate = 1; t.sched.nw = 30;
+    LossOut lo;
+    size_t a0 = 0;
+    for (int i = 0; i < steps && !rc; i++) {
+        StepShape s = SHAPES[i % N_SHAPES];
+        for (int k = 0; k < N; k++)
+            for (int y = 0; y < s.H; y++)
+                for (int x = 0; x < s.W * 3; x++)
+                    u8[((size_t)(k * s.H + y) * s.W) * 3 + x] =
+                        (uint8_t)(b->images[((size_t)(k * S + y) * S) * 3 + x] * 255.0f + 0.5f);
+        if (i == 1) a0 = gpu_alloc_count();
+        t.input_u8 = u8;
+        t.shape = s;
+        if ((rc = trainer_step(&t, N, S, b->targets, b->nt, 0, i, &lo, &err))) printf("    %s\n", err.msg);
+        losses[i] = lo.total;
+    }
+    *allocs = gpu_alloc_count() - a0;
     *recorded = 0;
     for (int i = 0; i < MODEL_RECS; i++) *recorded += t.m.recs[i].rec != NULL;
     *n = t.m.n_state;
@@ -185,6 +235,38 @@ static void test_graphs_equal_eager(void) {
 #endif
 }
 
+// rect and multi_scale steps change shape from batch to batch: replayed and direct steps still give the
+// same bits; the first four shapes' passes fill the eight recording slots and the fifth runs directly
+// every time (no slot is taken from a recorded shape); no step allocates device memory, whatever its
+// shape (the plan is for the largest).
+static void test_graphs_varying_shapes(void) {
+#ifndef USE_CUDA
+    SKIP("no CUDA in this build");
+#else
+    if (!have_gpu()) SKIP("no GPU");
+    static Batch8 b;
+    make_batch(&b);
+    enum { STEPS_V = 3 * N_SHAPES };
+    double lg[STEPS_V], le[STEPS_V];
+    float *wg = NULL, *we = NULL;
+    int rg = 0, re = 0;
+    size_t n = 0, ne = 0, differ = 0, ag = 1, ae = 1;
+    if (run_shapes(&b, 1, STEPS_V, lg, &wg, &n, &rg, &ag) || run_shapes(&b, 0, STEPS_V, le, &we, &ne, &re, &ae)) {
+        CHECK(0, "run failed"); free(wg); free(we); return;
+    }
+    printf("    %d shapes, %d steps: passes recorded %d with graphs, %d without; device allocations %zu, %zu\n",
+           N_SHAPES, STEPS_V, rg, re, ag, ae);
+    CHECK(rg == MODEL_RECS && re == 0, "recorded %d passes (want %d), %d with YT_GRAPHS=0", rg, MODEL_RECS, re);
+    CHECK(ag == 0 && ae == 0, "the steps allocated device memory: %zu with graphs, %zu without", ag, ae);
+    for (int i = 0; i < STEPS_V; i++)
+        CHECK(lg[i] == le[i] && isfinite(lg[i]), "step %d (shape %d): loss %.9g replayed, %.9g direct", i, i % N_SHAPES,
+              lg[i], le[i]);
+    for (size_t i = 0; i < n && n == ne; i++) differ += memcmp(&wg[i], &we[i], sizeof(float)) != 0;
+    CHECK(n > 0 && n == ne && differ == 0, "%zu of %zu weights differ between replayed and direct steps", differ, n);
+    free(wg); free(we);
+#endif
+}
+
 // The GPU's uint8 input path gives the same losses as floats made on the host.
 static void test_gpu_u8_input(void) {
 #ifndef USE_CUDA
@@ -218,5 +300,6 @@ int main(void) {
     RUN(test_reduced_precision_tracks_fp32);
     RUN(test_gpu_u8_input);
     RUN(test_graphs_equal_eager);
+    RUN(test_graphs_varying_shapes);
     return test_summary();
 }

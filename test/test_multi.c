@@ -501,7 +501,7 @@ static void host_waits_per_step(const char *spec, int n_gpus, Mode mode) {
     LossOut lo;
     long waits[4];
     for (int i = 0; i < 4; i++) {
-        if (t.input_u8) multi_prefetch(&t, u8, B, S);
+        if (t.input_u8) multi_prefetch(&t, u8, B, S, S);
         long w0 = host_wait_count();
         CHECK(!trainer_step(&t, B, S, targets, n_targets, 0, i, &lo, &err), "%s", err.msg);
         waits[i] = host_wait_count() - w0;

@@ -171,6 +171,48 @@ static void test_labels_jpg(void) {
     image_free(&im);
 }
 
+// labels_correlogram.jpg: numpy's bins='auto' counts (Sturges, or Freedman-Diaconis when narrower), and
+// the corner grid: histograms on the diagonal and below it, nothing above it, labels outside.
+static void test_labels_correlogram(void) {
+    enum { M = 100000 };
+    float *box = xcalloc(5 * (size_t)M, sizeof *box);
+    for (int i = 0; i < M; i++) box[5 * i + 1] = (float)i / M;
+    // i/n, n = 100 (np.arange(100) / 100): Sturges 0.99 / 7.64 beats FD 0.213: ceil(7.64) = 8 bins;
+    // n = 1000: Sturges, ceil(10.97) = 11; n = 100000: FD's n^(1/3) = 46.4 -> 47
+    for (int i = 0; i < 100; i++) box[5 * i + 2] = (float)i / 100;
+    for (int i = 0; i < 1000; i++) box[5 * i + 3] = (float)i / 1000;
+    CHECK(plot_auto_bins(box, 100, 2) == 8, "np.arange(100)/100: %d bins, numpy 8", plot_auto_bins(box, 100, 2));
+    CHECK(plot_auto_bins(box, 1000, 3) == 11, "np.arange(1000)/1000: %d bins, numpy 11", plot_auto_bins(box, 1000, 3));
+    CHECK(plot_auto_bins(box, M, 1) == 47, "np.arange(1e5)/1e5: %d bins, numpy 47", plot_auto_bins(box, M, 1));
+    for (int i = 0; i < 100; i++) box[5 * i + 4] = i < 80 ? 0.5f : (float)i / 100;   // IQR 0: Sturges alone
+    CHECK(plot_auto_bins(box, 100, 4) == 8, "IQR 0: %d bins, numpy 8 (Sturges)", plot_auto_bins(box, 100, 4));
+    for (int i = 0; i < 300; i++) {                // labels as test_labels_jpg's
+        float *b = box + 5 * i;
+        b[0] = (float)(i % 3); b[1] = 0.2f + 0.6f * (i % 17) / 17; b[2] = 0.3f + 0.4f * (i % 13) / 13;
+        b[3] = 0.05f + 0.2f * (i % 7) / 7; b[4] = 0.05f + 0.3f * (i % 11) / 11;
+    }
+    char jpg[4200];
+    snprintf(jpg, sizeof jpg, "%s/labels_correlogram.jpg", test_tmpdir("labels"));
+    Err err;
+    CHECK(plot_labels_correlogram(jpg, box, 300, &err) == 0, "%s", err.msg);
+    free(box);
+    Image im;
+    if (load(jpg, &im)) return;
+    int l = plot_pt(60), t = plot_pt(10), cell = (im.w - l - plot_pt(10)) / 4;
+    CHECK(im.w == 1500, "width %d (10 inches)", im.w);
+    for (int row = 0; row < 4; row++)
+        for (int col = 0; col < 4; col++) {
+            int x0 = l + col * cell + 10, y0 = t + row * cell + 10, blue = 0;
+            for (int y = y0; y < y0 + cell - 20; y++)
+                for (int x = x0; x < x0 + cell - 20; x++) { const uint8_t *p = at(&im, x, y); blue += p[2] > p[0] + 30; }
+            if (col > row) CHECK(blue == 0, "cell (%d, %d) above the diagonal has %d blue pixels", row, col, blue);
+            else CHECK(blue > 500, "cell (%d, %d): %d blue pixels", row, col, blue);
+        }
+    CHECK(count_dark(&im, l, im.h - plot_pt(40), im.w, im.h) > 200, "no x tick labels and names along the bottom");
+    CHECK(count_dark(&im, 0, t, l - 2, t + 4 * cell) > 200, "no y tick labels and names along the left");
+    image_free(&im);
+}
+
 static int drawn(const Image *im) { return count_rgb(im, 0, 0, im->w, im->h, 0, 0, 0, 0) < im->w * im->h; }
 
 static void test_text(void) {
@@ -265,6 +307,7 @@ int main(void) {
     RUN(test_curves);
     RUN(test_confusion_png);
     RUN(test_labels_jpg);
+    RUN(test_labels_correlogram);
     RUN(test_text);
     RUN(test_run_writes_plots);
     return test_summary();

@@ -37,6 +37,9 @@ static void test_stop_and_resume_is_exact(void) {
     for (size_t i = 0; partial && i < n; i++) rows += partial[i] == '\n';
     free(partial);
     CHECK(rows == 2, "the stopped run wrote %d lines of results.csv, want the header and epoch 0", rows);
+    struct stat st;                                    // results.png is drawn when a run ends, a stopped one too
+    snprintf(a, sizeof a, "%s/stopped/results.png", project);
+    CHECK(stat(a, &st) == 0 && st.st_size > 0, "the stopped run drew no %s", a);
     static Config cfg;
     Err err;
     char r[4500];

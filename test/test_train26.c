@@ -1,6 +1,7 @@
 // test_train26.c: the trainer driving YOLO26-s (core/train26.c) on the CPU at 64x64, batch 2: the
 // reference's eight parameter groups, one trainer step against the loss and optimizer done by hand
-// (bit for bit), ProgLoss at epoch ends, the loss falling on a fixed batch, SGD, resume, refusals,
+// (bit for bit; Adam also against its formula), ProgLoss at epoch ends, the loss falling on a fixed batch,
+// SGD, resume, refusals,
 // two CPU devices; and the GPU's step against the CPU's (skipped without one).
 // Legend: N batch (2), S image side (64), G targets; groups MU_* (core/musgd.h).
 #include "test/test.h"
@@ -80,6 +81,7 @@ static void check_groups(const char *optimizer, int muon) {
 static void test_groups(void) {
     check_groups("MuSGD", 1);
     check_groups("AdamW", 0);
+    check_groups("Adam", 0);
     Err err;
     if (load_cfg(NULL, 0, NULL, &err)) { CHECK(0, "%s", err.msg); return; }
     // optimizer=auto (the default for YOLO26): ceil(n/max(B,64)) * E iterations against 10000
@@ -92,7 +94,10 @@ static void test_groups(void) {
 
 // A model as the trainer builds it, stepped by hand: forward, loss26_forward_backward, backward, clip
 // to 10, the optimizer with this iteration's warmup values, EMA.
-typedef struct { Model m; float *ema; MuParam *p; int n; MuSgd mu; AdamW adam; Loss26Work *lw; Loss26Out out; } Hand;
+typedef struct {
+    Model m; float *ema; MuParam *p; int n; MuSgd mu; AdamW adam; Loss26Work *lw; Loss26Out out;
+    float *gsave; MuStep st;      // gsave (when set): the clipped gradients the optimizer step took; st its values
+} Hand;
 
 static int hand_init(Hand *h, int muon, Err *err) {
     memset(h, 0, sizeof *h);
@@ -117,7 +122,7 @@ static int hand_init(Hand *h, int muon, Err *err) {
 static void hand_free(Hand *h) {
     musgd_free(&h->mu); adamw_free(&h->adam);
     loss26_work_free(h->lw);
-    free(h->ema); free(h->p);
+    free(h->ema); free(h->p); free(h->gsave);
     model_free(&h->m);
 }
 
@@ -148,6 +153,8 @@ static int hand_step(Hand *h, const float *images, int i, double lr0, double mom
         double fp[2] = { k == MU_BIAS || k == MU_BIAS_HI ? wbias : 0, lr0 * (k % 2 ? 1.0 : 3.0) * lf };
         st.lr[k] = opt_interp(i, x, fp, 2);
     }
+    if (h->gsave) memcpy(h->gsave, m->grad, m->n_state * sizeof(float));
+    h->st = st;
     if (adam) adamw_step(&h->adam, &st);
     else {
         double fm[2] = { cfg.hyp.warmup_momentum, cfg.hyp.momentum };
@@ -160,14 +167,51 @@ static int hand_step(Hand *h, const float *images, int i, double lr0, double mom
 
 static int same(const float *a, const float *b, size_t n) { return n == 0 || memcmp(a, b, n * sizeof(float)) == 0; }
 
+// optimizer=Adam (torch.optim.Adam over the eight groups, betas (momentum, 0.999)): the trainer's step
+// against the formula in double for every trainable value, from the gradients the step took: g' = g +
+// wd*p on the decayed groups only (none on BN weights and biases), m = (1-b1) g', v = (1-b2) g'^2,
+// p -= lr/(1-b1) * m / (sqrt(v)/sqrt(1-b2) + 1e-8), to 1e-5 lr plus two fp32 ulps of p (the step is
+// added to p in fp32). weight_decay 0.05 makes the decay matter.
+static void adam_formula(const Trainer *t, const Hand *h, const float *w0) {
+    double b1 = h->st.momentum, b2 = 0.999, worst = 0;
+    int bad = 0, decayed = 0, plain = 0;
+    for (int k = 0; k < h->n; k++) {
+        const MuParam *p = &h->p[k];
+        size_t off = (size_t)(p->w - h->m.state);
+        int decays = musgd_group_decays(p->group);
+        // torch adds the decay in fp32 (grad.add(param, alpha=wd)): wd as a float, which matters where
+        // g + wd*p nearly cancels
+        double lr = h->st.lr[p->group], wd = decays ? (float)h->st.weight_decay : 0;
+        decayed += decays, plain += !decays;
+        for (size_t i = 0; i < p->n; i++) {
+            double w = w0[off + i], g = (double)h->gsave[(size_t)(p->g - h->m.grad) + i] + wd * w;
+            if (fabs(g) < 1e-12) continue;          // v underflows in fp32 there
+            double m = (1 - b1) * g, v = (1 - b2) * g * g;
+            double want = w - lr / (1 - b1) * m / (sqrt(v) / sqrt(1 - b2) + 1e-8);
+            double d = fabs(t->m.state[off + i] - want), tol = 1e-5 * lr + 2.4e-7 * fabs(want);   // 2 fp32 ulps of p
+            worst = fmax(worst, d / tol);
+            if (d > tol && bad++ < 3)
+                printf("    Adam: tensor %d (group %d) [%zu]: %.9g, want %.9g\n", k, p->group, i, t->m.state[off + i], want);
+        }
+    }
+    printf("    Adam: %d decayed and %d undecayed tensors; largest difference from the formula %.3g of the tolerance\n", decayed,
+           plain, worst);
+    CHECK(bad == 0 && decayed > 0 && plain > 0, "%d values off the Adam formula", bad);
+}
+
 // One trainer step (iteration 50 of epoch 0: mid-warmup, an optimizer step) and the same by hand.
 static void step_matches(const char *optimizer) {
-    int adam = !strcmp(optimizer, "AdamW");
+    int l2 = !strcmp(optimizer, "Adam"), adam = l2 || !strcmp(optimizer, "AdamW");
     Trainer t;
     Hand h;
     Err err;
-    if (make_trainer(&t, optimizer, 0, NULL, &err)) { CHECK(0, "%s", err.msg); return; }
+    const char *wd[] = { "weight_decay=0.05" };
+    if (make_trainer(&t, optimizer, l2, wd, &err)) { CHECK(0, "%s", err.msg); return; }
     if (hand_init(&h, !adam, &err)) { CHECK(0, "%s", err.msg); trainer_free(&t); return; }
+    h.adam.l2 = l2;
+    h.gsave = xmalloc(h.m.n_state * sizeof(float));
+    float *w0 = xmalloc(t.m.n_state * sizeof(float));
+    memcpy(w0, t.m.state, t.m.n_state * sizeof(float));
     fill_images(t.input);
     LossOut lo;
     double t0 = now_seconds();
@@ -188,15 +232,18 @@ static void step_matches(const char *optimizer) {
     CHECK(same(t.ema, h.ema, t.m.n_state), "the EMA differs from the step by hand");
     const float *st = t.y26->state;
     if (adam) CHECK(t.y26->n_opt == 2 * n_all && same(st, h.adam.m, n_all) && same(st + n_all, h.adam.v, n_all) &&
-                    t.sgd.steps == 1, "AdamW's m, v or step count differ");
+                    t.sgd.steps == 1, "%s's m, v or step count differ", optimizer);
     else CHECK(t.y26->n_opt == n_all + n_muon && same(st, h.mu.s, n_all) && same(st + n_all, h.mu.m, n_muon),
                "MuSGD's s or m differ (n_opt %zu)", t.y26->n_opt);
+    if (l2) adam_formula(&t, &h, w0);
+    free(w0);
     hand_free(&h);
     trainer_free(&t);
 }
 
 static void test_step_musgd(void) { step_matches("MuSGD"); }
 static void test_step_adamw(void) { step_matches("AdamW"); }
+static void test_step_adam(void) { step_matches("Adam"); }
 
 // steps iterations of epoch 0 on the fixed batch with an optimizer step each (no warmup, accumulate
 // 1): the first and last losses
@@ -364,18 +411,21 @@ static void gpu_step_matches(const char *optimizer, double update_rtol) {
 
 // AdamW's first step is lr*sign(g): the BN betas whose gradient is 0 up to rounding flip sign at random.
 static void test_gpu_step_adamw(void) { gpu_step_matches("AdamW", 5e-2); }
+static void test_gpu_step_adam(void) { gpu_step_matches("Adam", 5e-2); }
 static void test_gpu_step_musgd(void) { gpu_step_matches("MuSGD", 5e-2); }
 
 int main(void) {
     RUN(test_groups);
     RUN(test_step_musgd);
     RUN(test_step_adamw);
+    RUN(test_step_adam);
     RUN(test_learns_and_prog_loss);
     RUN(test_sgd);
     RUN(test_resume);
     RUN(test_refusals);
     RUN(test_two_devices);
     RUN(test_gpu_step_adamw);
+    RUN(test_gpu_step_adam);
     RUN(test_gpu_step_musgd);
     return test_summary();
 }

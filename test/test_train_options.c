@@ -1,7 +1,8 @@
 // test_train_options.c: the training options of yolov9's train.py and Ultralytics that change the run
 // around the step: noval (validate only after the last epoch: the other epochs log zeros, as train.py's
 // results tuple), noplots (no pictures, no plots), single_cls (nc 1 in the saved config); gelan's
-// optimizer=Adam|AdamW against torch.optim.Adam / AdamW's formulas over train.py's three groups.
+// optimizer=Adam|AdamW against torch.optim.Adam / AdamW's formulas over train.py's three groups; rect
+// and multi_scale runs that train and resume exactly (their formulas: test_batch_shapes).
 #include "test/test.h"
 
 #include <math.h>
@@ -173,13 +174,34 @@ static void test_adam_resume(void) {
     CHECK(train("musgd", 1, musgd) != 0, "gelan with optimizer=MuSGD must be refused");
 }
 
-// rect=1 and multi_scale=1 are not built: training refuses them (status 2) before making a run folder.
-static void test_unbuilt_refused(void) {
+// rect=1 with multi_scale=1 (and each alone): runs that train, and a run stopped mid-epoch resumes to
+// the results of the run that was never stopped (the rect order is fixed and each batch's size is
+// drawn from (seed, epoch, batch), so the resumed batches are the same); two CPU devices take the
+// batch's shape too (each its share of the images, resized on its own device).
+static void test_rect_multi_scale(void) {
     if (!data_yaml[0] && make_data()) { CHECK(0, "no data"); return; }
-    char *rect[] = { "rect=1" }, *ms[] = { "multi_scale=1" };
-    CHECK(train("rect", 1, rect) == 2, "rect=1 must be refused");
-    CHECK(train("ms", 1, ms) == 2, "multi_scale=1 must be refused");
-    CHECK(!exists("rect", "args.ini") && !exists("ms", "args.ini"), "a refused run made its folder");
+    char *both[] = { "rect=1", "multi_scale=1", "epochs=3" }, *rect[] = { "rect=1" }, *ms[] = { "multi_scale=1" };
+    CHECK(train("rect", 1, rect) == 0 && exists("rect", "weights/last.safetensors"), "rect=1 did not train");
+    CHECK(train("ms", 1, ms) == 0 && exists("ms", "weights/last.safetensors"), "multi_scale=1 did not train");
+    CHECK(train("both_whole", 3, both) == 0, "rect=1 multi_scale=1: the uninterrupted run failed");
+    setenv("YT_STOP_AFTER_STEPS", "3", 1);             // epoch 1, after its first batch
+    CHECK(train("both_stopped", 3, both) == 0, "the stopped run failed");
+    unsetenv("YT_STOP_AFTER_STEPS");
+    static Config cfg;
+    Err err;
+    char r[4500], a[4600], b[4600];
+    snprintf(r, sizeof r, "resume=%s/both_stopped", project);
+    char *ov[] = { r };
+    CHECK(config_load(NULL, 1, ov, &cfg, &err) == 0, "%s", err.msg);
+    CHECK(train_resume(&cfg, 1, ov) == 0, "resume failed");
+    snprintf(a, sizeof a, "%s/both_whole/results.csv", project);
+    snprintf(b, sizeof b, "%s/both_stopped/results.csv", project);
+    CHECK(same_file(a, b), "results.csv differs between the whole rect + multi_scale run and the resumed one");
+    double v[4][14];
+    CHECK(read_results("both_whole", v, 4) == 3 && v[2][1] > 0 && isfinite(v[2][1]), "3 epochs with finite losses");
+    char *two[] = { "rect=1", "multi_scale=1", "device=cpu:2" };
+    CHECK(train("both_cpu2", 3, two) == 0 && read_results("both_cpu2", v, 4) == 2 && isfinite(v[1][1]) && v[1][1] > 0,
+          "rect=1 multi_scale=1 on two CPU devices");
 }
 
 int main(void) {
@@ -187,6 +209,6 @@ int main(void) {
     RUN(test_adam);
     RUN(test_adamw);
     RUN(test_adam_resume);
-    RUN(test_unbuilt_refused);
+    RUN(test_rect_multi_scale);
     return test_summary();
 }

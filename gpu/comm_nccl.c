@@ -1,0 +1,104 @@
+// comm_nccl.c: the gradient sums of several processes between their GPUs over NCCL (gpu/comm_nccl.h).
+// NCCL is opened at run time (dlopen libnccl.so.2, as cuDNN), so a binary built with it runs where the
+// library is absent (the sums then go through host memory and MPI). NVLink multicast (NVLS) is left to
+// NCCL's settings; the tests set NCCL_NVLS_ENABLE=0.
+#include "gpu/comm_nccl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/comm.h"
+
+#ifdef USE_NCCL
+#include <dlfcn.h>
+#include <nccl.h>
+
+static struct {
+    ncclResult_t (*get_id)(ncclUniqueId *);
+    ncclResult_t (*init_rank)(ncclComm_t *, int, ncclUniqueId, int);
+    ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
+    ncclResult_t (*abort_comm)(ncclComm_t);
+    const char *(*error_string)(ncclResult_t);
+} fn;
+
+static int loaded = -2;          // -2: not tried; 1: opened here; 0: absent
+static int agreed = -2;          // -2: not asked; 1: every process uses NCCL; 0: none does
+static long calls;
+enum { MAX_COMMS = 64 };
+static struct { int gpu; ncclComm_t comm; } comms[MAX_COMMS];
+static int n_comms;
+
+static int load(void) {
+    if (loaded != -2) return loaded;
+    loaded = 0;
+    const char *env = getenv("YT_NCCL");
+    if (env && !strcmp(env, "0")) return 0;
+    static const char *const names[] = { "libnccl.so.2", "libnccl.so" };
+    void *h = NULL;
+    for (int i = 0; i < 2 && !h; i++) h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!h) return 0;
+    *(void **)&fn.get_id = dlsym(h, "ncclGetUniqueId");
+    *(void **)&fn.init_rank = dlsym(h, "ncclCommInitRank");
+    *(void **)&fn.all_reduce = dlsym(h, "ncclAllReduce");
+    *(void **)&fn.abort_comm = dlsym(h, "ncclCommAbort");
+    *(void **)&fn.error_string = dlsym(h, "ncclGetErrorString");
+    loaded = fn.get_id && fn.init_rank && fn.all_reduce && fn.abort_comm && fn.error_string;
+    return loaded;
+}
+
+int nccl_available(void) { return load(); }
+long nccl_calls(void) { return calls; }
+
+// Every process must take the same road: NCCL only when it opens in all of them (asked once).
+static int agree(void) {
+    if (agreed != -2) return agreed;
+    double ok = load();
+    comm_sum_doubles(&ok, 1);
+    agreed = (int)ok == comm_size();
+    if (!agreed && comm_rank() == 0)
+        printf("note: NCCL (libnccl.so.2) is not available in every process: the GPUs' sums go through host memory "
+               "and MPI\n");
+    return agreed;
+}
+
+static ncclComm_t comm_for(Device *dev) {
+    for (int i = 0; i < n_comms; i++)
+        if (comms[i].gpu == dev->id) return comms[i].comm;
+    if (n_comms == MAX_COMMS) comm_abort(1, "NCCL: more than %d GPUs in one process", MAX_COMMS);
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    ncclResult_t r = ncclSuccess;
+    if (comm_rank() == 0) r = fn.get_id(&id);
+    if (r != ncclSuccess) comm_abort(1, "NCCL: ncclGetUniqueId: %s", fn.error_string(r));
+    comm_bcast(&id, sizeof id);
+    ncclComm_t c;
+    checkCuda(cudaSetDevice(dev->id));
+    r = fn.init_rank(&c, comm_size(), id, comm_rank());
+    if (r != ncclSuccess) comm_abort(1, "NCCL: ncclCommInitRank on GPU %d: %s", dev->id, fn.error_string(r));
+    comms[n_comms].gpu = dev->id;
+    comms[n_comms++].comm = c;
+    comm_set_abort_hook(nccl_abort_all);          // a failing process aborts its communicators first
+    return c;
+}
+
+int nccl_comm_sum(Device *dev, float *p, size_t n) {
+    if (!agree()) return -1;
+    ncclResult_t r = fn.all_reduce(p, p, n, ncclFloat, ncclSum, comm_for(dev), dev->stream);
+    if (r != ncclSuccess) {
+        comm_abort(1, "NCCL: all-reduce of %zu floats on GPU %d: %s", n, dev->id, fn.error_string(r));
+    }
+    calls++;
+    return 0;
+}
+
+void nccl_abort_all(void) {
+    for (int i = 0; i < n_comms; i++) fn.abort_comm(comms[i].comm);
+    n_comms = 0;
+}
+#else
+int nccl_comm_sum(Device *dev, float *p, size_t n) { return -1; }
+int nccl_available(void) { return 0; }
+long nccl_calls(void) { return 0; }
+void nccl_abort_all(void) {}
+#endif

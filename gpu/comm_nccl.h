@@ -1,0 +1,25 @@
+// comm_nccl.h: Backend.comm_sum between the GPUs of several processes (core/comm.h), over NCCL.
+#pragma once
+#include <stddef.h>
+
+#include "gpu/device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// p[0, n) on dev := its sum over the processes, an all-reduce queued on dev->stream. The first call
+// for a GPU makes its communicator (rank 0's NCCL unique id broadcast through the process transport), at
+// the same point of every process (core/procs.c sums in lockstep). Returns 0, or -1 when NCCL is not
+// used (built without it, libnccl.so.2 absent in any process, or YT_NCCL=0): the caller then sums through
+// host memory.
+int nccl_comm_sum(Device *dev, float *p, size_t n);
+// 1 when libnccl.so.2 opens here (tests), and the all-reduces queued so far.
+int nccl_available(void);
+long nccl_calls(void);
+// Abort every communicator (ncclCommAbort): a failing process's last act before it ends the others.
+void nccl_abort_all(void);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,723 @@
+// test_procs.c: several processes joined through MPI (core/comm.h, core/procs.h). The test binary starts
+// itself under `mpirun -np P` (skipped with the reason when this build has no MPI or mpirun is absent):
+// P processes with CPU devices (cpu:1 or cpu:2 each) give the loss, the normaliser and the gradients of
+// one device accumulating the same micro-batches, in every reduce mode, with the same floats on every
+// rank; three whole steps leave the weights, EMA and momentum of that device, the same bit for bit on
+// every rank (so every rank clipped by the same factor); processes that disagree on the configuration or
+// the dataset are refused with the keys named; a rank that is killed, or that fails, ends every rank
+// within seconds (no hang), named. Each mpirun runs under `timeout`.
+#include "test/test.h"
+#include "test/trainer_host.h"
+
+#include <cblas.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "cfg/config.h"
+#include "core/comm.h"
+#include "core/multi.h"
+#include "core/procs.h"
+#include "io/image.h"
+#include "io/loader.h"
+#include "io/safetensors.h"
+#include "io/synth.h"
+#include "test/synth_run.h"
+#ifdef USE_CUDA
+#include "gpu/comm_nccl.h"
+#include "gpu/device.h"
+#endif
+
+enum { S = 64, B = 18, MAX_T = B * SYNTH_MAX_OBJECTS, MAX_DEV = 8 };
+
+static float images[B * S * S * 3], targets[MAX_T * 6];
+static int n_targets;
+
+static void make_batch(void) {
+    SynthConfig sc = synth_defaults();
+    sc.min_side = sc.max_side = S;
+    n_targets = 0;
+    for (int n = 0; n < B; n++) {
+        Image im;
+        SynthObject obj[SYNTH_MAX_OBJECTS];
+        int k = synth_render(&sc, 0, n, &im, obj);
+        for (size_t i = 0; i < (size_t)S * S * 3; i++) images[(size_t)n * S * S * 3 + i] = im.px[i] / 255.0f;
+        for (int j = 0; j < k; j++) {
+            float *r = targets + 6 * n_targets++;
+            r[0] = n; r[1] = obj[j].cls;
+            r[2] = (obj[j].x1 + obj[j].x2) / 2.0f / S; r[3] = (obj[j].y1 + obj[j].y2) / 2.0f / S;
+            r[4] = (float)(obj[j].x2 - obj[j].x1) / S; r[5] = (float)(obj[j].y2 - obj[j].y1) / S;
+        }
+        image_free(&im);
+    }
+}
+
+// ---- the ranks' side (started by mpirun) -----------------------------------------------------------
+
+static int rank_failed;
+#define RCHECK(cond, ...) do { if (!(cond)) { printf("rank %d: FAIL %s:%d: ", comm_rank(), __FILE__, __LINE__); \
+    printf(__VA_ARGS__); printf("\n"); fflush(stdout); rank_failed = 1; } } while (0)
+
+static int load_cfg(Config *cfg, int batch, const char *reduce, const char *loss_on, const char *extra) {
+    char b[32], r[64], l[64];
+    snprintf(b, sizeof b, "batch=%d", batch);
+    snprintf(r, sizeof r, "reduce=%s", reduce);
+    snprintf(l, sizeof l, "loss_on=%s", loss_on);
+    char *ov[] = { b, r, l, "split=even", "imgsz=64", "epochs=1", "nc=6", "seed=3", "precision=fp32", (char *)extra };
+    Err err;
+    if (config_load("cfg/t.ini", extra ? 10 : 9, ov, cfg, &err)) { printf("    %s\n", err.msg); return -1; }
+    return 0;
+}
+
+// One device, the micro-batches (sizes, over every device of every process) one after the other with
+// the whole batch's normaliser (as test_multi's reference).
+static void reference_step(Trainer *t, const int *sizes, int nd, int n, LossOut *total, double *norm) {
+    Err err;
+    static float tg[MAX_T * 6];
+    double tss = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        memset(total, 0, sizeof *total);
+        for (int k = 0, first = 0; k < nd; first += sizes[k++]) {
+            if (!sizes[k]) continue;
+            int nt = 0;
+            for (int r = 0; r < n_targets; r++) {
+                int img = (int)targets[6 * r];
+                if (img < first || img >= first + sizes[k] || img >= n) continue;
+                memcpy(tg + 6 * nt, targets + 6 * r, 6 * sizeof(float));
+                tg[6 * nt++] -= first;
+            }
+            double s;
+            trainer_forward_assign(t, sizes[k], S, images + (size_t)first * S * S * 3, NULL, tg, nt, &s, &err);
+            if (pass == 0) { tss += s; continue; }
+            LossOut o;
+            trainer_compute_backward(t, sizes[k], tss > 1 ? tss : 1, n, &o);
+            total->box += o.box; total->cls += o.cls; total->dfl += o.dfl; total->total += o.total;
+        }
+    }
+    *norm = tss;
+}
+
+// The same micro-batches with the gradients grouped as the processes add them: each process's M
+// micro-batches summed (in device order), then those sums added in rank order. One device taking whole
+// steps from the ungrouped sum drifts from the processes by rounding alone (4e-8 of the change after
+// the first step, 7e-3 after the third at warmup's bias lr of 0.1: as one process on 6 devices with
+// loss_on=device0 drifts from one device today), so the 3-step check takes the grouping out.
+static void reference_step_grouped(Trainer *t, const int *sizes, int nd, int M, int n, LossOut *total, double *norm) {
+    size_t N = t->m.buffers;
+    float *sum = xcalloc(N, sizeof(float));
+    LossOut part;
+    memset(total, 0, sizeof *total);
+    int P = nd / M, first = 0;
+    // the normaliser of the whole batch first: reference_step's first pass over every micro-batch
+    double tss = 0;
+    static float tg[MAX_T * 6];
+    Err err;
+    for (int k = 0, f = 0; k < nd; f += sizes[k++]) {
+        if (!sizes[k]) continue;
+        int nt = 0;
+        for (int r = 0; r < n_targets; r++) {
+            int img = (int)targets[6 * r];
+            if (img < f || img >= f + sizes[k] || img >= n) continue;
+            memcpy(tg + 6 * nt, targets + 6 * r, 6 * sizeof(float));
+            tg[6 * nt++] -= f;
+        }
+        double sk;
+        trainer_forward_assign(t, sizes[k], S, images + (size_t)f * S * S * 3, NULL, tg, nt, &sk, &err);
+        tss += sk;
+    }
+    for (int p = 0; p < P; p++) {
+        model_zero_grad(&t->m);
+        for (int k = p * M; k < (p + 1) * M; first += sizes[k++]) {
+            if (!sizes[k]) continue;
+            int nt = 0;
+            for (int r = 0; r < n_targets; r++) {
+                int img = (int)targets[6 * r];
+                if (img < first || img >= first + sizes[k] || img >= n) continue;
+                memcpy(tg + 6 * nt, targets + 6 * r, 6 * sizeof(float));
+                tg[6 * nt++] -= first;
+            }
+            double sk;
+            trainer_forward_assign(t, sizes[k], S, images + (size_t)first * S * S * 3, NULL, tg, nt, &sk, &err);
+            trainer_compute_backward(t, sizes[k], tss > 1 ? tss : 1, n, &part);
+            total->box += part.box; total->cls += part.cls; total->dfl += part.dfl; total->total += part.total;
+        }
+        for (size_t i = 0; i < N; i++) sum[i] = p ? sum[i] + t->m.grad[i] : t->m.grad[i];
+    }
+    memcpy(t->m.grad, sum, N * sizeof(float));
+    free(sum);
+    *norm = tss > 1 ? tss : 1;
+}
+
+typedef struct { int M; const char *reduce, *loss_on; int n, n_steps; } Case;
+
+// This rank's trainer: one device (procs_step_one's path) or M CPU devices (the multi-device driver).
+static int rank_trainer(const Case *c, Config *cfg, Trainer *t) {
+    Err err;
+    if (load_cfg(cfg, c->n, c->reduce, c->loss_on, NULL)) return -1;
+    if (procs_agree(cfg, 0, 0, c->M, &err)) { RCHECK(0, "%s", err.msg); return -1; }
+    DeviceList devs;
+    char spec[16];
+    snprintf(spec, sizeof spec, "cpu:%d", c->M);
+    if (parse_devices(spec, 0, &devs, &err) || trainer_init_devices(t, cfg, 1, &devs, &err)) {
+        RCHECK(0, "%s", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+// This rank's images of the batch of n: its share's floats, its target rows (from 0), their count.
+static int rank_share(int n, const float **img, float *tg, int *nt) {
+    int first, k;
+    procs_share(n, &first, &k);
+    *img = images + (size_t)first * S * S * 3;
+    *nt = 0;
+    for (int r = 0; r < n_targets; r++) {
+        int im = (int)targets[6 * r];
+        if (im < first || im >= first + k) continue;
+        memcpy(tg + 6 * *nt, targets + 6 * r, 6 * sizeof(float));
+        tg[6 * (*nt)++] -= first;
+    }
+    return k;
+}
+
+// Every device's micro-batch of the last step, over every process in rank order; returns the count.
+static int all_sizes(const Trainer *t, int M, int n_local, int *all) {
+    int mine[MAX_DEV] = { 0 };
+    if (t->multi) memcpy(mine, multi_sizes(t->multi), sizeof(int) * M);
+    else mine[0] = n_local;
+    comm_allgather(mine, all, sizeof(int) * M);
+    return M * comm_size();
+}
+
+// The same floats on every rank: rank 0's, broadcast, against this rank's.
+static int same_everywhere(const float *p, size_t n) {
+    float *r0 = xmalloc(n * sizeof(float));
+    memcpy(r0, p, n * sizeof(float));
+    comm_bcast(r0, n * sizeof(float));
+    int same = !memcmp(r0, p, n * sizeof(float));
+    free(r0);
+    int all[64], ok = 1;
+    comm_allgather(&same, all, sizeof same);
+    for (int r = 0; r < comm_size(); r++) ok &= all[r];
+    return ok;
+}
+
+static void rank_equivalence(const Case *c) {
+    static Config cfg;
+    Trainer t;
+    if (rank_trainer(c, &cfg, &t)) return;
+    const float *img;
+    static float tg[MAX_T * 6];
+    int nt, nl = rank_share(c->n, &img, tg, &nt);
+    LossOut lo;
+    Err err;
+    if (t.multi) {
+        memcpy(t.input, img, (size_t)nl * S * S * 3 * sizeof(float));
+        multi_set_bucket_floats(t.multi, 50000);       // many buckets
+        RCHECK(!multi_forward_backward(t.multi, nl, S, tg, nt, &lo, &err), "%s", err.msg);
+        multi_gather_state(t.multi);
+    } else {
+        double g[2];
+        procs_forward_backward(&t, img, NULL, nl, S, tg, nt, 1, g, &err);
+        procs_items(&t, nl, g, &lo);
+    }
+    int sizes[MAX_DEV * 64], nd = all_sizes(&t, c->M, nl, sizes);
+    size_t N = t.m.n_state;
+    RCHECK(same_everywhere(t.m.grad, t.m.buffers), "the summed gradients differ between ranks");
+    // The target-score sum over every process (before max(., 1)) and the gradients' norm (what the clip
+    // factor is made of) are the same doubles on every rank.
+    double mine[2] = { t.scal[SC_ALL], 0 }, seen[2 * 64];
+    for (size_t i = 0; i < t.m.buffers; i++) mine[1] += (double)t.m.grad[i] * t.m.grad[i];
+    comm_allgather(mine, seen, sizeof mine);
+    for (int r = 1; r < comm_size(); r++)
+        RCHECK(seen[2 * r] == seen[0] && seen[2 * r + 1] == seen[1], "rank %d: target-score sum %.17g, gradient norm² "
+               "%.17g; rank 0: %.17g, %.17g", r, seen[2 * r], seen[2 * r + 1], seen[0], seen[1]);
+    if (comm_rank() == 0) {
+        Trainer r;
+        if (trainer_init(&r, &cfg, 1, -1, &err)) { RCHECK(0, "%s", err.msg); trainer_free(&t); return; }
+        LossOut ref;
+        double tss;
+        reference_step(&r, sizes, nd, c->n, &ref, &tss);
+        const float *g = r.m.grad, *mg = t.m.grad;
+        double norm2 = 0;
+        for (size_t i = 0; i < t.m.buffers; i++) norm2 += (double)g[i] * g[i];
+        double worst = 0, se = 0, sr = 0;              // test_multi's bound: 1e-6 max|ref| + 1e-4 |ref|
+        for (int q = 0; q < t.m.n_params; q++) {
+            const ParamInfo *pi = &t.m.params[q];
+            if (!param_trainable(pi->kind)) continue;
+            double scale = 0;
+            for (size_t i = pi->offset; i < pi->offset + pi->n; i++) scale = fmax(scale, fabs(g[i]));
+            for (size_t i = pi->offset; i < pi->offset + pi->n; i++) {
+                double e = fabs((double)mg[i] - g[i]);
+                worst = fmax(worst, e / (1e-6 * scale + 1e-4 * fabs(g[i]) + 1e-30));
+                se += e * e; sr += (double)g[i] * g[i];
+            }
+        }
+        printf("    %d processes x cpu:%d %s/%s, batch %d (", comm_size(), c->M, c->reduce, c->loss_on, c->n);
+        for (int k = 0; k < nd; k++) printf("%d%s", sizes[k], k < nd - 1 ? "+" : "");
+        printf("): loss %.7g vs %.7g, target-score sum %.9g vs %.9g, gradient norm %.7g vs %.7g; gradients: worst %.2f "
+               "of tolerance, relative L2 %.2g\n", lo.total, ref.total, mine[0], tss, sqrt(mine[1]), sqrt(norm2), worst,
+               sqrt(se / sr));
+        RCHECK(close_enough(lo.total, ref.total, 0, 1e-6), "loss %.9g, one device %.9g", lo.total, ref.total);
+        RCHECK(close_enough(lo.box, ref.box, 1e-9, 1e-6) && close_enough(lo.cls, ref.cls, 0, 1e-6) &&
+               close_enough(lo.dfl, ref.dfl, 1e-9, 1e-6), "loss items differ");
+        RCHECK(close_enough(mine[0], tss, 1e-12, 1e-12) && mine[0] > 0, "target-score sum %.17g, one device %.17g",
+               mine[0], tss);
+        RCHECK(lo.tss == (tss > 1 ? tss : 1) || close_enough(lo.tss, tss, 0, 1e-12), "normaliser %.17g", lo.tss);
+        RCHECK(close_enough(sqrt(mine[1]), sqrt(norm2), 0, 1e-5), "gradient norm %.9g, one device %.9g", sqrt(mine[1]),
+               sqrt(norm2));
+        RCHECK(worst <= 1, "gradients differ from one device's (worst %.2f of 1e-6 max|ref| + 1e-4|ref|)", worst);
+        trainer_free(&r);
+    }
+    (void)N;
+    trainer_free(&t);
+}
+
+static double rel_change(const float *a, const float *b, const float *base, size_t n) {
+    double se = 0, sd = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = (double)a[i] - b[i], d = (double)b[i] - (base ? base[i] : 0);
+        se += e * e; sd += d * d;
+    }
+    return sd > 0 ? sqrt(se / sd) : sqrt(se);
+}
+
+// Three whole steps (normaliser, sums, clip, SGD, EMA) against one device taking the same steps.
+static void rank_steps(const Case *cs) {
+    Case one = *cs, *c = &one;
+    one.n = cs->n_steps;                           // micro-batches of 3 or more, as test_multi's steps
+    static Config cfg;
+    Trainer t, r, w0;
+    Err err;
+    if (rank_trainer(c, &cfg, &t)) return;
+    int ref_ok = comm_rank() != 0 || (!trainer_init(&r, &cfg, 1, -1, &err) && !trainer_init(&w0, &cfg, 1, -1, &err));
+    RCHECK(ref_ok, "%s", err.msg);
+    const float *img;
+    static float tg[MAX_T * 6];
+    int nt, nl = rank_share(c->n, &img, tg, &nt);
+    const double loss_tol[3] = { 1e-5, 1e-5, 1e-4 };   // test_multi's: warmup's bias lr magnifies rounding
+    for (int i = 0; i < 3; i++) {
+        LossOut lo, ref;
+        if (trainer_step_batch(&t, img, NULL, nl, S, tg, nt, 0, i, &lo, &err)) { RCHECK(0, "%s", err.msg); break; }
+        int sizes[MAX_DEV * 64], nd = all_sizes(&t, c->M, nl, sizes);
+        if (comm_rank() || !ref_ok) continue;
+        double tss;
+        reference_step_grouped(&r, sizes, nd, c->M, c->n, &ref, &tss);
+        trainer_update(&r, 0, i);
+        RCHECK(close_enough(lo.total, ref.total, 0, loss_tol[i]), "step %d loss %.9g vs %.9g", i, lo.total, ref.total);
+    }
+    if (t.multi) multi_gather_state(t.multi);
+    size_t N = t.m.n_state;
+    RCHECK(same_everywhere(t.m.state, N), "the weights after 3 steps differ between ranks (another clip factor?)");
+    RCHECK(same_everywhere(t.ema, N), "the EMA after 3 steps differs between ranks");
+    if (comm_rank() == 0 && ref_ok) {
+        double dw = rel_change(t.m.state, r.m.state, w0.m.state, t.m.buffers),
+               de = rel_change(t.ema, r.ema, w0.m.state, t.m.buffers), dm = rel_change(t.sgd.buf, r.sgd.buf, NULL, r.sgd.n_train);
+        printf("    %d processes x cpu:%d %s/%s, 3 steps: |procs - one| / |change|: weights %.2g, EMA %.2g, momentum "
+               "%.2g (sgd steps %lld, %lld)\n", comm_size(), c->M, c->reduce, c->loss_on, dw, de, dm,
+               (long long)t.sgd.steps, (long long)r.sgd.steps);
+        RCHECK(dw < 3e-3, "the weights differ from one device's by %.2g of their change", dw);
+        RCHECK(de < 3e-3, "the EMA differs from one device's by %.2g of its change", de);
+        RCHECK(dm < 3e-3, "the momentum differs from one device's by %.2g of its size", dm);
+        RCHECK(t.sgd.steps == r.sgd.steps && t.ema_updates == r.ema_updates, "step counters differ");
+        trainer_free(&r);
+        trainer_free(&w0);
+    }
+    trainer_free(&t);
+}
+
+// Rank 1 sets other keys, or reads another dataset: every rank is refused, the keys named.
+static void rank_disagree(const char *what) {
+    static Config cfg;
+    Err err;
+    int r1 = comm_rank() == 1, dataset = !strcmp(what, "dataset");
+    if (load_cfg(&cfg, 8, "device0", "local", r1 && !dataset ? "lr0=0.02" : NULL)) return;
+    if (r1 && !dataset) cfg.seed = 4;
+    if (r1) snprintf(cfg.device, sizeof cfg.device, "cpu:2");   // its own devices: allowed
+    int rc = procs_agree(&cfg, r1 && dataset ? 127 : 128, 42, 1 + r1, &err);   // device counts may differ
+    RCHECK(rc == -1, "rank %d: a disagreement was accepted", comm_rank());
+    if (rc && comm_rank() == 0) printf("    refused: %s\n", err.msg);
+    if (!rc) return;
+    if (dataset) RCHECK(strstr(err.msg, "rank 1") && strstr(err.msg, "127 images"), "%s", err.msg);
+    else {
+        const char *keys = strstr(err.msg, "for: ");
+        RCHECK(keys && strstr(keys, "lr0") && strstr(keys, "seed") && !strstr(keys, "device"), "%s", err.msg);
+    }
+}
+
+// Steps until rank 1 dies (SIGKILL) or fails (comm_abort) at its third; the others would go on for minutes.
+static void rank_fault(const char *how) {
+    static Config cfg;
+    Trainer t;
+    Case c = { 1, "device0", "local", 4, 4 };
+    if (rank_trainer(&c, &cfg, &t)) return;
+    const float *img;
+    static float tg[MAX_T * 6];
+    int nt, nl = rank_share(c.n, &img, tg, &nt);
+    Err err;
+    for (int i = 0; i < 2000; i++) {
+        if (comm_rank() == 1 && i == 2) {
+            printf("rank 1: %s now\n", how);
+            fflush(stdout);
+            if (!strcmp(how, "kill")) raise(SIGKILL);
+            comm_abort(3, "injected failure at step %d", i);
+        }
+        LossOut lo;
+        trainer_step_batch(&t, img, NULL, nl, S, tg, nt, 0, i, &lo, &err);
+    }
+    printf("rank %d: FAIL: went on for 2000 steps after rank 1 stopped\n", comm_rank());
+    rank_failed = 1;
+    trainer_free(&t);
+}
+
+static int rank_main(int argc, char **argv) {
+    Err err;
+    if (comm_init(&err)) { printf("rank ?: FAIL: %s\n", err.msg); return 1; }
+    make_batch();
+    const char *what = argv[2];
+    if (!strcmp(what, "equiv") && argc >= 8) {
+        Case c = { atoi(argv[3]), argv[4], argv[5], atoi(argv[6]), atoi(argv[7]) };
+        rank_equivalence(&c);
+        rank_steps(&c);
+    } else if (!strcmp(what, "disagree") && argc >= 4) {
+        rank_disagree(argv[3]);
+    } else if (!strcmp(what, "fault") && argc >= 4) {
+        rank_fault(argv[3]);
+    } else {
+        printf("rank %d: FAIL: unknown case %s\n", comm_rank(), what);
+        rank_failed = 1;
+    }
+    int all[64], any = 0;
+    comm_allgather(&rank_failed, all, sizeof rank_failed);
+    for (int r = 0; r < comm_size(); r++) any |= all[r];
+    if (comm_rank() == 0) printf("ranks: %s\n", any ? "FAILED" : "all passed");
+    fflush(stdout);
+    comm_finalize();
+    return any;
+}
+
+// ---- the test's side: mpirun ---------------------------------------------------------------------
+
+static char self[4096], mpirun[4096], skip_why[256];
+
+// 1 when this build has MPI and mpirun is here; else 0 with the reason in skip_why.
+static int have_mpirun(void) {
+    if (!comm_built()) {
+        snprintf(skip_why, sizeof skip_why, "this yolotrain was built without MPI (no mpicc; make deps installs Open MPI)");
+        return 0;
+    }
+    FILE *p = popen("command -v mpirun 2>/dev/null", "r");
+    int found = p && fgets(mpirun, sizeof mpirun, p);
+    if (p) pclose(p);
+    if (!found) { snprintf(skip_why, sizeof skip_why, "mpirun not found (apt-get install openmpi-bin)"); return 0; }
+    mpirun[strcspn(mpirun, "\n")] = 0;
+    return 1;
+}
+
+// mpirun -np P of this binary with args, under a timeout; its output into out, its status returned.
+static int run_ranks(int np, const char *args, int limit_s, char *out, size_t size, double *secs) {
+    char cmd[8192 + 4096];
+    snprintf(cmd, sizeof cmd, "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+             "OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1 "
+             "ASAN_OPTIONS=detect_leaks=0 OPENBLAS_NUM_THREADS=1 "
+             "timeout -k 5 %d %s --allow-run-as-root --oversubscribe --bind-to none -np %d %s rank %s 2>&1",
+             limit_s, mpirun, np, self, args);
+    double t0 = now_seconds();
+    FILE *p = popen(cmd, "r");
+    size_t o = 0;
+    out[0] = 0;
+    if (!p) return -1;
+    while (o + 1 < size && fgets(out + o, (int)(size - o), p)) o += strlen(out + o);
+    char sink[4096];
+    while (fgets(sink, sizeof sink, p)) {}
+    int st = pclose(p);
+    *secs = now_seconds() - t0;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static void print_indented(const char *out) {
+    for (const char *l = out; *l;) {
+        size_t n = strcspn(l, "\n");
+        if (strncmp(l, "parallel:", 9) && strncmp(l, "  cpu ", 6) && strncmp(l, "freeze", 6))
+            printf("    | %.*s\n", (int)n, l);
+        l += n + (l[n] == '\n');
+    }
+}
+
+// The gradients of a batch of n, then 3 steps on a batch of n_steps.
+static void equiv(int np, int M, const char *reduce, const char *loss_on, int n, int n_steps) {
+    char args[256], out[1 << 16];
+    double secs;
+    snprintf(args, sizeof args, "equiv %d %s %s %d %d", M, reduce, loss_on, n, n_steps);
+    int rc = run_ranks(np, args, 300, out, sizeof out, &secs);
+    print_indented(out);
+    CHECK(rc == 0 && strstr(out, "ranks: all passed"), "mpirun -np %d %s: status %d after %.0f s", np, args, rc, secs);
+}
+
+static void test_two_processes_one_device(void) {
+    if (!have_mpirun()) SKIP("%s", skip_why);
+    equiv(2, 1, "device0", "local", 7, 8);        // 4+3, then 4+4 images: procs_step_one's path
+}
+static void test_two_processes_two_devices(void) {
+    if (!have_mpirun()) SKIP("%s", skip_why);
+    equiv(2, 2, "device0", "local", 7, 12);       // 2+2 + 2+1, then 3+3 + 3+3
+    equiv(2, 2, "sharded", "local", 8, 12);
+}
+static void test_three_processes(void) {
+    if (!have_mpirun()) SKIP("%s", skip_why);
+    equiv(3, 1, "device0", "local", 8, 8);        // 3 + 3 + 2
+    equiv(3, 2, "device0", "device0", 12, 18);    // loss_on=device0: each process's batch on its device 0
+    equiv(3, 2, "sharded", "device0", 11, 18);    // 2+2 + 2+2 + 2+1
+}
+
+// A batch smaller than the devices: the last processes get no image (as an epoch's last batch may
+// leave them) and still take part in every sum.
+static void test_processes_without_images(void) {
+    if (!have_mpirun()) SKIP("%s", skip_why);
+    equiv(3, 1, "device0", "local", 2, 8);        // 1 + 1 + 0
+    equiv(3, 2, "sharded", "device0", 2, 18);     // 1+1 + 0+0 + 0+0
+}
+
+static void test_disagreement_refused(void) {
+    if (!have_mpirun()) SKIP("%s", skip_why);
+    const char *what[] = { "config", "dataset" };
+    for (int k = 0; k < 2; k++) {
+        char args[64], out[1 << 14];
+        double secs;
+        snprintf(args, sizeof args, "disagree %s", what[k]);
+        int rc = run_ranks(2, args, 120, out, sizeof out, &secs);
+        print_indented(out);
+        CHECK(rc == 0 && strstr(out, "ranks: all passed"), "%s: status %d", what[k], rc);
+    }
+}
+
+// A rank killed (SIGKILL) or failing (comm_abort) mid-run ends every rank within seconds, named.
+static void test_dead_rank_stops_all(void) {
+    if (!have_mpirun()) SKIP("%s", skip_why);
+    const char *how[] = { "kill", "fail" };
+    for (int k = 0; k < 2; k++) {
+        char args[64], out[1 << 15];
+        double secs;
+        snprintf(args, sizeof args, "fault %s", how[k]);
+        int rc = run_ranks(3, args, 120, out, sizeof out, &secs);
+        print_indented(out);
+        printf("    %s: mpirun ended with status %d after %.1f s\n", how[k], rc, secs);
+        CHECK(rc != 0 && secs < 100, "%s: status %d after %.0f s (the 120 s timeout ends a hang)", how[k], rc, secs);
+        CHECK(!strstr(out, "went on for"), "%s: a rank went on", how[k]);
+        CHECK(strstr(out, k ? "rank 1 of 3 (host " : "rank 1") && (k || strstr(out, "signal 9") || strstr(out, "Killed") ||
+              strstr(out, "killed")), "%s: the failing rank is not named", how[k]);
+        CHECK(secs < 60, "%s: the ranks took %.0f s to stop", how[k], secs);
+    }
+}
+
+// Relative L2 difference of every F32 tensor of two safetensors files; -1 when one cannot be read.
+static double file_diff(const char *a, const char *b, int *n_tensors) {
+    SafeTensors x, y;
+    *n_tensors = 0;
+    Err err;
+    if (st_open(a, &x, &err)) { printf("    %s\n", err.msg); return -1; }
+    if (st_open(b, &y, &err)) { printf("    %s\n", err.msg); st_close(&x); return -1; }
+    double se = 0, sr = 0;
+    for (int i = 0; i < x.n; i++) {
+        const StTensor *t = &x.tensor[i], *u = st_find(&y, t->name);
+        if (t->dtype != ST_F32 || !u || u->nbytes != t->nbytes) continue;
+        size_t n = st_numel(t);
+        float *p = xmalloc(n * sizeof(float)), *q = xmalloc(n * sizeof(float));
+        if (!st_read_f32(&x, t->name, p, n, &err) && !st_read_f32(&y, t->name, q, n, &err)) {
+            for (size_t k = 0; k < n; k++) se += ((double)p[k] - q[k]) * ((double)p[k] - q[k]), sr += (double)q[k] * q[k];
+            ++*n_tensors;
+        }
+        free(p); free(q);
+    }
+    st_close(&x); st_close(&y);
+    return sr > 0 ? sqrt(se / sr) : -1;
+}
+
+static int run_shell(const char *cmd, char *out, size_t size) {
+    FILE *p = popen(cmd, "r");
+    size_t o = 0;
+    out[0] = 0;
+    if (!p) return -1;
+    while (o + 1 < size && fgets(out + o, (int)(size - o), p)) o += strlen(out + o);
+    char sink[4096];
+    while (fgets(sink, sizeof sink, p)) {}
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+// Images [3, 7) of each batch (the last, of 4, keeps 1).
+static int share_3_4(int whole, int *first, void *arg) {
+    *first = 3;
+    return whole - 3 < 0 ? 0 : whole - 3 < 4 ? whole - 3 : 4;
+}
+static int share_none(int whole, int *first, void *arg) { *first = 0; return 0; }
+
+// LoaderConfig.share: a process makes only its images of each batch, the same bytes and targets as
+// that part of the whole batch (mosaic on, 2 workers); a share without images still gives each batch.
+static void test_loader_share(void) {
+    if (synth_run_data("share", 20)) { CHECK(0, "synthetic data"); return; }
+    static Config cfg;
+    Err err;
+    char d[4400];
+    snprintf(d, sizeof d, "data=%s", data_yaml);
+    char *ov[] = { d, "imgsz=64", "batch=8", "workers=2" };
+    if (config_load("cfg/t.ini", 4, ov, &cfg, &err)) { CHECK(0, "%s", err.msg); return; }
+    Dataset ds;
+    DatasetOptions opt = { .quiet = 1, .report = tmpfile() };
+    if (dataset_open(NULL, &cfg, "train", &opt, &ds, &err)) { CHECK(0, "%s", err.msg); fclose(opt.report); return; }
+    fclose(opt.report);
+    Loader *whole, *part, *none;
+    LoaderConfig lw = loader_config(&cfg, 1), lp = lw, ln = lw;
+    lp.share = share_3_4;
+    ln.share = share_none;
+    if (loader_open(&lw, &ds, &whole, &err) || loader_open(&lp, &ds, &part, &err) || loader_open(&ln, &ds, &none, &err)) {
+        CHECK(0, "%s", err.msg);
+        dataset_free(&ds);
+        return;
+    }
+    size_t per = (size_t)64 * 64 * 3;
+    for (int epoch = 0; epoch < 2; epoch++) {
+        loader_start_epoch(whole, epoch, 1);
+        loader_start_epoch(part, epoch, 1);
+        loader_start_epoch(none, epoch, 1);
+        Batch *a, *b, *z;
+        int k = 0;
+        for (; loader_next(whole, &a); k++) {
+            CHECK(loader_next(part, &b) && loader_next(none, &z), "epoch %d batch %d: the shares ended early", epoch, k);
+            int first = 0, n = share_3_4(a->n, &first, NULL);
+            CHECK(b->n == n && z->n == 0 && z->nt == 0, "batch %d of %d: share of %d, empty share of %d", k, a->n, b->n, z->n);
+            CHECK(!memcmp(b->images, a->images + first * per, n * per), "epoch %d batch %d: other bytes", epoch, k);
+            int nt = 0, same = 1;
+            for (int r = 0; r < a->nt; r++) {
+                int img = (int)a->targets[6 * r];
+                if (img < first || img >= first + n) continue;
+                float row[6];
+                memcpy(row, a->targets + 6 * r, sizeof row);
+                row[0] -= first;
+                same &= nt < b->nt && !memcmp(row, b->targets + 6 * nt, sizeof row);
+                nt++;
+            }
+            CHECK(same && nt == b->nt, "epoch %d batch %d: other targets (%d rows, %d expected)", epoch, k, b->nt, nt);
+            loader_release(whole, a);
+            loader_release(part, b);
+            loader_release(none, z);
+        }
+        CHECK(k == 3 && !loader_next(part, &b) && !loader_next(none, &z), "epoch %d: %d batches", epoch, k);
+    }
+    loader_close(whole);
+    loader_close(part);
+    loader_close(none);
+    dataset_free(&ds);
+}
+
+// Whole runs: 3 steps of `mpirun -np 2 ./yolotrain ... device=cpu` leave the training state of one process
+// on cpu:2 (the same micro-batches, summed in the same order); rank 1 writes nothing (one run folder);
+// resuming that run as one process is refused, naming the counts.
+static void test_training_run(void) {
+    if (!have_mpirun()) SKIP("%s", skip_why);
+    if (access("./yolotrain", X_OK)) SKIP("./yolotrain is not built (make builds it before the tests)");
+    if (synth_run_data("procs", 24)) { CHECK(0, "synthetic data"); return; }
+    char common[9000], cmd[16000], out[1 << 16];
+    snprintf(common, sizeof common, "cfg/t.ini data=%s project=%s imgsz=64 batch=8 epochs=2 workers=1 noplots=1 seed=5",
+             data_yaml, project);
+    snprintf(cmd, sizeof cmd, "YT_STOP_AFTER_STEPS=3 OPENBLAS_NUM_THREADS=1 timeout -k 5 300 ./yolotrain %s name=one "
+             "device=cpu:2 2>&1", common);
+    int rc1 = run_shell(cmd, out, sizeof out);
+    CHECK(rc1 == 0, "one process: status %d:\n%s", rc1, out);
+    snprintf(cmd, sizeof cmd, "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+             "OMPI_MCA_btl_vader_single_copy_mechanism=none YT_STOP_AFTER_STEPS=3 OPENBLAS_NUM_THREADS=1 "
+             "ASAN_OPTIONS=detect_leaks=0 timeout -k 5 300 %s --allow-run-as-root --oversubscribe --bind-to none -np 2 "
+             "./yolotrain %s name=two device=cpu 2>&1", mpirun, common);
+    int rc2 = run_shell(cmd, out, sizeof out);
+    CHECK(rc2 == 0 && strstr(out, "rank 1 of 2") && strstr(out, "images 4..7"), "two processes: status %d:\n%s", rc2, out);
+    char a[9000], b[9000];
+    int n = 0;
+    snprintf(a, sizeof a, "%s/two/weights/last_state.safetensors", project);
+    snprintf(b, sizeof b, "%s/one/weights/last_state.safetensors", project);
+    double d = file_diff(a, b, &n);
+    printf("    3 steps as 2 processes x cpu vs 1 process x cpu:2: the training state (weights, EMA, momentum) differs by %.2g (relative L2, %d "
+           "tensors)\n", d, n);
+    CHECK(d >= 0 && d < 1e-5 && n >= 3, "the training states differ by %.3g over %d tensors", d, n);
+    snprintf(a, sizeof a, "%s/two2", project);
+    snprintf(b, sizeof b, "%s/two/processes.txt", project);
+    CHECK(access(a, F_OK) && !access(b, F_OK), "rank 1 made a run folder of its own, or no processes.txt");
+    snprintf(cmd, sizeof cmd, "timeout -k 5 120 ./yolotrain resume=%s/two 2>&1", project);
+    int rc3 = run_shell(cmd, out, sizeof out);
+    CHECK(rc3 == 2 && strstr(out, "trained by 2 processes"), "resume as one process: status %d: %s", rc3, out);
+}
+
+// The several-process path with this process alone (procs_force: the normaliser through the host, the
+// sums of a communicator of one, NCCL's on a GPU) gives one process's 3 steps bit for bit.
+static void forced_matches(int gpu) {
+    static Config cfg;
+    Err err;
+    if (load_cfg(&cfg, 8, "device0", "local", NULL)) { CHECK(0, "config"); return; }
+    Trainer a, b;
+    if (trainer_init(&a, &cfg, 1, gpu, &err) || trainer_init(&b, &cfg, 1, gpu, &err)) { CHECK(0, "%s", err.msg); return; }
+    static float tg[MAX_T * 6];
+    int nt = 0;
+    for (int r = 0; r < n_targets; r++)
+        if (targets[6 * r] < 8) memcpy(tg + 6 * nt++, targets + 6 * r, 6 * sizeof(float));
+    for (int i = 0; i < 3; i++) {
+        LossOut la, lb;
+        procs_force(0);
+        CHECK(!trainer_step_batch(&a, images, NULL, 8, S, tg, nt, 0, i, &la, &err), "%s", err.msg);
+        procs_force(1);
+        CHECK(!trainer_step_batch(&b, images, NULL, 8, S, tg, nt, 0, i, &lb, &err), "%s", err.msg);
+        procs_force(0);
+        CHECK(la.total == lb.total && la.tss == lb.tss && la.n_fg == lb.n_fg, "step %d: loss %.9g vs %.9g, normaliser "
+              "%.9g vs %.9g", i, la.total, lb.total, la.tss, lb.tss);
+    }
+    size_t N = a.m.n_state;
+    float *x = xmalloc(4 * N * sizeof(float)), *y = x + N, *ex = y + N, *ey = ex + N;
+    a.m.be->download(a.m.be_ctx, x, a.m.state, N);
+    b.m.be->download(b.m.be_ctx, y, b.m.state, N);
+    a.m.be->download(a.m.be_ctx, ex, a.ema, N);
+    b.m.be->download(b.m.be_ctx, ey, b.ema, N);
+    CHECK(!memcmp(x, y, N * sizeof(float)), "the weights after 3 steps differ");
+    CHECK(!memcmp(ex, ey, N * sizeof(float)), "the EMA after 3 steps differs");
+    free(x);
+    trainer_free(&a);
+    trainer_free(&b);
+}
+
+static void test_one_process_forced_cpu(void) { forced_matches(-1); }
+
+static void test_nccl_communicator_of_one(void) {
+#ifdef USE_CUDA
+    GpuInfo g[1];
+    if (gpu_list(g, 1) < 1) SKIP("no GPU");
+    if (!nccl_available()) SKIP("NCCL (libnccl.so.2) not found or not built in (make found no nccl.h)");
+    setenv("NCCL_NVLS_ENABLE", "0", 1);
+    long before = nccl_calls();
+    forced_matches(0);
+    printf("    GPU 0 with a NCCL communicator of one: %ld all-reduces, 3 steps bit for bit as one process\n",
+           nccl_calls() - before);
+    CHECK(nccl_calls() > before, "NCCL was not used");
+#else
+    SKIP("no CUDA in this build");
+#endif
+}
+
+int main(int argc, char **argv) {
+    openblas_set_num_threads(1);
+    if (argc >= 3 && !strcmp(argv[1], "rank")) return rank_main(argc, argv);
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) self[n] = 0;
+    if (comm_launched()) {                         // run under mpirun by hand: say how it is meant to run
+        printf("test_procs: run it alone; it starts mpirun itself\n");
+        return 0;
+    }
+    make_batch();
+    RUN(test_one_process_forced_cpu);
+    RUN(test_loader_share);
+    RUN(test_nccl_communicator_of_one);
+    RUN(test_two_processes_one_device);
+    RUN(test_two_processes_two_devices);
+    RUN(test_three_processes);
+    RUN(test_processes_without_images);
+    RUN(test_disagreement_refused);
+    RUN(test_dead_rank_stops_all);
+    RUN(test_training_run);
+    return test_summary();
+}
