@@ -23,6 +23,7 @@
 #include "core/fatal.h"
 #include "core/faults.h"
 #include "core/infer_devices.h"
+#include "core/ops.h"
 #include "core/memlimit.h"
 #include "core/readfile.h"
 #include "core/runlock.h"
@@ -268,6 +269,30 @@ static void drop_results_from(const char *dir, int epoch) {
 }
 
 // After an epoch: validate the EMA weights, log, save last (and best by fitness). -1 on a failed save,
+// train_batch0.jpg as train.py plots it (on_train_batch_end): the batch the model sees, so after
+// multi_scale's resize. The bytes are resized on the host here by the CPU twin of the device's resize
+// and cast to bytes by truncation, as plot_images' numpy assignment does; the targets are normalised
+// and stay as they are.
+static int picture_step_batch(const Batch *b, StepShape s, const Dataset *ds, const char *path, Err *err) {
+    if (!s.h || !s.w || (s.h == b->h && s.w == b->w) || b->n < 1) return picture_batch(b, ds->names, ds->nc, path, err);
+    size_t in = (size_t)b->n * b->h * b->w * 3, out = (size_t)b->n * s.h * s.w * 3;
+    float *x = malloc(sizeof(float) * in), *y = malloc(sizeof(float) * out);
+    uint8_t *u = malloc(out);
+    int rc = -1;
+    if (!x || !y || !u) {
+        rc = err_set(err, "%s: no memory for the resized batch (%zu bytes)", path, out);
+    } else {
+        for (size_t k = 0; k < in; k++) x[k] = b->images[k];
+        resize_bilinear_cpu(map_make(x, b->n, b->h, b->w, 3), map_make(y, b->n, s.h, s.w, 3));
+        for (size_t k = 0; k < out; k++) u[k] = (uint8_t)(y[k] < 0 ? 0 : y[k] > 255 ? 255 : y[k]);
+        Batch r = *b;
+        r.images = u, r.h = s.h, r.w = s.w, r.S = s.h > s.w ? s.h : s.w;
+        rc = picture_batch(&r, ds->names, ds->nc, path, err);
+    }
+    free(x), free(y), free(u);
+    return rc;
+}
+
 // results.png from results.csv, drawn once the run ends (its last epoch, an early stop by patience, or
 // a signal), as both references draw it after training; redrawing it every epoch took 0.1 s a time
 // (100 ms for 60 rows on cpu2), 6 s of a 60-epoch run. With `epoch` >= 0 it also goes to TensorBoard, as yolov9's.
@@ -427,14 +452,14 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
             if (loader_next(ld, &next)) multi_prefetch(t, next->images, next->n, next->h, next->w);
             else next = NULL;
             t->t.data += now_seconds() - tw;
-            if (epoch == 0 && i == 0 && !cfg->noplots && procs_writer()) {
-                snprintf(path, sizeof path, "%s/train_batch0.jpg", dir);
-                if (picture_batch(b, ds->names, ds->nc, path, &err)) fprintf(stderr, "note: %s\n", err.msg);
-                else train_tb_picture(&rs->tb, dir, "train_batch0.jpg", 0);
-            }
             fault_before_step(t, ++steps);              // YT_FAIL_CUDA, YT_NAN_AT_STEP (tests)
             t->input_u8 = b->images;                   // converted on the device: a quarter of the bytes
             t->shape = batch_shape(cfg, b, epoch, i);
+            if (epoch == 0 && i == 0 && !cfg->noplots && procs_writer()) {
+                snprintf(path, sizeof path, "%s/train_batch0.jpg", dir);
+                if (picture_step_batch(b, t->shape, ds, path, &err)) fprintf(stderr, "note: %s\n", err.msg);
+                else train_tb_picture(&rs->tb, dir, "train_batch0.jpg", 0);
+            }
             LossOut lo;                                // (several processes: this one's share of the batch)
             int bad = trainer_step(t, b->n, S, b->targets, b->nt, epoch, i, &lo, &err);
             t->input_u8 = NULL;                        // the batch goes back to the loader below

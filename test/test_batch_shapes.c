@@ -14,6 +14,7 @@
 #include "io/image.h"
 #include "io/loader.h"
 #include "io/synth.h"
+#include "test/synth_batch.h"
 #include "test/test.h"
 
 #define N_IMAGES 22
@@ -28,26 +29,7 @@ static int make_dataset(void) {
     snprintf(dir, sizeof dir, "%s", test_tmpdir("shapes"));
     SynthConfig c = synth_defaults();
     c.n_train = N_IMAGES, c.n_val = 0, c.min_side = 40, c.max_side = 180, c.seed = 5;
-    Err err;
-    if (synth_generate(dir, &c, &err)) { printf("    %s\n", err.msg); return -1; }
-    ds.n = N_IMAGES, ds.nc = SYNTH_NC, ds.names = (char **)synth_names;
-    ds.s = calloc(N_IMAGES, sizeof *ds.s);
-    for (int i = 0; i < N_IMAGES; i++) {
-        Sample *s = &ds.s[i];
-        Image im;
-        SynthObject o[SYNTH_MAX_OBJECTS];
-        s->nbox = synth_render(&c, 0, i, &im, o);
-        s->w = im.w, s->h = im.h;
-        image_free(&im);
-        size_t len = strlen(dir) + 32;
-        s->image = malloc(len);
-        snprintf(s->image, len, "%s/images/train/%06d.jpg", dir, i);
-        s->box = calloc(s->nbox + 1, sizeof *s->box);
-        for (int k = 0; k < s->nbox; k++)
-            s->box[k] = (Box){ o[k].cls, 0.5f * (o[k].x1 + o[k].x2) / s->w, 0.5f * (o[k].y1 + o[k].y2) / s->h,
-                               (float)(o[k].x2 - o[k].x1) / s->w, (float)(o[k].y2 - o[k].y1) / s->h };
-    }
-    return 0;
+    return synth_dataset(dir, &c, &ds);
 }
 
 static double ar_of(int i) { return (double)ds.s[i].h / ds.s[i].w; }

@@ -2,6 +2,7 @@
 // training track the fp32 loss curve over a few hundred steps; the step loop allocates nothing; CUDA
 // Graphs give the direct steps' bits, for one shape and for rect / multi_scale's changing shapes.
 #include "test/test.h"
+#include "test/synth_batch.h"
 #include "test/trainer_host.h"
 
 #include "cfg/config.h"
@@ -19,24 +20,7 @@ enum { N = 8, S = 256, STEPS = 240, MAX_T = N * SYNTH_MAX_OBJECTS };
 typedef struct { float images[N * S * S * 3]; float targets[MAX_T * 6]; int nt; } Batch8;
 
 // Eight synthetic images rendered at S x S and their target rows.
-static void make_batch(Batch8 *b) {
-    SynthConfig sc = synth_defaults();
-    sc.min_side = sc.max_side = S;
-    b->nt = 0;
-    for (int n = 0; n < N; n++) {
-        Image im;
-        SynthObject obj[SYNTH_MAX_OBJECTS];
-        int k = synth_render(&sc, 0, n, &im, obj);
-        for (size_t i = 0; i < (size_t)S * S * 3; i++) b->images[(size_t)n * S * S * 3 + i] = im.px[i] / 255.0f;
-        for (int j = 0; j < k; j++) {
-            float *r = b->targets + 6 * b->nt++;
-            r[0] = n; r[1] = obj[j].cls;
-            r[2] = (obj[j].x1 + obj[j].x2) / 2.0f / S; r[3] = (obj[j].y1 + obj[j].y2) / 2.0f / S;
-            r[4] = (float)(obj[j].x2 - obj[j].x1) / S; r[5] = (float)(obj[j].y2 - obj[j].y1) / S;
-        }
-        image_free(&im);
-    }
-}
+static void make_batch(Batch8 *b) { b->nt = synth_batch(N, S, b->images, b->targets); }
 
 // Train `steps` steps on the batch on `gpu` (-1: CPU) at `precision`; losses[i] = total of step i.
 static int run(const Batch8 *b, int gpu, const char *precision, int steps, double *losses, size_t *allocs) {
@@ -64,33 +48,46 @@ static int run(const Batch8 *b, int gpu, const char *precision, int steps, doubl
 
 static int have_gpu(void) { GpuInfo g[1]; return gpu_list(g, 1) > 0; }
 
+// A bf16 trainer on GPU 0 for the graph tests, with CUDA Graphs on or off (YT_GRAPHS=0, until
+// graph_trainer_end) and the short schedule of these tests; 0, or -1 with the reason printed.
+static int graph_trainer(Trainer *t, int graphs, int multi_scale) {
+    static Config cfg;
+    Err err;
+    char *ov[] = { "batch=8", "imgsz=256", "epochs=1", "nc=6", "seed=0", "precision=bf16", "multi_scale=1" };
+    if (config_load("cfg/t.ini", multi_scale ? 7 : 6, ov, &cfg, &err)) { printf("    %s\n", err.msg); return -1; }
+    if (graphs) unsetenv("YT_GRAPHS");
+    else setenv("YT_GRAPHS", "0", 1);
+    if (trainer_init(t, &cfg, 1, 0, &err)) { printf("    %s\n", err.msg); unsetenv("YT_GRAPHS"); return -1; }
+    t->sched.batch_total = 64; t->sched.accumulate = 1; t->sched.nw = 30;
+    return 0;
+}
+
+// The passes t recorded, its final weights (*n floats into *state, malloc'd); frees t.
+static void graph_trainer_end(Trainer *t, float **state, size_t *n, int *recorded) {
+    *recorded = 0;
+    for (int i = 0; i < MODEL_RECS; i++) *recorded += t->m.recs[i].rec != NULL;
+    *n = t->m.n_state;
+    *state = malloc(t->m.n_state * sizeof(float));
+    model_gpu_download_state(&t->m, *state);
+    trainer_free(t);
+    unsetenv("YT_GRAPHS");
+}
+
 // `steps` bf16 steps on GPU 0 with CUDA Graphs on or off (YT_GRAPHS=0): losses, the final weights
 // (*n floats into *state, malloc'd) and how many passes were recorded.
 static int run_graphs(const Batch8 *b, int graphs, int steps, double *losses, float **state, size_t *n,
                       int *recorded) {
-    static Config cfg;
-    Err err;
-    char *ov[] = { "batch=8", "imgsz=256", "epochs=1", "nc=6", "seed=0", "precision=bf16" };
-    if (config_load("cfg/t.ini", 6, ov, &cfg, &err)) { printf("    %s\n", err.msg); return -1; }
-    if (graphs) unsetenv("YT_GRAPHS");
-    else setenv("YT_GRAPHS", "0", 1);
     Trainer t;
-    int rc = trainer_init(&t, &cfg, 1, 0, &err);
-    if (rc) { printf("    %s\n", err.msg); unsetenv("YT_GRAPHS"); return -1; }
-    t.sched.batch_total = 64; t.sched.accumulate = 1; t.sched.nw = 30;
+    if (graph_trainer(&t, graphs, 0)) return -1;
     memcpy(t.input, b->images, sizeof b->images);
     LossOut lo;
+    Err err;
+    int rc = 0;
     for (int i = 0; i < steps && !rc; i++) {
         if ((rc = trainer_step(&t, N, S, b->targets, b->nt, 0, i, &lo, &err))) printf("    %s\n", err.msg);
         losses[i] = lo.total;
     }
-    *recorded = 0;
-    for (int i = 0; i < MODEL_RECS; i++) *recorded += t.m.recs[i].rec != NULL;
-    *n = t.m.n_state;
-    *state = malloc(t.m.n_state * sizeof(float));
-    model_gpu_download_state(&t.m, *state);
-    trainer_free(&t);
-    unsetenv("YT_GRAPHS");
+    graph_trainer_end(&t, state, n, recorded);
     return rc;
 }
 
@@ -106,18 +103,12 @@ enum { N_SHAPES = sizeof SHAPES / sizeof SHAPES[0] };
 // recorded, and the device allocations after the first step.
 static int run_shapes(const Batch8 *b, int graphs, int steps, double *losses, float **state, size_t *n,
                       int *recorded, size_t *allocs) {
-    static Config cfg;
     static uint8_t u8[N * S * S * 3];
-    Err err;
-    char *ov[] = { "batch=8", "imgsz=256", "epochs=1", "nc=6", "seed=0", "precision=bf16", "multi_scale=1" };
-    if (config_load("cfg/t.ini", 7, ov, &cfg, &err)) { printf("    %s\n", err.msg); return -1; }
-    if (graphs) unsetenv("YT_GRAPHS");
-    else setenv("YT_GRAPHS", "0", 1);
     Trainer t;
-    int rc = trainer_init(&t, &cfg, 1, 0, &err);
-    if (rc) { printf("    %s\n", err.msg); unsetenv("YT_GRAPHS"); return -1; }
-    t.sched.batch_total = 64; t.sched.accumulate = 1; t.sched.nw = 30;
+    if (graph_trainer(&t, graphs, 1)) return -1;
     LossOut lo;
+    Err err;
+    int rc = 0;
     size_t a0 = 0;
     for (int i = 0; i < steps && !rc; i++) {
         StepShape s = SHAPES[i % N_SHAPES];
@@ -133,13 +124,7 @@ static int run_shapes(const Batch8 *b, int graphs, int steps, double *losses, fl
         losses[i] = lo.total;
     }
     *allocs = gpu_alloc_count() - a0;
-    *recorded = 0;
-    for (int i = 0; i < MODEL_RECS; i++) *recorded += t.m.recs[i].rec != NULL;
-    *n = t.m.n_state;
-    *state = malloc(t.m.n_state * sizeof(float));
-    model_gpu_download_state(&t.m, *state);
-    trainer_free(&t);
-    unsetenv("YT_GRAPHS");
+    graph_trainer_end(&t, state, n, recorded);
     return rc;
 }
 

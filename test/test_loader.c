@@ -7,6 +7,7 @@
 #include "io/loader.h"
 #include "io/picture.h"
 #include "io/synth.h"
+#include "test/synth_batch.h"
 #include "test/test.h"
 
 #define N_IMAGES 20
@@ -20,26 +21,7 @@ static int make_dataset(void) {
     snprintf(data_dir, sizeof data_dir, "%s", test_tmpdir("loader"));
     SynthConfig c = synth_defaults();
     c.n_train = N_IMAGES, c.n_val = 0, c.min_side = 60, c.max_side = 180, c.seed = 3;
-    Err err;
-    if (synth_generate(data_dir, &c, &err)) { printf("%s\n", err.msg); return -1; }
-    ds.n = N_IMAGES, ds.nc = SYNTH_NC, ds.names = (char **)synth_names;
-    ds.s = calloc(N_IMAGES, sizeof *ds.s);
-    for (int i = 0; i < N_IMAGES; i++) {
-        Sample *s = &ds.s[i];
-        Image im;
-        SynthObject o[SYNTH_MAX_OBJECTS];
-        s->nbox = synth_render(&c, 0, i, &im, o);
-        s->w = im.w, s->h = im.h;
-        image_free(&im);
-        size_t len = strlen(data_dir) + 32;
-        s->image = malloc(len);
-        snprintf(s->image, len, "%s/images/train/%06d.jpg", data_dir, i);
-        s->box = calloc(s->nbox + 1, sizeof *s->box);
-        for (int k = 0; k < s->nbox; k++)
-            s->box[k] = (Box){ o[k].cls, 0.5f * (o[k].x1 + o[k].x2) / s->w, 0.5f * (o[k].y1 + o[k].y2) / s->h,
-                               (float)(o[k].x2 - o[k].x1) / s->w, (float)(o[k].y2 - o[k].y1) / s->h };
-    }
-    return 0;
+    return synth_dataset(data_dir, &c, &ds);
 }
 
 static LoaderConfig config(int workers, int train) {

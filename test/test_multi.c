@@ -5,6 +5,7 @@
 // weights, momentum and EMA of one device; a checkpoint of a sharded run resumes exactly;
 // split=auto moves images off a slow device; a failing device stops the step without a hang.
 #include "test/test.h"
+#include "test/synth_batch.h"
 #include "test/trainer_host.h"
 
 #include <cblas.h>
@@ -89,24 +90,7 @@ enum { S = 64, B = 8, MAX_T = B * SYNTH_MAX_OBJECTS };
 static float images[B * S * S * 3], targets[MAX_T * 6];
 static int n_targets;
 
-static void make_batch(void) {
-    SynthConfig sc = synth_defaults();
-    sc.min_side = sc.max_side = S;
-    n_targets = 0;
-    for (int n = 0; n < B; n++) {
-        Image im;
-        SynthObject obj[SYNTH_MAX_OBJECTS];
-        int k = synth_render(&sc, 0, n, &im, obj);
-        for (size_t i = 0; i < (size_t)S * S * 3; i++) images[(size_t)n * S * S * 3 + i] = im.px[i] / 255.0f;
-        for (int j = 0; j < k; j++) {
-            float *r = targets + 6 * n_targets++;
-            r[0] = n; r[1] = obj[j].cls;
-            r[2] = (obj[j].x1 + obj[j].x2) / 2.0f / S; r[3] = (obj[j].y1 + obj[j].y2) / 2.0f / S;
-            r[4] = (float)(obj[j].x2 - obj[j].x1) / S; r[5] = (float)(obj[j].y2 - obj[j].y1) / S;
-        }
-        image_free(&im);
-    }
-}
+static void make_batch(void) { n_targets = synth_batch(B, S, images, targets); }
 
 typedef struct { const char *reduce, *loss_on; int host_copies; } Mode;
 static const Mode LOCAL = { "device0", "local", 0 }, SHARDED = { "sharded", "local", 0 }, LOSS0 = { "device0", "device0", 0 },
@@ -115,12 +99,7 @@ static const Mode LOCAL = { "device0", "local", 0 }, SHARDED = { "sharded", "loc
 static void host_waits_per_step(const char *spec, int n_gpus, Mode mode);
 
 // The target rows of the first n images of the batch into tg; returns their count.
-static int targets_of_first(int n, float *tg) {
-    int nt = 0;
-    for (int r = 0; r < n_targets; r++)
-        if (targets[6 * r] < n) memcpy(tg + 6 * nt++, targets + 6 * r, 6 * sizeof(float));
-    return nt;
-}
+static int targets_of_first(int n, float *tg) { return micro_targets(targets, n_targets, 0, n, tg); }
 
 static int load_cfg_mode(Config *cfg, int batch, const char *split, Mode mode) {
     char b[32], s[64], r[64], l[64];
@@ -137,30 +116,8 @@ static int load_cfg_mode(Config *cfg, int batch, const char *split, Mode mode) {
 
 // One device, the micro-batches one after the other with the whole batch's normaliser: the
 // gradients accumulate in t's, the loss items add up in total.
-static void reference_step(Trainer *tp, const int *sizes, int nd, int n, LossOut *total) {
-    Trainer *t = tp;
-    Err err;
-    static float tg[MAX_T * 6];
-    double tss = 0;
-    for (int pass = 0; pass < 2; pass++) {      // pass 0: the normaliser; pass 1: loss and backward
-        memset(total, 0, sizeof *total);
-        for (int k = 0, first = 0; k < nd; first += sizes[k++]) {
-            if (!sizes[k]) continue;
-            int nt = 0;
-            for (int r = 0; r < n_targets; r++) {
-                int img = (int)targets[6 * r];
-                if (img < first || img >= first + sizes[k] || img >= n) continue;
-                memcpy(tg + 6 * nt, targets + 6 * r, 6 * sizeof(float));
-                tg[6 * nt++] -= first;
-            }
-            double s;
-            trainer_forward_assign(t, sizes[k], S, images + (size_t)first * S * S * 3, NULL, tg, nt, &s, &err);
-            if (pass == 0) { tss += s; continue; }
-            LossOut o;
-            trainer_compute_backward(t, sizes[k], tss > 1 ? tss : 1, n, &o);
-            total->box += o.box; total->cls += o.cls; total->dfl += o.dfl; total->total += o.total;
-        }
-    }
+static void reference_step(Trainer *t, const int *sizes, int nd, int n, LossOut *total) {
+    micro_reference(t, S, images, targets, n_targets, sizes, nd, n, total);
 }
 
 static void reference(const Config *cfg, int gpu, const int *sizes, int nd, int n, float *grad, LossOut *total) {
@@ -182,10 +139,8 @@ static void equivalence_mode(const char *spec, int n_gpus, int n, const char *sp
     int n_dev = devs.n;
     Trainer t;
     if (trainer_init_devices(&t, &cfg, 1, &devs, &err)) { CHECK(0, "%s", err.msg); return; }
-    int nt = 0;
     static float tg[MAX_T * 6];
-    for (int r = 0; r < n_targets; r++)
-        if (targets[6 * r] < n) memcpy(tg + 6 * nt++, targets + 6 * r, 6 * sizeof(float));
+    int nt = targets_of_first(n, tg);
     memcpy(t.input, images, (size_t)n * S * S * 3 * sizeof(float));
     if (mode.host_copies) multi_use_host_copies(t.multi);
     multi_set_bucket_floats(t.multi, 50000);      // many buckets: each sent while backward goes on
@@ -198,27 +153,12 @@ static void equivalence_mode(const char *spec, int n_gpus, int n, const char *sp
     float *g = xmalloc(t.m.n_state * sizeof(float)), *mg = xmalloc(t.m.n_state * sizeof(float));
     t.m.be->download(t.m.be_ctx, mg, t.m.grad, t.m.n_state);
     reference(&cfg, devs.gpu[0], sizes, n_dev, n, g, &ref);
-    // The two sides add the same terms in different orders (per-device sums, then their sum), so an
-    // element that is a small difference of large terms differs by their rounding: hence a floor of
-    // 1e-6 of the tensor's largest gradient besides the 1e-4 relative bound. A lost micro-batch or a
-    // wrong normaliser moves gradients by more than 1e-2 of their size.
-    double worst = 0, se = 0, sr = 0;
-    for (int q = 0; q < t.m.n_params; q++) {
-        const ParamInfo *pi = &t.m.params[q];
-        if (!param_trainable(pi->kind)) continue;
-        double scale = 0;
-        for (size_t i = pi->offset; i < pi->offset + pi->n; i++) scale = fmax(scale, fabs(g[i]));
-        for (size_t i = pi->offset; i < pi->offset + pi->n; i++) {
-            double e = fabs((double)mg[i] - g[i]);
-            worst = fmax(worst, e / (1e-6 * scale + 1e-4 * fabs(g[i]) + 1e-30));
-            se += e * e; sr += (double)g[i] * g[i];
-        }
-    }
+    double rel_l2, worst = grad_worst(&t.m, mg, g, &rel_l2);   // per-device sums, then their sum: see there
     printf("    %s %s/%s%s, batch %d, split %s (", spec, mode.reduce, mode.loss_on, mode.host_copies ? "/staged" : "", n,
            split);
     for (int k = 0; k < n_dev; k++) printf("%d%s", sizes[k], k < n_dev - 1 ? "+" : "");
     printf("): loss %.7g vs %.7g; gradients: worst %.2f of tolerance, relative L2 %.2g\n", lo.total, ref.total,
-           worst, sqrt(se / sr));
+           worst, rel_l2);
     CHECK(close_enough(lo.total, ref.total, 0, 1e-6), "loss %.9g, one device %.9g", lo.total, ref.total);
     CHECK(close_enough(lo.box, ref.box, 1e-9, 1e-6) && close_enough(lo.cls, ref.cls, 0, 1e-6) &&
           close_enough(lo.dfl, ref.dfl, 1e-9, 1e-6), "loss items differ");
@@ -277,16 +217,6 @@ static void test_equivalence_host_copies(void) {
 static void init_weights_only(const Config *cfg, Trainer *t) {
     Err err;
     if (trainer_init(t, cfg, 1, -1, &err)) { CHECK(0, "%s", err.msg); }
-}
-
-// |a - b| / |b - base| over n floats: a difference measured against the change the steps made
-static double rel_change(const float *a, const float *b, const float *base, size_t n) {
-    double se = 0, sd = 0;
-    for (size_t i = 0; i < n; i++) {
-        double e = (double)a[i] - b[i], d = (double)b[i] - (base ? base[i] : 0);
-        se += e * e; sd += d * d;
-    }
-    return sd > 0 ? sqrt(se / sd) : sqrt(se);
 }
 
 // Whole steps (update and broadcast included): 3 steps on 2 CPU devices leave the master with the

@@ -7,6 +7,7 @@
 // the dataset are refused with the keys named; a rank that is killed, or that fails, ends every rank
 // within seconds (no hang), named. Each mpirun runs under `timeout`.
 #include "test/test.h"
+#include "test/synth_batch.h"
 #include "test/trainer_host.h"
 
 #include <cblas.h>
@@ -33,24 +34,7 @@ enum { S = 64, B = 18, MAX_T = B * SYNTH_MAX_OBJECTS, MAX_DEV = 8 };
 static float images[B * S * S * 3], targets[MAX_T * 6];
 static int n_targets;
 
-static void make_batch(void) {
-    SynthConfig sc = synth_defaults();
-    sc.min_side = sc.max_side = S;
-    n_targets = 0;
-    for (int n = 0; n < B; n++) {
-        Image im;
-        SynthObject obj[SYNTH_MAX_OBJECTS];
-        int k = synth_render(&sc, 0, n, &im, obj);
-        for (size_t i = 0; i < (size_t)S * S * 3; i++) images[(size_t)n * S * S * 3 + i] = im.px[i] / 255.0f;
-        for (int j = 0; j < k; j++) {
-            float *r = targets + 6 * n_targets++;
-            r[0] = n; r[1] = obj[j].cls;
-            r[2] = (obj[j].x1 + obj[j].x2) / 2.0f / S; r[3] = (obj[j].y1 + obj[j].y2) / 2.0f / S;
-            r[4] = (float)(obj[j].x2 - obj[j].x1) / S; r[5] = (float)(obj[j].y2 - obj[j].y1) / S;
-        }
-        image_free(&im);
-    }
-}
+static void make_batch(void) { n_targets = synth_batch(B, S, images, targets); }
 
 // ---- the ranks' side (started by mpirun) -----------------------------------------------------------
 
@@ -72,29 +56,7 @@ static int load_cfg(Config *cfg, int batch, const char *reduce, const char *loss
 // One device, the micro-batches (sizes, over every device of every process) one after the other with
 // the whole batch's normaliser (as test_multi's reference).
 static void reference_step(Trainer *t, const int *sizes, int nd, int n, LossOut *total, double *norm) {
-    Err err;
-    static float tg[MAX_T * 6];
-    double tss = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        memset(total, 0, sizeof *total);
-        for (int k = 0, first = 0; k < nd; first += sizes[k++]) {
-            if (!sizes[k]) continue;
-            int nt = 0;
-            for (int r = 0; r < n_targets; r++) {
-                int img = (int)targets[6 * r];
-                if (img < first || img >= first + sizes[k] || img >= n) continue;
-                memcpy(tg + 6 * nt, targets + 6 * r, 6 * sizeof(float));
-                tg[6 * nt++] -= first;
-            }
-            double s;
-            trainer_forward_assign(t, sizes[k], S, images + (size_t)first * S * S * 3, NULL, tg, nt, &s, &err);
-            if (pass == 0) { tss += s; continue; }
-            LossOut o;
-            trainer_compute_backward(t, sizes[k], tss > 1 ? tss : 1, n, &o);
-            total->box += o.box; total->cls += o.cls; total->dfl += o.dfl; total->total += o.total;
-        }
-    }
-    *norm = tss;
+    *norm = micro_reference(t, S, images, targets, n_targets, sizes, nd, n, total);
 }
 
 // The same micro-batches with the gradients grouped as the processes add them: each process's M
@@ -110,34 +72,19 @@ static void reference_step_grouped(Trainer *t, const int *sizes, int nd, int M, 
     int P = nd / M, first = 0;
     // the normaliser of the whole batch first: reference_step's first pass over every micro-batch
     double tss = 0;
-    static float tg[MAX_T * 6];
     Err err;
     for (int k = 0, f = 0; k < nd; f += sizes[k++]) {
         if (!sizes[k]) continue;
-        int nt = 0;
-        for (int r = 0; r < n_targets; r++) {
-            int img = (int)targets[6 * r];
-            if (img < f || img >= f + sizes[k] || img >= n) continue;
-            memcpy(tg + 6 * nt, targets + 6 * r, 6 * sizeof(float));
-            tg[6 * nt++] -= f;
-        }
         double sk;
-        trainer_forward_assign(t, sizes[k], S, images + (size_t)f * S * S * 3, NULL, tg, nt, &sk, &err);
+        micro_forward(t, S, images, targets, n_targets, f, sizes[k], &sk, &err);
         tss += sk;
     }
     for (int p = 0; p < P; p++) {
         model_zero_grad(&t->m);
         for (int k = p * M; k < (p + 1) * M; first += sizes[k++]) {
             if (!sizes[k]) continue;
-            int nt = 0;
-            for (int r = 0; r < n_targets; r++) {
-                int img = (int)targets[6 * r];
-                if (img < first || img >= first + sizes[k] || img >= n) continue;
-                memcpy(tg + 6 * nt, targets + 6 * r, 6 * sizeof(float));
-                tg[6 * nt++] -= first;
-            }
             double sk;
-            trainer_forward_assign(t, sizes[k], S, images + (size_t)first * S * S * 3, NULL, tg, nt, &sk, &err);
+            micro_forward(t, S, images, targets, n_targets, first, sizes[k], &sk, &err);
             trainer_compute_backward(t, sizes[k], tss > 1 ? tss : 1, n, &part);
             total->box += part.box; total->cls += part.cls; total->dfl += part.dfl; total->total += part.total;
         }
@@ -170,13 +117,7 @@ static int rank_share(int n, const float **img, float *tg, int *nt) {
     int first, k;
     procs_share(n, &first, &k);
     *img = images + (size_t)first * S * S * 3;
-    *nt = 0;
-    for (int r = 0; r < n_targets; r++) {
-        int im = (int)targets[6 * r];
-        if (im < first || im >= first + k) continue;
-        memcpy(tg + 6 * *nt, targets + 6 * r, 6 * sizeof(float));
-        tg[6 * (*nt)++] -= first;
-    }
+    *nt = micro_targets(targets, n_targets, first, k, tg);
     return k;
 }
 
@@ -222,7 +163,6 @@ static void rank_equivalence(const Case *c) {
         procs_items(&t, nl, g, &lo);
     }
     int sizes[MAX_DEV * 64], nd = all_sizes(&t, c->M, nl, sizes);
-    size_t N = t.m.n_state;
     RCHECK(same_everywhere(t.m.grad, t.m.buffers), "the summed gradients differ between ranks");
     // The target-score sum over every process (before max(., 1)) and the gradients' norm (what the clip
     // factor is made of) are the same doubles on every rank.
@@ -241,23 +181,12 @@ static void rank_equivalence(const Case *c) {
         const float *g = r.m.grad, *mg = t.m.grad;
         double norm2 = 0;
         for (size_t i = 0; i < t.m.buffers; i++) norm2 += (double)g[i] * g[i];
-        double worst = 0, se = 0, sr = 0;              // test_multi's bound: 1e-6 max|ref| + 1e-4 |ref|
-        for (int q = 0; q < t.m.n_params; q++) {
-            const ParamInfo *pi = &t.m.params[q];
-            if (!param_trainable(pi->kind)) continue;
-            double scale = 0;
-            for (size_t i = pi->offset; i < pi->offset + pi->n; i++) scale = fmax(scale, fabs(g[i]));
-            for (size_t i = pi->offset; i < pi->offset + pi->n; i++) {
-                double e = fabs((double)mg[i] - g[i]);
-                worst = fmax(worst, e / (1e-6 * scale + 1e-4 * fabs(g[i]) + 1e-30));
-                se += e * e; sr += (double)g[i] * g[i];
-            }
-        }
+        double rel_l2, worst = grad_worst(&t.m, mg, g, &rel_l2);   // test_multi's bound
         printf("    %d processes x cpu:%d %s/%s, batch %d (", comm_size(), c->M, c->reduce, c->loss_on, c->n);
         for (int k = 0; k < nd; k++) printf("%d%s", sizes[k], k < nd - 1 ? "+" : "");
         printf("): loss %.7g vs %.7g, target-score sum %.9g vs %.9g, gradient norm %.7g vs %.7g; gradients: worst %.2f "
                "of tolerance, relative L2 %.2g\n", lo.total, ref.total, mine[0], tss, sqrt(mine[1]), sqrt(norm2), worst,
-               sqrt(se / sr));
+               rel_l2);
         RCHECK(close_enough(lo.total, ref.total, 0, 1e-6), "loss %.9g, one device %.9g", lo.total, ref.total);
         RCHECK(close_enough(lo.box, ref.box, 1e-9, 1e-6) && close_enough(lo.cls, ref.cls, 0, 1e-6) &&
                close_enough(lo.dfl, ref.dfl, 1e-9, 1e-6), "loss items differ");
@@ -269,17 +198,7 @@ static void rank_equivalence(const Case *c) {
         RCHECK(worst <= 1, "gradients differ from one device's (worst %.2f of 1e-6 max|ref| + 1e-4|ref|)", worst);
         trainer_free(&r);
     }
-    (void)N;
     trainer_free(&t);
-}
-
-static double rel_change(const float *a, const float *b, const float *base, size_t n) {
-    double se = 0, sd = 0;
-    for (size_t i = 0; i < n; i++) {
-        double e = (double)a[i] - b[i], d = (double)b[i] - (base ? base[i] : 0);
-        se += e * e; sd += d * d;
-    }
-    return sd > 0 ? sqrt(se / sd) : sqrt(se);
 }
 
 // Three whole steps (normaliser, sums, clip, SGD, EMA) against one device taking the same steps.
@@ -414,6 +333,19 @@ static int have_mpirun(void) {
     return 1;
 }
 
+// cmd through the shell: its output (as much as fits) into out, its exit status returned.
+static int run_shell(const char *cmd, char *out, size_t size) {
+    FILE *p = popen(cmd, "r");
+    size_t o = 0;
+    out[0] = 0;
+    if (!p) return -1;
+    while (o + 1 < size && fgets(out + o, (int)(size - o), p)) o += strlen(out + o);
+    char sink[4096];
+    while (fgets(sink, sizeof sink, p)) {}
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
 // mpirun -np P of this binary with args, under a timeout; its output into out, its status returned.
 static int run_ranks(int np, const char *args, int limit_s, char *out, size_t size, double *secs) {
     char cmd[8192 + 4096];
@@ -423,16 +355,9 @@ static int run_ranks(int np, const char *args, int limit_s, char *out, size_t si
              "timeout -k 5 %d %s --allow-run-as-root --oversubscribe --bind-to none -np %d %s rank %s 2>&1",
              limit_s, mpirun, np, self, args);
     double t0 = now_seconds();
-    FILE *p = popen(cmd, "r");
-    size_t o = 0;
-    out[0] = 0;
-    if (!p) return -1;
-    while (o + 1 < size && fgets(out + o, (int)(size - o), p)) o += strlen(out + o);
-    char sink[4096];
-    while (fgets(sink, sizeof sink, p)) {}
-    int st = pclose(p);
+    int rc = run_shell(cmd, out, size);
     *secs = now_seconds() - t0;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    return rc;
 }
 
 static void print_indented(const char *out) {
@@ -533,17 +458,6 @@ static double file_diff(const char *a, const char *b, int *n_tensors) {
     return sr > 0 ? sqrt(se / sr) : -1;
 }
 
-static int run_shell(const char *cmd, char *out, size_t size) {
-    FILE *p = popen(cmd, "r");
-    size_t o = 0;
-    out[0] = 0;
-    if (!p) return -1;
-    while (o + 1 < size && fgets(out + o, (int)(size - o), p)) o += strlen(out + o);
-    char sink[4096];
-    while (fgets(sink, sizeof sink, p)) {}
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
 
 // Images [3, 7) of each batch (the last, of 4, keeps 1).
 static int share_3_4(int whole, int *first, void *arg) {
@@ -655,9 +569,7 @@ static void forced_matches(int gpu) {
     Trainer a, b;
     if (trainer_init(&a, &cfg, 1, gpu, &err) || trainer_init(&b, &cfg, 1, gpu, &err)) { CHECK(0, "%s", err.msg); return; }
     static float tg[MAX_T * 6];
-    int nt = 0;
-    for (int r = 0; r < n_targets; r++)
-        if (targets[6 * r] < 8) memcpy(tg + 6 * nt++, targets + 6 * r, 6 * sizeof(float));
+    int nt = micro_targets(targets, n_targets, 0, 8, tg);   // the rows of the first 8 images
     for (int i = 0; i < 3; i++) {
         LossOut la, lb;
         procs_force(0);

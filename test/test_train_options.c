@@ -10,6 +10,7 @@
 
 #include "cfg/config.h"
 #include "core/train.h"
+#include "io/image.h"
 #include "io/synth.h"
 #include "test/synth_run.h"
 
@@ -151,25 +152,34 @@ static void adam_check(const char *name, int l2) {
 static void test_adam(void) { adam_check("Adam", 1); }
 static void test_adamw(void) { adam_check("AdamW", 0); }
 
+// The run `name`_whole with `opts`, the same run stopped in epoch 1 after its first batch and resumed:
+// 1 when both wrote the same results.csv (a failed run or resume is a failed check too).
+static int stop_resume_same(const char *name, int n, char **opts) {
+    char whole[300], stopped[300];
+    snprintf(whole, sizeof whole, "%s_whole", name);
+    snprintf(stopped, sizeof stopped, "%s_stopped", name);
+    CHECK(train(whole, n, opts) == 0, "%s: the uninterrupted run failed", name);
+    setenv("YT_STOP_AFTER_STEPS", "3", 1);             // epoch 1, after its first batch
+    CHECK(train(stopped, n, opts) == 0, "%s: the stopped run failed", name);
+    unsetenv("YT_STOP_AFTER_STEPS");
+    static Config cfg;
+    Err err;
+    char r[4800], a[4900], b[4900];
+    snprintf(r, sizeof r, "resume=%s/%s", project, stopped);
+    char *ov[] = { r };
+    CHECK(config_load(NULL, 1, ov, &cfg, &err) == 0, "%s", err.msg);
+    CHECK(train_resume(&cfg, 1, ov) == 0, "%s: resume failed", name);
+    snprintf(a, sizeof a, "%s/%s/results.csv", project, whole);
+    snprintf(b, sizeof b, "%s/%s/results.csv", project, stopped);
+    return same_file(a, b);
+}
+
 // A run stopped mid-epoch under optimizer=AdamW resumes to the same results (the [m | v] block and the
 // step count are checkpointed); MuSGD stays YOLO26's.
 static void test_adam_resume(void) {
     if (!data_yaml[0] && make_data()) { CHECK(0, "no data"); return; }
     char *opts[] = { "optimizer=AdamW", "epochs=3", "lr0=0.001" };
-    CHECK(train("adamw_whole", 3, opts) == 0, "the uninterrupted run failed");
-    setenv("YT_STOP_AFTER_STEPS", "3", 1);             // epoch 1, after its first batch
-    CHECK(train("adamw_stopped", 3, opts) == 0, "the stopped run failed");
-    unsetenv("YT_STOP_AFTER_STEPS");
-    static Config cfg;
-    Err err;
-    char r[4500], a[4600], b[4600];
-    snprintf(r, sizeof r, "resume=%s/adamw_stopped", project);
-    char *ov[] = { r };
-    CHECK(config_load(NULL, 1, ov, &cfg, &err) == 0, "%s", err.msg);
-    CHECK(train_resume(&cfg, 1, ov) == 0, "resume failed");
-    snprintf(a, sizeof a, "%s/adamw_whole/results.csv", project);
-    snprintf(b, sizeof b, "%s/adamw_stopped/results.csv", project);
-    CHECK(same_file(a, b), "results.csv differs between the whole AdamW run and the resumed one");
+    CHECK(stop_resume_same("adamw", 3, opts), "results.csv differs between the whole AdamW run and the resumed one");
     char *musgd[] = { "optimizer=MuSGD" };
     CHECK(train("musgd", 1, musgd) != 0, "gelan with optimizer=MuSGD must be refused");
 }
@@ -183,20 +193,19 @@ static void test_rect_multi_scale(void) {
     char *both[] = { "rect=1", "multi_scale=1", "epochs=3" }, *rect[] = { "rect=1" }, *ms[] = { "multi_scale=1" };
     CHECK(train("rect", 1, rect) == 0 && exists("rect", "weights/last.safetensors"), "rect=1 did not train");
     CHECK(train("ms", 1, ms) == 0 && exists("ms", "weights/last.safetensors"), "multi_scale=1 did not train");
-    CHECK(train("both_whole", 3, both) == 0, "rect=1 multi_scale=1: the uninterrupted run failed");
-    setenv("YT_STOP_AFTER_STEPS", "3", 1);             // epoch 1, after its first batch
-    CHECK(train("both_stopped", 3, both) == 0, "the stopped run failed");
-    unsetenv("YT_STOP_AFTER_STEPS");
-    static Config cfg;
-    Err err;
-    char r[4500], a[4600], b[4600];
-    snprintf(r, sizeof r, "resume=%s/both_stopped", project);
-    char *ov[] = { r };
-    CHECK(config_load(NULL, 1, ov, &cfg, &err) == 0, "%s", err.msg);
-    CHECK(train_resume(&cfg, 1, ov) == 0, "resume failed");
-    snprintf(a, sizeof a, "%s/both_whole/results.csv", project);
-    snprintf(b, sizeof b, "%s/both_stopped/results.csv", project);
-    CHECK(same_file(a, b), "results.csv differs between the whole rect + multi_scale run and the resumed one");
+    // train_batch0.jpg shows the batch the model saw, after the resize (train.py plots imgs after
+    // interpolate): its 2 x 2 tiles of 4 images at the first batch's drawn size, for a seed whose
+    // first draw is not 64
+    int seed = 1, h = 64, w = 64, pw = 0, ph = 0;
+    for (; seed < 100 && h == 64; seed++) train_ms_shape(train_ms_size((uint64_t)seed, 0, 0, 64), 64, 64, &h, &w);
+    char seed_kv[32], pic[4700], *ms_seed[] = { "multi_scale=1", seed_kv };
+    snprintf(seed_kv, sizeof seed_kv, "seed=%d", seed - 1);
+    snprintf(pic, sizeof pic, "%s/ms_seed/train_batch0.jpg", project);
+    Err perr;
+    CHECK(train("ms_seed", 2, ms_seed) == 0 && image_probe(pic, &pw, &ph, &perr) == 0 && pw == 2 * w && ph == 2 * h,
+          "train_batch0.jpg is %d x %d, want the 4 images at the drawn %d x %d: %d x %d", pw, ph, w, h, 2 * w, 2 * h);
+    CHECK(stop_resume_same("both", 3, both), "results.csv differs between the whole rect + multi_scale run and the "
+          "resumed one");
     double v[4][14];
     CHECK(read_results("both_whole", v, 4) == 3 && v[2][1] > 0 && isfinite(v[2][1]), "3 epochs with finite losses");
     char *two[] = { "rect=1", "multi_scale=1", "device=cpu:2" };
