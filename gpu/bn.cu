@@ -174,8 +174,18 @@ __global__ void partial_sums_kernel(Map a, Map b, BnSaved p, double *part0, doub
 // lanes (the old kernel's 100-block grids left a 25,600-pixel map at 0.3-0.7 TB/s).
 enum { LANES = 32, RUN = 4, LANE_PIXELS = 8, LANE_MAX_PARTS = 2048, LANE_BX = 8 };
 
+static int lane_pixels() {   // YT_BN_LANE_PIXELS=P (bench/RESULTS.md's trials of P), read once
+    static int p = 0;
+    if (!p) {
+        const char *e = getenv("YT_BN_LANE_PIXELS");
+        int v = e ? atoi(e) : 0;
+        p = v >= LANE_PIXELS && v <= 4096 ? v : LANE_PIXELS;   // fewer would outgrow parts_for's workspace
+    }
+    return p;
+}
+
 static int lane_parts(size_t M) {
-    size_t g = (M + (size_t)LANES * LANE_PIXELS - 1) / ((size_t)LANES * LANE_PIXELS);
+    size_t per = (size_t)LANES * lane_pixels(), g = (M + per - 1) / per;
     return g < 1 ? 1 : g > LANE_MAX_PARTS ? LANE_MAX_PARTS : (int)g;
 }
 
@@ -251,13 +261,21 @@ lane_sums_kernel(Map a, Map b, BnSaved p, double *part0, double *part1) {
             for (int j = 0; j < V; j++) s0[j] += (double)e0[j], s1[j] += (double)e1[j];
         }
     }
+    // the block's lanes added as a fixed tree (lane l takes lane l + h for h = 16, 8, .., 1): five
+    // steps with every lane busy (lane 0 adding the 31 others alone was most of a short lane's time)
     for (int j = 0; j < V; j++) sh0[x + j] = s0[j], sh1[x + j] = s1[j];
-    __syncthreads();
+    for (int h = LANES / 2; h > 0; h /= 2) {
+        __syncthreads();
+        if (lane < h)
+            for (int j = 0; j < V; j++) {
+                sh0[x + j] += sh0[h * width + x + j];
+                sh1[x + j] += sh1[h * width + x + j];
+            }
+    }
     if (lane != 0 || c >= a.C) return;
     for (int j = 0; j < V; j++) {
-        for (int l = 1; l < LANES; l++) s0[j] += sh0[l * width + x + j], s1[j] += sh1[l * width + x + j];
-        part0[(size_t)(c + j) * gridDim.y + blockIdx.y] = s0[j];
-        part1[(size_t)(c + j) * gridDim.y + blockIdx.y] = s1[j];
+        part0[(size_t)(c + j) * gridDim.y + blockIdx.y] = sh0[x + j];
+        part1[(size_t)(c + j) * gridDim.y + blockIdx.y] = sh1[x + j];
     }
 }
 
