@@ -170,16 +170,18 @@ __global__ void partial_sums_kernel(Map a, Map b, BnSaved p, double *part0, doub
 // Block g holds lanes g·LANES .. +LANES-1 as its threadIdx.y and adds them in lane order into
 // partial (c, g). G depends on M alone and a thread's channels never change the order of a channel's
 // terms, so the sums do not depend on the GPU, on V, or on the map's storage.
-// LANE_PIXELS: a lane's pixels before G stops growing (at LANE_MAX_PARTS): small maps get many short
-// lanes (the old kernel's 100-block grids left a 25,600-pixel map at 0.3-0.7 TB/s).
-enum { LANES = 32, RUN = 4, LANE_PIXELS = 8, LANE_MAX_PARTS = 2048, LANE_BX = 8 };
+// LANE_PIXELS: a lane's pixels (until G reaches LANE_MAX_PARTS). 16 was the best of 8-128 over gelan-s
+// at batches 64 and 16 (bench/RESULTS.md): shorter lanes leave each thread too little work on the
+// large maps, longer ones too few blocks on the small maps. YT_BN_LANE_PIXELS=P sets it, to measure;
+// at least LANE_MIN_PIXELS, so that G stays within parts_for's workspace.
+enum { LANES = 32, RUN = 4, LANE_PIXELS = 16, LANE_MIN_PIXELS = 8, LANE_MAX_PARTS = 2048, LANE_BX = 8 };
 
-static int lane_pixels() {   // YT_BN_LANE_PIXELS=P (bench/RESULTS.md's trials of P), read once
-    static int p = 0;
+static int lane_pixels() {
+    static int p = 0;   // read once: the same grid for every launch (and graph) of the process
     if (!p) {
         const char *e = getenv("YT_BN_LANE_PIXELS");
         int v = e ? atoi(e) : 0;
-        p = v >= LANE_PIXELS && v <= 4096 ? v : LANE_PIXELS;   // fewer would outgrow parts_for's workspace
+        p = v >= LANE_MIN_PIXELS && v <= 4096 ? v : LANE_PIXELS;
     }
     return p;
 }
@@ -261,21 +263,15 @@ lane_sums_kernel(Map a, Map b, BnSaved p, double *part0, double *part1) {
             for (int j = 0; j < V; j++) s0[j] += (double)e0[j], s1[j] += (double)e1[j];
         }
     }
-    // the block's lanes added as a fixed tree (lane l takes lane l + h for h = 16, 8, .., 1): five
-    // steps with every lane busy (lane 0 adding the 31 others alone was most of a short lane's time)
+    // lane 0 adds the block's lanes in lane order (a five-step tree with every lane busy was slower:
+    // 749-791 against 782-802 images/s, bench/RESULTS.md)
     for (int j = 0; j < V; j++) sh0[x + j] = s0[j], sh1[x + j] = s1[j];
-    for (int h = LANES / 2; h > 0; h /= 2) {
-        __syncthreads();
-        if (lane < h)
-            for (int j = 0; j < V; j++) {
-                sh0[x + j] += sh0[h * width + x + j];
-                sh1[x + j] += sh1[h * width + x + j];
-            }
-    }
+    __syncthreads();
     if (lane != 0 || c >= a.C) return;
     for (int j = 0; j < V; j++) {
-        part0[(size_t)(c + j) * gridDim.y + blockIdx.y] = sh0[x + j];
-        part1[(size_t)(c + j) * gridDim.y + blockIdx.y] = sh1[x + j];
+        for (int l = 1; l < LANES; l++) s0[j] += sh0[l * width + x + j], s1[j] += sh1[l * width + x + j];
+        part0[(size_t)(c + j) * gridDim.y + blockIdx.y] = s0[j];
+        part1[(size_t)(c + j) * gridDim.y + blockIdx.y] = s1[j];
     }
 }
 
