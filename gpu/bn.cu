@@ -38,9 +38,12 @@ struct Sums {
     float *shift, *scale;    // (C): u = (z - shift) * scale + beta
 };
 
+static int lane_parts(size_t M);
+static bool lane_sums_on();
+
 static Sums sums_take(Device *dev, int C, size_t M) {
     Sums s;
-    s.G = parts_for(M);
+    s.G = lane_sums_on() ? lane_parts(M) : parts_for(M);
     s.part0 = (double *)scratch_take(dev, sizeof(double) * s.G * C);
     s.part1 = (double *)scratch_take(dev, sizeof(double) * s.G * C);
     s.mean = (double *)scratch_take(dev, sizeof(double) * C);
@@ -152,6 +155,121 @@ __global__ void partial_sums_kernel(Map a, Map b, BnSaved p, double *part0, doub
     if (threadIdx.y != 0 || c >= a.C) return;
     for (int j = 0; j < V; j++) {
         for (int t = 1; t < TILE_M; t++) s0[j] += sh0[t * width + x + j], s1[j] += sh1[t * width + x + j];
+        part0[(size_t)(c + j) * gridDim.y + blockIdx.y] = s0[j];
+        part1[(size_t)(c + j) * gridDim.y + blockIdx.y] = s1[j];
+    }
+}
+
+// The lane layout of the partial sums (the default; YT_BN_SUMS=old selects partial_sums_kernel above,
+// kept to measure one against the other). A channel's M pixels are dealt to G·LANES lanes: lane l
+// takes pixels l, l + S, l + 2S, ... (S = G·LANES), in that order, and adds their terms RUN at a time
+// in float before each addition to its double sums (a quarter of the double work and conversions of
+// the old kernel, whose double accumulators, small blocks and long pixel loops on small grids kept it
+// at 1.2 TB/s: bench/RESULTS.md). The gradient kinds take at most 4 channels a thread (their two maps
+// and the statistics in registers), the moments 8.
+// Block g holds lanes g·LANES .. +LANES-1 as its threadIdx.y and adds them in lane order into
+// partial (c, g). G depends on M alone and a thread's channels never change the order of a channel's
+// terms, so the sums do not depend on the GPU, on V, or on the map's storage.
+// LANE_PIXELS: a lane's pixels (until G reaches LANE_MAX_PARTS). 16 was the best of 8-128 over gelan-s
+// at batches 64 and 16 (bench/RESULTS.md): shorter lanes leave each thread too little work on the
+// large maps, longer ones too few blocks on the small maps. YT_BN_LANE_PIXELS=P sets it, to measure;
+// at least LANE_MIN_PIXELS, so that G stays within parts_for's workspace.
+enum { LANES = 32, RUN = 4, LANE_PIXELS = 16, LANE_MIN_PIXELS = 8, LANE_MAX_PARTS = 2048, LANE_BX = 8 };
+
+static int lane_pixels() {
+    static int p = 0;   // read once: the same grid for every launch (and graph) of the process
+    if (!p) {
+        const char *e = getenv("YT_BN_LANE_PIXELS");
+        int v = e ? atoi(e) : 0;
+        p = v >= LANE_MIN_PIXELS && v <= 4096 ? v : LANE_PIXELS;
+    }
+    return p;
+}
+
+static int lane_parts(size_t M) {
+    size_t per = (size_t)LANES * lane_pixels(), g = (M + per - 1) / per;
+    return g < 1 ? 1 : g > LANE_MAX_PARTS ? LANE_MAX_PARTS : (int)g;
+}
+
+static bool lane_sums_on() {
+    static int on = -1;   // read once: the same choice for every launch (and graph) of the process
+    if (on < 0) {
+        const char *e = getenv("YT_BN_SUMS");
+        on = !(e && strcmp(e, "old") == 0);
+    }
+    return on;
+}
+
+// One pixel's two terms for V channels: (z - k, (z - k)²) for MOMENTS; (du, du·xhat) otherwise.
+template <SumKind KIND, int V> struct LaneTerms {
+    float k[V], mean[V], invstd[V], gamma[V], beta[V];
+    __device__ void init(Map a, BnSaved p, int c) {
+        if constexpr (KIND == MOMENTS) {
+            load_channels<V>(a, c, k);
+        } else {
+            for (int j = 0; j < V; j++) {
+                mean[j] = p.mean[c + j], invstd[j] = p.invstd[c + j];
+                if (KIND == SILU_GRAD) gamma[j] = p.gamma[c + j], beta[j] = p.beta[c + j];
+            }
+        }
+    }
+    __device__ void terms(const float (&v)[V], const float (&g)[V], float (&t0)[V], float (&t1)[V]) const {
+        for (int j = 0; j < V; j++) {
+            if (KIND == MOMENTS) {
+                float e = __fsub_rn(v[j], k[j]);
+                t0[j] = e, t1[j] = __fmul_rn(e, e);
+            } else {
+                float d = g[j], xhat = __fmul_rn(__fsub_rn(v[j], mean[j]), invstd[j]);
+                if (KIND == SILU_GRAD)   // u = bn_affine(v): xhat·gamma + beta, rounded as there
+                    d = silu_grad(__fadd_rn(__fmul_rn(xhat, gamma[j]), beta[j]), d);
+                t0[j] = d, t1[j] = __fmul_rn(d, xhat);
+            }
+        }
+    }
+};
+
+template <SumKind KIND, int V>
+__global__ void __launch_bounds__(LANE_BX * LANES, 2)
+lane_sums_kernel(Map a, Map b, BnSaved p, double *part0, double *part1) {
+    extern __shared__ double sh[];   // (2, LANES, blockDim.x·V)
+    int width = blockDim.x * V, x = threadIdx.x * V, c = blockIdx.x * width + x, lane = threadIdx.y;
+    double *sh0 = sh + lane * width, *sh1 = sh + (LANES + lane) * width;
+    size_t M = (size_t)a.N * a.H * a.W, S = (size_t)gridDim.y * LANES;
+    double s0[V] = {}, s1[V] = {};
+    if (c < a.C) {
+        LaneTerms<KIND, V> t;
+        t.init(a, p, c);
+        size_t m = blockIdx.y * (size_t)LANES + lane;
+        float v[RUN][V], g[RUN][V];
+        for (; m + (RUN - 1) * S < M; m += RUN * S) {   // RUN pixels' loads in flight, then their terms
+            for (int r = 0; r < RUN; r++) {
+                load_channels<V>(a, (m + r * S) * a.ld + c, v[r]);
+                if (KIND != MOMENTS) load_channels<V>(b, (m + r * S) * b.ld + c, g[r]);
+            }
+            float f0[V], f1[V];
+            t.terms(v[0], g[0], f0, f1);
+            for (int r = 1; r < RUN; r++) {
+                float e0[V], e1[V];
+                t.terms(v[r], g[r], e0, e1);
+                for (int j = 0; j < V; j++) f0[j] = __fadd_rn(f0[j], e0[j]), f1[j] = __fadd_rn(f1[j], e1[j]);
+            }
+            for (int j = 0; j < V; j++) s0[j] += (double)f0[j], s1[j] += (double)f1[j];
+        }
+        for (; m < M; m += S) {   // the lane's last pixels, one at a time
+            load_channels<V>(a, m * a.ld + c, v[0]);
+            if (KIND != MOMENTS) load_channels<V>(b, m * b.ld + c, g[0]);
+            float e0[V], e1[V];
+            t.terms(v[0], g[0], e0, e1);
+            for (int j = 0; j < V; j++) s0[j] += (double)e0[j], s1[j] += (double)e1[j];
+        }
+    }
+    // lane 0 adds the block's lanes in lane order (a five-step tree with every lane busy was slower:
+    // 749-791 against 782-802 images/s, bench/RESULTS.md)
+    for (int j = 0; j < V; j++) sh0[x + j] = s0[j], sh1[x + j] = s1[j];
+    __syncthreads();
+    if (lane != 0 || c >= a.C) return;
+    for (int j = 0; j < V; j++) {
+        for (int l = 1; l < LANES; l++) s0[j] += sh0[l * width + x + j], s1[j] += sh1[l * width + x + j];
         part0[(size_t)(c + j) * gridDim.y + blockIdx.y] = s0[j];
         part1[(size_t)(c + j) * gridDim.y + blockIdx.y] = s1[j];
     }
@@ -331,6 +449,16 @@ static int sums_width(Map a, Map b) {
 
 template <SumKind K, int V>
 static void partial_sums(Device *dev, Map a, Map b, BnSaved p, Sums *s) {
+    if constexpr (K == MOMENTS || V <= 4) {   // channel_sums gives the gradient kinds V <= 4 here
+        if (lane_sums_on()) {
+            int groups = (a.C + V - 1) / V, bx = groups < LANE_BX ? groups : LANE_BX;
+            dim3 grid((groups + bx - 1) / bx, s->G), block(bx, LANES);
+            size_t shared = 2 * sizeof(double) * LANES * bx * V;
+            lane_sums_kernel<K, V><<<grid, block, shared, dev->stream>>>(a, b, p, s->part0, s->part1);
+            checkLaunch(dev);
+            return;
+        }
+    }
     int groups = (a.C + V - 1) / V, bx = groups < TILE_C ? groups : TILE_C;
     dim3 grid((groups + bx - 1) / bx, s->G), block(bx, TILE_M);
     size_t shared = 2 * sizeof(double) * TILE_M * bx * V;
@@ -342,6 +470,7 @@ static void partial_sums(Device *dev, Map a, Map b, BnSaved p, Sums *s) {
 template <SumKind K>
 static void channel_sums(Device *dev, Map a, Map b, BnSaved p, Sums *s) {
     int v = sums_width(a, K == MOMENTS ? a : b);
+    if (K != MOMENTS && v == 8 && lane_sums_on()) v = 4;
     if (v == 8) partial_sums<K, 8>(dev, a, b, p, s);
     else if (v == 4) partial_sums<K, 4>(dev, a, b, p, s);
     else if (v == 2) partial_sums<K, 2>(dev, a, b, p, s);
