@@ -2,6 +2,7 @@
 #include "core/comm.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +80,19 @@ void comm_sum_doubles(double *p, size_t n) {
 void comm_allgather(const void *mine, void *all, size_t bytes) {
     if (ops && size_ > 1) ops->allgather(mine, all, bytes);
     else memcpy(all, mine, bytes);
+}
+
+void *comm_allgatherv(const void *mine, size_t n, size_t *bytes) {
+    int P = ops ? size_ : 1;
+    uint64_t n64 = n, *all64 = xmalloc(sizeof(uint64_t) * P);   // the counts first
+    comm_allgather(&n64, all64, sizeof n64);
+    size_t total = 0;
+    for (int r = 0; r < P; r++) bytes[r] = all64[r], total += bytes[r];
+    free(all64);
+    char *all = xmalloc(total + 1);
+    if (ops && size_ > 1) ops->allgatherv(mine, all, bytes);
+    else if (n) memcpy(all, mine, n);
+    return all;
 }
 
 void comm_bcast(void *p, size_t bytes) { if (ops && size_ > 1) ops->bcast(p, bytes); }

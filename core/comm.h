@@ -20,6 +20,8 @@ typedef struct {
     void (*sum_floats)(float *p, size_t n);
     // all (size x bytes) := every rank's `mine`, in rank order
     void (*allgather)(const void *mine, void *all, size_t bytes);
+    // all := every rank's `mine` (bytes[r] from rank r, any sizes), back to back in rank order
+    void (*allgatherv)(const void *mine, void *all, const size_t *bytes);
     void (*bcast)(void *p, size_t bytes);                 // from rank 0
     void (*barrier)(void);
     void (*abort)(int code) __attribute__((noreturn));    // every rank ends
@@ -38,6 +40,9 @@ int  comm_launched(void);
 void comm_sum_floats(float *p, size_t n);
 void comm_sum_doubles(double *p, size_t n);   // in rank order, the same doubles on every rank
 void comm_allgather(const void *mine, void *all, size_t bytes);
+// Every rank's n bytes at mine (n may differ between ranks), back to back in rank order, in a new buffer
+// (free it) that every rank gets; bytes (comm_size() of them) receives each rank's n. One process: a copy.
+void *comm_allgatherv(const void *mine, size_t n, size_t *bytes);
 void comm_bcast(void *p, size_t bytes);
 void comm_barrier(void);
 // Print "yolotrain: rank R (host H): MESSAGE" on stderr and end every rank (MPI_Abort, after the hook

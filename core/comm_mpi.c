@@ -39,7 +39,7 @@ static void finalize(void) {
     we_init = 0;
 }
 
-// Counts of MPI calls are ints: chunks of at most 256M floats.
+// Counts of MPI calls are ints: chunks of at most 256M floats (or bytes).
 enum { CHUNK = 1 << 28 };
 
 // A reduce-scatter then an all-gather, by hand so the sum is in rank order and every rank ends with
@@ -74,6 +74,17 @@ static void allgather(const void *mine, void *all, size_t bytes) {
     MPI_Allgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, MPI_COMM_WORLD);
 }
 
+// Each rank's block broadcast from it in turn, in chunks of at most CHUNK bytes (MPI counts are ints).
+static void allgatherv(const void *mine, void *all, const size_t *bytes) {
+    char *at = all;
+    for (int r = 0; r < size_; r++) {
+        if (r == rank_ && bytes[r]) memcpy(at, mine, bytes[r]);
+        for (size_t o = 0; o < bytes[r]; o += CHUNK)
+            MPI_Bcast(at + o, (int)(bytes[r] - o < CHUNK ? bytes[r] - o : CHUNK), MPI_BYTE, r, MPI_COMM_WORLD);
+        at += bytes[r];
+    }
+}
+
 static void bcast(void *p, size_t bytes) { MPI_Bcast(p, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD); }
 static void barrier(void) { MPI_Barrier(MPI_COMM_WORLD); }
 
@@ -82,7 +93,8 @@ static __attribute__((noreturn)) void abort_all(int code) {
     exit(code);
 }
 
-const CommOps comm_mpi = { "mpi", init, finalize, sum_floats, allgather, bcast, barrier, abort_all };
+const CommOps comm_mpi = { "mpi", init, finalize, sum_floats, allgather, allgatherv, bcast, barrier,
+                          abort_all };
 #else
 typedef int comm_mpi_not_built;   // an empty file is not C
 #endif

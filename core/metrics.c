@@ -123,6 +123,44 @@ void metrics_stats_merge(MetricsStats *into, const MetricsStats *from) {
     into->images += from->images;
 }
 
+void metrics_stats_write(const MetricsStats *s, FILE *f) {
+    int head[5] = { s->nc, s->n, s->images, s->n_cm, s->no_confusion };
+    fwrite(head, sizeof head, 1, f);
+    if (s->n) {
+        fwrite(s->tp, sizeof *s->tp, s->n, f);
+        fwrite(s->conf, sizeof *s->conf, s->n, f);
+        fwrite(s->cls, sizeof *s->cls, s->n, f);
+    }
+    fwrite(s->nt, sizeof *s->nt, s->nc, f);
+    if (s->n_cm) fwrite(s->cm, sizeof *s->cm, s->n_cm, f);
+}
+
+int metrics_stats_read(MetricsStats *s, int nc, FILE *f) {
+    int head[5];
+    metrics_stats_init(s, nc);
+    if (fread(head, sizeof head, 1, f) != 1 || head[0] != nc || head[1] < 0 || head[3] < 0) {
+        metrics_stats_free(s);
+        return -1;
+    }
+    int n = head[1], ncm = head[3];
+    s->images = head[2];
+    s->no_confusion = head[4];
+    s->tp = xmalloc(sizeof *s->tp * (n + 1));
+    s->conf = xmalloc(sizeof *s->conf * (n + 1));
+    s->cls = xmalloc(sizeof *s->cls * (n + 1));
+    s->cm = xmalloc(sizeof *s->cm * (ncm + 1));
+    s->n = s->cap = n;
+    s->n_cm = s->cap_cm = ncm;
+    int ok = fread(s->tp, sizeof *s->tp, n, f) == (size_t)n && fread(s->conf, sizeof *s->conf, n, f) == (size_t)n &&
+             fread(s->cls, sizeof *s->cls, n, f) == (size_t)n && fread(s->nt, sizeof *s->nt, nc, f) == (size_t)nc &&
+             fread(s->cm, sizeof *s->cm, ncm, f) == (size_t)ncm;
+    for (int j = 0; ok && j < n; j++) ok = s->cls[j] >= 0 && s->cls[j] < nc;   // what is indexed by them
+    for (int j = 0; ok && j < ncm; j++) ok = s->cm[j].pred >= 0 && s->cm[j].pred <= nc && s->cm[j].truth >= 0 &&
+                                             s->cm[j].truth <= nc;
+    if (!ok) metrics_stats_free(s);
+    return ok ? 0 : -1;
+}
+
 // ---- AP ------------------------------------------------------------------------------------
 
 static double linspace_at(int i, int n) { return i == n - 1 ? 1.0 : i * (1.0 / (n - 1)); }   // np.linspace(0,1,n)

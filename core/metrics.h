@@ -46,6 +46,11 @@ void metrics_stats_add(MetricsStats *s, const Det *det, int nd, const Det *gt, i
 
 // Append the images of `from` (same nc) after those of `into`, as if added to it in that order.
 void metrics_stats_merge(MetricsStats *into, const MetricsStats *from);
+// s as bytes for another process (a validation pass shared by processes, core/val.c), and back:
+// metrics_stats_read initialises s from what metrics_stats_write wrote; 0, or -1 (s freed) when f ends
+// early or holds other than nc classes.
+void metrics_stats_write(const MetricsStats *s, FILE *f);
+int  metrics_stats_read(MetricsStats *s, int nc, FILE *f);
 
 typedef struct {
     int     nc, images, instances;

@@ -308,7 +308,9 @@ static void draw_results(const Config *cfg, RunState *rs, int epoch) {
     else if (epoch >= 0) train_tb_picture(&rs->tb, rs->dir, "results.png", epoch);
 }
 
-// 1 when a signal stopped the validation (nothing written: the caller saves the state before it).
+// In every process: the next epoch's loss weights and the validation (several processes share it); then
+// rank 0 logs and saves. 1 when a signal (in any process) stopped the validation: nothing written, the
+// caller saves the state before it.
 static int end_epoch(Config *cfg, Trainer *t, RunState *rs, int epoch, const Running *r) {
     Err err;
     char path[CFG_PATH * 2 + 64];
@@ -322,6 +324,8 @@ static int end_epoch(Config *cfg, Trainer *t, RunState *rs, int epoch, const Run
     vo.plots_dir = !cfg->noplots && (epoch == cfg->epochs - 1 || (cfg->patience > 0 && epoch - rs->best_epoch >=
                    cfg->patience)) ? rs->dir : NULL;
     vo.stop = &stop_requested;                         // a signal ends the pass within a batch
+    vo.rank = comm_rank();                             // several processes: each runs its share of the batches
+    vo.ranks = comm_size();
     fault_signal_at("val");
     ValResult v = { 0 };
     // noval: train.py's `if not noval or final_epoch`; an epoch not validated logs zeros (its results
@@ -330,7 +334,13 @@ static int end_epoch(Config *cfg, Trainer *t, RunState *rs, int epoch, const Run
     int skip = cfg->noval && epoch != cfg->epochs - 1;
     int vrc = skip ? 0 : val_evaluate_ema(t, rs->val, &vo, &v, &err);   // the EMA weights, on every device
     if (skip) vo.picture_dir = NULL;
+    // a stop in any process stops all: the pass told every process of one during it; this, of one since
+    if (procs_active() && procs_any(stop_requested) && !stop_requested) stop_requested = SIGTERM;
     if (vrc && stop_requested) return 1;
+    if (!procs_writer()) {                             // rank 0 logs and saves
+        if (!vrc) val_result_free(&v);
+        return 0;
+    }
     if (vrc) { fprintf(stderr, "yolotrain: validation failed: %s\n", err.msg); memset(&v, 0, sizeof v); }
     for (int k = 0; vo.picture_dir && !vrc && k < 2; k++)
         train_tb_picture(&rs->tb, rs->dir, k ? "val_batch0_pred.jpg" : "val_batch0_labels.jpg", epoch);
@@ -500,12 +510,13 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
             multi_gather_state(t->multi);              // sharded: EMA, momentum into device 0 before saving
         }
         int in_loop = stop_requested != 0;
-        int ended = in_loop ? 1 : procs_writer() ? end_epoch(cfg, t, rs, epoch, &r) : 0;
-        if (procs_active()) {                          // rank 0 validated and saved: its outcome for all
+        int ended = in_loop ? 1 : end_epoch(cfg, t, rs, epoch, &r);   // every process validates
+        if (procs_active()) {                          // rank 0 saved: its outcome for all
             int v[2] = { ended, rs->best_epoch };
             comm_bcast(v, sizeof v);
             ended = v[0];
             rs->best_epoch = v[1];
+            if (procs_any(stop_requested) && !stop_requested) stop_requested = SIGTERM;   // a signal since
         }
         if (ended > 0 && !procs_writer()) goto done;   // rank 0 saves where the run stands
         if (ended > 0) {                               // mid-epoch or mid-validation: save where we are;

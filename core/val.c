@@ -1,6 +1,7 @@
 // val.c: one validation pass (YOLOv9 val.py run() during and after training): rect batches, forward in
 // evaluation mode on one or several models (a thread each), val losses, per-image detections, boxes
-// back to original pixels, matching, then AP over the batches merged in order.
+// back to original pixels, matching, then AP over the batches merged in order. The batches may also be
+// shared by the processes of a run (ValOptions.ranks), each running its own on its models.
 // Legend: N images per batch, S load size, H,W a batch's shape, A anchors, nc classes, D detections.
 #include "core/val.h"
 
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/comm.h"
 #include "core/infer_devices.h"
 #include "core/loss.h"
 #include "core/loss26.h"
@@ -78,10 +80,12 @@ typedef struct {              // the pass, shared by the model threads
     const ValOptions *o;
     ValPlan          plan;
     BatchOut        *out;
-    int              next, max_h, max_w, failed;
+    int              next, step, max_h, max_w, failed, stopped;   // next batch of this process's, its stride
     Err              err;
     double           t_pre, t_infer, t_loss, t_nms, t_metrics, t_plots;   // seconds each stage took (summed)
     int              dev_nms, dev_loss;   // batches done on the device
+    int              ran;                 // batches this process ran
+    int             *ran_by;              // (ranks) several processes: the batches each ran
     ValSave          save;                // save_json / save_txt (under mu)
     pthread_mutex_t  mu;
 } Pass;
@@ -277,11 +281,12 @@ static void batch_stats(Worker *w, Slot *s) {
     s->matched = 1;
 }
 
-// The next batch of the pass, or -1 (none left, a failure, a stop signal).
+// The next batch of this process's share of the pass, or -1 (none left, a failure, a stop signal).
 static int claim_batch(Pass *p) {
     pthread_mutex_lock(&p->mu);
     int stop = p->o->stop && *p->o->stop;
-    int b = p->failed || stop || p->next == p->plan.n_batches ? -1 : p->next++;
+    int b = p->failed || stop || p->next >= p->plan.n_batches ? -1 : p->next;
+    if (b >= 0) p->next += p->step;
     pthread_mutex_unlock(&p->mu);
     return b;
 }
@@ -349,6 +354,7 @@ static void run_batch(Worker *w, Slot *s) {
     p->t_infer += w->t_infer; p->t_nms += w->t_nms; p->t_loss += t_loss;
     if (rc && !p->failed) p->failed = 1, p->err = err;
     p->dev_nms += s->dev_ok; p->dev_loss += w->vloss_ok && p->o->losses;
+    p->ran++;
     pthread_mutex_unlock(&p->mu);
     if (!rc && !s->dev_ok) batch_stats(w, s);   // it reads w->head, which the next batch overwrites
 }
@@ -469,8 +475,104 @@ static void run_workers(Pass *p, int n) {
     free(w); free(th);
 }
 
+// ---- a pass shared by the processes of a run (ValOptions.ranks > 1) ------------------------
+// Each process ran its batches (b % ranks == rank); then every process learns every process's outcome
+// (one collective, reached whatever happened), and when all went well gets every batch's results (a
+// second), so finish() merges them in batch order in every process, as one process would.
+
+typedef struct {              // one process's outcome, to every process
+    int    failed, stopped, ran, dev_nms, dev_loss;
+    double t[6];              // t_pre, t_infer, t_loss, t_nms, t_metrics, t_plots
+    char   host[64], msg[512];
+} Outcome;
+
+// A failure anywhere is every process's, with the first failing process's message; a stop anywhere
+// stops all; the stage seconds and device counts are added in rank order (the Speed line's).
+static void share_outcome(Pass *p) {
+    int P = p->o->ranks, first = -1;
+    Outcome mine = { p->failed, p->stopped, p->ran, p->dev_nms, p->dev_loss,
+                     { p->t_pre, p->t_infer, p->t_loss, p->t_nms, p->t_metrics, p->t_plots }, "", "" },
+            *all = xcalloc(P, sizeof *all);
+    snprintf(mine.host, sizeof mine.host, "%s", comm_host());
+    if (p->failed) snprintf(mine.msg, sizeof mine.msg, "%.500s", p->err.msg);
+    comm_allgather(&mine, all, sizeof mine);
+    double t[6] = { 0 };
+    p->ran_by = xcalloc(P, sizeof *p->ran_by);
+    p->dev_nms = p->dev_loss = 0;
+    for (int r = 0; r < P; r++) {
+        for (int k = 0; k < 6; k++) t[k] += all[r].t[k];
+        p->dev_nms += all[r].dev_nms; p->dev_loss += all[r].dev_loss;
+        p->ran_by[r] = all[r].ran;
+        p->stopped |= all[r].stopped;
+        if (all[r].failed && first < 0) first = r;
+    }
+    p->t_pre = t[0]; p->t_infer = t[1]; p->t_loss = t[2]; p->t_nms = t[3]; p->t_metrics = t[4]; p->t_plots = t[5];
+    if (first >= 0) {
+        p->failed = 1;
+        err_set(&p->err, "validation failed in process %d of %d (host %s): %s", first, P, all[first].host,
+                all[first].msg);
+    }
+    free(all);
+}
+
+// This process's batches as bytes: for each, its number, loss items and stats.
+static char *pack_batches(const Pass *p, size_t *n) {
+    char *buf = NULL;
+    FILE *f = open_memstream(&buf, n);
+    if (!f) die("validation: no memory for the results of %d batches", p->ran);
+    for (int b = p->o->rank; b < p->plan.n_batches; b += p->step) {
+        const BatchOut *o = &p->out[b];
+        double loss[3] = { o->box, o->cls, o->dfl };
+        fwrite(&b, sizeof b, 1, f);
+        fwrite(loss, sizeof loss, 1, f);
+        metrics_stats_write(&o->st, f);
+    }
+    if (fclose(f)) die("validation: no memory for the results of %d batches", p->ran);
+    return buf;
+}
+
+// Rank r's batches from its bytes into p->out; 0, or -1 when they are short.
+static int unpack_batches(Pass *p, int r, const char *bytes, size_t n) {
+    FILE *f = n ? fmemopen((void *)bytes, n, "rb") : NULL;
+    int rc = 0, nc = p->models[0]->nc;
+    for (int b = r; !rc && b < p->plan.n_batches; b += p->step) {
+        BatchOut *o = &p->out[b];
+        int got = -1;
+        double loss[3];
+        metrics_stats_free(&o->st);
+        if (!f || fread(&got, sizeof got, 1, f) != 1 || got != b || fread(loss, sizeof loss, 1, f) != 1 ||
+            metrics_stats_read(&o->st, nc, f)) rc = -1;
+        else o->box = loss[0], o->cls = loss[1], o->dfl = loss[2];
+    }
+    if (f) fclose(f);
+    return rc;
+}
+
+// Every process's batches into p->out of every process. Each reads the same bytes (its own too), so
+// all go on or all fail.
+static void share_batches(Pass *p) {
+    int P = p->o->ranks;
+    size_t n, at = 0, *bytes = xcalloc(P, sizeof *bytes);
+    char *mine = pack_batches(p, &n), *all = comm_allgatherv(mine, n, bytes);
+    for (int r = 0; r < P && !p->failed; at += bytes[r++])
+        if (unpack_batches(p, r, all + at, bytes[r]))
+            p->failed = 1, err_set(&p->err, "validation: the results of process %d of %d came short (%zu bytes)", r, P,
+                                   bytes[r]);
+    free(mine); free(all); free(bytes);
+}
+
+// Which process ran how many batches (rank order).
+static void print_shares(const Pass *p, FILE *f) {
+    fprintf(f, "Validation shared by %d processes: batches", p->o->ranks);
+    for (int r = 0; r < p->o->ranks; r++) fprintf(f, "%s%d", r ? " + " : " ", p->ran_by[r]);
+    fprintf(f, " of %d\n", p->plan.n_batches);
+}
+
+static int pass_writer(const ValOptions *o) { return o->ranks < 2 || o->rank == 0; }
+
 static void finish(Pass *p, int nb, ValResult *r, double t0) {
     const ValOptions *o = p->o;
+    int writer = pass_writer(o);              // several processes: rank 0 prints and draws
     MetricsStats st;
     metrics_stats_init(&st, p->models[0]->nc);
     for (int b = 0; b < nb; b++) {            // batch order: the numbers do not depend on the threads
@@ -478,18 +580,18 @@ static void finish(Pass *p, int nb, ValResult *r, double t0) {
         r->box += p->out[b].box; r->cls += p->out[b].cls; r->dfl += p->out[b].dfl;
     }
     if (nb) r->box /= nb, r->cls /= nb, r->dfl /= nb;
-    r->dev_nms = p->dev_nms; r->dev_loss = p->dev_loss;
+    r->dev_nms = p->dev_nms; r->dev_loss = p->dev_loss; r->ran = p->ran;
     double tm = now_seconds();
     metrics_compute(&st, &r->m);
     p->t_metrics += now_seconds() - tm;       // ap_per_class belongs to the metrics phase
     r->fitness = metrics_fitness(&r->m);
-    if (o->plots_dir) {
+    if (o->plots_dir && writer) {
         double tp = now_seconds();
         plots_validation(&st, p->ds->names, o->plots_dir);
         p->t_plots += now_seconds() - tp;
     }
     r->seconds = now_seconds() - t0;
-    if (o->out) {
+    if (o->out && writer) {
         metrics_print(&r->m, p->ds->names, o->verbose, o->out);
         double per = 1e3 / (st.images ? st.images : 1);
         // each stage's own time (the device's by its timers); loading and matching overlap the device's work
@@ -500,28 +602,41 @@ static void finish(Pass *p, int nb, ValResult *r, double t0) {
                 "at shape (%d, 3, %d, %d)%s; %.1fms per image all in\n", p->t_pre * per, p->t_infer * per,
                 p->t_loss * per, p->t_nms * per, p->models[0]->end2end ? "top-k" : "NMS", p->t_metrics * per, plots,
                 o->batch, p->max_h, p->max_w, o->rect ? " (largest rect batch)" : "", r->seconds * per);
+        if (o->ranks > 1) print_shares(p, o->out);
     }
     metrics_stats_free(&st);
 }
 
+// This process's batches on its n models (every batch when it is alone).
+static void run_pass(Pass *p, int n) {
+    const ValOptions *o = p->o;
+    plan_pass(p, n);
+    p->out = xcalloc(p->plan.n_batches + 1, sizeof *p->out);
+    int saving = o->save_json || o->save_txt;
+    if (saving && val_save_open(&p->save, o->save_dir ? o->save_dir : ".", o->save_json, o->save_txt, &p->err)) p->failed = 1;
+    if (!p->failed) run_workers(p, n);
+    if (saving && val_save_close(&p->save, p->failed ? &(Err){ { 0 } } : &p->err)) p->failed = 1;
+}
+
 int val_evaluate_models(Model *const *models, int n, const Dataset *ds, const ValOptions *o, ValResult *r, Err *err) {
     memset(r, 0, sizeof *r);
-    if (n < 1 || check_sizes(models, n, o, err)) return n < 1 ? err_set(err, "validation: no model") : -1;
     double t0 = now_seconds();
-    Pass p = { .models = models, .ds = ds, .o = o };
+    int ranks = o->ranks > 1 ? o->ranks : 1;
+    Pass p = { .models = models, .ds = ds, .o = o, .next = ranks > 1 ? o->rank : 0, .step = ranks };
     pthread_mutex_init(&p.mu, NULL);
-    plan_pass(&p, n);
-    p.out = xcalloc(p.plan.n_batches + 1, sizeof *p.out);
-    int saving = o->save_json || o->save_txt;
-    if (saving && val_save_open(&p.save, o->save_dir ? o->save_dir : ".", o->save_json, o->save_txt, &p.err)) p.failed = 1;
-    if (!p.failed) run_workers(&p, n);
-    if (saving && val_save_close(&p.save, p.failed ? &(Err){ { 0 } } : &p.err)) p.failed = 1;
+    if (n < 1) p.failed = 1, err_set(&p.err, "validation: no model");
+    else if (check_sizes(models, n, o, &p.err)) p.failed = 1;
+    else run_pass(&p, n);
+    p.stopped = o->stop && *o->stop;
+    if (ranks > 1) share_outcome(&p);         // reached by every process, whatever happened in it
+    if (ranks > 1 && !p.failed && !p.stopped) share_batches(&p);
     int rc = p.failed ? -1 : 0;
     if (rc) *err = p.err;
-    else if (o->stop && *o->stop) rc = err_set(err, "validation stopped by a signal");
+    else if (p.stopped) rc = err_set(err, "validation stopped by a signal");
     else finish(&p, p.plan.n_batches, r, t0);
     for (int b = 0; b < p.plan.n_batches; b++) metrics_stats_free(&p.out[b].st);
     free(p.out);
+    free(p.ran_by);
     val_plan_free(&p.plan);
     pthread_mutex_destroy(&p.mu);
     return rc;

@@ -33,8 +33,12 @@ typedef struct {
     const char *plots_dir;    // where the confusion matrix and the PR/F1/P/R curves go (core/plots.h); NULL: none
     const volatile int *stop; // non-NULL and set (a signal, during training): no new batch starts,
                               //   and the pass returns -1 with "stopped" in err
-    const char *save_dir; // save_json / save_txt write there (core/val_save.c)
+    const char *save_dir; // save_json / save_txt write there (core/val_save.c); a pass of one process
     int        save_json, save_txt;
+    int        rank, ranks;   // a pass shared by the processes of a run (core/comm.h; ranks > 1): this one
+                          // runs batches b with b % ranks == rank (rank 0 has batch 0, the pictures'), then
+                          // every process gets every batch's results and the same ValResult; only rank 0
+                          // prints and draws. Every process must call with the same options. 0, 0: alone
     int        host_post; // 1: decode, NMS and losses on the host even for a model on a device (tests);
                           // 0: on the device through the backend when it can (the same detections)
 } ValOptions;
@@ -45,6 +49,7 @@ typedef struct {
     double  box, cls, dfl;   // mean over batches of the loss items (0 unless losses)
     double  seconds;      // wall time of the whole evaluation
     int     dev_nms, dev_loss;   // batches whose detections / losses the device computed
+    int     ran;          // batches this process ran (all of them when it is alone)
 } ValResult;
 
 // Defaults from a config: batch cfg->batch, cfg->workers, cfg->imgsz, rect with pad 0.5,
@@ -62,6 +67,8 @@ int  val_evaluate(Model *m, const Dataset *ds, const ValOptions *o, ValResult *r
 // order, so r is what val_evaluate on models[0] gives, bit for bit (test_val). One exception: a batch
 // whose padded shape does not fit a single image into some model's arenas (a model built for one image
 // of imgsz) gets pad 0 instead, so the shapes then depend on the models.
+// With o->ranks > 1 every process of the run calls it: a failure or a stop in any process is every
+// process's (-1, err naming the process that failed), so none waits for another.
 int  val_evaluate_models(Model *const *models, int n, const Dataset *ds, const ValOptions *o, ValResult *r,
                          Err *err);
 // The EMA weights of a trainer (core/val_ema.c): one device, t->m runs with state = t->ema; several

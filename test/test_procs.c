@@ -5,7 +5,8 @@
 // rank; three whole steps leave the weights, EMA and momentum of that device, the same bit for bit on
 // every rank (so every rank clipped by the same factor); processes that disagree on the configuration or
 // the dataset are refused with the keys named; a rank that is killed, or that fails, ends every rank
-// within seconds (no hang), named. Each mpirun runs under `timeout`.
+// within seconds (no hang), named; a validation shared by the processes gives one process's numbers bit
+// for bit, and a failure or a stop in one rank ends the pass in every rank. Each mpirun runs under `timeout`.
 #include "test/test.h"
 #include "test/synth_batch.h"
 #include "test/trainer_host.h"
@@ -19,6 +20,7 @@
 #include "core/comm.h"
 #include "core/multi.h"
 #include "core/procs.h"
+#include "core/val.h"
 #include "io/image.h"
 #include "io/loader.h"
 #include "io/safetensors.h"
@@ -130,18 +132,19 @@ static int all_sizes(const Trainer *t, int M, int n_local, int *all) {
     return M * comm_size();
 }
 
-// The same floats on every rank: rank 0's, broadcast, against this rank's.
-static int same_everywhere(const float *p, size_t n) {
-    float *r0 = xmalloc(n * sizeof(float));
-    memcpy(r0, p, n * sizeof(float));
-    comm_bcast(r0, n * sizeof(float));
-    int same = !memcmp(r0, p, n * sizeof(float));
+// The same bytes on every rank: rank 0's, broadcast, against this rank's.
+static int same_bytes_everywhere(const void *p, size_t n) {
+    char *r0 = xmalloc(n + 1);
+    memcpy(r0, p, n);
+    comm_bcast(r0, n);
+    int same = !memcmp(r0, p, n);
     free(r0);
     int all[64], ok = 1;
     comm_allgather(&same, all, sizeof same);
     for (int r = 0; r < comm_size(); r++) ok &= all[r];
     return ok;
 }
+static int same_everywhere(const float *p, size_t n) { return same_bytes_everywhere(p, n * sizeof(float)); }
 
 static void rank_equivalence(const Case *c) {
     static Config cfg;
@@ -289,6 +292,128 @@ static void rank_fault(const char *how) {
     trainer_free(&t);
 }
 
+// ---- validation shared by the processes ----------------------------------------------------------
+
+// The numbers of a validation, bit for bit: 1 when a and b are the same.
+static int same_val(const ValResult *a, const ValResult *b) {
+    const Metrics *x = &a->m, *y = &b->m;
+    double u[8] = { x->mp, x->mr, x->map50, x->map, a->fitness, a->box, a->cls, a->dfl },
+           v[8] = { y->mp, y->mr, y->map50, y->map, b->fitness, b->box, b->cls, b->dfl };
+    int same = !memcmp(u, v, sizeof u) && x->images == y->images && x->instances == y->instances && x->k == y->k;
+    for (int c = 0; same && c < x->k; c++)
+        same = x->cls[c] == y->cls[c] && !memcmp(&x->p[c], &y->p[c], sizeof(double)) && !memcmp(&x->r[c], &y->r[c],
+               sizeof(double)) && !memcmp(&x->ap50[c], &y->ap50[c], sizeof(double)) && !memcmp(&x->ap[c], &y->ap[c],
+               sizeof(double));
+    return same;
+}
+
+// This rank's trainer on cpu:M and the val split of the dataset in dir.
+static int val_trainer(const char *dir, int M, Config *cfg, Trainer *t, Dataset *ds) {
+    Err err;
+    char data[4200];
+    snprintf(data, sizeof data, "data=%s/data.yaml", dir);
+    if (load_cfg(cfg, 8, "device0", "local", data)) { RCHECK(0, "config"); return -1; }
+    DatasetOptions opt = { .quiet = 1 };
+    if (dataset_open(NULL, cfg, "val", &opt, ds, &err)) { RCHECK(0, "%s", err.msg); return -1; }
+    config_set_nc(cfg, ds->nc);
+    DeviceList devs;
+    char spec[16];
+    snprintf(spec, sizeof spec, "cpu:%d", M);
+    if (procs_agree(cfg, 0, 0, M, &err) || parse_devices(spec, 0, &devs, &err) ||
+        trainer_init_devices(t, cfg, 1, &devs, &err)) {
+        RCHECK(0, "%s", err.msg);
+        dataset_free(ds);
+        return -1;
+    }
+    return 0;
+}
+
+// The EMA of this rank's trainer validated by every process (each its batches b % P == rank on its cpu:M);
+// rank 0 then validates it alone. Every rank gets what one process gets, bit for bit: P, R, mAP50,
+// mAP50-95 (overall and per class), the losses; and the same confusion matrix, curves and batch-0
+// pictures on rank 0; each rank ran its share of the batches.
+static void rank_val(const char *dir, int M) {
+    static Config cfg;
+    Trainer t;
+    Dataset ds;
+    if (val_trainer(dir, M, &cfg, &t, &ds)) return;
+    for (size_t k = 0; k < t.m.n_state; k++) t.ema[k] = t.m.state[k] * 0.9f;   // the EMA, not the weights
+    char shared[4300], alone[4300];
+    snprintf(shared, sizeof shared, "%s/shared", dir);
+    snprintf(alone, sizeof alone, "%s/alone", dir);
+    if (comm_rank() == 0) RCHECK(!make_dirs(shared) && !make_dirs(alone), "cannot make %s", shared);
+    ValOptions o = val_options(&cfg);
+    o.out = NULL; o.nms.conf_thres = 0; o.batch = 1; o.workers = 1;   // 11 batches
+    o.rank = comm_rank(); o.ranks = comm_size();
+    o.picture_dir = o.plots_dir = shared;               // rank 0 draws (batch 0 is its)
+    ValResult r, one;
+    Err err;
+    int rc = val_evaluate_ema(&t, &ds, &o, &r, &err), P = comm_size(), nb = (ds.n + o.batch - 1) / o.batch;
+    RCHECK(rc == 0, "%s", err.msg);
+    if (!rc) {
+        double key[8] = { r.m.mp, r.m.mr, r.m.map50, r.m.map, r.fitness, r.box, r.cls, r.dfl };
+        RCHECK(same_bytes_everywhere(key, sizeof key), "the processes got other numbers");
+        int mine = (nb - comm_rank() + P - 1) / P, ran[64];
+        comm_allgather(&r.ran, ran, sizeof r.ran);
+        RCHECK(r.ran == mine && r.m.images == ds.n, "ran %d batches (%d expected), %d images", r.ran, mine, r.m.images);
+        if (comm_rank() == 0) {
+            printf("    %d processes x cpu:%d: %d images in %d batches, run", P, M, ds.n, nb);
+            for (int k = 0; k < P; k++) printf("%s%d", k ? " + " : " ", ran[k]);
+            printf("; P %.6f R %.6f mAP50 %.6f mAP50-95 %.6f, val losses %.6g %.6g %.6g\n", r.m.mp, r.m.mr, r.m.map50,
+                   r.m.map, r.box, r.cls, r.dfl);
+        }
+    }
+    if (comm_rank() == 0 && !rc) {
+        o.rank = o.ranks = 0;
+        o.picture_dir = o.plots_dir = alone;
+        if (val_evaluate_ema(&t, &ds, &o, &one, &err)) RCHECK(0, "alone: %s", err.msg);
+        else {
+            RCHECK(same_val(&r, &one), "not what one process gets: mAP50 %.17g vs %.17g, cls loss %.17g vs %.17g",
+                   r.m.map50, one.m.map50, r.cls, one.cls);
+            RCHECK(r.m.mp > 0 && r.m.map50 > 0 && r.cls > 0, "nothing to compare: P %g mAP50 %g", r.m.mp, r.m.map50);
+            RCHECK(one.ran == nb, "alone: %d batches of %d", one.ran, nb);
+            const char *files[] = { "confusion_matrix.png", "PR_curve.png", "val_batch0_labels.jpg", "val_batch0_pred.jpg" };
+            for (int k = 0; k < 4; k++) {
+                char a[4400], b[4400];
+                snprintf(a, sizeof a, "%s/%s", shared, files[k]);
+                snprintf(b, sizeof b, "%s/%s", alone, files[k]);
+                RCHECK(same_file(a, b), "%s differs from one process's (or is missing)", files[k]);
+            }
+            val_result_free(&one);
+        }
+    }
+    if (!rc) val_result_free(&r);
+    trainer_free(&t);
+    dataset_free(&ds);
+}
+
+// A pass that fails (another imgsz) or is stopped (its stop flag) in rank 1 only: every rank returns -1 at
+// once, the failure named with rank 1.
+static void rank_val_fault(const char *dir, const char *how) {
+    static Config cfg;
+    Trainer t;
+    Dataset ds;
+    if (val_trainer(dir, 1, &cfg, &t, &ds)) return;
+    static volatile int stop;
+    int r1 = comm_rank() == 1, fail = !strcmp(how, "fail");
+    ValOptions o = val_options(&cfg);
+    o.out = NULL; o.batch = 2; o.workers = 1;
+    o.rank = comm_rank(); o.ranks = comm_size();
+    if (r1 && fail) o.imgsz = 96;                      // more than the model's plan: refused in rank 1
+    stop = r1 && !fail;
+    o.stop = &stop;
+    ValResult r;
+    Err err;
+    int rc = val_evaluate_ema(&t, &ds, &o, &r, &err);
+    RCHECK(rc == -1, "rank %d: the pass went on", comm_rank());
+    if (rc && fail) RCHECK(strstr(err.msg, "process 1 of") && strstr(err.msg, "imgsz"), "%s", err.msg);
+    if (rc && !fail) RCHECK(strstr(err.msg, "stopped"), "%s", err.msg);
+    if (rc && comm_rank() == 0) printf("    %s in rank 1: every rank: %s\n", how, err.msg);
+    if (!rc) val_result_free(&r);
+    trainer_free(&t);
+    dataset_free(&ds);
+}
+
 static int rank_main(int argc, char **argv) {
     Err err;
     if (comm_init(&err)) { printf("rank ?: FAIL: %s\n", err.msg); return 1; }
@@ -302,6 +427,10 @@ static int rank_main(int argc, char **argv) {
         rank_disagree(argv[3]);
     } else if (!strcmp(what, "fault") && argc >= 4) {
         rank_fault(argv[3]);
+    } else if (!strcmp(what, "val") && argc >= 5) {
+        rank_val(argv[3], atoi(argv[4]));
+    } else if (!strcmp(what, "valfault") && argc >= 5) {
+        rank_val_fault(argv[3], argv[4]);
     } else {
         printf("rank %d: FAIL: unknown case %s\n", comm_rank(), what);
         rank_failed = 1;
@@ -435,6 +564,87 @@ static void test_dead_rank_stops_all(void) {
     }
 }
 
+// Labels the model finds: the first 3 detections of each image, as a one-device validation of the
+// ranks' trainer writes them (save_txt), replace its labels, so the shared passes have true positives to
+// count (at its initial weights the model finds none of the synthetic shapes). 0, or -1.
+static int val_labels_from_model(const char *dir) {
+    static Config cfg;
+    Trainer t;
+    Dataset ds;
+    Err err;
+    char data[4200], pred[4300];
+    snprintf(data, sizeof data, "data=%s/data.yaml", dir);
+    snprintf(pred, sizeof pred, "%s/pred", dir);
+    DatasetOptions opt = { .quiet = 1 };
+    if (load_cfg(&cfg, 8, "device0", "local", data) || dataset_open(NULL, &cfg, "val", &opt, &ds, &err)) return -1;
+    config_set_nc(&cfg, ds.nc);
+    if (trainer_init(&t, &cfg, 1, -1, &err)) { printf("    %s\n", err.msg); dataset_free(&ds); return -1; }
+    for (size_t k = 0; k < t.m.n_state; k++) t.ema[k] = t.m.state[k] * 0.9f;   // as rank_val
+    ValOptions o = val_options(&cfg);
+    o.out = NULL; o.nms.conf_thres = 0; o.batch = 2; o.workers = 1;
+    o.save_txt = 1; o.save_dir = pred;
+    ValResult r;
+    int rc = val_evaluate_ema(&t, &ds, &o, &r, &err);
+    if (rc) printf("    %s\n", err.msg);
+    else val_result_free(&r);
+    for (int i = 0; !rc && i < ds.n; i++) {
+        const char *slash = strrchr(ds.s[i].label, '/');
+        char from[4500], line[256];
+        snprintf(from, sizeof from, "%s/labels%s", pred, slash);
+        FILE *f = fopen(from, "r"), *g = fopen(ds.s[i].label, "w");
+        for (int k = 0; f && g && k < 3 && fgets(line, sizeof line, f); k++) fputs(line, g);
+        rc = !f || !g ? -1 : 0;
+        if (f) fclose(f);
+        if (g) fclose(g);
+    }
+    trainer_free(&t);
+    dataset_free(&ds);
+    return rc;
+}
+
+// A synthetic dataset for the validation cases: n_val images of 64-120 px (several rect shapes) labelled
+// by the model, in test_tmpdir(tag)/synth; 0 with its path in dir, or -1.
+static int val_data(const char *tag, int n_train, int n_val, char *dir, size_t size) {
+    SynthConfig sc = synth_defaults();
+    sc.n_train = n_train; sc.n_val = n_val; sc.min_side = 64; sc.max_side = 120; sc.threads = 1;
+    snprintf(dir, size, "%s/synth", test_tmpdir(tag));
+    Err err;
+    if (synth_generate(dir, &sc, &err)) { printf("    %s\n", err.msg); return -1; }
+    return val_labels_from_model(dir);
+}
+
+static void val_ranks(int np, const char *args) {
+    char out[1 << 15];
+    double secs;
+    int rc = run_ranks(np, args, 300, out, sizeof out, &secs);
+    print_indented(out);
+    CHECK(rc == 0 && strstr(out, "ranks: all passed"), "mpirun -np %d %s: status %d after %.0f s", np, args, rc, secs);
+}
+
+// Validation shared by 2 processes x cpu:1 and cpu:2, and by 3 x cpu:1: one process's numbers, bit for bit.
+static void test_validation_shared(void) {
+    if (!have_mpirun()) SKIP("%s", skip_why);
+    char dir[4300], args[4400];
+    if (val_data("val", 2, 11, dir, sizeof dir)) { CHECK(0, "synthetic data"); return; }
+    const int np[3] = { 2, 2, 3 }, M[3] = { 1, 2, 1 };
+    for (int k = 0; k < 3; k++) {
+        snprintf(args, sizeof args, "val %s %d", dir, M[k]);
+        val_ranks(np[k], args);
+    }
+}
+
+// A validation that fails or is stopped in one process ends the pass in every process (no hang).
+static void test_validation_fault_everywhere(void) {
+    if (!have_mpirun()) SKIP("%s", skip_why);
+    char dir[4300], args[4400];
+    if (val_data("val", 2, 11, dir, sizeof dir)) { CHECK(0, "synthetic data"); return; }
+    const char *how[] = { "fail", "stop" };
+    for (int k = 0; k < 2; k++) {
+        snprintf(args, sizeof args, "valfault %s %s", dir, how[k]);
+        val_ranks(3, args);
+    }
+}
+
 // Relative L2 difference of every F32 tensor of two safetensors files; -1 when one cannot be read.
 static double file_diff(const char *a, const char *b, int *n_tensors) {
     SafeTensors x, y;
@@ -560,6 +770,68 @@ static void test_training_run(void) {
     CHECK(rc3 == 2 && strstr(out, "trained by 2 processes"), "resume as one process: status %d: %s", rc3, out);
 }
 
+// mpirun -np 2 of ./yolotrain with args; rank_env (NULL: none) set in rank 1 only. Its status.
+static int run_two(const char *args, const char *rank_env, char *out, size_t size) {
+    char cmd[24000];
+    snprintf(cmd, sizeof cmd, "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+             "OMPI_MCA_btl_vader_single_copy_mechanism=none OPENBLAS_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 "
+             "timeout -k 5 300 %s --allow-run-as-root --oversubscribe --bind-to none -np 2 sh -c 'if [ "
+             "\"$OMPI_COMM_WORLD_RANK\" = 1 ]; then export %s; fi; exec ./yolotrain \"$@\"' sh %s 2>&1", mpirun,
+             rank_env ? rank_env : "YT_NONE=1", args);
+    return run_shell(cmd, out, size);
+}
+
+// Whole runs of 2 epochs, validated: `mpirun -np 2 ./yolotrain ... device=cpu` shares each validation
+// (rank 1 runs 2 of its 4 batches, said on rank 0's output) and writes what one process on cpu:2 writes:
+// results.csv byte for byte (the metrics and val losses of every epoch among its columns), the same
+// val_batch0 pictures, confusion matrix and PR curve. SIGTERM in rank 1 alone as the first validation
+// starts stops both processes there (rank 0 saves); resumed as 2 processes, the run ends as the others.
+static void test_training_validation(void) {
+    if (!have_mpirun()) SKIP("%s", skip_why);
+    if (access("./yolotrain", X_OK)) SKIP("./yolotrain is not built (make builds it before the tests)");
+    char dir[4300], runs[4400], common[9000], cmd[16000], out[1 << 16];
+    if (val_data("run-val", 12, 40, dir, sizeof dir)) { CHECK(0, "synthetic data"); return; }
+    snprintf(runs, sizeof runs, "%s/runs", dir);
+    // batch 6: 3 images per device (the evaluation's rect shapes fit them), 4 val batches of 12
+    snprintf(common, sizeof common, "cfg/t.ini data=%s/data.yaml project=%s imgsz=64 batch=6 epochs=2 workers=1 seed=3",
+             dir, runs);
+    snprintf(cmd, sizeof cmd, "OPENBLAS_NUM_THREADS=1 timeout -k 5 300 ./yolotrain %s name=one device=cpu:2 2>&1", common);
+    int rc1 = run_shell(cmd, out, sizeof out);
+    CHECK(rc1 == 0, "one process: status %d:\n%s", rc1, out);
+    snprintf(cmd, sizeof cmd, "%s name=two device=cpu", common);
+    int rc2 = run_two(cmd, NULL, out, sizeof out);
+    const char *shared = "Validation shared by 2 processes: batches 2 + 2 of 4", *second = strstr(out, shared);
+    second = second ? strstr(second + 1, shared) : NULL;
+    CHECK(rc2 == 0 && second, "two processes: status %d, validation not shared at both epochs:\n%s", rc2, out);
+    const char *files[] = { "results.csv", "val_batch0_labels.jpg", "val_batch0_pred.jpg", "confusion_matrix.png",
+                            "PR_curve.png" };
+    for (int k = 0; k < 5; k++) {
+        char a[4500], b[4500];
+        snprintf(a, sizeof a, "%s/two/%s", runs, files[k]);
+        snprintf(b, sizeof b, "%s/one/%s", runs, files[k]);
+        CHECK(same_file(a, b), "%s differs from one process's (or is missing)", files[k]);
+    }
+    snprintf(cmd, sizeof cmd, "%s name=sig device=cpu", common);
+    int rc3 = run_two(cmd, "YT_SIGNAL_AT=val", out, sizeof out);
+    CHECK(rc3 == 0 && strstr(out, "stopped (signal) during the validation of epoch 0"), "a signal in rank 1 during "
+          "validation: status %d:\n%s", rc3, out);
+    snprintf(cmd, sizeof cmd, "resume=%s/sig", runs);
+    int rc4 = run_two(cmd, NULL, out, sizeof out);
+    char a[4500], b[4500];
+    snprintf(a, sizeof a, "%s/sig/results.csv", runs);
+    snprintf(b, sizeof b, "%s/one/results.csv", runs);
+    CHECK(rc4 == 0 && same_file(a, b), "resumed after the signal: status %d, results.csv %s:\n%s", rc4,
+          same_file(a, b) ? "the same" : "differs", out);
+    char csv[4500], line[1024] = "";
+    snprintf(csv, sizeof csv, "%s/two/results.csv", runs);
+    FILE *f = fopen(csv, "r");
+    for (int row = 0; f && row < 3 && fgets(line, sizeof line, f); row++) {}
+    if (f) fclose(f);
+    printf("    2 epochs as 2 processes x cpu (validation shared, batches 2 + 2), and stopped by SIGTERM in rank 1 "
+           "during validation then resumed, vs 1 process x cpu:2: results.csv, pictures and plots the same bytes; "
+           "last row:\n    %s", line);
+}
+
 // The several-process path with this process alone (procs_force: the normaliser through the host, the
 // sums of a communicator of one, NCCL's on a GPU) gives one process's 3 steps bit for bit.
 static void forced_matches(int gpu) {
@@ -630,6 +902,9 @@ int main(int argc, char **argv) {
     RUN(test_processes_without_images);
     RUN(test_disagreement_refused);
     RUN(test_dead_rank_stops_all);
+    RUN(test_validation_shared);
+    RUN(test_validation_fault_everywhere);
     RUN(test_training_run);
+    RUN(test_training_validation);
     return test_summary();
 }
