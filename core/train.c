@@ -51,6 +51,18 @@ static void on_signal(int sig) {
     stop_requested = sig;
 }
 
+// Several processes must stop at the same step, or one would wait in a collective for another that left:
+// each acts on the value agreed at a step's end (a signal in any process stops all), not on a signal
+// that lands after the agreement, which the next agreement sees. stop_agree is that agreement (one
+// process: the flag); stopping(agreed) is what the loop heads read.
+static int stop_agree(void) {
+    if (!procs_active()) return stop_requested != 0;
+    int any = procs_any(stop_requested);
+    if (any && !stop_requested) stop_requested = SIGTERM;
+    return any;
+}
+static int stopping(int agreed) { return procs_active() ? agreed : stop_requested != 0; }
+
 static void say_stopped(const char *dir, int epoch, int batch, const char *when) {
     printf("\nstopped (%s) %s epoch %d, batch %d: saved %s/weights/last.safetensors and last_state.safetensors; "
            "continue with: ./yolotrain resume=%s\n", stop_requested < 0 ? "YT_STOP_AFTER_STEPS" : "signal", when,
@@ -335,8 +347,8 @@ static int end_epoch(Config *cfg, Trainer *t, RunState *rs, int epoch, const Run
     int vrc = skip ? 0 : val_evaluate_ema(t, rs->val, &vo, &v, &err);   // the EMA weights, on every device
     if (skip) vo.picture_dir = NULL;
     // a stop in any process stops all: the pass told every process of one during it; this, of one since
-    if (procs_active() && procs_any(stop_requested) && !stop_requested) stop_requested = SIGTERM;
-    if (vrc && stop_requested) return 1;
+    int stopped = stopping(stop_agree());
+    if (vrc && stopped) return 1;
     if (!procs_writer()) {                             // rank 0 logs and saves
         if (!vrc) val_result_free(&v);
         return 0;
@@ -443,8 +455,8 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
     const Backend *be = t->m.be;
     if (t->m.on_device && be->host_pin) loader_pin_buffers(ld, &(LoaderPinning){ be->host_pin, be->host_unpin, NULL });   // async uploads
     printf("%11s%11s%11s%11s%11s%11s%11s\n", "Epoch", "mem", "box_loss", "cls_loss", "dfl_loss", "Instances", "Size");
-    int steps = 0;
-    for (int epoch = rs->start.epoch; epoch < cfg->epochs && !stop_requested; epoch++) {
+    int steps = 0, halt = 0;                        // halt: the processes' agreed stop (stop_agree)
+    for (int epoch = rs->start.epoch; epoch < cfg->epochs && !stopping(halt); epoch++) {
         int mosaic_on = epoch < cfg->epochs - cfg->close_mosaic;
         if (epoch && epoch == cfg->epochs - cfg->close_mosaic) printf("Closing dataloader mosaic\n");
         int i = epoch == rs->start.epoch ? rs->start.batch : 0;   // a resumed epoch goes on where it stopped
@@ -457,7 +469,7 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
         // Two batches in hand: the next one's upload runs on the GPUs' copy streams behind this step.
         Batch *b = NULL, *next = NULL;
         if (loader_next(ld, &b)) multi_prefetch(t, b->images, b->n, b->h, b->w);
-        for (t->t.data += now_seconds() - tw; !stop_requested && b; b = next, i++) {
+        for (t->t.data += now_seconds() - tw; !stopping(halt) && b; b = next, i++) {
             tw = now_seconds();
             if (loader_next(ld, &next)) multi_prefetch(t, next->images, next->n, next->h, next->w);
             else next = NULL;
@@ -498,7 +510,8 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
             loader_release(ld, b);                     // the step has waited for its copies on the GPU
             progress(cfg, t, epoch, &r, inst, size, i + 1, nb, now_seconds() - t0, images, 0);
             if (rs->stop_after > 0 && steps == rs->stop_after) stop_requested = -1;
-            if (procs_active() && procs_any(stop_requested) && !stop_requested) stop_requested = SIGTERM;   // all at once
+            halt = stop_agree();                       // several processes: all at once
+            fault_signal_at("agreed");                 // (tests: a signal just after the agreement)
         }
         if (b) loader_release(ld, b);                  // stopped with the next batch in hand: resume remakes it
         progress(cfg, t, epoch, &r, inst, size, i, nb, now_seconds() - t0, images, 1);
@@ -509,14 +522,14 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
             if (dev_csv) fclose(dev_csv);
             multi_gather_state(t->multi);              // sharded: EMA, momentum into device 0 before saving
         }
-        int in_loop = stop_requested != 0;
+        int in_loop = stopping(halt);
         int ended = in_loop ? 1 : end_epoch(cfg, t, rs, epoch, &r);   // every process validates
         if (procs_active()) {                          // rank 0 saved: its outcome for all
             int v[2] = { ended, rs->best_epoch };
             comm_bcast(v, sizeof v);
             ended = v[0];
             rs->best_epoch = v[1];
-            if (procs_any(stop_requested) && !stop_requested) stop_requested = SIGTERM;   // a signal since
+            halt = stop_agree();                       // a signal since
         }
         if (ended > 0 && !procs_writer()) goto done;   // rank 0 saves where the run stands
         if (ended > 0) {                               // mid-epoch or mid-validation: save where we are;
@@ -530,7 +543,7 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
         if (ended < 0 || (procs_writer() && save_state(t, rs, epoch + 1, 0, &(Running){ 0 }))) { rc = 1; goto done; }
         fail.saved_epoch = epoch + 1;
         fail.saved_batch = 0;
-        if (stop_requested && epoch + 1 < cfg->epochs) {   // while checkpointing: those files are whole
+        if (stopping(halt) && epoch + 1 < cfg->epochs) {   // while checkpointing: those files are whole
             if (procs_writer()) say_stopped(dir, epoch + 1, 0, "at the start of");
             goto done;
         }

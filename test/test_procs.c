@@ -822,6 +822,18 @@ static void test_training_validation(void) {
     snprintf(b, sizeof b, "%s/one/results.csv", runs);
     CHECK(rc4 == 0 && same_file(a, b), "resumed after the signal: status %d, results.csv %s:\n%s", rc4,
           same_file(a, b) ? "the same" : "differs", out);
+    // SIGTERM in rank 1 just after the step-end agreement not to stop: both still take the next step,
+    // agree there and stop together (acting on the flag itself, rank 1 left the loop while rank 0 went
+    // into the next step's collectives, and both hung until the timeout)
+    snprintf(cmd, sizeof cmd, "%s name=late device=cpu", common);
+    int rc5 = run_two(cmd, "YT_SIGNAL_AT=agreed", out, sizeof out);
+    CHECK(rc5 == 0 && strstr(out, "stopped (signal) at epoch 0, batch 2"), "a signal in rank 1 just after a "
+          "step's agreement: status %d:\n%s", rc5, out);
+    snprintf(cmd, sizeof cmd, "resume=%s/late", runs);
+    int rc6 = run_two(cmd, NULL, out, sizeof out);
+    snprintf(a, sizeof a, "%s/late/results.csv", runs);
+    CHECK(rc6 == 0 && same_file(a, b), "resumed after the late signal: status %d, results.csv %s:\n%s", rc6,
+          same_file(a, b) ? "the same" : "differs", out);
     char csv[4500], line[1024] = "";
     snprintf(csv, sizeof csv, "%s/two/results.csv", runs);
     FILE *f = fopen(csv, "r");
