@@ -87,6 +87,7 @@ static void fixture_step(int gpu, int prec, double loss_rtol) {
     char path[4200], jpath[4200];
     snprintf(path, sizeof path, "%s/fixtures/gelan_s_step.safetensors", sh);
     snprintf(jpath, sizeof jpath, "%s/fixtures/gelan_s_step.json", sh);
+    if (access(path, R_OK) || access(jpath, R_OK)) SKIP("the fixture gelan_s_step is absent");
     static Config cfg;
     Err err;
     if (config_load("cfg/s.ini", 0, NULL, &cfg, &err)) { CHECK(0, "%s", err.msg); return; }

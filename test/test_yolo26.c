@@ -221,11 +221,10 @@ static void test_params(void) {
           before_detach);
     CHECK(hw == 8400 && m.strides[0] == 8 && m.strides[2] == 32, "%d anchors at 640; strides 8, 16, 32", hw);
     const char *sh = shared_dir();
-    if (sh) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s/fixtures/yolo26_s_step.safetensors", sh);
-        CHECK(model_load(&m, path, "param/", &err) == 0, "%s", err.msg);
-    }
+    char path[4200];
+    if (sh) snprintf(path, sizeof path, "%s/fixtures/yolo26_s_step.safetensors", sh);
+    if (sh && !access(path, R_OK)) CHECK(model_load(&m, path, "param/", &err) == 0, "%s", err.msg);
+    else printf("    the names against the fixture's: skipped (%s)\n", sh ? "its file is absent" : "../shared is absent");
     model_free(&m);
 }
 
@@ -273,6 +272,7 @@ static void fixture_step(int gpu, double map_rtol, double loss_rtol) {
     char path[4200], jpath[4200];
     snprintf(path, sizeof path, "%s/fixtures/yolo26_s_step.safetensors", sh);
     snprintf(jpath, sizeof jpath, "%s/fixtures/yolo26_s_step.json", sh);
+    if (access(path, R_OK) || access(jpath, R_OK)) SKIP("the fixture yolo26_s_step is absent");
     static Config cfg;
     Err err;
     if (config_load("cfg/yolo26s.ini", 0, NULL, &cfg, &err)) { CHECK(0, "%s", err.msg); return; }
