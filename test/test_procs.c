@@ -781,6 +781,22 @@ static int run_two(const char *args, const char *rank_env, char *out, size_t siz
     return run_shell(cmd, out, size);
 }
 
+// Run `common` as 2 processes in runs/name with rank_env in rank 1: it must stop saying `said`; resumed
+// as 2 processes, the run must end with the results.csv of one process on cpu:2 (runs/one).
+static void stopped_then_resumed(const char *common, const char *runs, const char *name, const char *rank_env,
+                                 const char *said, const char *what) {
+    char cmd[16000], out[1 << 16], a[4500], b[4500];
+    snprintf(cmd, sizeof cmd, "%s name=%s device=cpu", common, name);
+    int rc = run_two(cmd, rank_env, out, sizeof out);
+    CHECK(rc == 0 && strstr(out, said), "%s: status %d:\n%s", what, rc, out);
+    snprintf(cmd, sizeof cmd, "resume=%s/%s", runs, name);
+    rc = run_two(cmd, NULL, out, sizeof out);
+    snprintf(a, sizeof a, "%s/%s/results.csv", runs, name);
+    snprintf(b, sizeof b, "%s/one/results.csv", runs);
+    CHECK(rc == 0 && same_file(a, b), "%s, resumed: status %d, results.csv %s:\n%s", what, rc,
+          same_file(a, b) ? "the same" : "differs", out);
+}
+
 // Whole runs of 2 epochs, validated: `mpirun -np 2 ./yolotrain ... device=cpu` shares each validation
 // (rank 1 runs 2 of its 4 batches, said on rank 0's output) and writes what one process on cpu:2 writes:
 // results.csv byte for byte (the metrics and val losses of every epoch among its columns), the same
@@ -811,36 +827,20 @@ static void test_training_validation(void) {
         snprintf(b, sizeof b, "%s/one/%s", runs, files[k]);
         CHECK(same_file(a, b), "%s differs from one process's (or is missing)", files[k]);
     }
-    snprintf(cmd, sizeof cmd, "%s name=sig device=cpu", common);
-    int rc3 = run_two(cmd, "YT_SIGNAL_AT=val", out, sizeof out);
-    CHECK(rc3 == 0 && strstr(out, "stopped (signal) during the validation of epoch 0"), "a signal in rank 1 during "
-          "validation: status %d:\n%s", rc3, out);
-    snprintf(cmd, sizeof cmd, "resume=%s/sig", runs);
-    int rc4 = run_two(cmd, NULL, out, sizeof out);
-    char a[4500], b[4500];
-    snprintf(a, sizeof a, "%s/sig/results.csv", runs);
-    snprintf(b, sizeof b, "%s/one/results.csv", runs);
-    CHECK(rc4 == 0 && same_file(a, b), "resumed after the signal: status %d, results.csv %s:\n%s", rc4,
-          same_file(a, b) ? "the same" : "differs", out);
+    stopped_then_resumed(common, runs, "sig", "YT_SIGNAL_AT=val", "stopped (signal) during the validation of epoch 0",
+                         "a signal in rank 1 during validation");
     // SIGTERM in rank 1 just after the step-end agreement not to stop: both still take the next step,
     // agree there and stop together (acting on the flag itself, rank 1 left the loop while rank 0 went
     // into the next step's collectives, and both hung until the timeout)
-    snprintf(cmd, sizeof cmd, "%s name=late device=cpu", common);
-    int rc5 = run_two(cmd, "YT_SIGNAL_AT=agreed", out, sizeof out);
-    CHECK(rc5 == 0 && strstr(out, "stopped (signal) at epoch 0, batch 2"), "a signal in rank 1 just after a "
-          "step's agreement: status %d:\n%s", rc5, out);
-    snprintf(cmd, sizeof cmd, "resume=%s/late", runs);
-    int rc6 = run_two(cmd, NULL, out, sizeof out);
-    snprintf(a, sizeof a, "%s/late/results.csv", runs);
-    CHECK(rc6 == 0 && same_file(a, b), "resumed after the late signal: status %d, results.csv %s:\n%s", rc6,
-          same_file(a, b) ? "the same" : "differs", out);
+    stopped_then_resumed(common, runs, "late", "YT_SIGNAL_AT=agreed", "stopped (signal) at epoch 0, batch 2",
+                         "a signal in rank 1 just after a step's agreement");
     char csv[4500], line[1024] = "";
     snprintf(csv, sizeof csv, "%s/two/results.csv", runs);
     FILE *f = fopen(csv, "r");
     for (int row = 0; f && row < 3 && fgets(line, sizeof line, f); row++) {}
     if (f) fclose(f);
     printf("    2 epochs as 2 processes x cpu (validation shared, batches 2 + 2), and stopped by SIGTERM in rank 1 "
-           "during validation then resumed, vs 1 process x cpu:2: results.csv, pictures and plots the same bytes; "
+           "during validation or just after a step's agreement, then resumed, vs 1 process x cpu:2: results.csv, pictures and plots the same bytes; "
            "last row:\n    %s", line);
 }
 
