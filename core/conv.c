@@ -222,6 +222,7 @@ void conv_backward_cpu(const ConvDims *d, Map x, const float *w, Map dy, Map dx,
                        float *db, float *ws) {
     conv_check(d, x, dy, "conv_backward_cpu");
     conv_check(d, dx, dy, "conv_backward_cpu");
+    if (dx.data && dx.fresh) zero_map_cpu(dx);   // a first write: the sum lands on zeros (tensor.h)
     if (db) bias_grad(dy, db);
     size_t M = map_pixels(dy);
     if (conv_is_pointwise(d)) {

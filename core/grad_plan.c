@@ -5,6 +5,7 @@
 // Legend: B an owned buffer (a value with parent -1; slices share their parent's), T backward
 // time: node i runs at T = n_nodes - 1 - i; T = -1 is the loss, before any node.
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/model.h"
 
@@ -44,6 +45,99 @@ static size_t first_fit(Life **placed, int n_placed, const Life *l) {
     return at;
 }
 
+// ---- writes instead of additions ----------------------------------------------------------
+// A gradient buffer zeroed at the start of its life costs a pass over it, and the first op to add
+// into it reads those zeros back. Walking backward in time, plan_fresh_writes marks a node's write
+// "fresh" (Model.grad_fresh, bit FRESH_*) when it is the first to reach every channel of its region,
+// and then the op writes its sum instead of adding it (Map.fresh): 0 + s = s, the same value (a -0
+// sum stays -0 where the addition gave +0). A buffer still needs zeroing when some channel's first
+// write comes from an op that only adds (pooling, upsampling, attention, the depthwise conv, the
+// loss), when a write covers channels of which some were written and some not, or when a read
+// reaches a channel nothing wrote; then every write to it adds, as before. YT_GRAD_FRESH=0 plans
+// every write as an addition into zeroed buffers (the old plan, kept to compare against).
+typedef struct { int v, capable, bit; } Write;
+
+// The writes node i's backward makes (core/model_run.c node_backward and unit_backward), in order.
+static int node_writes(const Model *m, const Node *nd, Write w[3]) {
+    int conv = nd->op == OP_CONV || nd->op == OP_REPCONV, n = 0;
+    if (nd->op == OP_DETACH || (m->values[nd->in].no_grad && !conv)) return 0;
+    switch (nd->op) {
+    case OP_CONV: case OP_REPCONV:
+        if (m->values[nd->in].no_grad) return 0;    // weight gradients only
+        w[n++] = (Write){ nd->in, !unit_is_dw(&nd->cv), FRESH_IN };
+        if (nd->op == OP_REPCONV) w[n++] = (Write){ nd->in, !unit_is_dw(&nd->cv2), FRESH_IN_CV2 };
+        break;
+    case OP_COPY: w[n++] = (Write){ nd->in, 1, FRESH_IN }; break;
+    case OP_ADD:
+        w[n++] = (Write){ nd->in, 1, FRESH_IN };
+        w[n++] = (Write){ nd->in2, 1, FRESH_IN2 };
+        break;
+    default: w[n++] = (Write){ nd->in, 0, 0 }; break;   // pooling, upsampling, attention: they add
+    }
+    return n;
+}
+
+// How many of value v's channels `written` holds (written: a flag per channel of v's owner).
+static int written_count(const Model *m, char *const *written, int v) {
+    const Value *val = &m->values[v];
+    int o = owner(m, v), c0 = val->parent < 0 ? 0 : val->c0, k = 0;
+    for (int c = 0; c < val->C; c++) k += written[o][c0 + c];
+    return k;
+}
+
+static void mark_written(const Model *m, char **written, int v) {
+    const Value *val = &m->values[v];
+    int o = owner(m, v), c0 = val->parent < 0 ? 0 : val->c0;
+    for (int c = 0; c < val->C; c++) written[o][c0 + c] = 1;
+}
+
+// Plans Model.grad_fresh; returns which owned buffers still need zeroing (a flag per value).
+static char *plan_fresh_writes(Model *m) {
+    int nv = m->n_values, nn = m->n_nodes;
+    const char *e = getenv("YT_GRAD_FRESH");
+    int on = !(e && strcmp(e, "0") == 0);
+    char *needs_zero = xcalloc((size_t)nv, 1);
+    char **written = xcalloc((size_t)nv, sizeof *written);
+    for (int v = 0; v < nv; v++) {
+        needs_zero[v] = !on;
+        if (m->values[v].parent < 0) written[v] = xcalloc((size_t)m->values[v].C, 1);
+    }
+    free(m->grad_fresh);
+    m->grad_fresh = xcalloc((size_t)nn, 1);
+    for (int l = 0; l < m->n_levels; l++) {        // the loss adds into the head maps' gradients
+        int heads[2] = { m->head[l], m->n_aux ? m->aux[l] : -1 };
+        for (int k = 0; k < 2; k++)
+            if (heads[k] >= 0) needs_zero[owner(m, heads[k])] = 1, mark_written(m, written, heads[k]);
+    }
+    for (int i = nn - 1; i >= 0; i--) {            // backward time order
+        const Node *nd = &m->nodes[i];
+        Write w[3];
+        int nw = node_writes(m, nd, w);
+        int conv = nd->op == OP_CONV || nd->op == OP_REPCONV;
+        if (nd->op != OP_DETACH && (conv || !m->values[nd->in].no_grad)) {   // it reads dy (and OP_ATTN's dv)
+            int reads[2] = { nd->out, nd->out2 };
+            for (int k = 0; k < 2; k++)
+                if (reads[k] >= 0 && written_count(m, written, reads[k]) < m->values[reads[k]].C)
+                    needs_zero[owner(m, reads[k])] = 1;
+        }
+        for (int k = 0; k < nw; k++) {
+            int had = written_count(m, written, w[k].v), o = owner(m, w[k].v);
+            if (had == 0 && w[k].capable) m->grad_fresh[i] |= (unsigned char)w[k].bit;
+            else if (had < m->values[w[k].v].C) needs_zero[o] = 1;   // a first write that adds, or a partial one
+            mark_written(m, written, w[k].v);
+        }
+    }
+    for (int i = 0; i < nn; i++) {                 // into a zeroed buffer every write adds
+        Write w[3];
+        int nw = node_writes(m, &m->nodes[i], w);
+        for (int k = 0; k < nw; k++)
+            if (needs_zero[owner(m, w[k].v)]) m->grad_fresh[i] &= (unsigned char)~w[k].bit;
+    }
+    for (int v = 0; v < nv; v++) free(written[v]);
+    free(written);
+    return needs_zero;
+}
+
 void model_plan_grads(Model *m) {
     int nv = m->n_values, nn = m->n_nodes;
     Life *life = xcalloc((size_t)nv, sizeof *life);
@@ -77,22 +171,24 @@ void model_plan_grads(Model *m) {
         order[k]->offset = first_fit(order, k, order[k]);
         if (order[k]->offset + order[k]->floats > m->n_dact) m->n_dact = order[k]->offset + order[k]->floats;
     }
-    // offsets, and per backward time the buffers that start there (zeroed before their first use)
+    // offsets, and per backward time the buffers that start there and need zeroing before their first use
+    char *needs_zero = plan_fresh_writes(m);
     m->grad_offset = xcalloc((size_t)nv, sizeof *m->grad_offset);
     m->zero_first = xcalloc((size_t)nn + 2, sizeof *m->zero_first);
     m->zero_list = xmalloc(((size_t)n + 1) * sizeof *m->zero_list);
     for (int k = 0; k < n; k++) {
         m->grad_offset[order[k]->v] = order[k]->offset;
-        m->zero_first[order[k]->t0 + 2]++;        // counts at index t0 + 2, prefix-summed below
+        if (needs_zero[order[k]->v]) m->zero_first[order[k]->t0 + 2]++;   // counts at t0 + 2, prefix-summed below
     }
     for (int t = 0; t <= nn; t++) m->zero_first[t + 1] += m->zero_first[t];
     int *fill = xcalloc((size_t)nn + 1, sizeof *fill);
     for (int v = 0; v < nv; v++) {                // value order, so the lists do not depend on qsort
-        if (m->values[v].parent >= 0 || life[v].t1 < life[v].t0) continue;
+        if (m->values[v].parent >= 0 || life[v].t1 < life[v].t0 || !needs_zero[v]) continue;
         int t = life[v].t0 + 1;
         m->zero_list[m->zero_first[t] + fill[t]++] = v;
     }
     free(fill);
+    free(needs_zero);
     free(order);
     free(life);
 }
@@ -101,6 +197,8 @@ void model_free_grad_plan(Model *m) {
     free(m->grad_offset);
     free(m->zero_first);
     free(m->zero_list);
+    free(m->grad_fresh);
+    m->grad_fresh = NULL;
     m->grad_offset = NULL;
     m->zero_first = m->zero_list = NULL;
 }

@@ -49,6 +49,10 @@ typedef struct {
     int bf16;               // owned: stored as bfloat16 (core/act_plan.c); slices read their owner's
 } Value;
 
+// The gradient writes of a node's backward that Model.grad_fresh marks: into `in` (the conv unit
+// cv, the copy, the addition's first operand), RepConv's second unit cv2 into `in`, OP_ADD's `in2`.
+enum { FRESH_IN = 1, FRESH_IN_CV2 = 2, FRESH_IN2 = 4 };
+
 typedef enum {
     OP_CONV,      // conv (+ BN + SiLU when bn >= 0), or conv + bias (head outputs)
     OP_REPCONV,   // SiLU(BN(conv3x3 x) + BN(conv1x1 x)): RepConvN in training form
@@ -135,9 +139,11 @@ typedef struct Model {
     // activation gradients (core/grad_plan.c): an owned value's gradient sits at grad_offset[v] in
     // dact (n_dact floats), shared with gradients never live at the same time; the buffers whose
     // life starts at backward time T (node n_nodes-1-T; T = -1: the loss) are zero_list[zero_first[T+1]
-    // .. zero_first[T+2]), zeroed then
+    // .. zero_first[T+2]), zeroed then (those whose first writes all write instead of adding are not)
     size_t    *grad_offset, n_dact;
     int       *zero_first, *zero_list;
+    unsigned char *grad_fresh;     // per node, FRESH_* bits: which of its gradient writes are the first
+                                   // into buffers left unzeroed, so they write (=) instead of adding
     // recorded passes of training steps (model_run.c): the forward and the backward of each shape
     // (n, input h, w), replayed through Backend.rec_* once the shape was seen
     ModelRecording recs[MODEL_RECS];

@@ -16,7 +16,7 @@ static Map arena_view(const Model *m, float *base, int v, int n, int bf16) {
     const Value *val = &m->values[v];
     const Value *own = &m->values[val->parent < 0 ? v : val->parent];
     float *data = bf16 ? (float *)((uint16_t *)base + val->c0) : base + val->c0;
-    Map x = { data, n, m->vh[v], m->vw[v], val->C, own->C, bf16 };
+    Map x = { data, n, m->vh[v], m->vw[v], val->C, own->C, bf16, 0 };
     return x;
 }
 
@@ -104,10 +104,11 @@ static void bn_recompute(const Model *m, const ConvUnit *cu, Map z, Map u) {
 }
 
 // Backward of one conv unit given du (gradient at the BN output, or at the conv output without BN).
-static void unit_backward(Model *m, const ConvUnit *cu, int in, Map du, int n) {
+static void unit_backward(Model *m, const ConvUnit *cu, int in, Map du, int n, int fresh) {
     ConvDims d = unit_dims(m, cu, in, n);
     Map x = model_value(m, in, n), dx = model_grad(m, in, n), dz = du;
     if (m->values[in].no_grad) dx.data = NULL;   // no gradient for the images or detached features
+    dx.fresh = fresh;                             // the first write into an unzeroed buffer (grad_plan.c)
     if (cu->bn_w >= 0 && cu->b < 0 && !unit_is_dw(cu) && !cu->bn_frozen) {   // BN + conv, fused by the backend
         Map z = unit_z(m, cu, &d);
         const float *mean = m->stats + cu->stats;
@@ -137,10 +138,11 @@ static void unit_backward(Model *m, const ConvUnit *cu, int in, Map du, int n) {
 
 // Backward of a conv + BN + SiLU unit from dy at the SiLU output, fused by the backend (tmp_a and
 // tmp_b are its scratch for du and dz).
-static void unit_backward_silu(Model *m, const ConvUnit *cu, int in, Map dy, int n) {
+static void unit_backward_silu(Model *m, const ConvUnit *cu, int in, Map dy, int n, int fresh) {
     ConvDims d = unit_dims(m, cu, in, n);
     Map x = model_value(m, in, n), dx = model_grad(m, in, n), z = unit_z(m, cu, &d);
     if (m->values[in].no_grad) dx.data = NULL;   // no gradient for the images or detached features
+    dx.fresh = fresh;
     const float *mean = m->stats + cu->stats;
     BnSaved bn = { P(m, cu->bn_w), P(m, cu->bn_b), mean, mean + d.K, G(m, cu->bn_w), G(m, cu->bn_b) };
     m->be->conv_bn_silu_backward(m->be_ctx, &d, x, P(m, cu->w), z, &bn, dy, map_make(m->tmp_a, d.N, d.P, d.Q, d.K),
@@ -326,26 +328,27 @@ static void node_backward(Model *m, const Node *nd, int n) {
     if (m->values[nd->in].no_grad && !conv) return;  // nothing to pass back (grad_plan.c plans the same);
                                                      // convs still owe their weight gradients
     Map dy = model_grad(m, nd->out, n), x = model_value(m, nd->in, n), dx = model_grad(m, nd->in, n);
+    int fresh = m->grad_fresh[nd - m->nodes];     // which writes write instead of adding (grad_plan.c)
     {
         switch (nd->op) {
         case OP_CONV: case OP_REPCONV: {
-            if (!nd->act) { unit_backward(m, &nd->cv, nd->in, dy, n); break; }
+            if (!nd->act) { unit_backward(m, &nd->cv, nd->in, dy, n, fresh & FRESH_IN); break; }
             if (nd->op == OP_CONV && nd->cv.bn_w >= 0 && !unit_is_dw(&nd->cv) && !nd->cv.bn_frozen) {
-                unit_backward_silu(m, &nd->cv, nd->in, dy, n);
+                unit_backward_silu(m, &nd->cv, nd->in, dy, n, fresh & FRESH_IN);
                 break;
             }
             Map du = act_grad(m, nd, n);          // in tmp_a; unit_backward keeps dz in tmp_b
-            unit_backward(m, &nd->cv, nd->in, du, n);
-            if (nd->op == OP_REPCONV) unit_backward(m, &nd->cv2, nd->in, du, n);
+            unit_backward(m, &nd->cv, nd->in, du, n, fresh & FRESH_IN);
+            if (nd->op == OP_REPCONV) unit_backward(m, &nd->cv2, nd->in, du, n, fresh & FRESH_IN_CV2);
             break;
         }
         case OP_MAXPOOL:  be->maxpool_backward(ctx, x, nd->k, nd->stride, nd->pad, dy, dx); break;
         case OP_AVGPOOL:  be->avgpool_backward(ctx, nd->k, nd->stride, nd->pad, dy, dx); break;
         case OP_UPSAMPLE: be->upsample_backward(ctx, nd->k, dy, dx); break;
-        case OP_COPY:     be->accumulate_map(ctx, dy, dx); break;
+        case OP_COPY: (fresh & FRESH_IN ? be->copy_map : be->accumulate_map)(ctx, dy, dx); break;
         case OP_ADD:
-            be->accumulate_map(ctx, dy, dx);
-            be->accumulate_map(ctx, dy, model_grad(m, nd->in2, n));
+            (fresh & FRESH_IN ? be->copy_map : be->accumulate_map)(ctx, dy, dx);
+            (fresh & FRESH_IN2 ? be->copy_map : be->accumulate_map)(ctx, dy, model_grad(m, nd->in2, n));
             break;
         case OP_DETACH: break;
         case OP_ATTN: {

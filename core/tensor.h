@@ -9,10 +9,13 @@
 // bf16 = 1: the elements are bfloat16 (2 bytes each, same indexing) although `data` is typed float:
 // a GPU's activation storage under precision=bf16 (core/act_plan.c). Only the CUDA ops read or
 // write such maps; the CPU ops and host code never see one.
-typedef struct { float *data; int N, H, W, C, ld; int bf16; } Map;
+// fresh = 1 (a gradient destination only, set by core/model_run.c from its plan): the region holds no
+// earlier sum and was not zeroed, so the backward op that adds into it writes its sum instead. Only
+// the conv backward ops read it (both backends); core/grad_plan.c never marks a write by another op.
+typedef struct { float *data; int N, H, W, C, ld; int bf16; int fresh; } Map;
 
 static inline Map map_make(float *data, int N, int H, int W, int C) {
-    Map m = { data, N, H, W, C, C, 0 };
+    Map m = { data, N, H, W, C, C, 0, 0 };
     return m;
 }
 static inline Map map_slice(Map m, int c0, int nc) {

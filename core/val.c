@@ -200,7 +200,7 @@ static void forward_batch(Worker *w, Slot *s) {
             float *dst = w->heads + off + c0 * per;
             if (!m->on_device) memcpy(dst, h.data, sizeof(float) * per * cn);
             else if ((w->p->o->losses && !w->vloss_ok) || !s->dev_ok) be->download(m->be_ctx, dst, h.data, per * cn);
-            w->head[l] = (Map){ w->heads + off, vb->n, h.H, h.W, h.C, h.ld, 0 };
+            w->head[l] = (Map){ w->heads + off, vb->n, h.H, h.W, h.C, h.ld, 0, 0 };
             off += per * vb->n;
         }
     }

@@ -513,7 +513,7 @@ extern "C" void bn_forward_train_gpu(Device *dev, Map z, const float *gamma, con
                                      float eps, float momentum, float *running_mean,
                                      float *running_var, float *mean, float *invstd, Map u) {
     bn_check(z, u, "bn_forward_train_gpu");
-    Map none = { NULL, 0, 0, 0, 0, 0, 0 };
+    Map none = { NULL, 0, 0, 0, 0, 0, 0, 0 };
     bn_train(dev, z, gamma, beta, eps, momentum, running_mean, running_var, mean, invstd, u, none);
 }
 
@@ -542,14 +542,14 @@ extern "C" void bn_forward_eval_gpu(Device *dev, Map z, const float *gamma, cons
                                     float eps, const float *running_mean, const float *running_var,
                                     Map u) {
     bn_check(z, u, "bn_forward_eval_gpu");
-    Map none = { NULL, 0, 0, 0, 0, 0, 0 };
+    Map none = { NULL, 0, 0, 0, 0, 0, 0, 0 };
     bn_eval(dev, z, gamma, beta, eps, running_mean, running_var, u, none);
 }
 
 extern "C" void bn_silu_forward_eval_gpu(Device *dev, Map z, const float *gamma, const float *beta, float eps,
                                          const float *running_mean, const float *running_var, Map y) {
     bn_check(z, y, "bn_silu_forward_eval_gpu");
-    Map none = { NULL, 0, 0, 0, 0, 0, 0 };
+    Map none = { NULL, 0, 0, 0, 0, 0, 0, 0 };
     bn_eval(dev, z, gamma, beta, eps, running_mean, running_var, none, y);
 }
 
@@ -573,7 +573,7 @@ static void bn_grad(Device *dev, Map z, BnSaved p, Map g, Map dz, __nv_bfloat16 
     if (dz.data || dz16) {
         ChannelGrid gr = bn_grid(z, g, dz);
         if (dz16) {   // packed (M, C) bf16: aligned as a contiguous bf16 map there would be
-            Map packed = { (float *)dz16, z.N, z.H, z.W, z.C, z.C, 1 };
+            Map packed = { (float *)dz16, z.N, z.H, z.W, z.C, z.C, 1, 0 };
             gr = channel_grid(z.C, map_pixels(z), min_int(gr.V, map_vec_width(packed)));
         }
         CHANNEL_KERNEL(gr, bn_dz_kernel, SILU)<<<gr.grid, gr.block, 0, dev->stream>>>(
@@ -599,7 +599,7 @@ extern "C" void bn_backward_bf16_gpu(Device *dev, Map z, const float *gamma, con
     require_fp32(du, "bn_backward_bf16_gpu");
     if (z.ld != z.C) die("bn_backward_bf16_gpu: z must be contiguous (ld %d, C %d)", z.ld, z.C);
     BnSaved p = { gamma, NULL, mean, invstd };
-    Map none = { NULL, 0, 0, 0, 0, 0, 0 };
+    Map none = { NULL, 0, 0, 0, 0, 0, 0, 0 };
     bn_grad<false>(dev, z, p, du, none, (__nv_bfloat16 *)dz16, dgamma, dbeta);
 }
 
@@ -622,7 +622,7 @@ extern "C" void bn_silu_backward_bf16_gpu(Device *dev, Map z, const float *gamma
     require_fp32(dy, "bn_silu_backward_bf16_gpu");
     if (z.ld != z.C) die("bn_silu_backward_bf16_gpu: z must be contiguous (ld %d, C %d)", z.ld, z.C);
     BnSaved p = { gamma, beta, mean, invstd };
-    Map none = { NULL, 0, 0, 0, 0, 0, 0 };
+    Map none = { NULL, 0, 0, 0, 0, 0, 0, 0 };
     bn_grad<true>(dev, z, p, dy, none, (__nv_bfloat16 *)dz16, dgamma, dbeta);
 }
 

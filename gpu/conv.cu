@@ -523,6 +523,7 @@ static bool cudnn_wgrad(Device *dev, const ConvDims *d, Map x, Map dy, const bf1
 // dx += the input gradient: straight into the fp32 dx (beta 1) in tf32; under GPU_BF16, where
 // cuDNN (9.19) has no engine for bf16 operands with an fp32 dx, computed in bf16 a few images at
 // a time into scratch and added (the rounding PyTorch's autocast gives activation gradients).
+// dx.fresh (a first write into an unzeroed buffer): beta 0, or the bf16 images copied, not added.
 static bool cudnn_dgrad(Device *dev, const ConvDims *d, const float *w, Map dy, const bf16 *dy16, Map dx) {
     bool bf = dev->precision == GPU_BF16;
     if (!cudnn_on(dev, d) || (bf && !dy16)) return false;
@@ -530,7 +531,8 @@ static bool cudnn_dgrad(Device *dev, const ConvDims *d, const float *w, Map dy, 
     size_t mark = dev->scratch.used, cap;
     CudnnOperand wo = filter_operand(dev, d, w);
     void *ws = workspace(dev, &cap);
-    int rc = bf ? -1 : cudnn_conv_run(dev->cudnn, CUDNN_DGRAD, d, map_operand(dx), wo, g, 1.0f, tensor_cores(dev), ws, cap);
+    int rc = bf ? -1 : cudnn_conv_run(dev->cudnn, CUDNN_DGRAD, d, map_operand(dx), wo, g, dx.fresh ? 0.0f : 1.0f,
+                                      tensor_cores(dev), ws, cap);
     if (bf) {
         size_t per_image = sizeof(bf16) * d->H * d->W * d->C;
         int step = (int)(CUDNN_DX_TEMP_BYTES / per_image);
@@ -546,11 +548,12 @@ static bool cudnn_dgrad(Device *dev, const ConvDims *d, const float *w, Map dy, 
             rc = cudnn_conv_run(dev->cudnn, CUDNN_DGRAD, &c, CudnnOperand{ tmp, d->C, 1 }, wo, gi, 0.0f,
                                 tensor_cores(dev), ws, cap);
             if (rc != 0) break;   // n0 images are in dx already
-            Map src = { (float *)tmp, c.N, d->H, d->W, d->C, d->C, 1 };
+            Map src = { (float *)tmp, c.N, d->H, d->W, d->C, d->C, 1, 0 };
             Map dst = dx;
             dst.N = c.N;
             dst.data = dx.data + (size_t)n0 * d->H * d->W * dx.ld;
-            accumulate_map_gpu(dev, src, dst);
+            if (dx.fresh) copy_map_gpu(dev, src, dst);
+            else accumulate_map_gpu(dev, src, dst);
         }
         if (rc != 0 && n0 > 0) die("cudnn_dgrad: cuDNN took part of a convolution's images, not all");
     }
@@ -623,8 +626,12 @@ static void conv_backward(Device *dev, const ConvDims *d, Map x, const float *w,
         if (dx.data && cudnn_dgrad(dev, d, w, dy, dy16, dx)) dx.data = NULL;
         if (!dw && !dx.data) return;
     }
+    if (dx.data && dx.fresh) {   // a first write (tensor.h): the GEMM path adds onto zeros
+        zero_map_gpu(dev, dx);
+        dx.fresh = 0;
+    }
     if (conv_stem_fits(d)) {   // the weight gradient directly; dx (never needed for the images) by GEMM
-        Map g = dy16 ? Map{ (float *)dy16, d->N, d->P, d->Q, d->K, d->K, 1 } : dy;
+        Map g = dy16 ? Map{ (float *)dy16, d->N, d->P, d->Q, d->K, d->K, 1, 0 } : dy;
         if (dw) conv_stem_wgrad_gpu(dev, d, x, g, dw);
         if (!dx.data) return;
         dw = NULL;
@@ -670,7 +677,7 @@ extern "C" void conv_backward_gpu(Device *dev, const ConvDims *d, Map x, const f
 
 extern "C" void conv_backward_bf16dy_gpu(Device *dev, const ConvDims *d, Map x, const float *w,
                                          const void *dy16, Map dx, float *dw) {
-    Map none = { NULL, 0, 0, 0, 0, 0, 0 };
+    Map none = { NULL, 0, 0, 0, 0, 0, 0, 0 };
     conv_check(d, x, none, "conv_backward_bf16dy_gpu");
     if (dx.data) conv_check(d, dx, none, "conv_backward_bf16dy_gpu");
     require_fp32(dx, "conv_backward_bf16dy_gpu");

@@ -51,7 +51,7 @@ static size_t level_offset(const ValLossGpu *v, int N, int l) {
 }
 
 static Map level_map(const ValLossGpu *v, int l) {
-    return (Map){ v->buf + level_offset(v, v->N, l), v->N, v->h[l], v->w[l], v->C, v->C, 0 };
+    return (Map){ v->buf + level_offset(v, v->N, l), v->N, v->h[l], v->w[l], v->C, v->C, 0, 0 };
 }
 
 void val_loss_gpu_stage(Device *dev, ValLossGpu *v, const Map head[LOSS_LEVELS], int n0, int N) {

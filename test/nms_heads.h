@@ -41,7 +41,7 @@ static inline void heads_make(Heads *h, int N, int img_h, int img_w, int nc, int
     Rng r = rng_for(seed, kind, nc);
     for (int l = 0; l < 3; l++) {
         int H = img_h / h->strides[l], W = img_w / h->strides[l];
-        h->head[l] = (Map){ h->buf + off, N, H, W, C, ld, 0 };
+        h->head[l] = (Map){ h->buf + off, N, H, W, C, ld, 0, 0 };
         off += (size_t)N * H * W * ld;
         h->A += H * W;                        // nms_anchors' sum
     }

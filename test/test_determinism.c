@@ -1,6 +1,7 @@
 // test_determinism.c: the same seed and config give the same run to the bit: run after run, each in
 // a fresh process, and whatever the number of loader workers; on the CPU, and on a GPU when there is
-// one. Compared: results.csv (per-epoch losses, metrics, learning rates), the EMA weights and the
+// one; and with the gradient plan's fresh writes or without them (YT_GRAD_FRESH=0), on a GPU.
+// Compared: results.csv (per-epoch losses, metrics, learning rates), the EMA weights and the
 // whole training state (weights, gradients, momentum), byte for byte.
 #include "test/test.h"
 
@@ -19,11 +20,14 @@ static char root[P], data_yaml[P + 32];
 
 // Train gelan-t for 2 epochs (mosaic, then without) in a fresh child process: runs/NAME. A child
 // also keeps CUDA out of this process, where it would not survive the next fork.
+static const char *child_grad_fresh;   // YT_GRAD_FRESH in the child (core/grad_plan.c); NULL: unset
+
 static int train_in_child(const char *name, int workers, const char *device) {
     fflush(stdout);
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
+        if (child_grad_fresh) setenv("YT_GRAD_FRESH", child_grad_fresh, 1);
         int out = open("/dev/null", O_WRONLY);
         if (out < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) _exit(99);
         static Config cfg;
@@ -90,6 +94,13 @@ static void test_same_seed_same_bits_gpu(void) {
     int a = train_in_child("gpu1", 1, "0"), b = train_in_child("gpu3", 3, "0");
     if (a || b) { CHECK(0, "a GPU run failed: status %d, %d", a, b); return; }
     compare("gpu1", "gpu3");
+    // the gradient plan's fresh writes (cuDNN's beta 0, its bf16 input gradients copied, not added)
+    // against every buffer zeroed and every write an addition (core/grad_plan.c)
+    child_grad_fresh = "0";
+    int c = train_in_child("gpu_zeroed", 1, "0");
+    child_grad_fresh = NULL;
+    if (c) { CHECK(0, "the GPU run with YT_GRAD_FRESH=0 failed: status %d", c); return; }
+    compare("gpu1", "gpu_zeroed");
 #endif
 }
 

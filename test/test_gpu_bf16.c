@@ -71,8 +71,8 @@ static Twin twin_new(int N, int H, int W, int C, int extra, Rng *g) {
     uint16_t *db = arena_take(&dev.acts, t.total * 2, 256);
     checkCuda(cudaMemcpy(df, t.h, t.total * 4, cudaMemcpyHostToDevice));
     checkCuda(cudaMemcpy(db, hb, t.total * 2, cudaMemcpyHostToDevice));
-    t.f = (Map){ df + extra, N, H, W, C, ld, 0 };
-    t.b = (Map){ (float *)(db + extra), N, H, W, C, ld, 1 };
+    t.f = (Map){ df + extra, N, H, W, C, ld, 0, 0 };
+    t.b = (Map){ (float *)(db + extra), N, H, W, C, ld, 1, 0 };
     free(hb);
     return t;
 }
@@ -208,7 +208,7 @@ static void test_bn(void) {
         for (int k = 0; k < 4; k++) st[r][k] = dev_floats(C, &g);
     checkCuda(cudaMemcpy(st[1][0], st[0][0], C * 4, cudaMemcpyDeviceToDevice));
     checkCuda(cudaMemcpy(st[1][1], st[0][1], C * 4, cudaMemcpyDeviceToDevice));
-    Map none = { NULL, 0, 0, 0, 0, 0, 0 };
+    Map none = { NULL, 0, 0, 0, 0, 0, 0, 0 };
     bn_silu_forward_train_gpu(&dev, z.f, gamma, beta, 1e-3f, 0.03f, st[0][0], st[0][1], st[0][2], st[0][3], none, y.f);
     bn_silu_forward_train_gpu(&dev, z.b, gamma, beta, 1e-3f, 0.03f, st[1][0], st[1][1], st[1][2], st[1][3], none, y.b);
     const char *names[4] = { "running mean", "running var", "batch mean", "invstd" };

@@ -39,7 +39,7 @@ static void batch_new(Batch *b, int N, int img, int nc, int extra) {
         b->hg[l] = xmalloc(b->n[l] * sizeof(float));
         checkCuda(cudaMalloc((void **)&b->d[l], b->n[l] * sizeof(float)));
         checkCuda(cudaMalloc((void **)&b->dg[l], b->n[l] * sizeof(float)));
-        Map m = { NULL, N, H, H, C, ld, 0 };
+        Map m = { NULL, N, H, H, C, ld, 0, 0 };
         m.data = b->h[l];  b->hb.head[l] = m;
         m.data = b->d[l];  b->db.head[l] = m;
         m.data = b->hg[l]; b->hgrad[l] = m;

@@ -36,8 +36,8 @@ static Pair pair_new(int N, int H, int W, int C, int extra) {
     p.total = (size_t)N * H * W * ld;
     float *hb = xmalloc(p.total * sizeof(float)), *db = arena_take(&dev.acts, p.total * 4, 256);
     for (size_t i = 0; i < p.total; i++) hb[i] = GUARD;
-    p.h = (Map){ hb + extra, N, H, W, C, ld, 0 };
-    p.d = (Map){ db + extra, N, H, W, C, ld, 0 };
+    p.h = (Map){ hb + extra, N, H, W, C, ld, 0, 0 };
+    p.d = (Map){ db + extra, N, H, W, C, ld, 0, 0 };
     pair_upload(p);
     return p;
 }

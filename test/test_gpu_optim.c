@@ -277,8 +277,8 @@ static Pair pair_new(int N, int H, int W, int C, int extra, Rng *g, double lo, d
         int c = (int)(i % ld);
         hb[i] = c < extra || c >= extra + C ? GUARD : (float)rng_uniform(g, lo, hi);
     }
-    p.h = (Map){ hb + extra, N, H, W, C, ld, 0 };
-    p.d = (Map){ to_dev(hb, p.total) + extra, N, H, W, C, ld, 0 };
+    p.h = (Map){ hb + extra, N, H, W, C, ld, 0, 0 };
+    p.d = (Map){ to_dev(hb, p.total) + extra, N, H, W, C, ld, 0, 0 };
     return p;
 }
 static void pair_free(Pair p) { free(p.h.data - p.extra); }
@@ -393,7 +393,7 @@ static void bias_case(int N, int H, int W, int K, int extra, Rng *r, int timed) 
     ConvDims d = conv_dims(N, 16, H, W, K, 1, 1, 0, 1);
     Pair dy = pair_new(N, H, W, K, extra, r, -1, 1), db = pair_new(1, 1, 1, K, 0, r, -1, 1);
     float *prior = to_dev(db.h.data, K);
-    Map none = { NULL, N, H, W, 16, 16, 0 };
+    Map none = { NULL, N, H, W, 16, 16, 0, 0 };
     conv_backward_cpu(&d, none, NULL, dy.h, none, NULL, db.h.data, NULL);
     conv_backward_gpu(&dev, &d, none, NULL, dy.d, none, NULL, db.d.data);
     char what[64];

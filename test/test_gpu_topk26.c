@@ -30,7 +30,7 @@ static void heads26_make(Heads26 *h, int N, int img_h, int img_w, int nc, int ki
     Rng r = rng_for(seed, kind, nc);
     for (int l = 0; l < 3; l++) {
         int H = img_h >> (3 + l), W = img_w >> (3 + l);
-        h->head[l] = (Map){ h->buf + off, N, H, W, C, ld, 0 };
+        h->head[l] = (Map){ h->buf + off, N, H, W, C, ld, 0, 0 };
         off += (size_t)N * H * W * ld;
         h->A += H * W;
     }

@@ -17,7 +17,7 @@ static Map map_new(int N, int H, int W, int C, int extra) {
     size_t n = (size_t)N * H * W * ld;
     float *buf = xmalloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) buf[i] = GUARD;
-    Map m = { buf + extra, N, H, W, C, ld, 0 };
+    Map m = { buf + extra, N, H, W, C, ld, 0, 0 };
     return m;
 }
 static void map_free(Map m) { free(m.data - (m.ld - m.C) / 2); }

@@ -13,12 +13,12 @@ static Map map_rand(int N, int H, int W, int C, Rng *r) {
     int ld = C + 3;
     float *buf = xmalloc((size_t)N * H * W * ld * sizeof(float));
     for (size_t i = 0; i < (size_t)N * H * W * ld; i++) buf[i] = (float)rng_uniform(r, -1, 1);
-    return (Map){ buf + 1, N, H, W, C, ld, 0 };
+    return (Map){ buf + 1, N, H, W, C, ld, 0, 0 };
 }
 static Map map_zero(int N, int H, int W, int C) {
     int ld = C + 3;
     float *buf = xcalloc((size_t)N * H * W * ld, sizeof(float));
-    return (Map){ buf + 1, N, H, W, C, ld, 0 };
+    return (Map){ buf + 1, N, H, W, C, ld, 0, 0 };
 }
 static void map_free(Map m) { free(m.data - 1); }
 static float *vec_rand(size_t n, Rng *r) {

@@ -1,0 +1,91 @@
+// test_grad_plan.c: the plan of the activation gradients (core/grad_plan.c). Writes planned as
+// "fresh" (the first into a buffer left unzeroed: the op writes its sum instead of adding it) give
+// the gradients of the old plan, where every buffer is zeroed and every write adds
+// (YT_GRAD_FRESH=0), to the bit; with the gradient arena filled with NaN before the backward, so a
+// read of a channel nothing wrote shows. On gelan-t, yolov9-t (the auxiliary heads of PGI) and
+// YOLO26-n (depthwise convs and attention, which only add, and the detached one-to-one head).
+#include "test/test.h"
+
+#include "cfg/config.h"
+#include "core/backend.h"
+#include "core/model.h"
+
+enum { N = 2, S = 64 };
+
+typedef struct {
+    float *grad;         // the parameter gradients after one backward
+    size_t n;
+    int zeroed;          // buffers the plan zeroes
+    int fresh;           // writes it plans as fresh
+} Run;
+
+// One training forward and backward of `cfg_path` with random head gradients, under the old plan
+// (fresh_on 0) or the new one.
+static int run(const char *cfg_path, int fresh_on, Run *out) {
+    static Config cfg;
+    Model m;
+    Err err;
+    setenv("YT_GRAD_FRESH", fresh_on ? "1" : "0", 1);
+    if (config_load(cfg_path, 0, NULL, &cfg, &err)) { printf("    %s\n", err.msg); return -1; }
+    int rc = model_build(&cfg, N, S, &m, &err);
+    unsetenv("YT_GRAD_FRESH");
+    if (rc) { printf("    %s\n", err.msg); return -1; }
+    model_init_weights(&m, 7);
+    size_t n_img = (size_t)N * S * S * 3;
+    float *img = xmalloc(n_img * sizeof(float));
+    Rng r = rng_for(11, 12, 13);
+    for (size_t i = 0; i < n_img; i++) img[i] = (float)rng_uniform(&r, 0, 1);
+    for (size_t i = 0; i < m.n_dact; i++) m.dact[i] = NAN;   // what an unplanned read would find
+    model_forward(&m, img, N, S, S, 1);                     // zeroes the head maps' gradients
+    for (int l = 0; l < m.n_levels; l++) {                   // the loss's part: any gradient will do
+        int heads[2] = { m.head[l], m.n_aux ? m.aux[l] : -1 };
+        for (int k = 0; k < 2; k++) {
+            if (heads[k] < 0) continue;
+            Map g = model_grad(&m, heads[k], N);
+            for (size_t p = 0; p < map_pixels(g); p++)
+                for (int c = 0; c < g.C; c++) g.data[p * g.ld + c] = (float)rng_uniform(&r, -1, 1);
+        }
+    }
+    model_zero_grad(&m);
+    model_backward(&m, N);
+    out->n = m.n_state;
+    out->grad = xmalloc(m.n_state * sizeof(float));
+    memcpy(out->grad, m.grad, m.n_state * sizeof(float));
+    out->zeroed = m.zero_first[m.n_nodes + 1];
+    out->fresh = 0;
+    for (int i = 0; i < m.n_nodes; i++)
+        for (unsigned b = m.grad_fresh[i]; b; b &= b - 1) out->fresh++;
+    free(img);
+    model_free(&m);
+    return 0;
+}
+
+static void same_gradients(const char *cfg_path) {
+    Run old, now;
+    if (run(cfg_path, 0, &old) || run(cfg_path, 1, &now)) { CHECK(0, "%s: no model", cfg_path); return; }
+    size_t bad = 0, first = 0, nan = 0;
+    for (size_t i = 0; i < old.n; i++) {
+        if (isnan(now.grad[i]) || isnan(old.grad[i])) nan++;
+        if (!(now.grad[i] == old.grad[i])) { if (!bad) first = i; bad++; }
+    }
+    CHECK(nan == 0, "%s: %zu NaN gradients (a read of an unwritten gradient)", cfg_path, nan);
+    CHECK(bad == 0, "%s: %zu of %zu gradients differ, first at %zu: %g against %g", cfg_path, bad, old.n, first,
+          bad ? now.grad[first] : 0.0, bad ? old.grad[first] : 0.0);
+    CHECK(old.fresh == 0, "%s: the old plan marks %d fresh writes", cfg_path, old.fresh);
+    CHECK(now.fresh > 0 && now.zeroed < old.zeroed, "%s: %d fresh writes, %d buffers zeroed (old plan %d)", cfg_path,
+          now.fresh, now.zeroed, old.zeroed);
+    printf("    %s: %d of %d buffers still zeroed, %d fresh writes\n", cfg_path, now.zeroed, old.zeroed, now.fresh);
+    free(old.grad);
+    free(now.grad);
+}
+
+static void test_gelan_fresh_writes(void) { same_gradients("cfg/t.ini"); }
+static void test_dual_fresh_writes(void) { same_gradients("cfg/yolov9-t.ini"); }
+static void test_yolo26_fresh_writes(void) { same_gradients("cfg/yolo26n.ini"); }
+
+int main(void) {
+    RUN(test_gelan_fresh_writes);
+    RUN(test_dual_fresh_writes);
+    RUN(test_yolo26_fresh_writes);
+    return test_summary();
+}
