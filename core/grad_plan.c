@@ -51,9 +51,9 @@ static size_t first_fit(Life **placed, int n_placed, const Life *l) {
 // "fresh" (Model.grad_fresh, bit FRESH_*) when it is the first to reach every channel of its region,
 // and then the op writes its sum instead of adding it (Map.fresh): 0 + s = s, the same value (a -0
 // sum stays -0 where the addition gave +0). A buffer still needs zeroing when some channel's first
-// write comes from an op that only adds (pooling, upsampling, attention, the depthwise conv, the
-// loss), when a write covers channels of which some were written and some not, or when a read
-// reaches a channel nothing wrote; then every write to it adds, as before. YT_GRAD_FRESH=0 plans
+// write comes from an op that only adds (pooling, upsampling, attention, the loss), when a write
+// covers channels of which some were written and some not, or when a read reaches a channel nothing
+// wrote; then every write to it adds, as before. YT_GRAD_FRESH=0 plans
 // every write as an addition into zeroed buffers (the old plan, kept to compare against).
 typedef struct { int v, capable, bit; } Write;
 
@@ -64,8 +64,8 @@ static int node_writes(const Model *m, const Node *nd, Write w[3]) {
     switch (nd->op) {
     case OP_CONV: case OP_REPCONV:
         if (m->values[nd->in].no_grad) return 0;    // weight gradients only
-        w[n++] = (Write){ nd->in, !unit_is_dw(&nd->cv), FRESH_IN };
-        if (nd->op == OP_REPCONV) w[n++] = (Write){ nd->in, !unit_is_dw(&nd->cv2), FRESH_IN_CV2 };
+        w[n++] = (Write){ nd->in, 1, FRESH_IN };
+        if (nd->op == OP_REPCONV) w[n++] = (Write){ nd->in, 1, FRESH_IN_CV2 };
         break;
     case OP_COPY: w[n++] = (Write){ nd->in, 1, FRESH_IN }; break;
     case OP_ADD:

@@ -2,6 +2,7 @@
 // attn26_*_ref); the attention's _cpu path does the same products as CBLAS GEMMs on strided views of
 // the per-head q, k, v, as the CUDA twins in gpu/attn.cu do with cuBLAS. Loop sums run in float, in
 // index order.
+#include "core/ops.h"
 #include "core/ops26.h"
 
 #include <cblas.h>
@@ -50,6 +51,7 @@ void dwconv_forward_cpu(const DwDims *d, Map x, const float *w, const float *b, 
 
 void dwconv_backward_cpu(const DwDims *d, Map x, const float *w, Map dy, Map dx, float *dw, float *db) {
     dw_check(d, x, dy, "dwconv_backward_cpu");
+    if (dx.data && dx.fresh) zero_map_cpu(dx);   // a first write: the sums land on zeros (tensor.h)
     int k = d->k;
     for (int n = 0; n < d->N; n++)
         for (int p = 0; p < d->P; p++)

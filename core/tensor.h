@@ -11,7 +11,8 @@
 // write such maps; the CPU ops and host code never see one.
 // fresh = 1 (a gradient destination only, set by core/model_run.c from its plan): the region holds no
 // earlier sum and was not zeroed, so the backward op that adds into it writes its sum instead. Only
-// the conv backward ops read it (both backends); core/grad_plan.c never marks a write by another op.
+// the conv backward ops (dense and depthwise, both backends) read it; core/grad_plan.c marks no
+// write by another op (copies and residual additions are made copies by core/model_run.c).
 typedef struct { float *data; int N, H, W, C, ld; int bf16; int fresh; } Map;
 
 static inline Map map_make(float *data, int N, int H, int W, int C) {

@@ -626,10 +626,6 @@ static void conv_backward(Device *dev, const ConvDims *d, Map x, const float *w,
         if (dx.data && cudnn_dgrad(dev, d, w, dy, dy16, dx)) dx.data = NULL;
         if (!dw && !dx.data) return;
     }
-    if (dx.data && dx.fresh) {   // a first write (tensor.h): the GEMM path adds onto zeros
-        zero_map_gpu(dev, dx);
-        dx.fresh = 0;
-    }
     if (conv_stem_fits(d)) {   // the weight gradient directly; dx (never needed for the images) by GEMM
         Map g = dy16 ? Map{ (float *)dy16, d->N, d->P, d->Q, d->K, d->K, 1, 0 } : dy;
         if (dw) conv_stem_wgrad_gpu(dev, d, x, g, dw);
@@ -640,6 +636,10 @@ static void conv_backward(Device *dev, const ConvDims *d, Map x, const float *w,
     int crs = (int)crs_of(d);
     Operand wo = weight_operand(dev, d, w);
     BackwardScratch s = backward_scratch(dev, d, dw != NULL, dx.data != NULL);
+    // a first write (tensor.h): a pointwise conv's GEMM writes each dx row once (beta 0); col2im adds
+    // the overlapping windows of every chunk, so it adds onto zeros
+    float dx_beta = dx.fresh && is_pointwise(d) ? 0.0f : 1.0f;
+    if (dx.data && dx.fresh && !is_pointwise(d)) zero_map_gpu(dev, dx);
     for (size_t m0 = 0; m0 < M; m0 += chunk) {
         size_t rows = M - m0 < chunk ? M - m0 : chunk, mark_chunk = dev->scratch.used;
         Operand dyo = dy16 ? Operand{ dy16 + m0 * d->K, d->K }
@@ -650,7 +650,7 @@ static void conv_backward(Device *dev, const ConvDims *d, Map x, const float *w,
             gemm_weight_grad(dev, d, dyo, (int)rows, a, beta, s.dwc ? s.dwc : dw);
         }
         if (dx.data && !s.col) {   // pointwise: dx += dy · W straight through dx's ld
-            gemm_input_grad(dev, d, dyo, (int)rows, wo, 1.0f, dx.data, dx.ld);
+            gemm_input_grad(dev, d, dyo, (int)rows, wo, dx_beta, dx.data, dx.ld);
         } else if (dx.data) {      // fp32 im2col rows are spent by now: dcol may reuse them
             gemm_input_grad(dev, d, dyo, (int)rows, wo, 0.0f, s.dcol, crs);
             col2im(dev, d, s.dcol, m0, rows, dx);

@@ -87,7 +87,8 @@ template <int K, int ST, typename I> __global__ void dwconv_dx_kernel(DwDims d, 
                 s += *at(dy, n, p, q, c) * w[(c * k + r) * k + t];
             }
         }
-        dx.data[(size_t)px * dx.ld + c] += s;
+        float *o = dx.data + (size_t)px * dx.ld + c;
+        *o = dx.fresh ? s : *o + s;   // a first write (tensor.h): nothing to add to
     }
 }
 
@@ -148,6 +149,7 @@ template <int K, int ST> __global__ void dwconv_dx4_kernel(DwDims d, const float
             }
         }
         float4 *o = (float4 *)(dx.data + (size_t)px * dx.ld + c);
+        if (dx.fresh) { *o = s; continue; }   // a first write (tensor.h): nothing to add to
         float4 a = *o;
         a.x += s.x; a.y += s.y; a.z += s.z; a.w += s.w;
         *o = a;

@@ -21,6 +21,7 @@ static char root[P], data_yaml[P + 32];
 // Train gelan-t for 2 epochs (mosaic, then without) in a fresh child process: runs/NAME. A child
 // also keeps CUDA out of this process, where it would not survive the next fork.
 static const char *child_grad_fresh;   // YT_GRAD_FRESH in the child (core/grad_plan.c); NULL: unset
+static const char *child_cfg = "cfg/t.ini";
 
 static int train_in_child(const char *name, int workers, const char *device) {
     fflush(stdout);
@@ -39,7 +40,7 @@ static int train_in_child(const char *name, int workers, const char *device) {
         snprintf(w, sizeof w, "workers=%d", workers);
         snprintf(dev, sizeof dev, "device=%s", device);
         char *ov[] = { d, p, n, w, dev, "imgsz=64", "batch=4", "epochs=2", "close_mosaic=1", "seed=3" };
-        if (config_load("cfg/t.ini", 10, ov, &cfg, &err)) _exit(97);
+        if (config_load(child_cfg, 10, ov, &cfg, &err)) _exit(97);
         _exit(train_run(&cfg));
     }
     int status;
@@ -101,6 +102,15 @@ static void test_same_seed_same_bits_gpu(void) {
     child_grad_fresh = NULL;
     if (c) { CHECK(0, "the GPU run with YT_GRAD_FRESH=0 failed: status %d", c); return; }
     compare("gpu1", "gpu_zeroed");
+    // YOLO26-n: depthwise convs (fresh too), attention, the detached one-to-one head, MuSGD
+    child_cfg = "cfg/yolo26n.ini";
+    int e = train_in_child("gpu26", 1, "0");
+    child_grad_fresh = "0";
+    int f = train_in_child("gpu26_zeroed", 1, "0");
+    child_grad_fresh = NULL;
+    child_cfg = "cfg/t.ini";
+    if (e || f) { CHECK(0, "a YOLO26-n GPU run failed: status %d, %d", e, f); return; }
+    compare("gpu26", "gpu26_zeroed");
 #endif
 }
 
