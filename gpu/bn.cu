@@ -295,16 +295,62 @@ __device__ static inline int warp_channel_sums(const double *part0, const double
     return c;
 }
 
+// The same sums by a block of COMBINE_THREADS per channel c = blockIdx.x: thread t adds g = t,
+// t + COMBINE_THREADS, ... in order, each warp a fixed shuffle tree, then thread 0 the warps' sums in
+// warp order. Returns c in thread 0 (which holds the sums), -1 in the others. A warp per channel
+// left each lane up to 64 dependent partials of a large map: 6.8-8 us a launch, 381 launches a
+// gelan-s step (bench/RESULTS.md). YT_BN_COMBINE=warp selects the warp version, to measure.
+enum { COMBINE_THREADS = 128 };
+__device__ static inline int block_channel_sums(const double *part0, const double *part1, int G,
+                                                double *s0, double *s1) {
+    __shared__ double w0[COMBINE_THREADS / 32], w1[COMBINE_THREADS / 32];
+    int c = blockIdx.x, t = threadIdx.x;
+    const double *p0 = part0 + (size_t)c * G, *p1 = part1 + (size_t)c * G;
+    double a = 0.0, b = 0.0;
+    for (int g = t; g < G; g += COMBINE_THREADS) a += p0[g], b += p1[g];
+    for (int o = 16; o > 0; o /= 2) {
+        a += __shfl_down_sync(0xffffffffu, a, o);
+        b += __shfl_down_sync(0xffffffffu, b, o);
+    }
+    if (t % 32 == 0) w0[t / 32] = a, w1[t / 32] = b;
+    __syncthreads();
+    if (t != 0) return -1;
+    for (int k = 1; k < COMBINE_THREADS / 32; k++) a += w0[k], b += w1[k];
+    *s0 = a, *s1 = b;
+    return c;
+}
+
+static bool combine_by_warp() {
+    static int on = -1;   // read once: the same kernels for every launch (and graph) of the process
+    if (on < 0) {
+        const char *e = getenv("YT_BN_COMBINE");
+        on = e && strcmp(e, "warp") == 0;
+    }
+    return on;
+}
+
+// Channel c's two sums over its G partials (a warp or a block per channel, BY_WARP); -1: none here.
+template <bool BY_WARP>
+__device__ static inline int channel_sums_of(const double *part0, const double *part1, int G, int C, double *s0,
+                                             double *s1) {
+    if (BY_WARP) {
+        int c = warp_channel_sums(part0, part1, G, C, s0, s1);
+        return c < 0 || threadIdx.x % 32 ? -1 : c;
+    }
+    return block_channel_sums(part0, part1, G, s0, s1);
+}
+
 // From the partials of the shifted moments, m1 = Σ(z - k)/M, m2 = Σ(z - k)²/M (k = z at pixel
 // 0): saved stats, running stats (unbiased variance), and the affine form of the normalisation.
 // `unbias` is M/(M-1), or 1 when M == 1 (as the CPU twin). One launch: the sums and the stats.
+template <bool BY_WARP>
 __global__ void train_stats_kernel(const double *part0, const double *part1, int G, double M, Map z,
                                    const float *gamma, float eps, float momentum, double unbias,
                                    float *running_mean, float *running_var, float *mean,
                                    float *invstd, float *shift, float *scale) {
     double s0, s1;
-    int c = warp_channel_sums(part0, part1, G, z.C, &s0, &s1);
-    if (c < 0 || threadIdx.x % 32) return;
+    int c = channel_sums_of<BY_WARP>(part0, part1, G, z.C, &s0, &s1);
+    if (c < 0) return;
     double m1 = s0 / M, m2 = s1 / M;
     double mu = map_get(z, c) + m1, var = fmax(m2 - m1 * m1, 0.0);
     double is = 1.0 / sqrt(var + eps), keep = 1.0 - momentum;
@@ -355,11 +401,12 @@ __global__ void normalise_kernel(size_t M, Map z, const float *shift, const floa
 
 // From the partials of Σ du and Σ du·xhat: dgamma += Σ du·xhat, dbeta += Σ du, and their means
 // mdu = Σ du / M, mdux = Σ du·xhat / M for bn_dz_kernel. One launch: the sums and the parameters.
+template <bool BY_WARP>
 __global__ void grad_params_kernel(const double *part0, const double *part1, int G, int C, double M,
                                    float *dgamma, float *dbeta, double *mdu, double *mdux) {
     double sdu, sdux;
-    int c = warp_channel_sums(part0, part1, G, C, &sdu, &sdux);
-    if (c < 0 || threadIdx.x % 32) return;
+    int c = channel_sums_of<BY_WARP>(part0, part1, G, C, &sdu, &sdux);
+    if (c < 0) return;
     if (dbeta) dbeta[c] += (float)sdu;
     if (dgamma) dgamma[c] += (float)sdux;
     mdu[c] = sdu / M;
@@ -501,9 +548,14 @@ static void bn_train(Device *dev, Map z, const float *gamma, const float *beta, 
     BnSaved none = { NULL, NULL, NULL, NULL };
     channel_sums<MOMENTS>(dev, z, z, none, &s);   // shifted moments
     double unbias = M > 1 ? (double)M / (double)(M - 1) : 1.0;
-    train_stats_kernel<<<warp_blocks(z.C), THREADS, 0, dev->stream>>>(
-        s.part0, s.part1, s.G, (double)M, z, gamma, eps, momentum, unbias, running_mean, running_var, mean,
-        invstd, s.shift, s.scale);
+    if (combine_by_warp())
+        train_stats_kernel<true><<<warp_blocks(z.C), THREADS, 0, dev->stream>>>(
+            s.part0, s.part1, s.G, (double)M, z, gamma, eps, momentum, unbias, running_mean, running_var, mean,
+            invstd, s.shift, s.scale);
+    else
+        train_stats_kernel<false><<<z.C, COMBINE_THREADS, 0, dev->stream>>>(
+            s.part0, s.part1, s.G, (double)M, z, gamma, eps, momentum, unbias, running_mean, running_var, mean,
+            invstd, s.shift, s.scale);
     checkLaunch(dev);
     normalise(dev, z, &s, beta, u, y);
     dev->scratch.used = mark;
@@ -563,8 +615,12 @@ static void bn_grad(Device *dev, Map z, BnSaved p, Map g, Map dz, __nv_bfloat16 
     Sums s = sums_take(dev, z.C, map_pixels(z));
     double *mdu = s.mean, *mdux = s.var;   // the sums' means, held in the mean and var slots
     channel_sums<SILU ? SILU_GRAD : GRAD>(dev, z, g, p, &s);
-    grad_params_kernel<<<warp_blocks(z.C), THREADS, 0, dev->stream>>>(
-        s.part0, s.part1, s.G, z.C, (double)map_pixels(z), dgamma, dbeta, mdu, mdux);
+    if (combine_by_warp())
+        grad_params_kernel<true><<<warp_blocks(z.C), THREADS, 0, dev->stream>>>(
+            s.part0, s.part1, s.G, z.C, (double)map_pixels(z), dgamma, dbeta, mdu, mdux);
+    else
+        grad_params_kernel<false><<<z.C, COMBINE_THREADS, 0, dev->stream>>>(
+            s.part0, s.part1, s.G, z.C, (double)map_pixels(z), dgamma, dbeta, mdu, mdux);
     checkLaunch(dev);
     if (frozen) {
         checkCuda(cudaMemsetAsync(mdu, 0, sizeof(double) * z.C, dev->stream));
