@@ -1,7 +1,7 @@
 // attn.cu: the attention core of ultralytics Attention (C2PSA, PSABlock), the CUDA twin of attn26_*_cpu
-// (core/ops26.c). Per image, one strided-batched cuBLAS GEMM covers all heads: head h's q, k, v are
-// (T, kd|hd) row-major matrices at channel offset h*(2kd+hd) of qkv with row stride qkv.ld, so the head
-// stride is 2kd+hd floats. cuBLAS is column-major: a row-major (rows, cols) matrix with stride ld is
+// (core/ops26.c). Per head, one strided-batched cuBLAS GEMM covers all images: head h's q, k, v are
+// (T, kd|hd) row-major matrices at channel offset h*(2kd+hd) of qkv with row stride qkv.ld, and one
+// image's follow the last's at H*W*ld floats. cuBLAS is column-major: a row-major (rows, cols) matrix with stride ld is
 // its (cols, rows) transpose, and every product below is written for that view. Forward writes (=),
 // backward adds (+=) through beta = 1. GEMMs in fp32 (CUBLAS_COMPUTE_32F, TF32 off).
 // Legend: N batch, T = H*W tokens, nh heads, kd key_dim, hd head_dim, C = nh*hd, per = 2kd+hd.
@@ -14,7 +14,7 @@ static int per_head(const AttnDims *d) { return 2 * d->key_dim + d->head_dim; }
 static int tokens(const AttnDims *d) { return d->H * d->W; }
 
 extern "C" size_t attn_workspace_bytes_gpu(const AttnDims *d) {
-    return sizeof(float) * (size_t)d->heads * tokens(d) * tokens(d) + 256;   // dS of one image
+    return sizeof(float) * (size_t)d->N * d->heads * tokens(d) * tokens(d) + 256;   // dS of every image
 }
 
 static void attn_check_gpu(const AttnDims *d, Map qkv, Map y, const char *who) {
@@ -87,7 +87,7 @@ __global__ void v_channels_kernel(Map qkv, Map v, int hd, int per, int kd) {
 
 // ---- GEMMs ---------------------------------------------------------------------------------
 
-// C_h = op(A_h) op(B_h) (+ beta C_h), h = 0..heads-1, column-major, fp32
+// C_i = op(A_i) op(B_i) (+ beta C_i), i = 0..batch-1 (the images of one head), column-major, fp32
 struct HeadGemm {
     cublasOperation_t ta, tb;
     int m, n, k;
@@ -96,15 +96,15 @@ struct HeadGemm {
     float *c; int ldc; long long sc;
 };
 
-static void head_gemm(Device *dev, const HeadGemm *g, int heads, float alpha, float beta) {
+static void head_gemm(Device *dev, const HeadGemm *g, int batch, float alpha, float beta) {
     checkCublas(cublasGemmStridedBatchedEx(dev->blas, g->ta, g->tb, g->m, g->n, g->k, &alpha, g->a, CUDA_R_32F,
                                            g->lda, g->sa, g->b, CUDA_R_32F, g->ldb, g->sb, &beta, g->c,
-                                           CUDA_R_32F, g->ldc, g->sc, heads, CUBLAS_COMPUTE_32F,
+                                           CUDA_R_32F, g->ldc, g->sc, batch, CUBLAS_COMPUTE_32F,
                                            CUBLAS_GEMM_DEFAULT));
 }
 
-static const float *image(Map m, int n) { return m.data + (size_t)n * m.H * m.W * m.ld; }
-static float *image_mut(Map m, int n) { return m.data + (size_t)n * m.H * m.W * m.ld; }
+// floats from one image of m to the next
+static long long image_stride(Map m) { return (long long)m.H * m.W * m.ld; }
 
 static void softmax_launch(Device *dev, float *p, int T, size_t rows) {
     unsigned blocks = rows < MAX_BLOCKS ? (unsigned)rows : MAX_BLOCKS;
@@ -116,22 +116,22 @@ static void softmax_launch(Device *dev, float *p, int T, size_t rows) {
 
 // S = q k^T (row-major T x T per head) is, column-major, S^T = K^T Q with K, Q viewed (kd, T);
 // the scale multiplies after the product (alpha), then softmax; y_h = P v: y^T (hd, T) = V^T-view P^T-view.
+// p: (N, nh, T, T). One GEMM per head over all images: 2nh + 1 launches (per image over the heads
+// they were 2N + 1, and a batch-64 step spent 4.4 ms in each attention forward: bench/RESULTS.md).
 extern "C" void attn26_forward_gpu(Device *dev, const AttnDims *d, Map qkv, Map y, Map v, float *p) {
     attn_check_gpu(d, qkv, y, "attn26_forward_gpu");
     int T = tokens(d), kd = d->key_dim, hd = d->head_dim, per = per_head(d), nh = d->heads;
-    long long TT = (long long)T * T;
-    for (int n = 0; n < d->N; n++) {
-        const float *x = image(qkv, n);
-        float *pn = p + (size_t)n * nh * TT;
-        HeadGemm s = { CUBLAS_OP_T, CUBLAS_OP_N, T, T, kd, x + kd, qkv.ld, per, x, qkv.ld, per, pn, T, TT };
-        head_gemm(dev, &s, nh, d->scale, 0.0f);
+    long long TT = (long long)T * T, iq = image_stride(qkv), iy = image_stride(y), ip = nh * TT;
+    for (int h = 0; h < nh; h++) {
+        const float *x = qkv.data + (size_t)h * per;
+        HeadGemm s = { CUBLAS_OP_T, CUBLAS_OP_N, T, T, kd, x + kd, qkv.ld, iq, x, qkv.ld, iq, p + h * TT, T, ip };
+        head_gemm(dev, &s, d->N, d->scale, 0.0f);
     }
     softmax_launch(dev, p, T, (size_t)d->N * nh * T);
-    for (int n = 0; n < d->N; n++) {
-        const float *x = image(qkv, n);
-        HeadGemm o = { CUBLAS_OP_N, CUBLAS_OP_N, hd, T, T, x + 2 * kd, qkv.ld, per, p + (size_t)n * nh * TT, T, TT,
-                       image_mut(y, n), y.ld, hd };
-        head_gemm(dev, &o, nh, 1.0f, 0.0f);
+    for (int h = 0; h < nh; h++) {
+        HeadGemm o = { CUBLAS_OP_N, CUBLAS_OP_N, hd, T, T, qkv.data + (size_t)h * per + 2 * kd, qkv.ld, iq,
+                       p + h * TT, T, ip, y.data + (size_t)h * hd, y.ld, iy };
+        head_gemm(dev, &o, d->N, 1.0f, 0.0f);
     }
     if (v.data) {
         same_shape_gpu(v, y, "attn26_forward_gpu (v)");
@@ -140,34 +140,40 @@ extern "C" void attn26_forward_gpu(Device *dev, const AttnDims *d, Map qkv, Map 
     }
 }
 
-// Per image: dV += P^T dy; dP = dy V^T (scratch); dS = P (dP - rowsum(P dP)) scale; dQ += dS K; dK += dS^T Q.
+// dV += P^T dy; dP = dy V^T (scratch, (N, nh, T, T) as p); dS = P (dP - rowsum(P dP)) scale; dQ += dS K;
+// dK += dS^T Q. Each product one GEMM per head over all images.
 extern "C" void attn26_backward_gpu(Device *dev, const AttnDims *d, Map qkv, const float *p, Map dy, Map dv,
                                     Map dqkv) {
     attn_check_gpu(d, qkv, dy, "attn26_backward_gpu");
     attn_check_gpu(d, dqkv, dy, "attn26_backward_gpu (dqkv)");
     int T = tokens(d), kd = d->key_dim, hd = d->head_dim, per = per_head(d), nh = d->heads;
-    long long TT = (long long)T * T;
+    long long TT = (long long)T * T, iq = image_stride(qkv), ig = image_stride(dy), idx = image_stride(dqkv),
+              ip = nh * TT;
     size_t mark = dev->scratch.used;
-    float *ds = (float *)scratch_take(dev, sizeof(float) * nh * TT);
-    for (int n = 0; n < d->N; n++) {
-        const float *x = image(qkv, n), *pn = p + (size_t)n * nh * TT, *g = image(dy, n);
-        float *dx = image_mut(dqkv, n);
+    float *ds = (float *)scratch_take(dev, sizeof(float) * d->N * nh * TT);
+    for (int h = 0; h < nh; h++) {
+        const float *x = qkv.data + (size_t)h * per, *g = dy.data + (size_t)h * hd, *ph = p + h * TT;
+        float *dx = dqkv.data + (size_t)h * per;
         // dV^T (hd, T) += dY^T-view (hd, T) . P-view^T
-        HeadGemm gv = { CUBLAS_OP_N, CUBLAS_OP_T, hd, T, T, g, dy.ld, hd, pn, T, TT, dx + 2 * kd, dqkv.ld, per };
-        head_gemm(dev, &gv, nh, 1.0f, 1.0f);
+        HeadGemm gv = { CUBLAS_OP_N, CUBLAS_OP_T, hd, T, T, g, dy.ld, ig, ph, T, ip, dx + 2 * kd, dqkv.ld, idx };
+        head_gemm(dev, &gv, d->N, 1.0f, 1.0f);
         // dP^T (T, T) = V-view^T (T, hd) . dY-view (hd, T)
-        HeadGemm gp = { CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd, x + 2 * kd, qkv.ld, per, g, dy.ld, hd, ds, T, TT };
-        head_gemm(dev, &gp, nh, 1.0f, 0.0f);
-        size_t rows = (size_t)nh * T;
-        softmax_bwd_kernel<<<rows < MAX_BLOCKS ? (unsigned)rows : MAX_BLOCKS, SOFTMAX_THREADS, 0, dev->stream>>>(
-            pn, ds, T, rows, d->scale);
-        checkLaunch(dev);
+        HeadGemm gp = { CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd, x + 2 * kd, qkv.ld, iq, g, dy.ld, ig, ds + h * TT, T, ip };
+        head_gemm(dev, &gp, d->N, 1.0f, 0.0f);
+    }
+    size_t rows = (size_t)d->N * nh * T;
+    softmax_bwd_kernel<<<rows < MAX_BLOCKS ? (unsigned)rows : MAX_BLOCKS, SOFTMAX_THREADS, 0, dev->stream>>>(
+        p, ds, T, rows, d->scale);
+    checkLaunch(dev);
+    for (int h = 0; h < nh; h++) {
+        const float *x = qkv.data + (size_t)h * per, *dsh = ds + h * TT;
+        float *dx = dqkv.data + (size_t)h * per;
         // dQ^T (kd, T) += K-view (kd, T) . dS-view (T, T)
-        HeadGemm gq = { CUBLAS_OP_N, CUBLAS_OP_N, kd, T, T, x + kd, qkv.ld, per, ds, T, TT, dx, dqkv.ld, per };
-        head_gemm(dev, &gq, nh, 1.0f, 1.0f);
+        HeadGemm gq = { CUBLAS_OP_N, CUBLAS_OP_N, kd, T, T, x + kd, qkv.ld, iq, dsh, T, ip, dx, dqkv.ld, idx };
+        head_gemm(dev, &gq, d->N, 1.0f, 1.0f);
         // dK^T (kd, T) += Q-view (kd, T) . dS-view^T
-        HeadGemm gk = { CUBLAS_OP_N, CUBLAS_OP_T, kd, T, T, x, qkv.ld, per, ds, T, TT, dx + kd, dqkv.ld, per };
-        head_gemm(dev, &gk, nh, 1.0f, 1.0f);
+        HeadGemm gk = { CUBLAS_OP_N, CUBLAS_OP_T, kd, T, T, x, qkv.ld, iq, dsh, T, ip, dx + kd, dqkv.ld, idx };
+        head_gemm(dev, &gk, d->N, 1.0f, 1.0f);
     }
     dev->scratch.used = mark;
     if (dv.data) {
