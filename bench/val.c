@@ -8,7 +8,8 @@
 // 0.001, so NMS sees its worst case (max_nms = 30,000 pairs per image, max_det = 300 kept).
 // data "": the built-in synthetic set's val split (128 images); weights "": random ones.
 // The pass runs twice: the first meets every rect shape for the first time (cuDNN makes its plans then, as
-// in `yolotrain val`), the second is what each validation during training costs. Then the forward alone at
+// in `yolotrain val`), the second is what each validation during training costs (its batches copied from
+// the first's, as training keeps them; YT_VAL_CACHE_MB=0: loaded again). Then the forward alone at
 // imgsz x imgsz in chunks of the batch (the device's floor), and with YT_PROFILE set a pass with a wait
 // after every node: its slowest nodes.
 #include <stdio.h>
@@ -45,18 +46,25 @@ static void plans(const InferModels *im) {
 #endif
 }
 
+// The passes share one ValCache as a training run's validations do (its first pass loads and keeps the
+// batches, the later ones copy them); YT_VAL_CACHE_MB=0: every pass loads.
+static ValCache *cache;
+
 static void run(InferModels *im, const Dataset *ds, const Config *cfg, int host_post, const char *what) {
     ValOptions o = val_options(cfg);
     o.host_post = host_post;
+    o.cache = cache;
     o.nms.conf_thres = (float)cfg->conf; o.nms.iou_thres = (float)cfg->iou; o.nms.max_det = cfg->max_det;
     ValResult r;
     Err err;
     printf("-- post-processing %s, %s\n", host_post ? "on the host" : "where the model runs", what);
     size_t allocs = gpu_allocs();
     if (val_evaluate_models(im->ptr, im->n, ds, &o, &r, &err)) { printf("failed: %s\n", err.msg); return; }
+    long long kept, loaded;
+    val_cache_counts(cache, &kept, &loaded);
     printf("%d images in %.3f s: %.2f ms per image all in; batches on the device: NMS %d, losses %d; %zu device "
-           "allocations\n", r.m.images, r.seconds, r.seconds * 1e3 / (r.m.images ? r.m.images : 1), r.dev_nms, r.dev_loss,
-           gpu_allocs() - allocs);
+           "allocations; kept batches so far: %lld copied, %lld loaded\n", r.m.images, r.seconds,
+           r.seconds * 1e3 / (r.m.images ? r.m.images : 1), r.dev_nms, r.dev_loss, gpu_allocs() - allocs, kept, loaded);
     plans(im);
     val_result_free(&r);
 }
@@ -135,12 +143,16 @@ int main(int argc, char **argv) {
     }
     printf("%s at %d, batch %d, %d images of %s, conf %g, iou %g, max_det %d\n", cfg_path, cfg.imgsz, cfg.batch, ds.n,
            data, cfg.conf, cfg.iou, cfg.max_det);
+    const char *mb = getenv("YT_VAL_CACHE_MB");
+    double cache_mb = mb && *mb ? atof(mb) : 1024;
+    cache = cache_mb > 0 ? val_cache_new((size_t)(cache_mb * 1048576)) : NULL;
     run(&im, &ds, &cfg, 0, "first pass");
     run(&im, &ds, &cfg, 0, "second pass");
     if (im.devs.gpu[0] >= 0) run(&im, &ds, &cfg, 1, "third pass");
     forward_only(im.ptr[0], cfg.imgsz, 5);
     if (getenv("YT_PROFILE")) profile(&im, &ds, &cfg);
     infer_models_free(&im);
+    val_cache_free(cache);
     dataset_free(&ds);
     return 0;
 }

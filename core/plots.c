@@ -7,6 +7,7 @@
 // run still shows them. Legend: K classes with labels, X = METRICS_PX points.
 #include "core/plots.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,7 +64,19 @@ static void pr_curve(const char *dir, const MetricsCurves *c, char *const *names
     free(labels); free(y);
 }
 
-void plots_validation(const MetricsStats *st, char *const *names, const char *dir) {
+// One of the five validation plots, each on a thread of its own (they share only what they read; the
+// text renderer has its own lock), so the five take about as long as the slowest.
+typedef struct {
+    int                 which;    // 0 confusion matrix, 1 PR, 2 F1, 3 P, 4 R
+    const MetricsStats *st;
+    const MetricsCurves *c;
+    char *const        *names;    // the data's (confusion matrix)
+    char *const        *cn;       // the names of the classes with labels (curves)
+    const double       *px;
+    const char         *dir;
+} PlotTask;
+
+static void confusion_plot(const MetricsStats *st, char *const *names, const char *dir) {
     char path[4200];
     Err err;
     ConfusionMatrix cm;
@@ -74,27 +87,84 @@ void plots_validation(const MetricsStats *st, char *const *names, const char *di
     note(plot_confusion(path, norm, st->nc, names, &err), &err);
     free(norm);
     confusion_free(&cm);
+}
+
+static void *plot_task(void *arg) {
+    const PlotTask *t = arg;
+    const MetricsCurves *c = t->c;
+    switch (t->which) {
+    case 0: confusion_plot(t->st, t->names, t->dir); break;
+    case 1: pr_curve(t->dir, c, t->cn, t->px); break;
+    case 2: mc_curve(t->dir, "F1_curve.png", "F1", c, c->f1, t->cn, t->px); break;
+    case 3: mc_curve(t->dir, "P_curve.png", "Precision", c, c->p, t->cn, t->px); break;
+    case 4: mc_curve(t->dir, "R_curve.png", "Recall", c, c->r, t->cn, t->px); break;
+    }
+    return NULL;
+}
+
+void plots_validation(const MetricsStats *st, char *const *names, const char *dir) {
     MetricsCurves c;
     metrics_curves(st, &c);
-    if (c.k) {
-        double px[METRICS_PX];
-        for (int x = 0; x < METRICS_PX; x++) px[x] = metrics_px(x);
-        char **cn = xcalloc(c.k, sizeof *cn), num[32];   // the names of the classes with labels
-        for (int i = 0; i < c.k; i++) {
-            snprintf(num, sizeof num, "%d", c.cls[i]);
-            cn[i] = xstrdup(names ? names[c.cls[i]] : num);
-        }
-        pr_curve(dir, &c, cn, px);
-        mc_curve(dir, "F1_curve.png", "F1", &c, c.f1, cn, px);
-        mc_curve(dir, "P_curve.png", "Precision", &c, c.p, cn, px);
-        mc_curve(dir, "R_curve.png", "Recall", &c, c.r, cn, px);
-        for (int i = 0; i < c.k; i++) free(cn[i]);
-        free(cn);
+    double px[METRICS_PX];
+    for (int x = 0; x < METRICS_PX; x++) px[x] = metrics_px(x);
+    char **cn = xcalloc(c.k + 1, sizeof *cn), num[32];   // the names of the classes with labels
+    for (int i = 0; i < c.k; i++) {
+        snprintf(num, sizeof num, "%d", c.cls[i]);
+        cn[i] = xstrdup(names ? names[c.cls[i]] : num);
     }
+    int n = c.k ? 5 : 1;                      // the curves only when some class has labels
+    PlotTask task[5];
+    pthread_t th[5];
+    int started[5] = { 0 };
+    for (int k = 0; k < n; k++) {
+        task[k] = (PlotTask){ k, st, &c, names, cn, px, dir };
+        started[k] = k > 0 && pthread_create(&th[k], NULL, plot_task, &task[k]) == 0;
+    }
+    plot_task(&task[0]);                      // this thread draws the confusion matrix
+    for (int k = 1; k < n; k++) {
+        if (started[k]) pthread_join(th[k], NULL);
+        else plot_task(&task[k]);             // no thread: here
+    }
+    for (int i = 0; i < c.k; i++) free(cn[i]);
+    free(cn);
     metrics_curves_free(&c);
 }
 
-void plots_labels(const Dataset *ds, const char *dir) {
+typedef struct { MetricsStats st; char **names; char dir[4096]; } ValidationJob;
+
+static void validation_job(void *arg) {
+    ValidationJob *j = arg;
+    plots_validation(&j->st, j->names, j->dir);
+    drawer_names_free(j->names, j->st.nc);
+    metrics_stats_free(&j->st);
+    free(j);
+}
+
+void plots_validation_queue(Drawer *d, MetricsStats *st, char *const *names, const char *dir) {
+    ValidationJob *j = xcalloc(1, sizeof *j);
+    j->st = *st;
+    memset(st, 0, sizeof *st);
+    j->names = drawer_names(names, j->st.nc);
+    snprintf(j->dir, sizeof j->dir, "%s", dir);
+    drawer_submit(d, validation_job, j);
+}
+
+typedef struct { float *box; int n, nc; char **names; char dir[4096]; } LabelsJob;
+
+static void labels_job(void *arg) {
+    LabelsJob *j = arg;
+    char path[4200];
+    Err err;
+    snprintf(path, sizeof path, "%s/labels.jpg", j->dir);
+    note(plot_labels(path, j->box, j->n, j->nc, j->names, &err), &err);
+    snprintf(path, sizeof path, "%s/labels_correlogram.jpg", j->dir);
+    note(plot_labels_correlogram(path, j->box, j->n, &err), &err);
+    drawer_names_free(j->names, j->nc);
+    free(j->box);
+    free(j);
+}
+
+void plots_labels_queue(Drawer *d, const Dataset *ds, const char *dir) {
     size_t total = 0;
     for (int i = 0; i < ds->n; i++) total += ds->s[i].nbox;
     float *box = xmalloc(sizeof *box * 5 * (total + 1));
@@ -105,11 +175,10 @@ void plots_labels(const Dataset *ds, const char *dir) {
             float *r = box + 5 * (size_t)n++;
             r[0] = (float)b->cls; r[1] = b->cx; r[2] = b->cy; r[3] = b->w; r[4] = b->h;
         }
-    char path[4200];
-    Err err;
-    snprintf(path, sizeof path, "%s/labels.jpg", dir);
-    note(plot_labels(path, box, n, ds->nc, ds->names, &err), &err);
-    snprintf(path, sizeof path, "%s/labels_correlogram.jpg", dir);
-    note(plot_labels_correlogram(path, box, n, &err), &err);
-    free(box);
+    LabelsJob *j = xcalloc(1, sizeof *j);
+    *j = (LabelsJob){ .box = box, .n = n, .nc = ds->nc, .names = drawer_names(ds->names, ds->nc) };
+    snprintf(j->dir, sizeof j->dir, "%s", dir);
+    drawer_submit(d, labels_job, j);
 }
+
+void plots_labels(const Dataset *ds, const char *dir) { plots_labels_queue(NULL, ds, dir); }

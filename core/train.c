@@ -20,6 +20,7 @@
 #include "core/train_tb.h"
 #include "io/plot.h"
 #include "core/checkpoint.h"
+#include "core/drawer.h"
 #include "core/fatal.h"
 #include "core/faults.h"
 #include "core/infer_devices.h"
@@ -232,8 +233,47 @@ typedef struct {              // what the run keeps across epochs for validation
     ValResult      best;         // metrics of the best epoch (Metrics arrays freed at the end)
     RunPoint       start;        // where this process starts (a resumed run: where the last one stopped)
     int            stop_after;   // > 0: stop after this many steps, as on Ctrl-C (YT_STOP_AFTER_STEPS, tests)
-    TrainTb        tb;           // the TensorBoard log (tensorboard=1)
+    TrainTb        tb;           // the TensorBoard log (tensorboard=1): written by the drawer's jobs only, in order
+    Drawer        *drawer;       // draws the pictures and plots, and logs to TensorBoard, beside the run
+                                 // (core/drawer.h); NULL: at once (YT_DRAW_SYNC=1, or a process that draws none)
+    ValCache      *val_cache;    // the validation batches as loaded, kept between passes (val_cache_new)
+    double         val_seconds;  // the validation passes' wall time (EMA weights to the table), summed
+    int            val_passes;
 } RunState;
+
+// The validation batches kept between passes: up to YT_VAL_CACHE_MB megabytes (1024 unless set; 0: none).
+static ValCache *val_cache_for_run(void) {
+    const char *s = getenv("YT_VAL_CACHE_MB");
+    double mb = s && *s ? atof(s) : 1024;
+    return mb > 0 ? val_cache_new((size_t)(mb * 1048576)) : NULL;
+}
+
+// ---- jobs of the drawer: each owns copies of what it draws or logs --------------------------------
+
+typedef struct { TrainTb *tb; int epoch; double vals[14]; } TbEpochJob;
+
+static void tb_epoch_job(void *arg) {
+    TbEpochJob *j = arg;
+    train_tb_epoch(j->tb, j->epoch, j->vals);
+    free(j);
+}
+
+typedef struct { TrainTb *tb; int epoch, n; char dir[CFG_PATH * 2]; const char *file[2]; } TbPictureJob;
+
+static void tb_picture_job(void *arg) {      // after the job that drew the files (FIFO)
+    TbPictureJob *j = arg;
+    for (int k = 0; k < j->n; k++) train_tb_picture(j->tb, j->dir, j->file[k], j->epoch);
+    free(j);
+}
+
+// Log dir/file0 (and file1) to TensorBoard once the jobs queued before have drawn them.
+static void queue_tb_pictures(RunState *rs, int epoch, const char *file0, const char *file1) {
+    if (!rs->tb.ev) return;
+    TbPictureJob *j = xcalloc(1, sizeof *j);
+    *j = (TbPictureJob){ .tb = &rs->tb, .epoch = epoch, .n = file1 ? 2 : 1, .file = { file0, file1 } };
+    snprintf(j->dir, sizeof j->dir, "%s", rs->dir);
+    drawer_submit(rs->drawer, tb_picture_job, j);
+}
 
 // weights/last_state.safetensors: everything to continue from point p (see core/checkpoint.h)
 static int save_state(const Trainer *t, const RunState *rs, int epoch, int batch, const Running *r) {
@@ -260,7 +300,11 @@ static void results_row(RunState *rs, int epoch, const Running *r, const ValResu
                         v->box, v->cls, v->dfl, lr[0], lr[1], lr[2] };
     for (int i = 0; i < 14; i++) fprintf(f, "%20.5g%s", vals[i], i < 13 ? "," : "\n");
     fclose(f);
-    train_tb_epoch(&rs->tb, epoch, vals);
+    if (!rs->tb.ev) return;
+    TbEpochJob *j = xmalloc(sizeof *j);
+    *j = (TbEpochJob){ &rs->tb, epoch, { 0 } };
+    memcpy(j->vals, vals, sizeof vals);
+    drawer_submit(rs->drawer, tb_epoch_job, j);
 }
 
 // Drop the results.csv rows of epochs >= `epoch`: an epoch's row is written before its checkpoint,
@@ -285,8 +329,8 @@ static void drop_results_from(const char *dir, int epoch) {
 // multi_scale's resize. The bytes are resized on the host here by the CPU twin of the device's resize
 // and cast to bytes by truncation, as plot_images' numpy assignment does; the targets are normalised
 // and stay as they are.
-static int picture_step_batch(const Batch *b, StepShape s, const Dataset *ds, const char *path, Err *err) {
-    if (!s.h || !s.w || (s.h == b->h && s.w == b->w) || b->n < 1) return picture_batch(b, ds->names, ds->nc, path, err);
+static int picture_step_batch(const Batch *b, StepShape s, char *const *names, int nc, const char *path, Err *err) {
+    if (!s.h || !s.w || (s.h == b->h && s.w == b->w) || b->n < 1) return picture_batch(b, names, nc, path, err);
     size_t in = (size_t)b->n * b->h * b->w * 3, out = (size_t)b->n * s.h * s.w * 3;
     float *x = malloc(sizeof(float) * in), *y = malloc(sizeof(float) * out);
     uint8_t *u = malloc(out);
@@ -299,10 +343,56 @@ static int picture_step_batch(const Batch *b, StepShape s, const Dataset *ds, co
         for (size_t k = 0; k < out; k++) u[k] = (uint8_t)(y[k] < 0 ? 0 : y[k] > 255 ? 255 : y[k]);
         Batch r = *b;
         r.images = u, r.h = s.h, r.w = s.w, r.S = s.h > s.w ? s.h : s.w;
-        rc = picture_batch(&r, ds->names, ds->nc, path, err);
+        rc = picture_batch(&r, names, nc, path, err);
     }
     free(x), free(y), free(u);
     return rc;
+}
+
+enum { TRAIN_TILES = 16 };                   // picture_batch draws at most 16 images
+
+typedef struct { Batch b; StepShape s; char **names; int nc; TrainTb *tb; char dir[CFG_PATH * 2]; } StepPictureJob;
+
+static void step_picture_job(void *arg) {
+    StepPictureJob *j = arg;
+    char path[CFG_PATH * 2 + 64];
+    Err err;
+    snprintf(path, sizeof path, "%s/train_batch0.jpg", j->dir);
+    if (picture_step_batch(&j->b, j->s, j->names, j->nc, path, &err)) fprintf(stderr, "note: %s\n", err.msg);
+    else train_tb_picture(j->tb, j->dir, "train_batch0.jpg", 0);
+    free(j->b.images); free(j->b.targets);
+    drawer_names_free(j->names, j->nc);
+    free(j);
+}
+
+// train_batch0.jpg of batch b (the loader's: it goes back to it after the step), drawn by the drawer
+// from a copy of its first 16 images and their targets.
+static void queue_step_picture(RunState *rs, const Batch *b, StepShape s) {
+    StepPictureJob *j = xcalloc(1, sizeof *j);
+    int n = b->n < TRAIN_TILES ? b->n : TRAIN_TILES;
+    size_t px = (size_t)(b->h ? b->h : b->S) * (b->w ? b->w : b->S) * 3;
+    j->b = (Batch){ .n = n, .S = b->S, .h = b->h, .w = b->w };
+    j->b.images = xmalloc(px * n + 1);
+    memcpy(j->b.images, b->images, px * n);
+    j->b.targets = xmalloc(sizeof(float) * 6 * (b->nt + 1));
+    for (int k = 0; k < b->nt; k++)           // rows of images past the 16 drawn are not drawn
+        if ((int)b->targets[6 * k] < n) memcpy(j->b.targets + 6 * j->b.nt++, b->targets + 6 * k, sizeof(float) * 6);
+    j->s = s;
+    j->names = drawer_names(rs->train->names, rs->train->nc);
+    j->nc = rs->train->nc;
+    j->tb = &rs->tb;
+    snprintf(j->dir, sizeof j->dir, "%s", rs->dir);
+    drawer_submit(rs->drawer, step_picture_job, j);
+}
+
+typedef struct { double *rows; int n, failed, epoch; Err err; TrainTb *tb; char png[CFG_PATH * 2 + 64], dir[CFG_PATH * 2]; } ResultsJob;
+
+static void results_job(void *arg) {
+    ResultsJob *j = arg;
+    if (j->failed || plot_results_rows(j->rows, j->n, j->png, &j->err)) fprintf(stderr, "note: %s\n", j->err.msg);
+    else if (j->tb) train_tb_picture(j->tb, j->dir, "results.png", j->epoch);
+    free(j->rows);
+    free(j);
 }
 
 // results.png from results.csv, drawn once the run ends (its last epoch, an early stop by patience, or
@@ -315,9 +405,13 @@ static void draw_results(const Config *cfg, RunState *rs, int epoch) {
     snprintf(png, sizeof png, "%s/results.png", rs->dir);
     struct stat st;
     if (stat(csv, &st) != 0) return;                  // stopped before an epoch ended: nothing to draw
-    Err err;
-    if (plot_results(csv, png, &err)) fprintf(stderr, "note: %s\n", err.msg);
-    else if (epoch >= 0) train_tb_picture(&rs->tb, rs->dir, "results.png", epoch);
+    ResultsJob *j = xcalloc(1, sizeof *j);            // the rows now: a later epoch may append more
+    if (plot_results_read(csv, &j->rows, &j->n, &j->err)) j->failed = 1;
+    snprintf(j->png, sizeof j->png, "%s", png);
+    j->tb = epoch >= 0 ? &rs->tb : NULL;
+    j->epoch = epoch;
+    snprintf(j->dir, sizeof j->dir, "%s", rs->dir);
+    drawer_submit(rs->drawer, results_job, j);
 }
 
 // In every process: the next epoch's loss weights and the validation (several processes share it); then
@@ -335,6 +429,8 @@ static int end_epoch(Config *cfg, Trainer *t, RunState *rs, int epoch, const Run
     // the plots of the run's last validation: the last epoch's, or one that patience may end the run after
     vo.plots_dir = !cfg->noplots && (epoch == cfg->epochs - 1 || (cfg->patience > 0 && epoch - rs->best_epoch >=
                    cfg->patience)) ? rs->dir : NULL;
+    vo.drawer = rs->drawer;                            // the pictures and plots: copied, drawn beside the run
+    vo.cache = rs->val_cache;                          // the second pass on copies the first's loaded batches
     vo.stop = &stop_requested;                         // a signal ends the pass within a batch
     vo.rank = comm_rank();                             // several processes: each runs its share of the batches
     vo.ranks = comm_size();
@@ -344,7 +440,9 @@ static int end_epoch(Config *cfg, Trainer *t, RunState *rs, int epoch, const Run
     // tuple as initialised), and its fitness 0 equals best_fitness 0 until a validation, so it is saved
     // as best and counts as best for patience, as train.py's `best_fitness == fi` and EarlyStopping's >=
     int skip = cfg->noval && epoch != cfg->epochs - 1;
+    double tv = now_seconds();
     int vrc = skip ? 0 : val_evaluate_ema(t, rs->val, &vo, &v, &err);   // the EMA weights, on every device
+    if (!skip) rs->val_seconds += now_seconds() - tv, rs->val_passes++;
     if (skip) vo.picture_dir = NULL;
     // a stop in any process stops all: the pass told every process of one during it; this, of one since
     int stopped = stopping(stop_agree());
@@ -354,8 +452,7 @@ static int end_epoch(Config *cfg, Trainer *t, RunState *rs, int epoch, const Run
         return 0;
     }
     if (vrc) { fprintf(stderr, "yolotrain: validation failed: %s\n", err.msg); memset(&v, 0, sizeof v); }
-    for (int k = 0; vo.picture_dir && !vrc && k < 2; k++)
-        train_tb_picture(&rs->tb, rs->dir, k ? "val_batch0_pred.jpg" : "val_batch0_labels.jpg", epoch);
+    if (vo.picture_dir && !vrc) queue_tb_pictures(rs, epoch, "val_batch0_labels.jpg", "val_batch0_pred.jpg");
     results_row(rs, epoch, r, &v, t->lr);
     if (vo.plots_dir) draw_results(cfg, rs, epoch);    // the run's last validation: the last epoch's or patience's
     snprintf(path, sizeof path, "%s/weights/last.safetensors", rs->dir);
@@ -386,6 +483,7 @@ typedef struct {
     Trainer       *t;
     const char    *dir;
     int            saved_epoch, saved_batch;   // where last_state.safetensors continues; epoch -1: none yet
+    Drawer        *drawer;     // its queued pictures are finished before the process ends
 } Failure;
 
 // 1 when the EMA weights hold only finite values (else err names the first tensor that does not):
@@ -407,6 +505,7 @@ static int ema_finite(const Trainer *t, Err *err) {
 // device 0's GPU is dead (a sticky error); then, or when the save fails, the intact files are named.
 static void save_after_failure(const char *what, void *arg) {
     const Failure *f = arg;
+    drawer_wait(f->drawer);                            // a CUDA error exits after this: whole pictures first
     if (!procs_writer()) return;                       // several processes: rank 0 holds the run's files
     char last[CFG_PATH * 2 + 64], why[sizeof(Err)] = "";
     Err err;
@@ -446,11 +545,10 @@ static StepShape batch_shape(const Config *cfg, const Batch *b, int epoch, int i
 
 static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
     int nb = loader_batches(ld), S = cfg->imgsz, rc = 0;
-    const Dataset *ds = rs->train;
     const char *dir = rs->dir;
     char path[CFG_PATH * 2 + 64];
     Err err;
-    Failure fail = { cfg, t, dir, cfg->resume[0] ? rs->start.epoch : -1, rs->start.batch };
+    Failure fail = { cfg, t, dir, cfg->resume[0] ? rs->start.epoch : -1, rs->start.batch, rs->drawer };
     device_set_fatal_hook(save_after_failure, &fail);   // until this returns: fail lives here
     const Backend *be = t->m.be;
     if (t->m.on_device && be->host_pin) loader_pin_buffers(ld, &(LoaderPinning){ be->host_pin, be->host_unpin, NULL });   // async uploads
@@ -477,11 +575,7 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
             fault_before_step(t, ++steps);              // YT_FAIL_CUDA, YT_NAN_AT_STEP (tests)
             t->input_u8 = b->images;                   // converted on the device: a quarter of the bytes
             t->shape = batch_shape(cfg, b, epoch, i);
-            if (epoch == 0 && i == 0 && !cfg->noplots && procs_writer()) {
-                snprintf(path, sizeof path, "%s/train_batch0.jpg", dir);
-                if (picture_step_batch(b, t->shape, ds, path, &err)) fprintf(stderr, "note: %s\n", err.msg);
-                else train_tb_picture(&rs->tb, dir, "train_batch0.jpg", 0);
-            }
+            if (epoch == 0 && i == 0 && !cfg->noplots && procs_writer()) queue_step_picture(rs, b, t->shape);
             LossOut lo;                                // (several processes: this one's share of the batch)
             int bad = trainer_step(t, b->n, S, b->targets, b->nt, epoch, i, &lo, &err);
             t->input_u8 = NULL;                        // the batch goes back to the loader below
@@ -720,7 +814,9 @@ static int train_run_(Config *cfg) {
     }
     char path[CFG_PATH * 2 + 32];
     if (procs_writer()) write_args(cfg, dir);
-    if (!cfg->resume[0] && !cfg->noplots && procs_writer()) plots_labels(&ds, dir);   // labels.jpg, as train.py before the first epoch
+    // the pictures, plots and TensorBoard's records of rank 0 are drawn and written beside the run
+    Drawer *drawer = procs_writer() && !cfg->noplots ? drawer_for_run() : NULL;
+    if (!cfg->resume[0] && !cfg->noplots && procs_writer()) plots_labels_queue(drawer, &ds, dir);   // labels.jpg, as train.py before the first epoch
     char where[64];
     if (devs.n > 1) snprintf(where, sizeof where, "%d %s (%s)", devs.n, gpu < 0 ? "CPU devices" : "GPUs", gpu < 0 ? "fp32" : cfg->precision);
     else snprintf(where, sizeof where, gpu < 0 ? "cpu" : "GPU %d (%s)", gpu, cfg->precision);
@@ -728,7 +824,8 @@ static int train_run_(Config *cfg) {
            "accumulate %d, weight_decay %.3g\nLogging results to %s\nStarting training for %d epochs...\n",
            cfg->file, model_count_params(&t.m), t.m.nc, where, ds.n, cfg->batch, loader_batches(ld),
            t.sched.accumulate, t.sched.weight_decay, dir, cfg->epochs);
-    RunState rs = { .train = &ds, .val = &vds, .dir = dir, .best_epoch = -1 };
+    RunState rs = { .train = &ds, .val = &vds, .dir = dir, .best_epoch = -1, .drawer = drawer,
+                    .val_cache = val_cache_for_run() };
     rs.stop_after = fault_stop_after();               // YT_STOP_AFTER_STEPS (tests)
     fault_device_hook(t.multi);                       // YT_FAIL_DEVICE (tests)
     int rc = 0;
@@ -755,12 +852,23 @@ static int train_run_(Config *cfg) {
     double t0 = now_seconds();
     if (!rc) rc = train_epochs(cfg, &t, ld, &rs);
     if (rc == 0 && stop_requested && procs_writer()) draw_results(cfg, &rs, -1);   // a stopped run's epochs so far
+    double t_loop = now_seconds() - t0;
+    int drew = drawer != NULL;
+    drawer_free(drawer);                             // every picture whole before the run says it ended
+    rs.drawer = NULL;
     if (rc != 2 && procs_writer()) {                 // 2: the run could not start
         double total = now_seconds() - t0;
         const PhaseTimes *p = &t.t;
         printf("%.3f hours. Time per phase (device 0): data wait %.1f s, forward %.1f s, loss %.1f s, backward %.1f s, "
                "gather %.1f s, optimizer %.1f s, broadcast %.1f s\n", total / 3600, p->data, p->forward, p->loss,
                p->backward, p->gather, p->optim, p->broadcast);
+        if (rs.val_passes) {                         // validation's share of the epochs' wall time
+            printf("Validation: %.1f s of %.1f s (%.1f%%) in %d pass%s, %.2f s a pass", rs.val_seconds, t_loop,
+                   100 * rs.val_seconds / (t_loop > 0 ? t_loop : 1), rs.val_passes, rs.val_passes > 1 ? "es" : "",
+                   rs.val_seconds / rs.val_passes);
+            if (drew) printf("; the run then waited %.1f s for the pictures and plots drawn beside it", total - t_loop);
+            printf("\n");
+        }
         if (rs.best_epoch >= 0)
             printf("Best epoch %d: P %.3f R %.3f mAP50 %.3f mAP50-95 %.3f (fitness %.4f)\n", rs.best_epoch,
                    rs.best.m.mp, rs.best.m.mr, rs.best.m.map50, rs.best.m.map, rs.best_fitness);
@@ -768,6 +876,7 @@ static int train_run_(Config *cfg) {
         else printf("The run stopped on an error (above); its files are in %s\n", dir);
     }
     val_result_free(&rs.best);
+    val_cache_free(rs.val_cache);
     train_tb_close(&rs.tb);
     run_unlock(dir, lock);
     trainer_free(&t);

@@ -270,7 +270,7 @@ static void batch_stats(Worker *w, Slot *s) {
         free(in.orig); free(in.on);
     }
     double t_pic = now_seconds();
-    if (picture) val_pictures(p->ds, p->o->picture_dir, vb, (const Det *const *)in.keep, in.kn);
+    if (picture) val_pictures(p->ds, p->o->picture_dir, vb, (const Det *const *)in.keep, in.kn, p->o->drawer);
     for (int i = 0; picture && i < vb->n; i++) free(in.keep[i]);
     free(in.keep); free(in.kn);
     double dec = s->dev_ok ? 0 : w->img.t_decode, t1 = now_seconds();
@@ -332,7 +332,7 @@ static void *helper_main(void *arg) {
             return NULL;
         }
         double t0 = now_seconds();
-        val_batch_load(p->ds, &p->plan, b, p->o->imgsz, p->o->workers, &s->vb);
+        val_batch_get(p->o->cache, p->ds, &p->plan, b, p->o->imgsz, p->o->workers, &s->vb);
         pthread_mutex_lock(&p->mu);
         p->t_pre += now_seconds() - t0;
         pthread_mutex_unlock(&p->mu);
@@ -581,21 +581,23 @@ static void finish(Pass *p, int nb, ValResult *r, double t0) {
     }
     if (nb) r->box /= nb, r->cls /= nb, r->dfl /= nb;
     r->dev_nms = p->dev_nms; r->dev_loss = p->dev_loss; r->ran = p->ran;
+    int images = st.images;                   // st goes to the plots' job below
     double tm = now_seconds();
     metrics_compute(&st, &r->m);
     p->t_metrics += now_seconds() - tm;       // ap_per_class belongs to the metrics phase
     r->fitness = metrics_fitness(&r->m);
     if (o->plots_dir && writer) {
         double tp = now_seconds();
-        plots_validation(&st, p->ds->names, o->plots_dir);
+        plots_validation_queue(o->drawer, &st, p->ds->names, o->plots_dir);   // takes st
         p->t_plots += now_seconds() - tp;
     }
     r->seconds = now_seconds() - t0;
     if (o->out && writer) {
         metrics_print(&r->m, p->ds->names, o->verbose, o->out);
-        double per = 1e3 / (st.images ? st.images : 1);
+        double per = 1e3 / (images ? images : 1);
         // each stage's own time (the device's by its timers); loading and matching overlap the device's work
-        // the val_batch0 pictures and the plots (when asked for): a column of their own
+        // the val_batch0 pictures and the plots (when asked for): a column of their own; with a drawer
+        // (training) the pass's time in it is the copying and queueing, the drawing runs beside the run
         char plots[64] = "";
         if (o->plots_dir || o->picture_dir) snprintf(plots, sizeof plots, ", %.1fms plots", p->t_plots * per);
         fprintf(o->out, "Speed: %.1fms pre-process, %.1fms inference, %.1fms loss, %.1fms %s, %.1fms metrics%s per image "

@@ -17,6 +17,8 @@
 #include "io/dataset.h"
 
 struct Trainer;
+struct Drawer;
+typedef struct ValCache ValCache;
 
 typedef struct {
     int        batch;     // N: images per validation batch (rect shapes follow it); each model runs
@@ -31,6 +33,10 @@ typedef struct {
     FILE      *out;       // where the table goes; NULL: nowhere
     const char *picture_dir;  // where val_batch0_labels.jpg / _pred.jpg go; NULL: no pictures
     const char *plots_dir;    // where the confusion matrix and the PR/F1/P/R curves go (core/plots.h); NULL: none
+    ValCache  *cache;         // keeps the loaded (letterboxed) batches between passes (val_cache_new; training):
+                              //   a later pass copies them instead of decoding the images again; NULL: none
+    struct Drawer *drawer;    // the pictures and plots are drawn by its thread (core/drawer.h): the pass only
+                              //   copies their data; NULL: drawn in the pass
     const volatile int *stop; // non-NULL and set (a signal, during training): no new batch starts,
                               //   and the pass returns -1 with "stopped" in err
     const char *save_dir; // save_json / save_txt write there (core/val_save.c); a pass of one process
@@ -118,10 +124,23 @@ typedef struct {
 void val_batch_load(const Dataset *ds, const ValPlan *p, int b, int S, int workers, ValBatch *vb);
 void val_batch_free(ValBatch *vb);
 
+// The batches of passes over one dataset with one plan, kept for the next pass (a training run's
+// validations): up to budget_bytes of images, rows and letterbox records, the first batches first; a
+// pass with another dataset or plan starts it again. One cache may serve several threads of a pass.
+ValCache *val_cache_new(size_t budget_bytes);
+void      val_cache_free(ValCache *c);
+// What val_batch_load(ds, p, b, ...) loads into vb: from c when it kept batch b of this plan, else
+// loaded (and kept when the budget has room). c NULL: val_batch_load.
+void      val_batch_get(ValCache *c, const Dataset *ds, const ValPlan *p, int b, int S, int workers, ValBatch *vb);
+// Batches copied from c, and loaded, since it was made.
+void      val_cache_counts(const ValCache *c, long long *hits, long long *loads);
+
 // val_batch0_labels.jpg and val_batch0_pred.jpg in dir (core/val_picture.c): batch vb with its labels,
 // then with det[i] (nd[i] detections of image i in letterbox pixels) above confidence 0.25, each image
 // on a square canvas, so a person can see what the metrics measure. Failures are printed as notes.
-void val_pictures(const Dataset *ds, const char *dir, const ValBatch *vb, const Det *const *det, const int *nd);
+// Drawn by `drawer`'s thread (copies of what they show), or at once when it is NULL.
+void val_pictures(const Dataset *ds, const char *dir, const ValBatch *vb, const Det *const *det, const int *nd,
+                  struct Drawer *drawer);
 
 // ---- decoding one image's detections (core/val_decode.c) ---------------------------------------
 // DFL heads: nms_decode + nms_run_fast (nms_run's detections; o as given). End-to-end heads (m->end2end,

@@ -114,3 +114,99 @@ void val_batch_free(ValBatch *vb) {
     free(vb->images); free(vb->targets); free(vb->index); free(vb->info);
     memset(vb, 0, sizeof *vb);
 }
+
+// ---- batches kept between passes ----------------------------------------------------------------
+// Entries are written once (by the thread that loaded the batch) and read under the mutex; they go
+// only when a pass comes with another dataset or plan (the key), which no pass in flight shares.
+
+typedef struct { int b, n, H, W, S, nt; uint8_t *images; float *targets; int *index; LetterboxInfo *info; } Kept;
+
+struct ValCache {
+    pthread_mutex_t mu;
+    size_t          budget, used;
+    const Dataset  *ds;
+    int             batch, n_batches, S;
+    Kept           *kept;         // (n_batches) b < 0: not kept
+    long long       hits, loads;
+};
+
+ValCache *val_cache_new(size_t budget_bytes) {
+    ValCache *c = xcalloc(1, sizeof *c);
+    pthread_mutex_init(&c->mu, NULL);
+    c->budget = budget_bytes;
+    return c;
+}
+
+static void cache_clear(ValCache *c) {
+    for (int b = 0; b < c->n_batches; b++) {
+        Kept *k = &c->kept[b];
+        free(k->images); free(k->targets); free(k->index); free(k->info);
+    }
+    free(c->kept);
+    c->kept = NULL; c->n_batches = 0; c->used = 0; c->ds = NULL;
+}
+
+void val_cache_free(ValCache *c) {
+    if (!c) return;
+    cache_clear(c);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+void val_cache_counts(const ValCache *c, long long *hits, long long *loads) {
+    *hits = c ? c->hits : 0;
+    *loads = c ? c->loads : 0;
+}
+
+// Under c->mu: batch b's entry when it holds what val_batch_load would load now, else NULL.
+static const Kept *cache_find(ValCache *c, const Dataset *ds, const ValPlan *p, int b, int S) {
+    if (c->ds != ds || c->batch != p->batch || c->n_batches != p->n_batches || c->S != S) {
+        cache_clear(c);                           // another dataset or plan: start again
+        c->ds = ds; c->batch = p->batch; c->n_batches = p->n_batches; c->S = S;
+        c->kept = xcalloc(p->n_batches + 1, sizeof *c->kept);
+        for (int k = 0; k < p->n_batches; k++) c->kept[k].b = -1;
+        return NULL;
+    }
+    const Kept *k = &c->kept[b];
+    int first = b * p->batch, n = p->n - first < p->batch ? p->n - first : p->batch;
+    if (k->b != b || k->n != n || k->H != p->shape[b][0] || k->W != p->shape[b][1] ||
+        memcmp(k->index, p->order + first, sizeof *k->index * n)) return NULL;
+    return k;
+}
+
+void val_batch_get(ValCache *c, const Dataset *ds, const ValPlan *p, int b, int S, int workers, ValBatch *vb) {
+    if (!c) { val_batch_load(ds, p, b, S, workers, vb); return; }
+    pthread_mutex_lock(&c->mu);
+    const Kept *k = cache_find(c, ds, p, b, S);
+    if (k) {                                      // the bytes and rows of the first load
+        vb->n = k->n; vb->H = k->H; vb->W = k->W; vb->S = k->S;
+        size_t px = (size_t)k->n * k->H * k->W * 3;
+        reserve(vb, k->n, px);
+        if (k->nt > vb->cap_t) vb->cap_t = k->nt, vb->targets = xrealloc(vb->targets, sizeof(float) * 6 * k->nt);
+        memcpy(vb->images, k->images, px);
+        memcpy(vb->targets, k->targets, sizeof(float) * 6 * k->nt);
+        memcpy(vb->index, k->index, sizeof *k->index * k->n);
+        memcpy(vb->info, k->info, sizeof *k->info * k->n);
+        vb->nt = k->nt;
+        c->hits++;
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
+    pthread_mutex_unlock(&c->mu);
+    val_batch_load(ds, p, b, S, workers, vb);
+    size_t px = (size_t)vb->n * vb->H * vb->W * 3, bytes = px + sizeof(float) * 6 * vb->nt +
+                (sizeof(int) + sizeof(LetterboxInfo)) * vb->n;
+    pthread_mutex_lock(&c->mu);
+    c->loads++;
+    if (c->ds == ds && b < c->n_batches && c->kept[b].b < 0 && c->used + bytes <= c->budget) {
+        Kept *e = &c->kept[b];
+        *e = (Kept){ b, vb->n, vb->H, vb->W, vb->S, vb->nt, xmalloc(px + 1), xmalloc(sizeof(float) * 6 * vb->nt + 1),
+                     xmalloc(sizeof(int) * vb->n + 1), xmalloc(sizeof(LetterboxInfo) * vb->n + 1) };
+        memcpy(e->images, vb->images, px);
+        memcpy(e->targets, vb->targets, sizeof(float) * 6 * vb->nt);
+        memcpy(e->index, vb->index, sizeof(int) * vb->n);
+        memcpy(e->info, vb->info, sizeof(LetterboxInfo) * vb->n);
+        c->used += bytes;
+    }
+    pthread_mutex_unlock(&c->mu);
+}

@@ -61,7 +61,8 @@ static void panel(Image *im, int k, const char *title, const double *x, const do
     free(sm);
 }
 
-int plot_results(const char *csv, const char *png, Err *err) {
+int plot_results_read(const char *csv, double **rows, int *n_rows, Err *err) {
+    *rows = NULL; *n_rows = 0;
     FILE *f = rf_fopen(csv, "results file", err);
     if (!f) return -1;
     int n = 0, cap = 256;
@@ -76,6 +77,11 @@ int plot_results(const char *csv, const char *png, Err *err) {
     }
     fclose(f);
     if (n <= 0) { free(v); return err_set(err, "%s: no rows to plot", csv); }
+    *rows = v; *n_rows = n;
+    return 0;
+}
+
+int plot_results_rows(const double *v, int n, const char *png, Err *err) {
     // columns: 1-3 train losses, 4 P, 5 R, 6 mAP50, 7 mAP50-95, 8-10 val losses
     static const int col[10] = { 1, 2, 3, 4, 5, 8, 9, 10, 6, 7 };
     static const char *name[10] = { "train/box_loss", "train/cls_loss", "train/dfl_loss", "metrics/precision",
@@ -90,6 +96,15 @@ int plot_results(const char *csv, const char *png, Err *err) {
     }
     int rc = plot_save(&im, png, err);
     image_free(&im);
-    free(x); free(y); free(v);
+    free(x); free(y);
+    return rc;
+}
+
+int plot_results(const char *csv, const char *png, Err *err) {
+    double *v;
+    int n;
+    if (plot_results_read(csv, &v, &n, err)) return -1;
+    int rc = plot_results_rows(v, n, png, err);
+    free(v);
     return rc;
 }

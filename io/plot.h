@@ -7,6 +7,10 @@
 
 // Read csv (the %20.5g rows train writes) and save ten panels as a PNG at png.
 int plot_results(const char *csv, const char *png, Err *err);
+// Its two halves: results.csv's rows as numbers (*rows: n_rows x 14, malloc'd), and the
+// picture from them (what a background drawer gets: the rows as they were when it was queued).
+int plot_results_read(const char *csv, double **rows, int *n_rows, Err *err);
+int plot_results_rows(const double *rows, int n_rows, const char *png, Err *err);
 
 // One figure of k curves y (k, n) over x (n) in [0, 1] x [0, 1] (9 x 6 inches): thin lines with a
 // legend of `labels` when 0 < k < 21 (tab10 colours), else grey without one; then `mean` (n) bold and

@@ -7,6 +7,7 @@
 
 #include <math.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cfg/config.h"
 #include "core/train.h"
@@ -213,11 +214,49 @@ static void test_rect_multi_scale(void) {
           "rect=1 multi_scale=1 on two CPU devices");
 }
 
+// Pictures and plots drawn by the run's drawer thread (the default) are the bytes YT_DRAW_SYNC=1 draws on
+// the run's own thread, in a whole run and in one stopped mid-epoch (its results.png drawn at the stop);
+// every file is whole (no .tmp left) when the run returns.
+static int same_pictures(const char *a, const char *b, int stopped) {
+    static const char *const files[] = { "labels.jpg", "labels_correlogram.jpg", "train_batch0.jpg",
+                                         "val_batch0_labels.jpg", "val_batch0_pred.jpg", "results.png",
+                                         "confusion_matrix.png", "PR_curve.png", "F1_curve.png", "P_curve.png",
+                                         "R_curve.png" };
+    int ok = 1, n = stopped ? 6 : 11;                  // a stopped run drew no plots of a last validation
+    for (int i = 0; i < 11; i++) {
+        char x[4800], y[4800], tmp[4900];
+        snprintf(x, sizeof x, "%s/%s/%s", project, a, files[i]);
+        snprintf(y, sizeof y, "%s/%s/%s", project, b, files[i]);
+        snprintf(tmp, sizeof tmp, "%s.tmp", y);
+        int want = i < n;
+        CHECK(exists(a, files[i]) == want && exists(b, files[i]) == want, "%s: %s is%s there, want%s", b, files[i],
+              exists(b, files[i]) ? "" : " not", want ? " it" : " none");
+        if (want && !same_file(x, y)) { CHECK(0, "%s differs between %s and %s", files[i], a, b); ok = 0; }
+        CHECK(access(tmp, F_OK) != 0, "%s was left", tmp);
+    }
+    return ok;
+}
+
+static void test_background_drawing(void) {
+    if (!data_yaml[0] && make_data()) { CHECK(0, "no data"); return; }
+    setenv("YT_DRAW_SYNC", "1", 1);
+    CHECK(train("draw_sync", 0, NULL) == 0, "the run drawing synchronously failed");
+    setenv("YT_STOP_AFTER_STEPS", "3", 1);             // epoch 1, after its first batch
+    CHECK(train("draw_sync_stop", 0, NULL) == 0, "the stopped run drawing synchronously failed");
+    unsetenv("YT_DRAW_SYNC");
+    CHECK(train("draw_bg_stop", 0, NULL) == 0, "the stopped run drawing in the background failed");
+    unsetenv("YT_STOP_AFTER_STEPS");
+    CHECK(train("draw_bg", 0, NULL) == 0, "the run drawing in the background failed");
+    CHECK(same_pictures("draw_sync", "draw_bg", 0), "the pictures of a whole run differ");
+    CHECK(same_pictures("draw_sync_stop", "draw_bg_stop", 1), "the pictures of a stopped run differ");
+}
+
 int main(void) {
     RUN(test_noval_noplots_single_cls);
     RUN(test_adam);
     RUN(test_adamw);
     RUN(test_adam_resume);
     RUN(test_rect_multi_scale);
+    RUN(test_background_drawing);
     return test_summary();
 }

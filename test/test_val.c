@@ -367,6 +367,47 @@ static void test_ema_on_two_devices(void) {
     val_result_free(&one); val_result_free(&two);
 }
 
+// Validation batches kept between passes (a training run's ValCache): the second pass copies every batch
+// the first loaded and gives the same numbers, bit for bit; a budget of 0 keeps none; another plan
+// (batch size) starts the cache again.
+static void test_cache_same_result(void) {
+    Fixture f;
+    if (fixture_open(&f, test_tmpdir("val-cache"))) { CHECK(0, "fixture"); return; }
+    Err err;
+    ValOptions o = val_options(f.cfg);
+    o.out = NULL; o.nms.conf_thres = 0; o.batch = 2;   // 3 images: 2 batches
+    ValResult a, b, c;
+    CHECK(val_evaluate(&f.m, &f.ds, &o, &a, &err) == 0, "%s", err.msg);
+    o.cache = val_cache_new((size_t)1 << 30);
+    long long hits, loads;
+    CHECK(val_evaluate(&f.m, &f.ds, &o, &b, &err) == 0, "%s", err.msg);
+    val_cache_counts(o.cache, &hits, &loads);
+    CHECK(hits == 0 && loads == 2, "first pass: %lld kept batches used, %lld loaded", hits, loads);
+    val_result_free(&b);
+    CHECK(val_evaluate(&f.m, &f.ds, &o, &b, &err) == 0, "%s", err.msg);
+    val_cache_counts(o.cache, &hits, &loads);
+    CHECK(hits == 2 && loads == 2, "second pass: %lld kept batches used, %lld loaded (want 2, 2)", hits, loads);
+    CHECK(a.m.map50 == b.m.map50 && a.m.map == b.m.map && a.m.mp == b.m.mp && a.m.mr == b.m.mr && a.box == b.box &&
+          a.cls == b.cls && a.dfl == b.dfl && a.m.instances == b.m.instances, "the kept batches changed the numbers");
+    o.batch = 3;                                      // another plan: loaded again
+    CHECK(val_evaluate(&f.m, &f.ds, &o, &c, &err) == 0, "%s", err.msg);
+    val_cache_counts(o.cache, &hits, &loads);
+    CHECK(hits == 2 && loads == 3, "another plan: %lld used, %lld loaded (want 2, 3)", hits, loads);
+    CHECK(c.m.images == 3, "batch 3: %d images", c.m.images);
+    val_result_free(&c);
+    val_cache_free(o.cache);
+    o.cache = val_cache_new(0);                       // no room: every pass loads
+    for (int k = 0; k < 2; k++) {
+        CHECK(val_evaluate(&f.m, &f.ds, &o, &c, &err) == 0, "%s", err.msg);
+        val_result_free(&c);
+    }
+    val_cache_counts(o.cache, &hits, &loads);
+    CHECK(hits == 0 && loads == 2, "budget 0: %lld used, %lld loaded", hits, loads);
+    val_cache_free(o.cache);
+    val_result_free(&a); val_result_free(&b);
+    fixture_close(&f);
+}
+
 int main(void) {
     RUN(test_scale_boxes_hand);
     RUN(test_decode_nms_map_back);
@@ -378,5 +419,6 @@ int main(void) {
     RUN(test_val_keys);
     RUN(test_two_models_same_result);
     RUN(test_ema_on_two_devices);
+    RUN(test_cache_same_result);
     return test_summary();
 }
