@@ -255,6 +255,10 @@ typedef struct Backend {
     // YOLO26's validation losses on the backend (see vloss_prepare with end2end).
     int    (*vloss_eval26)(void *ctx, void *prep, const Loss26Batch *b, const Loss26Weights *wt, Loss26Out *out,
                            Err *err);
+    // A forward pass (and the backward after it) is about to read the weights state[0, n) (in ctx's
+    // memory): a backend whose GEMMs take them rounded to bf16 rounds them all here, in one launch,
+    // instead of once per convolution call (NULL: nothing to do).
+    void   (*prepare_weights)(void *ctx, const float *state, size_t n);
 } Backend;
 
 extern const Backend backend_cpu;

@@ -255,6 +255,7 @@ void model_drop_recordings(Model *m) {
 }
 
 static void forward_pass(Model *m, int n, int train) {
+    if (m->be->prepare_weights) m->be->prepare_weights(m->be_ctx, m->state, m->n_state);   // recorded with the pass
     for (int i = 0; i < m->n_nodes; i++) {
         if (!train && m->nodes[i].train_only) continue;   // the auxiliary head is for training only
         double t0 = prof_start(m);

@@ -327,6 +327,8 @@ static void gpu_opt26_step(void *ctx, void *o, const MuStep *st, long steps) {
 }
 static void gpu_opt26_free(void *ctx, void *o) { musgd_free_gpu(o); }
 
+static void prepare_weights(void *ctx, const float *state, size_t n) { conv_prepare_weights_gpu(DEV, state, n); }
+
 const Backend backend_gpu = {
     "cuda", conv_fwd, conv_bwd, bn_train, bn_eval, bn_bwd, bn_apply, silu_fwd, silu_bwd, add_fwd, copy, accumulate,
     maxpool_fwd, maxpool_bwd, avgpool_fwd, avgpool_bwd, upsample_fwd, upsample_bwd, prepare, sumsq, scale, sgd, ema,
@@ -355,4 +357,5 @@ const Backend backend_gpu = {
     .resize_bilinear = resize_fwd,
     .comm_sum = comm_sum,
     .vloss_eval26 = vloss_eval26,
+    .prepare_weights = prepare_weights,
 };

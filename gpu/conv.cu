@@ -412,12 +412,39 @@ static void col2im(Device *dev, const ConvDims *d, const float *dcol, size_t m0,
     checkLaunch(dev);
 }
 
-// The weight operand (K, Cg·R·S) in the columns' order, made once per call when it is permuted
-// or converted to bf16.
+__global__ void weights_to_bf16_kernel(const float *w, size_t n, bf16 *out) {
+    GRID_STRIDE(i, n) out[i] = __float2bfloat16(w[i]);   // as weight_to_cols_kernel rounds
+}
+
+static bool weights_once_on() {
+    static int on = -1;   // read once: the same choice for every launch (and graph) of the process
+    if (on < 0) {
+        const char *e = getenv("YT_WEIGHTS_ONCE");
+        on = !(e && strcmp(e, "0") == 0);
+    }
+    return on;
+}
+
+// One launch for every weight of a pass instead of one per conv call (about 320 a gelan-s step).
+extern "C" void conv_prepare_weights_gpu(Device *dev, const float *state, size_t n) {
+    dev->wbf16_n = 0;
+    if (dev->precision != GPU_BF16 || !dev->wbf16 || n > dev->wbf16_cap || !weights_once_on()) return;
+    weights_to_bf16_kernel<<<blocks_for(n), THREADS, 0, dev->stream>>>(state, n, (bf16 *)dev->wbf16);
+    checkLaunch(dev);
+    dev->wbf16_src = state;
+    dev->wbf16_n = n;
+}
+
+// The weight operand (K, Cg·R·S) in the columns' order: the pass's bf16 copy when it holds w and
+// no permutation is needed (conv_prepare_weights_gpu), else made for this call when it is permuted or
+// converted to bf16.
 static Operand weight_operand(Device *dev, const ConvDims *d, const float *w) {
     int cgrs = (int)(crs_of(d) / d->groups);
     size_t n = (size_t)d->K * cgrs;
     bool permute = needs_permute(d);
+    if (dev->precision == GPU_BF16 && !permute && dev->wbf16_n && w >= dev->wbf16_src &&
+        w + n <= dev->wbf16_src + dev->wbf16_n)
+        return Operand{ (const bf16 *)dev->wbf16 + (w - dev->wbf16_src), cgrs };
     if (dev->precision == GPU_BF16) {
         bf16 *wc = (bf16 *)scratch_take(dev, sizeof(bf16) * n);
         weight_to_cols_kernel<<<blocks_for(n), THREADS, 0, dev->stream>>>(*d, w, permute, wc);

@@ -92,6 +92,11 @@ typedef struct {
     int stage_next;           // the stage the next prefetch fills (the older of the two)
     double *scal;             // (DEVICE_SCALARS) the step's small values on the device (core/train.h SC_*)
     void *cudnn;              // cuDNN handle and plans (gpu/cudnn_conv.h); NULL: convs use im2col + cuBLAS
+    // Under GPU_BF16, the weights a pass reads rounded to bf16 once (conv_prepare_weights_gpu): wbf16
+    // holds wbf16_n of them, from wbf16_src (0: none; each conv then rounds its own weights)
+    void *wbf16;
+    size_t wbf16_cap, wbf16_n;
+    const float *wbf16_src;
     void *kept[DEVICE_KEPT];  // validation's work between passes (gpu/backend_gpu.c: NMS, top-k, losses)
     void (*kept_free[DEVICE_KEPT])(void *);   // how device_free frees each
 } Device;

@@ -40,7 +40,7 @@ GpuPlan model_gpu_plan(const Model *m, GpuPrecision prec, int optim_states) {
         }
     }
     GpuPlan p = { { 0 }, fl(model_act_floats(m, prec == GPU_BF16)), fl(m->n_dact + 1), fl(m->n_stats + 1), 2 * fl(m->n_tmp + 1) };
-    p.arena[ARENA_PARAMS] = fl(m->n_state);
+    p.arena[ARENA_PARAMS] = fl(m->n_state) + (prec == GPU_BF16 ? fl((m->n_state + 1) / 2) : 0);   // + bf16 copy
     p.arena[ARENA_GRADS] = fl(m->n_state);
     p.arena[ARENA_OPTIM] = optim_states ? optim_states * fl(m->n_state) + ((size_t)1 << 20) : 0;
     p.arena[ARENA_ACTS] = p.acts + p.grads_of_acts + p.stats + p.temps;
@@ -69,7 +69,11 @@ int model_to_gpu(Model *m, Device *dev, int id, const GpuPlan *plan, GpuPrecisio
     if (device_check(id, prec, err) || device_init(dev, id, p.arena, err)) return -1;
     model_plan_storage(m, prec == GPU_BF16);       // the layout p.acts was planned for
     dev->precision = prec;
-    float *state = arena_take(&dev->params, p.arena[ARENA_PARAMS], 256);
+    float *state = arena_take(&dev->params, fl(m->n_state), 256);
+    if (prec == GPU_BF16 && p.arena[ARENA_PARAMS] >= fl(m->n_state) + fl((m->n_state + 1) / 2)) {
+        dev->wbf16 = arena_take(&dev->params, fl((m->n_state + 1) / 2), 256);   // the weights as a pass reads them
+        dev->wbf16_cap = m->n_state;
+    }
     float *grad = arena_take(&dev->grads, p.arena[ARENA_GRADS], 256);
     checkCuda(cudaMemcpy(state, m->state, m->n_state * sizeof(float), cudaMemcpyHostToDevice));
     checkCuda(cudaMemset(grad, 0, m->n_state * sizeof(float)));
