@@ -255,6 +255,12 @@ typedef struct Backend {
     // YOLO26's validation losses on the backend (see vloss_prepare with end2end).
     int    (*vloss_eval26)(void *ctx, void *prep, const Loss26Batch *b, const Loss26Weights *wt, Loss26Out *out,
                            Err *err);
+    // Several processes, the step's normaliser without a host wait: local[h] = src[h] + src[2 + h] + ... over
+    // n pairs of doubles in ctx's memory (pair order; n = 0: 0), then dst[h] := the processes' local[h] added
+    // in rank order, as comm_sum_doubles adds them (core/comm.c: the same doubles on every process), h = 0, 1;
+    // queued behind ctx's work (NCCL: an all-gather between the processes' GPUs, then a one-thread sum). 0
+    // when queued; -1 or NULL (the CPU): the sums go through host memory and the process transport.
+    int    (*comm_sum_pairs)(void *ctx, const double *src, int n, double *dst);
 } Backend;
 
 extern const Backend backend_cpu;

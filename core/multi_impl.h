@@ -24,8 +24,9 @@ typedef struct {             // one device's share of the step
 
 // What a device's queue has done, for the others to wait on (recorded each step, after the work):
 // its assignment (or, loss_on=device0, its forward), its backward, its shard's reduce, its update,
-// its all-gather, its copy of the master's weights; device 0's loss under loss_on=device0.
-enum { EV_ASSIGNED, EV_DONE, EV_REDUCED, EV_UPDATED, EV_GATHERED, EV_PULLED, EV_LOSS, EV_COUNT };
+// its all-gather, its copy of the master's weights; device 0's loss under loss_on=device0; device 0's
+// normaliser over every process (several processes, summed on the devices).
+enum { EV_ASSIGNED, EV_DONE, EV_REDUCED, EV_UPDATED, EV_GATHERED, EV_PULLED, EV_LOSS, EV_NORM, EV_COUNT };
 
 typedef struct {             // reduce=sharded: what device k owns
     size_t     lo, hi;       // state[lo, hi)

@@ -3,6 +3,7 @@
 // through host memory.
 #include "core/procs.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,6 +178,14 @@ int procs_normaliser(const double local[2], int n_local, double global[2]) {
     return (int)v[2];
 }
 
+int procs_normaliser_queued(Trainer *t, const double *pairs, int n_pairs, int n_local, double *dst) {
+    const Backend *be = t->m.be;
+    if (!be->comm_sum_pairs || be->comm_sum_pairs(t->m.be_ctx, pairs, n_pairs, dst)) return -1;
+    double N = n_local;                            // host integers: no wait for the device
+    comm_sum_doubles(&N, 1);
+    return (int)N;
+}
+
 void procs_sum(Trainer *t, float *p, size_t n) {
     const Backend *be = t->m.be;
     if (!n || !procs_active()) return;
@@ -218,15 +227,17 @@ int procs_forward_backward(Trainer *t, const float *images, const uint8_t *image
                            const float *targets, int nt, int sum_grads, double global[2], Err *err) {
     const Backend *be = t->m.be;
     double local[2] = { 0, 0 };
-    if (n > 0) {
-        if (trainer_phase_forward(t, n, S, images, images_u8, targets, nt, err)) {
-            be->sync(t->m.be_ctx);
-            comm_abort(1, "%s", err->msg);               // the others wait in the next sum: end them all
-        }
-        be->download(t->m.be_ctx, (float *)local, (const float *)(t->scal + SC_TSS), 4);   // 2 doubles
+    if (n > 0 && trainer_phase_forward(t, n, S, images, images_u8, targets, nt, err)) {
+        be->sync(t->m.be_ctx);
+        comm_abort(1, "%s", err->msg);                   // the others wait in the next sum: end them all
     }
-    int N = procs_normaliser(local, n, global);
-    be->upload(t->m.be_ctx, (float *)(t->scal + SC_ALL), (const float *)global, 4);
+    global[0] = global[1] = NAN;                         // the sums stay in scal[SC_ALL] (NCCL), or:
+    int N = procs_normaliser_queued(t, t->scal + SC_TSS, n > 0, n, t->scal + SC_ALL);
+    if (N < 0) {                                         // through the host: a wait for the device
+        if (n > 0) be->download(t->m.be_ctx, (float *)local, (const float *)(t->scal + SC_TSS), 4);   // 2 doubles
+        N = procs_normaliser(local, n, global);
+        be->upload(t->m.be_ctx, (float *)(t->scal + SC_ALL), (const float *)global, 4);
+    }
     if (n > 0) trainer_phase_backward(t, n, t->scal + SC_ALL, 1, N);   // a process without images only sums
     procs_mean_buffers(t, t->m.state + t->m.buffers, t->m.n_buffers, n > 0);
     if (sum_grads) procs_sum(t, t->m.grad, t->m.buffers);
@@ -237,8 +248,10 @@ void procs_items(Trainer *t, int n, const double global[2], LossOut *out) {
     memset(out, 0, sizeof *out);
     if (n > 0) trainer_phase_items(t, out);
     else {
-        out->tss = global[0] > 1 ? global[0] : 1;
-        out->tss_aux = t->m.n_aux ? (global[1] > 1 ? global[1] : 1) : 0;
+        double g[2] = { global[0], global[1] };
+        if (isnan(g[0])) t->m.be->download(t->m.be_ctx, (float *)g, (const float *)(t->scal + SC_ALL), 4);   // done
+        out->tss = g[0] > 1 ? g[0] : 1;
+        out->tss_aux = t->m.n_aux ? (g[1] > 1 ? g[1] : 1) : 0;
     }
     procs_sum_items(out);
 }

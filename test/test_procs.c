@@ -879,6 +879,35 @@ static void forced_matches(int gpu) {
 
 static void test_one_process_forced_cpu(void) { forced_matches(-1); }
 
+#ifdef USE_CUDA
+// Host waits in each of 4 steps of the one-device path with the loader's bytes uploaded ahead (as
+// training does), plain or forced through the several-process path: one each, the step's end, when the
+// normaliser's sums stay on the device (NCCL); 3 when they go through the host (its read and write).
+static void host_waits_per_step(int gpu, int forced, long waits[4]) {
+    static Config cfg;
+    Err err;
+    memset(waits, 0, 4 * sizeof *waits);
+    if (load_cfg(&cfg, 8, "device0", "local", NULL)) { CHECK(0, "config"); return; }
+    Trainer t;
+    if (trainer_init(&t, &cfg, 1, gpu, &err)) { CHECK(0, "%s", err.msg); return; }
+    static uint8_t u8[8 * S * S * 3];
+    static float tg[MAX_T * 6];
+    for (size_t i = 0; i < sizeof u8; i++) u8[i] = (uint8_t)lrintf(images[i] * 255.0f);
+    int nt = micro_targets(targets, n_targets, 0, 8, tg);
+    t.input_u8 = u8;
+    procs_force(forced);
+    for (int i = 0; i < 4; i++) {
+        LossOut lo;
+        multi_prefetch(&t, u8, 8, S, S);
+        long w0 = host_wait_count();
+        CHECK(!trainer_step(&t, 8, S, tg, nt, 0, i, &lo, &err), "%s", err.msg);
+        waits[i] = host_wait_count() - w0;
+    }
+    procs_force(0);
+    trainer_free(&t);
+}
+#endif
+
 static void test_nccl_communicator_of_one(void) {
 #ifdef USE_CUDA
     GpuInfo g[1];
@@ -890,6 +919,13 @@ static void test_nccl_communicator_of_one(void) {
     printf("    GPU 0 with a NCCL communicator of one: %ld all-reduces, 3 steps bit for bit as one process\n",
            nccl_calls() - before);
     CHECK(nccl_calls() > before, "NCCL was not used");
+    long plain[4], forced[4];
+    host_waits_per_step(0, 0, plain);
+    host_waits_per_step(0, 1, forced);
+    printf("    host waits per step: one process %ld %ld %ld %ld, through the several-process path (NCCL) %ld %ld %ld %ld\n",
+           plain[0], plain[1], plain[2], plain[3], forced[0], forced[1], forced[2], forced[3]);
+    for (int i = 0; i < 4; i++)
+        CHECK(plain[i] == 1 && forced[i] == 1, "step %d: %ld and %ld host waits, not 1", i, plain[i], forced[i]);
 #else
     SKIP("no CUDA in this build");
 #endif
