@@ -261,6 +261,15 @@ typedef struct Backend {
     // queued behind ctx's work (NCCL: an all-gather between the processes' GPUs, then a one-thread sum). 0
     // when queued; -1 or NULL (the CPU): the sums go through host memory and the process transport.
     int    (*comm_sum_pairs)(void *ctx, const double *src, int n, double *dst);
+    // Several processes, the gradients' sums overlapped with the backward: comm_sum_begin queues p[0, n)'s
+    // sum over every process (as comm_sum) on a queue of its own beside ctx's, behind the work queued on ctx
+    // so far, and returns at once (ctx's later work runs beside it and must not touch p[0, n)); comm_sum_end
+    // makes ctx's queue wait for every sum begun since the last end (nothing when none was). Both queue work
+    // only, so a recording (rec_begin) can hold them, a begin and its end in the same recording. n = 0:
+    // nothing queued, the answer only. 0 when queued; -1 or NULL: no such transport (use comm_sum). The CPU
+    // sums at once through the process transport (its work is done when queued), from the calling thread.
+    int    (*comm_sum_begin)(void *ctx, float *p, size_t n);
+    void   (*comm_sum_end)(void *ctx);
 } Backend;
 
 extern const Backend backend_cpu;

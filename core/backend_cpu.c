@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/backend.h"
+#include "core/comm.h"
 #include "core/loss.h"
 #include "core/nms.h"
 #include "core/optim.h"
@@ -106,6 +107,12 @@ static void download(void *c, float *dst, const float *src, size_t n) {
 static void upload_u8(void *c, float *dst, const uint8_t *src, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = src[i] / 255.0f;
 }
+
+// Several processes, a gradient bucket's sum begun beside the backward (core/procs.c): the CPU's work is
+// done when queued, so the sum is done at once, through the process transport in rank order (the floats of
+// one whole-arena sum), in the host thread that runs the transport; nothing is left for the end to wait on.
+static int comm_sum_begin(void *c, float *p, size_t n) { comm_sum_floats(p, n); return 0; }
+static void comm_sum_end(void *c) {}
 
 static void *event_new(void *ctx) { return NULL; }
 static void event_free(void *ctx, void *ev) {}
@@ -383,4 +390,5 @@ const Backend backend_cpu = {
     .opt26_new = cpu_opt26_new, .opt26_step = cpu_opt26_step, .opt26_free = cpu_opt26_free,
     .resize_bilinear = resize_fwd,
     .vloss_eval26 = vloss_eval26,
+    .comm_sum_begin = comm_sum_begin, .comm_sum_end = comm_sum_end,
 };

@@ -98,8 +98,9 @@ void mt_procs_reduce(Multi *mt) {
         Trainer *m0 = mt->master;
         Model *m = &m0->m;
         m->be->bind(m->be_ctx);
+        if (mt->procs_overlap) m->be->comm_sum_end(m->be_ctx);   // the buckets' sums, begun by mt_gather's pulls
         procs_mean_buffers(m0, m->state + m->buffers, m->n_buffers, used);
-        if (mt->procs_reduce) procs_sum(m0, m->grad, m->buffers);
+        if (mt->procs_reduce && !mt->procs_overlap) procs_sum(m0, m->grad, m->buffers);
         return;
     }
     for (int k = 0; k < mt->n; k++) {              // the same order in every process

@@ -271,6 +271,8 @@ static int comm_sum(void *ctx, float *p, size_t n) { return nccl_comm_sum(DEV, p
 static int comm_sum_pairs(void *ctx, const double *src, int n, double *dst) {
     return nccl_comm_sum_pairs(DEV, src, n, dst);
 }
+static int comm_sum_begin(void *ctx, float *p, size_t n) { return nccl_comm_sum_begin(DEV, p, n); }
+static void comm_sum_end(void *ctx) { nccl_comm_sum_end(DEV); }
 static void device_close(void *ctx) {
     device_free(DEV);
     free(DEV);
@@ -358,5 +360,6 @@ const Backend backend_gpu = {
     .resize_bilinear = resize_fwd,
     .comm_sum = comm_sum,
     .comm_sum_pairs = comm_sum_pairs,
+    .comm_sum_begin = comm_sum_begin, .comm_sum_end = comm_sum_end,
     .vloss_eval26 = vloss_eval26,
 };

@@ -28,8 +28,17 @@ static int loaded = -2;          // -2: not tried; 1: opened here; 0: absent
 static int agreed = -2;          // -2: not asked; 1: every process uses NCCL; 0: none does
 static long calls;
 enum { MAX_COMMS = 64 };
-// A GPU's communicator, and its pairs' buffer: this process's pair, then every process's (2 + 2P doubles).
-typedef struct { int gpu; ncclComm_t comm; double *pairs; } Comm;
+// A GPU's communicator; its pairs' buffer: this process's pair, then every process's (2 + 2P doubles); the
+// stream its overlapped sums run on, beside the device's, with the events that fork (ready) and join (done)
+// them, and whether sums were begun since the last join.
+typedef struct {
+    int          gpu;
+    ncclComm_t   comm;
+    double      *pairs;
+    cudaStream_t side;
+    cudaEvent_t  ready, done;
+    int          open;
+} Comm;
 static Comm comms[MAX_COMMS];
 static int n_comms;
 
@@ -83,7 +92,10 @@ static Comm *comm_for(Device *dev) {
     if (r != ncclSuccess) comm_abort(1, "NCCL: ncclCommInitRank on GPU %d: %s", dev->id, fn.error_string(r));
     double *pairs = device_try_alloc(sizeof(double) * 2 * (1 + (size_t)comm_size()));   // once per GPU
     if (!pairs) comm_abort(1, "NCCL: no room on GPU %d for the normaliser's %d pairs of doubles", dev->id, comm_size());
-    comms[n_comms] = (Comm){ dev->id, c, pairs };
+    comms[n_comms] = (Comm){ dev->id, c, pairs, NULL, NULL, NULL, 0 };
+    checkCuda(cudaStreamCreateWithFlags(&comms[n_comms].side, cudaStreamNonBlocking));
+    checkCuda(cudaEventCreateWithFlags(&comms[n_comms].ready, cudaEventDisableTiming));
+    checkCuda(cudaEventCreateWithFlags(&comms[n_comms].done, cudaEventDisableTiming));
     comm_set_abort_hook(nccl_abort_all);          // a failing process aborts its communicators first
     return &comms[n_comms++];
 }
@@ -111,6 +123,32 @@ int nccl_comm_sum_pairs(Device *dev, const double *src, int n, double *dst) {
     return 0;
 }
 
+// The all-reduce on the communicator's own stream, forked from dev->stream's work so far: NCCL's kernel
+// runs beside the backward's. Every sum of the step is begun and joined before the next collective on the
+// device's stream (the BN buffers' sum), so each communicator's operations run in one order everywhere.
+int nccl_comm_sum_begin(Device *dev, float *p, size_t n) {
+    if (!agree()) return -1;
+    if (!n) return 0;
+    Comm *c = comm_for(dev);
+    checkCuda(cudaEventRecord(c->ready, dev->stream));
+    checkCuda(cudaStreamWaitEvent(c->side, c->ready, 0));
+    ncclResult_t r = fn.all_reduce(p, p, n, ncclFloat, ncclSum, c->comm, c->side);
+    if (r != ncclSuccess) comm_abort(1, "NCCL: all-reduce of %zu floats on GPU %d: %s", n, dev->id, fn.error_string(r));
+    c->open = 1;
+    calls++;
+    return 0;
+}
+
+void nccl_comm_sum_end(Device *dev) {
+    for (int i = 0; i < n_comms; i++) {
+        Comm *c = &comms[i];
+        if (c->gpu != dev->id || !c->open) continue;
+        checkCuda(cudaEventRecord(c->done, c->side));
+        checkCuda(cudaStreamWaitEvent(dev->stream, c->done, 0));
+        c->open = 0;
+    }
+}
+
 void nccl_abort_all(void) {
     for (int i = 0; i < n_comms; i++) fn.abort_comm(comms[i].comm);
     n_comms = 0;
@@ -118,6 +156,8 @@ void nccl_abort_all(void) {
 #else
 int nccl_comm_sum(Device *dev, float *p, size_t n) { return -1; }
 int nccl_comm_sum_pairs(Device *dev, const double *src, int n, double *dst) { return -1; }
+int nccl_comm_sum_begin(Device *dev, float *p, size_t n) { return -1; }
+void nccl_comm_sum_end(Device *dev) {}
 int nccl_available(void) { return 0; }
 long nccl_calls(void) { return 0; }
 void nccl_abort_all(void) {}
