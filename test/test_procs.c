@@ -944,8 +944,9 @@ static void test_nccl_communicator_of_one(void) {
            "NCCL calls, %d passes recorded; beside it %ld calls, %d passes recorded\n", c1 - c0, rec_after, c2 - c1,
            rec_beside);
     CHECK(c1 > c0 && c2 > c1, "NCCL was not used");
-    CHECK(rec_after == 2 && rec_beside == 2, "passes recorded: %d and %d, not 2 (the forward and the backward, whose "
-          "hook begins the sums)", rec_after, rec_beside);
+    const char *graphs = getenv("YT_GRAPHS");
+    int want = graphs && !strcmp(graphs, "0") ? 0 : 2;   // the forward and the backward, whose hook begins the sums
+    CHECK(rec_after == want && rec_beside == want, "passes recorded: %d and %d, not %d", rec_after, rec_beside, want);
     long plain[4], forced[4];
     host_waits_per_step(0, 0, plain);
     host_waits_per_step(0, 1, forced);
