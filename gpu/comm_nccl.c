@@ -93,7 +93,9 @@ static Comm *comm_for(Device *dev) {
     double *pairs = device_try_alloc(sizeof(double) * 2 * (1 + (size_t)comm_size()));   // once per GPU
     if (!pairs) comm_abort(1, "NCCL: no room on GPU %d for the normaliser's %d pairs of doubles", dev->id, comm_size());
     comms[n_comms] = (Comm){ dev->id, c, pairs, NULL, NULL, NULL, 0 };
-    checkCuda(cudaStreamCreateWithFlags(&comms[n_comms].side, cudaStreamNonBlocking));
+    int least, greatest;                          // the sums' stream first when blocks free up (as DDP's)
+    checkCuda(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    checkCuda(cudaStreamCreateWithPriority(&comms[n_comms].side, cudaStreamNonBlocking, greatest));
     checkCuda(cudaEventCreateWithFlags(&comms[n_comms].ready, cudaEventDisableTiming));
     checkCuda(cudaEventCreateWithFlags(&comms[n_comms].done, cudaEventDisableTiming));
     comm_set_abort_hook(nccl_abort_all);          // a failing process aborts its communicators first
