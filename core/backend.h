@@ -267,7 +267,8 @@ typedef struct Backend {
     // makes ctx's queue wait for every sum begun since the last end (nothing when none was). Both queue work
     // only, so a recording (rec_begin) can hold them, a begin and its end in the same recording. n = 0:
     // nothing queued, the answer only. 0 when queued; -1 or NULL: no such transport (use comm_sum). The CPU
-    // sums at once through the process transport (its work is done when queued), from the calling thread.
+    // keeps the sums begun and does them, in order, through the process transport at the end (in the host
+    // thread: the begins may come from a device's worker thread).
     int    (*comm_sum_begin)(void *ctx, float *p, size_t n);
     void   (*comm_sum_end)(void *ctx);
 } Backend;

@@ -108,11 +108,28 @@ static void upload_u8(void *c, float *dst, const uint8_t *src, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = src[i] / 255.0f;
 }
 
-// Several processes, a gradient bucket's sum begun beside the backward (core/procs.c): the CPU's work is
-// done when queued, so the sum is done at once, through the process transport in rank order (the floats of
-// one whole-arena sum), in the host thread that runs the transport; nothing is left for the end to wait on.
-static int comm_sum_begin(void *c, float *p, size_t n) { comm_sum_floats(p, n); return 0; }
-static void comm_sum_end(void *c) {}
+// Several processes, the gradient buckets' sums begun during the backward (core/procs.c): the CPU queues
+// them (one list: the process has one transport) and does them at the end, in the order begun, through the
+// process transport (rank order: the floats of one whole-arena sum). A begin may come from device 0's
+// worker thread (the multi-device driver's hook) while the host thread waits; the end runs in the host
+// thread, which alone may call MPI (MPI_THREAD_FUNNELED).
+static struct { float **p; size_t *n; int count, cap; } begun;
+
+static int comm_sum_begin(void *c, float *p, size_t n) {
+    if (!n) return 0;
+    if (begun.count == begun.cap) {
+        begun.cap = 2 * begun.cap + 16;
+        begun.p = xrealloc(begun.p, sizeof *begun.p * begun.cap);
+        begun.n = xrealloc(begun.n, sizeof *begun.n * begun.cap);
+    }
+    begun.p[begun.count] = p;
+    begun.n[begun.count++] = n;
+    return 0;
+}
+static void comm_sum_end(void *c) {
+    for (int i = 0; i < begun.count; i++) comm_sum_floats(begun.p[i], begun.n[i]);
+    begun.count = 0;
+}
 
 static void *event_new(void *ctx) { return NULL; }
 static void event_free(void *ctx, void *ev) {}

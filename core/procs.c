@@ -233,10 +233,7 @@ int procs_overlap(const Trainer *t) {
     const Backend *be = t->m.be;
     if (overlap_asked == be) return overlap_answer;   // asked once per backend
     const char *env = getenv("YT_NCCL_OVERLAP");
-    // CPU devices of the multi-device driver would sum from device 0's worker thread, and the transport runs
-    // in the host thread only (MPI_THREAD_FUNNELED): those processes sum after the backward, and so do all.
-    double can = be->comm_sum_begin && !be->comm_sum_begin(t->m.be_ctx, NULL, 0) && !(env && !strcmp(env, "0")) &&
-                 !(t->multi && !t->m.on_device);
+    double can = be->comm_sum_begin && !be->comm_sum_begin(t->m.be_ctx, NULL, 0) && !(env && !strcmp(env, "0"));
     comm_sum_doubles(&can, 1);                     // every process takes the same road (the same NCCL calls)
     overlap_asked = be;
     overlap_answer = (int)can == comm_size();
