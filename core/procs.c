@@ -227,7 +227,7 @@ void procs_sum_items(LossOut *out) {
     out->n_fg = (int)fg[0]; out->n_fg_aux = (int)fg[1];
 }
 
-// ---- the gradients' sums overlapped with the backward (Backend.comm_sum_begin: NCCL) ---------------
+// ---- the gradients' sums overlapped with the backward (Backend.comm_sum_begin) ------------------------
 
 int procs_overlap(const Trainer *t) {
     const Backend *be = t->m.be;

@@ -58,11 +58,12 @@ void procs_sum(Trainer *t, float *p, size_t n);
 // devices that ran images.
 void procs_mean_buffers(Trainer *t, float *p, size_t n, int used);
 // The gradients' sums overlapped with the backward: 1 when every process's backend can begin a sum beside
-// its queue's work (Backend.comm_sum_begin: NCCL) and none set YT_NCCL_OVERLAP=0 (asked of every process
-// once, at the start of a step that sums, in each); then each gradient bucket (core/buckets.h) is summed over the processes
-// as soon as the backward has finished it (one device: from its backward's hook; several: once device 0
-// has added the bucket of every device), each element's sum the same NCCL all-reduce of the same values as
-// the whole arena's. procs_sum_begin queues one bucket's (dying if it cannot after procs_overlap said yes).
+// its queue's work (Backend.comm_sum_begin: NCCL; the CPU keeps them for the backward's end) and none set
+// YT_NCCL_OVERLAP=0 (asked of every process once, at the start of a step that sums, in each). Then each
+// gradient bucket (core/buckets.h) is summed over the processes as soon as the backward has finished it (one
+// device: from its backward's hook; several: once device 0 has added the bucket of every device; not under
+// reduce=sharded), each element's sum the same all-reduce of the same values as the whole arena's.
+// procs_sum_begin queues one bucket's (dying if it cannot after procs_overlap said yes).
 int  procs_overlap(const Trainer *t);
 void procs_sum_begin(Trainer *t, float *p, size_t n);
 // Tests: the buckets' size aimed at by one device's sums (0: BUCKET_FLOATS, as the multi-device driver's),
