@@ -259,6 +259,22 @@ typedef struct Backend {
     // memory): a backend whose GEMMs take them rounded to bf16 rounds them all here, in one launch,
     // instead of once per convolution call (NULL: nothing to do).
     void   (*prepare_weights)(void *ctx, const float *state, size_t n);
+    // Several processes, the step's normaliser without a host wait: local[h] = src[h] + src[2 + h] + ... over
+    // n pairs of doubles in ctx's memory (pair order; n = 0: 0), then dst[h] := the processes' local[h] added
+    // in rank order, as comm_sum_doubles adds them (core/comm.c: the same doubles on every process), h = 0, 1;
+    // queued behind ctx's work (NCCL: an all-gather between the processes' GPUs, then a one-thread sum). 0
+    // when queued; -1 or NULL (the CPU): the sums go through host memory and the process transport.
+    int    (*comm_sum_pairs)(void *ctx, const double *src, int n, double *dst);
+    // Several processes, the gradients' sums overlapped with the backward: comm_sum_begin queues p[0, n)'s
+    // sum over every process (as comm_sum) on a queue of its own beside ctx's, behind the work queued on ctx
+    // so far, and returns at once (ctx's later work runs beside it and must not touch p[0, n)); comm_sum_end
+    // makes ctx's queue wait for every sum begun since the last end (nothing when none was). Both queue work
+    // only, so a recording (rec_begin) can hold them, a begin and its end in the same recording. n = 0:
+    // nothing queued, the answer only. 0 when queued; -1 or NULL: no such transport (use comm_sum). The CPU
+    // keeps the sums begun and does them, in order, through the process transport at the end (in the host
+    // thread: the begins may come from a device's worker thread).
+    int    (*comm_sum_begin)(void *ctx, float *p, size_t n);
+    void   (*comm_sum_end)(void *ctx);
 } Backend;
 
 extern const Backend backend_cpu;

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/backend.h"
+#include "core/comm.h"
 #include "core/loss.h"
 #include "core/nms.h"
 #include "core/optim.h"
@@ -105,6 +106,29 @@ static void download(void *c, float *dst, const float *src, size_t n) {
 }
 static void upload_u8(void *c, float *dst, const uint8_t *src, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = src[i] / 255.0f;
+}
+
+// Several processes, the gradient buckets' sums begun during the backward (core/procs.c): the CPU queues
+// them (one list: the process has one transport) and does them at the end, in the order begun, through the
+// process transport (rank order: the floats of one whole-arena sum). A begin may come from device 0's
+// worker thread (the multi-device driver's hook) while the host thread waits; the end runs in the host
+// thread, which alone may call MPI (MPI_THREAD_FUNNELED).
+static struct { float **p; size_t *n; int count, cap; } begun;
+
+static int comm_sum_begin(void *c, float *p, size_t n) {
+    if (!n) return 0;
+    if (begun.count == begun.cap) {
+        begun.cap = 2 * begun.cap + 16;
+        begun.p = xrealloc(begun.p, sizeof *begun.p * begun.cap);
+        begun.n = xrealloc(begun.n, sizeof *begun.n * begun.cap);
+    }
+    begun.p[begun.count] = p;
+    begun.n[begun.count++] = n;
+    return 0;
+}
+static void comm_sum_end(void *c) {
+    for (int i = 0; i < begun.count; i++) comm_sum_floats(begun.p[i], begun.n[i]);
+    begun.count = 0;
 }
 
 static void *event_new(void *ctx) { return NULL; }
@@ -383,4 +407,5 @@ const Backend backend_cpu = {
     .opt26_new = cpu_opt26_new, .opt26_step = cpu_opt26_step, .opt26_free = cpu_opt26_free,
     .resize_bilinear = resize_fwd,
     .vloss_eval26 = vloss_eval26,
+    .comm_sum_begin = comm_sum_begin, .comm_sum_end = comm_sum_end,
 };

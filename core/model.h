@@ -130,9 +130,13 @@ typedef struct Model {
     int        on_device;          // 1: the arenas below belong to the GPU's memory plan
     double    *prof;               // (2 * n_nodes) seconds per node, forward and backward; NULL: off
     // called after each node's backward with the node's index (core/multi.c sends finished gradient
-    // buckets from it); NULL: none
+    // buckets from it; core/procs.c begins their sums over the processes); NULL: none. hook_queues: 1 when
+    // the hook only queues work on this model's backend queue, the same at every call of a shape (so a
+    // recording may hold it: the backward with it is recorded as a kind of its own); 0: it waits on other
+    // threads or devices (never recorded).
     void     (*backward_hook)(void *arg, int node);
     void      *backward_arg;
+    int        hook_queues;
     // activations: arenas sized for (max_n, imgsz), in the backend's memory like state and grad
     float     *act, *dact, *stats, *ws, *tmp_a, *tmp_b;
     size_t     n_act, n_stats, n_ws, n_tmp;   // tmp: two maps the size of the largest conv output

@@ -208,9 +208,11 @@ static void node_forward(Model *m, const Node *nd, int n, int train) {
 // is recorded the second time and replayed from then on; its pointers (weights, arenas, scratch) are
 // fixed by the memory plan. Evaluation forwards (validation's chunks, each rect shape its own) are
 // recorded as a kind of their own in slots of their own (MODEL_RECS_EVAL), so neither crowds out the
-// other: rect and multi_scale training fill training's. Not recorded: the profiler's per-node timing, and a backward with a hook (several devices exchange
-// gradient buckets while it runs).
-enum { REC_FORWARD, REC_BACKWARD, REC_EVAL };
+// other: rect and multi_scale training fill training's. Not recorded: the profiler's per-node timing, and a backward with a hook that
+// waits (several devices exchange gradient buckets while it runs); one whose hook only queues work (one
+// GPU of several processes begins each bucket's sum over NCCL from it) is recorded as a kind of its own,
+// beside the same shape's backward without it (the steps that accumulate without summing).
+enum { REC_FORWARD, REC_BACKWARD, REC_EVAL, REC_BACKWARD_HOOKED };
 enum { REC_FREE, REC_SEEN, REC_READY, REC_NEVER };
 
 // The recording of (kind, n, h, w), or NULL when the shape is new; a new shape takes a free slot
@@ -233,7 +235,8 @@ typedef void (*PassFn)(Model *m, int n);
 
 static void run_pass(Model *m, int kind, int n, PassFn pass) {
     const Backend *be = m->be;
-    int recordable = be->rec_begin && !m->prof && !(kind == REC_BACKWARD && m->backward_hook);
+    if (kind == REC_BACKWARD && m->backward_hook) kind = m->hook_queues ? REC_BACKWARD_HOOKED : -1;
+    int recordable = be->rec_begin && !m->prof && kind >= 0;
     ModelRecording *r = recordable ? rec_find(m, kind, n) : NULL;
     if (r && r->state == REC_SEEN) {               // the second time: record, then replay below
         r->state = REC_NEVER;

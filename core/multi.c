@@ -325,6 +325,7 @@ static int forward_backward(Multi *mt, int n, int S, const float *targets, int n
     mt->S = S;
     mt->shape = trainer_shape(mt->master, S);      // rect, multi_scale: set by the run
     scatter(mt, targets, nt);
+    mt->procs_overlap = mt->procs && mt->procs_reduce && mt_bucketed(mt) && procs_overlap(mt->master);
     int rc = mt->loss_d0 ? loss_device0(mt, n, targets, nt, err) : loss_local(mt, n, err);
     mt->zero_first = mt->dirty = 0;                // done by the forward phase
     if (rc) return -1;

@@ -5,6 +5,7 @@
 #pragma once
 #include <pthread.h>
 
+#include "core/buckets.h"
 #include "core/multi.h"
 
 enum { PH_FORWARD, PH_FORWARD_ONLY, PH_BACKWARD, PH_BACKWARD_D0, PH_REDUCE, PH_UPDATE, PH_ALLGATHER, PH_QUIT };
@@ -24,8 +25,9 @@ typedef struct {             // one device's share of the step
 
 // What a device's queue has done, for the others to wait on (recorded each step, after the work):
 // its assignment (or, loss_on=device0, its forward), its backward, its shard's reduce, its update,
-// its all-gather, its copy of the master's weights; device 0's loss under loss_on=device0.
-enum { EV_ASSIGNED, EV_DONE, EV_REDUCED, EV_UPDATED, EV_GATHERED, EV_PULLED, EV_LOSS, EV_COUNT };
+// its all-gather, its copy of the master's weights; device 0's loss under loss_on=device0; device 0's
+// normaliser over every process (several processes, summed on the devices).
+enum { EV_ASSIGNED, EV_DONE, EV_REDUCED, EV_UPDATED, EV_GATHERED, EV_PULLED, EV_LOSS, EV_NORM, EV_COUNT };
 
 typedef struct {             // reduce=sharded: what device k owns
     size_t     lo, hi;       // state[lo, hi)
@@ -48,9 +50,8 @@ typedef struct { int steps, done, use; double busy[MULTI_MAX], imgs[MULTI_MAX], 
 // reduce=device0's gradient exchange in buckets while backward runs: after node `node`'s backward,
 // grad[lo, hi) is final on every device (parameters are laid out in node order), so device 0 pulls
 // that range from each replica (queued behind the replica's event, no host wait on the GPUs) and adds
-// it, in device order as the whole-array gather did: the same sums, bit for bit.
-enum { BUCKET_FLOATS = 2 << 20, MAX_BUCKETS = 64 };   // 8 MB buckets by default (multi_set_bucket_floats)
-typedef struct { int node; size_t lo, hi; } Bucket;
+// it, in device order as the whole-array gather did: the same sums, bit for bit (core/buckets.h: the
+// plan, BUCKET_FLOATS by default, multi_set_bucket_floats).
 typedef struct {
     Bucket          b[MAX_BUCKETS];
     int             n;
@@ -89,6 +90,7 @@ struct Multi {
     Buckets          bk;                       // reduce=device0
     HookArg          hook_args[MULTI_MAX];
     int              procs, procs_reduce;       // several processes (core/procs.h); sum the gradients this step
+    int              procs_overlap;             // ... bucket by bucket as device 0 gathers them (procs_overlap)
     int              n_step;                    // images of the step in flight (0: none in this process)
 };
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/multi_impl.h"
+#include "core/procs.h"
 
 // ---- reduce=sharded: the work of one device in one phase ----------------------------------------
 
@@ -82,44 +83,7 @@ void mt_allgather_shards(Multi *mt, int k) {
 
 // ---- reduce=device0 --------------------------------------------------------------------------
 
-// The trainable offsets of node i's parameters: [*lo, *hi), or *lo > *hi when it has none.
-static void node_params(const Model *m, const Node *nd, size_t *lo, size_t *hi) {
-    *lo = (size_t)-1; *hi = 0;
-    for (int u = 0; u < 2; u++) {
-        const ConvUnit *cu = u ? &nd->cv2 : &nd->cv;
-        if (nd->op != OP_CONV && nd->op != OP_REPCONV) continue;
-        int idx[4] = { cu->w, cu->b, cu->bn_w, cu->bn_b };
-        for (int q = 0; q < 4; q++) {
-            if (idx[q] < 0) continue;
-            const ParamInfo *p = &m->params[idx[q]];
-            if (p->offset < *lo) *lo = p->offset;
-            if (p->offset + p->n > *hi) *hi = p->offset + p->n;
-        }
-    }
-}
-
-// Buckets of about BUCKET_FLOATS, closed only after a node below which no parameter lies above the
-// bucket's start; the last one reaches offset 0. Together they cover [0, buffers).
-void mt_plan_buckets(Multi *mt) {
-    const Model *m = &mt->master->m;
-    int n = m->n_nodes;
-    size_t *below_max = xcalloc(n + 1, sizeof *below_max), lo, hi;   // max end over nodes < i
-    for (int i = 0; i < n; i++) {
-        node_params(m, &m->nodes[i], &lo, &hi);
-        below_max[i + 1] = below_max[i] > hi ? below_max[i] : hi;
-    }
-    Buckets *bk = &mt->bk;
-    size_t top = m->buffers, from = (size_t)-1;
-    bk->n = 0;
-    for (int i = n - 1; i > 0 && bk->n < MAX_BUCKETS - 1; i--) {
-        node_params(m, &m->nodes[i], &lo, &hi);
-        if (lo < from) from = lo;                  // the lowest offset of nodes i..n-1
-        if (from <= top && top - from >= bk->floats && below_max[i] <= from)
-            bk->b[bk->n++] = (Bucket){ i, from, top }, top = from;
-    }
-    bk->b[bk->n++] = (Bucket){ 0, 0, top };
-    free(below_max);
-}
+void mt_plan_buckets(Multi *mt) { mt->bk.n = buckets_plan(&mt->master->m, mt->bk.floats, mt->bk.b, MAX_BUCKETS); }
 
 // Replica k's backward reached node i: mark the buckets that are now final.
 static void replica_hook(void *arg, int node) {
@@ -151,6 +115,7 @@ static void pull_bucket(Multi *mt, int b) {
         mt_copy_floats(mt, m0, m0->recv + bu->lo, r, r->m.grad + bu->lo, bu->hi - bu->lo, mt->job[0].stage);
         mt_add_into(m0, m->grad + bu->lo, m0->recv + bu->lo, bu->hi - bu->lo);
     }
+    if (mt->procs_overlap) procs_sum_begin(m0, m->grad + bu->lo, bu->hi - bu->lo);   // final here: over the processes
     mt->bk.pulled = b + 1;
 }
 

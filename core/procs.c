@@ -3,14 +3,19 @@
 // through host memory.
 #include "core/procs.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buckets.h"
+
 static int dev_total, dev_before, dev_mine = 1;   // procs_agree's: devices of all, of ranks before, of this one
 
 static int forced;
-void procs_force(int on) { forced = on; }
+static const Backend *overlap_asked;             // procs_overlap's backend, and its agreed answer
+static int overlap_answer;
+void procs_force(int on) { forced = on; overlap_asked = NULL; }   // tests: ask again (YT_NCCL_OVERLAP)
 int procs_active(void) { return comm_size() > 1 || forced; }
 int procs_writer(void) { return comm_rank() == 0; }
 
@@ -177,6 +182,14 @@ int procs_normaliser(const double local[2], int n_local, double global[2]) {
     return (int)v[2];
 }
 
+int procs_normaliser_queued(Trainer *t, const double *pairs, int n_pairs, int n_local, double *dst) {
+    const Backend *be = t->m.be;
+    if (!be->comm_sum_pairs || be->comm_sum_pairs(t->m.be_ctx, pairs, n_pairs, dst)) return -1;
+    double N = n_local;                            // host integers: no wait for the device
+    comm_sum_doubles(&N, 1);
+    return (int)N;
+}
+
 void procs_sum(Trainer *t, float *p, size_t n) {
     const Backend *be = t->m.be;
     if (!n || !procs_active()) return;
@@ -214,22 +227,86 @@ void procs_sum_items(LossOut *out) {
     out->n_fg = (int)fg[0]; out->n_fg_aux = (int)fg[1];
 }
 
+// ---- the gradients' sums overlapped with the backward (Backend.comm_sum_begin) ------------------------
+
+int procs_overlap(const Trainer *t) {
+    const Backend *be = t->m.be;
+    if (overlap_asked == be) return overlap_answer;   // asked once per backend
+    const char *env = getenv("YT_NCCL_OVERLAP");
+    double can = be->comm_sum_begin && !be->comm_sum_begin(t->m.be_ctx, NULL, 0) && !(env && !strcmp(env, "0"));
+    comm_sum_doubles(&can, 1);                     // every process takes the same road (the same NCCL calls)
+    overlap_asked = be;
+    overlap_answer = (int)can == comm_size();
+    return overlap_answer;
+}
+
+void procs_sum_begin(Trainer *t, float *p, size_t n) {
+    if (t->m.be->comm_sum_begin(t->m.be_ctx, p, n))
+        comm_abort(1, "the overlapped sums over the processes could not be queued");   // procs_overlap said yes
+}
+
+// One device's backward reached node i: the sums of the buckets it finished begin beside the rest of it,
+// and after the last (node 0) the device's queue waits for them all, before the update reads them. It only
+// queues work, so a recorded backward holds the sums too (core/model_run.c).
+typedef struct SumHook { Trainer *t; Bucket b[MAX_BUCKETS]; int n, next; size_t floats; } SumHook;
+static size_t bucket_floats = BUCKET_FLOATS;
+
+void procs_set_bucket_floats(size_t floats) { bucket_floats = floats ? floats : BUCKET_FLOATS; }
+
+static void sum_hook(void *arg, int node) {
+    SumHook *h = arg;
+    Model *m = &h->t->m;
+    while (h->next < h->n && h->b[h->next].node == node) {
+        const Bucket *b = &h->b[h->next++];
+        procs_sum_begin(h->t, m->grad + b->lo, b->hi - b->lo);
+    }
+    if (h->next == h->n && node == 0) m->be->comm_sum_end(m->be_ctx);
+}
+
+// The buckets' sums of a device whose backward runs with them (hook set) or, with no images, of its zero
+// gradients at once: every process queues the same sums in the same order.
+static SumHook *sums_arm(Trainer *t) {
+    if (!t->sums) t->sums = xcalloc(1, sizeof *t->sums);
+    SumHook *h = t->sums;
+    if (h->floats != bucket_floats) {
+        h->t = t;
+        h->floats = bucket_floats;
+        h->n = buckets_plan(&t->m, bucket_floats, h->b, MAX_BUCKETS);
+    }
+    h->next = 0;
+    return h;
+}
+
+int procs_bucket_count(Trainer *t) { return sums_arm(t)->n; }
+
 int procs_forward_backward(Trainer *t, const float *images, const uint8_t *images_u8, int n, int S,
                            const float *targets, int nt, int sum_grads, double global[2], Err *err) {
     const Backend *be = t->m.be;
     double local[2] = { 0, 0 };
-    if (n > 0) {
-        if (trainer_phase_forward(t, n, S, images, images_u8, targets, nt, err)) {
-            be->sync(t->m.be_ctx);
-            comm_abort(1, "%s", err->msg);               // the others wait in the next sum: end them all
-        }
-        be->download(t->m.be_ctx, (float *)local, (const float *)(t->scal + SC_TSS), 4);   // 2 doubles
+    int overlap = sum_grads && procs_overlap(t);        // first in the step, as the multi-device driver asks it:
+                                                         // the same MPI calls in the same order in every process
+    if (n > 0 && trainer_phase_forward(t, n, S, images, images_u8, targets, nt, err)) {
+        be->sync(t->m.be_ctx);
+        comm_abort(1, "%s", err->msg);                   // the others wait in the next sum: end them all
     }
-    int N = procs_normaliser(local, n, global);
-    be->upload(t->m.be_ctx, (float *)(t->scal + SC_ALL), (const float *)global, 4);
-    if (n > 0) trainer_phase_backward(t, n, t->scal + SC_ALL, 1, N);   // a process without images only sums
+    global[0] = global[1] = NAN;                         // the sums stay in scal[SC_ALL] (NCCL), or:
+    int N = procs_normaliser_queued(t, t->scal + SC_TSS, n > 0, n, t->scal + SC_ALL);
+    if (N < 0) {                                         // through the host: a wait for the device
+        if (n > 0) be->download(t->m.be_ctx, (float *)local, (const float *)(t->scal + SC_TSS), 4);   // 2 doubles
+        N = procs_normaliser(local, n, global);
+        be->upload(t->m.be_ctx, (float *)(t->scal + SC_ALL), (const float *)global, 4);
+    }
+    SumHook *h = overlap ? sums_arm(t) : NULL;
+    if (n > 0) {                                         // a process without images only sums
+        if (h) t->m.backward_hook = sum_hook, t->m.backward_arg = h, t->m.hook_queues = 1;
+        trainer_phase_backward(t, n, t->scal + SC_ALL, 1, N);
+        t->m.backward_hook = NULL;
+        t->m.hook_queues = 0;
+    } else if (h) {
+        for (int k = 0; k < h->n; k++) sum_hook(h, h->b[k].node);
+    }
     procs_mean_buffers(t, t->m.state + t->m.buffers, t->m.n_buffers, n > 0);
-    if (sum_grads) procs_sum(t, t->m.grad, t->m.buffers);
+    if (sum_grads && !overlap) procs_sum(t, t->m.grad, t->m.buffers);
     return N;
 }
 
@@ -237,8 +314,10 @@ void procs_items(Trainer *t, int n, const double global[2], LossOut *out) {
     memset(out, 0, sizeof *out);
     if (n > 0) trainer_phase_items(t, out);
     else {
-        out->tss = global[0] > 1 ? global[0] : 1;
-        out->tss_aux = t->m.n_aux ? (global[1] > 1 ? global[1] : 1) : 0;
+        double g[2] = { global[0], global[1] };
+        if (isnan(g[0])) t->m.be->download(t->m.be_ctx, (float *)g, (const float *)(t->scal + SC_ALL), 4);   // done
+        out->tss = g[0] > 1 ? g[0] : 1;
+        out->tss_aux = t->m.n_aux ? (g[1] > 1 ? g[1] : 1) : 0;
     }
     procs_sum_items(out);
 }

@@ -45,19 +45,39 @@ int  procs_loader_share(int B, int *first, void *arg);
 // into the sums over every process (rank order), returned in global; the function returns the batch's
 // image count over every process (the loss's batch_mult).
 int  procs_normaliser(const double local[2], int n_local, double global[2]);
+// The same without a host wait, when t's backend carries doubles between the processes (Backend.comm_sum_pairs:
+// NCCL): the local sums are n_pairs pairs at `pairs` (t's memory, added in pair order), their sum over every
+// process (rank order: procs_normaliser's doubles) is queued into dst (t's memory), and only the image
+// counts go through the host. Returns the batch over every process, or -1 (nothing done) when the backend
+// has no such transport: then procs_normaliser.
+int  procs_normaliser_queued(Trainer *t, const double *pairs, int n_pairs, int n_local, double *dst);
 // n floats of the memory of t's backend, summed over the processes in place (t's device bound; a
 // blocking copy through host memory, or the backend's comm_sum).
 void procs_sum(Trainer *t, float *p, size_t n);
 // BN running statistics that hold the mean over `used` local devices: the mean over every process's
 // devices that ran images.
 void procs_mean_buffers(Trainer *t, float *p, size_t n, int used);
+// The gradients' sums overlapped with the backward: 1 when every process's backend can begin a sum beside
+// its queue's work (Backend.comm_sum_begin: NCCL; the CPU keeps them for the backward's end) and none set
+// YT_NCCL_OVERLAP=0 (asked of every process once, at the start of a step that sums, in each). Then each
+// gradient bucket (core/buckets.h) is summed over the processes as soon as the backward has finished it (one
+// device: from its backward's hook; several: once device 0 has added the bucket of every device; not under
+// reduce=sharded), each element's sum the same all-reduce of the same values as the whole arena's.
+// procs_sum_begin queues one bucket's (dying if it cannot after procs_overlap said yes).
+int  procs_overlap(const Trainer *t);
+void procs_sum_begin(Trainer *t, float *p, size_t n);
+// Tests: the buckets' size aimed at by one device's sums (0: BUCKET_FLOATS, as the multi-device driver's),
+// and how many t's model is cut into.
+void procs_set_bucket_floats(size_t floats);
+int  procs_bucket_count(Trainer *t);
 // Whether iteration i of `epoch` steps the optimizer (the gradients are summed across processes then).
 int  procs_will_step(const Trainer *t, int epoch, int i);
 // The logged loss items of each process's share, added up to the batch's.
 void procs_sum_items(LossOut *out);
-// One device in a process of several: forward, the normaliser over every process (into global),
-// backward, the BN statistics' mean and (sum_grads) the gradients summed; returns the batch over every
-// process. procs_items: the loss items of the step after its wait, added over the processes.
+// One device in a process of several: forward, the normaliser over every process (in scal[SC_ALL], and
+// in global when it went through the host, else NaN there), backward, the BN statistics' mean and
+// (sum_grads) the gradients summed; returns the batch over every process. procs_items: the loss items of
+// the step after its wait, added over the processes.
 int  procs_forward_backward(Trainer *t, const float *images, const uint8_t *images_u8, int n, int S,
                             const float *targets, int nt, int sum_grads, double global[2], Err *err);
 void procs_items(Trainer *t, int n, const double global[2], LossOut *out);

@@ -58,6 +58,7 @@ typedef struct Trainer {
     const struct Family *fam;    // the model family's loss and optimizer (core/family.h)
     struct Train26 *y26;         // YOLO26 (m.end2end): its loss, optimizer and schedule (core/train26.h)
     struct GelanAdam *gadam;     // gelan under optimizer=Adam|AdamW (core/family_gelan.c), else NULL
+    struct SumHook *sums;        // several processes, one device: its overlapped sums (core/procs.c), or NULL
 } Trainer;
 
 // Build the model for batches of up to `batch` images of imgsz x imgsz, its optimizer for `nb`

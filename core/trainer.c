@@ -167,7 +167,7 @@ void trainer_free(Trainer *t) {
         if (t->tm[k]) t->m.be->timer_free(t->m.be_ctx, t->tm[k]);
     if (!t->m.on_device) free(t->scal);
     if (t->master) sgd_free(&t->sgd);
-    free(t->slots); free(t->input);
+    free(t->slots); free(t->input); free(t->sums);
     device_release(t);
     model_free(&t->m);
     memset(t, 0, sizeof *t);

@@ -268,6 +268,11 @@ static void topk_detect(void *ctx, void *prep, const Map head[3], int img_h, int
 
 static int device_id(void *ctx) { return DEV->id; }
 static int comm_sum(void *ctx, float *p, size_t n) { return nccl_comm_sum(DEV, p, n); }
+static int comm_sum_pairs(void *ctx, const double *src, int n, double *dst) {
+    return nccl_comm_sum_pairs(DEV, src, n, dst);
+}
+static int comm_sum_begin(void *ctx, float *p, size_t n) { return nccl_comm_sum_begin(DEV, p, n); }
+static void comm_sum_end(void *ctx) { nccl_comm_sum_end(DEV); }
 static void device_close(void *ctx) {
     device_free(DEV);
     free(DEV);
@@ -356,6 +361,8 @@ const Backend backend_gpu = {
     .opt26_new = gpu_opt26_new, .opt26_step = gpu_opt26_step, .opt26_free = gpu_opt26_free,
     .resize_bilinear = resize_fwd,
     .comm_sum = comm_sum,
+    .comm_sum_pairs = comm_sum_pairs,
+    .comm_sum_begin = comm_sum_begin, .comm_sum_end = comm_sum_end,
     .vloss_eval26 = vloss_eval26,
     .prepare_weights = prepare_weights,
 };

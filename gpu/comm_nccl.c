@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/comm.h"
+#include "gpu/optim.h"
 
 #ifdef USE_NCCL
 #include <dlfcn.h>
@@ -18,6 +19,7 @@ static struct {
     ncclResult_t (*get_id)(ncclUniqueId *);
     ncclResult_t (*init_rank)(ncclComm_t *, int, ncclUniqueId, int);
     ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
+    ncclResult_t (*all_gather)(const void *, void *, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
     ncclResult_t (*abort_comm)(ncclComm_t);
     const char *(*error_string)(ncclResult_t);
 } fn;
@@ -26,7 +28,18 @@ static int loaded = -2;          // -2: not tried; 1: opened here; 0: absent
 static int agreed = -2;          // -2: not asked; 1: every process uses NCCL; 0: none does
 static long calls;
 enum { MAX_COMMS = 64 };
-static struct { int gpu; ncclComm_t comm; } comms[MAX_COMMS];
+// A GPU's communicator; its pairs' buffer: this process's pair, then every process's (2 + 2P doubles); the
+// stream its overlapped sums run on, beside the device's, with the events that fork (ready) and join (done)
+// them, and whether sums were begun since the last join.
+typedef struct {
+    int          gpu;
+    ncclComm_t   comm;
+    double      *pairs;
+    cudaStream_t side;
+    cudaEvent_t  ready, done;
+    int          open;
+} Comm;
+static Comm comms[MAX_COMMS];
 static int n_comms;
 
 static int load(void) {
@@ -41,9 +54,10 @@ static int load(void) {
     *(void **)&fn.get_id = dlsym(h, "ncclGetUniqueId");
     *(void **)&fn.init_rank = dlsym(h, "ncclCommInitRank");
     *(void **)&fn.all_reduce = dlsym(h, "ncclAllReduce");
+    *(void **)&fn.all_gather = dlsym(h, "ncclAllGather");
     *(void **)&fn.abort_comm = dlsym(h, "ncclCommAbort");
     *(void **)&fn.error_string = dlsym(h, "ncclGetErrorString");
-    loaded = fn.get_id && fn.init_rank && fn.all_reduce && fn.abort_comm && fn.error_string;
+    loaded = fn.get_id && fn.init_rank && fn.all_reduce && fn.all_gather && fn.abort_comm && fn.error_string;
     return loaded;
 }
 
@@ -62,9 +76,9 @@ static int agree(void) {
     return agreed;
 }
 
-static ncclComm_t comm_for(Device *dev) {
+static Comm *comm_for(Device *dev) {
     for (int i = 0; i < n_comms; i++)
-        if (comms[i].gpu == dev->id) return comms[i].comm;
+        if (comms[i].gpu == dev->id) return &comms[i];
     if (n_comms == MAX_COMMS) comm_abort(1, "NCCL: more than %d GPUs in one process", MAX_COMMS);
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
@@ -76,20 +90,65 @@ static ncclComm_t comm_for(Device *dev) {
     checkCuda(cudaSetDevice(dev->id));
     r = fn.init_rank(&c, comm_size(), id, comm_rank());
     if (r != ncclSuccess) comm_abort(1, "NCCL: ncclCommInitRank on GPU %d: %s", dev->id, fn.error_string(r));
-    comms[n_comms].gpu = dev->id;
-    comms[n_comms++].comm = c;
+    double *pairs = device_try_alloc(sizeof(double) * 2 * (1 + (size_t)comm_size()));   // once per GPU
+    if (!pairs) comm_abort(1, "NCCL: no room on GPU %d for the normaliser's %d pairs of doubles", dev->id, comm_size());
+    comms[n_comms] = (Comm){ dev->id, c, pairs, NULL, NULL, NULL, 0 };
+    int least, greatest;                          // the sums' stream first when blocks free up (as DDP's)
+    checkCuda(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    checkCuda(cudaStreamCreateWithPriority(&comms[n_comms].side, cudaStreamNonBlocking, greatest));
+    checkCuda(cudaEventCreateWithFlags(&comms[n_comms].ready, cudaEventDisableTiming));
+    checkCuda(cudaEventCreateWithFlags(&comms[n_comms].done, cudaEventDisableTiming));
     comm_set_abort_hook(nccl_abort_all);          // a failing process aborts its communicators first
-    return c;
+    return &comms[n_comms++];
 }
 
 int nccl_comm_sum(Device *dev, float *p, size_t n) {
     if (!agree()) return -1;
-    ncclResult_t r = fn.all_reduce(p, p, n, ncclFloat, ncclSum, comm_for(dev), dev->stream);
+    ncclResult_t r = fn.all_reduce(p, p, n, ncclFloat, ncclSum, comm_for(dev)->comm, dev->stream);
     if (r != ncclSuccess) {
         comm_abort(1, "NCCL: all-reduce of %zu floats on GPU %d: %s", n, dev->id, fn.error_string(r));
     }
     calls++;
     return 0;
+}
+
+// This process's pair (src's pairs added on the GPU) to every process, then the P pairs added in rank
+// order on the GPU: comm_sum_doubles's order, so the same doubles as the host path, on every process.
+int nccl_comm_sum_pairs(Device *dev, const double *src, int n, double *dst) {
+    if (!agree()) return -1;
+    Comm *c = comm_for(dev);
+    pair_sum_gpu(dev, src, n, c->pairs);
+    ncclResult_t r = fn.all_gather(c->pairs, c->pairs + 2, 2, ncclFloat64, c->comm, dev->stream);
+    if (r != ncclSuccess) comm_abort(1, "NCCL: all-gather of the normaliser on GPU %d: %s", dev->id, fn.error_string(r));
+    pair_sum_gpu(dev, c->pairs + 2, comm_size(), dst);
+    calls++;
+    return 0;
+}
+
+// The all-reduce on the communicator's own stream, forked from dev->stream's work so far: NCCL's kernel
+// runs beside the backward's. Every sum of the step is begun and joined before the next collective on the
+// device's stream (the BN buffers' sum), so each communicator's operations run in one order everywhere.
+int nccl_comm_sum_begin(Device *dev, float *p, size_t n) {
+    if (!agree()) return -1;
+    if (!n) return 0;
+    Comm *c = comm_for(dev);
+    checkCuda(cudaEventRecord(c->ready, dev->stream));
+    checkCuda(cudaStreamWaitEvent(c->side, c->ready, 0));
+    ncclResult_t r = fn.all_reduce(p, p, n, ncclFloat, ncclSum, c->comm, c->side);
+    if (r != ncclSuccess) comm_abort(1, "NCCL: all-reduce of %zu floats on GPU %d: %s", n, dev->id, fn.error_string(r));
+    c->open = 1;
+    calls++;
+    return 0;
+}
+
+void nccl_comm_sum_end(Device *dev) {
+    for (int i = 0; i < n_comms; i++) {
+        Comm *c = &comms[i];
+        if (c->gpu != dev->id || !c->open) continue;
+        checkCuda(cudaEventRecord(c->done, c->side));
+        checkCuda(cudaStreamWaitEvent(dev->stream, c->done, 0));
+        c->open = 0;
+    }
 }
 
 void nccl_abort_all(void) {
@@ -98,6 +157,9 @@ void nccl_abort_all(void) {
 }
 #else
 int nccl_comm_sum(Device *dev, float *p, size_t n) { return -1; }
+int nccl_comm_sum_pairs(Device *dev, const double *src, int n, double *dst) { return -1; }
+int nccl_comm_sum_begin(Device *dev, float *p, size_t n) { return -1; }
+void nccl_comm_sum_end(Device *dev) {}
 int nccl_available(void) { return 0; }
 long nccl_calls(void) { return 0; }
 void nccl_abort_all(void) {}

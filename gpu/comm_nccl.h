@@ -14,6 +14,15 @@ extern "C" {
 // used (built without it, libnccl.so.2 absent in any process, or YT_NCCL=0): the caller then sums through
 // host memory.
 int nccl_comm_sum(Device *dev, float *p, size_t n);
+// Backend.comm_sum_pairs (core/backend.h): src's n pairs added, every process's sum of them added in rank
+// order into dst[0..1] (device memory), queued on dev->stream (an all-gather, then a one-thread kernel);
+// 0, or -1 as nccl_comm_sum.
+int nccl_comm_sum_pairs(Device *dev, const double *src, int n, double *dst);
+// Backend.comm_sum_begin / comm_sum_end: nccl_comm_sum's all-reduce on a stream of the communicator's own,
+// forked from dev->stream's work so far (n = 0: only whether NCCL is used), and dev->stream made to wait
+// for every one begun since the last end.
+int nccl_comm_sum_begin(Device *dev, float *p, size_t n);
+void nccl_comm_sum_end(Device *dev);
 // 1 when libnccl.so.2 opens here (tests), and the all-reduces queued so far.
 int nccl_available(void);
 long nccl_calls(void);

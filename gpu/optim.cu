@@ -142,6 +142,16 @@ __global__ void loss_norm_kernel(const double *src, int n, double *dst) {
     dst[h] = acc > 1 ? acc : 1;
 }
 
+// dst[h] = src[h] + src[2 + h] + ... over n pairs, h = 0, 1, added in pair order (n = 0: 0): the local sum of
+// devices' target-score pairs, or the processes' local sums in rank order, as the host adds them
+__global__ void pair_sum_kernel(const double *src, int n, double *dst) {
+    int h = threadIdx.x;
+    if (h >= 2) return;
+    double acc = n ? src[h] : 0.0;
+    for (int k = 1; k < n; k++) acc += src[2 * k + h];
+    dst[h] = acc;
+}
+
 // ema = ema*keep, then + take*x (its own rounded product), as ema_update_cpu
 __global__ void ema_kernel(float *ema, const float *x, size_t n, float keep, float take) {
     GRID_STRIDE(i, n) ema[i] = __fadd_rn(__fmul_rn(ema[i], keep), __fmul_rn(take, x[i]));
@@ -245,6 +255,11 @@ extern "C" void grad_clip_slots_gpu(Device *dev, GpuSlots s, const double *sumsq
 
 extern "C" void loss_norm_gpu(Device *dev, const double *src, int n, double *dst) {
     loss_norm_kernel<<<1, 32, 0, dev->stream>>>(src, n, dst);
+    checkLaunch(dev);
+}
+
+extern "C" void pair_sum_gpu(Device *dev, const double *src, int n, double *dst) {
+    pair_sum_kernel<<<1, 32, 0, dev->stream>>>(src, n, dst);
     checkLaunch(dev);
 }
 

@@ -49,6 +49,8 @@ void grad_clip_slots_gpu(Device *dev, GpuSlots s, const double *sumsq, int n, fl
 // dst[h] = max(Σ_k src[2k + h], 1) for h = 0, 1: the main and auxiliary loss normalisers from n
 // devices' target-score sums (device memory), in device order as the host's sum.
 void loss_norm_gpu(Device *dev, const double *src, int n, double *dst);
+// dst[h] = src[h] + src[2 + h] + ... over n pairs (pair order; n = 0: 0), h = 0, 1 (dst may be src)
+void pair_sum_gpu(Device *dev, const double *src, int n, double *dst);
 
 // g *= s, as grad_scale_cpu (bit for bit); the slots version scales every trainable slot's g.
 void grad_scale_gpu(Device *dev, float *g, size_t n, float s);

@@ -162,11 +162,18 @@ static void rank_equivalence(const Case *c) {
         multi_gather_state(t.multi);
     } else {
         double g[2];
+        procs_set_bucket_floats(50000);            // many buckets
         procs_forward_backward(&t, img, NULL, nl, S, tg, nt, 1, g, &err);
         procs_items(&t, nl, g, &lo);
     }
     int sizes[MAX_DEV * 64], nd = all_sizes(&t, c->M, nl, sizes);
     RCHECK(same_everywhere(t.m.grad, t.m.buffers), "the summed gradients differ between ranks");
+    // The gradients are summed bucket by bucket (the CPU backend's comm_sum_begin keeps them for the end of
+    // the backward) unless YT_NCCL_OVERLAP=0; reduce=sharded sums each device's shard after the backward.
+    const char *env = getenv("YT_NCCL_OVERLAP");
+    int overlap = procs_overlap(&t);
+    RCHECK(overlap == !(env && !strcmp(env, "0")), "procs_overlap: %d", overlap);
+    if (!strcmp(c->reduce, "sharded")) overlap = 0;
     // The target-score sum over every process (before max(., 1)) and the gradients' norm (what the clip
     // factor is made of) are the same doubles on every rank.
     double mine[2] = { t.scal[SC_ALL], 0 }, seen[2 * 64];
@@ -185,7 +192,11 @@ static void rank_equivalence(const Case *c) {
         double norm2 = 0;
         for (size_t i = 0; i < t.m.buffers; i++) norm2 += (double)g[i] * g[i];
         double rel_l2, worst = grad_worst(&t.m, mg, g, &rel_l2);   // test_multi's bound
-        printf("    %d processes x cpu:%d %s/%s, batch %d (", comm_size(), c->M, c->reduce, c->loss_on, c->n);
+        char how[64] = "after the backward";
+        if (overlap)
+            snprintf(how, sizeof how, "in %d buckets", t.multi ? multi_bucket_count(t.multi) : procs_bucket_count(&t));
+        printf("    %d processes x cpu:%d %s/%s, gradients summed %s, batch %d (", comm_size(), c->M, c->reduce, c->loss_on,
+               how, c->n);
         for (int k = 0; k < nd; k++) printf("%d%s", sizes[k], k < nd - 1 ? "+" : "");
         printf("): loss %.7g vs %.7g, target-score sum %.9g vs %.9g, gradient norm %.7g vs %.7g; gradients: worst %.2f "
                "of tolerance, relative L2 %.2g\n", lo.total, ref.total, mine[0], tss, sqrt(mine[1]), sqrt(norm2), worst,
@@ -511,10 +522,16 @@ static void equiv(int np, int M, const char *reduce, const char *loss_on, int n,
 static void test_two_processes_one_device(void) {
     if (!have_mpirun()) SKIP("%s", skip_why);
     equiv(2, 1, "device0", "local", 7, 8);        // 4+3, then 4+4 images: procs_step_one's path
+    setenv("YT_NCCL_OVERLAP", "0", 1);             // the sums after the backward, in one call
+    equiv(2, 1, "device0", "local", 7, 8);
+    unsetenv("YT_NCCL_OVERLAP");
 }
 static void test_two_processes_two_devices(void) {
     if (!have_mpirun()) SKIP("%s", skip_why);
     equiv(2, 2, "device0", "local", 7, 12);       // 2+2 + 2+1, then 3+3 + 3+3
+    setenv("YT_NCCL_OVERLAP", "0", 1);
+    equiv(2, 2, "device0", "local", 7, 12);
+    unsetenv("YT_NCCL_OVERLAP");
     equiv(2, 2, "sharded", "local", 8, 12);
 }
 static void test_three_processes(void) {
@@ -845,13 +862,15 @@ static void test_training_validation(void) {
 }
 
 // The several-process path with this process alone (procs_force: the normaliser through the host, the
-// sums of a communicator of one, NCCL's on a GPU) gives one process's 3 steps bit for bit.
-static void forced_matches(int gpu) {
+// sums of a communicator of one; on a GPU NCCL's, the normaliser's on the device and the gradients' bucket by
+// bucket beside the backward unless YT_NCCL_OVERLAP=0) gives one process's 3 steps bit for bit. Returns the
+// passes the forced trainer recorded (its forward and backward: CUDA Graphs, hooked or not).
+static int forced_matches(int gpu) {
     static Config cfg;
     Err err;
-    if (load_cfg(&cfg, 8, "device0", "local", NULL)) { CHECK(0, "config"); return; }
+    if (load_cfg(&cfg, 8, "device0", "local", NULL)) { CHECK(0, "config"); return 0; }
     Trainer a, b;
-    if (trainer_init(&a, &cfg, 1, gpu, &err) || trainer_init(&b, &cfg, 1, gpu, &err)) { CHECK(0, "%s", err.msg); return; }
+    if (trainer_init(&a, &cfg, 1, gpu, &err) || trainer_init(&b, &cfg, 1, gpu, &err)) { CHECK(0, "%s", err.msg); return 0; }
     static float tg[MAX_T * 6];
     int nt = micro_targets(targets, n_targets, 0, 8, tg);   // the rows of the first 8 images
     for (int i = 0; i < 3; i++) {
@@ -873,11 +892,43 @@ static void forced_matches(int gpu) {
     CHECK(!memcmp(x, y, N * sizeof(float)), "the weights after 3 steps differ");
     CHECK(!memcmp(ex, ey, N * sizeof(float)), "the EMA after 3 steps differs");
     free(x);
+    int recorded = 0;
+    for (int k = 0; k < MODEL_RECS; k++) recorded += b.m.recs[k].rec != NULL;
     trainer_free(&a);
     trainer_free(&b);
+    return recorded;
 }
 
 static void test_one_process_forced_cpu(void) { forced_matches(-1); }
+
+#ifdef USE_CUDA
+// Host waits in each of 4 steps of the one-device path with the loader's bytes uploaded ahead (as
+// training does), plain or forced through the several-process path: one each, the step's end, when the
+// normaliser's sums stay on the device (NCCL); 3 when they go through the host (its read and write).
+static void host_waits_per_step(int gpu, int forced, long waits[4]) {
+    static Config cfg;
+    Err err;
+    memset(waits, 0, 4 * sizeof *waits);
+    if (load_cfg(&cfg, 8, "device0", "local", NULL)) { CHECK(0, "config"); return; }
+    Trainer t;
+    if (trainer_init(&t, &cfg, 1, gpu, &err)) { CHECK(0, "%s", err.msg); return; }
+    static uint8_t u8[8 * S * S * 3];
+    static float tg[MAX_T * 6];
+    for (size_t i = 0; i < sizeof u8; i++) u8[i] = (uint8_t)lrintf(images[i] * 255.0f);
+    int nt = micro_targets(targets, n_targets, 0, 8, tg);
+    t.input_u8 = u8;
+    procs_force(forced);
+    for (int i = 0; i < 4; i++) {
+        LossOut lo;
+        multi_prefetch(&t, u8, 8, S, S);
+        long w0 = host_wait_count();
+        CHECK(!trainer_step(&t, 8, S, tg, nt, 0, i, &lo, &err), "%s", err.msg);
+        waits[i] = host_wait_count() - w0;
+    }
+    procs_force(0);
+    trainer_free(&t);
+}
+#endif
 
 static void test_nccl_communicator_of_one(void) {
 #ifdef USE_CUDA
@@ -885,11 +936,29 @@ static void test_nccl_communicator_of_one(void) {
     if (gpu_list(g, 1) < 1) SKIP("no GPU");
     if (!nccl_available()) SKIP("NCCL (libnccl.so.2) not found or not built in (make found no nccl.h)");
     setenv("NCCL_NVLS_ENABLE", "0", 1);
-    long before = nccl_calls();
-    forced_matches(0);
-    printf("    GPU 0 with a NCCL communicator of one: %ld all-reduces, 3 steps bit for bit as one process\n",
-           nccl_calls() - before);
-    CHECK(nccl_calls() > before, "NCCL was not used");
+    long c0 = nccl_calls();
+    setenv("YT_NCCL_OVERLAP", "0", 1);             // the sums after the backward, in one call
+    int rec_after = forced_matches(0);
+    long c1 = nccl_calls();
+    unsetenv("YT_NCCL_OVERLAP");                   // bucket by bucket beside it (the default), many buckets
+    procs_set_bucket_floats(50000);
+    int rec_beside = forced_matches(0);
+    procs_set_bucket_floats(0);
+    long c2 = nccl_calls();
+    printf("    GPU 0 with a NCCL communicator of one, 3 steps bit for bit as one process: sums after the backward %ld "
+           "NCCL calls, %d passes recorded; beside it %ld calls, %d passes recorded\n", c1 - c0, rec_after, c2 - c1,
+           rec_beside);
+    CHECK(c1 > c0 && c2 > c1, "NCCL was not used");
+    const char *graphs = getenv("YT_GRAPHS");
+    int want = graphs && !strcmp(graphs, "0") ? 0 : 2;   // the forward and the backward, whose hook begins the sums
+    CHECK(rec_after == want && rec_beside == want, "passes recorded: %d and %d, not %d", rec_after, rec_beside, want);
+    long plain[4], forced[4];
+    host_waits_per_step(0, 0, plain);
+    host_waits_per_step(0, 1, forced);
+    printf("    host waits per step: one process %ld %ld %ld %ld, through the several-process path (NCCL) %ld %ld %ld %ld\n",
+           plain[0], plain[1], plain[2], plain[3], forced[0], forced[1], forced[2], forced[3]);
+    for (int i = 0; i < 4; i++)
+        CHECK(plain[i] == 1 && forced[i] == 1, "step %d: %ld and %ld host waits, not 1", i, plain[i], forced[i]);
 #else
     SKIP("no CUDA in this build");
 #endif
