@@ -254,7 +254,7 @@ static void measure(const Options *o, const Setup *s, const DeviceList *all, con
     Feed feed = { 0 };
     Trainer t;
     snprintf(r->host, sizeof r->host, "%s", comm_host());
-    if (load_config(o, s, spec, B, &cfg, &err) || procs_agree(&cfg, 0, 0, devs.n, &err) ||
+    if (load_config(o, s, spec, B, &cfg, &err) || procs_agree(&cfg, 0, 0, devs.n, devs.gpu[0] >= 0, &err) ||
         (s->loader && feed_open(&feed, &cfg, &err)) || trainer_init_devices(&t, &cfg, 1000, &devs, &err)) {
         snprintf(r->why, sizeof r->why, "%s", err.msg);
         feed_close(&feed);

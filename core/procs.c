@@ -31,7 +31,7 @@ uint64_t procs_hash_names(const Dataset *ds) {
     return h;
 }
 
-int procs_join(const Config *cfg, const Dataset *ds, int n_devices, Err *err) {
+int procs_join(const Config *cfg, const Dataset *ds, int n_devices, int on_gpus, Err *err) {
     if (comm_init(err)) return -1;
     if (!procs_active()) {
         if (comm_launched() && !comm_built())
@@ -39,7 +39,7 @@ int procs_join(const Config *cfg, const Dataset *ds, int n_devices, Err *err) {
                    "(install libopenmpi-dev and rebuild)\n");
         return 0;
     }
-    if (procs_agree(cfg, ds->n, procs_hash_names(ds), n_devices, err)) return -1;
+    if (procs_agree(cfg, ds->n, procs_hash_names(ds), n_devices, on_gpus, err)) return -1;
     int first, n;
     procs_share(cfg->batch, &first, &n);
     printf("processes: rank %d of %d on %s, %d of %d devices; of each batch of %d this process trains images %d..%d%s\n",
@@ -110,9 +110,9 @@ static void differing_keys(const char *a, const char *b, char *out, size_t size)
     }
 }
 
-typedef struct { int n_images, n_devices; uint64_t hash; char host[64]; char keys[384]; } Agreement;
+typedef struct { int n_images, n_devices, on_gpus; uint64_t hash; char host[64]; char keys[384]; } Agreement;
 
-int procs_agree(const Config *cfg, int n_images, uint64_t list_hash, int n_devices, Err *err) {
+int procs_agree(const Config *cfg, int n_images, uint64_t list_hash, int n_devices, int on_gpus, Err *err) {
     int P = comm_size(), me = comm_rank();
     dev_total = n_devices; dev_before = 0; dev_mine = n_devices;
     if (P < 2) return 0;
@@ -127,7 +127,7 @@ int procs_agree(const Config *cfg, int n_images, uint64_t list_hash, int n_devic
     char *text0 = xcalloc(n0 + 1, 1);
     if (!me) memcpy(text0, text, n0);
     comm_bcast(text0, n0);
-    Agreement mine = { n_images, n_devices, list_hash, "", "" }, *all = xcalloc(P, sizeof *all);
+    Agreement mine = { n_images, n_devices, on_gpus != 0, list_hash, "", "" }, *all = xcalloc(P, sizeof *all);
     snprintf(mine.host, sizeof mine.host, "%s", comm_host());
     differing_keys(text0, text, mine.keys, sizeof mine.keys);
     comm_allgather(&mine, all, sizeof mine);
@@ -146,6 +146,11 @@ int procs_agree(const Config *cfg, int n_images, uint64_t list_hash, int n_devic
                           "set: %d images (list hash %016llx), rank 0 %d (%016llx)", o ? "; " : "", r, all[r].host,
                           all[r].n_images, (unsigned long long)all[r].hash, all[0].n_images,
                           (unsigned long long)all[0].hash);
+        else if (all[r].on_gpus != all[0].on_gpus)
+            o += snprintf(msg + o, o < sizeof msg ? sizeof msg - o : 0, "%srank %d (host %s) trains on %s, rank 0 on "
+                          "%s: every process needs the same kind (the sums go through NCCL between GPUs, through "
+                          "MPI between CPU devices); give each a device= of that kind", o ? "; " : "", r,
+                          all[r].host, all[r].on_gpus ? "GPUs" : "CPU devices", all[0].on_gpus ? "GPUs" : "CPU devices");
     }
     free(all);
     if (o) return err_set(err, "the %d processes do not agree (rank 0's configuration and dataset win; device= and "

@@ -19,14 +19,16 @@ int  procs_writer(void);          // rank 0: the process that writes the run's f
 
 // Agreement at start: rank 0's configuration (config_print's text) against this rank's, key by key
 // (device= and workers= may differ per host); the dataset's image count and a hash of its list of
-// file names; the number of devices of each process (kept for procs_share). Every rank gets the same
-// answer: 0, or -1 with err naming the ranks, hosts and keys that differ.
-int  procs_agree(const Config *cfg, int n_images, uint64_t list_hash, int n_devices, Err *err);
+// file names; the number of devices of each process (kept for procs_share); the kind of devices
+// (on_gpus: 1 GPUs, 0 CPU devices), the same in every process, as the gradient sums go through NCCL
+// between GPUs and through MPI between CPUs (a mix would wait forever in different collectives).
+// Every rank gets the same answer: 0, or -1 with err naming the ranks, hosts and keys that differ.
+int  procs_agree(const Config *cfg, int n_images, uint64_t list_hash, int n_devices, int on_gpus, Err *err);
 // FNV-1a of the names (the last path component) of the dataset's images, in order
 uint64_t procs_hash_names(const Dataset *ds);
 // The run's start (core/train.c): join the processes when a launcher started this one (comm_init),
-// agree (procs_agree), say the plan. 0, or -1 with err.
-int  procs_join(const Config *cfg, const Dataset *ds, int n_devices, Err *err);
+// agree (procs_agree; on_gpus: this process trains on GPUs), say the plan. 0, or -1 with err.
+int  procs_join(const Config *cfg, const Dataset *ds, int n_devices, int on_gpus, Err *err);
 // Any rank's flag set: every rank's answer 1 (the run's stop requests, so every rank stops at the same step).
 int  procs_any(int flag);
 // A run folder's process count: RUN/processes.txt, written by rank 0 at the start of a run of several

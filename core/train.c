@@ -786,7 +786,7 @@ static int train_run_(Config *cfg) {
     Dataset ds;
     fault_signal_at("startup");
     if (open_data(cfg, &ds, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return 2; }
-    if (procs_join(cfg, &ds, devs.n, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); dataset_free(&ds); return 2; }
+    if (procs_join(cfg, &ds, devs.n, devs.gpu[0] >= 0, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); dataset_free(&ds); return 2; }
     Dataset vds;
     DatasetOptions vopt = { .strict = cfg->strict, .nc = ds.nc, .report = stderr, .single_cls = cfg->single_cls };
     if (dataset_open(NULL, cfg, "val", &vopt, &vds, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); dataset_free(&ds); return 2; }

@@ -103,7 +103,7 @@ typedef struct { int M; const char *reduce, *loss_on; int n, n_steps; } Case;
 static int rank_trainer(const Case *c, Config *cfg, Trainer *t) {
     Err err;
     if (load_cfg(cfg, c->n, c->reduce, c->loss_on, NULL)) return -1;
-    if (procs_agree(cfg, 0, 0, c->M, &err)) { RCHECK(0, "%s", err.msg); return -1; }
+    if (procs_agree(cfg, 0, 0, c->M, 0, &err)) { RCHECK(0, "%s", err.msg); return -1; }
     DeviceList devs;
     char spec[16];
     snprintf(spec, sizeof spec, "cpu:%d", c->M);
@@ -263,15 +263,18 @@ static void rank_steps(const Case *cs) {
 static void rank_disagree(const char *what) {
     static Config cfg;
     Err err;
-    int r1 = comm_rank() == 1, dataset = !strcmp(what, "dataset");
-    if (load_cfg(&cfg, 8, "device0", "local", r1 && !dataset ? "lr0=0.02" : NULL)) return;
-    if (r1 && !dataset) cfg.seed = 4;
+    int r1 = comm_rank() == 1, dataset = !strcmp(what, "dataset"), kind = !strcmp(what, "kind");
+    if (load_cfg(&cfg, 8, "device0", "local", r1 && !dataset && !kind ? "lr0=0.02" : NULL)) return;
+    if (r1 && !dataset && !kind) cfg.seed = 4;
     if (r1) snprintf(cfg.device, sizeof cfg.device, "cpu:2");   // its own devices: allowed
-    int rc = procs_agree(&cfg, r1 && dataset ? 127 : 128, 42, 1 + r1, &err);   // device counts may differ
+    // device counts may differ; "kind": rank 1 says its devices are GPUs
+    int rc = procs_agree(&cfg, r1 && dataset ? 127 : 128, 42, 1 + r1, r1 && kind, &err);
     RCHECK(rc == -1, "rank %d: a disagreement was accepted", comm_rank());
     if (rc && comm_rank() == 0) printf("    refused: %s\n", err.msg);
     if (!rc) return;
     if (dataset) RCHECK(strstr(err.msg, "rank 1") && strstr(err.msg, "127 images"), "%s", err.msg);
+    else if (kind) RCHECK(strstr(err.msg, "rank 1") && strstr(err.msg, "trains on GPUs, rank 0 on CPU devices"), "%s",
+                          err.msg);
     else {
         const char *keys = strstr(err.msg, "for: ");
         RCHECK(keys && strstr(keys, "lr0") && strstr(keys, "seed") && !strstr(keys, "device"), "%s", err.msg);
@@ -330,7 +333,7 @@ static int val_trainer(const char *dir, int M, Config *cfg, Trainer *t, Dataset 
     DeviceList devs;
     char spec[16];
     snprintf(spec, sizeof spec, "cpu:%d", M);
-    if (procs_agree(cfg, 0, 0, M, &err) || parse_devices(spec, 0, &devs, &err) ||
+    if (procs_agree(cfg, 0, 0, M, 0, &err) || parse_devices(spec, 0, &devs, &err) ||
         trainer_init_devices(t, cfg, 1, &devs, &err)) {
         RCHECK(0, "%s", err.msg);
         dataset_free(ds);
@@ -551,8 +554,8 @@ static void test_processes_without_images(void) {
 
 static void test_disagreement_refused(void) {
     if (!have_mpirun()) SKIP("%s", skip_why);
-    const char *what[] = { "config", "dataset" };
-    for (int k = 0; k < 2; k++) {
+    const char *what[] = { "config", "dataset", "kind" };
+    for (int k = 0; k < 3; k++) {
         char args[64], out[1 << 14];
         double secs;
         snprintf(args, sizeof args, "disagree %s", what[k]);
