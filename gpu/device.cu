@@ -3,6 +3,7 @@
 // buffers and their prefetch; host page-locking; the failure probes of a fatal hook.
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gpu/cudnn_conv.h"
 #include "gpu/device.h"
@@ -173,9 +174,30 @@ extern "C" void device_free(Device *dev) {
     memset(dev, 0, sizeof *dev);
 }
 
+static void (*volatile wait_watch)(Device *, double);
+
+extern "C" void device_set_wait_watch(void (*watch)(Device *, double)) { wait_watch = watch; }
+
 extern "C" void device_sync(Device *dev) {
     host_wait_note();
-    checkCuda(cudaStreamSynchronize(dev->stream));
+    void (*watch)(Device *, double) = wait_watch;
+    if (!watch) {
+        checkCuda(cudaStreamSynchronize(dev->stream));
+        return;
+    }
+    double t0 = now_seconds(), next = t0 + DEVICE_WATCH_S;
+    const struct timespec nap = { 0, DEVICE_POLL_US * 1000L };
+    for (;;) {
+        cudaError_t e = cudaStreamQuery(dev->stream);
+        if (e == cudaSuccess) return;
+        if (e != cudaErrorNotReady) checkCuda(e);
+        nanosleep(&nap, NULL);
+        double t = now_seconds();
+        if (t >= next) {
+            watch(dev, t - t0);
+            next = t + DEVICE_WATCH_S;
+        }
+    }
 }
 
 extern "C" void *arena_take(Arena *a, size_t bytes, size_t align) {
@@ -274,6 +296,23 @@ extern "C" int device_usable(Device *dev) {
 }
 
 __global__ void fault_kernel(int *bad) { *bad = 1; }
+
+// Spins until *flag (never set) or about 120 s of the GPU's clock, so a test that goes wrong frees the GPU.
+__global__ void hang_kernel(volatile int *flag) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    while (!*flag && t - t0 < 120000000000ull);
+}
+
+extern "C" void device_inject_hang(Device *dev) {
+    checkCuda(cudaSetDevice(dev->id));
+    int *flag = (int *)device_try_alloc(sizeof(int));   // left to the process's end: the kernel reads it
+    if (!flag) die("device_inject_hang: no room for a flag on GPU %d", dev->id);
+    checkCuda(cudaMemsetAsync(flag, 0, sizeof(int), dev->stream));
+    hang_kernel<<<1, 1, 0, dev->stream>>>(flag);
+    checkLaunch(dev);
+}
 
 extern "C" void device_inject_fault(Device *dev, int sticky) {
     checkCuda(cudaSetDevice(dev->id));
