@@ -120,8 +120,8 @@ static void watch(Device *dev, double waited_s) {
     if (!what[0] || atomic_exchange(&firing, 1)) return;
     pthread_t t;
     if (!pthread_create(&t, NULL, backstop, NULL)) pthread_detach(t);
-    if (comm_size() > 1) comm_abort(1, "%s; ending every process", what);   // names the rank and host
-    comm_abort(1, "rank 0 of 1 on host %s: %s; ending every process", comm_host(), what);
+    if (comm_size() > 1) comm_abort(1, "%s", what);   // "rank R of P (host H): ...; stopping every rank"
+    comm_abort(1, "rank 0 of 1 on host %s: %s; stopping", comm_host(), what);
 }
 
 static Comm *comm_for(Device *dev) {
