@@ -176,7 +176,13 @@ extern "C" void device_free(Device *dev) {
 
 static void (*volatile wait_watch)(Device *, double);
 
-extern "C" void device_set_wait_watch(void (*watch)(Device *, double)) { wait_watch = watch; }
+static volatile int *hang_release;
+
+// The watch removed (the communicators aborted, which ends NCCL's kernels) also ends an injected hang's.
+extern "C" void device_set_wait_watch(void (*watch)(Device *, double)) {
+    wait_watch = watch;
+    if (!watch && hang_release) *hang_release = 1;
+}
 
 extern "C" void device_sync(Device *dev) {
     host_wait_note();
@@ -297,20 +303,26 @@ extern "C" int device_usable(Device *dev) {
 
 __global__ void fault_kernel(int *bad) { *bad = 1; }
 
-// Spins until *flag (never set) or about 120 s of the GPU's clock, so a test that goes wrong frees the GPU.
-__global__ void hang_kernel(volatile int *flag) {
+// Spins until *release (host memory) is set, or about 120 s of the GPU's clock pass, so a test that goes
+// wrong still frees the GPU.
+__global__ void hang_kernel(volatile int *release) {
     unsigned long long t0, t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
     do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    while (!*flag && t - t0 < 120000000000ull);
+    while (!*release && t - t0 < 120000000000ull);
 }
 
 extern "C" void device_inject_hang(Device *dev) {
     checkCuda(cudaSetDevice(dev->id));
-    int *flag = (int *)device_try_alloc(sizeof(int));   // left to the process's end: the kernel reads it
-    if (!flag) die("device_inject_hang: no room for a flag on GPU %d", dev->id);
-    checkCuda(cudaMemsetAsync(flag, 0, sizeof(int), dev->stream));
-    hang_kernel<<<1, 1, 0, dev->stream>>>(flag);
+    if (!hang_release) {
+        void *p = NULL;
+        checkCuda(cudaHostAlloc(&p, sizeof(int), cudaHostAllocMapped));
+        hang_release = (volatile int *)p;
+    }
+    *hang_release = 0;
+    int *d = NULL;
+    checkCuda(cudaHostGetDevicePointer((void **)&d, (void *)hang_release, 0));
+    hang_kernel<<<1, 1, 0, dev->stream>>>(d);
     checkLaunch(dev);
 }
 

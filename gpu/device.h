@@ -123,8 +123,9 @@ void device_sync(Device *dev);                 // wait for everything queued on 
 enum { DEVICE_POLL_US = 100 };
 #define DEVICE_WATCH_S 0.1
 void device_set_wait_watch(void (*watch)(Device *dev, double waited_s));
-// A kernel on dev->stream that spins until a flag no one sets (or about 120 s pass), so the stream stops
-// there as behind a collective whose peer died (YT_GPU_HANG_AT, tests of the watchdog).
+// A kernel on dev->stream that spins, so the stream stops there as behind a collective whose peer died
+// (YT_GPU_HANG_AT, the watchdog's tests), until the watch is removed (device_set_wait_watch(NULL): the
+// communicators aborted, as ncclCommAbort ends NCCL's kernels) or about 120 s pass.
 void device_inject_hang(Device *dev);
 size_t device_mem_used(const Device *dev);     // bytes in use on the GPU (all processes), from the driver
 size_t gpu_free_bytes(int id);                 // bytes free on GPU id now, from the driver (0: unusable)
