@@ -32,6 +32,8 @@ struct LossOut;
 struct Topk26Opts;
 struct Model;
 
+enum { BACKEND_FAULT_ERROR, BACKEND_FAULT_STICKY, BACKEND_FAULT_HANG };   // Backend.inject_fault's kinds
+
 typedef struct Backend {
     const char *name;     // "cpu", "cuda"
     void (*conv_forward)(void *ctx, const ConvDims *d, Map x, const float *w, const float *b, Map y, float *ws);
@@ -206,7 +208,10 @@ typedef struct Backend {
     // plan (NULL: no room); prefetch_u8: queue the copy of the next batch's n bytes so the step's
     // upload_u8 of the same bytes only converts; mem_used: bytes in use on the device (0: not known);
     // usable: 0 once a failure ended the device's context; check: 0, or -1 with the calling thread's
-    // pending device error in msg; inject_fault (YT_FAIL_CUDA, tests): a failing call through the fatal path.
+    // pending device error in msg; inject_fault (YT_FAIL_CUDA, YT_GPU_HANG_AT, tests): a failing call
+    // through the fatal path (BACKEND_FAULT_ERROR, or BACKEND_FAULT_STICKY: one that ends the context), or
+    // BACKEND_FAULT_HANG: the device's queue stops there, as behind a collective whose peer died (the CPU's:
+    // nothing).
     int    (*device_id)(void *ctx);
     void   (*device_close)(void *ctx);
     double *(*scalars)(void *ctx);
@@ -218,7 +223,7 @@ typedef struct Backend {
     size_t (*mem_used)(void *ctx);
     int    (*usable)(void *ctx);
     int    (*check)(void *ctx, char *msg, size_t size);
-    void   (*inject_fault)(void *ctx, int sticky);
+    void   (*inject_fault)(void *ctx, int kind);
     // The detection loss (core/loss.h) on the device, queued: loss_new: its work for up to max_n images,
     // max_targets rows, nc classes and `anchors` per image (NULL: no room); loss_assign: the target-score
     // sum into *tss (ctx's memory); loss_compute: normalised by *norm (ctx's memory), d total / d head

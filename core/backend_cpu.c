@@ -281,7 +281,7 @@ static void prefetch_u8(void *c, const uint8_t *host, size_t n) {}   // the step
 static size_t mem_used(void *c) { return 0; }
 static int usable(void *c) { return 1; }
 static int check(void *c, char *msg, size_t size) { return 0; }
-static void inject_fault(void *c, int sticky) {}
+static void inject_fault(void *c, int kind) {}
 
 // The detection loss: the reference's work, and the items of its last compute (host memory: ready at once).
 typedef struct { LossWork *lw; LossOut out; } LossCpu;

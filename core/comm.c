@@ -98,6 +98,22 @@ void *comm_allgatherv(const void *mine, size_t n, size_t *bytes) {
 void comm_bcast(void *p, size_t bytes) { if (ops && size_ > 1) ops->bcast(p, bytes); }
 void comm_barrier(void) { if (ops && size_ > 1) ops->barrier(); }
 
+int comm_wait_limit(const char *env, double *limit_s, Err *err) {
+    *limit_s = 600;
+    if (!env) return 0;
+    char *end;
+    double v = strtod(env, &end);
+    while (*end == ' ') end++;
+    if (end == env || *end || !(v >= 0) || v > 1e9) {
+        err_set(err, "YT_NCCL_TIMEOUT=%s: not a number of seconds (0 or more; 0 waits forever)", env);
+        return -1;
+    }
+    *limit_s = v;
+    return 0;
+}
+
+int comm_wait_expired(double waited_s, double limit_s) { return limit_s > 0 && waited_s >= limit_s; }
+
 void comm_abort(int code, const char *fmt, ...) {
     char msg[1024];
     va_list ap;

@@ -51,3 +51,9 @@ void comm_abort(int code, const char *fmt, ...) __attribute__((format(printf, 2,
 // A device transport's last act before comm_abort ends the processes (NCCL: ncclCommAbort of its
 // communicators, so no GPU is left inside a collective); NULL: none.
 void comm_set_abort_hook(void (*fn)(void));
+// The watchdog of a device transport's collectives (gpu/comm_nccl.c): the seconds a host wait behind them
+// may last before the process ends every rank, from YT_NCCL_TIMEOUT's text `env` (NULL: unset): 600 when
+// unset (PyTorch's NCCL default), 0 = wait forever. Returns 0, or -1 with err naming the value.
+int  comm_wait_limit(const char *env, double *limit_s, Err *err);
+// 1 when a wait of waited_s seconds has passed limit_s (0: never).
+int  comm_wait_expired(double waited_s, double limit_s);

@@ -19,7 +19,7 @@ static void fail_cuda(const Trainer *t, int step) {
     const char *spec = getenv("YT_FAIL_CUDA");
     if (!spec || atoi(spec) != step) return;
     fprintf(stderr, "YT_FAIL_CUDA=%s: a CUDA error injected at step %d\n", spec, step);
-    t->m.be->inject_fault(t->m.be_ctx, strstr(spec, "sticky") != NULL);   // the CPU's: nothing
+    t->m.be->inject_fault(t->m.be_ctx, strstr(spec, "sticky") ? BACKEND_FAULT_STICKY : BACKEND_FAULT_ERROR);
     device_fatal("injected");
 }
 
@@ -30,8 +30,19 @@ static void nan_weight(const Trainer *t, int step) {
     t->m.be->upload(t->m.be_ctx, t->m.state, &nan, 1);
 }
 
+// The device's queue stops before this step's work (the GPU's: a kernel that spins; the CPU's: nothing),
+// as behind a collective whose peer died: the step's host wait never returns unless the NCCL watchdog
+// (gpu/comm_nccl.c) ends the process.
+static void hang_gpu(const Trainer *t, int step) {
+    const char *at = getenv("YT_GPU_HANG_AT");
+    if (!at || atoi(at) != step) return;
+    fprintf(stderr, "YT_GPU_HANG_AT=%s: the device's queue stops at step %d\n", at, step);
+    t->m.be->inject_fault(t->m.be_ctx, BACKEND_FAULT_HANG);
+}
+
 void fault_before_step(const Trainer *t, int step) {
     fail_cuda(t, step);
+    hang_gpu(t, step);
     nan_weight(t, step);
 }
 

@@ -11,7 +11,8 @@
 void   fault_signal_at(const char *where);
 // Before step `step` of the run (from 1): YT_FAIL_CUDA=STEP[:sticky] makes a CUDA call fail through
 // checkCuda (sticky: one that ends the GPU context; on the CPU the fatal path is entered directly);
-// YT_NAN_AT_STEP=STEP makes a weight NaN, as a diverging run's would.
+// YT_NAN_AT_STEP=STEP makes a weight NaN, as a diverging run's would. YT_GPU_HANG_AT=STEP stops the GPU's
+// queue there (a kernel that spins), as behind a collective whose peer died (the NCCL watchdog's tests).
 void   fault_before_step(const Trainer *t, int step);
 // YT_STOP_AFTER_STEPS=N: the run stops after N steps as on Ctrl-C (the value, 0 when unset).
 int    fault_stop_after(void);

@@ -286,7 +286,10 @@ static void prefetch_u8(void *ctx, const uint8_t *host, size_t n) { device_prefe
 static size_t mem_used(void *ctx) { return device_mem_used(DEV); }
 static int usable(void *ctx) { return device_usable(DEV); }
 static int check(void *ctx, char *msg, size_t size) { return peer_check(msg, size); }
-static void inject_fault(void *ctx, int sticky) { device_inject_fault(DEV, sticky); }
+static void inject_fault(void *ctx, int kind) {
+    if (kind == BACKEND_FAULT_HANG) device_inject_hang(DEV);
+    else device_inject_fault(DEV, kind == BACKEND_FAULT_STICKY);
+}
 
 static void *gpu_loss_new(void *ctx, int max_n, int max_targets, int nc, int anchors) {
     return loss_work_new_gpu(DEV, max_n, max_targets, nc, anchors);

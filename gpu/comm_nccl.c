@@ -2,8 +2,16 @@
 // NCCL is opened at run time (dlopen libnccl.so.2, as cuDNN), so a binary built with it runs where the
 // library is absent (the sums then go through host memory and MPI). NVLink multicast (NVLS) is left to
 // NCCL's settings; the tests set NCCL_NVLS_ENABLE=0.
+//
+// The watchdog: from the first communicator on, the device's host waits poll (device_set_wait_watch) and
+// every 0.1 s ask each communicator for NCCL's asynchronous error; on one, or when a wait has lasted
+// YT_NCCL_TIMEOUT seconds (600; 0: forever), the process names itself and what happened, aborts its
+// communicators and ends every rank (comm_abort: MPI_Abort), so no rank hangs behind a peer that died
+// under a launcher that does not end the others.
 #include "gpu/comm_nccl.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +22,7 @@
 #ifdef USE_NCCL
 #include <dlfcn.h>
 #include <nccl.h>
+#include <unistd.h>
 
 static struct {
     ncclResult_t (*get_id)(ncclUniqueId *);
@@ -21,6 +30,7 @@ static struct {
     ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
     ncclResult_t (*all_gather)(const void *, void *, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
     ncclResult_t (*abort_comm)(ncclComm_t);
+    ncclResult_t (*async_error)(ncclComm_t, ncclResult_t *);
     const char *(*error_string)(ncclResult_t);
 } fn;
 
@@ -56,8 +66,10 @@ static int load(void) {
     *(void **)&fn.all_reduce = dlsym(h, "ncclAllReduce");
     *(void **)&fn.all_gather = dlsym(h, "ncclAllGather");
     *(void **)&fn.abort_comm = dlsym(h, "ncclCommAbort");
+    *(void **)&fn.async_error = dlsym(h, "ncclCommGetAsyncError");   // NCCL 2.4 and later
     *(void **)&fn.error_string = dlsym(h, "ncclGetErrorString");
-    loaded = fn.get_id && fn.init_rank && fn.all_reduce && fn.all_gather && fn.abort_comm && fn.error_string;
+    loaded = fn.get_id && fn.init_rank && fn.all_reduce && fn.all_gather && fn.abort_comm && fn.async_error &&
+             fn.error_string;
     return loaded;
 }
 
@@ -74,6 +86,42 @@ static int agree(void) {
         printf("note: NCCL (libnccl.so.2) is not available in every process: the GPUs' sums go through host memory "
                "and MPI\n");
     return agreed;
+}
+
+// ---- the watchdog ----
+
+static double wait_limit = -1;   // YT_NCCL_TIMEOUT's seconds (0: forever), read with the first communicator
+static atomic_int firing;        // one thread ends the process; the others keep waiting
+
+// Should ncclCommAbort itself never return, the process still ends.
+static void *backstop(void *arg) {
+    sleep(15);
+    fprintf(stderr, "yolotrain: ncclCommAbort did not return in 15 s; ending this process\n");
+    fflush(stderr);
+    _exit(1);
+    return arg;
+}
+
+static void watch(Device *dev, double waited_s) {
+    char what[512] = "";
+    const char *nccl_says = "no error reported";
+    for (int i = 0; i < n_comms; i++) {
+        ncclResult_t st = ncclSuccess, r = fn.async_error(comms[i].comm, &st);
+        if (r != ncclSuccess) st = r;
+        if (st == ncclSuccess) continue;
+        nccl_says = fn.error_string(st);
+        snprintf(what, sizeof what, "NCCL reported an error on GPU %d's communicator (%s) while the host waited "
+                 "%.1f s for GPU %d", comms[i].gpu, nccl_says, waited_s, dev->id);
+        break;
+    }
+    if (!what[0] && comm_wait_expired(waited_s, wait_limit))
+        snprintf(what, sizeof what, "no progress in the GPU sums of GPU %d for %.0f s (YT_NCCL_TIMEOUT=%g; NCCL: "
+                 "%s): another process has probably died or hangs", dev->id, waited_s, wait_limit, nccl_says);
+    if (!what[0] || atomic_exchange(&firing, 1)) return;
+    pthread_t t;
+    if (!pthread_create(&t, NULL, backstop, NULL)) pthread_detach(t);
+    if (comm_size() > 1) comm_abort(1, "%s", what);   // "rank R of P (host H): ...; stopping every rank"
+    comm_abort(1, "rank 0 of 1 on host %s: %s; stopping", comm_host(), what);
 }
 
 static Comm *comm_for(Device *dev) {
@@ -99,6 +147,11 @@ static Comm *comm_for(Device *dev) {
     checkCuda(cudaEventCreateWithFlags(&comms[n_comms].ready, cudaEventDisableTiming));
     checkCuda(cudaEventCreateWithFlags(&comms[n_comms].done, cudaEventDisableTiming));
     comm_set_abort_hook(nccl_abort_all);          // a failing process aborts its communicators first
+    if (wait_limit < 0) {
+        Err err;
+        if (comm_wait_limit(getenv("YT_NCCL_TIMEOUT"), &wait_limit, &err)) comm_abort(1, "%s", err.msg);
+    }
+    device_set_wait_watch(watch);                 // the host waits poll from now on
     return &comms[n_comms++];
 }
 
@@ -152,6 +205,7 @@ void nccl_comm_sum_end(Device *dev) {
 }
 
 void nccl_abort_all(void) {
+    device_set_wait_watch(NULL);
     for (int i = 0; i < n_comms; i++) fn.abort_comm(comms[i].comm);
     n_comms = 0;
 }

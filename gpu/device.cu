@@ -3,6 +3,7 @@
 // buffers and their prefetch; host page-locking; the failure probes of a fatal hook.
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gpu/cudnn_conv.h"
 #include "gpu/device.h"
@@ -173,9 +174,36 @@ extern "C" void device_free(Device *dev) {
     memset(dev, 0, sizeof *dev);
 }
 
+static void (*volatile wait_watch)(Device *, double);
+
+static volatile int *hang_release;
+
+// The watch removed (the communicators aborted, which ends NCCL's kernels) also ends an injected hang's.
+extern "C" void device_set_wait_watch(void (*watch)(Device *, double)) {
+    wait_watch = watch;
+    if (!watch && hang_release) *hang_release = 1;
+}
+
 extern "C" void device_sync(Device *dev) {
     host_wait_note();
-    checkCuda(cudaStreamSynchronize(dev->stream));
+    void (*watch)(Device *, double) = wait_watch;
+    if (!watch) {
+        checkCuda(cudaStreamSynchronize(dev->stream));
+        return;
+    }
+    double t0 = now_seconds(), next = t0 + DEVICE_WATCH_S;
+    const struct timespec nap = { 0, DEVICE_POLL_US * 1000L };
+    for (;;) {
+        cudaError_t e = cudaStreamQuery(dev->stream);
+        if (e == cudaSuccess) return;
+        if (e != cudaErrorNotReady) checkCuda(e);
+        nanosleep(&nap, NULL);
+        double t = now_seconds();
+        if (t >= next) {
+            watch(dev, t - t0);
+            next = t + DEVICE_WATCH_S;
+        }
+    }
 }
 
 extern "C" void *arena_take(Arena *a, size_t bytes, size_t align) {
@@ -274,6 +302,29 @@ extern "C" int device_usable(Device *dev) {
 }
 
 __global__ void fault_kernel(int *bad) { *bad = 1; }
+
+// Spins until *release (host memory) is set, or about 120 s of the GPU's clock pass, so a test that goes
+// wrong still frees the GPU.
+__global__ void hang_kernel(volatile int *release) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    while (!*release && t - t0 < 120000000000ull);
+}
+
+extern "C" void device_inject_hang(Device *dev) {
+    checkCuda(cudaSetDevice(dev->id));
+    if (!hang_release) {
+        void *p = NULL;
+        checkCuda(cudaHostAlloc(&p, sizeof(int), cudaHostAllocMapped));
+        hang_release = (volatile int *)p;
+    }
+    *hang_release = 0;
+    int *d = NULL;
+    checkCuda(cudaHostGetDevicePointer((void **)&d, (void *)hang_release, 0));
+    hang_kernel<<<1, 1, 0, dev->stream>>>(d);
+    checkLaunch(dev);
+}
 
 extern "C" void device_inject_fault(Device *dev, int sticky) {
     checkCuda(cudaSetDevice(dev->id));

@@ -116,6 +116,17 @@ size_t device_input_arena_bytes(size_t max_bytes);
 void device_defaults(Device *dev, int id);
 void device_free(Device *dev);                 // undoes device_init, in reverse
 void device_sync(Device *dev);                 // wait for everything queued on dev->stream (a host wait)
+// While a watch is set (gpu/comm_nccl.c sets one with its first NCCL communicator), device_sync polls
+// instead of blocking: the stream asked every DEVICE_POLL_US, and about every DEVICE_WATCH_S the watch
+// called with the seconds this wait has lasted (it ends the process when a collective cannot finish).
+// NULL (every one-process run): a blocking cudaStreamSynchronize, as before.
+enum { DEVICE_POLL_US = 100 };
+#define DEVICE_WATCH_S 0.1
+void device_set_wait_watch(void (*watch)(Device *dev, double waited_s));
+// A kernel on dev->stream that spins, so the stream stops there as behind a collective whose peer died
+// (YT_GPU_HANG_AT, the watchdog's tests), until the watch is removed (device_set_wait_watch(NULL): the
+// communicators aborted, as ncclCommAbort ends NCCL's kernels) or about 120 s pass.
+void device_inject_hang(Device *dev);
 size_t device_mem_used(const Device *dev);     // bytes in use on the GPU (all processes), from the driver
 size_t gpu_free_bytes(int id);                 // bytes free on GPU id now, from the driver (0: unusable)
 // Whether GPU `id` can train or infer at `prec`: this build has code for its architecture (CUDA_ARCH in

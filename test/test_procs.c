@@ -967,9 +967,133 @@ static void test_nccl_communicator_of_one(void) {
 #endif
 }
 
+// The watchdog's limit (core/comm.h): YT_NCCL_TIMEOUT's text to seconds, refused with the value named.
+static void test_watchdog_limit(void) {
+    double l = -1;
+    Err err;
+    CHECK(!comm_wait_limit(NULL, &l, &err) && l == 600, "unset: %g, not 600", l);
+    CHECK(!comm_wait_limit("0", &l, &err) && l == 0, "0: %g", l);
+    CHECK(!comm_wait_limit("2", &l, &err) && l == 2, "2: %g", l);
+    CHECK(!comm_wait_limit("1.5", &l, &err) && l == 1.5, "1.5: %g", l);
+    static const char *const bad[] = { "", "abc", "-1", "5s", "nan", "inf" };
+    for (int i = 0; i < 6; i++) {
+        err.msg[0] = 0;
+        CHECK(comm_wait_limit(bad[i], &l, &err) == -1, "'%s' was taken", bad[i]);
+        char want[64];
+        snprintf(want, sizeof want, "YT_NCCL_TIMEOUT=%s:", bad[i]);
+        CHECK(strstr(err.msg, want) != NULL, "'%s': %s", bad[i], err.msg);
+    }
+    CHECK(!comm_wait_expired(599.9, 600) && comm_wait_expired(600, 600) && comm_wait_expired(601, 600),
+          "600 s: expired at the limit, not before");
+    CHECK(!comm_wait_expired(1e9, 0), "0 waits forever");
+}
+
+#ifdef USE_CUDA
+// `test_procs hang` (test_nccl_watchdog's child): GPU 0 through the several-process path with a NCCL
+// communicator of one; 10 plain steps before the communicator (blocking host waits) and 10 after (the
+// watchdog's polling ones) timed; then the device's queue stops (a spinning kernel) and a step waits
+// behind it. The watchdog must end this process; returns 3 if that step ever returns.
+static int hang_main(void) {
+    static Config cfg;
+    Err err;
+    make_batch();
+    if (load_cfg(&cfg, 8, "device0", "local", NULL)) { printf("hang: config\n"); return 2; }
+    Trainer t;
+    if (trainer_init(&t, &cfg, 1, 0, &err)) { printf("hang: %s\n", err.msg); return 2; }
+    static float tg[MAX_T * 6];
+    int nt = micro_targets(targets, n_targets, 0, 8, tg);
+    LossOut lo;
+    double ms[2];
+    for (int k = 0; k < 2; k++) {
+        if (k == 1) {                              // the communicator, with the step's sums through NCCL
+            procs_force(1);
+            if (trainer_step_batch(&t, images, NULL, 8, S, tg, nt, 0, 0, &lo, &err)) { printf("hang: %s\n", err.msg); return 2; }
+            procs_force(0);
+        }
+        if (trainer_step_batch(&t, images, NULL, 8, S, tg, nt, 0, 1, &lo, &err)) { printf("hang: %s\n", err.msg); return 2; }
+        double t0 = now_seconds();
+        for (int i = 0; i < 10; i++)
+            if (trainer_step_batch(&t, images, NULL, 8, S, tg, nt, 0, 2 + i, &lo, &err)) { printf("hang: %s\n", err.msg); return 2; }
+        ms[k] = (now_seconds() - t0) * 100;
+    }
+    printf("hang: a step of batch 8 at %d px: %.3f ms with blocking host waits, %.3f ms with the watchdog's polling ones\n",
+           S, ms[0], ms[1]);
+    procs_force(1);
+    t.m.be->inject_fault(t.m.be_ctx, BACKEND_FAULT_HANG);
+    printf("hang: queue stopped at %.6f\n", now_seconds());
+    fflush(stdout);
+    trainer_step_batch(&t, images, NULL, 8, S, tg, nt, 0, 20, &lo, &err);
+    printf("hang: FAIL: the step behind the stopped queue returned\n");
+    return 3;
+}
+#endif
+
+// A GPU process whose queue stops behind its sums with YT_NCCL_TIMEOUT=2 ends within seconds, non-zero,
+// naming rank 0 and its host (the NCCL watchdog), where it would wait forever without it. The child is
+// killed after 60 s (a failure), so the test never hangs.
+static void test_nccl_watchdog(void) {
+#ifdef USE_CUDA
+    GpuInfo g[1];
+    if (gpu_list(g, 1) < 1) SKIP("no GPU");
+    if (!nccl_available()) SKIP("NCCL (libnccl.so.2) not found or not built in (make found no nccl.h)");
+    char log[] = "/tmp/yt_watchdog_XXXXXX";
+    int fd = mkstemp(log);
+    if (fd < 0) { CHECK(0, "mkstemp"); return; }
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        setenv("YT_NCCL_TIMEOUT", "2", 1);
+        setenv("NCCL_NVLS_ENABLE", "0", 1);
+        execl(self, self, "hang", (char *)NULL);
+        _exit(127);
+    }
+    close(fd);
+    int status = 0, done = 0;
+    double t0 = now_seconds();
+    while (!done && now_seconds() - t0 < 60) {
+        if (waitpid(pid, &status, WNOHANG) == pid) done = 1;
+        else usleep(50000);
+    }
+    double t_end = now_seconds();
+    if (!done) { kill(pid, SIGKILL); waitpid(pid, &status, 0); }
+    size_t n = 0;
+    char *out = slurp(log, &n);
+    unlink(log);
+    if (!out) { CHECK(0, "the child's output %s: unreadable", log); return; }
+    double t_hang = 0;
+    for (char *line = out, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = 0;
+        if (strstr(line, "hang:") || strstr(line, "yolotrain:") || strstr(line, "YT_")) printf("    child: %s\n", line);
+        const char *q = strstr(line, "queue stopped at ");
+        if (q) t_hang = atof(q + 17);
+        if (next) next[-1] = '\n';
+    }
+    char want[160];
+    snprintf(want, sizeof want, "rank 0 of 1 on host %s: no progress in the GPU sums of GPU 0 for ", comm_host());
+    printf("    the child ended %.1f s after its queue stopped (YT_NCCL_TIMEOUT=2): %s, status %d\n",
+           t_hang ? t_end - t_hang : -1, done ? (WIFEXITED(status) ? "exited" : "killed by a signal") : "hung (killed after 60 s)",
+           WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    CHECK(done, "the child hung: no watchdog");
+    CHECK(done && WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 3 && WEXITSTATUS(status) != 2,
+          "the child did not end through the watchdog (status %d)", status);
+    CHECK(t_hang > 0 && t_end - t_hang < 10, "the child ended %.1f s after its queue stopped, not within 10 s",
+          t_end - t_hang);
+    CHECK(strstr(out, want) != NULL, "no line naming rank 0 and host %s", comm_host());
+    free(out);
+#else
+    SKIP("no CUDA in this build");
+#endif
+}
+
 int main(int argc, char **argv) {
     openblas_set_num_threads(1);
     if (argc >= 3 && !strcmp(argv[1], "rank")) return rank_main(argc, argv);
+#ifdef USE_CUDA
+    if (argc >= 2 && !strcmp(argv[1], "hang")) return hang_main();
+#endif
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n > 0) self[n] = 0;
     if (comm_launched()) {                         // run under mpirun by hand: say how it is meant to run
@@ -980,6 +1104,8 @@ int main(int argc, char **argv) {
     RUN(test_one_process_forced_cpu);
     RUN(test_loader_share);
     RUN(test_nccl_communicator_of_one);
+    RUN(test_watchdog_limit);
+    RUN(test_nccl_watchdog);
     RUN(test_two_processes_one_device);
     RUN(test_two_processes_two_devices);
     RUN(test_three_processes);
