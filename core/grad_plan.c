@@ -17,6 +17,14 @@ static size_t buffer_floats(const Model *m, int v) {
     return ((size_t)m->max_n * m->vh[v] * m->vw[v] * m->values[v].C + 15) & ~(size_t)15;
 }
 
+// Does node nd's backward run (core/model_run.c node_backward)? A detach, or a non-conv node reading a
+// value without gradient, does nothing; a conv still owes its weight gradients. One that runs reads dy
+// (and OP_ATTN's dv) and makes node_writes' writes.
+static int runs_backward(const Model *m, const Node *nd) {
+    int conv = nd->op == OP_CONV || nd->op == OP_REPCONV;
+    return nd->op != OP_DETACH && (conv || !m->values[nd->in].no_grad);
+}
+
 // widen B's lifetime to include time t
 static void touch(Life *life, const Model *m, int v, int t) {
     Life *l = &life[owner(m, v)];
@@ -59,8 +67,8 @@ typedef struct { int v, capable, bit; } Write;
 
 // The writes node i's backward makes (core/model_run.c node_backward and unit_backward), in order.
 static int node_writes(const Model *m, const Node *nd, Write w[3]) {
-    int conv = nd->op == OP_CONV || nd->op == OP_REPCONV, n = 0;
-    if (nd->op == OP_DETACH || (m->values[nd->in].no_grad && !conv)) return 0;
+    int n = 0;
+    if (!runs_backward(m, nd)) return 0;
     switch (nd->op) {
     case OP_CONV: case OP_REPCONV:
         if (m->values[nd->in].no_grad) return 0;    // weight gradients only
@@ -113,8 +121,7 @@ static char *plan_fresh_writes(Model *m) {
         const Node *nd = &m->nodes[i];
         Write w[3];
         int nw = node_writes(m, nd, w);
-        int conv = nd->op == OP_CONV || nd->op == OP_REPCONV;
-        if (nd->op != OP_DETACH && (conv || !m->values[nd->in].no_grad)) {   // it reads dy (and OP_ATTN's dv)
+        if (runs_backward(m, nd)) {               // it reads dy (and OP_ATTN's dv)
             int reads[2] = { nd->out, nd->out2 };
             for (int k = 0; k < 2; k++)
                 if (reads[k] >= 0 && written_count(m, written, reads[k]) < m->values[reads[k]].C)
@@ -149,14 +156,11 @@ void model_plan_grads(Model *m) {
     for (int i = 0; i < nn; i++) {
         const Node *nd = &m->nodes[i];
         int t = nn - 1 - i;
-        // as node_backward: a detach, or a non-conv node reading a value without gradient, does nothing
-        int conv = nd->op == OP_CONV || nd->op == OP_REPCONV;
-        if (nd->op == OP_DETACH || (m->values[nd->in].no_grad && !conv)) continue;
+        if (!runs_backward(m, nd)) continue;
         touch(life, m, nd->out, t);                // reads dy
         if (nd->out2 >= 0) touch(life, m, nd->out2, t);       // and OP_ATTN's dv
-        if (!m->values[nd->in].no_grad) touch(life, m, nd->in, t);   // adds into dx (not the images', nor
-                                                   // a detached value's)
-        if (nd->op == OP_ADD) touch(life, m, nd->in2, t);
+        Write w[3];
+        for (int k = 0, nw = node_writes(m, nd, w); k < nw; k++) touch(life, m, w[k].v, t);   // writes dx
     }
     Life **order = xmalloc((size_t)nv * sizeof *order);
     int n = 0;

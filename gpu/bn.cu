@@ -192,12 +192,8 @@ static int lane_parts(size_t M) {
 }
 
 static bool lane_sums_on() {
-    static int on = -1;   // read once: the same choice for every launch (and graph) of the process
-    if (on < 0) {
-        const char *e = getenv("YT_BN_SUMS");
-        on = !(e && strcmp(e, "old") == 0);
-    }
-    return on;
+    static int old = -1;
+    return !env_switch(&old, "YT_BN_SUMS", "old");
 }
 
 // One pixel's two terms for V channels: (z - k, (z - k)²) for MOMENTS; (du, du·xhat) otherwise.
@@ -321,12 +317,8 @@ __device__ static inline int block_channel_sums(const double *part0, const doubl
 }
 
 static bool combine_by_warp() {
-    static int on = -1;   // read once: the same kernels for every launch (and graph) of the process
-    if (on < 0) {
-        const char *e = getenv("YT_BN_COMBINE");
-        on = e && strcmp(e, "warp") == 0;
-    }
-    return on;
+    static int warp = -1;
+    return env_switch(&warp, "YT_BN_COMBINE", "warp");
 }
 
 // Channel c's two sums over its G partials (a warp or a block per channel, BY_WARP); -1: none here.

@@ -417,12 +417,8 @@ __global__ void weights_to_bf16_kernel(const float *w, size_t n, bf16 *out) {
 }
 
 static bool weights_once_on() {
-    static int on = -1;   // read once: the same choice for every launch (and graph) of the process
-    if (on < 0) {
-        const char *e = getenv("YT_WEIGHTS_ONCE");
-        on = !(e && strcmp(e, "0") == 0);
-    }
-    return on;
+    static int off = -1;
+    return !env_switch(&off, "YT_WEIGHTS_ONCE", "0");
 }
 
 // One launch for every weight of a pass instead of one per conv call (about 320 a gelan-s step).

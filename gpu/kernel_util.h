@@ -3,6 +3,8 @@
 // Legend: N batch, H,W size, C channels, ld pixel stride, M = N*H*W pixels.
 #pragma once
 #include <cuda_bf16.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "gpu/ops.h"
 
@@ -125,6 +127,16 @@ template <typename Pix> __device__ static inline size_t pixel_off(Map m, Pix p, 
 #define PIXEL_LOOP(Pix, p, M) \
     for (Pix p = blockIdx.y * (Pix)blockDim.y + threadIdx.y, p##_end = (Pix)(M); p < p##_end; \
          p += (Pix)gridDim.y * blockDim.y)
+
+// 1 when environment variable `name` is set to `value`, read once per call site (*cache starts at -1):
+// a measuring switch then picks the same kernels for every launch, and graph, of the process.
+static inline bool env_switch(int *cache, const char *name, const char *value) {
+    if (*cache < 0) {
+        const char *e = getenv(name);
+        *cache = e && strcmp(e, value) == 0;
+    }
+    return *cache;
+}
 
 // the widest V (4, 2, 1) a map allows: C, ld and its first element's address multiples of V
 // elements (data NULL, an absent map: any)

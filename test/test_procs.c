@@ -933,11 +933,20 @@ static void host_waits_per_step(int gpu, int forced, long waits[4]) {
 }
 #endif
 
+#ifdef USE_CUDA
+// Why the NCCL tests cannot run here (no GPU, or no NCCL), or NULL.
+static const char *gpu_nccl_missing(void) {
+    GpuInfo g[1];
+    if (gpu_list(g, 1) < 1) return "no GPU";
+    if (!nccl_available()) return "NCCL (libnccl.so.2) not found or not built in (make found no nccl.h)";
+    return NULL;
+}
+#endif
+
 static void test_nccl_communicator_of_one(void) {
 #ifdef USE_CUDA
-    GpuInfo g[1];
-    if (gpu_list(g, 1) < 1) SKIP("no GPU");
-    if (!nccl_available()) SKIP("NCCL (libnccl.so.2) not found or not built in (make found no nccl.h)");
+    const char *why = gpu_nccl_missing();
+    if (why) SKIP("%s", why);
     setenv("NCCL_NVLS_ENABLE", "0", 1);
     long c0 = nccl_calls();
     setenv("YT_NCCL_OVERLAP", "0", 1);             // the sums after the backward, in one call
@@ -1033,9 +1042,8 @@ static int hang_main(void) {
 // killed after 60 s (a failure), so the test never hangs.
 static void test_nccl_watchdog(void) {
 #ifdef USE_CUDA
-    GpuInfo g[1];
-    if (gpu_list(g, 1) < 1) SKIP("no GPU");
-    if (!nccl_available()) SKIP("NCCL (libnccl.so.2) not found or not built in (make found no nccl.h)");
+    const char *why = gpu_nccl_missing();
+    if (why) SKIP("%s", why);
     char log[] = "/tmp/yt_watchdog_XXXXXX";
     int fd = mkstemp(log);
     if (fd < 0) { CHECK(0, "mkstemp"); return; }
