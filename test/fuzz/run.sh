@@ -18,8 +18,10 @@
 # Binaries go to build/fuzz/, the growing corpus to build/fuzz/corpus/<target>/ (seeded from
 # test/fuzz/corpus/<target>/, which stays as committed), crashing inputs to build/fuzz/crashes/.
 # Prints libFuzzer's final line per target (executions, exec/s, coverage) and exits 1 on any crash,
-# leak, sanitizer report, failed check of a target (abort) or timeout (10 s for one input). A crash
-# found becomes a regression file once fixed:
+# leak, sanitizer report, failed check of a target (abort) or timeout (10 s for one input). On a
+# failure it also prints what the target wrote before the report, libFuzzer's seed and the input in
+# base64, so a failure seen only in CI's output can be rebuilt (base64 -d > input). A crash found
+# becomes a regression file once fixed:
 #   build/fuzz/fuzz_x build/fuzz/crashes/fuzz_x-crash-...   # reproduce
 #   cp build/fuzz/crashes/fuzz_x-crash-... test/fuzz/corpus/fuzz_x/regress-<what>   # after the fix
 # Every run replays the whole seed corpus first, so the regression files are checked each time.
@@ -75,9 +77,15 @@ for t in "${targets[@]}"; do
     if [ $rc -ne 0 ]; then
         failed=1
         grep -m1 -E 'ERROR: |SUMMARY: |==[0-9]+==|runtime error|deadly signal|-- timeout' "$log"
+        # what the target itself printed before the report (a failed check's message, perror's
+        # line), without libFuzzer's progress lines: CI keeps only this output, not the log
+        sed -n '/==[0-9]*== *ERROR: /q;/^#[0-9]/d;/^INFO: /d;/^MS: /d;p' "$log" | tail -n 25 | sed 's/^/  | /'
         art=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" | tail -1)
-        echo "$t: FAILED (exit $rc); full log: $log"
+        echo "$t: FAILED (exit $rc; libFuzzer's $(grep -m1 -o 'Seed: [0-9]*' "$log")); full log: $log"
         if [ -n "$art" ]; then
+            # the input itself, so a failure seen only in CI can be rebuilt: base64 -d > input
+            echo "  the input ($(wc -c <"$art") bytes), base64:"
+            head -c 6000 "$art" | base64 -w 100 | sed 's/^/    /'
             echo "  reproduce: $OUT/$t $art"
             echo "  once fixed, keep it as a regression file: cp $art test/fuzz/corpus/$t/regress-<what>"
         fi
