@@ -31,7 +31,8 @@ int  key_set(Config *cfg, const Key *k, const char *value, const Where *at, Err 
 void text_format(const char *v, char *buf, size_t n);
 // The field's value as INI text.
 void key_format(const Config *cfg, const Key *k, char *buf, size_t n);
-// The shortest "%g" text of v that reads back to exactly v.
+// v as text that reads back to exactly v: a whole number below 2^53 in plain digits (the layer
+// lists take integers only; "%g" would write 160 as 1.6e+02), else the shortest "%g" text.
 void number_format(double v, char *buf, size_t n);
 // "close keys: lr0, lrf" for a misspelt name (section NULL: search all, print section.name).
 void key_suggest(const char *section, const char *name, char *buf, size_t n);

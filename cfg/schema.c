@@ -241,6 +241,10 @@ int key_set(Config *cfg, const Key *k, const char *value, const Where *at, Err *
 // ---- printing
 
 void number_format(double v, char *buf, size_t n) {
+    if (v == floor(v) && fabs(v) < 0x1p53) {       // a whole number in digits: 160, not 1.6e+02
+        snprintf(buf, n, "%.0f", v);
+        return;
+    }
     char text[32];
     for (int prec = 1; prec <= 17; prec++) {
         snprintf(text, sizeof text, "%.*g", prec, v);

@@ -3,6 +3,7 @@
 #include "test/test.h"
 
 #include <ctype.h>
+#include <dirent.h>
 
 #include "cfg/config.h"
 #include "core/util.h"
@@ -281,6 +282,54 @@ static void test_round_trip(void) {
     }
 }
 
+// Every shipped config, and whole numbers that "%g" writes shortest in exponent form (80 as 8e+01,
+// 160 as 1.6e+02), print as digits and read back: [[80, 16]] lists take integers only, and args.ini is
+// read by people (fuzz_config found 8e+01 refused on reload).
+static void test_round_trip_numbers(void) {
+    static char a[65536], b[65536];
+    const char *ini = write_file("numbers.ini",
+        "[model]\nnc = 3\n[backbone]\n0 = -1, 1, Silence, []\n1 = 0, 1, CBLinear, [[80, 160]]\n"
+        "2 = [1, 0], 1, CBFuse, [[0]]\n3 = -1, 1, Conv, [120, 3, 2]\n[head]\n4 = -1, 1, Conv, [1000, 1, 1]\n");
+    char path[4200], glob_dir[] = "cfg";
+    snprintf(path, sizeof path, "%s/again.ini", tmp);
+    const char *files[40];
+    int n = 0;
+    files[n++] = ini;
+    DIR *d = opendir(glob_dir);
+    static char names[40][300];
+    for (struct dirent *e; d && (e = readdir(d)) && n < 40;) {
+        size_t len = strlen(e->d_name);
+        if (len < 5 || strcmp(e->d_name + len - 4, ".ini") || len > 250) continue;
+        snprintf(names[n], sizeof names[n], "cfg/%s", e->d_name);
+        files[n] = names[n];
+        n++;
+    }
+    if (d) closedir(d);
+    CHECK(n >= 17, "%d configs found in cfg/", n - 1);
+    for (int i = 0; i < n; i++) {
+        int rc = config_load(files[i], 0, NULL, &cfg, &err);
+        CHECK(rc == 0, "%s: %s", files[i], err.msg);
+        if (rc) continue;
+        print_to(&cfg, "again.ini", a, sizeof a);
+        CHECK(!strstr(a, "e+"), "%s prints a number in exponent form:\n%s", files[i], a);
+        rc = config_load(path, 0, NULL, &cfg2, &err);
+        CHECK(rc == 0, "%s printed does not load: %s", files[i], err.msg);
+        if (rc) continue;
+        print_to(&cfg2, "again2.ini", b, sizeof b);
+        char *body_a = strchr(a, '\n'), *body_b = strchr(b, '\n');
+        CHECK(body_a && body_b && !strcmp(body_a, body_b), "%s: printed configs differ", files[i]);
+        CHECK(cfg2.n_layers == cfg.n_layers, "%s: %d layers, then %d", files[i], cfg.n_layers, cfg2.n_layers);
+        for (int l = 0; l < cfg.n_layers && l < cfg2.n_layers; l++)
+            CHECK(cfg.layers[l].n_args == cfg2.layers[l].n_args
+                  && !memcmp(cfg.layers[l].args, cfg2.layers[l].args, sizeof cfg.layers[l].args),
+                  "%s: layer %d args", files[i], l);
+    }
+    if (config_load(ini, 0, NULL, &cfg, &err) == 0) {
+        print_to(&cfg, "again.ini", a, sizeof a);
+        CHECK(strstr(a, "[[80, 160]]") && strstr(a, "[120, 3, 2]") && strstr(a, "[1000, 1, 1]"), "%s", a);
+    }
+}
+
 static void test_hyp_yaml(void) {
     const char *yaml = write_file("hyp.yaml", "# my hyp\nlr0: 0.02  # faster\nmosaic: 0.5\n"
                                   "dfl: 0.7\ndfl: 1.25\n");   // duplicate keys: the last wins, as in PyYAML
@@ -396,6 +445,7 @@ int main(void) {
     RUN(test_command_line_errors);
     RUN(test_comments_and_long_lines);
     RUN(test_round_trip);
+    RUN(test_round_trip_numbers);
     RUN(test_hyp_yaml);
     RUN(test_garbled);
     RUN(test_flags_and_aliases);
