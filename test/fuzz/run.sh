@@ -85,7 +85,7 @@ for t in "${targets[@]}"; do
         if [ -n "$art" ]; then
             # the input itself, so a failure seen only in CI can be rebuilt: base64 -d > input
             echo "  the input ($(wc -c <"$art") bytes), base64:"
-            head -c 6000 "$art" | base64 -w 100 | sed 's/^/    /'
+            base64 -w 100 "$art" | sed 's/^/    /'
             echo "  reproduce: $OUT/$t $art"
             echo "  once fixed, keep it as a regression file: cp $art test/fuzz/corpus/$t/regress-<what>"
         fi
