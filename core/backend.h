@@ -280,6 +280,15 @@ typedef struct Backend {
     // thread: the begins may come from a device's worker thread).
     int    (*comm_sum_begin)(void *ctx, float *p, size_t n);
     void   (*comm_sum_end)(void *ctx);
+    // Fused forms of a RepConv in training (core/model_run.c; the CPU composes them from the ops above, bit for
+    // bit, and so does a backend switched to measure). Forward, from the two branches' conv outputs z1, z2:
+    // y = silu(BN1_train(z1) + BN2_train(z2)) (=), y fp32 or bf16; u (fp32, may be y) and tmp, of z1's shape,
+    // are the backend's (the CPU composes there). Backward: du = dy·silu'(BN1(z1) + BN2(z2)) (=) with each
+    // BN's saved statistics (as bn_apply); tmp, of z1's shape, is the backend's.
+    void   (*repconv_forward_train)(void *ctx, Map z1, const BnTrain *bn1, Map z2, const BnTrain *bn2, float eps,
+                                    float momentum, Map u, Map tmp, Map y);
+    void   (*repconv_silu_backward)(void *ctx, Map z1, const BnSaved *bn1, Map z2, const BnSaved *bn2, Map dy,
+                                    Map tmp, Map du);
 } Backend;
 
 extern const Backend backend_cpu;

@@ -66,6 +66,20 @@ static void conv_bn_silu_bwd(void *c, const ConvDims *d, Map x, const float *w, 
     bn_backward_cpu(z, bn->gamma, bn->mean, bn->invstd, tmp, dz, bn->dgamma, bn->dbeta);
     conv_backward_cpu(d, x, w, dz, dx, dw, NULL, ws);
 }
+static void repconv_train(void *c, Map z1, const BnTrain *b1, Map z2, const BnTrain *b2, float eps, float mom, Map u,
+                          Map tmp, Map y) {
+    bn_forward_train_cpu(z1, b1->gamma, b1->beta, eps, mom, b1->running_mean, b1->running_var, b1->mean, b1->invstd, u);
+    bn_forward_train_cpu(z2, b2->gamma, b2->beta, eps, mom, b2->running_mean, b2->running_var, b2->mean, b2->invstd,
+                         tmp);
+    accumulate_map_cpu(tmp, u);   // the branches added in fp32, then rounded once by the SiLU
+    silu_forward_cpu(u, y);
+}
+static void repconv_silu_bwd(void *c, Map z1, const BnSaved *b1, Map z2, const BnSaved *b2, Map dy, Map tmp, Map du) {
+    bn_apply(c, z1, b1->gamma, b1->beta, b1->mean, b1->invstd, du);
+    bn_apply(c, z2, b2->gamma, b2->beta, b2->mean, b2->invstd, tmp);
+    accumulate_map_cpu(tmp, du);
+    silu_backward_cpu(du, dy, du);
+}
 static void conv_bn_bwd(void *c, const ConvDims *d, Map x, const float *w, Map z, const BnSaved *bn, Map du, Map dz,
                         Map dx, float *dw, float *ws) {
     bn_backward_cpu(z, bn->gamma, bn->mean, bn->invstd, du, dz, bn->dgamma, bn->dbeta);
@@ -408,4 +422,5 @@ const Backend backend_cpu = {
     .resize_bilinear = resize_fwd,
     .vloss_eval26 = vloss_eval26,
     .comm_sum_begin = comm_sum_begin, .comm_sum_end = comm_sum_end,
+    .repconv_forward_train = repconv_train, .repconv_silu_backward = repconv_silu_bwd,
 };

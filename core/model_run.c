@@ -97,6 +97,28 @@ static int unit_forward(Model *m, const ConvUnit *cu, int in, Map out, int n, in
     return 0;
 }
 
+// A unit whose training BN the fused forms take: a BN in training mode after a GEMM convolution
+static int unit_bn_trains(const ConvUnit *cu) { return cu->bn_w >= 0 && !cu->bn_frozen && !unit_is_dw(cu); }
+
+static BnTrain unit_bn_train(Model *m, const ConvUnit *cu) {
+    float *mean = m->stats + cu->stats;
+    return (BnTrain){ P(m, cu->bn_w), P(m, cu->bn_b), P(m, cu->bn_mean), P(m, cu->bn_var), mean, mean + cu->d.K };
+}
+
+// A RepConv in training with the backend's fused form: both convs, then y = silu(BN1(z1) + BN2(z2)) (u and
+// tmp are the backend's). Returns 0 (nothing done) where the backend or the units do not allow it.
+static int repconv_forward_fused(Model *m, const Node *nd, Map u, Map tmp, Map y, int n) {
+    const ConvUnit *c1 = &nd->cv, *c2 = &nd->cv2;
+    if (!m->be->repconv_forward_train || !unit_bn_trains(c1) || !unit_bn_trains(c2)) return 0;
+    ConvDims d1 = unit_dims(m, c1, nd->in, n), d2 = unit_dims(m, c2, nd->in, n);
+    Map x = model_value(m, nd->in, n), z1 = unit_z(m, c1, &d1), z2 = unit_z(m, c2, &d2);
+    unit_conv(m, c1, &d1, x, NULL, z1);
+    unit_conv(m, c2, &d2, x, NULL, z2);
+    BnTrain b1 = unit_bn_train(m, c1), b2 = unit_bn_train(m, c2);
+    m->be->repconv_forward_train(m->be_ctx, z1, &b1, z2, &b2, BN_EPS, BN_MOMENTUM, u, tmp, y);
+    return 1;
+}
+
 // u = (z - mean) * invstd * gamma + beta with the batch statistics saved by the forward
 static void bn_recompute(const Model *m, const ConvUnit *cu, Map z, Map u) {
     const float *mean = m->stats + cu->stats;
@@ -180,6 +202,7 @@ static void node_forward(Model *m, const Node *nd, int n, int train) {
             break;
         case OP_REPCONV: {   // the sum in fp32 (tmp_b when y is bf16), rounded once by the SiLU
             Map t = map_make(m->tmp_a, n, y.H, y.W, y.C), u = y.bf16 ? map_make(m->tmp_b, n, y.H, y.W, y.C) : y;
+            if (train && repconv_forward_fused(m, nd, u, t, y, n)) break;
             unit_forward(m, &nd->cv, nd->in, u, n, train, 0);
             unit_forward(m, &nd->cv2, nd->in, t, n, train, 0);
             be->accumulate_map(ctx, t, u);
@@ -313,6 +336,16 @@ static Map act_grad(Model *m, const Node *nd, int n) {
     const ConvUnit *cu = &nd->cv;
     ConvDims d = unit_dims(m, cu, nd->in, n);
     Map u = map_make(m->tmp_a, n, d.P, d.Q, d.K);
+    const ConvUnit *c2 = &nd->cv2;
+    if (nd->op == OP_REPCONV && m->be->repconv_silu_backward && cu->bn_w >= 0 && c2->bn_w >= 0) {   // one pass
+        ConvDims d2 = unit_dims(m, c2, nd->in, n);
+        const float *m1 = m->stats + cu->stats, *m2 = m->stats + c2->stats;
+        BnSaved b1 = { P(m, cu->bn_w), P(m, cu->bn_b), m1, m1 + d.K, NULL, NULL };
+        BnSaved b2 = { P(m, c2->bn_w), P(m, c2->bn_b), m2, m2 + d2.K, NULL, NULL };
+        m->be->repconv_silu_backward(m->be_ctx, unit_z(m, cu, &d), &b1, unit_z(m, c2, &d2), &b2,
+                                     model_grad(m, nd->out, n), map_make(m->tmp_b, n, d2.P, d2.Q, d2.K), u);
+        return u;
+    }
     bn_recompute(m, cu, unit_z(m, cu, &d), u);
     if (nd->op == OP_REPCONV) {
         ConvDims d2 = unit_dims(m, &nd->cv2, nd->in, n);

@@ -24,6 +24,9 @@ void conv_backward_ref(const ConvDims *d, Map x, const float *w, Map dy, Map dx,
 // unbiased variance (PyTorch semantics). mean/invstd (C) are saved for backward.
 void bn_forward_train_cpu(Map z, const float *gamma, const float *beta, float eps, float momentum,
                           float *running_mean, float *running_var, float *mean, float *invstd, Map u);
+// One training BN's parameters, running statistics (updated) and saved statistics (written), for the
+// fused forms that take two (core/backend.h repconv_forward_train).
+typedef struct { const float *gamma, *beta; float *running_mean, *running_var, *mean, *invstd; } BnTrain;
 void bn_forward_eval_cpu(Map z, const float *gamma, const float *beta, float eps,
                          const float *running_mean, const float *running_var, Map u);
 // du -> dz (=), dgamma, dbeta (+=); training-mode statistics (mean, invstd from the forward)

@@ -73,6 +73,40 @@ static void conv_bn_bwd(void *ctx, const ConvDims *d, Map x, const float *w, Map
     bn_backward_gpu(DEV, z, bn->gamma, bn->mean, bn->invstd, du, dz, bn->dgamma, bn->dbeta);
     conv_backward_gpu(DEV, d, x, w, dz, dx, dw, NULL);
 }
+// The RepConv fusions (YT_FUSE_REPCONV=0: the unfused launches, as the CPU composes them, to measure)
+static int repconv_fused(void) {
+    static int off = -1;
+    if (off < 0) {
+        const char *e = getenv("YT_FUSE_REPCONV");
+        off = e && !strcmp(e, "0");
+    }
+    return !off;
+}
+static void repconv_train(void *ctx, Map z1, const BnTrain *b1, Map z2, const BnTrain *b2, float eps, float mom,
+                          Map u, Map tmp, Map y) {
+    if (repconv_fused()) {
+        repconv_forward_train_gpu(DEV, z1, b1, z2, b2, eps, mom, y);
+        return;
+    }
+    bn_forward_train_gpu(DEV, z1, b1->gamma, b1->beta, eps, mom, b1->running_mean, b1->running_var, b1->mean,
+                         b1->invstd, u);
+    bn_forward_train_gpu(DEV, z2, b2->gamma, b2->beta, eps, mom, b2->running_mean, b2->running_var, b2->mean,
+                         b2->invstd, tmp);
+    accumulate_map_gpu(DEV, tmp, u);
+    silu_forward_gpu(DEV, u, y);
+}
+static void repconv_silu_bwd(void *ctx, Map z1, const BnSaved *b1, Map z2, const BnSaved *b2, Map dy, Map tmp,
+                             Map du) {
+    if (repconv_fused()) {
+        repconv_silu_backward_gpu(DEV, z1, b1->gamma, b1->beta, b1->mean, b1->invstd, z2, b2->gamma, b2->beta,
+                                  b2->mean, b2->invstd, dy, du);
+        return;
+    }
+    bn_apply_gpu(DEV, z1, b1->gamma, b1->beta, b1->mean, b1->invstd, du);
+    bn_apply_gpu(DEV, z2, b2->gamma, b2->beta, b2->mean, b2->invstd, tmp);
+    accumulate_map_gpu(DEV, tmp, du);
+    silu_backward_gpu(DEV, du, dy, du);
+}
 static void silu_fwd(void *ctx, Map u, Map y) { silu_forward_gpu(DEV, u, y); }
 static void silu_bwd(void *ctx, Map u, Map dy, Map du) { silu_backward_gpu(DEV, u, dy, du); }
 static void add_fwd(void *ctx, Map a, Map b, Map y) { add_forward_gpu(DEV, a, b, y); }
@@ -368,4 +402,5 @@ const Backend backend_gpu = {
     .comm_sum_begin = comm_sum_begin, .comm_sum_end = comm_sum_end,
     .vloss_eval26 = vloss_eval26,
     .prepare_weights = prepare_weights,
+    .repconv_forward_train = repconv_train, .repconv_silu_backward = repconv_silu_bwd,
 };

@@ -25,6 +25,21 @@ enum SumKind { MOMENTS, GRAD, SILU_GRAD };
 // The saved statistics and affine parameters a backward pass recomputes u from.
 struct BnSaved { const float *gamma, *beta, *mean, *invstd; };
 
+// What turns a channel's two sums into its results, in a launch after the partial sums (finish_kernel):
+// MOMENTS: saved, running and affine statistics (stats_finish); the gradient kinds: dgamma, dbeta and
+// the two means bn_dz_kernel subtracts (grad_finish).
+struct BnFinish {
+    double M;
+    // MOMENTS (z is the pass's map a)
+    const float *gamma;
+    float eps, momentum;
+    double unbias;
+    float *running_mean, *running_var, *mean, *invstd, *shift, *scale;
+    // GRAD, SILU_GRAD
+    float *dgamma, *dbeta;
+    double *mdu, *mdux;
+};
+
 static int parts_for(size_t M) {
     size_t g = (M + PIXELS_PER_PART - 1) / PIXELS_PER_PART;
     return g < 1 ? 1 : g > MAX_PARTS ? MAX_PARTS : (int)g;
@@ -224,11 +239,20 @@ template <SumKind KIND, int V> struct LaneTerms {
     }
 };
 
+// One partial-sum pass's maps, statistics and partials (the lane and finish kernels take two: a RepConv's
+// branches in one launch; the second's blocks come after the first's nx0 along x).
+struct SumJob { Map a, b; BnSaved p; double *part0, *part1; };
+
 template <SumKind KIND, int V>
 __global__ void __launch_bounds__(LANE_BX * LANES, 2)
-lane_sums_kernel(Map a, Map b, BnSaved p, double *part0, double *part1) {
+lane_sums_kernel(SumJob j0, SumJob j1, unsigned nx0) {
     extern __shared__ double sh[];   // (2, LANES, blockDim.x·V)
-    int width = blockDim.x * V, x = threadIdx.x * V, c = blockIdx.x * width + x, lane = threadIdx.y;
+    bool second = blockIdx.x >= nx0;
+    Map a = second ? j1.a : j0.a, b = second ? j1.b : j0.b;
+    BnSaved p = second ? j1.p : j0.p;
+    double *part0 = second ? j1.part0 : j0.part0, *part1 = second ? j1.part1 : j0.part1;
+    int bx = second ? blockIdx.x - nx0 : blockIdx.x;
+    int width = blockDim.x * V, x = threadIdx.x * V, c = bx * width + x, lane = threadIdx.y;
     double *sh0 = sh + lane * width, *sh1 = sh + (LANES + lane) * width;
     size_t M = (size_t)a.N * a.H * a.W, S = (size_t)gridDim.y * LANES;
     double s0[V] = {}, s1[V] = {};
@@ -271,13 +295,11 @@ lane_sums_kernel(Map a, Map b, BnSaved p, double *part0, double *part1) {
     }
 }
 
-// The sums over the G partials of this warp's channel c (a warp per channel): lane l adds
-// g = l, l+32, ... in order, then a fixed shuffle tree, so the result does not vary run to run.
-// Returns the channel, or -1 for the lanes of a warp past C; lane 0 holds the sums.
-__device__ static inline int warp_channel_sums(const double *part0, const double *part1, int G, int C,
-                                               double *s0, double *s1) {
-    int c = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
-    if (c >= C) return -1;   // blockDim is a multiple of 32: whole warps leave together
+// The sums over the G partials of channel c by a warp: lane l adds g = l, l+32, ... in order, then a
+// fixed shuffle tree, so the result does not vary run to run. Lane 0 holds the sums.
+__device__ static inline void warp_channel_sums(const double *part0, const double *part1, int G, int c, double *s0,
+                                                double *s1) {
+    int lane = threadIdx.x % 32;
     double a = 0.0, b = 0.0;
     for (int g = lane; g < G; g += 32) {   // (C, G): the warp reads a channel's partials in a row
         a += part0[(size_t)c * G + g];
@@ -288,19 +310,17 @@ __device__ static inline int warp_channel_sums(const double *part0, const double
         b += __shfl_down_sync(0xffffffffu, b, o);
     }
     *s0 = a, *s1 = b;
-    return c;
 }
 
-// The same sums by a block of COMBINE_THREADS per channel c = blockIdx.x: thread t adds g = t,
-// t + COMBINE_THREADS, ... in order, each warp a fixed shuffle tree, then thread 0 the warps' sums in
-// warp order. Returns c in thread 0 (which holds the sums), -1 in the others. A warp per channel
-// left each lane up to 64 dependent partials of a large map: 6.8-8 us a launch, 381 launches a
-// gelan-s step (bench/RESULTS.md). YT_BN_COMBINE=warp selects the warp version, to measure.
+// The same sums by a block of COMBINE_THREADS: thread t adds g = t, t + COMBINE_THREADS, ... in order,
+// each warp a fixed shuffle tree, then thread 0 the warps' sums in warp order; thread 0 holds them. A
+// warp per channel left each lane up to 64 dependent partials of a large map: 6.8-8 us a launch, 381
+// launches a gelan-s step (bench/RESULTS.md). YT_BN_COMBINE=warp selects the warp version, to measure.
 enum { COMBINE_THREADS = 128 };
-__device__ static inline int block_channel_sums(const double *part0, const double *part1, int G,
-                                                double *s0, double *s1) {
+__device__ static inline void block_channel_sums(const double *part0, const double *part1, int G, int c,
+                                                 double *s0, double *s1) {
     __shared__ double w0[COMBINE_THREADS / 32], w1[COMBINE_THREADS / 32];
-    int c = blockIdx.x, t = threadIdx.x;
+    int t = threadIdx.x;
     const double *p0 = part0 + (size_t)c * G, *p1 = part1 + (size_t)c * G;
     double a = 0.0, b = 0.0;
     for (int g = t; g < G; g += COMBINE_THREADS) a += p0[g], b += p1[g];
@@ -310,10 +330,9 @@ __device__ static inline int block_channel_sums(const double *part0, const doubl
     }
     if (t % 32 == 0) w0[t / 32] = a, w1[t / 32] = b;
     __syncthreads();
-    if (t != 0) return -1;
+    if (t != 0) return;
     for (int k = 1; k < COMBINE_THREADS / 32; k++) a += w0[k], b += w1[k];
     *s0 = a, *s1 = b;
-    return c;
 }
 
 static bool combine_by_warp() {
@@ -321,37 +340,51 @@ static bool combine_by_warp() {
     return env_switch(&warp, "YT_BN_COMBINE", "warp");
 }
 
-// Channel c's two sums over its G partials (a warp or a block per channel, BY_WARP); -1: none here.
-template <bool BY_WARP>
-__device__ static inline int channel_sums_of(const double *part0, const double *part1, int G, int C, double *s0,
-                                             double *s1) {
-    if (BY_WARP) {
-        int c = warp_channel_sums(part0, part1, G, C, s0, s1);
-        return c < 0 || threadIdx.x % 32 ? -1 : c;
-    }
-    return block_channel_sums(part0, part1, G, s0, s1);
+// From the sums of the shifted moments, m1 = Σ(z - k)/M, m2 = Σ(z - k)²/M (k = z at pixel 0): saved
+// stats, running stats (unbiased variance), and the affine form of the normalisation. `unbias` is
+// M/(M-1), or 1 when M == 1 (as the CPU twin).
+__device__ static inline void stats_finish(int c, double s0, double s1, Map z, const BnFinish &f) {
+    double m1 = s0 / f.M, m2 = s1 / f.M;
+    double mu = map_get(z, c) + m1, var = fmax(m2 - m1 * m1, 0.0);
+    double is = 1.0 / sqrt(var + f.eps), keep = 1.0 - f.momentum;
+    f.shift[c] = (float)mu;
+    f.scale[c] = (float)(f.gamma[c] * is);
+    if (f.mean) f.mean[c] = (float)mu;
+    if (f.invstd) f.invstd[c] = (float)is;
+    if (f.running_mean) f.running_mean[c] = (float)(keep * f.running_mean[c] + f.momentum * mu);
+    if (f.running_var) f.running_var[c] = (float)(keep * f.running_var[c] + f.momentum * var * f.unbias);
 }
 
-// From the partials of the shifted moments, m1 = Σ(z - k)/M, m2 = Σ(z - k)²/M (k = z at pixel
-// 0): saved stats, running stats (unbiased variance), and the affine form of the normalisation.
-// `unbias` is M/(M-1), or 1 when M == 1 (as the CPU twin). One launch: the sums and the stats.
-template <bool BY_WARP>
-__global__ void train_stats_kernel(const double *part0, const double *part1, int G, double M, Map z,
-                                   const float *gamma, float eps, float momentum, double unbias,
-                                   float *running_mean, float *running_var, float *mean,
-                                   float *invstd, float *shift, float *scale) {
+// From Σ du and Σ du·xhat: dgamma += Σ du·xhat, dbeta += Σ du, and their means for bn_dz_kernel.
+__device__ static inline void grad_finish(int c, double sdu, double sdux, const BnFinish &f) {
+    if (f.dbeta) f.dbeta[c] += (float)sdu;
+    if (f.dgamma) f.dgamma[c] += (float)sdux;
+    f.mdu[c] = sdu / f.M;
+    f.mdux[c] = sdux / f.M;
+}
+
+template <SumKind KIND>
+__device__ static inline void finish(int c, double s0, double s1, Map z, const BnFinish &f) {
+    if (KIND == MOMENTS) stats_finish(c, s0, s1, z, f);
+    else grad_finish(c, s0, s1, f);
+}
+
+// The per-channel step after a partial-sum pass of kind KIND, as a launch of its own: a warp or a block
+// per channel (BY_WARP) adds its G partials, then finishes them (stats_finish, grad_finish). Channels
+// [0, C0) are j0's, [C0, C) j1's (two passes of the same G in one launch).
+struct FinishJob { const double *part0, *part1; Map z; BnFinish f; };
+
+template <SumKind KIND, bool BY_WARP>
+__global__ void finish_kernel(FinishJob j0, FinishJob j1, int C0, int C, int G) {
+    int c = BY_WARP ? (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32) : blockIdx.x;
+    if (c >= C) return;   // blockDim is a multiple of 32: whole warps leave together
+    bool second = c >= C0;
+    const FinishJob &j = second ? j1 : j0;
+    c -= second ? C0 : 0;
     double s0, s1;
-    int c = channel_sums_of<BY_WARP>(part0, part1, G, z.C, &s0, &s1);
-    if (c < 0) return;
-    double m1 = s0 / M, m2 = s1 / M;
-    double mu = map_get(z, c) + m1, var = fmax(m2 - m1 * m1, 0.0);
-    double is = 1.0 / sqrt(var + eps), keep = 1.0 - momentum;
-    shift[c] = (float)mu;
-    scale[c] = (float)(gamma[c] * is);
-    if (mean) mean[c] = (float)mu;
-    if (invstd) invstd[c] = (float)is;
-    if (running_mean) running_mean[c] = (float)(keep * running_mean[c] + momentum * mu);
-    if (running_var) running_var[c] = (float)(keep * running_var[c] + momentum * var * unbias);
+    if (BY_WARP) warp_channel_sums(j.part0, j.part1, G, c, &s0, &s1);
+    else block_channel_sums(j.part0, j.part1, G, c, &s0, &s1);
+    if (threadIdx.x % (BY_WARP ? 32 : COMBINE_THREADS) == 0) finish<KIND>(c, s0, s1, j.z, j.f);
 }
 
 // The saved statistics of a BN in evaluation mode inside training: its running ones (as the CPU twin)
@@ -391,18 +424,24 @@ __global__ void normalise_kernel(size_t M, Map z, const float *shift, const floa
     }
 }
 
-// From the partials of Σ du and Σ du·xhat: dgamma += Σ du·xhat, dbeta += Σ du, and their means
-// mdu = Σ du / M, mdux = Σ du·xhat / M for bn_dz_kernel. One launch: the sums and the parameters.
-template <bool BY_WARP>
-__global__ void grad_params_kernel(const double *part0, const double *part1, int G, int C, double M,
-                                   float *dgamma, float *dbeta, double *mdu, double *mdux) {
-    double sdu, sdux;
-    int c = channel_sums_of<BY_WARP>(part0, part1, G, C, &sdu, &sdux);
-    if (c < 0) return;
-    if (dbeta) dbeta[c] += (float)sdu;
-    if (dgamma) dgamma[c] += (float)sdux;
-    mdu[c] = sdu / M;
-    mdux[c] = sdux / M;
+// A RepConv's y = silu(u1 + u2), u_i = (z_i - shift_i) * scale_i + beta_i as normalise_kernel, added as
+// accumulate_kernel adds them: bit for bit normalise, normalise, accumulate, silu_fwd, without storing u
+template <int V, typename Pix>
+__global__ void normalise_pair_kernel(size_t M, Map z1, const float *shift1, const float *scale1, const float *beta1,
+                                      Map z2, const float *shift2, const float *scale2, const float *beta2, Map y) {
+    int c = vec_channel<V>();
+    if (c >= z1.C) return;
+    Vec<V> sh1 = vec_channels<V>(shift1, c), sc1 = vec_channels<V>(scale1, c), be1 = vec_channels<V>(beta1, c);
+    Vec<V> sh2 = vec_channels<V>(shift2, c), sc2 = vec_channels<V>(scale2, c), be2 = vec_channels<V>(beta2, c);
+    PIXEL_LOOP(Pix, p, M) {
+        Vec<V> v = map_vget<V>(z1, pixel_off(z1, p, c)), w = map_vget<V>(z2, pixel_off(z2, p, c));
+        for (int k = 0; k < V; k++) {
+            float a = (v.v[k] - sh1.v[k]) * sc1.v[k] + be1.v[k], b = (w.v[k] - sh2.v[k]) * sc2.v[k] + be2.v[k];
+            float u = __fadd_rn(a, b);
+            v.v[k] = u / (1.0f + expf(-u));   // as silu_fwd_kernel
+        }
+        map_vput<V>(y, pixel_off(y, p, c), v);
+    }
 }
 
 // dz = gamma·invstd · (du - Σdu/M - xhat·Σ(du·xhat)/M), with du = g, or g·silu'(u) (SILU: g is
@@ -449,6 +488,22 @@ __global__ void bn_apply_kernel(size_t M, Map z, BnSaved p, Map u) {
     }
 }
 
+// A RepConv's du = dy·silu'(u1 + u2), each branch's u recomputed as bn_apply_kernel and added as
+// accumulate_kernel adds them (bit for bit bn_apply, bn_apply, accumulate, silu_bwd); du may alias dy
+template <int V, typename Pix>
+__global__ void repconv_silu_bwd_kernel(size_t M, Map z1, BnSaved p1, Map z2, BnSaved p2, Map dy, Map du) {
+    int c = vec_channel<V>();
+    if (c >= z1.C) return;
+    BnChannels<V> b1 = bn_channels<V>(p1, c, true), b2 = bn_channels<V>(p2, c, true);
+    PIXEL_LOOP(Pix, q, M) {
+        Vec<V> v1 = map_vget<V>(z1, pixel_off(z1, q, c)), v2 = map_vget<V>(z2, pixel_off(z2, q, c));
+        Vec<V> d = vec_load<V>(dy.data + pixel_off(dy, q, c));
+        for (int j = 0; j < V; j++)
+            d.v[j] = silu_grad(__fadd_rn(bn_affine_at<V>(v1.v[j], b1, j), bn_affine_at<V>(v2.v[j], b2, j)), d.v[j]);
+        vec_store<V>(du.data + pixel_off(du, q, c), d);
+    }
+}
+
 // du = dy·silu'(u) with u recomputed; du may alias dy
 template <int V, typename Pix>
 __global__ void bn_apply_silu_bwd_kernel(size_t M, Map z, BnSaved p, Map dy, Map du) {
@@ -486,38 +541,59 @@ static int sums_width(Map a, Map b) {
     return 1;
 }
 
+// One pass of partial sums over job j0 and, when j1 has maps (of the same channels and pixels), j1 too.
 template <SumKind K, int V>
-static void partial_sums(Device *dev, Map a, Map b, BnSaved p, Sums *s) {
+static void partial_sums(Device *dev, const SumJob &j0, const SumJob &j1, int G) {
+    Map a = j0.a;
     if constexpr (K == MOMENTS || V <= 4) {   // channel_sums gives the gradient kinds V <= 4 here
         if (lane_sums_on()) {
             int groups = (a.C + V - 1) / V, bx = groups < LANE_BX ? groups : LANE_BX;
-            dim3 grid((groups + bx - 1) / bx, s->G), block(bx, LANES);
+            unsigned nx = (unsigned)((groups + bx - 1) / bx);
+            dim3 grid(j1.a.data ? 2 * nx : nx, G), block(bx, LANES);
             size_t shared = 2 * sizeof(double) * LANES * bx * V;
-            lane_sums_kernel<K, V><<<grid, block, shared, dev->stream>>>(a, b, p, s->part0, s->part1);
+            lane_sums_kernel<K, V><<<grid, block, shared, dev->stream>>>(j0, j1, nx);
             checkLaunch(dev);
             return;
         }
     }
-    int groups = (a.C + V - 1) / V, bx = groups < TILE_C ? groups : TILE_C;
-    dim3 grid((groups + bx - 1) / bx, s->G), block(bx, TILE_M);
-    size_t shared = 2 * sizeof(double) * TILE_M * bx * V;
-    partial_sums_kernel<K, V><<<grid, block, shared, dev->stream>>>(a, b, p, s->part0, s->part1);
-    checkLaunch(dev);
-}
-
-// One partial-sum pass of kind K over (a, b) into s's partials, as wide as the maps allow.
-template <SumKind K>
-static void channel_sums(Device *dev, Map a, Map b, BnSaved p, Sums *s) {
-    int v = sums_width(a, K == MOMENTS ? a : b);
-    if (K != MOMENTS && v == 8 && lane_sums_on()) v = 4;
-    if (v == 8) partial_sums<K, 8>(dev, a, b, p, s);
-    else if (v == 4) partial_sums<K, 4>(dev, a, b, p, s);
-    else if (v == 2) partial_sums<K, 2>(dev, a, b, p, s);
-    else partial_sums<K, 1>(dev, a, b, p, s);
+    const SumJob *jobs[2] = { &j0, &j1 };
+    for (int i = 0; i < 2 && jobs[i]->a.data; i++) {
+        const SumJob &j = *jobs[i];
+        int groups = (a.C + V - 1) / V, bx = groups < TILE_C ? groups : TILE_C;
+        dim3 grid((groups + bx - 1) / bx, G), block(bx, TILE_M);
+        size_t shared = 2 * sizeof(double) * TILE_M * bx * V;
+        partial_sums_kernel<K, V><<<grid, block, shared, dev->stream>>>(j.a, j.b, j.p, j.part0, j.part1);
+        checkLaunch(dev);
+    }
 }
 
 // blocks of THREADS for a warp per channel
 static unsigned warp_blocks(int C) { return (unsigned)((C + THREADS / 32 - 1) / (THREADS / 32)); }
+
+// One partial-sum pass of kind K over (a, b) into s's partials, as wide as the maps allow, then a launch
+// that finishes the channels by f; with a second set (a2.data), its pass and finish in the same two
+// launches (a2, b2 of a's shape; s2 of a's G). (The pass's last block finishing the channels itself, one
+// launch fewer, lost: bench/lost/bn_fold.patch.)
+template <SumKind K>
+static void channel_sums(Device *dev, Map a, Map b, BnSaved p, const Sums *s, const BnFinish &f, Map a2 = Map{},
+                         Map b2 = Map{}, BnSaved p2 = BnSaved{}, const Sums *s2 = NULL, const BnFinish &f2 = BnFinish{}) {
+    int v = sums_width(a, K == MOMENTS ? a : b);
+    if (a2.data) v = min_int(v, sums_width(a2, K == MOMENTS ? a2 : b2));
+    if (K != MOMENTS && v == 8 && lane_sums_on()) v = 4;
+    SumJob j0 = { a, b, p, s->part0, s->part1 }, j1 = {};
+    FinishJob f0 = { s->part0, s->part1, a, f }, f1 = {};
+    if (a2.data) j1 = SumJob{ a2, b2, p2, s2->part0, s2->part1 }, f1 = FinishJob{ s2->part0, s2->part1, a2, f2 };
+    if (v == 8) partial_sums<K, 8>(dev, j0, j1, s->G);
+    else if (v == 4) partial_sums<K, 4>(dev, j0, j1, s->G);
+    else if (v == 2) partial_sums<K, 2>(dev, j0, j1, s->G);
+    else partial_sums<K, 1>(dev, j0, j1, s->G);
+    int C = a2.data ? 2 * a.C : a.C;
+    if (combine_by_warp())
+        finish_kernel<K, true><<<warp_blocks(C), THREADS, 0, dev->stream>>>(f0, f1, a.C, C, s->G);
+    else
+        finish_kernel<K, false><<<C, COMBINE_THREADS, 0, dev->stream>>>(f0, f1, a.C, C, s->G);
+    checkLaunch(dev);
+}
 
 // The grid of a per-element BN launch over z and the other maps it touches.
 static ChannelGrid bn_grid(Map z, Map a, Map b) {
@@ -532,24 +608,44 @@ static void normalise(Device *dev, Map z, const Sums *s, const float *beta, Map 
     checkLaunch(dev);
 }
 
+// What finish_kernel needs for the statistics of a training BN over z (M pixels) into s
+static BnFinish train_finish(const BnTrain &t, float eps, float momentum, size_t M, const Sums &s) {
+    BnFinish f = {};
+    f.M = (double)M;
+    f.gamma = t.gamma, f.eps = eps, f.momentum = momentum;
+    f.unbias = M > 1 ? (double)M / (double)(M - 1) : 1.0;
+    f.running_mean = t.running_mean, f.running_var = t.running_var, f.mean = t.mean, f.invstd = t.invstd;
+    f.shift = s.shift, f.scale = s.scale;
+    return f;
+}
+
 static void bn_train(Device *dev, Map z, const float *gamma, const float *beta, float eps,
                      float momentum, float *running_mean, float *running_var, float *mean,
                      float *invstd, Map u, Map y) {
     size_t mark = dev->scratch.used, M = map_pixels(z);
     Sums s = sums_take(dev, z.C, M);
     BnSaved none = { NULL, NULL, NULL, NULL };
-    channel_sums<MOMENTS>(dev, z, z, none, &s);   // shifted moments
-    double unbias = M > 1 ? (double)M / (double)(M - 1) : 1.0;
-    if (combine_by_warp())
-        train_stats_kernel<true><<<warp_blocks(z.C), THREADS, 0, dev->stream>>>(
-            s.part0, s.part1, s.G, (double)M, z, gamma, eps, momentum, unbias, running_mean, running_var, mean,
-            invstd, s.shift, s.scale);
-    else
-        train_stats_kernel<false><<<z.C, COMBINE_THREADS, 0, dev->stream>>>(
-            s.part0, s.part1, s.G, (double)M, z, gamma, eps, momentum, unbias, running_mean, running_var, mean,
-            invstd, s.shift, s.scale);
-    checkLaunch(dev);
+    BnTrain t = { gamma, beta, running_mean, running_var, mean, invstd };
+    channel_sums<MOMENTS>(dev, z, z, none, &s, train_finish(t, eps, momentum, M, s));   // shifted moments, stats
     normalise(dev, z, &s, beta, u, y);
+    dev->scratch.used = mark;
+}
+
+// A RepConv's forward after its two convs: both BNs' sums in one launch, their statistics in one, then
+// y = silu(BN1(z1) + BN2(z2)) in one pass (7 launches and an fp32 u written and read before).
+extern "C" void repconv_forward_train_gpu(Device *dev, Map z1, const BnTrain *b1, Map z2, const BnTrain *b2,
+                                          float eps, float momentum, Map y) {
+    bn_check(z1, z2, "repconv_forward_train_gpu");
+    bn_check(z1, y, "repconv_forward_train_gpu");
+    size_t mark = dev->scratch.used, M = map_pixels(z1);
+    Sums s1 = sums_take(dev, z1.C, M), s2 = sums_take(dev, z2.C, M);
+    BnSaved none = { NULL, NULL, NULL, NULL };
+    channel_sums<MOMENTS>(dev, z1, z1, none, &s1, train_finish(*b1, eps, momentum, M, s1), z2, z2, none, &s2,
+                          train_finish(*b2, eps, momentum, M, s2));
+    ChannelGrid g = bn_grid(z1, z2, y);
+    CHANNEL_KERNEL(g, normalise_pair_kernel)<<<g.grid, g.block, 0, dev->stream>>>(
+        g.M, z1, s1.shift, s1.scale, b1->beta, z2, s2.shift, s2.scale, b2->beta, y);
+    checkLaunch(dev);
     dev->scratch.used = mark;
 }
 
@@ -606,14 +702,10 @@ static void bn_grad(Device *dev, Map z, BnSaved p, Map g, Map dz, __nv_bfloat16 
     size_t mark = dev->scratch.used;
     Sums s = sums_take(dev, z.C, map_pixels(z));
     double *mdu = s.mean, *mdux = s.var;   // the sums' means, held in the mean and var slots
-    channel_sums<SILU ? SILU_GRAD : GRAD>(dev, z, g, p, &s);
-    if (combine_by_warp())
-        grad_params_kernel<true><<<warp_blocks(z.C), THREADS, 0, dev->stream>>>(
-            s.part0, s.part1, s.G, z.C, (double)map_pixels(z), dgamma, dbeta, mdu, mdux);
-    else
-        grad_params_kernel<false><<<z.C, COMBINE_THREADS, 0, dev->stream>>>(
-            s.part0, s.part1, s.G, z.C, (double)map_pixels(z), dgamma, dbeta, mdu, mdux);
-    checkLaunch(dev);
+    BnFinish f = {};
+    f.M = (double)map_pixels(z);
+    f.dgamma = dgamma, f.dbeta = dbeta, f.mdu = mdu, f.mdux = mdux;
+    channel_sums<SILU ? SILU_GRAD : GRAD>(dev, z, g, p, &s, f);
     if (frozen) {
         checkCuda(cudaMemsetAsync(mdu, 0, sizeof(double) * z.C, dev->stream));
         checkCuda(cudaMemsetAsync(mdux, 0, sizeof(double) * z.C, dev->stream));
@@ -680,6 +772,22 @@ extern "C" void bn_apply_gpu(Device *dev, Map z, const float *gamma, const float
     BnSaved p = { gamma, beta, mean, invstd };
     ChannelGrid g = bn_grid(z, u, u);
     CHANNEL_KERNEL(g, bn_apply_kernel)<<<g.grid, g.block, 0, dev->stream>>>(g.M, z, p, u);
+    checkLaunch(dev);
+}
+
+extern "C" void repconv_silu_backward_gpu(Device *dev, Map z1, const float *gamma1, const float *beta1,
+                                          const float *mean1, const float *invstd1, Map z2, const float *gamma2,
+                                          const float *beta2, const float *mean2, const float *invstd2, Map dy,
+                                          Map du) {
+    bn_check(z1, z2, "repconv_silu_backward_gpu");
+    bn_check(z1, dy, "repconv_silu_backward_gpu");
+    bn_check(z1, du, "repconv_silu_backward_gpu");
+    require_fp32(dy, "repconv_silu_backward_gpu");
+    require_fp32(du, "repconv_silu_backward_gpu");
+    BnSaved p1 = { gamma1, beta1, mean1, invstd1 }, p2 = { gamma2, beta2, mean2, invstd2 };
+    ChannelGrid g = bn_grid(z1, dy, du);
+    g = channel_grid(z1.C, map_pixels(z1), min_int(g.V, map_vec_width(z2)));
+    CHANNEL_KERNEL(g, repconv_silu_bwd_kernel)<<<g.grid, g.block, 0, dev->stream>>>(g.M, z1, p1, z2, p2, dy, du);
     checkLaunch(dev);
 }
 

@@ -412,8 +412,26 @@ static void col2im(Device *dev, const ConvDims *d, const float *dcol, size_t m0,
     checkLaunch(dev);
 }
 
-__global__ void weights_to_bf16_kernel(const float *w, size_t n, bf16 *out) {
-    GRID_STRIDE(i, n) out[i] = __float2bfloat16(w[i]);   // as weight_to_cols_kernel rounds
+// out = bf16(w) (as weight_to_cols_kernel rounds), each of the n_perm segments {start, end, Cg, R·S}
+// (by start) in the columns' order (K, R, S, Cg) that weight_to_cols_kernel permutes to
+__global__ void weights_to_bf16_kernel(const float *w, size_t n, const int4 *perm, int n_perm, bf16 *out) {
+    GRID_STRIDE(i, n) {
+        int lo = 0, hi = n_perm;   // the first segment starting after i
+        while (lo < hi) {
+            int mid = (lo + hi) / 2;
+            if ((size_t)__ldg(&perm[mid].x) <= i) lo = mid + 1;
+            else hi = mid;
+        }
+        size_t src = i;
+        if (lo > 0) {
+            int4 s = __ldg(&perm[lo - 1]);
+            if (i < (size_t)s.y) {
+                int cgrs = s.z * s.w, j = (int)((i - s.x) % cgrs), rs = j / s.z, cg = j - rs * s.z;
+                src = i - j + (size_t)cg * s.w + rs;
+            }
+        }
+        out[i] = __float2bfloat16(w[src]);
+    }
 }
 
 static bool weights_once_on() {
@@ -421,25 +439,45 @@ static bool weights_once_on() {
     return !env_switch(&off, "YT_WEIGHTS_ONCE", "0");
 }
 
-// One launch for every weight of a pass instead of one per conv call (about 320 a gelan-s step).
+// YT_WEIGHTS_ONCE=unpermuted: the permuted weights rounded per call, as before (to measure)
+static bool weights_permuted_once_on() {
+    static int off = -1;
+    return !env_switch(&off, "YT_WEIGHTS_ONCE", "unpermuted");
+}
+
+// Whether the pass's bf16 copy holds the n weights at w, in the order the caller needs (permuted or not).
+static bool weights_prepared(const Device *dev, const float *w, size_t n, bool permute) {
+    if (!dev->wbf16_n || w < dev->wbf16_src || w + n > dev->wbf16_src + dev->wbf16_n) return false;
+    int at = (int)(w - dev->wbf16_src), lo = 0, hi = weights_permuted_once_on() ? dev->wperm_n : 0;
+    while (lo < hi) {   // a segment starting at w?
+        int mid = (lo + hi) / 2, s = dev->wperm_host[4 * mid];
+        if (s == at) return permute && dev->wperm_host[4 * mid + 1] == at + (int)n;
+        if (s < at) lo = mid + 1;
+        else hi = mid;
+    }
+    return !permute;
+}
+
+// One launch for every weight of a pass instead of one per conv call (about 320 a gelan-s step), the
+// permuted ones (dev->wperm) in their columns' order (about 275 more launches a gelan-s step at batch 16).
 extern "C" void conv_prepare_weights_gpu(Device *dev, const float *state, size_t n) {
     dev->wbf16_n = 0;
     if (dev->precision != GPU_BF16 || !dev->wbf16 || n > dev->wbf16_cap || !weights_once_on()) return;
-    weights_to_bf16_kernel<<<blocks_for(n), THREADS, 0, dev->stream>>>(state, n, (bf16 *)dev->wbf16);
+    int n_perm = weights_permuted_once_on() ? dev->wperm_n : 0;
+    weights_to_bf16_kernel<<<blocks_for(n), THREADS, 0, dev->stream>>>(state, n, (const int4 *)dev->wperm, n_perm,
+                                                                       (bf16 *)dev->wbf16);
     checkLaunch(dev);
     dev->wbf16_src = state;
     dev->wbf16_n = n;
 }
 
-// The weight operand (K, Cg·R·S) in the columns' order: the pass's bf16 copy when it holds w and
-// no permutation is needed (conv_prepare_weights_gpu), else made for this call when it is permuted or
-// converted to bf16.
+// The weight operand (K, Cg·R·S) in the columns' order: the pass's bf16 copy when it holds w in that
+// order (conv_prepare_weights_gpu), else made for this call when it is permuted or converted to bf16.
 static Operand weight_operand(Device *dev, const ConvDims *d, const float *w) {
     int cgrs = (int)(crs_of(d) / d->groups);
     size_t n = (size_t)d->K * cgrs;
     bool permute = needs_permute(d);
-    if (dev->precision == GPU_BF16 && !permute && dev->wbf16_n && w >= dev->wbf16_src &&
-        w + n <= dev->wbf16_src + dev->wbf16_n)
+    if (dev->precision == GPU_BF16 && weights_prepared(dev, w, n, permute))
         return Operand{ (const bf16 *)dev->wbf16 + (w - dev->wbf16_src), cgrs };
     if (dev->precision == GPU_BF16) {
         bf16 *wc = (bf16 *)scratch_take(dev, sizeof(bf16) * n);

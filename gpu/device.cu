@@ -168,6 +168,7 @@ extern "C" void device_free(Device *dev) {
         a->size = a->used = 0;
     }
     if (dev->scal) checkCuda(cudaFree(dev->scal));
+    free(dev->wperm_host);
     checkCublas(cublasDestroy(dev->blas));
     checkCuda(cudaFree(dev->blas_workspace));
     checkCuda(cudaStreamDestroy(dev->stream));

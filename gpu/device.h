@@ -97,6 +97,10 @@ typedef struct {
     void *wbf16;
     size_t wbf16_cap, wbf16_n;
     const float *wbf16_src;
+    // The weights the GEMMs read permuted, (K, Cg, R, S) as (K, R, S, Cg) (3x3 convs with Cg > 1): wperm_n
+    // segments {start, end, Cg, R·S} in floats of the state, by start; in the params arena (wperm) and on
+    // the host (wperm_host). conv_prepare_weights_gpu writes their bf16 copies in that order.
+    int *wperm, *wperm_host, wperm_n;
     void *kept[DEVICE_KEPT];  // validation's work between passes (gpu/backend_gpu.c: NMS, top-k, losses)
     void (*kept_free[DEVICE_KEPT])(void *);   // how device_free frees each
 } Device;

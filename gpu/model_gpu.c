@@ -9,6 +9,30 @@
 
 static size_t fl(size_t n) { return (n * sizeof(float) + 255) & ~(size_t)255; }
 
+// The weights a GEMM reads permuted (gpu/conv.cu needs_permute: R·S > 1 and Cg > 1) as segments
+// {start, end, Cg, R·S} of the state, by start, into seg (when not NULL); returns how many.
+static int permuted_weights(const Model *m, int *seg) {
+    int n = 0;
+    for (int i = 0; i < m->n_nodes; i++) {
+        const Node *nd = &m->nodes[i];
+        if (nd->op != OP_CONV && nd->op != OP_REPCONV) continue;
+        for (int u = 0; u < 2; u++) {
+            const ConvUnit *cu = u ? &nd->cv2 : &nd->cv;
+            const ConvDims *d = &cu->d;
+            if (cu->w < 0 || d->R * d->S == 1 || d->C / d->groups == 1) continue;
+            const ParamInfo *p = &m->params[cu->w];
+            if (seg) {   // insert in start order
+                int j = n;
+                for (; j > 0 && seg[4 * (j - 1)] > (int)p->offset; j--) memcpy(seg + 4 * j, seg + 4 * (j - 1), 4 * sizeof(int));
+                int *s = seg + 4 * j;
+                s[0] = (int)p->offset, s[1] = (int)(p->offset + p->n), s[2] = d->C / d->groups, s[3] = d->R * d->S;
+            }
+            n++;
+        }
+    }
+    return n;
+}
+
 GpuPlan model_gpu_plan(const Model *m, GpuPrecision prec, int optim_states) {
     Device probe;
     device_defaults(&probe, 0);
@@ -34,13 +58,14 @@ GpuPlan model_gpu_plan(const Model *m, GpuPrecision prec, int optim_states) {
             DwDims dd = dw_dims(d->N, d->C, d->H, d->W, d->R, d->stride);
             size_t c = unit_is_dw(cu) ? dwconv_workspace_bytes_gpu(&dd) : conv_workspace_bytes_gpu(&probe, d);
             Map z = map_make(NULL, cu->d.N, cu->d.P, cu->d.Q, cu->d.K);
-            size_t b = bn_workspace_bytes_gpu(z);
+            size_t b = bn_workspace_bytes_gpu(z) * (nd->op == OP_REPCONV ? 2 : 1);   // both branches' at once
             if (c > scratch) scratch = c;
             if (b > scratch) scratch = b;
         }
     }
     GpuPlan p = { { 0 }, fl(model_act_floats(m, prec == GPU_BF16)), fl(m->n_dact + 1), fl(m->n_stats + 1), 2 * fl(m->n_tmp + 1) };
-    p.arena[ARENA_PARAMS] = fl(m->n_state) + (prec == GPU_BF16 ? fl((m->n_state + 1) / 2) : 0);   // + bf16 copy
+    // + the bf16 copy and its permuted segments' table
+    p.arena[ARENA_PARAMS] = fl(m->n_state) + (prec == GPU_BF16 ? fl((m->n_state + 1) / 2) + fl(4 * permuted_weights(m, NULL) + 1) : 0);
     p.arena[ARENA_GRADS] = fl(m->n_state);
     p.arena[ARENA_OPTIM] = optim_states ? optim_states * fl(m->n_state) + ((size_t)1 << 20) : 0;
     p.arena[ARENA_ACTS] = p.acts + p.grads_of_acts + p.stats + p.temps;
@@ -73,6 +98,14 @@ int model_to_gpu(Model *m, Device *dev, int id, const GpuPlan *plan, GpuPrecisio
     if (prec == GPU_BF16 && p.arena[ARENA_PARAMS] >= fl(m->n_state) + fl((m->n_state + 1) / 2)) {
         dev->wbf16 = arena_take(&dev->params, fl((m->n_state + 1) / 2), 256);   // the weights as a pass reads them
         dev->wbf16_cap = m->n_state;
+        int n = permuted_weights(m, NULL);   // without their table, each such conv permutes its own
+        if (n && m->n_state < (size_t)1 << 31 && p.arena[ARENA_PARAMS] >= fl(m->n_state) + fl((m->n_state + 1) / 2) + fl(4 * n + 1) &&
+            (dev->wperm_host = malloc(4 * sizeof(int) * n))) {
+            permuted_weights(m, dev->wperm_host);
+            dev->wperm = arena_take(&dev->params, fl(4 * n), 256);
+            checkCuda(cudaMemcpy(dev->wperm, dev->wperm_host, 4 * sizeof(int) * n, cudaMemcpyHostToDevice));
+            dev->wperm_n = n;
+        }
     }
     float *grad = arena_take(&dev->grads, p.arena[ARENA_GRADS], 256);
     checkCuda(cudaMemcpy(state, m->state, m->n_state * sizeof(float), cudaMemcpyHostToDevice));

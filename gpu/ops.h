@@ -39,6 +39,11 @@ void bn_forward_train_gpu(Device *dev, Map z, const float *gamma, const float *b
 void bn_silu_forward_train_gpu(Device *dev, Map z, const float *gamma, const float *beta,
                                float eps, float momentum, float *running_mean, float *running_var,
                                float *mean, float *invstd, Map u, Map y);
+// A RepConv's forward after its two convs: y = silu(BN1_train(z1) + BN2_train(z2)) (=; y fp32 or bf16), the
+// two BNs' statistics saved and their running ones updated; bit for bit bn_forward_train_gpu twice,
+// accumulate_map_gpu, silu_forward_gpu, in three launches and without storing the fp32 sum.
+void repconv_forward_train_gpu(Device *dev, Map z1, const BnTrain *bn1, Map z2, const BnTrain *bn2, float eps,
+                               float momentum, Map y);
 void bn_forward_eval_gpu(Device *dev, Map z, const float *gamma, const float *beta, float eps,
                          const float *running_mean, const float *running_var, Map u);
 // The same fused with SiLU in one pass: y = silu(u), u never stored (bit for bit the two launches).
@@ -64,6 +69,11 @@ void bn_silu_backward_bf16_gpu(Device *dev, Map z, const float *gamma, const flo
 // outputs on the CPU (core/model_cpu.c), bit for bit.
 void bn_apply_gpu(Device *dev, Map z, const float *gamma, const float *beta, const float *mean,
                   const float *invstd, Map u);
+// A RepConv's du = dy·silu'(u1 + u2) (=), u1 and u2 recomputed from z1 and z2 as bn_apply_gpu, in one pass:
+// bit for bit bn_apply_gpu twice, accumulate_map_gpu, silu_backward_gpu.
+void repconv_silu_backward_gpu(Device *dev, Map z1, const float *gamma1, const float *beta1, const float *mean1,
+                               const float *invstd1, Map z2, const float *gamma2, const float *beta2,
+                               const float *mean2, const float *invstd2, Map dy, Map du);
 // du = dy·silu'(u) (=) with u recomputed as bn_apply_gpu, in one pass; du may alias dy or be a
 // contiguous temp.
 void bn_apply_silu_backward_gpu(Device *dev, Map z, const float *gamma, const float *beta,

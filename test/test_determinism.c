@@ -1,7 +1,8 @@
 // test_determinism.c: the same seed and config give the same run to the bit: run after run, each in
 // a fresh process, and whatever the number of loader workers; on the CPU, and on a GPU when there is
-// one; and on a GPU with the gradient plan's fresh writes or without them (YT_GRAD_FRESH=0), and with
-// the weights rounded to bf16 once a pass or once a convolution (YT_WEIGHTS_ONCE=0).
+// one; and on a GPU with the gradient plan's fresh writes or without them (YT_GRAD_FRESH=0), with
+// the weights rounded to bf16 once a pass or once a convolution (YT_WEIGHTS_ONCE=0, =unpermuted), and with
+// a RepConv's passes fused or not (YT_FUSE_REPCONV=0).
 // Compared: results.csv (per-epoch losses, metrics, learning rates), the EMA weights and the
 // whole training state (weights, gradients, momentum), byte for byte.
 #include "test/test.h"
@@ -21,7 +22,7 @@ static char root[P], data_yaml[P + 32];
 
 // Train gelan-t for 2 epochs (mosaic, then without) in a fresh child process: runs/NAME. A child
 // also keeps CUDA out of this process, where it would not survive the next fork.
-static const char *child_env;   // "NAME=value" set in the child (a fast path's switch); NULL: none
+static const char *child_env[3];   // "NAME=value"s set in the child (a fast path's switches); NULL ends them
 static const char *child_cfg = "cfg/t.ini";
 
 static int train_in_child(const char *name, int workers, const char *device) {
@@ -29,7 +30,7 @@ static int train_in_child(const char *name, int workers, const char *device) {
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
-        if (child_env) putenv((char *)child_env);
+        for (int i = 0; i < 3 && child_env[i]; i++) putenv((char *)child_env[i]);
         int out = open("/dev/null", O_WRONLY);
         if (out < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) _exit(99);
         static Config cfg;
@@ -98,23 +99,34 @@ static void test_same_seed_same_bits_gpu(void) {
     compare("gpu1", "gpu3");
     // the gradient plan's fresh writes (cuDNN's beta 0, its bf16 input gradients copied, not added)
     // against every buffer zeroed and every write an addition (core/grad_plan.c)
-    child_env = "YT_GRAD_FRESH=0";
+    child_env[0] = "YT_GRAD_FRESH=0";
     int c = train_in_child("gpu_zeroed", 1, "0");
-    child_env = NULL;
+    child_env[0] = NULL;
     if (c) { CHECK(0, "the GPU run with YT_GRAD_FRESH=0 failed: status %d", c); return; }
     compare("gpu1", "gpu_zeroed");
     // the weights rounded to bf16 once a pass against once per convolution (gpu/conv.cu)
-    child_env = "YT_WEIGHTS_ONCE=0";
+    child_env[0] = "YT_WEIGHTS_ONCE=0";
     int w = train_in_child("gpu_weights_per_conv", 1, "0");
-    child_env = NULL;
+    child_env[0] = NULL;
     if (w) { CHECK(0, "the GPU run with YT_WEIGHTS_ONCE=0 failed: status %d", w); return; }
     compare("gpu1", "gpu_weights_per_conv");
+    child_env[0] = "YT_WEIGHTS_ONCE=unpermuted";   // only the 3x3 convs' weights rounded per convolution
+    w = train_in_child("gpu_weights_permuted_per_conv", 1, "0");
+    child_env[0] = NULL;
+    if (w) { CHECK(0, "the GPU run with YT_WEIGHTS_ONCE=unpermuted failed: status %d", w); return; }
+    compare("gpu1", "gpu_weights_permuted_per_conv");
+    // a RepConv's fused passes against the launches they replace (core/model_run.c, gpu/bn.cu)
+    child_env[0] = "YT_FUSE_REPCONV=0";
+    int r = train_in_child("gpu_repconv_unfused", 1, "0");
+    child_env[0] = NULL;
+    if (r) { CHECK(0, "the GPU run with YT_FUSE_REPCONV=0 failed: status %d", r); return; }
+    compare("gpu1", "gpu_repconv_unfused");
     // YOLO26-n: depthwise convs (fresh too), attention, the detached one-to-one head, MuSGD
     child_cfg = "cfg/yolo26n.ini";
     int e = train_in_child("gpu26", 1, "0");
-    child_env = "YT_GRAD_FRESH=0";
+    child_env[0] = "YT_GRAD_FRESH=0";
     int f = train_in_child("gpu26_zeroed", 1, "0");
-    child_env = NULL;
+    child_env[0] = NULL;
     child_cfg = "cfg/t.ini";
     if (e || f) { CHECK(0, "a YOLO26-n GPU run failed: status %d, %d", e, f); return; }
     compare("gpu26", "gpu26_zeroed");

@@ -14,7 +14,7 @@
 #endif
 
 #define GPU_TESTS(X) X(test_conv_fp32) X(test_conv_tf32) X(test_conv_bf16) X(test_conv_chunked) X(test_conv_bf16dy) X(test_conv_cudnn_bf16) \
-    X(test_bn_train) X(test_bn_silu) X(test_bn_eval) X(test_bn_backward) X(test_bn_silu_backward) X(test_bn_offset_variance) X(test_elementwise) X(test_maxpool)     \
+    X(test_bn_train) X(test_bn_silu) X(test_bn_eval) X(test_bn_backward) X(test_bn_silu_backward) X(test_repconv_fused) X(test_bn_offset_variance) X(test_elementwise) X(test_maxpool)     \
     X(test_avgpool) X(test_upsample) X(test_resize) X(test_step_allocates_nothing) X(test_init_refuses)
 
 #define GPU_ARENAS { 0, 0, 0, (size_t)256 << 20, (size_t)256 << 20 }
@@ -302,9 +302,11 @@ static void test_conv_cudnn_bf16(void) {
 // ---- batch normalisation ------------------------------------------------------------------
 
 typedef struct { int N, H, W, C, extra; } Shape;
-// odd C (one channel a thread), C 8 and 6 (four and two channels a thread where every ld allows)
+// odd C (one channel a thread), C 8 and 6 (four and two channels a thread where every ld allows); 200
+// channels: several channel tiles of the partial sums, the last one short; 135,200 pixels: more partials
+// than the pass finishes itself (gpu/bn.cu FOLD_PARTS), so a launch of its own finishes the channels
 static const Shape BN_SHAPES[] = { { 3, 7, 7, 13, 2 }, { 1, 13, 13, 37, 0 }, { 1, 1, 1, 5, 1 }, { 2, 5, 7, 8, 4 },
-                                   { 1, 3, 3, 6, 2 } };
+                                   { 1, 3, 3, 6, 2 }, { 1, 9, 9, 200, 0 }, { 2, 260, 260, 12, 4 } };
 static const float EPS = 1e-3f, MOMENTUM = 0.03f;
 
 static void test_bn_train(void) {
@@ -472,6 +474,81 @@ static void test_bn_silu_backward(void) {
             free(got); free(want); pair_free(dga2); pair_free(dbe2);
         }
         Pair all[] = { z, u, dy, dz, ga, be, mean, invstd, dga, dbe };
+        for (size_t k = 0; k < sizeof all / sizeof *all; k++) pair_free(all[k]);
+    }
+}
+
+// u = (z - mean)·invstd·gamma + beta, as the CPU backend's bn_apply
+static void bn_apply_host(Map z, const float *g, const float *b, const float *mean, const float *invstd, Map u) {
+    for (size_t i = 0; i < map_pixels(z); i++)
+        for (int k = 0; k < z.C; k++)
+            u.data[i * u.ld + k] = (z.data[i * z.ld + k] - mean[k]) * invstd[k] * g[k] + b[k];
+}
+
+// A RepConv's fused passes: the forward's y = silu(BN1_train(z1) + BN2_train(z2)) and the backward's
+// du = dy·silu'(BN1(z1) + BN2(z2)) against the CPU's composition, and bit for bit against the GPU launches
+// they replace.
+static void test_repconv_fused(void) {
+    NEED_GPU();
+    Rng g = rng_for(27, 0, 0);
+    for (size_t i = 0; i < sizeof BN_SHAPES / sizeof *BN_SHAPES; i++) {
+        Shape s = BN_SHAPES[i];
+        arena_reset(&dev.acts);
+        Pair z = pair_new(s.N, s.H, s.W, s.C, s.extra), z2 = pair_new(s.N, s.H, s.W, s.C, 1);
+        Pair u = pair_new(s.N, s.H, s.W, s.C, 0), y = pair_new(s.N, s.H, s.W, s.C, 2);
+        Pair t = pair_new(s.N, s.H, s.W, s.C, 0), y2 = pair_new(s.N, s.H, s.W, s.C, 2);
+        Pair dy = pair_new(s.N, s.H, s.W, s.C, 1), du = pair_new(s.N, s.H, s.W, s.C, 0);
+        Pair du2 = pair_new(s.N, s.H, s.W, s.C, 0);
+        Pair ga = vec_new(s.C), be = vec_new(s.C), rm = vec_new(s.C), rv = vec_new(s.C);
+        Pair mean = vec_new(s.C), invstd = vec_new(s.C), ga2 = vec_new(s.C), be2 = vec_new(s.C);
+        Pair rm2 = vec_new(s.C), rv2 = vec_new(s.C), mean2 = vec_new(s.C), invstd2 = vec_new(s.C);
+        pair_rand(z, &g, -2, 3); pair_rand(z2, &g, -1, 2); pair_rand(dy, &g, -1, 1);
+        pair_rand(ga, &g, 0.5, 1.5); pair_rand(be, &g, -1, 1); pair_rand(ga2, &g, 0.5, 1.5); pair_rand(be2, &g, -1, 1);
+        pair_rand(rm, &g, -1, 1); pair_rand(rv, &g, 0.5, 1.5); pair_rand(rm2, &g, -1, 1); pair_rand(rv2, &g, 0.5, 1.5);
+        // forward: the CPU composes the two BNs, the branches' sum and SiLU
+        bn_forward_train_cpu(z.h, ga.h.data, be.h.data, EPS, MOMENTUM, rm.h.data, rv.h.data, mean.h.data,
+                             invstd.h.data, u.h);
+        bn_forward_train_cpu(z2.h, ga2.h.data, be2.h.data, EPS, MOMENTUM, rm2.h.data, rv2.h.data, mean2.h.data,
+                             invstd2.h.data, t.h);
+        accumulate_map_cpu(t.h, u.h);
+        silu_forward_cpu(u.h, y.h);
+        BnTrain b1 = { ga.d.data, be.d.data, rm.d.data, rv.d.data, mean.d.data, invstd.d.data };
+        BnTrain b2 = { ga2.d.data, be2.d.data, rm2.d.data, rv2.d.data, mean2.d.data, invstd2.d.data };
+        repconv_forward_train_gpu(&dev, z.d, &b1, z2.d, &b2, EPS, MOMENTUM, y.d);
+        compare("repconv forward y", y, FP32);
+        compare("repconv forward running_mean 1", rm, FP32);
+        compare("repconv forward running_var 1", rv, FP32);
+        compare("repconv forward mean 1", mean, FP32);
+        compare("repconv forward invstd 1", invstd, FP32);
+        compare("repconv forward running_mean 2", rm2, FP32);
+        compare("repconv forward running_var 2", rv2, FP32);
+        compare("repconv forward mean 2", mean2, FP32);
+        compare("repconv forward invstd 2", invstd2, FP32);
+        // the launches it replaces (running statistics left alone: they moved above)
+        bn_forward_train_gpu(&dev, z.d, ga.d.data, be.d.data, EPS, MOMENTUM, NULL, NULL, mean.d.data, invstd.d.data,
+                             u.d);
+        bn_forward_train_gpu(&dev, z2.d, ga2.d.data, be2.d.data, EPS, MOMENTUM, NULL, NULL, mean2.d.data,
+                             invstd2.d.data, t.d);
+        accumulate_map_gpu(&dev, t.d, u.d);
+        silu_forward_gpu(&dev, u.d, y2.d);
+        CHECK(same_on_device(y, y2), "shape %zu: the fused RepConv forward differs from its launches", i);
+        // backward, from the CPU's saved statistics (the same for both twins)
+        pair_upload(mean); pair_upload(invstd); pair_upload(mean2); pair_upload(invstd2);
+        Map u2 = map_make(xmalloc(map_floats(z.h) * sizeof(float)), s.N, s.H, s.W, s.C);
+        bn_apply_host(z.h, ga.h.data, be.h.data, mean.h.data, invstd.h.data, du.h);
+        bn_apply_host(z2.h, ga2.h.data, be2.h.data, mean2.h.data, invstd2.h.data, u2);
+        accumulate_map_cpu(u2, du.h);
+        silu_backward_cpu(du.h, dy.h, du.h);
+        free(u2.data);
+        repconv_silu_backward_gpu(&dev, z.d, ga.d.data, be.d.data, mean.d.data, invstd.d.data, z2.d, ga2.d.data,
+                                  be2.d.data, mean2.d.data, invstd2.d.data, dy.d, du.d);
+        compare("repconv backward du", du, FP32);
+        bn_apply_gpu(&dev, z.d, ga.d.data, be.d.data, mean.d.data, invstd.d.data, du2.d);
+        bn_apply_gpu(&dev, z2.d, ga2.d.data, be2.d.data, mean2.d.data, invstd2.d.data, t.d);
+        accumulate_map_gpu(&dev, t.d, du2.d);
+        silu_backward_gpu(&dev, du2.d, dy.d, du2.d);
+        CHECK(same_on_device(du, du2), "shape %zu: the fused RepConv backward differs from its four launches", i);
+        Pair all[] = { z, z2, u, y, t, y2, dy, du, du2, ga, be, rm, rv, mean, invstd, ga2, be2, rm2, rv2, mean2, invstd2 };
         for (size_t k = 0; k < sizeof all / sizeof *all; k++) pair_free(all[k]);
     }
 }
