@@ -289,6 +289,15 @@ typedef struct Backend {
                                     float momentum, Map u, Map tmp, Map y);
     void   (*repconv_silu_backward)(void *ctx, Map z1, const BnSaved *bn1, Map z2, const BnSaved *bn2, Map dy,
                                     Map tmp, Map du);
+    // Then both branches' conv_bn_backward from that du, as two calls (dx1 and dx2: the same gradient of x,
+    // each with its branch's fresh bit); dz, of z1's shape, is the backend's.
+    void   (*repconv_bn_backward)(void *ctx, const ConvDims *d1, const float *w1, Map z1, const BnSaved *bn1,
+                                  float *dw1, Map dx1, const ConvDims *d2, const float *w2, Map z2,
+                                  const BnSaved *bn2, float *dw2, Map dx2, Map x, Map du, Map dz, float *ws);
+    // A conv unit's y = silu(BN_train(z)) whose one reader is the residual addition after it (core/model_run.c):
+    // out = a + y (=) in the same pass; y need not be written (its storage, bf16 or not, rounds what is added).
+    void   (*bn_silu_add_forward_train)(void *ctx, Map z, const BnTrain *bn, float eps, float momentum, Map a, Map y,
+                                        Map out);
 } Backend;
 
 extern const Backend backend_cpu;

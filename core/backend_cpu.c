@@ -85,6 +85,16 @@ static void conv_bn_bwd(void *c, const ConvDims *d, Map x, const float *w, Map z
     bn_backward_cpu(z, bn->gamma, bn->mean, bn->invstd, du, dz, bn->dgamma, bn->dbeta);
     conv_backward_cpu(d, x, w, dz, dx, dw, NULL, ws);
 }
+static void repconv_bn_bwd(void *c, const ConvDims *d1, const float *w1, Map z1, const BnSaved *b1, float *dw1, Map dx1,
+                           const ConvDims *d2, const float *w2, Map z2, const BnSaved *b2, float *dw2, Map dx2, Map x,
+                           Map du, Map dz, float *ws) {
+    conv_bn_bwd(c, d1, x, w1, z1, b1, du, dz, dx1, dw1, ws);
+    conv_bn_bwd(c, d2, x, w2, z2, b2, du, dz, dx2, dw2, ws);
+}
+static void bn_silu_add_train(void *c, Map z, const BnTrain *b, float eps, float mom, Map a, Map y, Map out) {
+    bn_silu_train(c, z, b->gamma, b->beta, eps, mom, b->running_mean, b->running_var, b->mean, b->invstd, y);
+    add_forward_cpu(a, y, out);
+}
 static void dw_fwd(void *c, const DwDims *d, Map x, const float *w, const float *b, Map y) {
     dwconv_forward_cpu(d, x, w, b, y);
 }
@@ -423,4 +433,5 @@ const Backend backend_cpu = {
     .vloss_eval26 = vloss_eval26,
     .comm_sum_begin = comm_sum_begin, .comm_sum_end = comm_sum_end,
     .repconv_forward_train = repconv_train, .repconv_silu_backward = repconv_silu_bwd,
+    .repconv_bn_backward = repconv_bn_bwd, .bn_silu_add_forward_train = bn_silu_add_train,
 };

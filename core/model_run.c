@@ -125,13 +125,16 @@ static void bn_recompute(const Model *m, const ConvUnit *cu, Map z, Map u) {
     m->be->bn_apply(m->be_ctx, z, P(m, cu->bn_w), P(m, cu->bn_b), mean, mean + z.C, u);
 }
 
+// Whether unit_backward takes a unit's BN and conv to the backend's conv_bn_backward
+static int unit_conv_bn(const ConvUnit *cu) { return cu->bn_w >= 0 && cu->b < 0 && !unit_is_dw(cu) && !cu->bn_frozen; }
+
 // Backward of one conv unit given du (gradient at the BN output, or at the conv output without BN).
 static void unit_backward(Model *m, const ConvUnit *cu, int in, Map du, int n, int fresh) {
     ConvDims d = unit_dims(m, cu, in, n);
     Map x = model_value(m, in, n), dx = model_grad(m, in, n), dz = du;
     if (m->values[in].no_grad) dx.data = NULL;   // no gradient for the images or detached features
     dx.fresh = fresh;                             // the first write into an unzeroed buffer (grad_plan.c)
-    if (cu->bn_w >= 0 && cu->b < 0 && !unit_is_dw(cu) && !cu->bn_frozen) {   // BN + conv, fused by the backend
+    if (unit_conv_bn(cu)) {   // BN + conv, fused by the backend
         Map z = unit_z(m, cu, &d);
         const float *mean = m->stats + cu->stats;
         BnSaved bn = { P(m, cu->bn_w), P(m, cu->bn_b), mean, mean + d.K, G(m, cu->bn_w), G(m, cu->bn_b) };
@@ -156,6 +159,25 @@ static void unit_backward(Model *m, const ConvUnit *cu, int in, Map du, int n, i
         return;
     }
     m->be->conv_backward(m->be_ctx, &d, x, P(m, cu->w), dz, dx, G(m, cu->w), G(m, cu->b), m->ws);
+}
+
+// A RepConv's two branches' backward from du (the gradient at the sum of their BNs) in one backend call, as
+// unit_backward twice; 0 (nothing done) where the backend or the units do not allow it.
+static int repconv_backward_fused(Model *m, const Node *nd, Map du, int n, int fresh) {
+    const ConvUnit *c1 = &nd->cv, *c2 = &nd->cv2;
+    if (!m->be->repconv_bn_backward || !unit_conv_bn(c1) || !unit_conv_bn(c2)) return 0;
+    ConvDims d1 = unit_dims(m, c1, nd->in, n), d2 = unit_dims(m, c2, nd->in, n);
+    Map x = model_value(m, nd->in, n), dx1 = model_grad(m, nd->in, n);
+    if (m->values[nd->in].no_grad) dx1.data = NULL;
+    Map dx2 = dx1;
+    dx1.fresh = fresh & FRESH_IN, dx2.fresh = fresh & FRESH_IN_CV2;   // as unit_backward's
+    const float *m1 = m->stats + c1->stats, *m2 = m->stats + c2->stats;
+    BnSaved b1 = { P(m, c1->bn_w), P(m, c1->bn_b), m1, m1 + d1.K, G(m, c1->bn_w), G(m, c1->bn_b) };
+    BnSaved b2 = { P(m, c2->bn_w), P(m, c2->bn_b), m2, m2 + d2.K, G(m, c2->bn_w), G(m, c2->bn_b) };
+    m->be->repconv_bn_backward(m->be_ctx, &d1, P(m, c1->w), unit_z(m, c1, &d1), &b1, G(m, c1->w), dx1, &d2, P(m, c2->w),
+                               unit_z(m, c2, &d2), &b2, G(m, c2->w), dx2, x, du, map_make(m->tmp_b, n, d1.P, d1.Q, d1.K),
+                               m->ws);
+    return 1;
 }
 
 // Backward of a conv + BN + SiLU unit from dy at the SiLU output, fused by the backend (tmp_a and
@@ -280,13 +302,47 @@ void model_drop_recordings(Model *m) {
     }
 }
 
+// The residual addition right after conv node i that takes the conv's output when nothing else reads that
+// output (no other node, slice or head): the conv's training forward can write the sum itself
+// (Backend.bn_silu_add_forward_train) and the addition is skipped. Returns the addition's index, or -1.
+static int residual_after(const Model *m, int i) {
+    if (i + 1 >= m->n_nodes || !m->be->bn_silu_add_forward_train) return -1;
+    const Node *c = &m->nodes[i], *a = &m->nodes[i + 1];
+    int v = c->out;
+    if (c->op != OP_CONV || !c->act || !unit_bn_trains(&c->cv) || a->op != OP_ADD || (a->in == v) == (a->in2 == v) ||
+        m->values[v].parent >= 0)
+        return -1;
+    for (int k = 0; k < m->n_values; k++)
+        if (m->values[k].parent == v) return -1;
+    for (int k = 0; k < m->n_nodes; k++)
+        if (k != i + 1 && (m->nodes[k].in == v || (m->nodes[k].op == OP_ADD && m->nodes[k].in2 == v))) return -1;
+    for (int l = 0; l < m->n_levels; l++)
+        if (m->head[l] == v || (l < m->n_aux && m->aux[l] == v)) return -1;
+    return i + 1;
+}
+
+// Conv node c and the residual addition a after it in one: conv, then a's output = its other operand +
+// silu(BN_train(z)); c's own output is not written (only a read it).
+static void conv_residual_forward(Model *m, const Node *c, const Node *a, int n) {
+    ConvDims d = unit_dims(m, &c->cv, c->in, n);
+    Map z = unit_z(m, &c->cv, &d);
+    unit_conv(m, &c->cv, &d, model_value(m, c->in, n), NULL, z);
+    BnTrain b = unit_bn_train(m, &c->cv);
+    Map other = model_value(m, a->in == c->out ? a->in2 : a->in, n);
+    m->be->bn_silu_add_forward_train(m->be_ctx, z, &b, BN_EPS, BN_MOMENTUM, other, model_value(m, c->out, n),
+                                     model_value(m, a->out, n));
+}
+
 static void forward_pass(Model *m, int n, int train) {
     if (m->be->prepare_weights) m->be->prepare_weights(m->be_ctx, m->state, m->n_state);   // recorded with the pass
     for (int i = 0; i < m->n_nodes; i++) {
         if (!train && m->nodes[i].train_only) continue;   // the auxiliary head is for training only
         double t0 = prof_start(m);
-        node_forward(m, &m->nodes[i], n, train);
+        int add = train ? residual_after(m, i) : -1;
+        if (add >= 0) conv_residual_forward(m, &m->nodes[i], &m->nodes[add], n);
+        else node_forward(m, &m->nodes[i], n, train);
         prof_stop(m, i, 0, t0);
+        if (add >= 0) i = add;   // done with the conv
     }
     zero_grads_from(m, -1, n);                     // the head maps' gradients, which the loss writes
 }
@@ -375,6 +431,7 @@ static void node_backward(Model *m, const Node *nd, int n) {
                 break;
             }
             Map du = act_grad(m, nd, n);          // in tmp_a; unit_backward keeps dz in tmp_b
+            if (nd->op == OP_REPCONV && repconv_backward_fused(m, nd, du, n, fresh)) break;
             unit_backward(m, &nd->cv, nd->in, du, n, fresh & FRESH_IN);
             if (nd->op == OP_REPCONV) unit_backward(m, &nd->cv2, nd->in, du, n, fresh & FRESH_IN_CV2);
             break;

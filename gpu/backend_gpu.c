@@ -73,18 +73,27 @@ static void conv_bn_bwd(void *ctx, const ConvDims *d, Map x, const float *w, Map
     bn_backward_gpu(DEV, z, bn->gamma, bn->mean, bn->invstd, du, dz, bn->dgamma, bn->dbeta);
     conv_backward_gpu(DEV, d, x, w, dz, dx, dw, NULL);
 }
-// The RepConv fusions (YT_FUSE_REPCONV=0: the unfused launches, as the CPU composes them, to measure)
-static int repconv_fused(void) {
+// The fused forms of a RepConv and of a residual addition (YT_FUSE=0: the launches they replace, as the
+// CPU composes them, to measure)
+static int fused_forms(void) {
     static int off = -1;
     if (off < 0) {
-        const char *e = getenv("YT_FUSE_REPCONV");
+        const char *e = getenv("YT_FUSE");
         off = e && !strcmp(e, "0");
     }
     return !off;
 }
+static void bn_silu_add_train(void *ctx, Map z, const BnTrain *b, float eps, float mom, Map a, Map y, Map out) {
+    if (fused_forms()) {
+        bn_silu_add_forward_train_gpu(DEV, z, b, eps, mom, a, y, out);
+        return;
+    }
+    bn_silu_train(ctx, z, b->gamma, b->beta, eps, mom, b->running_mean, b->running_var, b->mean, b->invstd, y);
+    add_forward_gpu(DEV, a, y, out);
+}
 static void repconv_train(void *ctx, Map z1, const BnTrain *b1, Map z2, const BnTrain *b2, float eps, float mom,
                           Map u, Map tmp, Map y) {
-    if (repconv_fused()) {
+    if (fused_forms()) {
         repconv_forward_train_gpu(DEV, z1, b1, z2, b2, eps, mom, y);
         return;
     }
@@ -97,7 +106,7 @@ static void repconv_train(void *ctx, Map z1, const BnTrain *b1, Map z2, const Bn
 }
 static void repconv_silu_bwd(void *ctx, Map z1, const BnSaved *b1, Map z2, const BnSaved *b2, Map dy, Map tmp,
                              Map du) {
-    if (repconv_fused()) {
+    if (fused_forms()) {
         repconv_silu_backward_gpu(DEV, z1, b1->gamma, b1->beta, b1->mean, b1->invstd, z2, b2->gamma, b2->beta,
                                   b2->mean, b2->invstd, dy, du);
         return;
@@ -106,6 +115,18 @@ static void repconv_silu_bwd(void *ctx, Map z1, const BnSaved *b1, Map z2, const
     bn_apply_gpu(DEV, z2, b2->gamma, b2->beta, b2->mean, b2->invstd, tmp);
     accumulate_map_gpu(DEV, tmp, du);
     silu_backward_gpu(DEV, du, dy, du);
+}
+static void repconv_bn_bwd(void *ctx, const ConvDims *d1, const float *w1, Map z1, const BnSaved *bn1, float *dw1,
+                           Map dx1, const ConvDims *d2, const float *w2, Map z2, const BnSaved *bn2, float *dw2, Map dx2,
+                           Map x, Map du, Map dz, float *ws) {
+    if (fused_forms() && DEV->precision == GPU_BF16 && z1.ld == z1.C && z2.ld == z2.C) {
+        ConvBnBranch b1 = { d1, w1, dw1, z1, dx1, bn1->gamma, bn1->mean, bn1->invstd, bn1->dgamma, bn1->dbeta };
+        ConvBnBranch b2 = { d2, w2, dw2, z2, dx2, bn2->gamma, bn2->mean, bn2->invstd, bn2->dgamma, bn2->dbeta };
+        repconv_bn_backward_bf16_gpu(DEV, &b1, &b2, x, du, dz.data);
+        return;
+    }
+    conv_bn_bwd(ctx, d1, x, w1, z1, bn1, du, dz, dx1, dw1, ws);
+    conv_bn_bwd(ctx, d2, x, w2, z2, bn2, du, dz, dx2, dw2, ws);
 }
 static void silu_fwd(void *ctx, Map u, Map y) { silu_forward_gpu(DEV, u, y); }
 static void silu_bwd(void *ctx, Map u, Map dy, Map du) { silu_backward_gpu(DEV, u, dy, du); }
@@ -403,4 +424,5 @@ const Backend backend_gpu = {
     .vloss_eval26 = vloss_eval26,
     .prepare_weights = prepare_weights,
     .repconv_forward_train = repconv_train, .repconv_silu_backward = repconv_silu_bwd,
+    .repconv_bn_backward = repconv_bn_bwd, .bn_silu_add_forward_train = bn_silu_add_train,
 };

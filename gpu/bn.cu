@@ -404,10 +404,12 @@ __global__ void eval_stats_kernel(int C, const float *gamma, float eps, const fl
     scale[c] = (float)(gamma[c] / sqrt((double)running_var[c] + eps));
 }
 
-// u = (z - shift) * scale + beta (u.data NULL: not stored); with y.data, also y = silu(u)
+// u = (z - shift) * scale + beta (u.data NULL: not stored); with y.data, also y = silu(u), and with a.data
+// y = a + silu(u), silu(u) rounded to bf16 first when round_silu (a residual addition, as add_kernel adds
+// the stored output of the SiLU)
 template <int V, typename Pix>
 __global__ void normalise_kernel(size_t M, Map z, const float *shift, const float *scale,
-                                 const float *beta, Map u, Map y) {
+                                 const float *beta, Map u, Map y, Map a, int round_silu) {
     int c = vec_channel<V>();
     if (c >= z.C) return;
     Vec<V> sh = vec_channels<V>(shift, c), sc = vec_channels<V>(scale, c);
@@ -419,6 +421,11 @@ __global__ void normalise_kernel(size_t M, Map z, const float *shift, const floa
         if (y.data) {
             for (int k = 0; k < V; k++)   // as silu_fwd_kernel
                 v.v[k] = v.v[k] / (1.0f + expf(-v.v[k]));
+            if (a.data) {
+                Vec<V> w = map_vget<V>(a, pixel_off(a, p, c));
+                for (int k = 0; k < V; k++)
+                    v.v[k] = __fadd_rn(w.v[k], round_silu ? __bfloat162float(__float2bfloat16(v.v[k])) : v.v[k]);
+            }
             map_vput<V>(y, pixel_off(y, p, c), v);
         }
     }
@@ -601,10 +608,12 @@ static ChannelGrid bn_grid(Map z, Map a, Map b) {
     return channel_grid(z.C, map_pixels(z), v);
 }
 
-static void normalise(Device *dev, Map z, const Sums *s, const float *beta, Map u, Map y) {
+static void normalise(Device *dev, Map z, const Sums *s, const float *beta, Map u, Map y, Map a = Map{},
+                      int round_silu = 0) {
     ChannelGrid g = bn_grid(z, u, y);
+    if (a.data) g = channel_grid(z.C, map_pixels(z), min_int(g.V, map_vec_width(a)));
     CHANNEL_KERNEL(g, normalise_kernel)<<<g.grid, g.block, 0, dev->stream>>>(
-        g.M, z, s->shift, s->scale, beta, u, y);
+        g.M, z, s->shift, s->scale, beta, u, y, a, round_silu);
     checkLaunch(dev);
 }
 
@@ -621,14 +630,27 @@ static BnFinish train_finish(const BnTrain &t, float eps, float momentum, size_t
 
 static void bn_train(Device *dev, Map z, const float *gamma, const float *beta, float eps,
                      float momentum, float *running_mean, float *running_var, float *mean,
-                     float *invstd, Map u, Map y) {
+                     float *invstd, Map u, Map y, Map a = Map{}, int round_silu = 0) {
     size_t mark = dev->scratch.used, M = map_pixels(z);
     Sums s = sums_take(dev, z.C, M);
     BnSaved none = { NULL, NULL, NULL, NULL };
     BnTrain t = { gamma, beta, running_mean, running_var, mean, invstd };
     channel_sums<MOMENTS>(dev, z, z, none, &s, train_finish(t, eps, momentum, M, s));   // shifted moments, stats
-    normalise(dev, z, &s, beta, u, y);
+    normalise(dev, z, &s, beta, u, y, a, round_silu);
     dev->scratch.used = mark;
+}
+
+// A conv unit's SiLU(BN) output y added to a by the residual node after it, in the normalising pass:
+// out = a + silu(BN_train(z)), silu rounded as y would store it; y itself is not written. Bit for bit
+// bn_silu_forward_train_gpu into y, then add_forward_gpu(a, y, out).
+extern "C" void bn_silu_add_forward_train_gpu(Device *dev, Map z, const BnTrain *b, float eps, float momentum, Map a,
+                                              Map y, Map out) {
+    bn_check(z, a, "bn_silu_add_forward_train_gpu");
+    bn_check(z, y, "bn_silu_add_forward_train_gpu");
+    bn_check(z, out, "bn_silu_add_forward_train_gpu");
+    Map none = { NULL, 0, 0, 0, 0, 0, 0, 0 };
+    bn_train(dev, z, b->gamma, b->beta, eps, momentum, b->running_mean, b->running_var, b->mean, b->invstd, none, out,
+             a, y.bf16);
 }
 
 // A RepConv's forward after its two convs: both BNs' sums in one launch, their statistics in one, then
@@ -696,29 +718,62 @@ extern "C" void bn_silu_forward_eval_gpu(Device *dev, Map z, const float *gamma,
 // The backward of BN (SILU false: g = du) or of SiLU(BN) (SILU true: g = dy at the SiLU output):
 // Σ du and Σ du·xhat, dgamma/dbeta +=, then dz (=) unless dz.data is NULL. frozen: the statistics
 // are constants (evaluation mode), so the two means bn_dz_kernel subtracts are zero: dz = k·du.
+// dz (=) of a BN backward from its two means (or dz16: packed (M, C) bf16)
+template <bool SILU>
+static void bn_dz(Device *dev, Map z, BnSaved p, const double *mdu, const double *mdux, Map g, Map dz,
+                  __nv_bfloat16 *dz16) {
+    ChannelGrid gr = bn_grid(z, g, dz);
+    if (dz16) {   // packed (M, C) bf16: aligned as a contiguous bf16 map there would be
+        Map packed = { (float *)dz16, z.N, z.H, z.W, z.C, z.C, 1, 0 };
+        gr = channel_grid(z.C, map_pixels(z), min_int(gr.V, map_vec_width(packed)));
+    }
+    CHANNEL_KERNEL(gr, bn_dz_kernel, SILU)<<<gr.grid, gr.block, 0, dev->stream>>>(gr.M, z, p, mdu, mdux, g, dz, dz16);
+    checkLaunch(dev);
+}
+
+// What finish_kernel needs for a BN backward over M pixels: dgamma, dbeta (+=) and the two means into s
+static BnFinish grad_finish_of(size_t M, float *dgamma, float *dbeta, const Sums &s) {
+    BnFinish f = {};
+    f.M = (double)M;
+    f.dgamma = dgamma, f.dbeta = dbeta, f.mdu = s.mean, f.mdux = s.var;   // the means in the mean and var slots
+    return f;
+}
+
 template <bool SILU>
 static void bn_grad(Device *dev, Map z, BnSaved p, Map g, Map dz, __nv_bfloat16 *dz16,
                     float *dgamma, float *dbeta, bool frozen = false) {
     size_t mark = dev->scratch.used;
     Sums s = sums_take(dev, z.C, map_pixels(z));
-    double *mdu = s.mean, *mdux = s.var;   // the sums' means, held in the mean and var slots
-    BnFinish f = {};
-    f.M = (double)map_pixels(z);
-    f.dgamma = dgamma, f.dbeta = dbeta, f.mdu = mdu, f.mdux = mdux;
-    channel_sums<SILU ? SILU_GRAD : GRAD>(dev, z, g, p, &s, f);
+    channel_sums<SILU ? SILU_GRAD : GRAD>(dev, z, g, p, &s, grad_finish_of(map_pixels(z), dgamma, dbeta, s));
     if (frozen) {
-        checkCuda(cudaMemsetAsync(mdu, 0, sizeof(double) * z.C, dev->stream));
-        checkCuda(cudaMemsetAsync(mdux, 0, sizeof(double) * z.C, dev->stream));
+        checkCuda(cudaMemsetAsync(s.mean, 0, sizeof(double) * z.C, dev->stream));
+        checkCuda(cudaMemsetAsync(s.var, 0, sizeof(double) * z.C, dev->stream));
     }
-    if (dz.data || dz16) {
-        ChannelGrid gr = bn_grid(z, g, dz);
-        if (dz16) {   // packed (M, C) bf16: aligned as a contiguous bf16 map there would be
-            Map packed = { (float *)dz16, z.N, z.H, z.W, z.C, z.C, 1, 0 };
-            gr = channel_grid(z.C, map_pixels(z), min_int(gr.V, map_vec_width(packed)));
-        }
-        CHANNEL_KERNEL(gr, bn_dz_kernel, SILU)<<<gr.grid, gr.block, 0, dev->stream>>>(
-            gr.M, z, p, mdu, mdux, g, dz, dz16);
-        checkLaunch(dev);
+    if (dz.data || dz16) bn_dz<SILU>(dev, z, p, s.mean, s.var, g, dz, dz16);
+    dev->scratch.used = mark;
+}
+
+// A RepConv's branches' backward from du under bf16: both BNs' sums in one launch and their parameters'
+// gradients and means in one, then for each branch its dz (packed bf16 in dz16) and its conv's backward
+// (conv_backward_bf16dy_gpu). Bit for bit bn_backward_bf16_gpu and conv_backward_bf16dy_gpu per branch.
+extern "C" void repconv_bn_backward_bf16_gpu(Device *dev, const ConvBnBranch *b1, const ConvBnBranch *b2, Map x,
+                                             Map du, void *dz16) {
+    bn_check(b1->z, b2->z, "repconv_bn_backward_bf16_gpu");
+    bn_check(b1->z, du, "repconv_bn_backward_bf16_gpu");
+    require_fp32(du, "repconv_bn_backward_bf16_gpu");
+    if (b1->z.ld != b1->z.C || b2->z.ld != b2->z.C) die("repconv_bn_backward_bf16_gpu: z must be contiguous");
+    size_t mark = dev->scratch.used, M = map_pixels(b1->z);
+    Sums s1 = sums_take(dev, b1->z.C, M), s2 = sums_take(dev, b2->z.C, M);
+    BnSaved p1 = { b1->gamma, NULL, b1->mean, b1->invstd }, p2 = { b2->gamma, NULL, b2->mean, b2->invstd };
+    channel_sums<GRAD>(dev, b1->z, du, p1, &s1, grad_finish_of(M, b1->dgamma, b1->dbeta, s1), b2->z, du, p2, &s2,
+                       grad_finish_of(M, b2->dgamma, b2->dbeta, s2));
+    Map none = { NULL, 0, 0, 0, 0, 0, 0, 0 };
+    const ConvBnBranch *b[2] = { b1, b2 };
+    const Sums *s[2] = { &s1, &s2 };
+    BnSaved p[2] = { p1, p2 };
+    for (int i = 0; i < 2; i++) {   // the sums stay below the convs' scratch until both are done
+        bn_dz<false>(dev, b[i]->z, p[i], s[i]->mean, s[i]->var, du, none, (__nv_bfloat16 *)dz16);
+        conv_backward_bf16dy_gpu(dev, b[i]->d, x, b[i]->w, dz16, b[i]->dx, b[i]->dw);
     }
     dev->scratch.used = mark;
 }

@@ -44,6 +44,11 @@ void bn_silu_forward_train_gpu(Device *dev, Map z, const float *gamma, const flo
 // accumulate_map_gpu, silu_forward_gpu, in three launches and without storing the fp32 sum.
 void repconv_forward_train_gpu(Device *dev, Map z1, const BnTrain *bn1, Map z2, const BnTrain *bn2, float eps,
                                float momentum, Map y);
+// A conv unit's y = silu(BN_train(z)) taken by the residual addition after it: out = a + y in the
+// normalising pass, y (its storage rounding applied) not written; bit for bit bn_silu_forward_train_gpu
+// into y, then add_forward_gpu(a, y, out).
+void bn_silu_add_forward_train_gpu(Device *dev, Map z, const BnTrain *bn, float eps, float momentum, Map a, Map y,
+                                   Map out);
 void bn_forward_eval_gpu(Device *dev, Map z, const float *gamma, const float *beta, float eps,
                          const float *running_mean, const float *running_var, Map u);
 // The same fused with SiLU in one pass: y = silu(u), u never stored (bit for bit the two launches).
@@ -69,6 +74,21 @@ void bn_silu_backward_bf16_gpu(Device *dev, Map z, const float *gamma, const flo
 // outputs on the CPU (core/model_cpu.c), bit for bit.
 void bn_apply_gpu(Device *dev, Map z, const float *gamma, const float *beta, const float *mean,
                   const float *invstd, Map u);
+// One RepConv branch's backward: its conv (d, w, dw +=, dx with its fresh bit) and BN (z, saved statistics,
+// dgamma, dbeta +=).
+typedef struct {
+    const ConvDims *d;
+    const float *w;
+    float *dw;
+    Map z, dx;
+    const float *gamma, *mean, *invstd;
+    float *dgamma, *dbeta;
+} ConvBnBranch;
+// Both branches' BN and conv backward from du (fp32) under bf16, dz16 (M·C bf16) between them: the two BNs'
+// sums and finishes in two launches (four before); bit for bit bn_backward_bf16_gpu and
+// conv_backward_bf16dy_gpu per branch. z contiguous.
+void repconv_bn_backward_bf16_gpu(Device *dev, const ConvBnBranch *b1, const ConvBnBranch *b2, Map x, Map du,
+                                  void *dz16);
 // A RepConv's du = dy·silu'(u1 + u2) (=), u1 and u2 recomputed from z1 and z2 as bn_apply_gpu, in one pass:
 // bit for bit bn_apply_gpu twice, accumulate_map_gpu, silu_backward_gpu.
 void repconv_silu_backward_gpu(Device *dev, Map z1, const float *gamma1, const float *beta1, const float *mean1,

@@ -2,7 +2,7 @@
 // a fresh process, and whatever the number of loader workers; on the CPU, and on a GPU when there is
 // one; and on a GPU with the gradient plan's fresh writes or without them (YT_GRAD_FRESH=0), with
 // the weights rounded to bf16 once a pass or once a convolution (YT_WEIGHTS_ONCE=0, =unpermuted), and with
-// a RepConv's passes fused or not (YT_FUSE_REPCONV=0).
+// the fused forms of a RepConv and of a residual addition or without them (YT_FUSE=0).
 // Compared: results.csv (per-epoch losses, metrics, learning rates), the EMA weights and the
 // whole training state (weights, gradients, momentum), byte for byte.
 #include "test/test.h"
@@ -115,21 +115,26 @@ static void test_same_seed_same_bits_gpu(void) {
     child_env[0] = NULL;
     if (w) { CHECK(0, "the GPU run with YT_WEIGHTS_ONCE=unpermuted failed: status %d", w); return; }
     compare("gpu1", "gpu_weights_permuted_per_conv");
-    // a RepConv's fused passes against the launches they replace (core/model_run.c, gpu/bn.cu)
-    child_env[0] = "YT_FUSE_REPCONV=0";
-    int r = train_in_child("gpu_repconv_unfused", 1, "0");
+    // the fused forms (a RepConv's passes, a conv with the residual addition after it) against the launches
+    // they replace (core/model_run.c, gpu/bn.cu)
+    child_env[0] = "YT_FUSE=0";
+    int r = train_in_child("gpu_unfused", 1, "0");
     child_env[0] = NULL;
-    if (r) { CHECK(0, "the GPU run with YT_FUSE_REPCONV=0 failed: status %d", r); return; }
-    compare("gpu1", "gpu_repconv_unfused");
+    if (r) { CHECK(0, "the GPU run with YT_FUSE=0 failed: status %d", r); return; }
+    compare("gpu1", "gpu_unfused");
     // YOLO26-n: depthwise convs (fresh too), attention, the detached one-to-one head, MuSGD
     child_cfg = "cfg/yolo26n.ini";
     int e = train_in_child("gpu26", 1, "0");
     child_env[0] = "YT_GRAD_FRESH=0";
     int f = train_in_child("gpu26_zeroed", 1, "0");
     child_env[0] = NULL;
+    child_env[0] = "YT_FUSE=0";   // its bottlenecks' residual additions
+    int h = train_in_child("gpu26_unfused", 1, "0");
+    child_env[0] = NULL;
     child_cfg = "cfg/t.ini";
-    if (e || f) { CHECK(0, "a YOLO26-n GPU run failed: status %d, %d", e, f); return; }
+    if (e || f || h) { CHECK(0, "a YOLO26-n GPU run failed: status %d, %d, %d", e, f, h); return; }
     compare("gpu26", "gpu26_zeroed");
+    compare("gpu26", "gpu26_unfused");
 #endif
 }
 

@@ -14,7 +14,7 @@
 #endif
 
 #define GPU_TESTS(X) X(test_conv_fp32) X(test_conv_tf32) X(test_conv_bf16) X(test_conv_chunked) X(test_conv_bf16dy) X(test_conv_cudnn_bf16) \
-    X(test_bn_train) X(test_bn_silu) X(test_bn_eval) X(test_bn_backward) X(test_bn_silu_backward) X(test_repconv_fused) X(test_bn_offset_variance) X(test_elementwise) X(test_maxpool)     \
+    X(test_bn_train) X(test_bn_silu) X(test_bn_eval) X(test_bn_backward) X(test_bn_silu_backward) X(test_repconv_fused) X(test_residual_fused) X(test_bn_offset_variance) X(test_elementwise) X(test_maxpool)     \
     X(test_avgpool) X(test_upsample) X(test_resize) X(test_step_allocates_nothing) X(test_init_refuses)
 
 #define GPU_ARENAS { 0, 0, 0, (size_t)256 << 20, (size_t)256 << 20 }
@@ -550,6 +550,46 @@ static void test_repconv_fused(void) {
         CHECK(same_on_device(du, du2), "shape %zu: the fused RepConv backward differs from its four launches", i);
         Pair all[] = { z, z2, u, y, t, y2, dy, du, du2, ga, be, rm, rv, mean, invstd, ga2, be2, rm2, rv2, mean2, invstd2 };
         for (size_t k = 0; k < sizeof all / sizeof *all; k++) pair_free(all[k]);
+    }
+}
+
+// A conv unit's SiLU(BN) output taken by the residual addition after it: out = a + silu(BN_train(z)) in one
+// pass against the CPU's BN, SiLU and addition, and bit for bit against the GPU's two launches, with the
+// unit's output stored in fp32 and in bf16 (the added value rounded as it would be stored).
+static void test_residual_fused(void) {
+    NEED_GPU();
+    Rng g = rng_for(28, 0, 0);
+    for (size_t i = 0; i < sizeof BN_SHAPES / sizeof *BN_SHAPES; i++) {
+        Shape s = BN_SHAPES[i];
+        for (int y16 = 0; y16 < 2; y16++) {
+            arena_reset(&dev.acts);
+            Pair z = pair_new(s.N, s.H, s.W, s.C, s.extra), a = pair_new(s.N, s.H, s.W, s.C, 1);
+            Pair y = pair_new(s.N, s.H, s.W, s.C, 0), out = pair_new(s.N, s.H, s.W, s.C, 2);
+            Pair out2 = pair_new(s.N, s.H, s.W, s.C, 2);
+            Pair ga = vec_new(s.C), be = vec_new(s.C), rm = vec_new(s.C), rv = vec_new(s.C);
+            Pair mean = vec_new(s.C), invstd = vec_new(s.C);
+            pair_rand(z, &g, -2, 3); pair_rand(a, &g, -3, 3);
+            pair_rand(ga, &g, 0.5, 1.5); pair_rand(be, &g, -1, 1); pair_rand(rm, &g, -1, 1); pair_rand(rv, &g, 0.5, 1.5);
+            bn_forward_train_cpu(z.h, ga.h.data, be.h.data, EPS, MOMENTUM, rm.h.data, rv.h.data, mean.h.data,
+                                 invstd.h.data, y.h);
+            silu_forward_cpu(y.h, y.h);
+            add_forward_cpu(a.h, y.h, out.h);
+            Map yd = y16 ? bf16_twin(y.d) : y.d;   // the unit's output as training would store it
+            BnTrain b = { ga.d.data, be.d.data, rm.d.data, rv.d.data, mean.d.data, invstd.d.data };
+            bn_silu_add_forward_train_gpu(&dev, z.d, &b, EPS, MOMENTUM, a.d, yd, out.d);
+            compare(y16 ? "residual out (bf16 y)" : "residual out", out, y16 ? BF16 : FP32);
+            compare("residual running_mean", rm, FP32);
+            compare("residual running_var", rv, FP32);
+            compare("residual mean", mean, FP32);
+            compare("residual invstd", invstd, FP32);
+            bn_silu_forward_train_gpu(&dev, z.d, ga.d.data, be.d.data, EPS, MOMENTUM, NULL, NULL, mean.d.data,
+                                      invstd.d.data, (Map){ 0 }, yd);   // the two launches it replaces
+            add_forward_gpu(&dev, a.d, yd, out2.d);
+            CHECK(same_on_device(out, out2), "shape %zu%s: the fused residual differs from its two launches", i,
+                  y16 ? " (bf16 y)" : "");
+            Pair all[] = { z, a, y, out, out2, ga, be, rm, rv, mean, invstd };
+            for (size_t k = 0; k < sizeof all / sizeof *all; k++) pair_free(all[k]);
+        }
     }
 }
 
