@@ -65,6 +65,28 @@ static size_t first_fit(Life **placed, int n_placed, const Life *l) {
 // every write as an addition into zeroed buffers (the old plan, kept to compare against).
 typedef struct { int v, capable, bit; } Write;
 
+int model_residual_after(const Model *m, int i) {
+    if (i + 1 >= m->n_nodes) return -1;
+    const Node *c = &m->nodes[i], *a = &m->nodes[i + 1];
+    int v = c->out;
+    if (c->op != OP_CONV || !c->act || !unit_bn_trains(&c->cv) || a->op != OP_ADD || (a->in == v) == (a->in2 == v) ||
+        m->values[v].parent >= 0)
+        return -1;
+    for (int k = 0; k < m->n_values; k++)
+        if (m->values[k].parent == v) return -1;
+    for (int k = 0; k < m->n_nodes; k++)
+        if (k != i + 1 && (m->nodes[k].in == v || (m->nodes[k].op == OP_ADD && m->nodes[k].in2 == v))) return -1;
+    for (int l = 0; l < m->n_levels; l++)
+        if (m->head[l] == v || (l < m->n_aux && m->aux[l] == v)) return -1;
+    return i + 1;
+}
+
+// The gradient node i's backward reads as its dy: its output's, or for a conv whose output only the
+// residual addition after it reads, that addition's output's (model_residual_after).
+static int dy_of(const Model *m, int i) {
+    return model_residual_after(m, i) >= 0 ? m->nodes[i + 1].out : m->nodes[i].out;
+}
+
 // The writes node i's backward makes (core/model_run.c node_backward and unit_backward), in order.
 static int node_writes(const Model *m, const Node *nd, Write w[3]) {
     int n = 0;
@@ -76,10 +98,12 @@ static int node_writes(const Model *m, const Node *nd, Write w[3]) {
         if (nd->op == OP_REPCONV) w[n++] = (Write){ nd->in, 1, FRESH_IN_CV2 };
         break;
     case OP_COPY: w[n++] = (Write){ nd->in, 1, FRESH_IN }; break;
-    case OP_ADD:
-        w[n++] = (Write){ nd->in, 1, FRESH_IN };
-        w[n++] = (Write){ nd->in2, 1, FRESH_IN2 };
+    case OP_ADD: {   // not into a conv's output that only this addition reads: the conv reads dy itself
+        int i = (int)(nd - m->nodes), c = i > 0 && model_residual_after(m, i - 1) == i ? m->nodes[i - 1].out : -1;
+        if (nd->in != c) w[n++] = (Write){ nd->in, 1, FRESH_IN };
+        if (nd->in2 != c) w[n++] = (Write){ nd->in2, 1, FRESH_IN2 };
         break;
+    }
     default: w[n++] = (Write){ nd->in, 0, 0 }; break;   // pooling, upsampling, attention: they add
     }
     return n;
@@ -122,7 +146,7 @@ static char *plan_fresh_writes(Model *m) {
         Write w[3];
         int nw = node_writes(m, nd, w);
         if (runs_backward(m, nd)) {               // it reads dy (and OP_ATTN's dv)
-            int reads[2] = { nd->out, nd->out2 };
+            int reads[2] = { dy_of(m, i), nd->out2 };
             for (int k = 0; k < 2; k++)
                 if (reads[k] >= 0 && written_count(m, written, reads[k]) < m->values[reads[k]].C)
                     needs_zero[owner(m, reads[k])] = 1;
@@ -157,7 +181,7 @@ void model_plan_grads(Model *m) {
         const Node *nd = &m->nodes[i];
         int t = nn - 1 - i;
         if (!runs_backward(m, nd)) continue;
-        touch(life, m, nd->out, t);                // reads dy
+        touch(life, m, dy_of(m, i), t);            // reads dy
         if (nd->out2 >= 0) touch(life, m, nd->out2, t);       // and OP_ATTN's dv
         Write w[3];
         for (int k = 0, nw = node_writes(m, nd, w); k < nw; k++) touch(life, m, w[k].v, t);   // writes dx

@@ -77,6 +77,8 @@ typedef struct {        // one conv + optional BN; parameter indices into Model.
 
 // A depthwise unit (groups == C == K) runs the depthwise ops (core/ops26.h), not a GEMM.
 static inline int unit_is_dw(const ConvUnit *u) { return u->d.groups > 1 && u->d.groups == u->d.C && u->d.C == u->d.K; }
+// A unit with a BN in training mode after a GEMM convolution: the one the fused forms take (core/backend.h)
+static inline int unit_bn_trains(const ConvUnit *u) { return u->bn_w >= 0 && !u->bn_frozen && !unit_is_dw(u); }
 
 typedef struct {
     OpKind   op;
@@ -159,6 +161,11 @@ int  model_build(const Config *cfg, int max_n, int imgsz, Model *m, Err *err);
 void model_free(Model *m);
 // core/grad_plan.c: plan grad_offset, n_dact and the zero lists from the graph (model_build does it)
 void model_plan_grads(Model *m);
+// The residual addition right after node i (an OP_CONV with SiLU after a training BN) that reads the conv's
+// output, when nothing else does (no other node, slice or head): the addition's index, else -1. The backward
+// then reads the addition's output gradient for the conv's (the addition passes it on unchanged) instead of
+// copying it, and the training forward may write the sum in the conv's pass (core/model_run.c).
+int  model_residual_after(const Model *m, int i);
 void model_free_grad_plan(Model *m);
 // Fresh weights as the reference initialises them (PyTorch default conv init, BN 1/0, bias_init).
 void model_init_weights(Model *m, uint64_t seed);

@@ -97,9 +97,6 @@ static int unit_forward(Model *m, const ConvUnit *cu, int in, Map out, int n, in
     return 0;
 }
 
-// A unit whose training BN the fused forms take: a BN in training mode after a GEMM convolution
-static int unit_bn_trains(const ConvUnit *cu) { return cu->bn_w >= 0 && !cu->bn_frozen && !unit_is_dw(cu); }
-
 static BnTrain unit_bn_train(Model *m, const ConvUnit *cu) {
     float *mean = m->stats + cu->stats;
     return (BnTrain){ P(m, cu->bn_w), P(m, cu->bn_b), P(m, cu->bn_mean), P(m, cu->bn_var), mean, mean + cu->d.K };
@@ -302,25 +299,6 @@ void model_drop_recordings(Model *m) {
     }
 }
 
-// The residual addition right after conv node i that takes the conv's output when nothing else reads that
-// output (no other node, slice or head): the conv's training forward can write the sum itself
-// (Backend.bn_silu_add_forward_train) and the addition is skipped. Returns the addition's index, or -1.
-static int residual_after(const Model *m, int i) {
-    if (i + 1 >= m->n_nodes || !m->be->bn_silu_add_forward_train) return -1;
-    const Node *c = &m->nodes[i], *a = &m->nodes[i + 1];
-    int v = c->out;
-    if (c->op != OP_CONV || !c->act || !unit_bn_trains(&c->cv) || a->op != OP_ADD || (a->in == v) == (a->in2 == v) ||
-        m->values[v].parent >= 0)
-        return -1;
-    for (int k = 0; k < m->n_values; k++)
-        if (m->values[k].parent == v) return -1;
-    for (int k = 0; k < m->n_nodes; k++)
-        if (k != i + 1 && (m->nodes[k].in == v || (m->nodes[k].op == OP_ADD && m->nodes[k].in2 == v))) return -1;
-    for (int l = 0; l < m->n_levels; l++)
-        if (m->head[l] == v || (l < m->n_aux && m->aux[l] == v)) return -1;
-    return i + 1;
-}
-
 // Conv node c and the residual addition a after it in one: conv, then a's output = its other operand +
 // silu(BN_train(z)); c's own output is not written (only a read it).
 static void conv_residual_forward(Model *m, const Node *c, const Node *a, int n) {
@@ -338,7 +316,7 @@ static void forward_pass(Model *m, int n, int train) {
     for (int i = 0; i < m->n_nodes; i++) {
         if (!train && m->nodes[i].train_only) continue;   // the auxiliary head is for training only
         double t0 = prof_start(m);
-        int add = train ? residual_after(m, i) : -1;
+        int add = train && m->be->bn_silu_add_forward_train ? model_residual_after(m, i) : -1;
         if (add >= 0) conv_residual_forward(m, &m->nodes[i], &m->nodes[add], n);
         else node_forward(m, &m->nodes[i], n, train);
         prof_stop(m, i, 0, t0);
@@ -420,8 +398,11 @@ static void node_backward(Model *m, const Node *nd, int n) {
     int conv = nd->op == OP_CONV || nd->op == OP_REPCONV;
     if (m->values[nd->in].no_grad && !conv) return;  // nothing to pass back (grad_plan.c plans the same);
                                                      // convs still owe their weight gradients
-    Map dy = model_grad(m, nd->out, n), x = model_value(m, nd->in, n), dx = model_grad(m, nd->in, n);
-    int fresh = m->grad_fresh[nd - m->nodes];     // which writes write instead of adding (grad_plan.c)
+    int i = (int)(nd - m->nodes), fresh = m->grad_fresh[i];   // which writes write instead of adding (grad_plan.c)
+    int add = model_residual_after(m, i);          // a conv whose output only this addition reads: its dy
+    Map dy = model_grad(m, add >= 0 ? m->nodes[add].out : nd->out, n), x = model_value(m, nd->in, n);
+    Map dx = model_grad(m, nd->in, n);
+    int skip = nd->op == OP_ADD && i > 0 && model_residual_after(m, i - 1) == i ? m->nodes[i - 1].out : -1;
     {
         switch (nd->op) {
         case OP_CONV: case OP_REPCONV: {
@@ -440,9 +421,10 @@ static void node_backward(Model *m, const Node *nd, int n) {
         case OP_AVGPOOL:  be->avgpool_backward(ctx, nd->k, nd->stride, nd->pad, dy, dx); break;
         case OP_UPSAMPLE: be->upsample_backward(ctx, nd->k, dy, dx); break;
         case OP_COPY: (fresh & FRESH_IN ? be->copy_map : be->accumulate_map)(ctx, dy, dx); break;
-        case OP_ADD:
-            (fresh & FRESH_IN ? be->copy_map : be->accumulate_map)(ctx, dy, dx);
-            (fresh & FRESH_IN2 ? be->copy_map : be->accumulate_map)(ctx, dy, model_grad(m, nd->in2, n));
+        case OP_ADD:   // not into the conv output that only it reads (skip): that conv's backward reads dy
+            if (nd->in != skip) (fresh & FRESH_IN ? be->copy_map : be->accumulate_map)(ctx, dy, dx);
+            if (nd->in2 != skip)
+                (fresh & FRESH_IN2 ? be->copy_map : be->accumulate_map)(ctx, dy, model_grad(m, nd->in2, n));
             break;
         case OP_DETACH: break;
         case OP_ATTN: {
