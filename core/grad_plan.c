@@ -65,7 +65,8 @@ static size_t first_fit(Life **placed, int n_placed, const Life *l) {
 // every write as an addition into zeroed buffers (the old plan, kept to compare against).
 typedef struct { int v, capable, bit; } Write;
 
-int model_residual_after(const Model *m, int i) {
+// Model.residual_add[i], from the graph
+static int residual_after(const Model *m, int i) {
     if (i + 1 >= m->n_nodes) return -1;
     const Node *c = &m->nodes[i], *a = &m->nodes[i + 1];
     int v = c->out;
@@ -82,10 +83,8 @@ int model_residual_after(const Model *m, int i) {
 }
 
 // The gradient node i's backward reads as its dy: its output's, or for a conv whose output only the
-// residual addition after it reads, that addition's output's (model_residual_after).
-static int dy_of(const Model *m, int i) {
-    return model_residual_after(m, i) >= 0 ? m->nodes[i + 1].out : m->nodes[i].out;
-}
+// residual addition after it reads, that addition's output's (Model.residual_add).
+static int dy_of(const Model *m, int i) { return m->residual_add[i] >= 0 ? m->nodes[i + 1].out : m->nodes[i].out; }
 
 // The writes node i's backward makes (core/model_run.c node_backward and unit_backward), in order.
 static int node_writes(const Model *m, const Node *nd, Write w[3]) {
@@ -99,7 +98,7 @@ static int node_writes(const Model *m, const Node *nd, Write w[3]) {
         break;
     case OP_COPY: w[n++] = (Write){ nd->in, 1, FRESH_IN }; break;
     case OP_ADD: {   // not into a conv's output that only this addition reads: the conv reads dy itself
-        int i = (int)(nd - m->nodes), c = i > 0 && model_residual_after(m, i - 1) == i ? m->nodes[i - 1].out : -1;
+        int i = (int)(nd - m->nodes), c = i > 0 && m->residual_add[i - 1] == i ? m->nodes[i - 1].out : -1;
         if (nd->in != c) w[n++] = (Write){ nd->in, 1, FRESH_IN };
         if (nd->in2 != c) w[n++] = (Write){ nd->in2, 1, FRESH_IN2 };
         break;
@@ -171,6 +170,9 @@ static char *plan_fresh_writes(Model *m) {
 
 void model_plan_grads(Model *m) {
     int nv = m->n_values, nn = m->n_nodes;
+    free(m->residual_add);
+    m->residual_add = xmalloc(((size_t)nn + 1) * sizeof *m->residual_add);
+    for (int i = 0; i < nn; i++) m->residual_add[i] = residual_after(m, i);
     Life *life = xcalloc((size_t)nv, sizeof *life);
     for (int v = 0; v < nv; v++) life[v] = (Life){ v, nn, -2, 0, 0 };
     for (int l = 0; l < m->n_levels; l++) {        // the loss writes the head maps' gradients
@@ -226,7 +228,9 @@ void model_free_grad_plan(Model *m) {
     free(m->zero_first);
     free(m->zero_list);
     free(m->grad_fresh);
+    free(m->residual_add);
     m->grad_fresh = NULL;
+    m->residual_add = NULL;
     m->grad_offset = NULL;
     m->zero_first = m->zero_list = NULL;
 }

@@ -148,6 +148,12 @@ typedef struct Model {
     // .. zero_first[T+2]), zeroed then (those whose first writes all write instead of adding are not)
     size_t    *grad_offset, n_dact;
     int       *zero_first, *zero_list;
+    int       *residual_add;       // per node i: the residual addition right after it (an OP_CONV with SiLU
+                                   // after a training BN) that reads its output when nothing else does (no
+                                   // other node, slice or head), else -1. The backward reads the addition's
+                                   // output gradient for the conv's (the addition passes it on unchanged)
+                                   // instead of copying it; the training forward may write the sum in the
+                                   // conv's pass (core/model_run.c). Planned with the gradients.
     unsigned char *grad_fresh;     // per node, FRESH_* bits: which of its gradient writes are the first
                                    // into buffers left unzeroed, so they write (=) instead of adding
     // recorded passes of training steps (model_run.c): the forward and the backward of each shape
@@ -161,11 +167,6 @@ int  model_build(const Config *cfg, int max_n, int imgsz, Model *m, Err *err);
 void model_free(Model *m);
 // core/grad_plan.c: plan grad_offset, n_dact and the zero lists from the graph (model_build does it)
 void model_plan_grads(Model *m);
-// The residual addition right after node i (an OP_CONV with SiLU after a training BN) that reads the conv's
-// output, when nothing else does (no other node, slice or head): the addition's index, else -1. The backward
-// then reads the addition's output gradient for the conv's (the addition passes it on unchanged) instead of
-// copying it, and the training forward may write the sum in the conv's pass (core/model_run.c).
-int  model_residual_after(const Model *m, int i);
 void model_free_grad_plan(Model *m);
 // Fresh weights as the reference initialises them (PyTorch default conv init, BN 1/0, bias_init).
 void model_init_weights(Model *m, uint64_t seed);

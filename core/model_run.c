@@ -123,7 +123,13 @@ static void bn_recompute(const Model *m, const ConvUnit *cu, Map z, Map u) {
 }
 
 // Whether unit_backward takes a unit's BN and conv to the backend's conv_bn_backward
-static int unit_conv_bn(const ConvUnit *cu) { return cu->bn_w >= 0 && cu->b < 0 && !unit_is_dw(cu) && !cu->bn_frozen; }
+static int unit_conv_bn(const ConvUnit *cu) { return unit_bn_trains(cu) && cu->b < 0; }
+
+// A unit's BN parameters, the statistics its forward saved, and its parameter gradients (+=)
+static BnSaved unit_bn_saved(Model *m, const ConvUnit *cu) {
+    const float *mean = m->stats + cu->stats;
+    return (BnSaved){ P(m, cu->bn_w), P(m, cu->bn_b), mean, mean + cu->d.K, G(m, cu->bn_w), G(m, cu->bn_b) };
+}
 
 // Backward of one conv unit given du (gradient at the BN output, or at the conv output without BN).
 static void unit_backward(Model *m, const ConvUnit *cu, int in, Map du, int n, int fresh) {
@@ -133,8 +139,7 @@ static void unit_backward(Model *m, const ConvUnit *cu, int in, Map du, int n, i
     dx.fresh = fresh;                             // the first write into an unzeroed buffer (grad_plan.c)
     if (unit_conv_bn(cu)) {   // BN + conv, fused by the backend
         Map z = unit_z(m, cu, &d);
-        const float *mean = m->stats + cu->stats;
-        BnSaved bn = { P(m, cu->bn_w), P(m, cu->bn_b), mean, mean + d.K, G(m, cu->bn_w), G(m, cu->bn_b) };
+        BnSaved bn = unit_bn_saved(m, cu);
         m->be->conv_bn_backward(m->be_ctx, &d, x, P(m, cu->w), z, &bn, du, map_make(m->tmp_b, d.N, d.P, d.Q, d.K), dx,
                                 G(m, cu->w), m->ws);
         return;
@@ -168,9 +173,7 @@ static int repconv_backward_fused(Model *m, const Node *nd, Map du, int n, int f
     if (m->values[nd->in].no_grad) dx1.data = NULL;
     Map dx2 = dx1;
     dx1.fresh = fresh & FRESH_IN, dx2.fresh = fresh & FRESH_IN_CV2;   // as unit_backward's
-    const float *m1 = m->stats + c1->stats, *m2 = m->stats + c2->stats;
-    BnSaved b1 = { P(m, c1->bn_w), P(m, c1->bn_b), m1, m1 + d1.K, G(m, c1->bn_w), G(m, c1->bn_b) };
-    BnSaved b2 = { P(m, c2->bn_w), P(m, c2->bn_b), m2, m2 + d2.K, G(m, c2->bn_w), G(m, c2->bn_b) };
+    BnSaved b1 = unit_bn_saved(m, c1), b2 = unit_bn_saved(m, c2);
     m->be->repconv_bn_backward(m->be_ctx, &d1, P(m, c1->w), unit_z(m, c1, &d1), &b1, G(m, c1->w), dx1, &d2, P(m, c2->w),
                                unit_z(m, c2, &d2), &b2, G(m, c2->w), dx2, x, du, map_make(m->tmp_b, n, d1.P, d1.Q, d1.K),
                                m->ws);
@@ -184,8 +187,7 @@ static void unit_backward_silu(Model *m, const ConvUnit *cu, int in, Map dy, int
     Map x = model_value(m, in, n), dx = model_grad(m, in, n), z = unit_z(m, cu, &d);
     if (m->values[in].no_grad) dx.data = NULL;   // no gradient for the images or detached features
     dx.fresh = fresh;
-    const float *mean = m->stats + cu->stats;
-    BnSaved bn = { P(m, cu->bn_w), P(m, cu->bn_b), mean, mean + d.K, G(m, cu->bn_w), G(m, cu->bn_b) };
+    BnSaved bn = unit_bn_saved(m, cu);
     m->be->conv_bn_silu_backward(m->be_ctx, &d, x, P(m, cu->w), z, &bn, dy, map_make(m->tmp_a, d.N, d.P, d.Q, d.K),
                                  map_make(m->tmp_b, d.N, d.P, d.Q, d.K), dx, G(m, cu->w), m->ws);
 }
@@ -316,7 +318,7 @@ static void forward_pass(Model *m, int n, int train) {
     for (int i = 0; i < m->n_nodes; i++) {
         if (!train && m->nodes[i].train_only) continue;   // the auxiliary head is for training only
         double t0 = prof_start(m);
-        int add = train && m->be->bn_silu_add_forward_train ? model_residual_after(m, i) : -1;
+        int add = train && m->be->bn_silu_add_forward_train ? m->residual_add[i] : -1;
         if (add >= 0) conv_residual_forward(m, &m->nodes[i], &m->nodes[add], n);
         else node_forward(m, &m->nodes[i], n, train);
         prof_stop(m, i, 0, t0);
@@ -373,9 +375,7 @@ static Map act_grad(Model *m, const Node *nd, int n) {
     const ConvUnit *c2 = &nd->cv2;
     if (nd->op == OP_REPCONV && m->be->repconv_silu_backward && cu->bn_w >= 0 && c2->bn_w >= 0) {   // one pass
         ConvDims d2 = unit_dims(m, c2, nd->in, n);
-        const float *m1 = m->stats + cu->stats, *m2 = m->stats + c2->stats;
-        BnSaved b1 = { P(m, cu->bn_w), P(m, cu->bn_b), m1, m1 + d.K, NULL, NULL };
-        BnSaved b2 = { P(m, c2->bn_w), P(m, c2->bn_b), m2, m2 + d2.K, NULL, NULL };
+        BnSaved b1 = unit_bn_saved(m, cu), b2 = unit_bn_saved(m, c2);
         m->be->repconv_silu_backward(m->be_ctx, unit_z(m, cu, &d), &b1, unit_z(m, c2, &d2), &b2,
                                      model_grad(m, nd->out, n), map_make(m->tmp_b, n, d2.P, d2.Q, d2.K), u);
         return u;
@@ -399,10 +399,10 @@ static void node_backward(Model *m, const Node *nd, int n) {
     if (m->values[nd->in].no_grad && !conv) return;  // nothing to pass back (grad_plan.c plans the same);
                                                      // convs still owe their weight gradients
     int i = (int)(nd - m->nodes), fresh = m->grad_fresh[i];   // which writes write instead of adding (grad_plan.c)
-    int add = model_residual_after(m, i);          // a conv whose output only this addition reads: its dy
+    int add = m->residual_add[i];                 // a conv whose output only this addition reads: its dy
     Map dy = model_grad(m, add >= 0 ? m->nodes[add].out : nd->out, n), x = model_value(m, nd->in, n);
     Map dx = model_grad(m, nd->in, n);
-    int skip = nd->op == OP_ADD && i > 0 && model_residual_after(m, i - 1) == i ? m->nodes[i - 1].out : -1;
+    int skip = nd->op == OP_ADD && i > 0 && m->residual_add[i - 1] == i ? m->nodes[i - 1].out : -1;
     {
         switch (nd->op) {
         case OP_CONV: case OP_REPCONV: {
