@@ -22,7 +22,7 @@ static char root[P], data_yaml[P + 32];
 
 // Train gelan-t for 2 epochs (mosaic, then without) in a fresh child process: runs/NAME. A child
 // also keeps CUDA out of this process, where it would not survive the next fork.
-static const char *child_env[3];   // "NAME=value"s set in the child (a fast path's switches); NULL ends them
+static const char *child_env;   // "NAME=value" set in the child (a fast path's switch); NULL: none
 static const char *child_cfg = "cfg/t.ini";
 
 static int train_in_child(const char *name, int workers, const char *device) {
@@ -30,7 +30,7 @@ static int train_in_child(const char *name, int workers, const char *device) {
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
-        for (int i = 0; i < 3 && child_env[i]; i++) putenv((char *)child_env[i]);
+        if (child_env) putenv((char *)child_env);
         int out = open("/dev/null", O_WRONLY);
         if (out < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) _exit(99);
         static Config cfg;
@@ -59,6 +59,19 @@ static void compare(const char *a, const char *b) {
         CHECK(same_file(x, y), "%s differs between run %s and run %s", files[i], a, b);
     }
 }
+
+#ifdef USE_CUDA
+// A GPU run named `name` of child_cfg with one fast path switched by `env` ("NAME=value"), compared with the
+// run `ref` byte for byte; -1 (after a failed check) when the run itself failed.
+static int same_with(const char *env, const char *name, const char *ref) {
+    child_env = env;
+    int rc = train_in_child(name, 1, "0");
+    child_env = NULL;
+    if (rc) { CHECK(0, "the GPU run with %s failed: status %d", env, rc); return -1; }
+    compare(ref, name);
+    return 0;
+}
+#endif
 
 static int make_data(void) {
     if (data_yaml[0]) return 0;
@@ -99,42 +112,21 @@ static void test_same_seed_same_bits_gpu(void) {
     compare("gpu1", "gpu3");
     // the gradient plan's fresh writes (cuDNN's beta 0, its bf16 input gradients copied, not added)
     // against every buffer zeroed and every write an addition (core/grad_plan.c)
-    child_env[0] = "YT_GRAD_FRESH=0";
-    int c = train_in_child("gpu_zeroed", 1, "0");
-    child_env[0] = NULL;
-    if (c) { CHECK(0, "the GPU run with YT_GRAD_FRESH=0 failed: status %d", c); return; }
-    compare("gpu1", "gpu_zeroed");
-    // the weights rounded to bf16 once a pass against once per convolution (gpu/conv.cu)
-    child_env[0] = "YT_WEIGHTS_ONCE=0";
-    int w = train_in_child("gpu_weights_per_conv", 1, "0");
-    child_env[0] = NULL;
-    if (w) { CHECK(0, "the GPU run with YT_WEIGHTS_ONCE=0 failed: status %d", w); return; }
-    compare("gpu1", "gpu_weights_per_conv");
-    child_env[0] = "YT_WEIGHTS_ONCE=unpermuted";   // only the 3x3 convs' weights rounded per convolution
-    w = train_in_child("gpu_weights_permuted_per_conv", 1, "0");
-    child_env[0] = NULL;
-    if (w) { CHECK(0, "the GPU run with YT_WEIGHTS_ONCE=unpermuted failed: status %d", w); return; }
-    compare("gpu1", "gpu_weights_permuted_per_conv");
+    if (same_with("YT_GRAD_FRESH=0", "gpu_zeroed", "gpu1")) return;
+    // the weights rounded to bf16 once a pass against once per convolution (gpu/conv.cu), or only the 3x3
+    // convs' per convolution
+    if (same_with("YT_WEIGHTS_ONCE=0", "gpu_weights_per_conv", "gpu1")) return;
+    if (same_with("YT_WEIGHTS_ONCE=unpermuted", "gpu_weights_permuted_per_conv", "gpu1")) return;
     // the fused forms (a RepConv's passes, a conv with the residual addition after it) against the launches
     // they replace (core/model_run.c, gpu/bn.cu)
-    child_env[0] = "YT_FUSE=0";
-    int r = train_in_child("gpu_unfused", 1, "0");
-    child_env[0] = NULL;
-    if (r) { CHECK(0, "the GPU run with YT_FUSE=0 failed: status %d", r); return; }
-    compare("gpu1", "gpu_unfused");
-    // YOLO26-n: depthwise convs (fresh too), attention, the detached one-to-one head, MuSGD
+    if (same_with("YT_FUSE=0", "gpu_unfused", "gpu1")) return;
+    // YOLO26-n: depthwise convs (fresh too), attention, the detached one-to-one head, MuSGD; YT_FUSE=0 for its
+    // bottlenecks' residual additions
     child_cfg = "cfg/yolo26n.ini";
     int e = train_in_child("gpu26", 1, "0");
-    child_env[0] = "YT_GRAD_FRESH=0";
-    int f = train_in_child("gpu26_zeroed", 1, "0");
-    child_env[0] = NULL;
-    child_env[0] = "YT_FUSE=0";   // its bottlenecks' residual additions
-    int h = train_in_child("gpu26_unfused", 1, "0");
-    child_env[0] = NULL;
+    if (e) CHECK(0, "a YOLO26-n GPU run failed: status %d", e);
+    else if (!same_with("YT_GRAD_FRESH=0", "gpu26_zeroed", "gpu26")) same_with("YT_FUSE=0", "gpu26_unfused", "gpu26");
     child_cfg = "cfg/t.ini";
-    if (e || f || h) { CHECK(0, "a YOLO26-n GPU run failed: status %d, %d, %d", e, f, h); return; }
-    compare("gpu26", "gpu26_zeroed");
-    compare("gpu26", "gpu26_unfused");
 #endif
 }
 

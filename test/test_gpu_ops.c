@@ -301,6 +301,17 @@ static void test_conv_cudnn_bf16(void) {
 
 // ---- batch normalisation ------------------------------------------------------------------
 
+// A training BN's running statistics (updated) and saved ones (written) against the CPU twin's
+static void compare_bn_stats(const char *what, Pair rm, Pair rv, Pair mean, Pair invstd) {
+    const char *names[4] = { "running_mean", "running_var", "mean", "invstd" };
+    Pair p[4] = { rm, rv, mean, invstd };
+    for (int k = 0; k < 4; k++) {
+        char label[96];
+        snprintf(label, sizeof label, "%s %s", what, names[k]);
+        compare(label, p[k], FP32);
+    }
+}
+
 typedef struct { int N, H, W, C, extra; } Shape;
 // odd C (one channel a thread), C 8 and 6 (four and two channels a thread where every ld allows); 200
 // channels: several channel tiles of the partial sums, the last one short; 135,200 pixels: more partials
@@ -326,10 +337,7 @@ static void test_bn_train(void) {
         bn_forward_train_gpu(&dev, z.d, ga.d.data, be.d.data, EPS, MOMENTUM, rm.d.data, rv.d.data,
                              mean.d.data, invstd.d.data, u.d);
         compare("bn train u", u, FP32);
-        compare("bn train running_mean", rm, FP32);
-        compare("bn train running_var", rv, FP32);
-        compare("bn train mean", mean, FP32);
-        compare("bn train invstd", invstd, FP32);
+        compare_bn_stats("bn train", rm, rv, mean, invstd);
         Pair all[] = { z, u, ga, be, rm, rv, mean, invstd };
         for (size_t k = 0; k < sizeof all / sizeof *all; k++) pair_free(all[k]);
     }
@@ -516,14 +524,8 @@ static void test_repconv_fused(void) {
         BnTrain b2 = { ga2.d.data, be2.d.data, rm2.d.data, rv2.d.data, mean2.d.data, invstd2.d.data };
         repconv_forward_train_gpu(&dev, z.d, &b1, z2.d, &b2, EPS, MOMENTUM, y.d);
         compare("repconv forward y", y, FP32);
-        compare("repconv forward running_mean 1", rm, FP32);
-        compare("repconv forward running_var 1", rv, FP32);
-        compare("repconv forward mean 1", mean, FP32);
-        compare("repconv forward invstd 1", invstd, FP32);
-        compare("repconv forward running_mean 2", rm2, FP32);
-        compare("repconv forward running_var 2", rv2, FP32);
-        compare("repconv forward mean 2", mean2, FP32);
-        compare("repconv forward invstd 2", invstd2, FP32);
+        compare_bn_stats("repconv forward 1", rm, rv, mean, invstd);
+        compare_bn_stats("repconv forward 2", rm2, rv2, mean2, invstd2);
         // the launches it replaces (running statistics left alone: they moved above)
         bn_forward_train_gpu(&dev, z.d, ga.d.data, be.d.data, EPS, MOMENTUM, NULL, NULL, mean.d.data, invstd.d.data,
                              u.d);
@@ -578,10 +580,7 @@ static void test_residual_fused(void) {
             BnTrain b = { ga.d.data, be.d.data, rm.d.data, rv.d.data, mean.d.data, invstd.d.data };
             bn_silu_add_forward_train_gpu(&dev, z.d, &b, EPS, MOMENTUM, a.d, yd, out.d);
             compare(y16 ? "residual out (bf16 y)" : "residual out", out, y16 ? BF16 : FP32);
-            compare("residual running_mean", rm, FP32);
-            compare("residual running_var", rv, FP32);
-            compare("residual mean", mean, FP32);
-            compare("residual invstd", invstd, FP32);
+            compare_bn_stats("residual", rm, rv, mean, invstd);
             bn_silu_forward_train_gpu(&dev, z.d, ga.d.data, be.d.data, EPS, MOMENTUM, NULL, NULL, mean.d.data,
                                       invstd.d.data, (Map){ 0 }, yd);   // the two launches it replaces
             add_forward_gpu(&dev, a.d, yd, out2.d);
