@@ -65,13 +65,14 @@ static size_t first_fit(Life **placed, int n_placed, const Life *l) {
 // every write as an addition into zeroed buffers (the old plan, kept to compare against).
 typedef struct { int v, capable, bit; } Write;
 
-// Model.residual_add[i], from the graph
+// Model.residual_add[i], from the graph alone: a layer frozen after the plan (freeze=) keeps its pairs, and
+// only the forward's fused form asks for a BN in training mode
 static int residual_after(const Model *m, int i) {
     if (i + 1 >= m->n_nodes) return -1;
     const Node *c = &m->nodes[i], *a = &m->nodes[i + 1];
     int v = c->out;
-    if (c->op != OP_CONV || !c->act || !unit_bn_trains(&c->cv) || a->op != OP_ADD || (a->in == v) == (a->in2 == v) ||
-        m->values[v].parent >= 0)
+    if (c->op != OP_CONV || !c->act || c->cv.bn_w < 0 || unit_is_dw(&c->cv) || a->op != OP_ADD ||
+        (a->in == v) == (a->in2 == v) || m->values[v].parent >= 0)
         return -1;
     for (int k = 0; k < m->n_values; k++)
         if (m->values[k].parent == v) return -1;

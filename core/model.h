@@ -148,12 +148,13 @@ typedef struct Model {
     // .. zero_first[T+2]), zeroed then (those whose first writes all write instead of adding are not)
     size_t    *grad_offset, n_dact;
     int       *zero_first, *zero_list;
-    int       *residual_add;       // per node i: the residual addition right after it (an OP_CONV with SiLU
-                                   // after a training BN) that reads its output when nothing else does (no
+    int       *residual_add;       // per node i: the residual addition right after it (an OP_CONV with BN and
+                                   // SiLU, not depthwise) that reads its output when nothing else does (no
                                    // other node, slice or head), else -1. The backward reads the addition's
                                    // output gradient for the conv's (the addition passes it on unchanged)
-                                   // instead of copying it; the training forward may write the sum in the
-                                   // conv's pass (core/model_run.c). Planned with the gradients.
+                                   // instead of copying it; where the BN trains (not frozen), the training
+                                   // forward may write the sum in the conv's pass (core/model_run.c).
+                                   // Planned with the gradients, from the graph alone.
     unsigned char *grad_fresh;     // per node, FRESH_* bits: which of its gradient writes are the first
                                    // into buffers left unzeroed, so they write (=) instead of adding
     // recorded passes of training steps (model_run.c): the forward and the backward of each shape

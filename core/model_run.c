@@ -318,7 +318,8 @@ static void forward_pass(Model *m, int n, int train) {
     for (int i = 0; i < m->n_nodes; i++) {
         if (!train && m->nodes[i].train_only) continue;   // the auxiliary head is for training only
         double t0 = prof_start(m);
-        int add = train && m->be->bn_silu_add_forward_train ? m->residual_add[i] : -1;
+        const Node *nd = &m->nodes[i];   // a residual pair whose conv's BN trains (not frozen): one pass
+        int add = train && m->be->bn_silu_add_forward_train && unit_bn_trains(&nd->cv) ? m->residual_add[i] : -1;
         if (add >= 0) conv_residual_forward(m, &m->nodes[i], &m->nodes[add], n);
         else node_forward(m, &m->nodes[i], n, train);
         prof_stop(m, i, 0, t0);
@@ -368,7 +369,7 @@ void model_forward_u8_resized(Model *m, const uint8_t *images, int n, int H, int
 }
 
 // du = dy * silu'(u) with u the recomputed pre-activation of a conv (or RepConv) node
-static Map act_grad(Model *m, const Node *nd, int n) {
+static Map act_grad(Model *m, const Node *nd, Map dy, int n) {
     const ConvUnit *cu = &nd->cv;
     ConvDims d = unit_dims(m, cu, nd->in, n);
     Map u = map_make(m->tmp_a, n, d.P, d.Q, d.K);
@@ -377,7 +378,7 @@ static Map act_grad(Model *m, const Node *nd, int n) {
         ConvDims d2 = unit_dims(m, c2, nd->in, n);
         BnSaved b1 = unit_bn_saved(m, cu), b2 = unit_bn_saved(m, c2);
         m->be->repconv_silu_backward(m->be_ctx, unit_z(m, cu, &d), &b1, unit_z(m, c2, &d2), &b2,
-                                     model_grad(m, nd->out, n), map_make(m->tmp_b, n, d2.P, d2.Q, d2.K), u);
+                                     dy, map_make(m->tmp_b, n, d2.P, d2.Q, d2.K), u);
         return u;
     }
     bn_recompute(m, cu, unit_z(m, cu, &d), u);
@@ -387,7 +388,7 @@ static Map act_grad(Model *m, const Node *nd, int n) {
         bn_recompute(m, &nd->cv2, unit_z(m, &nd->cv2, &d2), u2);
         m->be->accumulate_map(m->be_ctx, u2, u);
     }
-    m->be->silu_backward(m->be_ctx, u, model_grad(m, nd->out, n), u);   // elementwise: du may alias u
+    m->be->silu_backward(m->be_ctx, u, dy, u);   // elementwise: du may alias u
     return u;
 }
 
@@ -411,7 +412,7 @@ static void node_backward(Model *m, const Node *nd, int n) {
                 unit_backward_silu(m, &nd->cv, nd->in, dy, n, fresh & FRESH_IN);
                 break;
             }
-            Map du = act_grad(m, nd, n);          // in tmp_a; unit_backward keeps dz in tmp_b
+            Map du = act_grad(m, nd, dy, n);      // in tmp_a; unit_backward keeps dz in tmp_b
             if (nd->op == OP_REPCONV && repconv_backward_fused(m, nd, du, n, fresh)) break;
             unit_backward(m, &nd->cv, nd->in, du, n, fresh & FRESH_IN);
             if (nd->op == OP_REPCONV) unit_backward(m, &nd->cv2, nd->in, du, n, fresh & FRESH_IN_CV2);
