@@ -83,6 +83,31 @@ static int residual_after(const Model *m, int i) {
     return i + 1;
 }
 
+// Model.grad_alias[j], for the residual addition j after a conv (Model.residual_add): its other input r when
+// r's gradient can live in the addition's output gradient's buffer, else -1. The addition's backward then
+// has nothing to do: the conv reads dy there (dy_of), and the same floats are r's gradient from then on.
+// It takes: both values owned, unsliced, of the same shape, with gradients; r neither a head (the loss writes
+// those first) nor read by any node after the addition (then the addition's write into r's gradient is the
+// first, and nothing writes it before the conv has read dy); and r not the conv's input (its backward would
+// write dx over the dy it reads). YT_GRAD_ALIAS=0 plans none.
+static int alias_at(const Model *m, int j) {
+    if (j < 1 || m->residual_add[j - 1] != j) return -1;
+    const Node *a = &m->nodes[j], *c = &m->nodes[j - 1];
+    int r = a->in == c->out ? a->in2 : a->in, o = a->out;
+    const Value *vr = &m->values[r], *vo = &m->values[o];
+    if (vr->parent >= 0 || vo->parent >= 0 || vr->no_grad || vo->no_grad || c->in == r || vr->C != vo->C ||
+        m->vh[r] != m->vh[o] || m->vw[r] != m->vw[o])
+        return -1;
+    for (int k = 0; k < m->n_values; k++)
+        if (m->values[k].parent == r || m->values[k].parent == o) return -1;
+    for (int l = 0; l < m->n_levels; l++)
+        if (m->head[l] == r || (l < m->n_aux && m->aux[l] == r)) return -1;
+    for (int k = j + 1; k < m->n_nodes; k++)
+        if (m->nodes[k].in == r || (m->nodes[k].op == OP_ADD && m->nodes[k].in2 == r) || m->nodes[k].out2 == r)
+            return -1;
+    return r;
+}
+
 // The gradient node i's backward reads as its dy: its output's, or for a conv whose output only the
 // residual addition after it reads, that addition's output's (Model.residual_add).
 static int dy_of(const Model *m, int i) { return m->residual_add[i] >= 0 ? m->nodes[i + 1].out : m->nodes[i].out; }
@@ -98,10 +123,11 @@ static int node_writes(const Model *m, const Node *nd, Write w[3]) {
         if (nd->op == OP_REPCONV) w[n++] = (Write){ nd->in, 1, FRESH_IN_CV2 };
         break;
     case OP_COPY: w[n++] = (Write){ nd->in, 1, FRESH_IN }; break;
-    case OP_ADD: {   // not into a conv's output that only this addition reads: the conv reads dy itself
+    case OP_ADD: {   // not into a conv's output that only this addition reads: the conv reads dy itself;
+                     // not into an input whose gradient lives in dy's buffer (Model.grad_alias)
         int i = (int)(nd - m->nodes), c = i > 0 && m->residual_add[i - 1] == i ? m->nodes[i - 1].out : -1;
-        if (nd->in != c) w[n++] = (Write){ nd->in, 1, FRESH_IN };
-        if (nd->in2 != c) w[n++] = (Write){ nd->in2, 1, FRESH_IN2 };
+        if (nd->in != c && nd->in != m->grad_alias[i]) w[n++] = (Write){ nd->in, 1, FRESH_IN };
+        if (nd->in2 != c && nd->in2 != m->grad_alias[i]) w[n++] = (Write){ nd->in2, 1, FRESH_IN2 };
         break;
     }
     default: w[n++] = (Write){ nd->in, 0, 0 }; break;   // pooling, upsampling, attention: they add
@@ -130,8 +156,11 @@ static char *plan_fresh_writes(Model *m) {
     int on = !(e && strcmp(e, "0") == 0);
     char *needs_zero = xcalloc((size_t)nv, 1);
     char **written = xcalloc((size_t)nv, sizeof *written);
+    char *aliased = xcalloc((size_t)nv, 1);       // in another value's buffer: zeroed, if at all, as that one
+    for (int i = 0; i < nn; i++)
+        if (m->grad_alias[i] >= 0) aliased[m->grad_alias[i]] = 1;
     for (int v = 0; v < nv; v++) {
-        needs_zero[v] = !on;
+        needs_zero[v] = !on && !aliased[v];
         if (m->values[v].parent < 0) written[v] = xcalloc((size_t)m->values[v].C, 1);
     }
     free(m->grad_fresh);
@@ -151,6 +180,7 @@ static char *plan_fresh_writes(Model *m) {
                 if (reads[k] >= 0 && written_count(m, written, reads[k]) < m->values[reads[k]].C)
                     needs_zero[owner(m, reads[k])] = 1;
         }
+        if (m->grad_alias[i] >= 0) mark_written(m, written, m->grad_alias[i]);   // dy's floats, whole
         for (int k = 0; k < nw; k++) {
             int had = written_count(m, written, w[k].v), o = owner(m, w[k].v);
             if (had == 0 && w[k].capable) m->grad_fresh[i] |= (unsigned char)w[k].bit;
@@ -166,6 +196,7 @@ static char *plan_fresh_writes(Model *m) {
     }
     for (int v = 0; v < nv; v++) free(written[v]);
     free(written);
+    free(aliased);
     return needs_zero;
 }
 
@@ -174,6 +205,15 @@ void model_plan_grads(Model *m) {
     free(m->residual_add);
     m->residual_add = xmalloc(((size_t)nn + 1) * sizeof *m->residual_add);
     for (int i = 0; i < nn; i++) m->residual_add[i] = residual_after(m, i);
+    const char *e = getenv("YT_GRAD_ALIAS");
+    int alias_on = !(e && strcmp(e, "0") == 0);
+    free(m->grad_alias);
+    m->grad_alias = xmalloc(((size_t)nn + 1) * sizeof *m->grad_alias);
+    m->n_grad_alias = 0;
+    for (int i = 0; i < nn; i++) {
+        m->grad_alias[i] = alias_on ? alias_at(m, i) : -1;
+        m->n_grad_alias += m->grad_alias[i] >= 0;
+    }
     Life *life = xcalloc((size_t)nv, sizeof *life);
     for (int v = 0; v < nv; v++) life[v] = (Life){ v, nn, -2, 0, 0 };
     for (int l = 0; l < m->n_levels; l++) {        // the loss writes the head maps' gradients
@@ -189,10 +229,25 @@ void model_plan_grads(Model *m) {
         Write w[3];
         for (int k = 0, nw = node_writes(m, nd, w); k < nw; k++) touch(life, m, w[k].v, t);   // writes dx
     }
+    // an aliased input's gradient: one buffer with the addition's output's, live over both lifetimes. A
+    // chain of residual blocks aliases each block's input into its output, so the buffer is the last's.
+    int *alias_into = xmalloc((size_t)nv * sizeof *alias_into);
+    for (int v = 0; v < nv; v++) alias_into[v] = -1;
+    for (int i = 0; i < nn; i++)
+        if (m->grad_alias[i] >= 0) alias_into[m->grad_alias[i]] = m->nodes[i].out;
+    for (int i = nn - 1; i >= 0; i--) {            // the chain's last first: each root is final when reached
+        int r = m->grad_alias[i], o = m->nodes[i].out;
+        if (r < 0) continue;
+        while (alias_into[o] >= 0) o = alias_into[o];
+        alias_into[r] = o;
+        if (life[r].t0 < life[o].t0) life[o].t0 = life[r].t0;
+        if (life[r].t1 > life[o].t1) life[o].t1 = life[r].t1;
+    }
     Life **order = xmalloc((size_t)nv * sizeof *order);
     int n = 0;
     for (int v = 0; v < nv; v++) {
-        if (m->values[v].parent >= 0 || life[v].t1 < life[v].t0) continue;   // slices; no gradient
+        if (m->values[v].parent >= 0 || life[v].t1 < life[v].t0 || alias_into[v] >= 0)
+            continue;   // slices; no gradient; in another's buffer
         life[v].floats = buffer_floats(m, v);
         order[n++] = &life[v];
     }
@@ -207,18 +262,24 @@ void model_plan_grads(Model *m) {
     m->grad_offset = xcalloc((size_t)nv, sizeof *m->grad_offset);
     m->zero_first = xcalloc((size_t)nn + 2, sizeof *m->zero_first);
     m->zero_list = xmalloc(((size_t)n + 1) * sizeof *m->zero_list);
+    for (int v = 0; v < nv; v++)
+        if (alias_into[v] >= 0 && needs_zero[v])
+            die("grad_plan: the gradient of value %d shares a buffer but needs zeroing", v);   // alias_at's rule
     for (int k = 0; k < n; k++) {
         m->grad_offset[order[k]->v] = order[k]->offset;
         if (needs_zero[order[k]->v]) m->zero_first[order[k]->t0 + 2]++;   // counts at t0 + 2, prefix-summed below
     }
+    for (int v = 0; v < nv; v++)
+        if (alias_into[v] >= 0) m->grad_offset[v] = m->grad_offset[alias_into[v]];
     for (int t = 0; t <= nn; t++) m->zero_first[t + 1] += m->zero_first[t];
     int *fill = xcalloc((size_t)nn + 1, sizeof *fill);
     for (int v = 0; v < nv; v++) {                // value order, so the lists do not depend on qsort
-        if (m->values[v].parent >= 0 || life[v].t1 < life[v].t0 || !needs_zero[v]) continue;
+        if (m->values[v].parent >= 0 || life[v].t1 < life[v].t0 || !needs_zero[v] || alias_into[v] >= 0) continue;
         int t = life[v].t0 + 1;
         m->zero_list[m->zero_first[t] + fill[t]++] = v;
     }
     free(fill);
+    free(alias_into);
     free(needs_zero);
     free(order);
     free(life);
@@ -230,6 +291,8 @@ void model_free_grad_plan(Model *m) {
     free(m->zero_list);
     free(m->grad_fresh);
     free(m->residual_add);
+    free(m->grad_alias);
+    m->grad_alias = NULL;
     m->grad_fresh = NULL;
     m->residual_add = NULL;
     m->grad_offset = NULL;

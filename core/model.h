@@ -155,6 +155,11 @@ typedef struct Model {
                                    // instead of copying it; where the BN trains (not frozen), the training
                                    // forward may write the sum in the conv's pass (core/model_run.c).
                                    // Planned with the gradients, from the graph alone.
+    int       *grad_alias;         // per node j: for the residual addition after such a conv, its other input
+                                   // when that input's gradient lives in the buffer of the addition's output
+                                   // gradient (core/grad_plan.c alias_at), so the addition copies nothing;
+                                   // else -1. n_grad_alias: how many
+    int        n_grad_alias;
     unsigned char *grad_fresh;     // per node, FRESH_* bits: which of its gradient writes are the first
                                    // into buffers left unzeroed, so they write (=) instead of adding
     // recorded passes of training steps (model_run.c): the forward and the backward of each shape

@@ -404,6 +404,7 @@ static void node_backward(Model *m, const Node *nd, int n) {
     Map dy = model_grad(m, add >= 0 ? m->nodes[add].out : nd->out, n), x = model_value(m, nd->in, n);
     Map dx = model_grad(m, nd->in, n);
     int skip = nd->op == OP_ADD && i > 0 && m->residual_add[i - 1] == i ? m->nodes[i - 1].out : -1;
+    int same = m->grad_alias[i];                  // an input whose gradient is dy's floats (grad_plan.c)
     {
         switch (nd->op) {
         case OP_CONV: case OP_REPCONV: {
@@ -422,9 +423,10 @@ static void node_backward(Model *m, const Node *nd, int n) {
         case OP_AVGPOOL:  be->avgpool_backward(ctx, nd->k, nd->stride, nd->pad, dy, dx); break;
         case OP_UPSAMPLE: be->upsample_backward(ctx, nd->k, dy, dx); break;
         case OP_COPY: (fresh & FRESH_IN ? be->copy_map : be->accumulate_map)(ctx, dy, dx); break;
-        case OP_ADD:   // not into the conv output that only it reads (skip): that conv's backward reads dy
-            if (nd->in != skip) (fresh & FRESH_IN ? be->copy_map : be->accumulate_map)(ctx, dy, dx);
-            if (nd->in2 != skip)
+        case OP_ADD:   // not into the conv output that only it reads (skip): that conv's backward reads dy;
+                       // nor into an input whose gradient dy already is (same)
+            if (nd->in != skip && nd->in != same) (fresh & FRESH_IN ? be->copy_map : be->accumulate_map)(ctx, dy, dx);
+            if (nd->in2 != skip && nd->in2 != same)
                 (fresh & FRESH_IN2 ? be->copy_map : be->accumulate_map)(ctx, dy, model_grad(m, nd->in2, n));
             break;
         case OP_DETACH: break;

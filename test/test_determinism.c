@@ -2,7 +2,8 @@
 // a fresh process, and whatever the number of loader workers; on the CPU, and on a GPU when there is
 // one; and on a GPU with the gradient plan's fresh writes or without them (YT_GRAD_FRESH=0), with
 // the weights rounded to bf16 once a pass or once a convolution (YT_WEIGHTS_ONCE=0, =unpermuted), and with
-// the fused forms of a RepConv and of a residual addition or without them (YT_FUSE=0).
+// the fused forms of a RepConv and of a residual addition or without them (YT_FUSE=0), with the residual
+// gradients aliased or not (YT_GRAD_ALIAS=0).
 // Compared: results.csv (per-epoch losses, metrics, learning rates), the EMA weights and the
 // whole training state (weights, gradients, momentum), byte for byte.
 #include "test/test.h"
@@ -120,6 +121,8 @@ static void test_same_seed_same_bits_gpu(void) {
     // the fused forms (a RepConv's passes, a conv with the residual addition after it) against the launches
     // they replace (core/model_run.c, gpu/bn.cu)
     if (same_with("YT_FUSE=0", "gpu_unfused", "gpu1")) return;
+    // a residual input's gradient in its addition's buffer against one of its own (core/grad_plan.c)
+    if (same_with("YT_GRAD_ALIAS=0", "gpu_unaliased", "gpu1")) return;
     // YOLO26-n: depthwise convs (fresh too), attention, the detached one-to-one head, MuSGD; YT_FUSE=0 for its
     // bottlenecks' residual additions
     child_cfg = "cfg/yolo26n.ini";

@@ -3,7 +3,9 @@
 // the gradients of the old plan, where every buffer is zeroed and every write adds
 // (YT_GRAD_FRESH=0), to the bit; with the gradient arena filled with NaN before the backward, so a
 // read of a channel nothing wrote shows. On gelan-t, yolov9-t (the auxiliary heads of PGI) and
-// YOLO26-n (depthwise convs and attention, which only add, and the detached one-to-one head).
+// YOLO26-n (depthwise convs and attention, which only add, and the detached one-to-one head). The new plan
+// also puts a residual input's gradient in the buffer of the addition's output gradient (Model.grad_alias);
+// the old one has no such aliases (YT_GRAD_ALIAS=0).
 #include "test/test.h"
 
 #include "cfg/config.h"
@@ -17,18 +19,22 @@ typedef struct {
     size_t n;
     int zeroed;          // buffers the plan zeroes
     int fresh;           // writes it plans as fresh
+    int aliases;         // inputs' gradients in their addition's buffer
+    size_t n_dact;       // the gradient arena's floats
 } Run;
 
 // One training forward and backward of `cfg_path` with random head gradients, under the old plan
-// (fresh_on 0) or the new one.
-static int run(const char *cfg_path, int fresh_on, Run *out) {
+// (fresh 0: every buffer zeroed, every write adds) or the new one, with the aliases or without them.
+static int run(const char *cfg_path, int fresh, int alias, Run *out) {
     static Config cfg;
     Model m;
     Err err;
-    setenv("YT_GRAD_FRESH", fresh_on ? "1" : "0", 1);
+    setenv("YT_GRAD_FRESH", fresh ? "1" : "0", 1);
+    setenv("YT_GRAD_ALIAS", alias ? "1" : "0", 1);
     if (config_load(cfg_path, 0, NULL, &cfg, &err)) { printf("    %s\n", err.msg); return -1; }
     int rc = model_build(&cfg, N, S, &m, &err);
     unsetenv("YT_GRAD_FRESH");
+    unsetenv("YT_GRAD_ALIAS");
     if (rc) { printf("    %s\n", err.msg); return -1; }
     model_init_weights(&m, 7);
     size_t n_img = (size_t)N * S * S * 3;
@@ -53,6 +59,8 @@ static int run(const char *cfg_path, int fresh_on, Run *out) {
     memcpy(out->grad, m.grad, m.n_state * sizeof(float));
     out->zeroed = m.zero_first[m.n_nodes + 1];
     out->fresh = 0;
+    out->aliases = m.n_grad_alias;
+    out->n_dact = m.n_dact;
     for (int i = 0; i < m.n_nodes; i++)
         for (unsigned b = m.grad_fresh[i]; b; b &= b - 1) out->fresh++;
     free(img);
@@ -61,22 +69,34 @@ static int run(const char *cfg_path, int fresh_on, Run *out) {
 }
 
 static void same_gradients(const char *cfg_path) {
-    Run old, now;
-    if (run(cfg_path, 0, &old) || run(cfg_path, 1, &now)) { CHECK(0, "%s: no model", cfg_path); return; }
-    size_t bad = 0, first = 0, nan = 0;
-    for (size_t i = 0; i < old.n; i++) {
-        if (isnan(now.grad[i]) || isnan(old.grad[i])) nan++;
-        if (!(now.grad[i] == old.grad[i])) { if (!bad) first = i; bad++; }
+    Run old, now, zeroed_aliased;
+    if (run(cfg_path, 0, 0, &old) || run(cfg_path, 1, 1, &now) || run(cfg_path, 0, 1, &zeroed_aliased)) {
+        CHECK(0, "%s: no model", cfg_path);
+        return;
     }
-    CHECK(nan == 0, "%s: %zu NaN gradients (a read of an unwritten gradient)", cfg_path, nan);
-    CHECK(bad == 0, "%s: %zu of %zu gradients differ, first at %zu: %g against %g", cfg_path, bad, old.n, first,
-          bad ? now.grad[first] : 0.0, bad ? old.grad[first] : 0.0);
+    const Run *plans[2] = { &now, &zeroed_aliased };
+    for (int k = 0; k < 2; k++) {
+        const Run *p = plans[k];
+        size_t bad = 0, first = 0, nan = 0;
+        for (size_t i = 0; i < old.n; i++) {
+            if (isnan(p->grad[i]) || isnan(old.grad[i])) nan++;
+            if (!(p->grad[i] == old.grad[i])) { if (!bad) first = i; bad++; }
+        }
+        const char *what = k ? "zeroed buffers with aliases" : "the new plan";
+        CHECK(nan == 0, "%s, %s: %zu NaN gradients (a read of an unwritten gradient)", cfg_path, what, nan);
+        CHECK(bad == 0, "%s, %s: %zu of %zu gradients differ, first at %zu: %g against %g", cfg_path, what, bad, old.n,
+              first, bad ? p->grad[first] : 0.0, bad ? old.grad[first] : 0.0);
+    }
     CHECK(old.fresh == 0, "%s: the old plan marks %d fresh writes", cfg_path, old.fresh);
     CHECK(now.fresh > 0 && now.zeroed < old.zeroed, "%s: %d fresh writes, %d buffers zeroed (old plan %d)", cfg_path,
           now.fresh, now.zeroed, old.zeroed);
-    printf("    %s: %d of %d buffers still zeroed, %d fresh writes\n", cfg_path, now.zeroed, old.zeroed, now.fresh);
+    CHECK(old.aliases == 0 && now.aliases > 0, "%s: %d aliased gradients (old plan %d)", cfg_path, now.aliases,
+          old.aliases);
+    printf("    %s: %d of %d buffers still zeroed, %d fresh writes, %d aliased gradients, arena %zu floats (old %zu)\n",
+           cfg_path, now.zeroed, old.zeroed, now.fresh, now.aliases, now.n_dact, old.n_dact);
     free(old.grad);
     free(now.grad);
+    free(zeroed_aliased.grad);
 }
 
 static void test_gelan_fresh_writes(void) { same_gradients("cfg/t.ini"); }
