@@ -165,7 +165,8 @@ test: yolotrain $(TESTS)
 
 # make layers: the boundary between the specification and the devices (README, Design). core/, io/ and
 # cfg/ include nothing from gpu/ and no CUDA header (a device is reached through core/backend.h's table),
-# and USE_CUDA appears in none of their files but core/backends.c, which registers the GPU backend.
+# and USE_CUDA appears in none of their files but core/backends.c, which registers the GPU backend. And every
+# kernel of gpu/ begins with pdl_entry() (test/pdl_check.sh): gpu/graph_pdl.c starts our kernels early.
 LAYER_DIRS := core io cfg
 layers:
 	@fail=0; \
@@ -173,7 +174,8 @@ layers:
 	 if [ -n "$$bad" ]; then fail=1; echo "make layers: core/, io/ and cfg/ include nothing from gpu/ or CUDA (use core/backend.h's table):"; echo "$$bad"; fi; \
 	 bad=$$(grep -rn 'USE_CUDA' $(LAYER_DIRS) | grep -v '^core/backends\.c:'); \
 	 if [ -n "$$bad" ]; then fail=1; echo "make layers: USE_CUDA belongs in gpu/ and core/backends.c only:"; echo "$$bad"; fi; \
-	 if [ $$fail = 0 ]; then echo "make layers: ok (core/ io/ cfg/ reach the devices only through core/backend.h)"; fi; \
+	 if ! bash test/pdl_check.sh; then fail=1; echo "make layers: every kernel of gpu/ begins with pdl_entry() (gpu/pdl.cuh)"; fi; \
+	 if [ $$fail = 0 ]; then echo "make layers: ok (core/ io/ cfg/ reach the devices only through core/backend.h; every kernel begins with pdl_entry())"; fi; \
 	 exit $$fail
 
 # make fuzz: the libFuzzer targets of test/fuzz/ (clang + its fuzzer runtime), FUZZ_SECONDS each

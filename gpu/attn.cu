@@ -51,6 +51,7 @@ __device__ static float block_reduce(float v, float *shared) {
 
 // rows of length T in place: softmax over each row (one block a row)
 __global__ void softmax_rows_kernel(float *p, int T, size_t rows) {
+    pdl_entry();
     __shared__ float shared[SOFTMAX_THREADS / 32];
     for (size_t row = blockIdx.x; row < rows; row += gridDim.x) {
         float *r = p + row * T, m = -INFINITY, s = 0.0f;
@@ -64,6 +65,7 @@ __global__ void softmax_rows_kernel(float *p, int T, size_t rows) {
 
 // ds (holding dP) <- P (dP - sum_j P dP) * scale, row by row (one block a row)
 __global__ void softmax_bwd_kernel(const float *p, float *ds, int T, size_t rows, float scale) {
+    pdl_entry();
     __shared__ float shared[SOFTMAX_THREADS / 32];
     for (size_t row = blockIdx.x; row < rows; row += gridDim.x) {
         const float *pr = p + row * T;
@@ -77,6 +79,7 @@ __global__ void softmax_bwd_kernel(const float *p, float *ds, int T, size_t rows
 // v (N,H,W,C) = the v channels of qkv in output order (ADD: dqkv's v channels += dv instead)
 template <bool ADD>
 __global__ void v_channels_kernel(Map qkv, Map v, int hd, int per, int kd) {
+    pdl_entry();
     GRID_STRIDE(i, map_n(v)) {
         int ch = (int)(i % v.C), h = ch / hd, c = ch % hd;
         float *q = qkv.data + (i / v.C) * qkv.ld + h * per + 2 * kd + c;

@@ -6,6 +6,7 @@
 #include "core/backend.h"
 #include "gpu/comm_nccl.h"
 #include "gpu/device.h"
+#include "gpu/graph_pdl.h"
 #include "gpu/loss.h"
 #include "gpu/loss26.h"
 #include "gpu/musgd.h"
@@ -285,7 +286,15 @@ static void *rec_end(void *ctx, size_t *launches) {
     cudaError_t rc = cudaStreamEndCapture(DEV->stream, &g);
     *launches = 0;
     if (rc == cudaSuccess) rc = cudaGraphGetNodes(g, NULL, launches);
-    if (rc == cudaSuccess) rc = cudaGraphInstantiate(&e, g, 0);
+    if (rc == cudaSuccess) {   // consecutive kernels of ours overlap their launches (gpu/graph_pdl.c)
+        size_t kernels = 0;
+        long pdl = graph_pdl_edges(g, DEV->id, &kernels);
+        const char *r = getenv("YT_PDL_REPORT");
+        if (r && strcmp(r, "0") != 0)
+            fprintf(stderr, "GPU %d: recorded %zu nodes, %zu kernels, %ld programmatic edges\n", DEV->id, *launches,
+                    kernels, pdl);
+        rc = cudaGraphInstantiate(&e, g, 0);
+    }
     if (g) cudaGraphDestroy(g);
     if (rc != cudaSuccess) {
         fprintf(stderr, "GPU %d: could not record the step (%s); it runs without CUDA Graphs\n", DEV->id,

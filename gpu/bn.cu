@@ -131,6 +131,7 @@ template <int V> __device__ static inline void load_channels(Map m, size_t off, 
 // order whatever V is, so a bf16-stored map and its fp32 twin give the same sums.
 template <SumKind KIND, int V>
 __global__ void partial_sums_kernel(Map a, Map b, BnSaved p, double *part0, double *part1) {
+    pdl_entry();
     extern __shared__ double sh[];   // (2, TILE_M, blockDim.x·V): the rows' sums, then added in order
     int width = blockDim.x * V, x = threadIdx.x * V, c = blockIdx.x * width + x;
     double *sh0 = sh + threadIdx.y * width, *sh1 = sh + (TILE_M + threadIdx.y) * width;
@@ -246,6 +247,7 @@ struct SumJob { Map a, b; BnSaved p; double *part0, *part1; };
 template <SumKind KIND, int V>
 __global__ void __launch_bounds__(LANE_BX * LANES, 2)
 lane_sums_kernel(SumJob j0, SumJob j1, unsigned nx0) {
+    pdl_entry();
     extern __shared__ double sh[];   // (2, LANES, blockDim.x·V)
     bool second = blockIdx.x >= nx0;
     Map a = second ? j1.a : j0.a, b = second ? j1.b : j0.b;
@@ -376,6 +378,7 @@ struct FinishJob { const double *part0, *part1; Map z; BnFinish f; };
 
 template <SumKind KIND, bool BY_WARP>
 __global__ void finish_kernel(FinishJob j0, FinishJob j1, int C0, int C, int G) {
+    pdl_entry();
     int c = BY_WARP ? (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32) : blockIdx.x;
     if (c >= C) return;   // blockDim is a multiple of 32: whole warps leave together
     bool second = c >= C0;
@@ -390,6 +393,7 @@ __global__ void finish_kernel(FinishJob j0, FinishJob j1, int C0, int C, int G) 
 // The saved statistics of a BN in evaluation mode inside training: its running ones (as the CPU twin)
 __global__ void frozen_stats_kernel(int C, const float *running_mean, const float *running_var, float eps,
                                     float *mean, float *invstd) {
+    pdl_entry();
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     mean[c] = running_mean[c];
@@ -398,6 +402,7 @@ __global__ void frozen_stats_kernel(int C, const float *running_mean, const floa
 
 __global__ void eval_stats_kernel(int C, const float *gamma, float eps, const float *running_mean,
                                   const float *running_var, float *shift, float *scale) {
+    pdl_entry();
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     shift[c] = running_mean[c];
@@ -410,6 +415,7 @@ __global__ void eval_stats_kernel(int C, const float *gamma, float eps, const fl
 template <int V, typename Pix>
 __global__ void normalise_kernel(size_t M, Map z, const float *shift, const float *scale,
                                  const float *beta, Map u, Map y, Map a, int round_silu) {
+    pdl_entry();
     int c = vec_channel<V>();
     if (c >= z.C) return;
     Vec<V> sh = vec_channels<V>(shift, c), sc = vec_channels<V>(scale, c);
@@ -436,6 +442,7 @@ __global__ void normalise_kernel(size_t M, Map z, const float *shift, const floa
 template <int V, typename Pix>
 __global__ void normalise_pair_kernel(size_t M, Map z1, const float *shift1, const float *scale1, const float *beta1,
                                       Map z2, const float *shift2, const float *scale2, const float *beta2, Map y) {
+    pdl_entry();
     int c = vec_channel<V>();
     if (c >= z1.C) return;
     Vec<V> sh1 = vec_channels<V>(shift1, c), sc1 = vec_channels<V>(scale1, c), be1 = vec_channels<V>(beta1, c);
@@ -461,6 +468,7 @@ template <int V, typename Pix, bool SILU>
 __global__ void __launch_bounds__(THREADS, 4)
 bn_dz_kernel(size_t M, Map z, BnSaved p, const double *mdu, const double *mdux, Map g, Map dz,
              __nv_bfloat16 *dz16) {
+    pdl_entry();
     int c = vec_channel<V>();
     if (c >= z.C) return;
     BnChannels<V> b = bn_channels<V>(p, c, SILU);
@@ -485,6 +493,7 @@ bn_dz_kernel(size_t M, Map z, BnSaved p, const double *mdu, const double *mdux, 
 
 template <int V, typename Pix>
 __global__ void bn_apply_kernel(size_t M, Map z, BnSaved p, Map u) {
+    pdl_entry();
     int c = vec_channel<V>();
     if (c >= z.C) return;
     BnChannels<V> b = bn_channels<V>(p, c, true);
@@ -499,6 +508,7 @@ __global__ void bn_apply_kernel(size_t M, Map z, BnSaved p, Map u) {
 // accumulate_kernel adds them (bit for bit bn_apply, bn_apply, accumulate, silu_bwd); du may alias dy
 template <int V, typename Pix>
 __global__ void repconv_silu_bwd_kernel(size_t M, Map z1, BnSaved p1, Map z2, BnSaved p2, Map dy, Map du) {
+    pdl_entry();
     int c = vec_channel<V>();
     if (c >= z1.C) return;
     BnChannels<V> b1 = bn_channels<V>(p1, c, true), b2 = bn_channels<V>(p2, c, true);
@@ -514,6 +524,7 @@ __global__ void repconv_silu_bwd_kernel(size_t M, Map z1, BnSaved p1, Map z2, Bn
 // du = dy·silu'(u) with u recomputed; du may alias dy
 template <int V, typename Pix>
 __global__ void bn_apply_silu_bwd_kernel(size_t M, Map z, BnSaved p, Map dy, Map du) {
+    pdl_entry();
     int c = vec_channel<V>();
     if (c >= z.C) return;
     BnChannels<V> b = bn_channels<V>(p, c, true);

@@ -111,6 +111,7 @@ template <int V> __device__ static inline void store_v(bf16 *p, const float (&a)
 // V = 4 needs an fp32 x; V = 1 reads either storage.
 template <typename T, int V>
 __global__ void im2col_kernel(ConvDims d, Map x, unsigned m0, unsigned rows, T *col) {
+    pdl_entry();
     int crs = d.C * d.R * d.S, Cg = d.C / d.groups, rscg = d.R * d.S * Cg;
     int j = (blockIdx.x * blockDim.x + threadIdx.x) * V;
     if (j >= crs) return;
@@ -136,6 +137,7 @@ __global__ void im2col_kernel(ConvDims d, Map x, unsigned m0, unsigned rows, T *
 // as two float4 and rounded; a bf16-stored x (S = bf16) moves as one uint4, unchanged.
 template <typename S, int ROWS>
 __global__ void im2col8_kernel(ConvDims d, Map x, unsigned m0, unsigned rows, bf16 *col) {
+    pdl_entry();
     int crs = d.C * d.R * d.S, Cg = d.C / d.groups, rscg = d.R * d.S * Cg;
     int j = (blockIdx.x * blockDim.x + threadIdx.x) * 8;
     if (j >= crs) return;
@@ -179,6 +181,7 @@ __global__ void im2col8_kernel(ConvDims d, Map x, unsigned m0, unsigned rows, bf
 template <int V>
 __global__ void col2im_kernel(ConvDims d, const float *dcol, unsigned m0, unsigned rows,
                               unsigned nh0, unsigned nh1, Map dx) {
+    pdl_entry();
     int crs = d.C * d.R * d.S, Cg = d.C / d.groups, rscg = d.R * d.S * Cg;
     int e = (blockIdx.x * blockDim.x + threadIdx.x) * V;   // (v, c) within an image row
     if (e >= d.W * d.C) return;
@@ -208,6 +211,7 @@ __global__ void col2im_kernel(ConvDims d, const float *dcol, unsigned m0, unsign
 // `permute`, else copied; the GEMM's weight operand.
 template <typename T>
 __global__ void weight_to_cols_kernel(ConvDims d, const float *w, bool permute, T *wc) {
+    pdl_entry();
     int Cg = d.C / d.groups, rs_n = d.R * d.S, cgrs = Cg * rs_n;
     GRID_STRIDE(i, (size_t)d.K * cgrs) {
         int j = (int)(i % cgrs), rs = j / Cg, cg = j - rs * Cg;
@@ -220,6 +224,7 @@ __global__ void weight_to_cols_kernel(ConvDims d, const float *w, bool permute, 
 // dw (K, Cg, R, S) += dwc (K, R·S·Cg) of T: the permuted weight gradient back in PyTorch order
 template <typename T>
 __global__ void weight_grad_from_cols_kernel(ConvDims d, const T *dwc, float *dw) {
+    pdl_entry();
     int Cg = d.C / d.groups, rs_n = d.R * d.S, cgrs = Cg * rs_n;
     GRID_STRIDE(i, (size_t)d.K * cgrs) {
         int j = (int)(i % cgrs), cg = j / rs_n, rs = j - cg * rs_n;
@@ -229,6 +234,7 @@ __global__ void weight_grad_from_cols_kernel(ConvDims d, const T *dwc, float *dw
 
 // rows m0..m0+rows-1 of y = bias, so the GEMM can accumulate onto them
 __global__ void fill_bias_kernel(Map y, size_t m0, size_t rows, const float *b) {
+    pdl_entry();
     GRID_STRIDE(i, rows * y.C) y.data[(m0 + i / y.C) * y.ld + i % y.C] = b[i % y.C];
 }
 
@@ -237,6 +243,7 @@ __global__ void fill_bias_kernel(Map y, size_t m0, size_t rows, const float *b) 
 // pixels and writes a partial per channel; then one thread per channel adds the G partials in
 // order. G depends on M alone, so the result does not depend on the GPU (deterministic).
 __global__ void bias_partial_kernel(Map dy, double *part) {   // part (G, K)
+    pdl_entry();
     __shared__ double sh[BIAS_TILE_M][BIAS_TILE_C];
     int k = blockIdx.x * BIAS_TILE_C + threadIdx.x;
     size_t M = (size_t)dy.N * dy.H * dy.W;
@@ -253,6 +260,7 @@ __global__ void bias_partial_kernel(Map dy, double *part) {   // part (G, K)
 }
 
 __global__ void bias_combine_kernel(const double *part, int G, int K, float *db) {
+    pdl_entry();
     int k = blockIdx.x * blockDim.x + threadIdx.x;
     if (k >= K) return;
     double s = 0.0;
@@ -262,6 +270,7 @@ __global__ void bias_combine_kernel(const double *part, int G, int K, float *db)
 
 // dst (rows, cols) packed = bf16(src (rows, cols) with row stride ld), round to nearest even
 __global__ void to_bf16_kernel(const float *src, size_t rows, int cols, int ld, bf16 *dst) {
+    pdl_entry();
     GRID_STRIDE(i, rows * cols) dst[i] = __float2bfloat16(src[(i / cols) * ld + i % cols]);
 }
 
@@ -415,6 +424,7 @@ static void col2im(Device *dev, const ConvDims *d, const float *dcol, size_t m0,
 // out = bf16(w) (as weight_to_cols_kernel rounds), each of the n_perm segments {start, end, Cg, R·S}
 // (by start) in the columns' order (K, R, S, Cg) that weight_to_cols_kernel permutes to
 __global__ void weights_to_bf16_kernel(const float *w, size_t n, const int4 *perm, int n_perm, bf16 *out) {
+    pdl_entry();
     GRID_STRIDE(i, n) {
         int lo = 0, hi = n_perm;   // the first segment starting after i
         while (lo < hi) {

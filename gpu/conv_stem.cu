@@ -49,6 +49,7 @@ __device__ static inline void put8(Map y, size_t off, const float *a) {
 // channel's sum runs over the 27 inputs in order, eight channels at a time, stored together.
 template <int K>
 __global__ void stem_forward_kernel(ConvDims d, Map x, const float *w, const float *b, bool rnd, Map y) {
+    pdl_entry();
     __shared__ float ws[K * STEM_J];
     for (int i = threadIdx.x; i < K * STEM_J; i += blockDim.x) ws[i] = operand(w[i], rnd);
     __syncthreads();
@@ -74,6 +75,7 @@ __global__ void stem_forward_kernel(ConvDims d, Map x, const float *w, const flo
 // j = t % 8 + 8i (i < 4); a tile of pixels is staged in shared memory first.
 template <int K>
 __global__ void stem_wgrad_kernel(ConvDims d, Map x, Map dy, unsigned per_strip, bool rnd, float *part) {
+    pdl_entry();
     __shared__ float xs[STEM_TILE][STEM_J + 1], ds[STEM_TILE][K];
     unsigned M = (unsigned)(d.N * d.P) * d.Q, m0 = blockIdx.x * per_strip;
     unsigned m1 = m0 + per_strip < M ? m0 + per_strip : M;
@@ -110,6 +112,7 @@ __global__ void stem_wgrad_kernel(ConvDims d, Map x, Map dy, unsigned per_strip,
 
 // dw (K, C, 3, 3) += Σ_g part[g] in strip order, in double
 __global__ void stem_wgrad_combine_kernel(const float *part, int strips, int n, float *dw) {
+    pdl_entry();
     int o = blockIdx.x * blockDim.x + threadIdx.x;
     if (o >= n) return;
     double s = 0.0;

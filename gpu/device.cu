@@ -7,6 +7,7 @@
 
 #include "gpu/cudnn_conv.h"
 #include "gpu/device.h"
+#include "gpu/pdl.cuh"
 
 enum { BLAS_WORKSPACE_BYTES = 32 << 20 };   // cuBLAS's recommendation for Hopper
 static const size_t IM2COL_CAP_FLOATS = (size_t)1 << 25;   // 128 MiB of fp32 im2col rows
@@ -233,7 +234,7 @@ extern "C" size_t gpu_free_bytes(int id) {
 }
 
 // An empty kernel: whether it has an image for the GPU is whether the build has code for it.
-__global__ void arch_probe_kernel(void) {}
+__global__ void arch_probe_kernel(void) { pdl_entry(); }
 
 extern "C" int device_check(int id, GpuPrecision prec, Err *err) {
     cudaDeviceProp p;
@@ -302,11 +303,12 @@ extern "C" int device_usable(Device *dev) {
     return cudaDeviceSynchronize() == cudaSuccess && cudaGetLastError() == cudaSuccess;
 }
 
-__global__ void fault_kernel(int *bad) { *bad = 1; }
+__global__ void fault_kernel(int *bad) { pdl_entry(); *bad = 1; }
 
 // Spins until *release (host memory) is set, or about 120 s of the GPU's clock pass, so a test that goes
 // wrong still frees the GPU.
 __global__ void hang_kernel(volatile int *release) {
+    pdl_entry();
     unsigned long long t0, t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
     do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));

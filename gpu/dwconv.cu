@@ -41,6 +41,7 @@ __device__ static inline float *at(Map m, int n, int h, int w, int c) {
 // K, ST: the kernel size and stride when known at compile time (0: d.k, d.stride); I: the index type.
 template <int K, int ST, typename I>
 __global__ void dwconv_fwd_kernel(DwDims d, Map x, const float *w, const float *b, Map y) {
+    pdl_entry();
     const int k = K ? K : d.k, stride = ST ? ST : d.stride;
     I total = (I)map_n(y);
     for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
@@ -65,6 +66,7 @@ __global__ void dwconv_fwd_kernel(DwDims d, Map x, const float *w, const float *
 
 // dx (n,h,w,c) += sum over taps (r,t) whose output (p,q) = ((h+pad-r)/stride, (w+pad-t)/stride) exists
 template <int K, int ST, typename I> __global__ void dwconv_dx_kernel(DwDims d, const float *w, Map dy, Map dx) {
+    pdl_entry();
     const int k = K ? K : d.k, stride = ST ? ST : d.stride;
     I total = (I)map_n(dx);
     for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
@@ -96,6 +98,7 @@ template <int K, int ST, typename I> __global__ void dwconv_dx_kernel(DwDims d, 
 // The weights transposed to (k*k, C) so that a thread reads its four channels' tap with one load;
 // each channel's sum runs over the taps in the order of the kernels above (the same bits).
 __global__ void dw_transpose_kernel(const float *w, int C, int kk, float *wt) {
+    pdl_entry();
     GRID_STRIDE(i, (size_t)C * kk) wt[(i % kk) * C + i / kk] = w[i];
 }
 
@@ -105,6 +108,7 @@ __device__ static inline void fma4(float4 &s, float4 a, float4 b) {
 
 template <int K, int ST>
 __global__ void dwconv_fwd4_kernel(DwDims d, Map x, const float *wt, const float *b, Map y) {
+    pdl_entry();
     unsigned C4 = d.C / 4, total = (unsigned)(d.N * d.P * d.Q) * C4;
     for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
         unsigned c = i % C4 * 4, px = i / C4;
@@ -127,6 +131,7 @@ __global__ void dwconv_fwd4_kernel(DwDims d, Map x, const float *wt, const float
 }
 
 template <int K, int ST> __global__ void dwconv_dx4_kernel(DwDims d, const float *wt, Map dy, Map dx) {
+    pdl_entry();
     unsigned C4 = d.C / 4, total = (unsigned)(d.N * d.H * d.W) * C4;
     for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
         unsigned c = i % C4 * 4, px = i / C4;
@@ -159,6 +164,7 @@ template <int K, int ST> __global__ void dwconv_dx4_kernel(DwDims d, const float
 // Partial dw (and, from tap 0's blocks, db) over pixel range blockIdx.z: block (32 channels, 8 pixel
 // lanes), grid (C tiles, k*k taps, parts). part: (parts, C, k*k + 1), the last slot db.
 __global__ void dwconv_dw_partial_kernel(DwDims d, Map x, Map dy, int parts, double *part) {
+    pdl_entry();
     __shared__ float sw[DW_TILE_M][DW_TILE_C], sb[DW_TILE_M][DW_TILE_C];
     int c = blockIdx.x * DW_TILE_C + threadIdx.x, tap = blockIdx.y, r = tap / d.k, t = tap % d.k;
     size_t M = (size_t)d.N * d.P * d.Q, per = (M + parts - 1) / parts;
@@ -188,6 +194,7 @@ __global__ void dwconv_dw_partial_kernel(DwDims d, Map x, Map dy, int parts, dou
 // walks its pixels (n, p, q) by increments; each sum (tap, lane) runs in pixel order and the lanes are
 // added in lane order in double, as dwconv_dw_partial_kernel does. part: (parts, C, K*K + 1).
 template <int K> __global__ void dwconv_dw_taps_kernel(DwDims d, Map x, Map dy, int parts, double *part) {
+    pdl_entry();
     enum { T = K * K + 1 };
     __shared__ float sacc[T][DW_TILE_M][DW_TILE_C];
     int c = blockIdx.x * DW_TILE_C + threadIdx.x;
@@ -230,6 +237,7 @@ template <int K> __global__ void dwconv_dw_taps_kernel(DwDims d, Map x, Map dy, 
 }
 
 __global__ void dwconv_dw_combine_kernel(DwDims d, const double *part, int parts, float *dw, float *db) {
+    pdl_entry();
     int slots = d.k * d.k + 1;
     GRID_STRIDE(i, (size_t)d.C * slots) {
         int c = (int)(i / slots), tap = (int)(i % slots);

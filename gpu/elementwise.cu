@@ -10,6 +10,7 @@
 // PyTorch's formula, as the CPU twin: large negative u gives exp = inf and y = -0, no NaN.
 template <int V, typename Pix>
 __global__ void silu_fwd_kernel(size_t M, Map u, Map y) {
+    pdl_entry();
     int c = vec_channel<V>();
     if (c >= u.C) return;
     PIXEL_LOOP(Pix, p, M) {
@@ -22,6 +23,7 @@ __global__ void silu_fwd_kernel(size_t M, Map u, Map y) {
 // silu'(u) = s·(1 + u·(1 - s)) with s = sigmoid(u)
 template <int V, typename Pix>
 __global__ void silu_bwd_kernel(size_t M, Map u, Map dy, Map du) {
+    pdl_entry();
     int c = vec_channel<V>();
     if (c >= u.C) return;
     PIXEL_LOOP(Pix, p, M) {
@@ -37,6 +39,7 @@ __global__ void silu_bwd_kernel(size_t M, Map u, Map dy, Map du) {
 
 template <int V, typename Pix>
 __global__ void add_kernel(size_t M, Map a, Map b, Map y) {
+    pdl_entry();
     int c = vec_channel<V>();
     if (c >= a.C) return;
     PIXEL_LOOP(Pix, p, M) {
@@ -48,6 +51,7 @@ __global__ void add_kernel(size_t M, Map a, Map b, Map y) {
 
 template <int V, typename Pix>
 __global__ void copy_kernel(size_t M, Map src, Map dst) {
+    pdl_entry();
     int c = vec_channel<V>();
     if (c >= src.C) return;
     PIXEL_LOOP(Pix, p, M)
@@ -56,6 +60,7 @@ __global__ void copy_kernel(size_t M, Map src, Map dst) {
 
 template <int V, typename Pix>
 __global__ void accumulate_kernel(size_t M, Map src, Map dst) {
+    pdl_entry();
     int c = vec_channel<V>();
     if (c >= src.C) return;
     PIXEL_LOOP(Pix, p, M) {
@@ -68,6 +73,7 @@ __global__ void accumulate_kernel(size_t M, Map src, Map dst) {
 
 template <int V, typename Pix>
 __global__ void zero_kernel(size_t M, Map m) {
+    pdl_entry();
     int c = vec_channel<V>();
     if (c >= m.C) return;
     Vec<V> zero;

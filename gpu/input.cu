@@ -6,6 +6,7 @@
 #include "gpu/kernel_util.h"
 
 __global__ void u8_to_float_kernel(const uint8_t *src, size_t n, float *dst) {
+    pdl_entry();
     GRID_STRIDE(i, n) dst[i] = __fdiv_rn((float)src[i], 255.0f);   // correctly rounded, as the CPU's x / 255.0f
 }
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "gpu/ops.h"
+#include "gpu/pdl.cuh"
 
 enum { THREADS = 256 };
 static const unsigned MAX_BLOCKS = 65535u * 8;   // grid-stride loops cover the rest

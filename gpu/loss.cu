@@ -101,6 +101,7 @@ __device__ static double metric_in_box(const Heads &h, const GtBox *g, const dou
 // per cell: the detached predicted box in pixels, and the pick counters cleared
 __global__ void decode_kernel(Heads h, int N, int G, double *pbox, int *npos, int *asg,
                               unsigned long long *gmax_t, unsigned long long *gmax_u) {
+    pdl_entry();
     int A = h.start[LOSS_LEVELS];
     GRID_STRIDE(i, (size_t)N * A) {
         Anchor an = anchor_of(h, (int)(i % A));
@@ -140,6 +141,7 @@ __device__ static void topk_fill_zero(const Heads &h, const GtBox *g, int j, con
 
 // one block per gt: its positives before conflict resolution (select_topk of core/loss.c)
 __global__ void topk_kernel(Heads h, const GtBox *gt, const double *pbox, int *npos, int *asg) {
+    pdl_entry();
     int j = blockIdx.x, A = h.start[LOSS_LEVELS], k = A < TOPK ? A : TOPK;
     const GtBox *g = gt + j;
     if (!(g->x1 + g->y1 + g->x2 + g->y2 > 0)) return;   // mask_gt: padding-like rows never match
@@ -154,6 +156,7 @@ __global__ void resolve_kernel(Heads h, int N, const GtBox *gt, const int *gt_be
                                const double *pbox, const int *npos, int *asg, double *tm,
                                double *um, unsigned long long *gmax_t,
                                unsigned long long *gmax_u) {
+    pdl_entry();
     int A = h.start[LOSS_LEVELS];
     GRID_STRIDE(i, (size_t)N * A) {
         if (npos[i] == 0) { asg[i] = -1; continue; }
@@ -181,6 +184,7 @@ __global__ void resolve_kernel(Heads h, int N, const GtBox *gt, const int *gt_be
 __global__ void score_kernel(size_t cells, const int *asg, const double *tm,
                              const unsigned long long *gmax_t, const unsigned long long *gmax_u,
                              double *score, double *part) {
+    pdl_entry();
     __shared__ double sh[THREADS];
     double tss = 0, fg = 0;
     GRID_STRIDE(i, cells) {
@@ -205,6 +209,7 @@ __global__ void score_kernel(size_t cells, const int *asg, const double *tm,
 // assigned class) and its gradient; background cells also get zero box gradients.
 __global__ void cls_kernel(Heads h, int N, const GtBox *gt, const int *asg, const double *score,
                            const double *norm, double batch_mult, double *part) {
+    pdl_entry();
     __shared__ double sh[THREADS];
     double k_cls = GAIN_CLS * batch_mult / *norm;   // the host's expression, on the device's normaliser
     int A = h.start[LOSS_LEVELS], nc = h.head[0].C - 4 * R, lane = threadIdx.x & 31;
@@ -259,6 +264,7 @@ __device__ static void box_anchor(const float *x, const Anchor &an, const GtBox 
 // one thread per cell; only foreground cells work
 __global__ void box_kernel(Heads h, int N, const GtBox *gt, const int *asg, const double *score,
                            const double *norm, double batch_mult, double *part) {
+    pdl_entry();
     __shared__ double sh[THREADS];
     double k_box = GAIN_BOX * batch_mult / *norm, k_dfl = GAIN_DFL * batch_mult / *norm;
     int A = h.start[LOSS_LEVELS];

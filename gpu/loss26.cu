@@ -99,6 +99,7 @@ __device__ static double from_bits(unsigned long long b) { return __longlong_as_
 
 // per cell: the detached predicted box in pixels, and the counters of this assignment cleared
 __global__ void decode26_kernel(Heads h, int N, int G, Branch br) {
+    pdl_entry();
     int A = h.start[L26_LEVELS];
     GRID_STRIDE(i, (size_t)N * A) {
         Anchor an = anchor_of(h, (int)(i % A));
@@ -137,6 +138,7 @@ __device__ static void topk_fill_zero(const Heads &h, const Gt *g, int j, const 
 
 // one block per gt: its positives before conflict resolution (select_topk of core/loss26.c)
 __global__ void topk26_kernel(Heads h, const Gt *gt, Branch br, int topk) {
+    pdl_entry();
     int j = blockIdx.x, A = h.start[L26_LEVELS], k = A < topk ? A : topk;
     const Gt *g = gt + j;
     if (!g->valid) return;   // mask_gt: padding-like rows never pick
@@ -148,6 +150,7 @@ __global__ void topk26_kernel(Heads h, const Gt *gt, Branch br, int topk) {
 // the metric and overlap with the final gt, and each gt's max metric. For the one-to-one branch that
 // max over all positives is the metric of the one the narrowing keeps, so it is final either way.
 __global__ void resolve26_kernel(Heads h, int N, const Gt *gt, const int *gt_begin, Branch br) {
+    pdl_entry();
     int A = h.start[L26_LEVELS];
     GRID_STRIDE(i, (size_t)N * A) {
         if (br.npos[i] == 0) { br.asg[i] = -1; continue; }
@@ -172,6 +175,7 @@ __global__ void resolve26_kernel(Heads h, int N, const Gt *gt, const int *gt_beg
 // one-to-one narrowing, first half: per gt the lowest anchor whose metric is the gt's maximum
 // (narrow of core/loss26.c with topk2 = 1: largest metric, ties to the lower anchor index)
 __global__ void narrow_kernel(size_t cells, int A, Branch br) {
+    pdl_entry();
     GRID_STRIDE(i, cells) {
         int j = br.asg[i];
         if (j >= 0 && max_bits(br.tm[i]) == br.gmax_t[j]) atomicMin(br.keep + j, (int)(i % A));
@@ -181,6 +185,7 @@ __global__ void narrow_kernel(size_t cells, int A, Branch br) {
 // the narrowing's second half (narrow != 0: the rest become background), then each gt's max overlap
 // over the positives it keeps
 __global__ void keep_kernel(size_t cells, int A, int narrow, Branch br) {
+    pdl_entry();
     GRID_STRIDE(i, cells) {
         int j = br.asg[i];
         if (j < 0) continue;
@@ -191,6 +196,7 @@ __global__ void keep_kernel(size_t cells, int A, int narrow, Branch br) {
 
 // per cell: target score t * max_u / (max_t + eps); partials of Σ score and of fg cells
 __global__ void score26_kernel(size_t cells, Branch br, double *part_tss, double *part_fg) {
+    pdl_entry();
     __shared__ double sh[THREADS];
     double tss = 0, fg = 0;
     GRID_STRIDE(i, cells) {
@@ -215,6 +221,7 @@ __global__ void score26_kernel(size_t cells, Branch br, double *part_tss, double
 // k_cls = gain * (w[b] * batch_mult / norm): wbm is the host's w[b] * batch_mult, as core/loss26.c
 __global__ void cls26_kernel(Heads h, int N, int nc, const Gt *gt, Branch br, const double *norm, double wbm,
                              double gain, double *part) {
+    pdl_entry();
     __shared__ double sh[THREADS];
     double k_cls = gain * (wbm / *norm);
     int A = h.start[L26_LEVELS], lane = threadIdx.x & 31;
@@ -263,6 +270,7 @@ __device__ static void box_anchor(const float *d, const Anchor &an, const Gt *gt
 // one thread per cell; only foreground cells work
 __global__ void box26_kernel(Heads h, int N, const Gt *gt, Branch br, const double *norm, double wbm,
                              double gain_box, double gain_l1, double *part_box, double *part_l1) {
+    pdl_entry();
     __shared__ double sh[THREADS];
     double f = wbm / *norm, k_box = gain_box * f, k_l1 = gain_l1 * f;
     int A = h.start[L26_LEVELS];

@@ -85,6 +85,7 @@ __device__ static int slot_of_chunk(const MuSlot *t, int n, size_t b) {
 
 // sgd_apply of core/musgd.c: g' = g + wd*p; s = s*beta + g' (two roundings); p += alpha*(g' + beta*s)
 __global__ void musgd_sgd_kernel(const MuSlot *t, int n_slots, size_t chunks, SgdHyper h) {
+    pdl_entry();
     for (size_t b = blockIdx.x; b < chunks; b += gridDim.x) {
         MuSlot s = t[slot_of_chunk(t, n_slots, b)];
         size_t lo = (b - s.chunk0) * MU_CHUNK, hi = lo + MU_CHUNK < s.n ? lo + MU_CHUNK : s.n;
@@ -102,6 +103,7 @@ __global__ void musgd_sgd_kernel(const MuSlot *t, int n_slots, size_t chunks, Sg
 // adamw_step's element: decoupled decay (Adam: the decay into the gradient), then the moments and
 // the bias-corrected update
 __global__ void adamw_kernel(const MuSlot *t, int n_slots, size_t chunks, AdamHyper h) {
+    pdl_entry();
     for (size_t b = blockIdx.x; b < chunks; b += gridDim.x) {
         MuSlot s = t[slot_of_chunk(t, n_slots, b)];
         size_t lo = (b - s.chunk0) * MU_CHUNK, hi = lo + MU_CHUNK < s.n ? lo + MU_CHUNK : s.n;
@@ -126,6 +128,7 @@ __global__ void adamw_kernel(const MuSlot *t, int n_slots, size_t chunks, AdamHy
 // For the k matrices of a batch: m = lerp(m, g, 1-beta); u = lerp(g, m, beta); Y = bf16(u), wide.
 __global__ void muon_momentum_kernel(const MuSlot *t, int k, int r, int c, float beta, float w1,
                                      bf16 *Y) {
+    pdl_entry();
     size_t rc = (size_t)r * c;
     GRID_STRIDE(idx, rc * k) {
         size_t j = idx / rc, e = idx % rc;
@@ -138,6 +141,7 @@ __global__ void muon_momentum_kernel(const MuSlot *t, int k, int r, int c, float
 // w += alpha[group] * X, X the bf16 update read back from its wide orientation; a shape scale
 // other than 1 multiplies it first, rounded to bf16 again (X *= scale on the bf16 tensor).
 __global__ void muon_apply_kernel(const MuSlot *t, int k, int r, int c, const bf16 *Y, MuonHyper h) {
+    pdl_entry();
     size_t rc = (size_t)r * c;
     GRID_STRIDE(idx, rc * k) {
         size_t j = idx / rc, e = idx % rc;
@@ -149,11 +153,13 @@ __global__ void muon_apply_kernel(const MuSlot *t, int k, int r, int c, const bf
 
 // musgd_newton_schulz_gpu's input and output: (k, r, c) fp32 <-> bf16 wide, and back to fp32
 __global__ void ns_pack_kernel(const float *G, int k, int r, int c, bf16 *Y) {
+    pdl_entry();
     size_t rc = (size_t)r * c;
     GRID_STRIDE(idx, rc * k) Y[idx / rc * rc + wide_at(idx % rc, r, c)] = __float2bfloat16_rn(G[idx]);
 }
 
 __global__ void ns_unpack_kernel(const bf16 *Y, int k, int r, int c, float *X) {
+    pdl_entry();
     size_t rc = (size_t)r * c;
     GRID_STRIDE(idx, rc * k) X[idx] = __bfloat162float(Y[idx / rc * rc + wide_at(idx % rc, r, c)]);
 }
@@ -161,6 +167,7 @@ __global__ void ns_unpack_kernel(const bf16 *Y, int k, int r, int c, float *X) {
 // One block per matrix: ||Y||_F in double (per thread in index order, then a fixed tree, so the
 // result is deterministic), then Y = bf16(Y / bf16(bf16(||Y||) + 1e-7)) as X.norm() + eps in bf16.
 __global__ void ns_normalize_kernel(bf16 *Y, size_t mn) {
+    pdl_entry();
     __shared__ double sh[NORM_THREADS];
     bf16 *y = Y + blockIdx.x * mn;
     double acc = 0.0;
@@ -181,6 +188,7 @@ __global__ void ns_normalize_kernel(bf16 *Y, size_t mn) {
 
 // A = bf16(X X^T) and T = bf16(c*A), the left factor of (c A) A
 __global__ void ns_gram_kernel(const float *G32, size_t n, bf16 *A, bf16 *T) {
+    pdl_entry();
     GRID_STRIDE(i, n) {
         float a = bf16r(G32[i]);
         A[i] = __float2bfloat16_rn(a);
@@ -190,6 +198,7 @@ __global__ void ns_gram_kernel(const float *G32, size_t n, bf16 *A, bf16 *T) {
 
 // B = bf16(bf16(b*A) + bf16((c A) A))
 __global__ void ns_poly_kernel(const float *G32, const bf16 *A, size_t n, bf16 *B) {
+    pdl_entry();
     GRID_STRIDE(i, n) {
         float ba = bf16r(__fmul_rn(NS_B, __bfloat162float(A[i])));
         B[i] = __float2bfloat16_rn(__fadd_rn(ba, bf16r(G32[i])));
@@ -198,6 +207,7 @@ __global__ void ns_poly_kernel(const float *G32, const bf16 *A, size_t n, bf16 *
 
 // X = bf16(bf16(a*X) + bf16(B X))
 __global__ void ns_update_kernel(const float *Z32, size_t n, bf16 *Y) {
+    pdl_entry();
     GRID_STRIDE(i, n) {
         float ay = bf16r(__fmul_rn(NS_A, __bfloat162float(Y[i])));
         Y[i] = __float2bfloat16_rn(__fadd_rn(ay, bf16r(Z32[i])));

@@ -14,6 +14,7 @@
 #include "core/fexp.h"
 #include "core/loss.h"
 #include "gpu/score_key.cuh"
+#include "gpu/pdl.cuh"
 
 #define R LOSS_REG_MAX
 #define NMS_THREADS 1024
@@ -84,6 +85,7 @@ __device__ static float key_score(uint64_t key) { return score_of_key((key >> KE
 
 // One thread per (anchor a, image n): box, scores, the filter (nms.c candidates), keys.
 __global__ void nms_decode_kernel(HeadArgs h, int A, int nc, NmsOptions o, float *boxes, uint64_t *keys, int *count) {
+    pdl_entry();
     int a = blockIdx.x * blockDim.x + threadIdx.x, n = blockIdx.y;
     if (a >= A) return;
     int l = a < h.A0[1] ? 0 : a < h.A0[2] ? 1 : 2, r = a - h.A0[l], y = r / h.W[l], x = r % h.W[l];
@@ -110,6 +112,7 @@ __global__ void nms_decode_kernel(HeadArgs h, int A, int nc, NmsOptions o, float
 // the suppression flags in shared memory. Every thread walks the same sequence of kept candidates.
 __global__ void nms_greedy_kernel(const uint64_t *sorted, const float *boxes, const int *count, int A, int nc,
                                   NmsOptions o, float *ob_all, Det *det, int *nd_out) {
+    pdl_entry();
     extern __shared__ unsigned char gone[];
     int n = blockIdx.x, K = o.max_nms > 0 ? o.max_nms : 0, m = count[n] < K ? count[n] : K;
     const uint64_t *key = sorted + (size_t)n * A * nc;

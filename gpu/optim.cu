@@ -58,6 +58,7 @@ __device__ static inline void sgd_elem(float *w, float *g, float *buf, float lr,
 // ---- kernels -------------------------------------------------------------------------------
 
 __global__ void sgd_kernel(SlotSrc s, SgdHyper h) {
+    pdl_entry();
     for (size_t b = blockIdx.x; b < s.chunks; b += gridDim.x) {
         Chunk c = chunk_at(s, b);
         float lr = h.lr[c.t.group], wd = h.wd[c.t.group];
@@ -68,6 +69,7 @@ __global__ void sgd_kernel(SlotSrc s, SgdHyper h) {
 
 // part[b] = Σ g² over chunk b: per thread in index order, then a fixed tree over the block.
 __global__ void sumsq_partial_kernel(SlotSrc s, double *part) {
+    pdl_entry();
     __shared__ double sh[THREADS];
     for (size_t b = blockIdx.x; b < s.chunks; b += gridDim.x) {
         Chunk c = chunk_at(s, b);
@@ -91,6 +93,7 @@ __global__ void sumsq_partial_kernel(SlotSrc s, double *part) {
 // slot order, so a one-slot call and its slot in a many-slot call add the same terms alike.
 __global__ void sumsq_final_kernel(SlotSrc s, const double *part, double *per_slot,
                                    double *total) {
+    pdl_entry();
     for (int k = threadIdx.x; k < s.n; k += blockDim.x) {
         size_t end = k + 1 < s.n ? chunk0_of(s, k + 1) : s.chunks;
         double acc = 0.0;
@@ -105,6 +108,7 @@ __global__ void sumsq_final_kernel(SlotSrc s, const double *part, double *per_sl
 }
 
 __global__ void scale_kernel(SlotSrc s, float scale) {
+    pdl_entry();
     for (size_t b = blockIdx.x; b < s.chunks; b += gridDim.x) {
         Chunk c = chunk_at(s, b);
         for (size_t i = c.lo + threadIdx.x; i < c.hi; i += blockDim.x)
@@ -116,6 +120,7 @@ __global__ void scale_kernel(SlotSrc s, float scale) {
 // coef = 1 / (total + 1e-6) * max_norm in fp32, then g *= coef where coef < 1 (every block computes
 // the same coef; scaling by 1 would change nothing, so it returns).
 __global__ void clip_kernel(SlotSrc s, const double *sumsq, int n, float max_norm) {
+    pdl_entry();
     __shared__ float coef_sh;
     if (threadIdx.x == 0) {
         double acc = 0.0;
@@ -135,6 +140,7 @@ __global__ void clip_kernel(SlotSrc s, const double *sumsq, int n, float max_nor
 
 // dst[h] = max(Σ_k src[2k + h], 1), h = 0, 1, summed in k order as the host did
 __global__ void loss_norm_kernel(const double *src, int n, double *dst) {
+    pdl_entry();
     int h = threadIdx.x;
     if (h >= 2) return;
     double acc = 0.0;
@@ -145,6 +151,7 @@ __global__ void loss_norm_kernel(const double *src, int n, double *dst) {
 // dst[h] = src[h] + src[2 + h] + ... over n pairs, h = 0, 1, added in pair order (n = 0: 0): the local sum of
 // devices' target-score pairs, or the processes' local sums in rank order, as the host adds them
 __global__ void pair_sum_kernel(const double *src, int n, double *dst) {
+    pdl_entry();
     int h = threadIdx.x;
     if (h >= 2) return;
     double acc = n ? src[h] : 0.0;
@@ -154,6 +161,7 @@ __global__ void pair_sum_kernel(const double *src, int n, double *dst) {
 
 // ema = ema*keep, then + take*x (its own rounded product), as ema_update_cpu
 __global__ void ema_kernel(float *ema, const float *x, size_t n, float keep, float take) {
+    pdl_entry();
     GRID_STRIDE(i, n) ema[i] = __fadd_rn(__fmul_rn(ema[i], keep), __fmul_rn(take, x[i]));
 }
 

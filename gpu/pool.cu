@@ -63,6 +63,7 @@ __device__ static inline bool beats(float v, float best) { return v > best || is
 // The forward kernels are channel launches (kernel_util.h): a thread owns V channels of y's pixels.
 template <int V, typename Pix>
 __global__ void maxpool_fwd_kernel(size_t M, Map x, Window win, Map y) {
+    pdl_entry();
     int c = vec_channel<V>();
     if (c >= y.C) return;
     PIXEL_LOOP(Pix, p, M) {
@@ -103,6 +104,7 @@ __device__ static int window_argmax(Map x, Window win, int n, int p, int q, int 
 
 // arg[i] = window_argmax of output element i (dy's (n, p, q, c) order, packed)
 __global__ void maxpool_argmax_kernel(Map x, Window win, Map dy, int *arg) {
+    pdl_entry();
     GRID_STRIDE(i, map_n(dy)) {
         Pos o = pos_of(dy, i);
         arg[i] = window_argmax(x, win, o.n, o.h, o.w, o.c);
@@ -112,6 +114,7 @@ __global__ void maxpool_argmax_kernel(Map x, Window win, Map dy, int *arg) {
 // dx(n,h,w,c) += dy of every window (in p, q order) whose first maximum is (h, w), read from the
 // argmax of each window computed once (a window is scanned once, not once per element it covers)
 __global__ void maxpool_bwd_kernel(Map x, Window win, Map dy, const int *arg, Map dx) {
+    pdl_entry();
     GRID_STRIDE(i, map_n(dx)) {
         Pos e = pos_of(dx, i);
         int p0, p1, q0, q1;
@@ -130,6 +133,7 @@ __global__ void maxpool_bwd_kernel(Map x, Window win, Map dy, const int *arg, Ma
 // In floor mode every window ends inside the padded input, so count_include_pad divides by k*k.
 template <int V, typename Pix>
 __global__ void avgpool_fwd_kernel(size_t M, Map x, Window win, Map y) {
+    pdl_entry();
     int c = vec_channel<V>();
     if (c >= y.C) return;
     PIXEL_LOOP(Pix, p, M) {
@@ -155,6 +159,7 @@ __global__ void avgpool_fwd_kernel(size_t M, Map x, Window win, Map y) {
 // a channel launch over dx's pixels (V channels a thread, no 64-bit index division)
 template <int V, typename Pix>
 __global__ void avgpool_bwd_kernel(size_t M, Window win, Map dy, Map dx) {
+    pdl_entry();
     int c = vec_channel<V>();
     if (c >= dx.C) return;
     float area = (float)(win.k * win.k);
@@ -177,6 +182,7 @@ __global__ void avgpool_bwd_kernel(size_t M, Window win, Map dy, Map dx) {
 // y(n, h, w) = x(n, h / f, w / f)
 template <int V, typename Pix>
 __global__ void upsample_fwd_kernel(size_t M, Map x, int f, Map y) {
+    pdl_entry();
     int c = vec_channel<V>();
     if (c >= y.C) return;
     PIXEL_LOOP(Pix, p, M) {
@@ -189,6 +195,7 @@ __global__ void upsample_fwd_kernel(size_t M, Map x, int f, Map y) {
 // launch over dx's pixels
 template <int V, typename Pix>
 __global__ void upsample_bwd_kernel(size_t M, int f, Map dy, Map dx) {
+    pdl_entry();
     int c = vec_channel<V>();
     if (c >= dx.C) return;
     PIXEL_LOOP(Pix, i, M) {

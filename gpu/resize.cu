@@ -17,6 +17,7 @@ __device__ static void taps(int in, int out, int i, int *lo, int *step, float *w
 }
 
 __global__ void resize_bilinear_kernel(size_t M, Map x, Map y) {
+    pdl_entry();
     GRID_STRIDE(i, M) {                            // one output element (n, p, q, c)
         int c = (int)(i % y.C);
         size_t pix = i / y.C;

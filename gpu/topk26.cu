@@ -12,6 +12,7 @@
 #include "gpu/topk26.h"     // first: device.h declares core/util.h's functions extern "C"
 #include "core/fexp.h"
 #include "gpu/score_key.cuh"
+#include "gpu/pdl.cuh"
 
 typedef struct { const float *data[3]; int H[3], W[3], ld[3], A0[4]; float stride[3]; } Head26Args;
 
@@ -48,6 +49,7 @@ __device__ static float best_class(const float *logit, int nc, int *cls) {
 
 // One thread per (anchor a, image n): the anchor's key by its best class logit.
 __global__ void topk26_anchor_kernel(Head26Args h, int A, int nc, uint64_t *akeys) {
+    pdl_entry();
     int a = blockIdx.x * blockDim.x + threadIdx.x, n = blockIdx.y, x, y, l, cls;
     if (a >= A) return;
     const float *px = pixel(h, n, a, &x, &y, &l);
@@ -56,6 +58,7 @@ __global__ void topk26_anchor_kernel(Head26Args h, int A, int nc, uint64_t *akey
 
 // One thread per (pair p = i * nc + c, image n), i < k: the logit of class c of the anchor ranked i.
 __global__ void topk26_pair_kernel(Head26Args h, int A, int nc, int k, const uint64_t *asorted, uint64_t *pkeys) {
+    pdl_entry();
     int p = blockIdx.x * blockDim.x + threadIdx.x, n = blockIdx.y, x, y, l;
     if (p >= k * nc) return;
     int a = (int)(uint32_t)asorted[(size_t)n * A + p / nc];
@@ -66,6 +69,7 @@ __global__ void topk26_pair_kernel(Head26Args h, int A, int nc, int k, const uin
 // One thread per image: topk26_select's emit loop over the top k (pairs, or anchors when agnostic).
 __global__ void topk26_emit_kernel(Head26Args h, int A, int nc, int k, int agnostic, float conf, const uint64_t *asorted,
                                    const uint64_t *psorted, int D, Det *det, int *nd_out) {
+    pdl_entry();
     int n = blockIdx.x;                       // one block of one thread per image: k is at most max_det
     const uint64_t *anchors = asorted + (size_t)n * A, *pairs = psorted + (size_t)n * k * nc;
     Det *out = det + (size_t)n * D;
@@ -86,6 +90,7 @@ __global__ void topk26_emit_kernel(Head26Args h, int A, int nc, int k, int agnos
 }
 
 __global__ void topk26_offsets_kernel(int *offsets, int n, int per_a, int per_p) {
+    pdl_entry();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i <= n) offsets[i] = i * per_a, offsets[n + 1 + i] = i * per_p;
 }

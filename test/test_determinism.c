@@ -3,7 +3,8 @@
 // one; and on a GPU with the gradient plan's fresh writes or without them (YT_GRAD_FRESH=0), with
 // the weights rounded to bf16 once a pass or once a convolution (YT_WEIGHTS_ONCE=0, =unpermuted), and with
 // the fused forms of a RepConv and of a residual addition or without them (YT_FUSE=0), with the residual
-// gradients aliased or not (YT_GRAD_ALIAS=0).
+// gradients aliased or not (YT_GRAD_ALIAS=0), and with the recorded kernels launched programmatically or
+// not (YT_PDL=0).
 // Compared: results.csv (per-epoch losses, metrics, learning rates), the EMA weights and the
 // whole training state (weights, gradients, momentum), byte for byte.
 #include "test/test.h"
@@ -123,6 +124,9 @@ static void test_same_seed_same_bits_gpu(void) {
     if (same_with("YT_FUSE=0", "gpu_unfused", "gpu1")) return;
     // a residual input's gradient in its addition's buffer against one of its own (core/grad_plan.c)
     if (same_with("YT_GRAD_ALIAS=0", "gpu_unaliased", "gpu1")) return;
+    // the recorded steps' kernels launched programmatically against after their predecessors' ends
+    // (gpu/graph_pdl.c): a kernel that read before it waited would race and, sooner or later, differ
+    if (same_with("YT_PDL=0", "gpu_no_pdl", "gpu1")) return;
     // YOLO26-n: depthwise convs (fresh too), attention, the detached one-to-one head, MuSGD; YT_FUSE=0 for its
     // bottlenecks' residual additions
     child_cfg = "cfg/yolo26n.ini";
