@@ -200,6 +200,62 @@ static char *plan_fresh_writes(Model *m) {
     return needs_zero;
 }
 
+// Model.grad_bf16: a gradient stored as bf16 holds the same values its fp32 buffer would, where its only
+// write is the data gradient of a conv with BN into the whole buffer (fresh: written, not added), which the
+// backend rounds to bf16 anyway (Model.dgrad_bf16: on the GPU cuDNN's bf16 data gradient from the bf16 dz
+// the BN backward writes; a pointwise conv's GEMM, or a conv without BN with its fp32 dz, gives fp32
+// values), and its only reader is the conv + BN + SiLU that made the value (its BN
+// backward reads bf16 or fp32 maps alike). So the copy that widened it goes and its reads halve. Not for
+// a slice or sliced value, a head, an aliased gradient (others add into those), a value written twice or
+// zeroed. YT_GRAD_BF16=0 keeps every gradient fp32.
+static void plan_grad_types(Model *m) {
+    int nv = m->n_values, nn = m->n_nodes;
+    const char *e = getenv("YT_GRAD_BF16");
+    int on = m->dgrad_bf16 && !(e && strcmp(e, "0") == 0);
+    free(m->grad_bf16);
+    m->grad_bf16 = xcalloc((size_t)nv + 1, 1);
+    m->n_grad_bf16 = 0;
+    if (!on) return;
+    int *writes = xcalloc((size_t)nv, sizeof *writes), *writer = xmalloc((size_t)nv * sizeof *writer);
+    char *ok = xcalloc((size_t)nv, 1);
+    for (int v = 0; v < nv; v++) ok[v] = m->values[v].parent < 0 && !m->values[v].no_grad, writer[v] = -1;
+    for (int v = 0; v < nv; v++)
+        if (m->values[v].parent >= 0) ok[m->values[v].parent] = 0;
+    for (int l = 0; l < m->n_levels; l++) {
+        ok[owner(m, m->head[l])] = 0;
+        if (l < m->n_aux) ok[owner(m, m->aux[l])] = 0;
+    }
+    for (int k = m->zero_first[0]; k < m->zero_first[nn + 1]; k++) ok[m->zero_list[k]] = 0;
+    for (int i = 0; i < nn; i++) {
+        const Node *nd = &m->nodes[i];
+        if (m->grad_alias[i] >= 0) ok[m->grad_alias[i]] = ok[nd->out] = 0;
+        if (nd->out2 >= 0) ok[owner(m, nd->out2)] = 0;
+        int producer_reads = nd->op == OP_CONV && nd->act && nd->cv.bn_w >= 0 && !unit_is_dw(&nd->cv) &&
+                             m->residual_add[i] < 0;
+        if (!producer_reads) ok[owner(m, nd->out)] = 0;   // its backward reads the gradient some other way
+        if (m->residual_add[i] >= 0) ok[m->nodes[i + 1].out] = 0;
+        Write w[3];
+        for (int k = 0, nw = node_writes(m, nd, w); k < nw; k++) {
+            int o = owner(m, w[k].v);
+            writes[o]++;
+            writer[o] = nd->op == OP_CONV && !unit_is_dw(&nd->cv) && nd->cv.bn_w >= 0 && w[k].v == o &&
+                        (m->grad_fresh[i] & w[k].bit) && m->dgrad_bf16(&nd->cv.d) ? i : -1;
+        }
+    }
+    for (int v = 0; v < nv; v++) {
+        m->grad_bf16[v] = ok[v] && writes[v] == 1 && writer[v] >= 0;
+        m->n_grad_bf16 += m->grad_bf16[v];
+    }
+    free(writes);
+    free(writer);
+    free(ok);
+}
+
+void model_plan_grad_storage(Model *m, int (*dgrad_bf16)(const ConvDims *d)) {
+    m->dgrad_bf16 = dgrad_bf16;
+    plan_grad_types(m);
+}
+
 void model_plan_grads(Model *m) {
     int nv = m->n_values, nn = m->n_nodes;
     free(m->residual_add);
@@ -283,6 +339,7 @@ void model_plan_grads(Model *m) {
     free(needs_zero);
     free(order);
     free(life);
+    plan_grad_types(m);
 }
 
 void model_free_grad_plan(Model *m) {
@@ -292,7 +349,9 @@ void model_free_grad_plan(Model *m) {
     free(m->grad_fresh);
     free(m->residual_add);
     free(m->grad_alias);
+    free(m->grad_bf16);
     m->grad_alias = NULL;
+    m->grad_bf16 = NULL;
     m->grad_fresh = NULL;
     m->residual_add = NULL;
     m->grad_offset = NULL;

@@ -160,6 +160,13 @@ typedef struct Model {
                                    // gradient (core/grad_plan.c alias_at), so the addition copies nothing;
                                    // else -1. n_grad_alias: how many
     int        n_grad_alias;
+    unsigned char *grad_bf16;      // per value (owned): its gradient stored as bf16 (core/grad_plan.c
+                                   // plan_grad_types: one fresh write by a conv's data gradient that the
+                                   // backend rounds to bf16, read only by the conv + BN + SiLU that made the
+                                   // value); n_grad_bf16: how many
+    int        n_grad_bf16;
+    int      (*dgrad_bf16)(const ConvDims *d);   // the backend's rule (model_plan_grad_storage): does this
+                                   // conv's data gradient come out rounded to bf16? NULL: none does
     unsigned char *grad_fresh;     // per node, FRESH_* bits: which of its gradient writes are the first
                                    // into buffers left unzeroed, so they write (=) instead of adding
     // recorded passes of training steps (model_run.c): the forward and the backward of each shape
@@ -173,6 +180,10 @@ int  model_build(const Config *cfg, int max_n, int imgsz, Model *m, Err *err);
 void model_free(Model *m);
 // core/grad_plan.c: plan grad_offset, n_dact and the zero lists from the graph (model_build does it)
 void model_plan_grads(Model *m);
+// The gradients' storage types, from the backend's rule for which convs' data gradients it rounds to bf16
+// (gpu/model_gpu.c: cuDNN's under bf16 GEMMs; NULL: none, every gradient fp32): a gradient whose one write
+// is such a data gradient and whose reader takes bf16 (plan_grad_types) is stored rounded, at no loss.
+void model_plan_grad_storage(Model *m, int (*dgrad_bf16)(const ConvDims *d));
 void model_free_grad_plan(Model *m);
 // Fresh weights as the reference initialises them (PyTorch default conv init, BN 1/0, bias_init).
 void model_init_weights(Model *m, uint64_t seed);

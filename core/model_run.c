@@ -11,7 +11,7 @@
 static const float BN_EPS = 1e-3f, BN_MOMENTUM = 0.03f;
 
 // Value v in an arena where its owner (itself, or the value it is a slice of) starts at `base`;
-// bf16: stored as the owner's storage plan says (activations; gradients are always fp32).
+// bf16: stored as the owner's storage plan says (activations: Value.bf16; gradients: Model.grad_bf16).
 static Map arena_view(const Model *m, float *base, int v, int n, int bf16) {
     const Value *val = &m->values[v];
     const Value *own = &m->values[val->parent < 0 ? v : val->parent];
@@ -26,12 +26,16 @@ Map model_value(const Model *m, int v, int n) {
     const Value *own = &m->values[owner_of(m, v)];
     return arena_view(m, m->act + own->offset, v, n, own->bf16);
 }
-Map model_grad(const Model *m, int v, int n) { return arena_view(m, m->dact + m->grad_offset[owner_of(m, v)], v, n, 0); }
+Map model_grad(const Model *m, int v, int n) {
+    int o = owner_of(m, v);
+    return arena_view(m, m->dact + m->grad_offset[o], v, n, m->grad_bf16 && m->grad_bf16[o]);
+}
 
 // Zero the gradients whose life starts at backward time t (core/grad_plan.c).
 static void zero_grads_from(Model *m, int t, int n) {
     for (int k = m->zero_first[t + 1]; k < m->zero_first[t + 2]; k++) {
         Map g = model_grad(m, m->zero_list[k], n);
+        if (g.bf16) die("zero_grads_from: value %d's gradient is bf16 and planned for zeroing", m->zero_list[k]);
         m->be->zero(m->be_ctx, g.data, map_floats(g));
     }
 }

@@ -480,7 +480,7 @@ bn_dz_kernel(size_t M, Map z, BnSaved p, const double *mdu, const double *mdux, 
     }
     PIXEL_LOOP(Pix, q, M) {
         Vec<V> v = map_vget<V>(z, pixel_off(z, q, c)), out;
-        Vec<V> du = vec_load<V>(g.data + pixel_off(g, q, c));
+        Vec<V> du = map_vget<V>(g, pixel_off(g, q, c));   // g: fp32, or a bf16-stored gradient
         for (int j = 0; j < V; j++) {
             if (SILU) du.v[j] = silu_grad(bn_affine_at<V>(v.v[j], b, j), du.v[j]);
             double xhat = (v.v[j] - b.mean.v[j]) * (double)b.invstd.v[j];
@@ -505,7 +505,7 @@ __global__ void bn_apply_kernel(size_t M, Map z, BnSaved p, Map u) {
 }
 
 // A RepConv's du = dy·silu'(u1 + u2), each branch's u recomputed as bn_apply_kernel and added as
-// accumulate_kernel adds them (bit for bit bn_apply, bn_apply, accumulate, silu_bwd); du may alias dy
+// accumulate_kernel adds them (bit for bit bn_apply, bn_apply, accumulate, silu_bwd); du may alias an fp32 dy
 template <int V, typename Pix>
 __global__ void repconv_silu_bwd_kernel(size_t M, Map z1, BnSaved p1, Map z2, BnSaved p2, Map dy, Map du) {
     pdl_entry();
@@ -514,14 +514,14 @@ __global__ void repconv_silu_bwd_kernel(size_t M, Map z1, BnSaved p1, Map z2, Bn
     BnChannels<V> b1 = bn_channels<V>(p1, c, true), b2 = bn_channels<V>(p2, c, true);
     PIXEL_LOOP(Pix, q, M) {
         Vec<V> v1 = map_vget<V>(z1, pixel_off(z1, q, c)), v2 = map_vget<V>(z2, pixel_off(z2, q, c));
-        Vec<V> d = vec_load<V>(dy.data + pixel_off(dy, q, c));
+        Vec<V> d = map_vget<V>(dy, pixel_off(dy, q, c));
         for (int j = 0; j < V; j++)
             d.v[j] = silu_grad(__fadd_rn(bn_affine_at<V>(v1.v[j], b1, j), bn_affine_at<V>(v2.v[j], b2, j)), d.v[j]);
         vec_store<V>(du.data + pixel_off(du, q, c), d);
     }
 }
 
-// du = dy·silu'(u) with u recomputed; du may alias dy
+// du = dy·silu'(u) with u recomputed; du may alias an fp32 dy (dy may be a bf16-stored gradient)
 template <int V, typename Pix>
 __global__ void bn_apply_silu_bwd_kernel(size_t M, Map z, BnSaved p, Map dy, Map du) {
     pdl_entry();
@@ -530,7 +530,7 @@ __global__ void bn_apply_silu_bwd_kernel(size_t M, Map z, BnSaved p, Map dy, Map
     BnChannels<V> b = bn_channels<V>(p, c, true);
     PIXEL_LOOP(Pix, q, M) {
         Vec<V> v = map_vget<V>(z, pixel_off(z, q, c));
-        Vec<V> d = vec_load<V>(dy.data + pixel_off(dy, q, c));
+        Vec<V> d = map_vget<V>(dy, pixel_off(dy, q, c));
         for (int j = 0; j < V; j++) d.v[j] = silu_grad(bn_affine_at<V>(v.v[j], b, j), d.v[j]);
         vec_store<V>(du.data + pixel_off(du, q, c), d);
     }
@@ -814,8 +814,8 @@ extern "C" void bn_silu_backward_gpu(Device *dev, Map z, const float *gamma, con
                                      float *dgamma, float *dbeta) {
     bn_check(z, dy, "bn_silu_backward_gpu");
     if (dz.data) bn_check(z, dz, "bn_silu_backward_gpu");
-    require_fp32(dy, "bn_silu_backward_gpu");
     require_fp32(dz, "bn_silu_backward_gpu");
+    if (dz.data == dy.data && dy.bf16) die("bn_silu_backward_gpu: dz cannot take a bf16 dy's place");
     BnSaved p = { gamma, beta, mean, invstd };
     bn_grad<true>(dev, z, p, dy, dz, NULL, dgamma, dbeta);
 }
@@ -825,7 +825,6 @@ extern "C" void bn_silu_backward_bf16_gpu(Device *dev, Map z, const float *gamma
                                           const float *invstd, Map dy, void *dz16, float *dgamma,
                                           float *dbeta) {
     bn_check(z, dy, "bn_silu_backward_bf16_gpu");
-    require_fp32(dy, "bn_silu_backward_bf16_gpu");
     if (z.ld != z.C) die("bn_silu_backward_bf16_gpu: z must be contiguous (ld %d, C %d)", z.ld, z.C);
     BnSaved p = { gamma, beta, mean, invstd };
     Map none = { NULL, 0, 0, 0, 0, 0, 0, 0 };
@@ -848,7 +847,6 @@ extern "C" void repconv_silu_backward_gpu(Device *dev, Map z1, const float *gamm
     bn_check(z1, z2, "repconv_silu_backward_gpu");
     bn_check(z1, dy, "repconv_silu_backward_gpu");
     bn_check(z1, du, "repconv_silu_backward_gpu");
-    require_fp32(dy, "repconv_silu_backward_gpu");
     require_fp32(du, "repconv_silu_backward_gpu");
     BnSaved p1 = { gamma1, beta1, mean1, invstd1 }, p2 = { gamma2, beta2, mean2, invstd2 };
     ChannelGrid g = bn_grid(z1, dy, du);
@@ -862,7 +860,6 @@ extern "C" void bn_apply_silu_backward_gpu(Device *dev, Map z, const float *gamm
                                            const float *invstd, Map dy, Map du) {
     bn_check(z, dy, "bn_apply_silu_backward_gpu");
     bn_check(z, du, "bn_apply_silu_backward_gpu");
-    require_fp32(dy, "bn_apply_silu_backward_gpu");
     require_fp32(du, "bn_apply_silu_backward_gpu");
     BnSaved p = { gamma, beta, mean, invstd };
     ChannelGrid g = bn_grid(z, dy, du);

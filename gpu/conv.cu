@@ -533,6 +533,10 @@ static bool cudnn_on(const Device *dev, const ConvDims *d) {
     return dev->cudnn != NULL && dev->precision != GPU_FP32 && !is_pointwise(d);
 }
 
+// Whether a conv's data gradient comes out rounded to bf16 under GPU_BF16 with cuDNN (core/grad_plan.c stores
+// such gradients as bf16): cuDNN's, for every conv but a pointwise one, whose one GEMM writes fp32
+extern "C" int conv_dgrad_bf16_gpu(const ConvDims *d) { return !is_pointwise(d); }
+
 static CudnnOperand map_operand(Map m) { return CudnnOperand{ m.data, m.ld, m.bf16 }; }
 
 // The weight (K, Cg, R, S) fp32 as the filter operand (K, R, S, Cg) of the device's GEMM type:
@@ -594,7 +598,9 @@ static bool cudnn_wgrad(Device *dev, const ConvDims *d, Map x, Map dy, const bf1
 // dx += the input gradient: straight into the fp32 dx (beta 1) in tf32; under GPU_BF16, where
 // cuDNN (9.19) has no engine for bf16 operands with an fp32 dx, computed in bf16 a few images at
 // a time into scratch and added (the rounding PyTorch's autocast gives activation gradients).
-// dx.fresh (a first write into an unzeroed buffer): beta 0, or the bf16 images copied, not added.
+// dx.fresh (a first write into an unzeroed buffer): beta 0, or the bf16 images copied, not added. A bf16 dx
+// (a gradient the plan stores rounded, core/grad_plan.c: always a fresh write of a whole buffer) takes the
+// same calls' results straight, with nothing to copy.
 static bool cudnn_dgrad(Device *dev, const ConvDims *d, const float *w, Map dy, const bf16 *dy16, Map dx) {
     bool bf = dev->precision == GPU_BF16;
     if (!cudnn_on(dev, d) || (bf && !dy16)) return false;
@@ -608,7 +614,7 @@ static bool cudnn_dgrad(Device *dev, const ConvDims *d, const float *w, Map dy, 
         size_t per_image = sizeof(bf16) * d->H * d->W * d->C;
         int step = (int)(CUDNN_DX_TEMP_BYTES / per_image);
         step = step < 1 ? 1 : step > d->N ? d->N : step;
-        bf16 *tmp = (bf16 *)scratch_take(dev, per_image * step);
+        bf16 *tmp = dx.bf16 ? NULL : (bf16 *)scratch_take(dev, per_image * step);
         ws = workspace(dev, &cap);
         rc = 0;
         int n0 = 0;
@@ -616,9 +622,11 @@ static bool cudnn_dgrad(Device *dev, const ConvDims *d, const float *w, Map dy, 
             ConvDims c = *d;
             c.N = d->N - n0 < step ? d->N - n0 : step;
             CudnnOperand gi = { (bf16 *)g.p + (size_t)n0 * d->P * d->Q * g.ld, g.ld, 1 };
-            rc = cudnn_conv_run(dev->cudnn, CUDNN_DGRAD, &c, CudnnOperand{ tmp, d->C, 1 }, wo, gi, 0.0f,
-                                tensor_cores(dev), ws, cap);
+            bf16 *out = dx.bf16 ? (bf16 *)dx.data + (size_t)n0 * d->H * d->W * dx.ld : tmp;
+            rc = cudnn_conv_run(dev->cudnn, CUDNN_DGRAD, &c, CudnnOperand{ out, dx.bf16 ? dx.ld : d->C, 1 }, wo, gi,
+                                0.0f, tensor_cores(dev), ws, cap);
             if (rc != 0) break;   // n0 images are in dx already
+            if (dx.bf16) continue;
             Map src = { (float *)tmp, c.N, d->H, d->W, d->C, d->C, 1, 0 };
             Map dst = dx;
             dst.N = c.N;
@@ -688,14 +696,51 @@ static BackwardScratch backward_scratch(Device *dev, const ConvDims *d, bool wan
     return s;
 }
 
-// dx, dw += from dy: the fp32 map, or (dy16 set) its packed bf16 copy
+// Images n0 .. n0 + n of map m (either storage)
+static Map images_of(Map m, int n0, int n) {
+    size_t off = (size_t)n0 * m.H * m.W * m.ld;
+    m.data = m.bf16 ? (float *)((bf16 *)m.data + off) : m.data + off;
+    m.N = n;
+    return m;
+}
+
+static void conv_backward(Device *dev, const ConvDims *d, Map x, const float *w, Map dy,
+                          const bf16 *dy16, Map dx, float *dw);
+
+// A bf16 dx that cuDNN did not write: the GEMM path's fp32 result a few images at a time in scratch, rounded
+// into dx (the rounding cuDNN's bf16 data gradient has)
+static void dgrad_into_bf16(Device *dev, const ConvDims *d, Map x, const float *w, Map dy, const bf16 *dy16,
+                            Map dx) {
+    size_t per_image = sizeof(float) * d->H * d->W * d->C, mark = dev->scratch.used;
+    int step = (int)(CUDNN_DX_TEMP_BYTES / per_image);
+    step = step < 1 ? 1 : step > d->N ? d->N : step;
+    float *tmp = (float *)scratch_take(dev, per_image * step);
+    for (int n0 = 0; n0 < d->N; n0 += step) {
+        ConvDims c = *d;
+        c.N = d->N - n0 < step ? d->N - n0 : step;
+        Map part = { tmp, c.N, d->H, d->W, d->C, d->C, 0, 1 };   // fresh
+        Map g = dy.data ? images_of(dy, n0, c.N) : dy;
+        conv_backward(dev, &c, images_of(x, n0, c.N), w, g, dy16 ? dy16 + (size_t)n0 * d->P * d->Q * d->K : NULL,
+                      part, NULL);
+        copy_map_gpu(dev, part, images_of(dx, n0, c.N));
+    }
+    dev->scratch.used = mark;
+}
+
+// dx, dw += from dy: the fp32 map, or (dy16 set) its packed bf16 copy. A bf16 dx is written (it must be fresh).
 static void conv_backward(Device *dev, const ConvDims *d, Map x, const float *w, Map dy,
                           const bf16 *dy16, Map dx, float *dw) {
     if (!dw && !dx.data) return;
+    if (dx.data && dx.bf16 && !dx.fresh) die("conv_backward: a bf16 input gradient must be a fresh write");
     if (!conv_stem_fits(d)) {   // cuDNN takes what it can; the GEMM path below does the rest
         if (dw && cudnn_wgrad(dev, d, x, dy, dy16, dw)) dw = NULL;
         if (dx.data && cudnn_dgrad(dev, d, w, dy, dy16, dx)) dx.data = NULL;
         if (!dw && !dx.data) return;
+    }
+    if (dx.data && dx.bf16) {
+        dgrad_into_bf16(dev, d, x, w, dy, dy16, dx);
+        dx.data = NULL;
+        if (!dw) return;
     }
     if (conv_stem_fits(d)) {   // the weight gradient directly; dx (never needed for the images) by GEMM
         Map g = dy16 ? Map{ (float *)dy16, d->N, d->P, d->Q, d->K, d->K, 1, 0 } : dy;
@@ -741,7 +786,6 @@ extern "C" void conv_backward_gpu(Device *dev, const ConvDims *d, Map x, const f
     conv_check(d, x, dy, "conv_backward_gpu");
     conv_check(d, dx, dy, "conv_backward_gpu");
     require_fp32(dy, "conv_backward_gpu");
-    require_fp32(dx, "conv_backward_gpu");
     if (db) bias_grad(dev, dy, db);
     conv_backward(dev, d, x, w, dy, NULL, dx, dw);
 }
@@ -751,7 +795,6 @@ extern "C" void conv_backward_bf16dy_gpu(Device *dev, const ConvDims *d, Map x, 
     Map none = { NULL, 0, 0, 0, 0, 0, 0, 0 };
     conv_check(d, x, none, "conv_backward_bf16dy_gpu");
     if (dx.data) conv_check(d, dx, none, "conv_backward_bf16dy_gpu");
-    require_fp32(dx, "conv_backward_bf16dy_gpu");
     if (dev->precision != GPU_BF16) die("conv_backward_bf16dy_gpu: the device is not in bf16");
     conv_backward(dev, d, x, w, none, (const bf16 *)dy16, dx, dw);
 }

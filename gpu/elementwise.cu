@@ -28,7 +28,7 @@ __global__ void silu_bwd_kernel(size_t M, Map u, Map dy, Map du) {
     if (c >= u.C) return;
     PIXEL_LOOP(Pix, p, M) {
         Vec<V> a = map_vget<V>(u, pixel_off(u, p, c));
-        Vec<V> d = vec_load<V>(dy.data + pixel_off(dy, p, c));
+        Vec<V> d = map_vget<V>(dy, pixel_off(dy, p, c));   // dy: fp32, or a bf16-stored gradient
         for (int k = 0; k < V; k++) {
             float s = 1.0f / (1.0f + expf(-a.v[k]));
             d.v[k] = d.v[k] * s * (1.0f + a.v[k] * (1.0f - s));
@@ -101,7 +101,6 @@ extern "C" void silu_forward_gpu(Device *dev, Map u, Map y) {
 extern "C" void silu_backward_gpu(Device *dev, Map u, Map dy, Map du) {
     same_shape_gpu(u, dy, "silu_backward_gpu");
     same_shape_gpu(u, du, "silu_backward_gpu");
-    require_fp32(dy, "silu_backward_gpu");
     require_fp32(du, "silu_backward_gpu");
     Map m[] = { u, dy, du };
     ChannelGrid g = ew_grid(m, 3);

@@ -94,6 +94,8 @@ int model_to_gpu(Model *m, Device *dev, int id, const GpuPlan *plan, GpuPrecisio
     if (device_check(id, prec, err) || device_init(dev, id, p.arena, err)) return -1;
     model_plan_storage(m, prec == GPU_BF16);       // the layout p.acts was planned for
     dev->precision = prec;
+    // gradients that cuDNN's bf16 data gradients write are stored as the bf16 values they are
+    model_plan_grad_storage(m, prec == GPU_BF16 && dev->cudnn ? conv_dgrad_bf16_gpu : NULL);
     float *state = arena_take(&dev->params, fl(m->n_state), 256);
     if (prec == GPU_BF16 && p.arena[ARENA_PARAMS] >= fl(m->n_state) + fl((m->n_state + 1) / 2)) {
         dev->wbf16 = arena_take(&dev->params, fl((m->n_state + 1) / 2), 256);   // the weights as a pass reads them

@@ -25,6 +25,9 @@ int    conv_stem_fits(const ConvDims *d);
 size_t conv_stem_workspace_bytes_gpu(const ConvDims *d);
 void   conv_stem_forward_gpu(Device *dev, const ConvDims *d, Map x, const float *w, const float *b, Map y);
 void   conv_stem_wgrad_gpu(Device *dev, const ConvDims *d, Map x, Map dy, float *dw);   // dw +=
+// 1 where the data gradient of conv d comes out rounded to bf16 (cuDNN's, under GPU_BF16): core/grad_plan.c
+// stores the gradients such convs alone write as bf16 (model_plan_grad_storage)
+int conv_dgrad_bf16_gpu(const ConvDims *d);
 // conv_backward_gpu without a bias, under GPU_BF16, with dy given as packed (N*P*Q, K) bf16 values
 void conv_backward_bf16dy_gpu(Device *dev, const ConvDims *d, Map x, const float *w,
                               const void *dy16, Map dx, float *dw);

@@ -3,8 +3,8 @@
 // one; and on a GPU with the gradient plan's fresh writes or without them (YT_GRAD_FRESH=0), with
 // the weights rounded to bf16 once a pass or once a convolution (YT_WEIGHTS_ONCE=0, =unpermuted), and with
 // the fused forms of a RepConv and of a residual addition or without them (YT_FUSE=0), with the residual
-// gradients aliased or not (YT_GRAD_ALIAS=0), and with the recorded kernels launched programmatically or
-// not (YT_PDL=0).
+// gradients aliased or not (YT_GRAD_ALIAS=0), with the recorded kernels launched programmatically or
+// not (YT_PDL=0), and with some gradients stored as bf16 or all fp32 (YT_GRAD_BF16=0).
 // Compared: results.csv (per-epoch losses, metrics, learning rates), the EMA weights and the
 // whole training state (weights, gradients, momentum), byte for byte.
 #include "test/test.h"
@@ -127,12 +127,16 @@ static void test_same_seed_same_bits_gpu(void) {
     // the recorded steps' kernels launched programmatically against after their predecessors' ends
     // (gpu/graph_pdl.c): a kernel that read before it waited would race and, sooner or later, differ
     if (same_with("YT_PDL=0", "gpu_no_pdl", "gpu1")) return;
+    // gradients stored as bf16 where they are bf16 values anyway (core/grad_plan.c plan_grad_types) against
+    // every gradient fp32
+    if (same_with("YT_GRAD_BF16=0", "gpu_grads_fp32", "gpu1")) return;
     // YOLO26-n: depthwise convs (fresh too), attention, the detached one-to-one head, MuSGD; YT_FUSE=0 for its
     // bottlenecks' residual additions
     child_cfg = "cfg/yolo26n.ini";
     int e = train_in_child("gpu26", 1, "0");
     if (e) CHECK(0, "a YOLO26-n GPU run failed: status %d", e);
-    else if (!same_with("YT_GRAD_FRESH=0", "gpu26_zeroed", "gpu26")) same_with("YT_FUSE=0", "gpu26_unfused", "gpu26");
+    else if (!same_with("YT_GRAD_FRESH=0", "gpu26_zeroed", "gpu26") && !same_with("YT_FUSE=0", "gpu26_unfused", "gpu26"))
+        same_with("YT_GRAD_BF16=0", "gpu26_grads_fp32", "gpu26");
     child_cfg = "cfg/t.ini";
 #endif
 }

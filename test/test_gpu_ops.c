@@ -13,7 +13,7 @@
 #include "gpu/ops.h"
 #endif
 
-#define GPU_TESTS(X) X(test_conv_fp32) X(test_conv_tf32) X(test_conv_bf16) X(test_conv_chunked) X(test_conv_bf16dy) X(test_conv_cudnn_bf16) \
+#define GPU_TESTS(X) X(test_conv_fp32) X(test_conv_tf32) X(test_conv_bf16) X(test_conv_chunked) X(test_conv_bf16dy) X(test_conv_cudnn_bf16) X(test_conv_bf16_dx) \
     X(test_bn_train) X(test_bn_silu) X(test_bn_eval) X(test_bn_backward) X(test_bn_silu_backward) X(test_repconv_fused) X(test_residual_fused) X(test_bn_offset_variance) X(test_elementwise) X(test_maxpool)     \
     X(test_avgpool) X(test_upsample) X(test_resize) X(test_step_allocates_nothing) X(test_init_refuses)
 
@@ -297,6 +297,63 @@ static void test_conv_cudnn_bf16(void) {
     cudnn_conv_stats(dev.cudnn, &plans, &refused, NULL);
     printf("# cuDNN plans made %d, shapes refused %d\n", plans - plans0, refused - refused0);
     CHECK(plans > plans0, "cuDNN is in use but made no plan: every case went the GEMM path");
+}
+
+// A bf16-stored input gradient (core/grad_plan.c stores such where a conv's data gradient is bf16 values
+// anyway): through cuDNN the same bits as the fp32 gradient it was widened into, through the GEMM path
+// (cuDNN off, gpu/conv.cu dgrad_into_bf16: a few images at a time, rounded) that gradient rounded, within
+// one bf16 step. The stem's cases are left out (its input gradient is never needed).
+static void bf16_dx_cases(int use_cudnn) {
+    Rng g = rng_for(17, use_cudnn, 0);
+    void *cudnn = dev.cudnn;
+    if (!use_cudnn) dev.cudnn = NULL;
+    dev.precision = GPU_BF16;
+    for (size_t i = 0; i < sizeof CONV_CASES / sizeof *CONV_CASES; i++) {
+        arena_reset(&dev.acts);
+        const ConvCase *cc = &CONV_CASES[i];
+        if (cc->C == 3) continue;
+        ConvDims d = conv_dims(cc->N, cc->C, cc->H, cc->W, cc->K, cc->k, cc->stride, cc->pad, cc->groups);
+        size_t nw = (size_t)d.K * (d.C / d.groups) * d.R * d.S, ny = (size_t)d.N * d.P * d.Q * d.K;
+        size_t nx = (size_t)d.N * d.H * d.W * d.C;
+        Pair x = pair_new(d.N, d.H, d.W, d.C, cc->x_extra), w = vec_new((int)nw), dy = pair_new(d.N, d.P, d.Q, d.K, 0);
+        Pair dx = pair_new(d.N, d.H, d.W, d.C, 0);
+        pair_rand(x, &g, -1, 1); pair_rand(w, &g, -0.5, 0.5); pair_rand(dy, &g, -1, 1);
+        uint16_t *h16 = xmalloc(ny * sizeof *h16), *got = xmalloc(nx * sizeof *got);
+        for (size_t j = 0; j < ny; j++) h16[j] = bf16_bits(dy.h.data[j]);
+        void *d16 = arena_take(&dev.acts, ny * 2, 256);
+        checkCuda(cudaMemcpy(d16, h16, ny * 2, cudaMemcpyHostToDevice));
+        Map ref = dx.d, b = dx.d;
+        ref.fresh = 1;
+        b.data = arena_take(&dev.acts, nx * 2, 256);
+        b.bf16 = 1, b.fresh = 1;
+        checkCuda(cudaMemset(b.data, 0xff, nx * 2));   // NaN: an element left unwritten shows
+        conv_backward_bf16dy_gpu(&dev, &d, x.d, w.d.data, d16, ref, NULL);
+        conv_backward_bf16dy_gpu(&dev, &d, x.d, w.d.data, d16, b, NULL);
+        device_sync(&dev);
+        float *a = xmalloc(nx * 4);
+        checkCuda(cudaMemcpy(a, ref.data, nx * 4, cudaMemcpyDeviceToHost));
+        checkCuda(cudaMemcpy(got, b.data, nx * 2, cudaMemcpyDeviceToHost));
+        size_t bad = 0, first = 0;
+        int exact = use_cudnn && !(d.R == 1 && d.S == 1 && d.stride == 1 && d.pad == 0);
+        for (size_t j = 0; j < nx; j++) {
+            int want = bf16_bits(a[j]), diff = abs((int)(int16_t)got[j] - (int)(int16_t)want);
+            if (exact ? got[j] != want : diff > 1) { if (!bad) first = j; bad++; }
+        }
+        CHECK(bad == 0, "case %zu (%s): %zu of %zu bf16 dx elements off, first at %zu: %04x against %04x", i,
+              use_cudnn ? "cuDNN" : "GEMM", bad, nx, first, bad ? got[first] : 0, bad ? bf16_bits(a[first]) : 0);
+        free(a); free(h16); free(got);
+        Pair all[] = { x, w, dy, dx };
+        for (size_t k = 0; k < sizeof all / sizeof *all; k++) pair_free(all[k]);
+    }
+    dev.precision = GPU_FP32;
+    dev.cudnn = cudnn;
+}
+
+static void test_conv_bf16_dx(void) {
+    NEED_GPU();
+    bf16_dx_cases(0);
+    if (dev.cudnn) bf16_dx_cases(1);
+    else printf("# cuDNN not in use: the bf16 input gradients went the GEMM path only\n");
 }
 
 // ---- batch normalisation ------------------------------------------------------------------

@@ -99,6 +99,52 @@ static void same_gradients(const char *cfg_path) {
     free(zeroed_aliased.grad);
 }
 
+// Under bf16 activations (core/act_plan.c) some gradients are stored as bf16 (core/grad_plan.c
+// plan_grad_types): each one fresh-written once by a conv's data gradient and read by the conv + BN + SiLU that
+// made its value (gpu/conv.cu conv_dgrad_bf16_gpu: not a pointwise conv); never zeroed, never a head, never
+// aliased. None with YT_GRAD_BF16=0 or without such a rule.
+static int not_pointwise(const ConvDims *d) { return !(d->R == 1 && d->S == 1 && d->stride == 1 && d->pad == 0); }
+
+static int bf16_gradients(const char *cfg_path, const char *env, int storage_bf16, int *bad) {
+    static Config cfg;
+    Model m;
+    Err err;
+    if (env) setenv("YT_GRAD_BF16", env, 1);
+    int rc = config_load(cfg_path, 0, NULL, &cfg, &err) || model_build(&cfg, N, S, &m, &err);
+    if (rc) { printf("    %s\n", err.msg); unsetenv("YT_GRAD_BF16"); return -1; }
+    model_plan_storage(&m, storage_bf16);
+    model_plan_grad_storage(&m, storage_bf16 ? not_pointwise : NULL);   // the GPU's rule under bf16 with cuDNN
+    unsetenv("YT_GRAD_BF16");
+    int n = 0;
+    *bad = 0;
+    for (int v = 0; v < m.n_values; v++) {
+        if (!m.grad_bf16[v]) continue;
+        n++;
+        for (int k = m.zero_first[0]; k < m.zero_first[m.n_nodes + 1]; k++) *bad += m.zero_list[k] == v;
+        for (int l = 0; l < m.n_levels; l++) *bad += m.head[l] == v || (l < m.n_aux && m.aux[l] == v);
+        for (int i = 0; i < m.n_nodes; i++) *bad += m.grad_alias[i] == v || (m.grad_alias[i] >= 0 && m.nodes[i].out == v);
+        *bad += m.values[v].parent >= 0;
+        Map g = model_grad(&m, v, N);
+        *bad += !g.bf16;
+    }
+    CHECK(n == m.n_grad_bf16, "%s: %d bf16 gradients counted, %d planned", cfg_path, n, m.n_grad_bf16);
+    model_free(&m);
+    return n;
+}
+
+static void test_bf16_gradient_plan(void) {
+    const char *cfgs[] = { "cfg/t.ini", "cfg/yolov9-t.ini", "cfg/yolo26n.ini" };
+    for (int k = 0; k < 3; k++) {
+        int bad = 0, bad_off = 0, bad_fp32 = 0;
+        int on = bf16_gradients(cfgs[k], NULL, 1, &bad), off = bf16_gradients(cfgs[k], "0", 1, &bad_off);
+        int fp32 = bf16_gradients(cfgs[k], NULL, 0, &bad_fp32);
+        CHECK(on > 0 && bad == 0, "%s: %d bf16 gradients, %d breaking the rules", cfgs[k], on, bad);
+        CHECK(off == 0 && fp32 == 0, "%s: %d bf16 gradients with YT_GRAD_BF16=0, %d with fp32 storage", cfgs[k], off,
+              fp32);
+        printf("    %s: %d gradients stored as bf16\n", cfgs[k], on);
+    }
+}
+
 static void test_gelan_fresh_writes(void) { same_gradients("cfg/t.ini"); }
 static void test_dual_fresh_writes(void) { same_gradients("cfg/yolov9-t.ini"); }
 static void test_yolo26_fresh_writes(void) { same_gradients("cfg/yolo26n.ini"); }
@@ -107,5 +153,6 @@ int main(void) {
     RUN(test_gelan_fresh_writes);
     RUN(test_dual_fresh_writes);
     RUN(test_yolo26_fresh_writes);
+    RUN(test_bf16_gradient_plan);
     return test_summary();
 }
