@@ -82,9 +82,9 @@ long graph_pdl_edges(cudaGraph_t g, int device, size_t *kernels) {
             cudaGetLastError();
             break;
         }
-        if (cudaGraphAddDependencies(g, &from[k], &to[k], &pdl, 1) != cudaSuccess) {   // put the edge back as it was
+        if (cudaGraphAddDependencies(g, &from[k], &to[k], &pdl, 1) != cudaSuccess) {
             cudaGetLastError();
-            cudaGraphAddDependencies(g, &from[k], &to[k], &data[k], 1);
+            cudaGraphAddDependencies(g, &from[k], &to[k], &data[k], 1);   // the edge back as it was
             break;
         }
         turned++;
