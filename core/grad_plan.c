@@ -65,14 +65,16 @@ static size_t first_fit(Life **placed, int n_placed, const Life *l) {
 // every write as an addition into zeroed buffers (the old plan, kept to compare against).
 typedef struct { int v, capable, bit; } Write;
 
+// A conv (not depthwise) with BN: the unit whose backward goes through the backend's fused conv + BN forms
+static int conv_with_bn(const Node *nd) { return nd->op == OP_CONV && nd->cv.bn_w >= 0 && !unit_is_dw(&nd->cv); }
+
 // Model.residual_add[i], from the graph alone: a layer frozen after the plan (freeze=) keeps its pairs, and
 // only the forward's fused form asks for a BN in training mode
 static int residual_after(const Model *m, int i) {
     if (i + 1 >= m->n_nodes) return -1;
     const Node *c = &m->nodes[i], *a = &m->nodes[i + 1];
     int v = c->out;
-    if (c->op != OP_CONV || !c->act || c->cv.bn_w < 0 || unit_is_dw(&c->cv) || a->op != OP_ADD ||
-        (a->in == v) == (a->in2 == v) || m->values[v].parent >= 0)
+    if (!conv_with_bn(c) || !c->act || a->op != OP_ADD || (a->in == v) == (a->in2 == v) || m->values[v].parent >= 0)
         return -1;
     for (int k = 0; k < m->n_values; k++)
         if (m->values[k].parent == v) return -1;
@@ -230,16 +232,15 @@ static void plan_grad_types(Model *m) {
         const Node *nd = &m->nodes[i];
         if (m->grad_alias[i] >= 0) ok[m->grad_alias[i]] = ok[nd->out] = 0;
         if (nd->out2 >= 0) ok[owner(m, nd->out2)] = 0;
-        int producer_reads = nd->op == OP_CONV && nd->act && nd->cv.bn_w >= 0 && !unit_is_dw(&nd->cv) &&
-                             m->residual_add[i] < 0;
-        if (!producer_reads) ok[owner(m, nd->out)] = 0;   // its backward reads the gradient some other way
+        if (!conv_with_bn(nd) || !nd->act || m->residual_add[i] >= 0)
+            ok[owner(m, nd->out)] = 0;   // its producer's backward reads the gradient some other way
         if (m->residual_add[i] >= 0) ok[m->nodes[i + 1].out] = 0;
         Write w[3];
         for (int k = 0, nw = node_writes(m, nd, w); k < nw; k++) {
             int o = owner(m, w[k].v);
             writes[o]++;
-            writer[o] = nd->op == OP_CONV && !unit_is_dw(&nd->cv) && nd->cv.bn_w >= 0 && w[k].v == o &&
-                        (m->grad_fresh[i] & w[k].bit) && m->dgrad_bf16(&nd->cv.d) ? i : -1;
+            writer[o] = conv_with_bn(nd) && w[k].v == o && (m->grad_fresh[i] & w[k].bit) && m->dgrad_bf16(&nd->cv.d)
+                            ? i : -1;
         }
     }
     for (int v = 0; v < nv; v++) {

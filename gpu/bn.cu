@@ -815,7 +815,7 @@ extern "C" void bn_silu_backward_gpu(Device *dev, Map z, const float *gamma, con
     bn_check(z, dy, "bn_silu_backward_gpu");
     if (dz.data) bn_check(z, dz, "bn_silu_backward_gpu");
     require_fp32(dz, "bn_silu_backward_gpu");
-    if (dz.data == dy.data && dy.bf16) die("bn_silu_backward_gpu: dz cannot take a bf16 dy's place");
+    require_fp32_in_place(dz, dy, "bn_silu_backward_gpu");
     BnSaved p = { gamma, beta, mean, invstd };
     bn_grad<true>(dev, z, p, dy, dz, NULL, dgamma, dbeta);
 }
@@ -848,6 +848,7 @@ extern "C" void repconv_silu_backward_gpu(Device *dev, Map z1, const float *gamm
     bn_check(z1, dy, "repconv_silu_backward_gpu");
     bn_check(z1, du, "repconv_silu_backward_gpu");
     require_fp32(du, "repconv_silu_backward_gpu");
+    require_fp32_in_place(du, dy, "repconv_silu_backward_gpu");
     BnSaved p1 = { gamma1, beta1, mean1, invstd1 }, p2 = { gamma2, beta2, mean2, invstd2 };
     ChannelGrid g = bn_grid(z1, dy, du);
     g = channel_grid(z1.C, map_pixels(z1), min_int(g.V, map_vec_width(z2)));
@@ -861,6 +862,7 @@ extern "C" void bn_apply_silu_backward_gpu(Device *dev, Map z, const float *gamm
     bn_check(z, dy, "bn_apply_silu_backward_gpu");
     bn_check(z, du, "bn_apply_silu_backward_gpu");
     require_fp32(du, "bn_apply_silu_backward_gpu");
+    require_fp32_in_place(du, dy, "bn_apply_silu_backward_gpu");
     BnSaved p = { gamma, beta, mean, invstd };
     ChannelGrid g = bn_grid(z, dy, du);
     CHANNEL_KERNEL(g, bn_apply_silu_bwd_kernel)<<<g.grid, g.block, 0, dev->stream>>>(

@@ -102,6 +102,7 @@ extern "C" void silu_backward_gpu(Device *dev, Map u, Map dy, Map du) {
     same_shape_gpu(u, dy, "silu_backward_gpu");
     same_shape_gpu(u, du, "silu_backward_gpu");
     require_fp32(du, "silu_backward_gpu");
+    require_fp32_in_place(du, dy, "silu_backward_gpu");
     Map m[] = { u, dy, du };
     ChannelGrid g = ew_grid(m, 3);
     CHANNEL_KERNEL(g, silu_bwd_kernel)<<<g.grid, g.block, 0, dev->stream>>>(g.M, u, dy, du);

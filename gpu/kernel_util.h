@@ -183,6 +183,12 @@ static inline void require_fp32(Map m, const char *who) {
     if (m.bf16) die("%s: a bf16-stored map reached an op that reads fp32 only (core/act_plan.c)", who);
 }
 
+// An fp32 output written in place of its input (du over dy) needs an fp32 input: a bf16-stored gradient
+// (core/grad_plan.c) has half the bytes, so the writes would run past it.
+static inline void require_fp32_in_place(Map out, Map in, const char *who) {
+    if (out.data == in.data && in.bf16) die("%s: an fp32 result cannot take a bf16-stored input's place", who);
+}
+
 // Shapes are fixed when the model is built, so a mismatch is a bug in the caller.
 static inline void same_shape_gpu(Map a, Map b, const char *who) {
     if (a.N != b.N || a.H != b.H || a.W != b.W || a.C != b.C || a.ld < a.C || b.ld < b.C)
