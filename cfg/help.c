@@ -18,7 +18,7 @@ static const struct { const char *name, *text; } key_help[] = {
     { "device",         "cpu, cpu:N (threads), 0, 0,1 or [0,1] (GPUs); empty: GPU 0 if any, else cpu" },
     { "precision",      "bf16, tf32 or fp32 arithmetic on the GPU" },
     { "cache",          "ram: keep decoded images in memory" },
-    { "project",        "the folder that holds the run folders" },
+    { "project",        "the folder that holds the run folders (val, detect: runs/val, runs/detect unless given on the command line)" },
     { "name",           "the run folder's name (exp, exp2, ... when taken)" },
     { "optimizer",      "auto, SGD, MuSGD (YOLO26 only), AdamW or Adam" },
     { "freeze",         "N: layers 0..N-1 do not train; [i,j,...]: those layers" },
@@ -79,7 +79,7 @@ static const struct { const char *name, *text; } key_help[] = {
 // The keys each mode reads: whole sections ("[train]") and single keys.
 static const struct { const char *mode, *keys; } mode_keys[] = {
     { "train",  "[model] [train] [parallel] [hyp]" },
-    { "val",    "data weights device precision batch imgsz workers cache project name exist_ok single_cls [val]" },
+    { "val",    "data weights device precision batch imgsz workers cache project name exist_ok single_cls noplots [val]" },
     { "detect", "weights data device precision imgsz project name exist_ok max_det save_txt" },
     { "export", "weights imgsz" },
     { "info",   "imgsz nc depth_multiple width_multiple" },

@@ -17,6 +17,7 @@
 #include "core/infer_devices.h"
 #include "core/readfile.h"
 #include "core/model.h"
+#include "core/outdir.h"
 #include "core/val.h"
 #include "io/augment.h"
 #include "io/dataset.h"
@@ -201,7 +202,7 @@ static void paths_free(PathList *l) {
     free(l->stem);
 }
 
-// ---- classes and output folder ---------------------------------------------------------------
+// ---- classes ---------------------------------------------------------------------------------
 
 // nc of a weights file: the rows of the first head's class conv bias (DDetect cv3.0.2).
 static int weights_nc(const char *path, int *nc, Err *err) {
@@ -236,23 +237,6 @@ static char **class_names(const Config *cfg, int nc, Err *err) {
         names[c] = xstrdup(nc == SYNTH_NC ? synth_names[c] : buf);
     }
     return names;
-}
-
-// runs/detect/exp, exp2, ... (project= from the command line replaces runs/detect; the INIs' project is
-// the training folder), and its labels/ folder.
-static int output_dir(const Config *cfg, char *dir, size_t size, Err *err) {
-    const Where *w = config_where(cfg, "project");
-    const char *project = w && !strcmp(w->file, "command line") ? cfg->project : "runs/detect";
-    struct stat st;
-    for (int k = 1; k < 10000; k++) {
-        if (k == 1) snprintf(dir, size, "%s/%s", project, cfg->name);
-        else snprintf(dir, size, "%s/%s%d", project, cfg->name, k);
-        if (cfg->exist_ok || stat(dir, &st)) break;
-    }
-    char p[3 * CFG_PATH];
-    snprintf(p, sizeof p, cfg->save_txt ? "%s/labels" : "%s", dir);
-    if (make_dirs(p)) return err_set(err, "cannot create %s: %s; set project= to a writable folder", p, strerror(errno));
-    return 0;
 }
 
 // ---- one image -----------------------------------------------------------------------------
@@ -521,7 +505,7 @@ int detect_run(Config *cfg, const DetectOptions *o) {
     char dir[2 * CFG_PATH + 16];
     int nc = im.models[0].nc;
     char **names = class_names(cfg, nc, &err);
-    int rc = !names ? 2 : output_dir(cfg, dir, sizeof dir, &err) ? 1 : 0;
+    int rc = !names ? 2 : outdir_make(cfg, "runs/detect", cfg->save_txt, dir, sizeof dir, &err) ? 1 : 0;
     if (rc) fprintf(stderr, "yolotrain detect: %s\n", err.msg);
     if (!rc) rc = detect_all(&im, names, dir, &src, o, cfg->save_txt);
     for (int c = 0; names && c < nc; c++) free(names[c]);

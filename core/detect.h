@@ -22,7 +22,7 @@ int detect_take_args(int *argc, char **argv, DetectOptions *o, Err *err);
 // detect_run: the model of cfg with cfg->weights (required; nc is read from them) on o->source.
 // Class names: the dataset's when data= (or [data]) is given, else the built-in synthetic dataset's
 // when nc matches it, else class0, class1, ... Output: runs/detect/NAME (exp, exp2, ...; project= on the
-// command line and exist_ok= as for training) holding the drawn images (same file names; none with
+// command line and exist_ok=: core/outdir.h) holding the drawn images (same file names; none with
 // nosave=1) and, with save_txt=1, labels/STEM.txt for each image with detections: `cls cx cy w h` rows
 // normalised to the image (`... conf` with save_conf=1), as detect.py --save-txt [--save-conf]. The
 // last line counts the label files written. device= as for training (cpu, cpu:N, 0, 0,1, ...;

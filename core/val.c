@@ -5,6 +5,7 @@
 // Legend: N images per batch, S load size, H,W a batch's shape, A anchors, nc classes, D detections.
 #include "core/val.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include "core/infer_devices.h"
 #include "core/loss.h"
 #include "core/loss26.h"
+#include "core/outdir.h"
 #include "core/plots.h"
 #include "core/train.h"
 #include "io/picture.h"
@@ -662,23 +664,49 @@ static int open_val_data(Config *cfg, Dataset *ds, Err *err) {
     return 0;
 }
 
-// The pass over ds on the models of im, with the table and the losses on stdout.
+// Files of dir ending in ".txt" (val.py counts labels/*.txt the same way).
+static int count_txt(const char *dir) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        n += e->d_name[0] != '.' && len > 4 && !strcmp(e->d_name + len - 4, ".txt");
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+// The last line, as detect's: the folder and what was written into it.
+static void print_saved(const ValOptions *o, const char *dir) {
+    char what[160] = "", labels[4 * CFG_PATH] = "";
+    if (o->save_json || o->plots_dir)
+        snprintf(what, sizeof what, " (%s%s%s)", o->save_json ? "predictions.json" : "", o->save_json && o->plots_dir ? ", " : "",
+                 o->plots_dir ? "confusion_matrix.png, PR_curve.png, F1_curve.png, P_curve.png, R_curve.png" : "");
+    if (o->save_txt) {
+        char sub[3 * CFG_PATH];
+        snprintf(sub, sizeof sub, "%s/labels", dir);
+        int n = count_txt(sub);
+        snprintf(labels, sizeof labels, "; %d label%s saved to %s", n, n == 1 ? "" : "s", sub);
+    }
+    printf("Results saved to %s%s%s\n", dir, what, labels);
+}
+
+// The pass over ds on the models of im, with the table and the losses on stdout; the files go to
+// runs/val/exp, exp2, ... by detect's naming rule (core/outdir.h).
 static int val_on_models(Config *cfg, const Dataset *ds, InferModels *im, Err *err) {
     ValOptions o = val_options(cfg);
     o.verbose = 1;
     o.nms.conf_thres = (float)cfg->conf; o.nms.iou_thres = (float)cfg->iou; o.nms.max_det = cfg->max_det;
-    char dir[4200];                             // runs/val/NAME unless project= says otherwise
-    snprintf(dir, sizeof dir, "%s/%s", strcmp(cfg->project, "runs/train") ? cfg->project : "runs/val", cfg->name);
+    char dir[2 * CFG_PATH + 16];
+    if (outdir_make(cfg, "runs/val", cfg->save_txt, dir, sizeof dir, err)) return -1;
     o.save_json = cfg->save_json; o.save_txt = cfg->save_txt; o.save_dir = dir;
-    if (!make_dirs(dir)) o.plots_dir = dir;     // val.py's plots: confusion matrix, PR/F1/P/R curves
+    if (!cfg->noplots) o.plots_dir = dir;       // val.py's plots: confusion matrix, PR/F1/P/R curves
     ValResult r;
     printf("val: %s on %d images of %s (imgsz %d, batch %d)\n", cfg->weights, ds->n, cfg->data[0] ? cfg->data : "[data]",
            o.imgsz, o.batch);
     if (val_evaluate_models(im->ptr, im->n, ds, &o, &r, err)) return -1;
     printf("val losses: box %.4g, cls %.4g, dfl %.4g; fitness %.4g; %.1f s\n", r.box, r.cls, r.dfl, r.fitness, r.seconds);
-    if (o.save_json) printf("predictions: %s/predictions.json\n", dir);
-    if (o.save_txt) printf("labels: %s/labels/\n", dir);
-    if (o.plots_dir) printf("plots: %s (confusion_matrix.png, PR_curve.png, F1_curve.png, P_curve.png, R_curve.png)\n", dir);
+    print_saved(&o, dir);
     val_result_free(&r);
     return 0;
 }

@@ -201,6 +201,7 @@ int  val_save_close(ValSave *s, Err *err);
 
 // `yolotrain val CONFIG weights=FILE [data=...]`: the val split of the configured dataset (the built-in
 // synthetic one when none is), with per-class rows, on the devices device= names (core/infer_devices.h:
-// cpu, cpu:N, 0, 0,1, ...; several take whole batches in turn, val_evaluate_models). Returns the exit
-// status: 2 for a user error (device, weights, data).
+// cpu, cpu:N, 0, 0,1, ...; several take whole batches in turn, val_evaluate_models). Plots (unless
+// noplots), predictions.json and labels/ go to runs/val/exp, exp2, ..., named as detect names its
+// folder (core/outdir.h). Returns the exit status: 2 for a user error (device, weights, data).
 int  val_run(Config *cfg);
