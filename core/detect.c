@@ -15,7 +15,6 @@
 #include <sys/stat.h>
 
 #include "core/infer_devices.h"
-#include "core/readfile.h"
 #include "core/model.h"
 #include "core/outdir.h"
 #include "core/val.h"
@@ -24,6 +23,7 @@
 #include "io/image.h"
 #include "io/text.h"
 #include "io/pt.h"
+#include "io/strlist.h"
 #include "io/synth.h"
 
 // ---- arguments -----------------------------------------------------------------------------
@@ -125,15 +125,15 @@ static int list_folder(const char *dir, PathList *l, Err *err) {
     return 0;
 }
 
+// A .txt list: its entries resolve as those of a data.yaml split's list (io/strlist.h), relative ones
+// against the list's folder, whatever the current directory.
 static int list_file(const char *txt, PathList *l, Err *err) {
-    TextFile t;
-    if (rf_text_read(txt, "source list", &t, err)) return -1;   // a FIFO or binary file is refused
-    char line[2 * CFG_PATH];
-    const char *s;
-    size_t pos = 0, len;
-    while (rf_text_line(&t, &pos, &s, &len))
-        if (len) paths_add(l, (snprintf(line, sizeof line, "%.*s", (int)len, s), line));
-    rf_text_free(&t);
+    StrList entries = { 0 };
+    int *lines = NULL;
+    if (list_file_read(txt, "source list", &entries, &lines, NULL, err)) return -1;   // a FIFO or binary file is refused
+    for (int i = 0; i < entries.n; i++) paths_add(l, entries.v[i]);
+    strlist_free(&entries);
+    free(lines);
     return 0;
 }
 

@@ -138,26 +138,20 @@ static void list_folder(Lister *L, const char *dir, const struct stat *st) {
 
 // A list file: one image path a line, relative ones resolved against the list file's folder.
 static int list_file(Lister *L, const char *file, const Where *at, Err *err) {
-    TextFile t;
+    StrList entries = {0}, written = {0};
+    int *lines = NULL;
     Err e;
-    if (rf_text_read(file, "image list", &t, &e))
+    if (list_file_read(file, "image list", &entries, &lines, &written, &e))
         return err_set(err, "%s:%d: %s", at->file, at->line, e.msg);
-    char *dir = path_dir(file);
-    size_t pos = 0, len;
-    const char *text;
-    for (int no = 1; rf_text_line(&t, &pos, &text, &len); no++) {
-        char *line = str_fmt("%.*s", (int)len, text);
-        char *s = line + (no == 1 && !strncmp(line, "\xEF\xBB\xBF", 3) ? 3 : 0);
-        while (*s == ' ' || *s == '\t') s++;
-        for (char *e2 = s + strlen(s); e2 > s && strchr(" \t", e2[-1]); ) *--e2 = 0;
-        if (!*s) { free(line); continue; }
-        if (ext_in(s, image_exts)) strlist_push(&L->images, path_join(dir, s));
-        else say(L->r, SAY_WARN, file, no, "'%s' is not an image file name (bmp dng jpeg jpg mpo png "
-                 "tif tiff webp pfm); ignored", s);
-        free(line);
+    for (int i = 0; i < entries.n; i++) {
+        if (ext_in(entries.v[i], image_exts)) { strlist_push(&L->images, entries.v[i]); continue; }
+        say(L->r, SAY_WARN, file, lines[i], "'%s' is not an image file name (bmp dng jpeg jpg mpo png tif tiff webp "
+            "pfm); ignored", written.v[i]);
+        free(entries.v[i]);
     }
-    free(dir);
-    rf_text_free(&t);
+    free(entries.v);
+    strlist_free(&written);
+    free(lines);
     return 0;
 }
 

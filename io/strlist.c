@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/readfile.h"
+
 void strlist_push(StrList *l, char *s) {
     if (l->n == l->cap) {
         l->cap = l->cap ? 2 * l->cap : 16;
@@ -63,4 +65,27 @@ char *path_join(const char *dir, const char *rel) {
     if (rel[0] == '/' || !strcmp(dir, ".")) return xstrdup(rel);
     size_t n = strlen(dir);
     return str_fmt("%s%s%s", dir, dir[n - 1] == '/' ? "" : "/", rel);
+}
+
+int list_file_read(const char *file, const char *role, StrList *out, int **lines, StrList *written, Err *err) {
+    TextFile t;
+    if (rf_text_read(file, role, &t, err)) return -1;
+    char *dir = path_dir(file);
+    size_t pos = 0, len;
+    const char *text;
+    for (int no = 1; rf_text_line(&t, &pos, &text, &len); no++) {
+        if (no == 1 && len >= 3 && !strncmp(text, "\xEF\xBB\xBF", 3)) text += 3, len -= 3;
+        while (len && (*text == ' ' || *text == '\t')) text++, len--;
+        while (len && (text[len - 1] == ' ' || text[len - 1] == '\t')) len--;
+        if (!len) continue;
+        char *entry = str_fmt("%.*s", (int)len, text);
+        strlist_push(out, path_join(dir, entry));
+        if (written) strlist_push(written, entry);
+        else free(entry);
+        *lines = xrealloc(*lines, (size_t)out->cap * sizeof **lines);
+        (*lines)[out->n - 1] = no;
+    }
+    free(dir);
+    rf_text_free(&t);
+    return 0;
 }

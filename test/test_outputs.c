@@ -16,6 +16,7 @@
 
 #include "core/detect.h"
 #include "core/val.h"
+#include "io/dataset.h"
 #include "io/synth.h"
 
 enum { P = 4096 };
@@ -168,8 +169,51 @@ static void test_detect_names(void) {
     naming_rules("detect");
 }
 
+// A list of the three val images, written as users write them (a byte-order mark, "./", blanks, a
+// blank line, CRLF), given to detect from a current directory that is not the list's folder: every
+// entry is found, and detect reads the same files a data.yaml whose val split is that list names.
+static void test_detect_list_file(void) {
+    if (!ready()) { CHECK(0, "no data"); return; }
+    char lists[P + 16], list[P + 32], yaml[P + 32], cwd[P], here[P + 16], out[1 << 15];
+    snprintf(lists, sizeof lists, "%s/lists", dir);
+    mkdir(lists, 0755);
+    snprintf(list, sizeof list, "%s/val.txt", lists);
+    FILE *f = fopen(list, "w");
+    if (f) fprintf(f, "\xEF\xBB\xBF../images/val/000000.jpg\r\n\r\n  ./../images/val/000001.jpg \t\n"
+                      "%s/images/val/000002.jpg\n", dir);
+    if (!f || fclose(f)) { CHECK(0, "cannot write %s", list); return; }
+    snprintf(yaml, sizeof yaml, "%s/list.yaml", lists);
+    f = fopen(yaml, "w");
+    if (f) fprintf(f, "train: val.txt\nval: val.txt\nnc: %d\n", SYNTH_NC);
+    if (!f || fclose(f)) { CHECK(0, "cannot write %s", yaml); return; }
+    Config *cfg = calloc(1, sizeof *cfg);
+    Dataset ds;
+    Err err;
+    DatasetOptions opt = { .quiet = 1, .report = stderr };
+    int rc = dataset_open(yaml, cfg, "val", &opt, &ds, &err);
+    free(cfg);
+    CHECK(rc == 0 && ds.n == 3, "the list as a data.yaml split: %s", rc ? err.msg : "");
+    if (rc) return;
+    snprintf(here, sizeof here, "%s/list-cwd", dir);
+    mkdir(here, 0755);
+    if (!getcwd(cwd, sizeof cwd) || chdir(here)) { CHECK(0, "chdir %s", here); dataset_free(&ds); return; }
+    char source[P + 48];
+    snprintf(source, sizeof source, "source=%s", list);
+    const char *extra[] = { source, NULL };
+    rc = run_mode("detect", extra, out, sizeof out);
+    if (chdir(cwd)) CHECK(0, "chdir back to %s", cwd);
+    CHECK(rc == 0 && strstr(out, "(3 images)") && !strstr(out, "failed"), "detect source=%s: %s", list, out);
+    for (int i = 0; i < ds.n; i++) {
+        char want[P + 64];
+        snprintf(want, sizeof want, " %s: ", ds.s[i].image);
+        CHECK(strstr(out, want), "detect did not read %s as the data.yaml list does: %s", ds.s[i].image, out);
+    }
+    dataset_free(&ds);
+}
+
 int main(void) {
     RUN(test_val_names_as_detect);
     RUN(test_detect_names);
+    RUN(test_detect_list_file);
     return test_summary();
 }
