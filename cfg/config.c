@@ -83,7 +83,10 @@ static int data_set(Config *cfg, const char *key, const char *value, const Where
         return err_set(err, "%s: [data] %s: already set at line %d; give each key once", w, key,
                        cfg->data_kv[i].at.line);
     snprintf(cfg->data_kv[i].key, sizeof cfg->data_kv[i].key, "%s", key);
-    unquote(value, cfg->data_kv[i].value, sizeof cfg->data_kv[i].value);
+    const char *end;                                 // 'a, b' is one scalar; 'a', 'b' stays a list
+    char *v = cfg->data_kv[i].value;
+    cfg->data_kv[i].quoted = !config_quoted(value, v, sizeof cfg->data_kv[i].value, &end) && !*end;
+    if (!cfg->data_kv[i].quoted) snprintf(v, sizeof cfg->data_kv[i].value, "%s", value);
     cfg->data_kv[i].at = *at;
     if (i == cfg->n_data_kv) cfg->n_data_kv++;
     return 0;
@@ -138,11 +141,16 @@ static int read_fail(IniRead *r, const char *fmt, ...) {
     return 0;
 }
 
-// Cut a `#` or `;` comment: at the line start or after whitespace, and outside quotes.
+// Cut a `#` or `;` comment: at the line start or after whitespace, and outside quotes (YAML's: ''
+// and \" do not close them).
 static void strip_comment(char *s) {
     char quote = 0;
     for (char *p = s; *p; p++) {
-        if (quote) { if (*p == quote) quote = 0; continue; }
+        if (quote) {
+            if ((quote == '\'' && p[0] == '\'' && p[1] == '\'') || (quote == '"' && p[0] == '\\' && p[1])) p++;
+            else if (*p == quote) quote = 0;
+            continue;
+        }
         int after_space = p == s || isspace((unsigned char)p[-1]);
         if ((*p == '#' || *p == ';') && after_space) { *p = 0; return; }
         if ((*p == '\'' || *p == '"') && (p == s || strchr(" \t=,[:", p[-1]))) quote = *p;
@@ -427,6 +435,24 @@ int config_load(const char *path, int argc, char **argv, Config *cfg, Err *err) 
 
 // ---- printing
 
+// A [data] value as config_load reads it back: a quoted one in '...' ('' for a quote), any other as
+// written when it reads back the same (the INI's own lines always do), else as text_format quotes it.
+static void data_format(const char *v, int quoted, char *buf, size_t n) {
+    char copy[CFG_LINE_MAX + 1];
+    snprintf(copy, sizeof copy, "%s", v);
+    strip_comment(copy);
+    if (!quoted && *v && !strcmp(trim(copy), v)) { snprintf(buf, n, "%s", v); return; }
+    if (!quoted) { text_format(v, buf, n); return; }
+    size_t o = 0;
+    buf[o++] = '\'';
+    for (const char *p = v; *p && o + 3 < n; p++) {
+        if (*p == '\'') buf[o++] = '\'';
+        buf[o++] = *p;
+    }
+    buf[o++] = '\'';
+    buf[o] = 0;
+}
+
 void config_print(const Config *cfg, FILE *f) {
     char value[CFG_LINE_MAX + 1];
     fprintf(f, "# yolotrain configuration%s%s\n", cfg->file[0] ? ", read from " : "", cfg->file);
@@ -443,7 +469,7 @@ void config_print(const Config *cfg, FILE *f) {
         } else if (!strcmp(sec, "data")) {
             if (cfg->n_data_kv) fprintf(f, "\n[data]\n");
             for (int i = 0; i < cfg->n_data_kv; i++) {
-                text_format(cfg->data_kv[i].value, value, sizeof value);
+                data_format(&cfg->data_kv[i].value[0], cfg->data_kv[i].quoted, value, sizeof value);
                 fprintf(f, "%s = %s\n", cfg->data_kv[i].key, value);
             }
         } else {

@@ -80,11 +80,17 @@ typedef struct {
     int    max_det, save_json, save_txt;
     char   val_split[8];             // val | test: the data.yaml split to evaluate
     Hyp    hyp;
-    // [data]: the same keys a data.yaml has; io/dataset.c interprets them
+    // [data]: the same keys a data.yaml has; io/dataset.c interprets them. A value quoted whole
+    // (`names = 'a, b'`) is kept without its quotes and marked quoted: one YAML scalar, never split.
     int    n_data_kv;
-    struct { char key[64]; char value[CFG_PATH]; Where at; } data_kv[32];
+    struct { char key[64]; char value[CFG_PATH]; Where at; int quoted; } data_kv[32];
     Where  key_at[CFG_MAX_KEYS];     // where each key of the table got its value (see config_where)
 } Config;                            // about 0.25 MB: allocate it, or keep it static, in threads
+
+// config_quoted: the YAML quoted scalar that starts at s ('...' where '' is a quote; "..." where \"
+// and \\ are a quote and a backslash) into out; *end just after its closing quote. Returns 0, or -1
+// when s does not start with a quote or the quote is not closed.
+int config_quoted(const char *s, char *out, size_t n, const char **end);
 
 // Read `path`, then apply overrides (argv-style: "key=value" or "--key" "value"). Returns 0, or -1
 // with err naming file:line (or the override), the text, and what is allowed.

@@ -198,34 +198,52 @@ static int yaml_read(const char *file, RawSpec *raw, Err *err) {
     return rc;
 }
 
-// An INI list value: "[a, b]" or, where commas always separate (names), "a, b". Quotes are dropped.
-static void ini_list(const char *value, int commas, StrList *out) {
+// An INI list value split as YAML splits the same text: "[a, 'b, c']" or, where commas separate
+// without brackets too (names), "a, 'b, c'". A quoted item loses its quotes and keeps its commas; a
+// value quoted whole (DataKV.quoted: `names = 'a, b'`) is one item, as a YAML scalar is.
+static int ini_list(const char *value, int quoted, int commas, const Where *at, const char *key, StrList *out,
+                    Err *err) {
+    if (quoted) { if (*value) strlist_push(out, xstrdup(value)); return 0; }
     char *s = xstrdup(value), *p = s, *end = s + strlen(s);
     while (*p == ' ' || *p == '\t') p++;
     while (end > p && (end[-1] == ' ' || end[-1] == '\t')) *--end = 0;
     if (*p == '[' && end > p && end[-1] == ']') { p++; *--end = 0; commas = 1; }
-    for (char *item = p; item; ) {
-        char *comma = commas ? strchr(item, ',') : NULL;
-        if (comma) *comma = 0;
+    const char *why = NULL;
+    for (char *item = p; item && !why; ) {
         while (*item == ' ' || *item == '\t') item++;
-        char *e = item + strlen(item);
-        while (e > item && (e[-1] == ' ' || e[-1] == '\t')) *--e = 0;
-        if (e - item >= 2 && (*item == '\'' || *item == '"') && e[-1] == *item) { item++; *--e = 0; }
+        char *next = NULL;
+        if (*item == '\'' || *item == '"') {
+            const char *after;
+            if (config_quoted(item, item, strlen(item) + 1, &after)) { why = "a quote is not closed"; break; }
+            next = (char *)after;
+            while (*next == ' ' || *next == '\t') next++;
+            if (*next && !(commas && *next == ',')) { why = "text follows a closing quote; quote the whole item"; break; }
+            next = *next ? next + 1 : NULL;
+        } else {
+            next = commas ? strchr(item, ',') : NULL;
+            if (next) *next++ = 0;
+            char *e = item + strlen(item);
+            while (e > item && (e[-1] == ' ' || e[-1] == '\t')) *--e = 0;
+        }
         if (*item) strlist_push(out, xstrdup(item));
-        item = comma ? comma + 1 : NULL;
+        item = next;
     }
     free(s);
+    if (why) return err_set(err, "%s:%d: [data] %s = %s: %s (YAML's quoting: 'a, b' or \"a, b\" is one item)", at->file,
+                            at->line, key, value, why);
+    return 0;
 }
 
 static int ini_read(const Config *cfg, RawSpec *raw, Err *err) {
     for (int i = 0; i < cfg->n_data_kv; i++) {
         const char *key = cfg->data_kv[i].key, *value = cfg->data_kv[i].value;
         const Where *at = &cfg->data_kv[i].at;
+        int quoted = cfg->data_kv[i].quoted;
         int split = dataset_split_index(key);
         if (split >= 0) {
             raw->src_at[split] = *at;
             strlist_free(&raw->src[split]);
-            ini_list(value, 0, &raw->src[split]);
+            if (ini_list(value, quoted, 0, at, key, &raw->src[split], err)) return -1;
         } else if (!strcmp(key, "path")) {
             free(raw->root);
             raw->root = value[0] ? xstrdup(value) : NULL;
@@ -236,7 +254,7 @@ static int ini_read(const Config *cfg, RawSpec *raw, Err *err) {
         } else if (!strcmp(key, "names")) {
             raw->names_at = *at;
             strlist_free(&raw->names);
-            ini_list(value, 1, &raw->names);
+            if (ini_list(value, quoted, 1, at, key, &raw->names, err)) return -1;
         } else if (!strcmp(key, "download")) {
             free(raw->download);
             raw->download = value[0] ? xstrdup(value) : NULL;

@@ -80,7 +80,7 @@ typedef struct {
 } DataSpec;
 
 // Read a data.yaml (yaml != NULL), else cfg->data when set, else cfg's [data] keys. `names` may be
-// a list or a {0: a, 1: b} mapping (an INI: "a, b" or "[a, b]"); `nc`, when given, must equal the
+// a list or a {0: a, 1: b} mapping (an INI: "a, b" or "[a, b]", quoted as YAML quotes); `nc`, when given, must equal the
 // number of names; `train` and `val` are required; unknown yaml keys are ignored. A relative `path:`
 // resolves from the description's folder, and when no folder is there, from the current directory
 // (yolov9's habit); when neither exists the error names both. `download:` gives download_note:

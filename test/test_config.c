@@ -7,6 +7,7 @@
 
 #include "cfg/config.h"
 #include "core/util.h"
+#include "io/dataset.h"
 
 static char tmp[4096];
 static Config cfg, cfg2;          // large: kept off the stack
@@ -421,6 +422,75 @@ static void test_garbled(void) {
     CHECK(n_ok > 0 && n_err > 0, "%d loaded, %d rejected", n_ok, n_err);
 }
 
+// The names a description gives, joined by '|' (or "error: ..." with the message), from an INI
+// [data] (yaml NULL, the INI at ini) or a data.yaml.
+static void names_of(const char *yaml, const Config *c, char *out, size_t n) {
+    DataSpec d;
+    if (dataspec_read(yaml, c, &d, &err)) { snprintf(out, n, "error: %s", err.msg); return; }
+    out[0] = 0;
+    for (int i = 0; i < d.nc; i++) snprintf(out + strlen(out), n - strlen(out), "%s%s", i ? "|" : "", d.names[i]);
+    dataspec_free(&d);
+}
+
+// A [data] value quoted as YAML quotes splits as YAML splits it: a quoted comma is no separator and the
+// quotes go; a value quoted whole is one name. Where the text is YAML too, data.yaml gives the same
+// names; the INI printed (args.ini) and read back keeps them.
+static void test_data_quotes(void) {
+    static const struct { const char *value, *names; int yaml; } cases[] = {
+        { "[ 'a', \"b, c\" ]",       "a|b, c",      1 },
+        { "'a, b'",                  "a, b",        0 },
+        { "\"x,y\"",                 "x,y",         0 },
+        { "a, 'b, c'",               "a|b, c",      0 },
+        { "'a', 'b'",                "a|b",         0 },
+        { "['it''s', \"q\\\"x\"]",    "it's|q\"x",   1 },
+        { "[a, b]",                  "a|b",         1 },
+        { "a, b",                    "a|b",         0 },
+        { "'it''s #1'  # a comment", "it's #1",     0 },
+        { "['a, b]",                 "error: ",     0 },
+        { "['a' b, c]",              "error: ",     0 },
+    };
+    static char text[4096], got[4096], yaml_got[4096], again[4096], dump[65536];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(text, sizeof text, "%s[data]\ntrain = x\nval = x\nnames = %s\n", HEAD, cases[i].value);
+        const char *ini = write_file("quotes.ini", text);
+        int rc = config_load(ini, 0, NULL, &cfg, &err);
+        CHECK(rc == 0, "names = %s: %s", cases[i].value, err.msg);
+        if (rc) continue;
+        names_of(NULL, &cfg, got, sizeof got);
+        int want_error = !strncmp(cases[i].names, "error: ", 7);
+        if (want_error) {
+            char where[4200];
+            snprintf(where, sizeof where, "%s:%d: [data] names", ini, 8);
+            CHECK(strstr(got, where) != NULL, "names = %s: want an error at %s, got %s", cases[i].value, where, got);
+            continue;
+        }
+        CHECK(!strcmp(got, cases[i].names), "names = %s: got '%s', want '%s'", cases[i].value, got, cases[i].names);
+        if (cases[i].yaml) {
+            snprintf(text, sizeof text, "train: x\nval: x\nnames: %s\n", cases[i].value);
+            names_of(write_file("quotes.yaml", text), NULL, yaml_got, sizeof yaml_got);
+            CHECK(!strcmp(got, yaml_got), "names: %s: INI '%s', YAML '%s'", cases[i].value, got, yaml_got);
+        }
+        print_to(&cfg, "quotes_args.ini", dump, sizeof dump);
+        char path[4200];
+        snprintf(path, sizeof path, "%s/quotes_args.ini", tmp);
+        rc = config_load(path, 0, NULL, &cfg2, &err);
+        if (!rc) names_of(NULL, &cfg2, again, sizeof again);
+        CHECK(rc == 0 && !strcmp(again, got), "names = %s printed and read back: '%s' (%s)", cases[i].value,
+              rc ? err.msg : again, rc ? "" : dump);
+    }
+    // a split: a quoted comma stays in the path, a bracketed list splits
+    snprintf(text, sizeof text, "%s[data]\ntrain = ['my, images', \"b\"]\nval = 'v, w'\nnames = a\n", HEAD);
+    int rc = config_load(write_file("quotes2.ini", text), 0, NULL, &cfg, &err);
+    DataSpec d;
+    if (!rc) rc = dataspec_read(NULL, &cfg, &d, &err);
+    CHECK(rc == 0, "%s", err.msg);
+    if (rc) return;
+    CHECK(d.n_src[DS_TRAIN] == 2 && d.n_src[DS_VAL] == 1 && strstr(d.src[DS_TRAIN][0], "/my, images")
+          && strstr(d.src[DS_VAL][0], "/v, w"), "splits: %d %s, %d %s", d.n_src[DS_TRAIN], d.src[DS_TRAIN][0],
+          d.n_src[DS_VAL], d.src[DS_VAL][0]);
+    dataspec_free(&d);
+}
+
 int main(void) {
     snprintf(tmp, sizeof tmp, "%s", test_tmpdir("cfg"));
     RUN(test_s_ini);
@@ -435,5 +505,6 @@ int main(void) {
     RUN(test_hyp_yaml);
     RUN(test_garbled);
     RUN(test_flags_and_aliases);
+    RUN(test_data_quotes);
     return test_summary();
 }
