@@ -1,8 +1,9 @@
 // test_train26.c: the trainer driving YOLO26-s (core/train26.c) on the CPU at 64x64, batch 2: the
 // reference's eight parameter groups, one trainer step against the loss and optimizer done by hand
 // (bit for bit; Adam also against its formula), ProgLoss at epoch ends, the loss falling on a fixed batch,
-// SGD, resume, refusals,
-// two CPU devices; and the GPU's step against the CPU's (skipped without one).
+// SGD, resume, refusals, two CPU devices; the logged loss items against the reference fixture
+// yolo26_s_step (256x256, batch 4) in the first and the last epoch; and the GPU's step against the
+// CPU's (skipped without one).
 // Legend: N batch (2), S image side (64), G targets; groups MU_* (core/musgd.h).
 #include "test/test.h"
 
@@ -10,6 +11,8 @@
 #include "core/checkpoint.h"
 #include "core/multi.h"
 #include "core/train26.h"
+#include "io/safetensors.h"
+#include "test/fixture.h"
 #ifdef USE_CUDA
 #include "gpu/device.h"
 #endif
@@ -409,6 +412,74 @@ static void gpu_step_matches(const char *optimizer, double update_rtol) {
 #endif
 }
 
+// What a step logs (LossOut box, cls, dfl: the progress bar and results.csv average them over the
+// epoch) against the reference fixture yolo26_s_step, through the trainer on the CPU (gpu < 0) or GPU
+// `gpu` in fp32. Ultralytics logs E2ELoss's `loss_one2one[1]`: the one-to-one branch's gained items,
+// each over that branch's max(sum of target scores, 1), not times the batch and not weighted by
+// ProgLoss, so the same batch logs the same items in epoch 0 (o2m 0.8, o2o 0.2) and in the last epoch
+// (0.1, 0.9), while the loss that is differentiated follows the weights.
+static void logged_items(int gpu, double rtol) {
+    enum { EPOCHS_60 = 60 };
+    const char *sh = shared_dir();
+    if (!sh) SKIP("../shared is absent (set YT_SHARED)");
+    char path[4200], jpath[4200];
+    snprintf(path, sizeof path, "%s/fixtures/yolo26_s_step.safetensors", sh);
+    snprintf(jpath, sizeof jpath, "%s/fixtures/yolo26_s_step.json", sh);
+    if (access(path, R_OK) || access(jpath, R_OK)) SKIP("the fixture yolo26_s_step is absent");
+    SafeTensors st;
+    Inputs in = { 0 };
+    Err err;
+    if (st_open(path, &st, &err) || read_inputs(&st, &in, &err)) { CHECK(0, "%s", err.msg); return; }
+    st_close(&st);
+    char *argv[] = { "imgsz=256", "batch=4", "epochs=60", "precision=fp32" };
+    Trainer t;
+    if (config_load("cfg/yolo26s.ini", 4, argv, &cfg, &err) || trainer_init(&t, &cfg, 1, gpu, &err)) {
+        CHECK(0, "%s", err.msg);
+        free(in.images); free(in.targets);
+        return;
+    }
+    double o2m[3], o2o[3], sum_o2m = 0, sum_o2o = 0;   // the fixture's items x batch
+    for (int k = 0; k < 3; k++) {
+        o2m[k] = json_number(jpath, "one2many_box_cls_l1_times_batch", k);
+        o2o[k] = json_number(jpath, "one2one_box_cls_l1_times_batch", k);
+        sum_o2m += o2m[k];
+        sum_o2o += o2o[k];
+    }
+    static const int epoch[2] = { 0, EPOCHS_60 - 1 };
+    for (int r = 0; r < 2; r++) {
+        while (t.y26->prog_updates < epoch[r]) train26_end_epoch(&t);
+        if (model_load(&t.m, path, "param/", &err)) { CHECK(0, "%s", err.msg); break; }   // undo the last step
+        memcpy(t.input, in.images, (size_t)in.N * in.H * in.W * 3 * sizeof(float));
+        LossOut lo;
+        if (trainer_step(&t, in.N, in.H, in.targets, in.G, epoch[r], 0, &lo, &err)) { CHECK(0, "%s", err.msg); break; }
+        const double *w = t.y26->wt.w, got[3] = { lo.box, lo.cls, lo.dfl };
+        double total = w[L26_O2M] * sum_o2m + w[L26_O2O] * sum_o2o;
+        printf("    epoch %d (o2m %.2f, o2o %.2f): logged %.7g %.7g %.7g, loss %.7g (fixture: %.7g %.7g %.7g, %.7g)\n",
+               epoch[r], w[L26_O2M], w[L26_O2O], lo.box, lo.cls, lo.dfl, lo.total, o2o[0] / in.N, o2o[1] / in.N,
+               o2o[2] / in.N, total);
+        for (int k = 0; k < 3; k++)
+            CHECK(close_enough(got[k], o2o[k] / in.N, 0, rtol), "epoch %d: logged item %d is %.9g; the one-to-one "
+                  "branch's is %.9g (one-to-many %.9g)", epoch[r], k, got[k], o2o[k] / in.N, o2m[k] / in.N);
+        CHECK(close_enough(lo.total, total, 0, rtol), "epoch %d: loss %.9g, the weighted branches give %.9g", epoch[r],
+              lo.total, total);
+    }
+    CHECK(t.y26->wt.w[L26_O2O] > 0.89, "the last epoch weighs the one-to-one branch 0.9, not %g", t.y26->wt.w[L26_O2O]);
+    trainer_free(&t);
+    free(in.images); free(in.targets);
+}
+
+static void test_logged_items(void) { logged_items(-1, 1e-5); }
+
+static void test_gpu_logged_items(void) {
+#ifdef USE_CUDA
+    GpuInfo info[1];
+    if (gpu_list(info, 1) < 1) SKIP("no GPU");
+    logged_items(0, 2e-5);   // cuBLAS sums in other orders (test_yolo26's GPU tolerance)
+#else
+    SKIP("no CUDA in this build");
+#endif
+}
+
 // AdamW's first step is lr*sign(g): the BN betas whose gradient is 0 up to rounding flip sign at random.
 static void test_gpu_step_adamw(void) { gpu_step_matches("AdamW", 5e-2); }
 static void test_gpu_step_adam(void) { gpu_step_matches("Adam", 5e-2); }
@@ -424,8 +495,10 @@ int main(void) {
     RUN(test_resume);
     RUN(test_refusals);
     RUN(test_two_devices);
+    RUN(test_logged_items);
     RUN(test_gpu_step_adamw);
     RUN(test_gpu_step_adam);
     RUN(test_gpu_step_musgd);
+    RUN(test_gpu_logged_items);
     return test_summary();
 }
