@@ -32,7 +32,7 @@ static const struct { const char *name, *text; } key_help[] = {
     { "min_items",      "drop training images with fewer labels than this" },
     { "patience",       "stop after this many epochs without a better fitness; 0: never" },
     { "save_period",    "also save weights every N epochs; -1: off" },
-    { "strict",         "a bad label or image stops the run instead of being skipped" },
+    { "strict",         "a bad label or image stops the run instead of being skipped (every image is decoded first)" },
     { "cos_lr",         "cosine learning-rate schedule instead of linear" },
     { "rect",           "1: rect batches as train.py --rect (by aspect ratio; no mosaic, no shuffle); val is always rect" },
     { "multi_scale",    "1: each batch resized to 0.5x..1.5x imgsz, steps of 32 (train.py --multi-scale)" },
