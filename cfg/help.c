@@ -73,7 +73,7 @@ static const struct { const char *name, *text; } key_help[] = {
     { "fliplr",         "horizontal flip probability" },
     { "mosaic",         "mosaic probability" },
     { "mixup",          "mixup probability" },
-    { "copy_paste",     "copy-paste probability" },
+    { "copy_paste",     "copy-paste probability (needs polygon labels: no effect here, said when present)" },
 };
 
 // The keys each mode reads: whole sections ("[train]") and single keys.

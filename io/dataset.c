@@ -253,6 +253,7 @@ typedef struct {            // what checking one split needs
     int     nc;
     const char *nc_from;    // where nc came from, for messages
     int     decode;         // 1: every image is decoded, not only its header read
+    int     n_polygons;     // usable label files of polygons (read as their boxes)
 } Checker;
 
 static int row_count_ok(Checker *c, const char *file, const RowSpan *rs, int polygons) {
@@ -428,6 +429,7 @@ static int labels_load(Checker *c, const char *file, Sample *s, int *n_dup, int 
         else if (reason < 0) n++;
     }
     if (first < 0) {
+        c->n_polygons += polygons;
         n = rows_dedupe(c, file, rows, n, n_dup);
         s->nbox = n;
         s->box = xmalloc((size_t)(n ? n : 1) * sizeof *s->box);
@@ -597,6 +599,15 @@ static void summary_print(const Dataset *ds, const char *split, int min_items, F
     fprintf(f, "\n");
 }
 
+// copy_paste pastes polygon objects (yolov9's and Ultralytics' copy_paste need segments); polygons are
+// read here as their boxes, so on polygon labels the key does nothing: said rather than ignored.
+static void copy_paste_note(const Config *cfg, int n_polygons, FILE *f) {
+    if (!cfg || cfg->hyp.copy_paste <= 0 || !n_polygons) return;
+    fprintf(f, "note: copy_paste = %g has no effect: %d label files of train hold polygons, which yolotrain "
+            "reads as their boxes and never pastes (yolov9 does); copy_paste = 0 silences this and trains "
+            "the same\n", cfg->hyp.copy_paste, n_polygons);
+}
+
 // Failing outcomes once everything is reported: strict exclusions, nothing usable, no labels to train.
 static int dataset_verdict(const Dataset *ds, const Checker *c, const char *split, int strict,
                            const DataSpec *d, Err *err) {
@@ -680,6 +691,7 @@ int dataset_open(const char *yaml, const Config *cfg, const char *split,
         if (opt->single_cls) dataset_single_cls(out);
         dataset_count(out);
         if (!opt->quiet) summary_print(out, split, opt->min_items, c.r.f);
+        if (k == DS_TRAIN) copy_paste_note(cfg, c.n_polygons, c.r.f);
         rc = dataset_verdict(out, &c, split, opt->strict, &d, err);
         if (rc != 0) dataset_free(out);
     }
