@@ -28,11 +28,11 @@ static const struct { const char *name, *text; } key_help[] = {
     { "workers",        "data loading threads" },
     { "seed",           "seed of every random choice" },
     { "exist_ok",       "reuse project/name instead of making name2, name3, ..." },
-    { "close_mosaic",   "the last N epochs train without mosaic" },
+    { "close_mosaic",   "the last N epochs train without mosaic (a shorter run keeps it)" },
     { "min_items",      "drop training images with fewer labels than this" },
     { "patience",       "stop after this many epochs without a better fitness; 0: never" },
-    { "save_period",    "also save weights every N epochs; -1: off" },
-    { "strict",         "a bad label or image stops the run instead of being skipped" },
+    { "save_period",    "also save weights at epochs 0, N, 2N, ...; -1: off" },
+    { "strict",         "a bad label or image stops the run instead of being skipped (every image is decoded first)" },
     { "cos_lr",         "cosine learning-rate schedule instead of linear" },
     { "rect",           "1: rect batches as train.py --rect (by aspect ratio; no mosaic, no shuffle); val is always rect" },
     { "multi_scale",    "1: each batch resized to 0.5x..1.5x imgsz, steps of 32 (train.py --multi-scale)" },
@@ -73,7 +73,7 @@ static const struct { const char *name, *text; } key_help[] = {
     { "fliplr",         "horizontal flip probability" },
     { "mosaic",         "mosaic probability" },
     { "mixup",          "mixup probability" },
-    { "copy_paste",     "copy-paste probability" },
+    { "copy_paste",     "copy-paste probability (needs polygon labels: no effect here, said when present)" },
 };
 
 // The keys each mode reads: whole sections ("[train]") and single keys.

@@ -13,7 +13,7 @@ typedef struct {
     double      lo, hi;               // INT, DOUBLE: allowed range
     int         multiple;             // INT: the value must be a multiple of this (imgsz), or 0
     const char *allowed;              // ENUM: words separated by '|' ("" may be one of them)
-    int       (*check)(const char *value, char *why, size_t n);   // STRING: extra rule, or NULL
+    int       (*check)(const char *value, char *why, size_t n);   // STRING, DOUBLE: extra rule, or NULL
     const char *def;                  // the default, as text: parsed like a value from a file
 } Key;
 

@@ -16,6 +16,8 @@ static int check_split(const char *v, char *why, size_t n);
 static int check_freeze(const char *v, char *why, size_t n);
 static int check_project(const char *v, char *why, size_t n);
 static int check_name(const char *v, char *why, size_t n);
+static int check_cls_pw(const char *v, char *why, size_t n);
+static int check_fl_gamma(const char *v, char *why, size_t n);
 
 #define F(field) offsetof(Config, field), sizeof(((Config *)0)->field)
 #define INT(sec, name, field, lo, hi, def)     { sec, name, KEY_INT, F(field), lo, hi, 0, NULL, NULL, def }
@@ -27,6 +29,8 @@ static int check_name(const char *v, char *why, size_t n);
 #define STR(sec, name, field, check, def)      { sec, name, KEY_STRING, F(field), 0, 0, 0, NULL, check, def }
 #define ENUM(sec, name, field, allowed, def)   { sec, name, KEY_ENUM, F(field), 0, 0, 0, allowed, NULL, def }
 #define HYP(name, lo, hi, def)                 DBL("hyp", #name, hyp.name, lo, hi, def)
+// a hyp key yolov9 acts on and ours does not: check refuses every value but the one without effect
+#define HYPC(name, lo, hi, check, def) { "hyp", #name, KEY_DOUBLE, F(hyp.name), lo, hi, 0, NULL, check, def }
 
 const Key cfg_keys[] = {
     INT ("model", "nc",             nc,             0, 100000, "0"),   // 0: from the dataset
@@ -84,10 +88,10 @@ const Key cfg_keys[] = {
     HYP(warmup_epochs, 0, 1000, "3.0"),  HYP(warmup_momentum, 0, 1, "0.8"),
     HYP(warmup_bias_lr, 0, 10, "0.1"),
     HYP(box, 0, 1000, "7.5"),            HYP(cls, 0, 1000, "0.5"),
-    HYP(dfl, 0, 1000, "1.5"),            HYP(cls_pw, 0, 1000, "1.0"),
+    HYP(dfl, 0, 1000, "1.5"),            HYPC(cls_pw, 0, 1000, check_cls_pw, "1.0"),
     HYP(obj, 0, 1000, "0.7"),            HYP(obj_pw, 0, 1000, "1.0"),
     HYP(iou_t, 0, 1, "0.20"),            HYP(anchor_t, 0, 1000, "5.0"),
-    HYP(fl_gamma, 0, 100, "0.0"),
+    HYPC(fl_gamma, 0, 100, check_fl_gamma, "0.0"),
     HYP(hsv_h, 0, 1, "0.015"),           HYP(hsv_s, 0, 1, "0.7"),
     HYP(hsv_v, 0, 1, "0.4"),             HYP(degrees, 0, 180, "0.0"),
     HYP(translate, 0, 1, "0.1"),         HYP(scale, 0, 10, "0.9"),
@@ -183,6 +187,7 @@ static int parse_double(const Key *k, const char *s, double *out, char *why, siz
         snprintf(why, n, "out of range; allowed: numbers from %g to %g", k->lo, k->hi);
         return -1;
     }
+    if (k->check && k->check(s, why, n)) return -1;
     *out = v;
     return 0;
 }
@@ -415,6 +420,22 @@ static int check_name(const char *v, char *why, size_t n) {
     if (*v && !strchr(v, '/') && strcmp(v, ".") && strcmp(v, "..")) return 0;
     snprintf(why, n, "not a folder name; a run's folder is project/name: one name without '/', not '.' "
              "or '..', e.g. name=exp");
+    return -1;
+}
+
+// yolov9's loss_tal.py makes cls_pw the class BCE's pos_weight and fl_gamma > 0 a FocalLoss around it;
+// our loss has neither, so only the values without effect are taken rather than ignored.
+static int check_cls_pw(const char *v, char *why, size_t n) {
+    if (strtod(v, NULL) == 1.0) return 0;
+    snprintf(why, n, "yolov9's pos_weight of the class BCE, which yolotrain's loss does not have; allowed: "
+             "1.0 (no effect, the default)");
+    return -1;
+}
+
+static int check_fl_gamma(const char *v, char *why, size_t n) {
+    if (strtod(v, NULL) == 0.0) return 0;
+    snprintf(why, n, "yolov9's focal loss gamma, and yolotrain's loss has no focal loss; allowed: 0.0 (off, "
+             "the default)");
     return -1;
 }
 

@@ -266,6 +266,18 @@ static int outputs_clear(const Config *cfg, const char *out, const char *ini, Er
     return 0;
 }
 
+// Nor does it replace any file it did not make: out= may name a file of the user's, and the config
+// written beside it (out.ini) is a name the user never gave. lstat: a symlink there counts too.
+static int outputs_new(const char *out, const char *ini, Err *err) {
+    const char *outs[2] = { out, ini };
+    struct stat st;
+    for (int i = 0; i < 2; i++)
+        if (outs[i] && !lstat(outs[i], &st))
+            return err_set(err, "%s exists%s; export replaces no file: move it away or name another out=",
+                           outs[i], i ? " (the config written beside out=)" : "");
+    return 0;
+}
+
 // export's batch=TEXT: the fixed batch of an ONNX file (1 by default), 0 for dynamic=1; -1 after saying
 // why when it is not a whole number in 1..4096, is given with dynamic=1 or for safetensors.
 static int export_batch(const char *text, int dynamic, int onnx) {
@@ -302,13 +314,19 @@ int export_run(int argc, char **argv, Config *cfg) {
     if (load_config(argc, argv, cfg, &err)) { fprintf(stderr, "yolotrain export: %s\n", err.msg); return 2; }
     if (onnx) {
         if (!out[0]) derive(cfg->weights, ".onnx", out, sizeof out);
-        if (outputs_clear(cfg, out, out, &err)) { fprintf(stderr, "yolotrain export: %s\n", err.msg); return 2; }
+        if (outputs_clear(cfg, out, out, &err) || outputs_new(out, NULL, &err)) {
+            fprintf(stderr, "yolotrain export: %s\n", err.msg);
+            return 2;
+        }
         if (export_onnx(cfg, out, batch, &err)) { fprintf(stderr, "yolotrain export: %s\n", err.msg); return 2; }
         return 0;
     }
     if (!out[0]) derive(cfg->weights, "-converted.safetensors", out, sizeof out);
     derive(out, ".ini", ini, sizeof ini);
-    if (outputs_clear(cfg, out, ini, &err)) { fprintf(stderr, "yolotrain export: %s\n", err.msg); return 2; }
+    if (outputs_clear(cfg, out, ini, &err) || outputs_new(out, ini, &err)) {
+        fprintf(stderr, "yolotrain export: %s\n", err.msg);
+        return 2;
+    }
     if (export_weights(cfg, cfg->weights, out, ini, &err)) {
         fprintf(stderr, "yolotrain export: %s\n", err.msg);
         return 2;

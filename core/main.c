@@ -50,7 +50,7 @@ static const struct { const char *mode, *text; } mode_own[] = {
                 "  (save_txt=1 below writes labels/STEM.txt for each image with detections)\n" },
     { "export", "yolotrain export [CONFIG.ini] weights=FILE [format=safetensors|onnx] [out=FILE]\n"
                 "  format=safetensors         safetensors (yolov9-s -> gelan-s) or onnx\n"
-                "  out=                       the output file (default: next to the weights)\n"
+                "  out=                       the output file (default: next to the weights); never replaces a file\n"
                 "  dynamic=0                  onnx: a dynamic batch size\n"
                 "  batch=1                    onnx: the fixed batch size of the input\n" },
     { "info",   "yolotrain info CONFIG.ini [key=value ...]: layer table, parameters, FLOPs\n" },

@@ -21,6 +21,7 @@
 #include "io/plot.h"
 #include "core/checkpoint.h"
 #include "core/drawer.h"
+#include "core/epoch_rules.h"
 #include "core/fatal.h"
 #include "core/faults.h"
 #include "core/infer_devices.h"
@@ -459,7 +460,7 @@ static int end_epoch(Config *cfg, Trainer *t, RunState *rs, int epoch, const Run
     int rc = 0;
     fault_signal_at("checkpoint");
     if (trainer_save(t, path, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); rc = -1; }
-    if (!rc && !vrc && (v.fitness > rs->best_fitness || rs->best_epoch < 0 || (skip && rs->best_fitness <= 0))) {
+    if (!rc && !vrc && epoch_is_best(v.fitness, rs->best_fitness, rs->best_epoch)) {   // ties too
         rs->best_fitness = v.fitness;
         rs->best_epoch = epoch;
         snprintf(path, sizeof path, "%s/weights/best.safetensors", rs->dir);
@@ -470,7 +471,7 @@ static int end_epoch(Config *cfg, Trainer *t, RunState *rs, int epoch, const Run
         val_result_free(&v);
     }
     if (rc) return -1;
-    if (cfg->save_period > 0 && (epoch + 1) % cfg->save_period == 0) {
+    if (epoch_period_save(epoch, cfg->save_period)) {
         snprintf(path, sizeof path, "%s/weights/epoch%d.safetensors", rs->dir, epoch);
         if (trainer_save(t, path, &err)) fprintf(stderr, "yolotrain: %s\n", err.msg);
     }
@@ -555,8 +556,9 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
     printf("%11s%11s%11s%11s%11s%11s%11s\n", "Epoch", "mem", "box_loss", "cls_loss", "dfl_loss", "Instances", "Size");
     int steps = 0, halt = 0;                        // halt: the processes' agreed stop (stop_agree)
     for (int epoch = rs->start.epoch; epoch < cfg->epochs && !stopping(halt); epoch++) {
-        int mosaic_on = epoch < cfg->epochs - cfg->close_mosaic;
-        if (epoch && epoch == cfg->epochs - cfg->close_mosaic) printf("Closing dataloader mosaic\n");
+        int mosaic_on = epoch_mosaic_on(epoch, cfg->epochs, cfg->close_mosaic);   // the first closed epoch says so
+        if (!mosaic_on && (epoch == rs->start.epoch || epoch_mosaic_on(epoch - 1, cfg->epochs, cfg->close_mosaic)))
+            printf("Closing dataloader mosaic\n");
         int i = epoch == rs->start.epoch ? rs->start.batch : 0;   // a resumed epoch goes on where it stopped
         loader_start_epoch_at(ld, epoch, mosaic_on, i);
         Running r = { 0 };
@@ -641,7 +643,7 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
             if (procs_writer()) say_stopped(dir, epoch + 1, 0, "at the start of");
             goto done;
         }
-        if (cfg->patience > 0 && epoch - rs->best_epoch >= cfg->patience) {
+        if (epoch_patience_stops(epoch, rs->best_epoch, cfg->patience)) {
             printf("Stopping training early as no improvement observed in last %d epochs. Best results "
                    "observed at epoch %d; the best model is saved as best.safetensors.\n", cfg->patience, rs->best_epoch);
             break;

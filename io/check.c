@@ -43,7 +43,9 @@ int check_run(const Config *cfg, FILE *out, const char *picture, Err *err) {
     static const char *const splits[2] = {"train", "val"};
     // Class ids are checked against the dataset's names, as training does (the dataset's nc replaces
     // the config's), and val against train's.
-    DatasetOptions opt = {.strict = cfg->strict, .min_items = cfg->min_items, .quiet = 1, .report = out};
+    // Every image is decoded: a whole header says nothing of the pixel data behind it.
+    DatasetOptions opt = {.strict = cfg->strict, .decode = 1, .min_items = cfg->min_items, .quiet = 1,
+                          .report = out};
     int rc = 0;
     for (int i = 0; i < 2; i++) {
         Dataset ds;

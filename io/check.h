@@ -7,8 +7,8 @@
 #include "io/dataset.h"
 
 
-// Validate train and val of cfg's dataset (data= yaml or [data]) with cfg->strict, cfg->min_items
-// and cfg->nc (> 0: the model's class count). Problems, then a summary per split, go to out:
+// Validate train and val of cfg's dataset (data= yaml or [data]), every image decoded, with
+// cfg->strict, cfg->min_items and cfg->nc (> 0: the model's class count). Problems, then a summary per split, go to out:
 // images, backgrounds, instances, instances per class present ("name: count"), "classes present:
 // K of nc", excluded images by reason, warnings, label files without an image, grayscale images.
 // Returns 0 when both splits are usable, else -1 with err (the first split's failure).

@@ -246,6 +246,8 @@ typedef struct {            // what checking one split needs
     Report  r;
     int     nc;
     const char *nc_from;    // where nc came from, for messages
+    int     decode;         // 1: every image is decoded, not only its header read
+    int     n_polygons;     // usable label files of polygons (read as their boxes)
 } Checker;
 
 static int row_count_ok(Checker *c, const char *file, const RowSpan *rs, int polygons) {
@@ -421,6 +423,7 @@ static int labels_load(Checker *c, const char *file, Sample *s, int *n_dup, int 
         else if (reason < 0) n++;
     }
     if (first < 0) {
+        c->n_polygons += polygons;
         n = rows_dedupe(c, file, rows, n, n_dup);
         s->nbox = n;
         s->box = xmalloc((size_t)(n ? n : 1) * sizeof *s->box);
@@ -460,7 +463,28 @@ static int png_truncated(const char *path) {
     return png && !memmem(tail, n, iend, sizeof iend);
 }
 
-// Size and colour components from the header; -1 when usable, else the reason (reported).
+// An image.c error, which starts with "path: ", reported as an exclusion (say() names the path itself).
+static void say_image_error(Checker *c, const char *path, const char *msg) {
+    size_t n = strlen(path);
+    int named = !strncmp(msg, path, n) && !strncmp(msg + n, ": ", 2);
+    say(&c->r, SAY_EXCLUDE, path, 0, "%s", named ? msg + n + 2 : msg);
+}
+
+// The decoder's verdict on the whole file: a header can be whole while the pixel data behind it is
+// damaged (a PNG chunk's CRC, a cut zlib stream, a bad filter byte). -1 when it decodes, else reported.
+static int image_decodes(Checker *c, const char *path) {
+    Image im;
+    Err e = {{0}};
+    if (image_load(path, &im, &e) == 0) {
+        image_free(&im);
+        return -1;
+    }
+    say_image_error(c, path, e.msg);
+    return DS_BAD_IMAGE;
+}
+
+// Size and colour components from the header, and with c->decode the pixels; -1 when usable, else the
+// reason (reported).
 static int image_check(Checker *c, const char *path, Sample *s) {
     if (!ext_in(path, decoded_exts)) {
         say(&c->r, SAY_EXCLUDE, path, 0, "unsupported format .%s: only JPEG and PNG are decoded; "
@@ -470,10 +494,7 @@ static int image_check(Checker *c, const char *path, Sample *s) {
     Err e = {{0}};
     ImageInfo info;
     if (image_info(path, &info, &e) != 0) {
-        size_t n = strlen(path);   // image.c's messages start with "path: "; say() adds it again
-        int named = !strncmp(e.msg, path, n) && !strncmp(e.msg + n, ": ", 2);
-        const char *why = named ? e.msg + n + 2 : e.msg;
-        say(&c->r, SAY_EXCLUDE, path, 0, "%s", why);
+        say_image_error(c, path, e.msg);
         return DS_BAD_IMAGE;
     }
     s->w = info.w;
@@ -489,6 +510,7 @@ static int image_check(Checker *c, const char *path, Sample *s) {
             "remove it");
         return DS_BAD_IMAGE;
     }
+    if (c->decode && image_decodes(c, path) >= 0) return DS_BAD_IMAGE;
     if (jpeg_truncated(path))
         say(&c->r, SAY_WARN, path, 0, "JPEG without its end marker (truncated?); used as it is");
     return -1;
@@ -571,6 +593,15 @@ static void summary_print(const Dataset *ds, const char *split, int min_items, F
     fprintf(f, "\n");
 }
 
+// copy_paste pastes polygon objects (yolov9's and Ultralytics' copy_paste need segments); polygons are
+// read here as their boxes, so on polygon labels the key does nothing: said rather than ignored.
+static void copy_paste_note(const Config *cfg, int n_polygons, FILE *f) {
+    if (!cfg || cfg->hyp.copy_paste <= 0 || !n_polygons) return;
+    fprintf(f, "note: copy_paste = %g has no effect: %d label files of train hold polygons, which yolotrain "
+            "reads as their boxes and never pastes (yolov9 does); copy_paste = 0 silences this and trains "
+            "the same\n", cfg->hyp.copy_paste, n_polygons);
+}
+
 // Failing outcomes once everything is reported: strict exclusions, nothing usable, no labels to train.
 static int dataset_verdict(const Dataset *ds, const Checker *c, const char *split, int strict,
                            const DataSpec *d, Err *err) {
@@ -633,7 +664,8 @@ int dataset_open(const char *yaml, const Config *cfg, const char *split,
     }
     int model_nc = opt->nc > 0 && !opt->single_cls;   // single_cls: the data's names check the labels
     Checker c = {.r = {.f = opt->report ? opt->report : stderr},
-                 .nc = model_nc ? opt->nc : d.nc, .nc_from = model_nc ? "the model" : d.file};
+                 .nc = model_nc ? opt->nc : d.nc, .nc_from = model_nc ? "the model" : d.file,
+                 .decode = opt->decode || opt->strict};
     static char noted[CFG_PATH];                   // the description whose download: was reported last
     if (d.download_note && strcmp(noted, d.file)) {
         fprintf(c.r.f, "%s\n", d.download_note);
@@ -653,6 +685,7 @@ int dataset_open(const char *yaml, const Config *cfg, const char *split,
         if (opt->single_cls) dataset_single_cls(out);
         dataset_count(out);
         if (!opt->quiet) summary_print(out, split, opt->min_items, c.r.f);
+        if (k == DS_TRAIN) copy_paste_note(cfg, c.n_polygons, c.r.f);
         rc = dataset_verdict(out, &c, split, opt->strict, &d, err);
         if (rc != 0) dataset_free(out);
     }

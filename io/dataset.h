@@ -49,7 +49,9 @@ typedef struct {
 } Dataset;
 
 typedef struct {
-    int   strict;       // 1: an excluded image makes dataset_open fail (after reporting all of them)
+    int   strict;       // 1: an excluded image makes dataset_open fail (after reporting all of them);
+                        // implies decode
+    int   decode;       // 1: decode every image (not only its header): a damaged one is excluded
     int   min_items;    // > 0: drop images with fewer labels (YOLOv9 --min-items); not a problem
     int   nc;           // > 0: validate class ids against this (the model's nc) instead of the names
     int   quiet;        // 1: no summary line (problems are still reported)

@@ -55,6 +55,7 @@ int image_png_decode(const uint8_t *buf, size_t n, const char *name, Image *out,
         return err_set(err, "%s: corrupt or truncated PNG: %s; re-export or remove it", name, pe.msg);
     }
     png_set_read_fn(png, &src, png_read_mem);
+    png_set_crc_action(png, PNG_CRC_ERROR_QUIT, PNG_CRC_WARN_DISCARD);   // a bad IDAT CRC fails the decode
     png_read_info(png, info);
     int w = (int)png_get_image_width(png, info), h = (int)png_get_image_height(png, info);
     if (image_check_size(name, w, h, err)) {
