@@ -23,7 +23,8 @@
 
 ValOptions val_options(const Config *cfg) {
     return (ValOptions){ .batch = cfg->batch, .workers = cfg->workers, .imgsz = cfg->imgsz, .rect = 1, .pad = 0.5,
-                         .nms = nms_val_options(), .losses = 1, .verbose = 0, .out = stdout };
+                         .nms = nms_val_options(), .losses = 1, .verbose = 0, .out = stdout,
+                         .gain_box = cfg->hyp.box, .gain_cls = cfg->hyp.cls, .gain_l1 = cfg->hyp.dfl };
 }
 
 ValOptions val_options_train(const Config *cfg) {
@@ -231,6 +232,7 @@ static int batch_losses26(Worker *w, const ValBatch *b, BatchOut *out, Err *err)
             lb.head[br].cls[l] = map_slice(w->head[l], 4, nc);
         }
     Loss26Weights wt = loss26_weights(0, 1);
+    wt.box = w->p->o->gain_box, wt.cls = w->p->o->gain_cls, wt.l1 = w->p->o->gain_l1;
     const Head26 *none[L26_BRANCHES] = { NULL, NULL };
     Loss26Out lo;
     if (w->vloss_ok ? w->m->be->vloss_eval26(w->m->be_ctx, w->vloss, &lb, &wt, &lo, err)

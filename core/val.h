@@ -29,6 +29,8 @@ typedef struct {
     double     pad;       // rect padding in strides: 0.5 as val.py and train.py's val loader
     NmsOptions nms;       // nms_val_options(); end-to-end models use its conf_thres and max_det (top-k)
     int        losses;    // 1: also the val box/cls/dfl losses (DFL heads; 0 for an end-to-end model)
+    double     gain_box, gain_cls, gain_l1;   // YOLO26's loss gains: the config's [hyp] box, cls, dfl, as
+                          // the reference's validator uses the training hyperparameters
     int        verbose;   // 1: per-class rows in the table
     FILE      *out;       // where the table goes; NULL: nowhere
     const char *picture_dir;  // where val_batch0_labels.jpg / _pred.jpg go; NULL: no pictures

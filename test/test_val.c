@@ -74,8 +74,9 @@ static void test_decode_nms_map_back(void) {
 
 typedef struct { Config *cfg; Dataset ds; Model m; } Fixture;
 
-// gelan-t at 64 px over a 3-image synthetic val split written under the test's tmp folder.
-static int fixture_open(Fixture *f, const char *dir) {
+// A model of cfg_path (random weights) at 64 px over a 3-image synthetic val split written under the
+// test's tmp folder.
+static int fixture_of(Fixture *f, const char *cfg_path, const char *dir) {
     SynthConfig sc = synth_defaults();
     sc.n_train = 2; sc.n_val = 3; sc.min_side = 64; sc.max_side = 120; sc.threads = 1;
     Err err;
@@ -84,7 +85,7 @@ static int fixture_open(Fixture *f, const char *dir) {
     snprintf(data, sizeof data, "data=%s/data.yaml", dir);
     char *argv[] = { "imgsz=64", "batch=2", "workers=2", data };
     f->cfg = malloc(sizeof *f->cfg);
-    if (config_load("cfg/t.ini", 4, argv, f->cfg, &err)) { printf("    %s\n", err.msg); return -1; }
+    if (config_load(cfg_path, 4, argv, f->cfg, &err)) { printf("    %s\n", err.msg); return -1; }
     DatasetOptions opt = { .quiet = 1 };
     if (dataset_open(NULL, f->cfg, "val", &opt, &f->ds, &err)) { printf("    %s\n", err.msg); return -1; }
     config_set_nc(f->cfg, f->ds.nc);
@@ -92,6 +93,8 @@ static int fixture_open(Fixture *f, const char *dir) {
     model_init_weights(&f->m, 1);
     return 0;
 }
+
+static int fixture_open(Fixture *f, const char *dir) { return fixture_of(f, "cfg/t.ini", dir); }
 
 static void fixture_close(Fixture *f) {
     model_free(&f->m);
@@ -408,6 +411,32 @@ static void test_cache_same_result(void) {
     fixture_close(&f);
 }
 
+// YOLO26's validation losses weigh their items by the config's gains ([hyp] box, cls, dfl), as the
+// reference's validator takes the training hyperparameters: the items are linear in the gains.
+static void test_val26_losses_take_gains(void) {
+    const char *dir = test_tmpdir("val26");
+    Fixture f;
+    if (fixture_of(&f, "cfg/yolo26n.ini", dir)) { CHECK(0, "fixture"); return; }
+    Err err;
+    ValOptions o = val_options(f.cfg);
+    o.out = NULL; o.nms.conf_thres = 0;
+    ValResult r, r2;
+    int ok = val_evaluate(&f.m, &f.ds, &o, &r, &err) == 0;
+    f.cfg->hyp.box *= 2, f.cfg->hyp.cls *= 3, f.cfg->hyp.dfl *= 0.5;
+    o = val_options(f.cfg);
+    o.out = NULL; o.nms.conf_thres = 0;
+    ok = ok && val_evaluate(&f.m, &f.ds, &o, &r2, &err) == 0;
+    CHECK(ok, "%s", err.msg);
+    if (ok) {
+        CHECK(r.box > 0 && r.cls > 0 && r.dfl > 0, "losses %g %g %g", r.box, r.cls, r.dfl);
+        CHECK(close_enough(r2.box, 2 * r.box, 0, 1e-9) && close_enough(r2.cls, 3 * r.cls, 0, 1e-9) &&
+              close_enough(r2.dfl, 0.5 * r.dfl, 0, 1e-9), "gains x2 x3 x0.5: box %g -> %g, cls %g -> %g, l1 %g -> %g",
+              r.box, r2.box, r.cls, r2.cls, r.dfl, r2.dfl);
+        val_result_free(&r); val_result_free(&r2);
+    }
+    fixture_close(&f);
+}
+
 int main(void) {
     RUN(test_scale_boxes_hand);
     RUN(test_decode_nms_map_back);
@@ -420,5 +449,6 @@ int main(void) {
     RUN(test_two_models_same_result);
     RUN(test_ema_on_two_devices);
     RUN(test_cache_same_result);
+    RUN(test_val26_losses_take_gains);
     return test_summary();
 }
