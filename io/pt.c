@@ -39,6 +39,8 @@ struct Value {
     const unsigned char *data;      // STORAGE: its entry's bytes; TENSOR: the first element
     int      ndim;
     int64_t  shape[ST_MAX_DIMS];
+    int64_t  stride[ST_MAX_DIMS];   // TENSOR, in elements; every element lies inside the storage
+    int      contiguous;            // TENSOR: row-major, so its bytes can be used in place
 };
 
 typedef struct {
@@ -49,6 +51,7 @@ typedef struct {
     Value **pool; int n_pool, cap_pool;   // every value made, freed together
     Value **stack; int sp, cap_stack;
     Value **memo; size_t n_memo;
+    int n_tensors;                  // tensors rebuilt: what bounds the state dict the walk may list
     Err *err;
 } Machine;
 
@@ -183,36 +186,46 @@ static int int_tuple(const Value *t, int64_t *out, int max) {
     return t->n;
 }
 
-// _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks[, metadata]): a row-major view
-// that lies inside its storage (the only kind torch.save writes for parameters).
+// Row-major: each dim's stride is the product of the dims after it (dims of size 1 take any stride).
+static int row_major(const Value *t) {
+    int64_t want = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (t->shape[d] != 1 && t->stride[d] != want) return 0;
+        want *= t->shape[d];
+    }
+    return 1;
+}
+
+// _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks[, metadata]): any view PyTorch
+// writes (transposed, sliced, channels_last, expanded with stride 0) whose elements all lie inside its
+// storage. Nothing is copied here: only the tensors the walk lists are gathered (emit).
 static Value *rebuild_tensor(Machine *m, const Value *a) {
-    int64_t stride[ST_MAX_DIMS];
     Value *t = make(m, V_TENSOR);
     if (a->kind != V_TUPLE || a->n < 4 || a->item[0]->kind != V_STORAGE || a->item[1]->kind != V_INT ||
         (t->ndim = int_tuple(a->item[2], t->shape, ST_MAX_DIMS)) < 0 ||
-        int_tuple(a->item[3], stride, ST_MAX_DIMS) != t->ndim || a->item[1]->i < 0) {
+        int_tuple(a->item[3], t->stride, ST_MAX_DIMS) != t->ndim || a->item[1]->i < 0) {
         fail(m, "_rebuild_tensor_v2 with arguments that are not (storage, offset, size, stride, ...)");
         return NULL;
     }
     const Value *s = a->item[0];
-    uint64_t numel = 1, S = (uint64_t)s->i;          // S: the storage's elements
-    for (int d = 0; d < t->ndim; d++) numel *= t->shape[d] ? 1 : 0;
-    for (int d = t->ndim - 1; d >= 0 && numel; d--) {     // row-major: stride[d] = product of the dims after d
-        if (t->shape[d] != 1 && (uint64_t)stride[d] != numel) {
-            err_set(m->err, "%s: a tensor of storage %.200s is not contiguous (a strided view); save the model's "
-                    "tensors with .contiguous()", m->path, s->s);
-            return NULL;
-        }
-        if (__builtin_mul_overflow(numel, (uint64_t)t->shape[d], &numel) || numel > S) numel = UINT64_MAX;
+    uint64_t numel = 1, last = (uint64_t)a->item[1]->i, S = (uint64_t)s->i;   // last: the highest element used
+    int bad = 0;
+    for (int d = 0; d < t->ndim; d++) {
+        uint64_t reach;
+        bad |= __builtin_mul_overflow(numel, (uint64_t)t->shape[d], &numel) || numel > (uint64_t)1 << 48;
+        if (t->shape[d]) bad |= __builtin_mul_overflow((uint64_t)t->shape[d] - 1, (uint64_t)t->stride[d], &reach) ||
+                                __builtin_add_overflow(last, reach, &last);
     }
-    if (numel > S || (uint64_t)a->item[1]->i > S - numel) {
-        err_set(m->err, "%s: a tensor runs past the end of its storage %.200s (%lld elements); the file is corrupt",
-                m->path, s->s, (long long)S);
+    if (bad || (numel && last >= S)) {
+        err_set(m->err, "%s: a tensor runs past the end of its storage %.200s (%lld elements) or has an impossible "
+                "size; the file is corrupt", m->path, s->s, (long long)S);
         return NULL;
     }
     t->dtype = s->dtype;
     t->s = xstrdup(s->s);
     t->data = s->data + (size_t)a->item[1]->i * st_dtype_size(s->dtype);
+    t->contiguous = row_major(t);
+    m->n_tensors++;
     return t;
 }
 
@@ -225,7 +238,7 @@ static int apply(Machine *m) {
     Value *r;
     if (!strcmp(f, "torch._utils._rebuild_tensor_v2")) {
         if (!(r = rebuild_tensor(m, args))) return -1;
-    } else if (!strcmp(f, "torch._utils._rebuild_parameter")) {
+    } else if (!strcmp(f, "torch._utils._rebuild_parameter") || !strcmp(f, "torch._utils._rebuild_parameter_with_state")) {
         if (args->n < 1 || args->item[0]->kind != V_TENSOR) return fail(m, "_rebuild_parameter of no tensor");
         r = args->item[0];
     } else if (!strcmp(f, "collections.OrderedDict") && args->n == 0) {
@@ -303,9 +316,12 @@ static int extend(Machine *m, Kind k, int marked) {   // APPEND(S) to a list, SE
     return 0;
 }
 
-static int build(Machine *m) {                    // BUILD: obj.__setstate__(state), kept as obj->state
+// BUILD: obj.__setstate__(state), kept as obj->state. A dict's state is its attributes (a state
+// dict's OrderedDict carries _metadata, the modules' versions), which no name depends on.
+static int build(Machine *m) {
     Value *state = pop(m), *obj = state ? top(m) : NULL;
     if (!obj) return -1;
+    if (obj->kind == V_DICT) return 0;
     if (obj->kind != V_OBJ) return fail(m, "BUILD on something other than an object");
     obj->state = state;
     return 0;
@@ -409,9 +425,47 @@ static Value *unpickle(Machine *m) {
 // ---- from the checkpoint to state-dict names ---------------------------------------------------
 typedef struct {
     Machine *m;
+    SafeTensors *st;                // owns the gathered copies
     StTensor *t; int n, cap;
     long visits;                    // modules walked: a shared child is walked once per path, so bound it
+    uint64_t bytes;                 // of the tensors listed so far
 } Names;
+
+// What a real checkpoint's model never exceeds: each of its tensors listed about once (a tied weight
+// twice), in bytes no more than the file holds. A pickle that repeats modules through memo references,
+// or expands a small storage with stride 0, would list far more; it is refused before it costs memory.
+#define PT_SLACK_TENSORS 64
+#define PT_SLACK_BYTES   ((uint64_t)16 << 20)
+
+static int too_much(Names *w, uint64_t nbytes) {
+    uint64_t max_bytes = 2 * (uint64_t)w->st->map_size + PT_SLACK_BYTES;
+    if (w->n < 2L * w->m->n_tensors + PT_SLACK_TENSORS && nbytes <= max_bytes - w->bytes) return 0;
+    return err_set(w->m->err, "%s: its model would list over %d tensors or %llu MB from %d tensors in a %llu KB file "
+                   "(modules repeated through pickle memo references, or views expanded from a small storage): a "
+                   "crafted or corrupt file, not a checkpoint this reader takes", w->m->path, w->n,
+                   (unsigned long long)((w->bytes + nbytes) >> 20), w->m->n_tensors,
+                   (unsigned long long)(w->st->map_size >> 10));
+}
+
+// A strided view's elements copied in row-major order into memory the SafeTensors owns.
+static const void *gather(Names *w, const Value *v, size_t numel) {
+    size_t es = st_dtype_size(v->dtype);
+    unsigned char *out = xmalloc(numel * es);
+    int64_t idx[ST_MAX_DIMS] = { 0 }, at = 0;      // at: the element's index from v->data
+    for (size_t k = 0; k < numel; k++) {
+        memcpy(out + k * es, v->data + at * es, es);
+        for (int d = v->ndim - 1; d >= 0; d--) {     // the next index, odometer-wise
+            at += v->stride[d];
+            if (++idx[d] < v->shape[d]) break;
+            at -= v->shape[d] * v->stride[d];
+            idx[d] = 0;
+        }
+    }
+    SafeTensors *st = w->st;
+    st->owned = xrealloc(st->owned, (st->n_owned + 1) * sizeof *st->owned);
+    st->owned[st->n_owned++] = out;
+    return out;
+}
 
 static Value *dict_get(const Value *d, const char *key) {
     if (!d || d->kind != V_DICT) return NULL;
@@ -428,14 +482,15 @@ static int emit(Names *w, const char *prefix, const char *key, const Value *v) {
         w->cap = w->cap ? 2 * w->cap : 256;
         w->t = xrealloc(w->t, w->cap * sizeof *w->t);
     }
-    StTensor *t = &w->t[w->n++];
-    memset(t, 0, sizeof *t);
-    t->name = xstrdup(name);
-    t->dtype = v->dtype;
-    t->ndim = v->ndim;
-    memcpy(t->shape, v->shape, sizeof t->shape);
-    t->data = v->data;
-    t->nbytes = st_numel(t) * st_dtype_size(t->dtype);
+    StTensor t = { .dtype = v->dtype, .ndim = v->ndim };
+    memcpy(t.shape, v->shape, sizeof t.shape);
+    size_t numel = st_numel(&t);
+    t.nbytes = numel * st_dtype_size(t.dtype);
+    if (too_much(w, t.nbytes)) return -1;
+    t.data = v->contiguous || !numel ? v->data : gather(w, v, numel);
+    t.name = xstrdup(name);
+    w->t[w->n++] = t;
+    w->bytes += t.nbytes;
     return 0;
 }
 
@@ -553,7 +608,7 @@ static int read_model(SafeTensors *st, const Zip *z, Err *err) {
     if (!pkl) return -1;
     Machine m = { .path = st->path, .p = pkl->data, .end = pkl->data + pkl->size, .begin = pkl->data,
                   .zip = z, .dir = dir, .err = err };
-    Names w = { .m = &m };
+    Names w = { .m = &m, .st = st };
     Value *root = unpickle(&m);
     int rc = root ? walk_root(&w, root, st) : -1;
     if (!rc && !w.n) rc = err_set(err, "%s: the checkpoint's model holds no tensors", st->path);
