@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "io/zip.h"
@@ -602,8 +603,21 @@ static const ZipEntry *find_pickle(const Zip *z, const char *path, char *dir, si
     return found;
 }
 
+// torch.jit.save's archives (yolov9's export --include torchscript, Ultralytics' format=torchscript)
+// hold the model's code beside data.pkl.
+static int torchscript(const Zip *z) {
+    for (int i = 0; i < z->n; i++) {
+        const char *s = strchr(z->e[i].name, '/');
+        if (s && (!strncmp(s, "/code/", 6) || !strcmp(s, "/constants.pkl"))) return 1;
+    }
+    return 0;
+}
+
 static int read_model(SafeTensors *st, const Zip *z, Err *err) {
     char dir[256];
+    if (torchscript(z))
+        return err_set(err, "%s is a TorchScript model (torch.jit.save, an export), not a training checkpoint: use the "
+                       ".pt its trainer saved (weights/best.pt) or safetensors", st->path);
     const ZipEntry *pkl = find_pickle(z, st->path, dir, sizeof dir, err);
     if (!pkl) return -1;
     Machine m = { .path = st->path, .p = pkl->data, .end = pkl->data + pkl->size, .begin = pkl->data,
@@ -630,11 +644,42 @@ int pt_open(const char *path, SafeTensors *st, Err *err) {
     return rc;
 }
 
+// What a file that is not weights is, from its first n bytes b: NULL when it may be weights. Users
+// get these from a clone without Git LFS, a download link that returned a web page, or old PyTorch.
+static const char *impostor(const unsigned char *b, size_t n) {
+    static const unsigned char legacy[] = { 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19 };
+    if (n >= 9 && b[8] == '{') return NULL;                       // safetensors: a length, then its JSON header
+    size_t k = n >= 3 && !memcmp(b, "\xef\xbb\xbf", 3) ? 3 : 0;   // a UTF-8 byte order mark
+    while (k < n && strchr(" \t\r\n", b[k])) k++;
+    if (n >= 26 && !memcmp(b, "version https://git-lfs.", 24))
+        return "a Git LFS pointer (a small text file standing in for the weights), not the weights: run `git lfs "
+               "pull` in its repository, or download the file itself";
+    if (n - k >= 5 && (!strncasecmp((const char *)b + k, "<!doc", 5) || !strncasecmp((const char *)b + k, "<html", 5) ||
+                       !strncasecmp((const char *)b + k, "<?xml", 5)))
+        return "an HTML page, not weights (a download that saved a web page: a login page, or a 'blob' link instead "
+               "of the raw file); download the file itself";
+    if (n >= 14 && b[0] == 0x80 && b[1] >= 2 && b[1] <= 5 && !memcmp(b + 2, legacy, sizeof legacy))
+        return "a checkpoint in PyTorch's legacy format (torch.save before 1.6, or _use_new_zipfile_serialization="
+               "False), which this reader does not take: re-save it with PyTorch >= 1.6, torch.save(torch.load(F), F)";
+    if (n >= 262 && !memcmp(b + 257, "ustar", 5))
+        return "a tar archive (the tar format of PyTorch before 0.4?), not weights: re-save it with PyTorch >= 1.6";
+    if (n >= 2 && b[0] == 0x80 && b[1] >= 2 && b[1] <= 5)
+        return "a plain Python pickle, not a torch.save checkpoint (a zip) or safetensors: save the model with "
+               "torch.save";
+    if (n >= 2 && b[0] == 0x1f && b[1] == 0x8b) return "gzip-compressed: decompress it first (gunzip)";
+    return NULL;
+}
+
 int weights_open(const char *path, SafeTensors *st, Err *err) {
-    unsigned char magic[4] = { 0 };
+    unsigned char head[512] = { 0 };
     int fd = open(path, O_RDONLY | O_NONBLOCK);    // a FIFO must not hang us; st_map says what it is
-    ssize_t n = fd >= 0 ? read(fd, magic, 4) : -1;
+    ssize_t n = fd >= 0 ? read(fd, head, sizeof head) : -1;
     if (fd >= 0) close(fd);
-    if (n == 4 && !memcmp(magic, "PK\3\4", 4)) return pt_open(path, st, err);
+    if (n >= 4 && !memcmp(head, "PK\3\4", 4)) return pt_open(path, st, err);
+    const char *what = n > 0 ? impostor(head, (size_t)n) : NULL;
+    if (what) {
+        memset(st, 0, sizeof *st);
+        return err_set(err, "%s is %s", path, what);
+    }
     return st_open(path, st, err);
 }

@@ -19,5 +19,7 @@
 // contents can make (memo references repeating modules). Release with st_close.
 int pt_open(const char *path, SafeTensors *st, Err *err);
 
-// weights_open: pt_open for a zip file (it starts with "PK\3\4"), st_open otherwise.
+// weights_open: pt_open for a zip file (it starts with "PK\3\4"), st_open otherwise; a file that is
+// something else users mistake for weights (a Git LFS pointer, an HTML page, PyTorch's legacy format, a
+// plain pickle, gzip) is refused with a message saying what it is; pt_open names TorchScript archives.
 int weights_open(const char *path, SafeTensors *st, Err *err);

@@ -315,6 +315,37 @@ static void test_memo_bomb(void) {
     expect_refusal(small_pt("expand.pt", &pkl, &st), "views expanded from a small storage");
 }
 
+// Files users mistake for weights are named for what they are.
+static void write_bytes(const char *path, const void *b, size_t n) {
+    FILE *f = fopen(path, "wb");
+    fwrite(b, 1, n, f);
+    fclose(f);
+}
+
+static void test_impostors(void) {
+    const char *dir = test_tmpdir("pt-impostors");
+    char path[4300];
+    static const struct { const char *file, *bytes, *want; size_t n; } c[] = {
+        { "lfs.pt", "version https://git-lfs.github.com/spec/v1\noid sha256:4f2a\nsize 20700000\n", "Git LFS pointer", 0 },
+        { "page.pt", "\xef\xbb\xbf\n  <!DOCTYPE html>\n<html><head><title>Sign in</title></head></html>\n", "an HTML page", 0 },
+        { "legacy.pt", "\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19.\x80\x02M\xe9\x03.\x80\x02}q\x00.", "legacy format", 29 },
+        { "pickle.pt", "\x80\x02}q\x00X\x01\x00\x00\x00aK\x01s.", "plain Python pickle", 15 },
+        { "model.pt.gz", "\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03", "gzip", 10 },
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, c[i].file);
+        write_bytes(path, c[i].bytes, c[i].n ? c[i].n : strlen(c[i].bytes));
+        expect_refusal(path, c[i].want);
+    }
+    static Bytes pkl, code;
+    Bytes st = storage6();
+    pickle_module(&pkl, 2, 8, 0);
+    code.n = 0;
+    put_str(&code, "class Model(Module):\n  pass\n");
+    Entry e[3] = { { "m/data.pkl", &pkl, 0 }, { "m/code/__torch__/models/yolo.py", &code, 0 }, { "m/data/0", &st, 0 } };
+    expect_refusal(write_zip("script.pt", e, 3), "TorchScript");
+}
+
 // ---- the shared checkpoints -------------------------------------------------------------------
 #ifdef __SANITIZE_ADDRESS__
 #define READ_LIMIT_S 2.0      // ASan slows the pickle machine about tenfold
@@ -548,6 +579,7 @@ int main(void) {
     RUN(test_refusals);
     RUN(test_views_state_dict);
     RUN(test_memo_bomb);
+    RUN(test_impostors);
     RUN(test_yolov9_gelan_s);
     RUN(test_ultralytics_yolo26s);
     RUN(test_damaged_fixture);
