@@ -460,6 +460,40 @@ static void test_damaged_fixture(void) {
 }
 
 
+// ---- files torch.save wrote (test/pt/make.py) ------------------------------------------------------
+// Each NAME.pt gives exactly the tensors of NAME.expected.safetensors: names, dtypes, shapes, bytes.
+static void check_made(const char *name, int *found) {
+    char pt[256], ex[256];
+    snprintf(pt, sizeof pt, "test/pt/%s.pt", name);
+    snprintf(ex, sizeof ex, "test/pt/%s.expected.safetensors", name);
+    if (access(pt, R_OK) || access(ex, R_OK)) return;
+    ++*found;
+    SafeTensors got, want;
+    Err err = { { 0 } };
+    if (weights_open(pt, &got, &err)) { CHECK(0, "%s", err.msg); return; }
+    if (st_open(ex, &want, &err)) { CHECK(0, "%s", err.msg); st_close(&got); return; }
+    CHECK(got.n == want.n, "%s: %d tensors, %d expected", pt, got.n, want.n);
+    int bad = 0;
+    for (int i = 0; i < want.n; i++) {
+        const StTensor *w = &want.tensor[i], *g = st_find(&got, w->name);
+        int same = g && g->dtype == w->dtype && g->ndim == w->ndim && g->nbytes == w->nbytes;
+        for (int d = 0; same && d < w->ndim; d++) same = g->shape[d] == w->shape[d];
+        if (same && w->nbytes) same = !memcmp(g->data, w->data, w->nbytes);
+        if (!same && bad++ < 5)
+            CHECK(0, "%s: %s is %s, or differs in dtype, shape or values", pt, w->name, g ? "there" : "missing");
+    }
+    st_close(&want);
+    st_close(&got);
+}
+
+static void test_torch_made(void) {
+    static const char *names[] = { "views", "state_dict", "module", "checkpoint", "checkpoint_stripped" };
+    int found = 0;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) check_made(names[i], &found);
+    if (!access("test/pt/legacy.pt", R_OK)) { found++; expect_refusal("test/pt/legacy.pt", "legacy format"); }
+    if (!found) SKIP("test/pt/*.pt not made yet (python3 test/pt/make.py test/pt, with torch)");
+}
+
 // ---- the real trainers' checkpoints ------------------------------------------------------------
 // ../shared/fixtures/pt/real/: yolov9's best.pt (model, EMA, optimizer), its best_striped.pt and
 // Ultralytics' best.pt, as their trainers leave them, with the reference's outputs on two images.
@@ -530,6 +564,11 @@ static void check_real(const char *name, const char *ini) {
     for (int n = 0; n < N; n++)
         for (int c = 0; c < 3; c++)
             for (int p = 0; p < S * S; p++) nhwc[((size_t)n * S * S + p) * 3 + c] = nchw[((size_t)n * 3 + c) * S * S + p];
+    SafeTensors pt_st;                      // the head's transposed anchors/strides and the optimizer state
+    if (!weights_open(pt, &pt_st, &err)) {  // are outside the state dict: nothing is gathered
+        CHECK(pt_st.n_owned == 0, "%d tensors copied", pt_st.n_owned);
+        st_close(&pt_st);
+    }
     int rc = model_build(&cfg, N, S, &m, &err);
     CHECK(rc == 0, "%s", err.msg);
     if (!rc) {
@@ -580,6 +619,7 @@ int main(void) {
     RUN(test_views_state_dict);
     RUN(test_memo_bomb);
     RUN(test_impostors);
+    RUN(test_torch_made);
     RUN(test_yolov9_gelan_s);
     RUN(test_ultralytics_yolo26s);
     RUN(test_damaged_fixture);
