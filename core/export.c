@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "core/model.h"
+#include "core/transfer.h"
 #include "io/pt.h"
 
 // The absolute layer index `from` entry f of layer i refers to (-1: the image).
@@ -194,6 +195,21 @@ static void derive(const char *path, const char *suffix, char *buf, size_t size)
     snprintf(buf, size, "%.*s%s", (int)(n - cut), path, suffix);
 }
 
+// Weights outside a run folder: the command with the config that fits them (format=onnx but for
+// yolov9's training form: the safetensors export drops its auxiliary branch, which only yolov9 has).
+static int no_run_ini(const char *ini, const char *weights, Err *err) {
+    SafeTensors st;
+    if (weights_open(weights, &st, err)) return -1;
+    const char *fit = weights_config(&st);
+    st_close(&st);
+    if (!fit)
+        return err_set(err, "%s is missing: weights=%s is not inside a run folder, and no config of cfg/ fits it; name "
+                       "the config it was trained with: yolotrain export CONFIG.ini weights=%s format=onnx", ini, weights,
+                       weights);
+    return err_set(err, "%s is missing: weights=%s is not inside a run folder; name its config: yolotrain export %s "
+                   "weights=%s%s", ini, weights, fit, weights, strstr(fit, "yolov9-") ? "" : " format=onnx");
+}
+
 static int load_config(int argc, char **argv, Config *cfg, Err *err) {
     const char *path = NULL;
     char ini[CFG_PATH + 16];
@@ -203,9 +219,7 @@ static int load_config(int argc, char **argv, Config *cfg, Err *err) {
         if (!cfg->weights[0]) return err_set(err, "export needs weights=RUN/weights/best.safetensors");
         run_ini(cfg->weights, ini, sizeof ini);
         struct stat st;
-        if (stat(ini, &st))
-            return err_set(err, "%s is missing: weights=%s is not inside a run folder; name its training config: "
-                           "yolotrain export cfg/yolov9-s.ini weights=%s", ini, cfg->weights, cfg->weights);
+        if (stat(ini, &st)) return no_run_ini(ini, cfg->weights, err);
         path = ini;
     }
     if (config_load(path, argc, argv, cfg, err)) return -1;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/model.h"
+#include "core/transfer.h"
 #include "io/pt.h"
 
 static const char NBT[] = "num_batches_tracked";
@@ -27,12 +28,15 @@ static void shape_text(const int64_t *shape, int ndim, char *buf, size_t size) {
     snprintf(buf + o, size - o, ")");
 }
 
+// -2 when the file has no such tensor or another shape (the config does not fit), -1 when unreadable
 static int load_param(float *state, const SafeTensors *st, const ParamInfo *p, const char *prefix, Err *err) {
     char name[256], want[96], got[96];
     snprintf(name, sizeof name, "%s%s", prefix, p->name);
     const StTensor *t = st_find(st, name);
-    if (!t) return err_set(err, "%s: tensor '%s' is missing: the weights do not match this model's config",
-                           st->path, name);
+    if (!t) {
+        err_set(err, "%s: tensor '%s' is missing: the weights do not match this model's config", st->path, name);
+        return -2;
+    }
     int64_t shape[4];
     for (int i = 0; i < p->ndim; i++) shape[i] = p->shape[i];
     int same = t->ndim == p->ndim;
@@ -40,8 +44,9 @@ static int load_param(float *state, const SafeTensors *st, const ParamInfo *p, c
     if (!same) {
         shape_text(shape, p->ndim, want, sizeof want);
         shape_text(t->shape, t->ndim, got, sizeof got);
-        return err_set(err, "%s: tensor '%s' has shape %s, the model expects %s (a different nc or config?)",
-                       st->path, name, got, want);
+        err_set(err, "%s: tensor '%s' has shape %s, the model expects %s (a different nc or config?)", st->path, name,
+                got, want);
+        return -2;
     }
     return st_read_f32(st, name, state + p->offset, p->n, err);
 }
@@ -61,6 +66,14 @@ int model_check_finite(const Model *m, const float *v, size_t n, const char *pat
                    "start from other weights", path, name, isnan(v[j]) ? "NaN" : "Inf", at);
 }
 
+// A config that does not fit the weights: add what the file holds and the config that fits it.
+static void say_what(const SafeTensors *st, Err *err) {
+    char what[512];
+    weights_describe(st, what, sizeof what);
+    size_t n = strlen(err->msg);
+    snprintf(err->msg + n, sizeof err->msg - n, "; the file holds %s", what);
+}
+
 int model_load(Model *m, const char *path, const char *prefix, Err *err) {
     SafeTensors st;
     if (weights_open(path, &st, err)) return -1;   // safetensors or .pt
@@ -77,9 +90,14 @@ int model_load(Model *m, const char *path, const char *prefix, Err *err) {
             if (st_numel(&st.tensor[i]) == 1 && !st_read_f32(&st, name, &v, 1, err)) m->bn_batches = (int64_t)v;
             continue;
         }
-        if (model_find_param(m, name + plen) < 0)
-            rc = err_set(err, "%s: tensor '%s' is not part of this model: the weights belong to another config",
-                         path, name);
+        if (model_find_param(m, name + plen) < 0) {
+            err_set(err, "%s: tensor '%s' is not part of this model: the weights belong to another config", path, name);
+            rc = -2;
+        }
+    }
+    if (rc == -2) {                                      // names or shapes differ: not a damaged file
+        if (!*prefix) say_what(&st, err);
+        rc = -1;
     }
     if (!rc) rc = model_check_finite(m, host, m->n_state, path, "state", err);
     if (!rc) m->be->upload(m->be_ctx, m->state, host, m->n_state);

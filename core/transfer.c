@@ -9,6 +9,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "io/pt.h"
 
@@ -43,15 +44,60 @@ static int find_head(const SafeTensors *st, const char *part, int *layer, int *n
     return 0;
 }
 
+// The family's configs, smallest first, and the head that tells the family apart.
+static const struct { const char *head, *ini[5]; } families[] = {
+    { ".one2one_cv3.0.", { "cfg/yolo26n.ini", "cfg/yolo26s.ini", "cfg/yolo26m.ini", "cfg/yolo26l.ini", "cfg/yolo26x.ini" } },
+    { ".cv5.0.", { "cfg/yolov9-t.ini", "cfg/yolov9-s.ini", "cfg/yolov9-m.ini", "cfg/yolov9-c.ini", "cfg/yolov9-e.ini" } },
+    { ".cv3.0.", { "cfg/gelan-t.ini", "cfg/s.ini", "cfg/gelan-m.ini", "cfg/gelan-c.ini", "cfg/gelan-e.ini" } },
+};
+
+// 1 when the model built from `ini` (with nc classes) has exactly the file's tensors, names and shapes.
+static int config_fits(const SafeTensors *st, const char *ini, int nc) {
+    Config *cfg = xcalloc(1, sizeof *cfg);
+    Model m;
+    Err err;
+    int fits = 0;
+    if (!access(ini, R_OK) && !config_load(ini, 0, NULL, cfg, &err)) {
+        config_set_nc(cfg, nc);
+        if (!model_build(cfg, 1, 64, &m, &err)) {
+            int listed = 0;
+            fits = 1;
+            for (int i = 0; fits && i < m.n_params; i++) {
+                const StTensor *t = st_find(st, m.params[i].name);
+                fits = t && same_shape(t, &m.params[i]);
+            }
+            for (int i = 0; i < st->n; i++) listed += !ends_with(st->tensor[i].name, NBT);
+            fits &= listed == m.n_params;
+            model_free(&m);
+        }
+    }
+    free(cfg);
+    return fits;
+}
+
+const char *weights_config(const SafeTensors *st) {
+    int layer, nc;
+    for (size_t f = 0; f < sizeof families / sizeof families[0]; f++) {
+        if (!find_head(st, families[f].head, &layer, &nc)) continue;
+        for (int k = 0; k < 5; k++)
+            if (config_fits(st, families[f].ini[k], nc)) return families[f].ini[k];
+        return NULL;
+    }
+    return NULL;
+}
+
 void weights_describe(const SafeTensors *st, char *buf, size_t size) {
     int layer = -1, nc = 0, o;
+    const char *ini = weights_config(st);
+    char fit[64];
+    snprintf(fit, sizeof fit, "%s", ini ? ini : "no config of cfg/ fits it exactly");
     if (find_head(st, ".one2one_cv3.0.", &layer, &nc))
-        o = snprintf(buf, size, "a YOLO26 model (end-to-end Detect head at layer %d, nc %d; cfg/yolo26s.ini)", layer, nc);
+        o = snprintf(buf, size, "a YOLO26 model (end-to-end Detect head at layer %d, nc %d; %s)", layer, nc, fit);
     else if (find_head(st, ".cv5.0.", &layer, &nc))
-        o = snprintf(buf, size, "a yolov9 model in its training form (DualDDetect head at layer %d, nc %d; "
-                     "cfg/yolov9-s.ini)", layer, nc);
+        o = snprintf(buf, size, "a yolov9 model in its training form (DualDDetect head at layer %d, nc %d; %s)", layer,
+                     nc, fit);
     else if (find_head(st, ".cv3.0.", &layer, &nc))
-        o = snprintf(buf, size, "a gelan model (DDetect head at layer %d, nc %d; cfg/s.ini, cfg/t.ini)", layer, nc);
+        o = snprintf(buf, size, "a gelan model (DDetect head at layer %d, nc %d; %s)", layer, nc, fit);
     else
         o = snprintf(buf, size, "no YOLO detection head (no *.cv3.0.2.bias)");
     const StTensor *stem = st_find(st, "model.0.conv.weight");

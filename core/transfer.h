@@ -15,8 +15,13 @@
 int model_transfer(Model *m, const char *path, uint64_t seed, int verbose, Err *err);
 
 // weights_describe: what a weights file seems to hold ("a gelan model (DDetect head at layer 22, nc
-// 80), 1339 tensors; yolov9's models.yolo.DetectionModel"), from its tensor names and metadata.
+// 80; cfg/gelan-s.ini), 1339 tensors; yolov9's models.yolo.DetectionModel"), from its tensor names and
+// metadata, with weights_config's config.
 void weights_describe(const SafeTensors *st, char *buf, size_t size);
+// weights_config: the config of cfg/ (relative to the working folder) whose model has exactly the
+// file's tensor names and shapes, at the nc of its head ("cfg/yolo26n.ini"), or NULL. It builds the
+// family's models in turn (about a second each for the largest): for messages, not for loading.
+const char *weights_config(const SafeTensors *st);
 
 // freeze_mask: frozen[i] = 1 for each layer i that cfg->freeze names ("": none; N: layers 0..N-1,
 // yolov9's --freeze N; [i,j,...] or i,j,...: those layers). -1 with a message naming the key when a

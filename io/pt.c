@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "io/zip.h"
@@ -39,6 +40,8 @@ struct Value {
     const unsigned char *data;      // STORAGE: its entry's bytes; TENSOR: the first element
     int      ndim;
     int64_t  shape[ST_MAX_DIMS];
+    int64_t  stride[ST_MAX_DIMS];   // TENSOR, in elements; every element lies inside the storage
+    int      contiguous;            // TENSOR: row-major, so its bytes can be used in place
 };
 
 typedef struct {
@@ -49,6 +52,7 @@ typedef struct {
     Value **pool; int n_pool, cap_pool;   // every value made, freed together
     Value **stack; int sp, cap_stack;
     Value **memo; size_t n_memo;
+    int n_tensors;                  // tensors rebuilt: what bounds the state dict the walk may list
     Err *err;
 } Machine;
 
@@ -183,36 +187,46 @@ static int int_tuple(const Value *t, int64_t *out, int max) {
     return t->n;
 }
 
-// _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks[, metadata]): a row-major view
-// that lies inside its storage (the only kind torch.save writes for parameters).
+// Row-major: each dim's stride is the product of the dims after it (dims of size 1 take any stride).
+static int row_major(const Value *t) {
+    int64_t want = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (t->shape[d] != 1 && t->stride[d] != want) return 0;
+        want *= t->shape[d];
+    }
+    return 1;
+}
+
+// _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks[, metadata]): any view PyTorch
+// writes (transposed, sliced, channels_last, expanded with stride 0) whose elements all lie inside its
+// storage. Nothing is copied here: only the tensors the walk lists are gathered (emit).
 static Value *rebuild_tensor(Machine *m, const Value *a) {
-    int64_t stride[ST_MAX_DIMS];
     Value *t = make(m, V_TENSOR);
     if (a->kind != V_TUPLE || a->n < 4 || a->item[0]->kind != V_STORAGE || a->item[1]->kind != V_INT ||
         (t->ndim = int_tuple(a->item[2], t->shape, ST_MAX_DIMS)) < 0 ||
-        int_tuple(a->item[3], stride, ST_MAX_DIMS) != t->ndim || a->item[1]->i < 0) {
+        int_tuple(a->item[3], t->stride, ST_MAX_DIMS) != t->ndim || a->item[1]->i < 0) {
         fail(m, "_rebuild_tensor_v2 with arguments that are not (storage, offset, size, stride, ...)");
         return NULL;
     }
     const Value *s = a->item[0];
-    uint64_t numel = 1, S = (uint64_t)s->i;          // S: the storage's elements
-    for (int d = 0; d < t->ndim; d++) numel *= t->shape[d] ? 1 : 0;
-    for (int d = t->ndim - 1; d >= 0 && numel; d--) {     // row-major: stride[d] = product of the dims after d
-        if (t->shape[d] != 1 && (uint64_t)stride[d] != numel) {
-            err_set(m->err, "%s: a tensor of storage %.200s is not contiguous (a strided view); save the model's "
-                    "tensors with .contiguous()", m->path, s->s);
-            return NULL;
-        }
-        if (__builtin_mul_overflow(numel, (uint64_t)t->shape[d], &numel) || numel > S) numel = UINT64_MAX;
+    uint64_t numel = 1, last = (uint64_t)a->item[1]->i, S = (uint64_t)s->i;   // last: the highest element used
+    int bad = 0;
+    for (int d = 0; d < t->ndim; d++) {
+        uint64_t reach;
+        bad |= __builtin_mul_overflow(numel, (uint64_t)t->shape[d], &numel) || numel > (uint64_t)1 << 48;
+        if (t->shape[d]) bad |= __builtin_mul_overflow((uint64_t)t->shape[d] - 1, (uint64_t)t->stride[d], &reach) ||
+                                __builtin_add_overflow(last, reach, &last);
     }
-    if (numel > S || (uint64_t)a->item[1]->i > S - numel) {
-        err_set(m->err, "%s: a tensor runs past the end of its storage %.200s (%lld elements); the file is corrupt",
-                m->path, s->s, (long long)S);
+    if (bad || (numel && last >= S)) {
+        err_set(m->err, "%s: a tensor runs past the end of its storage %.200s (%lld elements) or has an impossible "
+                "size; the file is corrupt", m->path, s->s, (long long)S);
         return NULL;
     }
     t->dtype = s->dtype;
     t->s = xstrdup(s->s);
     t->data = s->data + (size_t)a->item[1]->i * st_dtype_size(s->dtype);
+    t->contiguous = row_major(t);
+    m->n_tensors++;
     return t;
 }
 
@@ -225,7 +239,7 @@ static int apply(Machine *m) {
     Value *r;
     if (!strcmp(f, "torch._utils._rebuild_tensor_v2")) {
         if (!(r = rebuild_tensor(m, args))) return -1;
-    } else if (!strcmp(f, "torch._utils._rebuild_parameter")) {
+    } else if (!strcmp(f, "torch._utils._rebuild_parameter") || !strcmp(f, "torch._utils._rebuild_parameter_with_state")) {
         if (args->n < 1 || args->item[0]->kind != V_TENSOR) return fail(m, "_rebuild_parameter of no tensor");
         r = args->item[0];
     } else if (!strcmp(f, "collections.OrderedDict") && args->n == 0) {
@@ -303,9 +317,12 @@ static int extend(Machine *m, Kind k, int marked) {   // APPEND(S) to a list, SE
     return 0;
 }
 
-static int build(Machine *m) {                    // BUILD: obj.__setstate__(state), kept as obj->state
+// BUILD: obj.__setstate__(state), kept as obj->state. A dict's state is its attributes (a state
+// dict's OrderedDict carries _metadata, the modules' versions), which no name depends on.
+static int build(Machine *m) {
     Value *state = pop(m), *obj = state ? top(m) : NULL;
     if (!obj) return -1;
+    if (obj->kind == V_DICT) return 0;
     if (obj->kind != V_OBJ) return fail(m, "BUILD on something other than an object");
     obj->state = state;
     return 0;
@@ -409,9 +426,47 @@ static Value *unpickle(Machine *m) {
 // ---- from the checkpoint to state-dict names ---------------------------------------------------
 typedef struct {
     Machine *m;
+    SafeTensors *st;                // owns the gathered copies
     StTensor *t; int n, cap;
     long visits;                    // modules walked: a shared child is walked once per path, so bound it
+    uint64_t bytes;                 // of the tensors listed so far
 } Names;
+
+// What a real checkpoint's model never exceeds: each of its tensors listed about once (a tied weight
+// twice), in bytes no more than the file holds. A pickle that repeats modules through memo references,
+// or expands a small storage with stride 0, would list far more; it is refused before it costs memory.
+#define PT_SLACK_TENSORS 64
+#define PT_SLACK_BYTES   ((uint64_t)16 << 20)
+
+static int too_much(Names *w, uint64_t nbytes) {
+    uint64_t max_bytes = 2 * (uint64_t)w->st->map_size + PT_SLACK_BYTES;
+    if (w->n < 2L * w->m->n_tensors + PT_SLACK_TENSORS && nbytes <= max_bytes - w->bytes) return 0;
+    return err_set(w->m->err, "%s: its model would list over %d tensors or %llu MB from %d tensors in a %llu KB file "
+                   "(modules repeated through pickle memo references, or views expanded from a small storage): a "
+                   "crafted or corrupt file, not a checkpoint this reader takes", w->m->path, w->n,
+                   (unsigned long long)((w->bytes + nbytes) >> 20), w->m->n_tensors,
+                   (unsigned long long)(w->st->map_size >> 10));
+}
+
+// A strided view's elements copied in row-major order into memory the SafeTensors owns.
+static const void *gather(Names *w, const Value *v, size_t numel) {
+    size_t es = st_dtype_size(v->dtype);
+    unsigned char *out = xmalloc(numel * es);
+    int64_t idx[ST_MAX_DIMS] = { 0 }, at = 0;      // at: the element's index from v->data
+    for (size_t k = 0; k < numel; k++) {
+        memcpy(out + k * es, v->data + at * es, es);
+        for (int d = v->ndim - 1; d >= 0; d--) {     // the next index, odometer-wise
+            at += v->stride[d];
+            if (++idx[d] < v->shape[d]) break;
+            at -= v->shape[d] * v->stride[d];
+            idx[d] = 0;
+        }
+    }
+    SafeTensors *st = w->st;
+    st->owned = xrealloc(st->owned, (st->n_owned + 1) * sizeof *st->owned);
+    st->owned[st->n_owned++] = out;
+    return out;
+}
 
 static Value *dict_get(const Value *d, const char *key) {
     if (!d || d->kind != V_DICT) return NULL;
@@ -428,14 +483,15 @@ static int emit(Names *w, const char *prefix, const char *key, const Value *v) {
         w->cap = w->cap ? 2 * w->cap : 256;
         w->t = xrealloc(w->t, w->cap * sizeof *w->t);
     }
-    StTensor *t = &w->t[w->n++];
-    memset(t, 0, sizeof *t);
-    t->name = xstrdup(name);
-    t->dtype = v->dtype;
-    t->ndim = v->ndim;
-    memcpy(t->shape, v->shape, sizeof t->shape);
-    t->data = v->data;
-    t->nbytes = st_numel(t) * st_dtype_size(t->dtype);
+    StTensor t = { .dtype = v->dtype, .ndim = v->ndim };
+    memcpy(t.shape, v->shape, sizeof t.shape);
+    size_t numel = st_numel(&t);
+    t.nbytes = numel * st_dtype_size(t.dtype);
+    if (too_much(w, t.nbytes)) return -1;
+    t.data = v->contiguous || !numel ? v->data : gather(w, v, numel);
+    t.name = xstrdup(name);
+    w->t[w->n++] = t;
+    w->bytes += t.nbytes;
     return 0;
 }
 
@@ -547,13 +603,26 @@ static const ZipEntry *find_pickle(const Zip *z, const char *path, char *dir, si
     return found;
 }
 
+// torch.jit.save's archives (yolov9's export --include torchscript, Ultralytics' format=torchscript)
+// hold the model's code beside data.pkl.
+static int torchscript(const Zip *z) {
+    for (int i = 0; i < z->n; i++) {
+        const char *s = strchr(z->e[i].name, '/');
+        if (s && (!strncmp(s, "/code/", 6) || !strcmp(s, "/constants.pkl"))) return 1;
+    }
+    return 0;
+}
+
 static int read_model(SafeTensors *st, const Zip *z, Err *err) {
     char dir[256];
+    if (torchscript(z))
+        return err_set(err, "%s is a TorchScript model (torch.jit.save, an export), not a training checkpoint: use the "
+                       ".pt its trainer saved (weights/best.pt) or safetensors", st->path);
     const ZipEntry *pkl = find_pickle(z, st->path, dir, sizeof dir, err);
     if (!pkl) return -1;
     Machine m = { .path = st->path, .p = pkl->data, .end = pkl->data + pkl->size, .begin = pkl->data,
                   .zip = z, .dir = dir, .err = err };
-    Names w = { .m = &m };
+    Names w = { .m = &m, .st = st };
     Value *root = unpickle(&m);
     int rc = root ? walk_root(&w, root, st) : -1;
     if (!rc && !w.n) rc = err_set(err, "%s: the checkpoint's model holds no tensors", st->path);
@@ -575,11 +644,42 @@ int pt_open(const char *path, SafeTensors *st, Err *err) {
     return rc;
 }
 
+// What a file that is not weights is, from its first n bytes b: NULL when it may be weights. Users
+// get these from a clone without Git LFS, a download link that returned a web page, or old PyTorch.
+static const char *impostor(const unsigned char *b, size_t n) {
+    static const unsigned char legacy[] = { 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19 };
+    if (n >= 9 && b[8] == '{') return NULL;                       // safetensors: a length, then its JSON header
+    size_t k = n >= 3 && !memcmp(b, "\xef\xbb\xbf", 3) ? 3 : 0;   // a UTF-8 byte order mark
+    while (k < n && strchr(" \t\r\n", b[k])) k++;
+    if (n >= 26 && !memcmp(b, "version https://git-lfs.", 24))
+        return "a Git LFS pointer (a small text file standing in for the weights), not the weights: run `git lfs "
+               "pull` in its repository, or download the file itself";
+    if (n - k >= 5 && (!strncasecmp((const char *)b + k, "<!doc", 5) || !strncasecmp((const char *)b + k, "<html", 5) ||
+                       !strncasecmp((const char *)b + k, "<?xml", 5)))
+        return "an HTML page, not weights (a download that saved a web page: a login page, or a 'blob' link instead "
+               "of the raw file); download the file itself";
+    if (n >= 14 && b[0] == 0x80 && b[1] >= 2 && b[1] <= 5 && !memcmp(b + 2, legacy, sizeof legacy))
+        return "a checkpoint in PyTorch's legacy format (torch.save before 1.6, or _use_new_zipfile_serialization="
+               "False), which this reader does not take: re-save it with PyTorch >= 1.6, torch.save(torch.load(F), F)";
+    if (n >= 262 && !memcmp(b + 257, "ustar", 5))
+        return "a tar archive (the tar format of PyTorch before 0.4?), not weights: re-save it with PyTorch >= 1.6";
+    if (n >= 2 && b[0] == 0x80 && b[1] >= 2 && b[1] <= 5)
+        return "a plain Python pickle, not a torch.save checkpoint (a zip) or safetensors: save the model with "
+               "torch.save";
+    if (n >= 2 && b[0] == 0x1f && b[1] == 0x8b) return "gzip-compressed: decompress it first (gunzip)";
+    return NULL;
+}
+
 int weights_open(const char *path, SafeTensors *st, Err *err) {
-    unsigned char magic[4] = { 0 };
+    unsigned char head[512] = { 0 };
     int fd = open(path, O_RDONLY | O_NONBLOCK);    // a FIFO must not hang us; st_map says what it is
-    ssize_t n = fd >= 0 ? read(fd, magic, 4) : -1;
+    ssize_t n = fd >= 0 ? read(fd, head, sizeof head) : -1;
     if (fd >= 0) close(fd);
-    if (n == 4 && !memcmp(magic, "PK\3\4", 4)) return pt_open(path, st, err);
+    if (n >= 4 && !memcmp(head, "PK\3\4", 4)) return pt_open(path, st, err);
+    const char *what = n > 0 ? impostor(head, (size_t)n) : NULL;
+    if (what) {
+        memset(st, 0, sizeof *st);
+        return err_set(err, "%s is %s", path, what);
+    }
     return st_open(path, st, err);
 }

@@ -378,6 +378,8 @@ void st_close(SafeTensors *st) {
     for (int i = 0; i < st->n; i++) free((char *)st->tensor[i].name);
     for (int i = 0; i < st->n_meta; i++) { free(st->meta_key[i]); free(st->meta_val[i]); }
     if (st->map) munmap(st->map, st->map_size);
+    for (int i = 0; i < st->n_owned; i++) free(st->owned[i]);
+    free(st->owned);
     free(st->tensor);
     free(st->by_name);
     free(st->meta_key);
@@ -416,25 +418,26 @@ static float half_to_float(uint16_t h) {
 }
 
 static float element_f32(StDtype d, const unsigned char *p) {
-    float f; double g; int64_t i64; int32_t i32; uint16_t h; uint32_t u;
+    float f; double g; int64_t i64; int32_t i32; int16_t i16; uint16_t h; uint32_t u;
     switch (d) {
+    case ST_I16: memcpy(&i16, p, 2); return i16;
+    case ST_I8: return (float)(int8_t)*p;
+    case ST_U8: return *p;
+    case ST_BOOL: return *p != 0;
     case ST_F32: memcpy(&f, p, 4); return f;
     case ST_F64: memcpy(&g, p, 8); return (float)g;
     case ST_I64: memcpy(&i64, p, 8); return (float)i64;
     case ST_I32: memcpy(&i32, p, 4); return (float)i32;
     case ST_F16: memcpy(&h, p, 2); return half_to_float(h);
     case ST_BF16: memcpy(&h, p, 2); u = (uint32_t)h << 16; memcpy(&f, &u, 4); return f;
-    default: return 0;
     }
+    return 0;
 }
 
 int st_read_f32(const SafeTensors *st, const char *name, float *out, size_t n, Err *err) {
     const StTensor *t = st_find(st, name);
     if (!t) return err_set(err, "%s: no tensor '%s'", st->path, name);
     StDtype d = t->dtype;
-    if (d != ST_F32 && d != ST_F64 && d != ST_F16 && d != ST_BF16 && d != ST_I64 && d != ST_I32)
-        return err_set(err, "%s: tensor '%s' is %s, which does not convert to float", st->path, name,
-                       st_dtype_name(d));
     if (st_numel(t) != n)
         return err_set(err, "%s: tensor '%s' has %zu elements, expected %zu", st->path, name,
                        st_numel(t), n);

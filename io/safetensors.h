@@ -17,7 +17,7 @@ typedef struct {
     int         ndim;
     int64_t     shape[ST_MAX_DIMS];
     size_t      nbytes;
-    const void *data;    // inside the mapped file; may be unaligned: read it with st_read_f32 or memcpy
+    const void *data;    // inside the mapped file (or in `owned`); may be unaligned: read it with st_read_f32 or memcpy
 } StTensor;
 
 typedef struct {
@@ -30,6 +30,8 @@ typedef struct {
     char         **meta_key;   // (n_meta) the __metadata__ string map
     char         **meta_val;
     int            n_meta;
+    void         **owned;      // (n_owned) copies a reader made (a .pt's strided views gathered), freed by st_close
+    int            n_owned;
 } SafeTensors;
 
 // st_open: map `path` and parse its header. Rejects (-1, message naming the file and tensor) a short
@@ -50,8 +52,8 @@ size_t          st_numel(const StTensor *t);
 size_t          st_dtype_size(StDtype d);
 const char     *st_dtype_name(StDtype d);                           // "F32", ...
 
-// st_read_f32: convert tensor `name` (F32, F64, F16, BF16, I64, I32) to n floats in out. -1 if it is
-// absent, of another dtype, or does not hold exactly n elements.
+// st_read_f32: convert tensor `name` (any dtype: F64 rounded, integers and BOOL as their values) to n floats
+// in out. -1 if it is absent or does not hold exactly n elements.
 int st_read_f32(const SafeTensors *st, const char *name, float *out, size_t n, Err *err);
 
 // A tensor to write: data holds numel(shape) elements of dtype (ST_F32 or ST_I64), row-major.

@@ -2,7 +2,9 @@
 // YOLO26-s) hold exactly the fixtures' param/ tensors rounded to fp16; hand-made small checkpoints
 // (a zip writer and pickle bytes below) check names, refusals and their messages.
 #include "io/pt.h"
+#include "core/model.h"
 #include "core/util.h"
+#include "core/val.h"
 #include "test/test.h"
 
 #include <stdint.h>
@@ -179,6 +181,171 @@ static void test_refusals(void) {
     expect_refusal(path, "no zip end record");
 }
 
+// ---- views, state dicts and what a file may make the reader list ----------------------------------
+static void put_int(Bytes *p, int v) { put_str(p, "J"); put_le(p, (uint32_t)v, 4); }   // BININT
+
+// _rebuild_tensor_v2((storage, FloatStorage, key, cpu, numel), offset, shape, stride, False, OrderedDict())
+static void put_tensor(Bytes *p, const char *key, int numel, int offset, int nd, const int *shape, const int *stride) {
+    put_str(p, "ctorch._utils\n_rebuild_tensor_v2\n((");
+    put_uni(p, "storage");
+    put_str(p, "ctorch\nFloatStorage\n");
+    put_uni(p, key);
+    put_uni(p, "cpu");
+    put_int(p, numel);
+    put_str(p, "tQ");
+    put_int(p, offset);
+    put_str(p, "(");
+    for (int d = 0; d < nd; d++) put_int(p, shape[d]);
+    put_str(p, "t(");
+    for (int d = 0; d < nd; d++) put_int(p, stride[d]);
+    PUT(p, "t\x89" "ccollections\nOrderedDict\n)RtR");
+}
+
+// torch.save(model.state_dict()): an OrderedDict (REDUCE), its items (SETITEMS), then BUILD of its
+// attributes, {'_metadata': OrderedDict({'': {'version': 1}})}.
+static void pickle_views(Bytes *p) {
+    static const struct { const char *name; int offset, nd, shape[4], stride[4]; } v[] = {
+        { "transposed", 0, 2, { 4, 3 }, { 1, 4 } },            // arange(12).reshape(3, 4).t()
+        { "sliced", 6, 2, { 2, 3 }, { 5, 1 } },                // arange(20).reshape(4, 5)[1:3, 1:4]
+        { "expanded", 0, 2, { 3, 4 }, { 1, 0 } },              // arange(3).reshape(3, 1).expand(3, 4)
+        { "channels_last", 0, 4, { 1, 2, 2, 3 }, { 12, 1, 6, 2 } },
+        { "step", 1, 1, { 4 }, { 3 } },                        // arange(24)[1:12:3]
+        { "contiguous", 20, 2, { 2, 2 }, { 2, 1 } },
+    };
+    p->n = 0;
+    PUT(p, "\x80\x02" "ccollections\nOrderedDict\nq\x00)Rq\x01(");
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        put_uni(p, v[i].name);
+        put_tensor(p, "0", 24, v[i].offset, v[i].nd, v[i].shape, v[i].stride);
+    }
+    put_str(p, "u}(");
+    put_uni(p, "_metadata");
+    put_str(p, "ccollections\nOrderedDict\n)R(");
+    put_uni(p, "");
+    put_str(p, "}");
+    put_uni(p, "version");
+    put_str(p, "K\x01suub.");                       // SETITEM, SETITEMS x 3, BUILD, STOP
+}
+
+static void test_views_state_dict(void) {
+    static Bytes pkl, st;
+    st.n = 0;
+    for (int i = 0; i < 24; i++) { float f = (float)i; put(&st, &f, 4); }
+    pickle_views(&pkl);
+    SafeTensors t;
+    Err err = { { 0 } };
+    const char *path = small_pt("views.pt", &pkl, &st);
+    int rc = weights_open(path, &t, &err);
+    CHECK(rc == 0, "%s", err.msg);
+    if (rc) return;
+    CHECK(t.n == 6 && st_meta(&t, "pt_class") == NULL, "%d tensors", t.n);
+    float v[12], *want;
+    float tr[12], sl[6] = { 6, 7, 8, 11, 12, 13 }, ex[12], cl[12], stp[4] = { 1, 4, 7, 10 }, co[4] = { 20, 21, 22, 23 };
+    for (int i = 0; i < 4; i++) for (int j = 0; j < 3; j++) tr[i * 3 + j] = (float)(j * 4 + i);
+    for (int i = 0; i < 3; i++) for (int j = 0; j < 4; j++) ex[i * 4 + j] = (float)i;
+    for (int c = 0; c < 2; c++) for (int h = 0; h < 2; h++) for (int w = 0; w < 3; w++) cl[c * 6 + h * 3 + w] = (float)(6 * h + 2 * w + c);
+    const struct { const char *name; float *want; size_t n; } c[] = {
+        { "transposed", tr, 12 }, { "sliced", sl, 6 }, { "expanded", ex, 12 }, { "channels_last", cl, 12 },
+        { "step", stp, 4 }, { "contiguous", co, 4 },
+    };
+    for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
+        want = c[k].want;
+        if (st_read_f32(&t, c[k].name, v, c[k].n, &err)) { CHECK(0, "%s", err.msg); continue; }
+        for (size_t i = 0; i < c[k].n; i++)
+            if (v[i] != want[i]) { CHECK(0, "%s[%zu] = %g, want %g", c[k].name, i, v[i], want[i]); break; }
+    }
+    const StTensor *con = st_find(&t, "contiguous");
+    CHECK(con && (const unsigned char *)con->data >= t.map && (const unsigned char *)con->data < t.map + t.map_size,
+          "a contiguous tensor is used in place");
+    CHECK(t.n_owned == 5, "%d views gathered, want 5", t.n_owned);
+    st_close(&t);
+}
+
+// One module M holding K parameters (one tensor, memo references), M under 90 names of a module that
+// is itself under 90 names of the root: 72 KB that would list 90 * 90 * K tensors.
+static void pickle_memo_bomb(Bytes *p, int K) {
+    static const int one = 1;
+    p->n = 0;
+    PUT(p, "\x80\x02}(");
+    put_uni(p, "model");
+    for (int level = 0; level < 3; level++) {
+        put_str(p, "cmy\nM\n)\x81}(");
+        put_uni(p, "_parameters"); put_str(p, "}");
+        if (level == 2) {
+            put_str(p, "(");
+            for (int k = 0; k < K; k++) {
+                char key[16];
+                snprintf(key, sizeof key, "p%d", k);
+                put_uni(p, key);
+                if (k == 0) { put_tensor(p, "0", 1, 0, 1, &one, &one); put_str(p, "q\x07"); }
+                else put_str(p, "h\x07");
+            }
+            put_str(p, "u");
+        }
+        put_uni(p, "_buffers"); put_str(p, "}");
+        put_uni(p, "_modules"); put_str(p, "}");
+        if (level < 2) { put_str(p, "("); put_uni(p, "0"); }
+    }
+    put_str(p, "ub");                                   // the leaf: SETITEMS, BUILD
+    for (int level = 1; level >= 0; level--) {
+        put_str(p, level ? "q\x06" : "q\x05");           // memoize the finished child
+        for (int i = 1; i < 90; i++) {
+            char key[8];
+            snprintf(key, sizeof key, "%d", i);
+            put_uni(p, key);
+            put_str(p, level ? "h\x06" : "h\x05");
+        }
+        put_str(p, "uub");                              // _modules' SETITEMS, the state's SETITEMS, BUILD
+    }
+    put_str(p, "u.");
+}
+
+static void test_memo_bomb(void) {
+    static Bytes pkl;
+    Bytes st = storage6();
+    pickle_memo_bomb(&pkl, 2000);
+    CHECK(pkl.n < 40000, "the bomb is %zu bytes", pkl.n);
+    expect_refusal(small_pt("bomb.pt", &pkl, &st), "modules repeated through pickle memo references");
+    // a stride-0 view of one element as 2^20 x 2^10 floats (4 GB): refused before it is gathered
+    pkl.n = 0;
+    PUT(&pkl, "\x80\x02}(");
+    put_uni(&pkl, "w");
+    put_tensor(&pkl, "0", 1, 0, 2, (const int[]){ 1 << 20, 1 << 10 }, (const int[]){ 0, 0 });
+    put_str(&pkl, "u.");
+    expect_refusal(small_pt("expand.pt", &pkl, &st), "views expanded from a small storage");
+}
+
+// Files users mistake for weights are named for what they are.
+static void write_bytes(const char *path, const void *b, size_t n) {
+    FILE *f = fopen(path, "wb");
+    fwrite(b, 1, n, f);
+    fclose(f);
+}
+
+static void test_impostors(void) {
+    const char *dir = test_tmpdir("pt-impostors");
+    char path[4300];
+    static const struct { const char *file, *bytes, *want; size_t n; } c[] = {
+        { "lfs.pt", "version https://git-lfs.github.com/spec/v1\noid sha256:4f2a\nsize 20700000\n", "Git LFS pointer", 0 },
+        { "page.pt", "\xef\xbb\xbf\n  <!DOCTYPE html>\n<html><head><title>Sign in</title></head></html>\n", "an HTML page", 0 },
+        { "legacy.pt", "\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19.\x80\x02M\xe9\x03.\x80\x02}q\x00.", "legacy format", 27 },
+        { "pickle.pt", "\x80\x02}q\x00X\x01\x00\x00\x00" "aK\x01s.", "plain Python pickle", 15 },
+        { "model.pt.gz", "\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03", "gzip", 10 },
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, c[i].file);
+        write_bytes(path, c[i].bytes, c[i].n ? c[i].n : strlen(c[i].bytes));
+        expect_refusal(path, c[i].want);
+    }
+    static Bytes pkl, code;
+    Bytes st = storage6();
+    pickle_module(&pkl, 2, 8, 0);
+    code.n = 0;
+    put_str(&code, "class Model(Module):\n  pass\n");
+    Entry e[3] = { { "m/data.pkl", &pkl, 0 }, { "m/code/__torch__/models/yolo.py", &code, 0 }, { "m/data/0", &st, 0 } };
+    expect_refusal(write_zip("script.pt", e, 3), "TorchScript");
+}
+
 // ---- the shared checkpoints -------------------------------------------------------------------
 #ifdef __SANITIZE_ADDRESS__
 #define READ_LIMIT_S 2.0      // ASan slows the pickle machine about tenfold
@@ -292,11 +459,172 @@ static void test_damaged_fixture(void) {
     free(buf);
 }
 
+
+// ---- files torch.save wrote (test/pt/make.py) ------------------------------------------------------
+// Each NAME.pt gives exactly the tensors of NAME.expected.safetensors: names, dtypes, shapes, bytes.
+static void check_made(const char *name, int *found) {
+    char pt[256], ex[256];
+    snprintf(pt, sizeof pt, "test/pt/%s.pt", name);
+    snprintf(ex, sizeof ex, "test/pt/%s.expected.safetensors", name);
+    if (access(pt, R_OK) || access(ex, R_OK)) return;
+    ++*found;
+    SafeTensors got, want;
+    Err err = { { 0 } };
+    if (weights_open(pt, &got, &err)) { CHECK(0, "%s", err.msg); return; }
+    if (st_open(ex, &want, &err)) { CHECK(0, "%s", err.msg); st_close(&got); return; }
+    CHECK(got.n == want.n, "%s: %d tensors, %d expected", pt, got.n, want.n);
+    int bad = 0;
+    for (int i = 0; i < want.n; i++) {
+        const StTensor *w = &want.tensor[i], *g = st_find(&got, w->name);
+        int same = g && g->dtype == w->dtype && g->ndim == w->ndim && g->nbytes == w->nbytes;
+        for (int d = 0; same && d < w->ndim; d++) same = g->shape[d] == w->shape[d];
+        if (same && w->nbytes) same = !memcmp(g->data, w->data, w->nbytes);
+        if (!same && bad++ < 5)
+            CHECK(0, "%s: %s is %s, or differs in dtype, shape or values", pt, w->name, g ? "there" : "missing");
+    }
+    st_close(&want);
+    st_close(&got);
+}
+
+static void test_torch_made(void) {
+    static const char *names[] = { "views", "state_dict", "module", "checkpoint", "checkpoint_stripped" };
+    int found = 0;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) check_made(names[i], &found);
+    if (!access("test/pt/legacy.pt", R_OK)) { found++; expect_refusal("test/pt/legacy.pt", "legacy format"); }
+    if (!found) SKIP("test/pt/*.pt not made yet (python3 test/pt/make.py test/pt, with torch)");
+}
+
+// ---- the real trainers' checkpoints ------------------------------------------------------------
+// ../shared/fixtures/pt/real/: yolov9's best.pt (model, EMA, optimizer), its best_striped.pt and
+// Ultralytics' best.pt, as their trainers leave them, with the reference's outputs on two images.
+#define REAL_TOL 1e-3   // the fixture README's: the fp16 rounding of the weights, relative
+
+typedef struct { float v[6]; int used; float *score; } Row;   // x, y, w, h or x1, y1, x2, y2; score; class;
+                                                              // a DFL head's class scores
+
+static int rows_close(const float *a, const float *b, int n, float scale) {
+    for (int k = 0; k < n; k++)
+        if (!close_enough(a[k], b[k], REAL_TOL * scale, REAL_TOL)) return 0;
+    return 1;
+}
+
+// Our rows of image n: every anchor's decoded xywh and its best score (DFL heads), or the top-k rows
+// of the end-to-end head; *A their count.
+static Row *our_rows(Model *m, int n, int S, int *count) {
+    Map head[4];
+    for (int l = 0; l < m->n_levels; l++) head[l] = model_value(m, m->head[l], 1);
+    NmsOptions o = nms_val_options();
+    o.conf_thres = -1;                      // keep every row: the reference's y is not thresholded
+    ValDecoder d;
+    val_decoder_init(&d, m, S, S, &o);
+    int A = nms_anchors(head, m->n_levels), nd = 0;
+    Row *r = calloc(A, sizeof *r);
+    if (m->end2end) {
+        nd = val_decode(&d, m, head, n, S);
+        for (int i = 0; i < nd; i++) {
+            const Det *t = &d.det[i];
+            Row x = { { t->x1, t->y1, t->x2, t->y2, t->conf, (float)t->cls }, 0, NULL };
+            r[i] = x;
+        }
+    } else {
+        nms_decode(head, m->strides, m->n_levels, n, m->nc, d.boxes, d.scores);
+        for (int a = 0; a < A; a++) {
+            const float *b = d.boxes + 4 * a;
+            Row x = { { (b[0] + b[2]) / 2, (b[1] + b[3]) / 2, b[2] - b[0], b[3] - b[1], 0, 0 }, 0, malloc(m->nc * sizeof(float)) };
+            memcpy(x.score, d.scores + (size_t)a * m->nc, m->nc * sizeof(float));
+            r[a] = x;
+        }
+        nd = A;
+    }
+    val_decoder_free(&d);
+    *count = nd;
+    return r;
+}
+
+// The real checkpoint loads into `ini` and our eval forward gives the reference's output/y.
+static void check_real(const char *name, const char *ini) {
+    const char *sh = shared_dir();
+    if (!sh) SKIP("no ../shared");
+    char pt[4200], ex[4200];
+    snprintf(pt, sizeof pt, "%s/fixtures/pt/real/%s.pt", sh, name);
+    snprintf(ex, sizeof ex, "%s/fixtures/pt/real/%s.expected.safetensors", sh, name);
+    if (access(pt, R_OK) || access(ex, R_OK)) SKIP("fixtures/pt/real/%s.pt or its expected outputs missing", name);
+    static Config cfg;
+    SafeTensors ref;
+    Model m;
+    Err err = { { 0 } };
+    if (config_load(ini, 0, NULL, &cfg, &err) || st_open(ex, &ref, &err)) { CHECK(0, "%s", err.msg); return; }
+    const StTensor *x = st_find(&ref, "input/images"), *y = st_find(&ref, "output/y");
+    if (!x || !y || x->ndim != 4 || y->ndim != 3) { CHECK(0, "%s lacks input/images or output/y", ex); st_close(&ref); return; }
+    int N = (int)x->shape[0], S = (int)x->shape[2], R = (int)y->shape[1], C = (int)y->shape[2];
+    float *nchw = malloc(st_numel(x) * sizeof(float)), *nhwc = malloc(st_numel(x) * sizeof(float));
+    float *want = malloc(st_numel(y) * sizeof(float));
+    st_read_f32(&ref, "input/images", nchw, st_numel(x), &err);
+    st_read_f32(&ref, "output/y", want, st_numel(y), &err);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < 3; c++)
+            for (int p = 0; p < S * S; p++) nhwc[((size_t)n * S * S + p) * 3 + c] = nchw[((size_t)n * 3 + c) * S * S + p];
+    SafeTensors pt_st;                      // the head's transposed anchors/strides and the optimizer state
+    if (!weights_open(pt, &pt_st, &err)) {  // are outside the state dict: nothing is gathered
+        CHECK(pt_st.n_owned == 0, "%d tensors copied", pt_st.n_owned);
+        st_close(&pt_st);
+    }
+    int rc = model_build(&cfg, N, S, &m, &err);
+    CHECK(rc == 0, "%s", err.msg);
+    if (!rc) {
+        CHECK((rc = model_load(&m, pt, "", &err)) == 0, "%s", err.msg);
+        if (!rc) model_forward(&m, nhwc, N, S, S, 0);
+        int bad = 0, rows = 0;
+        for (int n = 0; !rc && n < N; n++) {
+            int nd;
+            Row *got = our_rows(&m, n, S, &nd);
+            const float *w = want + (size_t)n * R * C;
+            if (m.end2end) {                // y: (k, 6) rows; tied scores may come in another order
+                CHECK(nd == R, "image %d: %d rows, the reference %d", n, nd, R);
+                for (int i = 0; i < R; i++, rows++) {
+                    int j = 0;
+                    while (j < nd && (got[j].used || got[j].v[5] != w[i * C + 5] || !rows_close(got[j].v, w + i * C, 5, S))) j++;
+                    if (j < nd) got[j].used = 1;
+                    else if (bad++ < 3) CHECK(0, "image %d row %d (%g %g %g %g %g %g) not among ours", n, i, w[i * C],
+                                             w[i * C + 1], w[i * C + 2], w[i * C + 3], w[i * C + 4], w[i * C + 5]);
+                }
+            } else {                        // y: (4 + nc, A): xywh pixels, then the class scores
+                CHECK(nd == C && R == 4 + m.nc, "%d anchors, %d channels; the reference (%d, %d)", nd, 4 + m.nc, R, C);
+                for (int a = 0; a < nd && a < C; a++, rows++) {
+                    float wb[4] = { w[a], w[C + a], w[2 * C + a], w[3 * C + a] };
+                    int ok = rows_close(got[a].v, wb, 4, S);
+                    for (int c = 0; c < m.nc; c++) ok &= close_enough(got[a].score[c], w[(4 + c) * C + a], REAL_TOL, REAL_TOL);
+                    if (!ok && bad++ < 3) CHECK(0, "image %d anchor %d box (%g %g %g %g), the reference (%g %g %g %g)", n, a,
+                                                got[a].v[0], got[a].v[1], got[a].v[2], got[a].v[3], wb[0], wb[1], wb[2], wb[3]);
+                }
+            }
+            for (int i = 0; i < nd; i++) free(got[i].score);
+            free(got);
+        }
+        if (!rc) printf("    %s: %d rows of %d images compared, %d differ\n", name, rows, N, bad);
+        CHECK(bad == 0, "%d rows differ beyond %g", bad, REAL_TOL);
+        model_free(&m);
+    }
+    free(nchw); free(nhwc); free(want);
+    st_close(&ref);
+}
+
+static void test_real_yolov9_best(void) { check_real("yolov9_gelan_t_train_best", "cfg/gelan-t.ini"); }
+static void test_real_yolov9_striped(void) { check_real("yolov9_gelan_t_train_best_striped", "cfg/gelan-t.ini"); }
+static void test_real_ultralytics_best(void) { check_real("ultralytics_yolo26n_train_best", "cfg/yolo26n.ini"); }
+
 int main(void) {
     RUN(test_small_checkpoint);
     RUN(test_refusals);
+    RUN(test_views_state_dict);
+    RUN(test_memo_bomb);
+    RUN(test_impostors);
+    RUN(test_torch_made);
     RUN(test_yolov9_gelan_s);
     RUN(test_ultralytics_yolo26s);
     RUN(test_damaged_fixture);
+    RUN(test_real_yolov9_best);
+    RUN(test_real_yolov9_striped);
+    RUN(test_real_ultralytics_best);
     return test_summary();
 }
