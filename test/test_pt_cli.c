@@ -84,6 +84,7 @@ static void test_export(void) {
     rc = yt("export weights=%s/yolov9_gelan_t_train_best.pt", real);
     CHECK(rc == 2 && strstr(out, "yolotrain export cfg/gelan-t.ini weights="), "exit %d: %s", rc, out);
     // a config that does not fit: the message says which one does
+    snprintf(onnx, sizeof onnx, "%s/other.onnx", tmp);     // a new name: export replaces no file
     rc = yt("export cfg/yolov9-s.ini weights=%s/ultralytics_yolo26n_train_best.pt format=onnx out=%s", real, onnx);
     CHECK(rc == 2 && strstr(out, "cfg/yolo26n.ini"), "exit %d: %s", rc, out);
 }
