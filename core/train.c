@@ -1,6 +1,6 @@
 // train.c: one training run around the Trainer's step (core/trainer.c): dataset, loader, the run
-// folder, the epochs with their progress line, validation, results.csv and checkpoints, Ctrl-C and
-// SIGTERM, failures, and resume=. The fault-injection hooks the tests use are core/faults.c.
+// folder, the epochs with their progress line, validation, results.csv and checkpoints, Ctrl-C,
+// SIGTERM and SIGHUP, failures, and resume=. The fault-injection hooks the tests use are core/faults.c.
 #include "core/train.h"
 
 #include <dirent.h>
@@ -36,17 +36,21 @@
 #include "core/val.h"
 #include "io/synth.h"
 
-// Ctrl-C and SIGTERM. Once training runs (stop_savable) they only set stop_requested: the loop, the
-// validation pass and the checkpoint writes all finish what they hold within seconds, then the run
-// saves where it stands and says how to resume. Before that (reading the dataset, building the
-// model, loading weights) there is nothing to save: the run ends at once with status 128 + signal;
-// the files written by then (the run folder, args.ini by rename, the lock the kernel drops) are whole.
-static volatile sig_atomic_t stop_requested, stop_savable;
+// Ctrl-C, SIGTERM and SIGHUP (a closed terminal, a dropped ssh session). Once training runs
+// (stop_savable) they only set stop_requested: the loop, the validation pass and the checkpoint writes
+// all finish what they hold within seconds, then the run saves where it stands, says how to resume and
+// ends with status 128 + signal (stop_saved), so `yolotrain ... && next` does not go on. Before that
+// (reading the dataset, building the model, loading weights) there is nothing to save: the run ends at
+// once with status 128 + signal; the files written by then (the run folder, args.ini by rename) are
+// whole, and the lock file (held_lock) is emptied so that it names no dead pid.
+static volatile sig_atomic_t stop_requested, stop_savable, held_lock = -1;
+static int stop_saved;                 // the run stopped on a signal before its end, its state saved
 static void on_signal(int sig) {
     if (!stop_savable) {
         static const char msg[] = "\nyolotrain: stopped by a signal before training started; nothing to save\n";
         ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
         (void)w;
+        if (held_lock >= 0) w = ftruncate(held_lock, 0);
         _exit(128 + sig);
     }
     stop_requested = sig;
@@ -625,13 +629,14 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
             rs->best_epoch = v[1];
             halt = stop_agree();                       // a signal since
         }
-        if (ended > 0 && !procs_writer()) goto done;   // rank 0 saves where the run stands
+        if (ended > 0 && !procs_writer()) { stop_saved = 1; goto done; }   // rank 0 saves where the run stands
         if (ended > 0) {                               // mid-epoch or mid-validation: save where we are;
             snprintf(path, sizeof path, "%s/weights/last.safetensors", dir);   // resume validates again
             int bad = trainer_save(t, path, &err);
             if (bad) fprintf(stderr, "yolotrain: %s\n", err.msg);
             rc = save_state(t, rs, epoch, i, &r) || bad;
             if (!rc) say_stopped(dir, epoch, i, in_loop ? "at" : "during the validation of");
+            stop_saved = !rc;
             goto done;
         }
         if (ended < 0 || (procs_writer() && save_state(t, rs, epoch + 1, 0, &(Running){ 0 }))) { rc = 1; goto done; }
@@ -639,6 +644,7 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
         fail.saved_batch = 0;
         if (stopping(halt) && epoch + 1 < cfg->epochs) {   // while checkpointing: those files are whole
             if (procs_writer()) say_stopped(dir, epoch + 1, 0, "at the start of");
+            stop_saved = 1;
             goto done;
         }
         if (cfg->patience > 0 && epoch - rs->best_epoch >= cfg->patience) {
@@ -760,18 +766,32 @@ static void write_args(const Config *cfg, const char *dir) {
     else remove(tmp);
 }
 
-// The run with Ctrl-C and SIGTERM handled (see on_signal); the callers' handlers come back after.
-int train_run(Config *cfg) {
-    struct sigaction on = { .sa_handler = on_signal }, old_int, old_term;
+// A signal ignored when the run starts stays ignored: nohup ignores SIGHUP, a shell script's
+// background job SIGINT, and their users mean the run to go on.
+static void catch_signal(int sig, struct sigaction *old) {
+    struct sigaction on = { .sa_handler = on_signal };
     sigemptyset(&on.sa_mask);
-    stop_requested = stop_savable = 0;
-    sigaction(SIGINT, &on, &old_int);
-    sigaction(SIGTERM, &on, &old_term);
+    sigaction(sig, NULL, old);
+    if (sig == SIGTERM || old->sa_handler != SIG_IGN) sigaction(sig, &on, NULL);
+}
+
+// The run with Ctrl-C, SIGTERM and SIGHUP handled (see on_signal); the callers' handlers come back
+// after. SIGPIPE is ignored from here on, also after the run: a stdout whose reader went away (`| head`,
+// a killed `| tee`) fails its writes with EPIPE, which the run ignores while it goes on writing its
+// files, and the process's last flush of stdout must not turn a saved run's status into 141.
+int train_run(Config *cfg) {
+    static const int sigs[3] = { SIGINT, SIGTERM, SIGHUP };
+    struct sigaction old[3], ignore = { .sa_handler = SIG_IGN };
+    sigemptyset(&ignore.sa_mask);
+    stop_requested = stop_savable = stop_saved = 0;
+    held_lock = -1;
+    for (int k = 0; k < 3; k++) catch_signal(sigs[k], &old[k]);
+    sigaction(SIGPIPE, &ignore, NULL);
     int rc = train_run_(cfg);
     if (rc && comm_size() > 1) comm_abort(rc, "the run stopped (status %d; the reason is above)", rc);   // the others
     comm_finalize();                                 // wait on it: end them all; else leave MPI
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
+    for (int k = 0; k < 3; k++) sigaction(sigs[k], &old[k], NULL);
+    if (rc == 0 && stop_saved && stop_requested > 0) rc = 128 + stop_requested;   // 130, 143, 129
     stop_savable = 0;
     return rc;
 }
@@ -812,6 +832,7 @@ static int train_run_(Config *cfg) {
         trainer_free(&t); loader_close(ld); dataset_free(&ds); dataset_free(&vds);
         return 1;
     }
+    held_lock = lock;                              // a signal before training empties it (on_signal)
     char path[CFG_PATH * 2 + 32];
     if (procs_writer()) write_args(cfg, dir);
     // the pictures, plots and TensorBoard's records of rank 0 are drawn and written beside the run
@@ -878,6 +899,7 @@ static int train_run_(Config *cfg) {
     val_result_free(&rs.best);
     val_cache_free(rs.val_cache);
     train_tb_close(&rs.tb);
+    held_lock = -1;
     run_unlock(dir, lock);
     trainer_free(&t);
     loader_close(ld);
