@@ -34,6 +34,7 @@
 #include "core/transfer.h"
 #include "core/plots.h"
 #include "core/val.h"
+#include "io/strlist.h"
 #include "io/synth.h"
 
 // Ctrl-C, SIGTERM and SIGHUP (a closed terminal, a dropped ssh session). Once training runs
@@ -708,12 +709,15 @@ static int find_run(const Config *cfg, char *dir, size_t size, Err *err) {
     return 0;
 }
 
+// Everything a resume needs is in the run folder: args.ini (its paths absolute, see write_args; the
+// hyp= file is not read again) and the state, which holds the weights (the initial weights= are not
+// opened), so it resumes from any working directory after the pretrained file has moved.
 int train_resume(Config *cfg, int argc, char **argv) {
     Err err;
     char dir[CFG_PATH], ini[CFG_PATH + 16];
     if (find_run(cfg, dir, sizeof dir, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return 2; }
     snprintf(ini, sizeof ini, "%s/args.ini", dir);
-    if (config_load(ini, argc, argv, cfg, &err)) {   // the run's own config, then the command line
+    if (config_load_run(ini, argc, argv, cfg, &err)) {   // the run's own config, then the command line
         fprintf(stderr, "yolotrain: cannot resume: %s\n", err.msg);
         return 2;
     }
@@ -753,17 +757,38 @@ static void say_results(const char *dir) {
     else printf("Results saved to %s (no weights or results written)\n", dir);
 }
 
+// A path as typed, relative to the working directory, made absolute (cwd/path, symlinks kept as written).
+static void make_absolute(char *path, size_t size, const char *cwd) {
+    if (!path[0] || path[0] == '/' || !cwd) return;
+    char *abs = path_join(cwd, path);
+    if (strlen(abs) < size) memcpy(path, abs, strlen(abs) + 1);
+    free(abs);
+}
+
 // RUN/args.ini, the effective config (what resume= reads back), through a temporary file and a
-// rename: a resumed run rewrites it, and a kill then must not leave half of it.
+// rename: a resumed run rewrites it, and a kill then must not leave half of it. Its data=, weights=
+// and hyp= are absolute: they were typed relative to the working directory the run started in, which
+// a resume from elsewhere does not know, and a path relative to the run folder would break once the
+// folder is copied (a read-only one must be); the files were opened from here, so cwd/path is them.
+// A resumed run opens no weights= file, so its value stays as the first run wrote it.
 static void write_args(const Config *cfg, const char *dir) {
-    char path[CFG_PATH * 2 + 32], tmp[CFG_PATH * 2 + 40];
+    char path[CFG_PATH * 2 + 32], tmp[CFG_PATH * 2 + 40], cwd[CFG_PATH];
     snprintf(path, sizeof path, "%s/args.ini", dir);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    Config *c = xmalloc(sizeof *c);
+    *c = *cfg;
+    const char *here = getcwd(cwd, sizeof cwd);
+    make_absolute(c->data, sizeof c->data, here);
+    if (!cfg->resume[0]) make_absolute(c->weights, sizeof c->weights, here);
+    if (!cfg->resume[0] || strcmp(config_where(cfg, "hyp")->file, "command line") == 0)
+        make_absolute(c->hyp_file, sizeof c->hyp_file, here);
     FILE *f = fopen(tmp, "w");
-    if (!f) return;
-    config_print(cfg, f);
-    if (fclose(f) == 0) rename(tmp, path);
-    else remove(tmp);
+    if (f) {
+        config_print(c, f);
+        if (fclose(f) == 0) rename(tmp, path);
+        else remove(tmp);
+    }
+    free(c);
 }
 
 // A signal ignored when the run starts stays ignored: nohup ignores SIGHUP, a shell script's
