@@ -709,6 +709,45 @@ static int find_run(const Config *cfg, char *dir, size_t size, Err *err) {
     return 0;
 }
 
+// A resumed run writes into its folder (checkpoints by rename, results.csv, args.ini, the lock): one it
+// cannot write is refused before the data is loaded, saying to copy it (-1 with err).
+static int check_writable(const char *dir, Err *err) {
+    static const char *const parts[] = { "", "/weights", "/results.csv", "/.lock" };
+    char path[CFG_PATH + 32];
+    struct stat st;
+    for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++) {
+        snprintf(path, sizeof path, "%s%s", dir, parts[k]);
+        if (k >= 2 && stat(path, &st)) continue;      // not written yet: the folder's permission decides
+        if (access(path, k < 2 ? W_OK | X_OK : W_OK) == 0) continue;
+        const char *slash = strrchr(dir, '/');
+        return err_set(err, "cannot resume %s: %s is not writable (%s), and a resumed run writes its checkpoints "
+                       "and results there; copy the run folder somewhere writable (cp -r %s /some/where/) and "
+                       "resume the copy (yolotrain resume=/some/where/%s)", dir, path, strerror(errno), dir,
+                       slash ? slash + 1 : dir);
+    }
+    return 0;
+}
+
+// epochs= on resume other than the run's own (args.ini's): the learning-rate curve, which spans the
+// epochs, and close_mosaic's last epochs move, so the run does not go on as it was set up; say so.
+static void note_new_schedule(const char *dir, int own_epochs, int done_epochs, const Config *cfg) {
+    if (cfg->epochs == own_epochs) return;
+    char mosaic[96] = "";
+    int closes = cfg->epochs - cfg->close_mosaic, closed = own_epochs - cfg->close_mosaic;
+    if (cfg->close_mosaic > 0 && (closes > 0 || closed > 0))   // else mosaic is off throughout, as it was
+        snprintf(mosaic, sizeof mosaic, ", and close_mosaic=%d turns mosaic off from epoch %d", cfg->close_mosaic,
+                 closes > 0 ? closes : 0);
+    if (done_epochs >= own_epochs)
+        printf("note: %s finished its %d epochs; epochs=%d trains it on to epoch %d with the schedule of a %d-epoch "
+               "run: the learning rate, which had decayed toward lrf x lr0, follows the %d-epoch curve from epoch %d "
+               "on%s. This is not the run a %d-epoch training from the start gives (train anew for that)\n", dir,
+               own_epochs, cfg->epochs, cfg->epochs - 1, cfg->epochs, cfg->epochs, done_epochs, mosaic, cfg->epochs);
+    else
+        printf("note: epochs=%d changes the schedule of %s, set up for %d epochs (args.ini): from epoch %d on the "
+               "learning rate follows the %d-epoch curve%s; the result is neither run trained without a stop\n",
+               cfg->epochs, dir, own_epochs, done_epochs, cfg->epochs, mosaic);
+}
+
 // Everything a resume needs is in the run folder: args.ini (its paths absolute, see write_args; the
 // hyp= file is not read again) and the state, which holds the weights (the initial weights= are not
 // opened), so it resumes from any working directory after the pretrained file has moved.
@@ -717,7 +756,12 @@ int train_resume(Config *cfg, int argc, char **argv) {
     char dir[CFG_PATH], ini[CFG_PATH + 16];
     if (find_run(cfg, dir, sizeof dir, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return 2; }
     snprintf(ini, sizeof ini, "%s/args.ini", dir);
-    if (config_load_run(ini, argc, argv, cfg, &err)) {   // the run's own config, then the command line
+    if (config_load_run(ini, 0, NULL, cfg, &err)) {  // the run's own config, for its epochs
+        fprintf(stderr, "yolotrain: cannot resume: %s\n", err.msg);
+        return 2;
+    }
+    int own_epochs = cfg->epochs;
+    if (config_load_run(ini, argc, argv, cfg, &err)) {   // then the command line
         fprintf(stderr, "yolotrain: cannot resume: %s\n", err.msg);
         return 2;
     }
@@ -730,6 +774,8 @@ int train_resume(Config *cfg, int argc, char **argv) {
                dir, dir);
         return 0;
     }
+    if (check_writable(dir, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return 2; }
+    note_new_schedule(dir, own_epochs, done_epochs, cfg);
     snprintf(cfg->resume, sizeof cfg->resume, "%s", dir);
     char *slash = strrchr(dir, '/');
     snprintf(cfg->name, sizeof cfg->name, "%s", slash ? slash + 1 : dir);

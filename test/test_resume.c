@@ -207,11 +207,85 @@ static void test_resume_from_its_folder_alone(void) {
     }
 }
 
+static int extend_whole(void) {
+    static Config cfg;
+    Err err;
+    char r[4500];
+    snprintf(r, sizeof r, "resume=%s/whole", project);
+    char *ov[] = { r, "epochs=4" };
+    if (config_load(NULL, 2, ov, &cfg, &err)) return -1;
+    return train_resume(&cfg, 2, ov);
+}
+
+// resume=RUN epochs=N of a finished run trains on, and says that the schedule is now another one.
+static void test_extending_a_finished_run_says_the_schedule_changes(void) {
+    char csv[4500];
+    struct stat st;
+    snprintf(csv, sizeof csv, "%s/whole/results.csv", project);
+    if (stat(csv, &st)) SKIP("the resume test left no finished run");
+    int rc = -1;
+    char *out = capture(extend_whole, &rc);
+    CHECK(rc == 0, "extending a finished run: status %d", rc);
+    CHECK(out && strstr(out, "finished its 3 epochs; epochs=4") && strstr(out, "schedule of a 4-epoch run"),
+          "no word of the changed schedule:\n%s", out ? out : "(no output)");
+    free(out);
+}
+
+// In a child that cannot write the run folder (an unprivileged user when the tests run as root, else
+// the folder made read-only): resuming it says to copy it, before loading the data. The child's status.
+static int resume_unwritable(const char *run, const char *log) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        FILE *f = fopen(log, "w");
+        if (!f) _exit(99);
+        dup2(fileno(f), 1); dup2(fileno(f), 2);
+        if (getuid() == 0 && (setgid(65534) || setuid(65534))) _exit(97);
+        if (access(run, W_OK) == 0) _exit(96);          // still writable: cannot test here
+        static Config cfg;
+        Err err;
+        char r[4500];
+        snprintf(r, sizeof r, "resume=%s", run);
+        char *ov[] = { r };
+        int rc = config_load(NULL, 1, ov, &cfg, &err) ? 98 : train_resume(&cfg, 1, ov);
+        fflush(stdout); fflush(stderr);
+        _exit(rc);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static void test_read_only_run_says_copy_it(void) {
+    char run[4500], cmd[9300], log[4600];
+    snprintf(run, sizeof run, "%s/ro", project);
+    snprintf(log, sizeof log, "%s/ro.log", project);
+    setenv("YT_STOP_AFTER_STEPS", "1", 1);
+    int rc = train("ro");
+    unsetenv("YT_STOP_AFTER_STEPS");
+    if (rc) { CHECK(0, "the run to resume failed"); return; }
+    snprintf(cmd, sizeof cmd, "chmod -R a+rX '%s/..' && chmod -R a-w '%s'", project, run);
+    if (system(cmd)) SKIP("chmod failed");
+    rc = resume_unwritable(run, log);
+    snprintf(cmd, sizeof cmd, "chmod -R u+w '%s'", run);
+    if (system(cmd)) printf("    could not make %s writable again\n", run);
+    if (rc == 96 || rc == 97) SKIP("cannot make a folder this process cannot write");
+    size_t n;
+    char *out = slurp(log, &n);
+    CHECK(rc == 2, "resuming a read-only run: status %d", rc);
+    CHECK(out && strstr(out, "not writable") && strstr(out, "copy the run folder"), "no advice to copy it:\n%s",
+          out ? out : "(none)");
+    CHECK(out && !strstr(out, "train: images"), "the data was loaded before the refusal:\n%s", out ? out : "");
+    free(out);
+}
+
 int main(void) {
     if (!getcwd(repo, sizeof repo)) return 1;
     RUN(test_stop_and_resume_is_exact);
     RUN(test_honest_endings);
     RUN(test_resume_from_its_folder_alone);
+    RUN(test_extending_a_finished_run_says_the_schedule_changes);
+    RUN(test_read_only_run_says_copy_it);
     RUN(test_truncated_state_is_refused);
     return test_summary();
 }
