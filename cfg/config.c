@@ -433,6 +433,20 @@ int config_load(const char *path, int argc, char **argv, Config *cfg, Err *err) 
     return 0;
 }
 
+int config_load_run(const char *ini, int argc, char **argv, Config *cfg, Err *err) {
+    config_defaults(cfg);
+    snprintf(cfg->file, sizeof cfg->file, "%s", ini);
+    if (ini_read(cfg, cfg->file, err)) return -1;
+    char hyp[CFG_PATH];
+    snprintf(hyp, sizeof hyp, "%s", cfg->hyp_file);
+    cfg->hyp_file[0] = 0;                            // [hyp] holds its values: not read again
+    if (overrides_apply(cfg, argc, argv, err)) return -1;
+    if (cfg->hyp_file[0] && hyp_yaml_load(cfg, cfg->hyp_file, err)) return -1;   // named on the command line
+    if (!cfg->hyp_file[0]) snprintf(cfg->hyp_file, sizeof cfg->hyp_file, "%s", hyp);
+    config_set_nc(cfg, cfg->nc);
+    return 0;
+}
+
 // ---- printing
 
 // A [data] value as config_load reads it back: a quoted one in '...' ('' for a quote), any other as

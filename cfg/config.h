@@ -106,6 +106,10 @@ int config_quoted(const char *s, char *out, size_t n, const char **end);
 // there is looked for among the installed configs, BIN/../share/yolotrain/cfg/ then .../yolotrain/
 // of the running binary (make install); cfg->file is the file read.
 int  config_load(const char *path, int argc, char **argv, Config *cfg, Err *err);
+// A run's args.ini (resume=), then the overrides: as config_load, but the hyp= file named in it is not
+// read again, as its [hyp] section already holds the values it gave (the file may have moved since);
+// a hyp= among the overrides is read.
+int  config_load_run(const char *ini, int argc, char **argv, Config *cfg, Err *err);
 // The config file that model=FILE / --cfg FILE among the overrides names, into *path (unchanged
 // when none does). -1 with err when *path is already another file.
 int  config_model_arg(int argc, char **argv, const char **path, Err *err);

@@ -12,7 +12,10 @@
 void fault_signal_at(const char *where) {
     static int done;
     const char *at = getenv("YT_SIGNAL_AT");
-    if (!done && at && !strcmp(at, where)) { done = 1; raise(SIGTERM); }
+    size_t n = strlen(where);
+    if (done || !at || strncmp(at, where, n) || (at[n] && at[n] != ':')) return;
+    done = 1;
+    raise(!strcmp(at + n, ":HUP") ? SIGHUP : !strcmp(at + n, ":INT") ? SIGINT : SIGTERM);
 }
 
 static void fail_cuda(const Trainer *t, int step) {

@@ -5,9 +5,9 @@
 #pragma once
 #include "core/multi.h"
 
-// YT_SIGNAL_AT=startup|val|checkpoint|agreed: SIGTERM to this process at that point (once per process), as
-// a user's kill arriving while the dataset loads, validation runs or checkpoints are written, or (agreed)
-// just after the processes of a run agreed at a step's end not to stop.
+// YT_SIGNAL_AT=startup|val|checkpoint|agreed[:HUP|:INT]: SIGTERM (or SIGHUP, SIGINT) to this process at
+// that point (once per process), as a user's kill arriving while the dataset loads, validation runs or
+// checkpoints are written, or (agreed) just after the processes of a run agreed at a step's end not to stop.
 void   fault_signal_at(const char *where);
 // Before step `step` of the run (from 1): YT_FAIL_CUDA=STEP[:sticky] makes a CUDA call fail through
 // checkCuda (sticky: one that ends the GPU context; on the CPU the fatal path is entered directly);

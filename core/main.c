@@ -1,5 +1,6 @@
 // main.c: the command line. `yolotrain CONFIG [overrides]` trains; other modes are a word first.
-// Exit status: 0 done, 1 a failure of the machine (I/O, memory), 2 bad input (config, data, usage).
+// Exit status: 0 done, 1 a failure of the machine (I/O, memory), 2 bad input (config, data, usage),
+// 128 + signal (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP) a run stopped by a signal, saved when it could be.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 // train.c: one training run around the Trainer's step (core/trainer.c): dataset, loader, the run
-// folder, the epochs with their progress line, validation, results.csv and checkpoints, Ctrl-C and
-// SIGTERM, failures, and resume=. The fault-injection hooks the tests use are core/faults.c.
+// folder, the epochs with their progress line, validation, results.csv and checkpoints, Ctrl-C,
+// SIGTERM and SIGHUP, failures, and resume=. The fault-injection hooks the tests use are core/faults.c.
 #include "core/train.h"
 
 #include <dirent.h>
@@ -35,19 +35,24 @@
 #include "core/transfer.h"
 #include "core/plots.h"
 #include "core/val.h"
+#include "io/strlist.h"
 #include "io/synth.h"
 
-// Ctrl-C and SIGTERM. Once training runs (stop_savable) they only set stop_requested: the loop, the
-// validation pass and the checkpoint writes all finish what they hold within seconds, then the run
-// saves where it stands and says how to resume. Before that (reading the dataset, building the
-// model, loading weights) there is nothing to save: the run ends at once with status 128 + signal;
-// the files written by then (the run folder, args.ini by rename, the lock the kernel drops) are whole.
-static volatile sig_atomic_t stop_requested, stop_savable;
+// Ctrl-C, SIGTERM and SIGHUP (a closed terminal, a dropped ssh session). Once training runs
+// (stop_savable) they only set stop_requested: the loop, the validation pass and the checkpoint writes
+// all finish what they hold within seconds, then the run saves where it stands, says how to resume and
+// ends with status 128 + signal (stop_saved), so `yolotrain ... && next` does not go on. Before that
+// (reading the dataset, building the model, loading weights) there is nothing to save: the run ends at
+// once with status 128 + signal; the files written by then (the run folder, args.ini by rename) are
+// whole, and the lock file (held_lock) is emptied so that it names no dead pid.
+static volatile sig_atomic_t stop_requested, stop_savable, held_lock = -1;
+static int stop_saved;                 // the run stopped on a signal before its end, its state saved
 static void on_signal(int sig) {
     if (!stop_savable) {
         static const char msg[] = "\nyolotrain: stopped by a signal before training started; nothing to save\n";
         ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
         (void)w;
+        if (held_lock >= 0) w = ftruncate(held_lock, 0);
         _exit(128 + sig);
     }
     stop_requested = sig;
@@ -627,13 +632,14 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
             rs->best_epoch = v[1];
             halt = stop_agree();                       // a signal since
         }
-        if (ended > 0 && !procs_writer()) goto done;   // rank 0 saves where the run stands
+        if (ended > 0 && !procs_writer()) { stop_saved = 1; goto done; }   // rank 0 saves where the run stands
         if (ended > 0) {                               // mid-epoch or mid-validation: save where we are;
             snprintf(path, sizeof path, "%s/weights/last.safetensors", dir);   // resume validates again
             int bad = trainer_save(t, path, &err);
             if (bad) fprintf(stderr, "yolotrain: %s\n", err.msg);
             rc = save_state(t, rs, epoch, i, &r) || bad;
             if (!rc) say_stopped(dir, epoch, i, in_loop ? "at" : "during the validation of");
+            stop_saved = !rc;
             goto done;
         }
         if (ended < 0 || (procs_writer() && save_state(t, rs, epoch + 1, 0, &(Running){ 0 }))) { rc = 1; goto done; }
@@ -641,6 +647,7 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
         fail.saved_batch = 0;
         if (stopping(halt) && epoch + 1 < cfg->epochs) {   // while checkpointing: those files are whole
             if (procs_writer()) say_stopped(dir, epoch + 1, 0, "at the start of");
+            stop_saved = 1;
             goto done;
         }
         if (epoch_patience_stops(epoch, rs->best_epoch, cfg->patience)) {
@@ -704,12 +711,59 @@ static int find_run(const Config *cfg, char *dir, size_t size, Err *err) {
     return 0;
 }
 
+// A resumed run writes into its folder (checkpoints by rename, results.csv, args.ini, the lock): one it
+// cannot write is refused before the data is loaded, saying to copy it (-1 with err).
+static int check_writable(const char *dir, Err *err) {
+    static const char *const parts[] = { "", "/weights", "/results.csv", "/.lock" };
+    char path[CFG_PATH + 32];
+    struct stat st;
+    for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++) {
+        snprintf(path, sizeof path, "%s%s", dir, parts[k]);
+        if (k >= 2 && stat(path, &st)) continue;      // not written yet: the folder's permission decides
+        if (access(path, k < 2 ? W_OK | X_OK : W_OK) == 0) continue;
+        const char *slash = strrchr(dir, '/');
+        return err_set(err, "cannot resume %s: %s is not writable (%s), and a resumed run writes its checkpoints "
+                       "and results there; copy the run folder somewhere writable (cp -r %s /some/where/) and "
+                       "resume the copy (yolotrain resume=/some/where/%s)", dir, path, strerror(errno), dir,
+                       slash ? slash + 1 : dir);
+    }
+    return 0;
+}
+
+// epochs= on resume other than the run's own (args.ini's): the learning-rate curve, which spans the
+// epochs, and close_mosaic's last epochs move, so the run does not go on as it was set up; say so.
+static void note_new_schedule(const char *dir, int own_epochs, int done_epochs, const Config *cfg) {
+    if (cfg->epochs == own_epochs) return;
+    char mosaic[96] = "";
+    int closes = cfg->epochs - cfg->close_mosaic, closed = own_epochs - cfg->close_mosaic;
+    if (cfg->close_mosaic > 0 && (closes > 0 || closed > 0))   // else mosaic is off throughout, as it was
+        snprintf(mosaic, sizeof mosaic, ", and close_mosaic=%d turns mosaic off from epoch %d", cfg->close_mosaic,
+                 closes > 0 ? closes : 0);
+    if (done_epochs >= own_epochs)
+        printf("note: %s finished its %d epochs; epochs=%d trains it on to epoch %d with the schedule of a %d-epoch "
+               "run: the learning rate, which had decayed toward lrf x lr0, follows the %d-epoch curve from epoch %d "
+               "on%s. This is not the run a %d-epoch training from the start gives (train anew for that)\n", dir,
+               own_epochs, cfg->epochs, cfg->epochs - 1, cfg->epochs, cfg->epochs, done_epochs, mosaic, cfg->epochs);
+    else
+        printf("note: epochs=%d changes the schedule of %s, set up for %d epochs (args.ini): from epoch %d on the "
+               "learning rate follows the %d-epoch curve%s; the result is neither run trained without a stop\n",
+               cfg->epochs, dir, own_epochs, done_epochs, cfg->epochs, mosaic);
+}
+
+// Everything a resume needs is in the run folder: args.ini (its paths absolute, see write_args; the
+// hyp= file is not read again) and the state, which holds the weights (the initial weights= are not
+// opened), so it resumes from any working directory after the pretrained file has moved.
 int train_resume(Config *cfg, int argc, char **argv) {
     Err err;
     char dir[CFG_PATH], ini[CFG_PATH + 16];
     if (find_run(cfg, dir, sizeof dir, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return 2; }
     snprintf(ini, sizeof ini, "%s/args.ini", dir);
-    if (config_load(ini, argc, argv, cfg, &err)) {   // the run's own config, then the command line
+    if (config_load_run(ini, 0, NULL, cfg, &err)) {  // the run's own config, for its epochs
+        fprintf(stderr, "yolotrain: cannot resume: %s\n", err.msg);
+        return 2;
+    }
+    int own_epochs = cfg->epochs;
+    if (config_load_run(ini, argc, argv, cfg, &err)) {   // then the command line
         fprintf(stderr, "yolotrain: cannot resume: %s\n", err.msg);
         return 2;
     }
@@ -722,6 +776,8 @@ int train_resume(Config *cfg, int argc, char **argv) {
                dir, dir);
         return 0;
     }
+    if (check_writable(dir, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return 2; }
+    note_new_schedule(dir, own_epochs, done_epochs, cfg);
     snprintf(cfg->resume, sizeof cfg->resume, "%s", dir);
     char *slash = strrchr(dir, '/');
     snprintf(cfg->name, sizeof cfg->name, "%s", slash ? slash + 1 : dir);
@@ -749,31 +805,66 @@ static void say_results(const char *dir) {
     else printf("Results saved to %s (no weights or results written)\n", dir);
 }
 
-// RUN/args.ini, the effective config (what resume= reads back), through a temporary file and a
-// rename: a resumed run rewrites it, and a kill then must not leave half of it.
-static void write_args(const Config *cfg, const char *dir) {
-    char path[CFG_PATH * 2 + 32], tmp[CFG_PATH * 2 + 40];
-    snprintf(path, sizeof path, "%s/args.ini", dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) return;
-    config_print(cfg, f);
-    if (fclose(f) == 0) rename(tmp, path);
-    else remove(tmp);
+// A path as typed, relative to the working directory, made absolute (cwd/path, symlinks kept as written).
+static void make_absolute(char *path, size_t size, const char *cwd) {
+    if (!path[0] || path[0] == '/' || !cwd) return;
+    char *abs = path_join(cwd, path);
+    if (strlen(abs) < size) memcpy(path, abs, strlen(abs) + 1);
+    free(abs);
 }
 
-// The run with Ctrl-C and SIGTERM handled (see on_signal); the callers' handlers come back after.
-int train_run(Config *cfg) {
-    struct sigaction on = { .sa_handler = on_signal }, old_int, old_term;
+// RUN/args.ini, the effective config (what resume= reads back), through a temporary file and a
+// rename: a resumed run rewrites it, and a kill then must not leave half of it. Its data=, weights=
+// and hyp= are absolute: they were typed relative to the working directory the run started in, which
+// a resume from elsewhere does not know, and a path relative to the run folder would break once the
+// folder is copied (a read-only one must be); the files were opened from here, so cwd/path is them.
+// A resumed run opens no weights= file, so its value stays as the first run wrote it.
+static void write_args(const Config *cfg, const char *dir) {
+    char path[CFG_PATH * 2 + 32], tmp[CFG_PATH * 2 + 40], cwd[CFG_PATH];
+    snprintf(path, sizeof path, "%s/args.ini", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    Config *c = xmalloc(sizeof *c);
+    *c = *cfg;
+    const char *here = getcwd(cwd, sizeof cwd);
+    make_absolute(c->data, sizeof c->data, here);
+    if (!cfg->resume[0]) make_absolute(c->weights, sizeof c->weights, here);
+    if (!cfg->resume[0] || strcmp(config_where(cfg, "hyp")->file, "command line") == 0)
+        make_absolute(c->hyp_file, sizeof c->hyp_file, here);
+    FILE *f = fopen(tmp, "w");
+    if (f) {
+        config_print(c, f);
+        if (fclose(f) == 0) rename(tmp, path);
+        else remove(tmp);
+    }
+    free(c);
+}
+
+// A signal ignored when the run starts stays ignored: nohup ignores SIGHUP, a shell script's
+// background job SIGINT, and their users mean the run to go on.
+static void catch_signal(int sig, struct sigaction *old) {
+    struct sigaction on = { .sa_handler = on_signal };
     sigemptyset(&on.sa_mask);
-    stop_requested = stop_savable = 0;
-    sigaction(SIGINT, &on, &old_int);
-    sigaction(SIGTERM, &on, &old_term);
+    sigaction(sig, NULL, old);
+    if (sig == SIGTERM || old->sa_handler != SIG_IGN) sigaction(sig, &on, NULL);
+}
+
+// The run with Ctrl-C, SIGTERM and SIGHUP handled (see on_signal); the callers' handlers come back
+// after. SIGPIPE is ignored from here on, also after the run: a stdout whose reader went away (`| head`,
+// a killed `| tee`) fails its writes with EPIPE, which the run ignores while it goes on writing its
+// files, and the process's last flush of stdout must not turn a saved run's status into 141.
+int train_run(Config *cfg) {
+    static const int sigs[3] = { SIGINT, SIGTERM, SIGHUP };
+    struct sigaction old[3], ignore = { .sa_handler = SIG_IGN };
+    sigemptyset(&ignore.sa_mask);
+    stop_requested = stop_savable = stop_saved = 0;
+    held_lock = -1;
+    for (int k = 0; k < 3; k++) catch_signal(sigs[k], &old[k]);
+    sigaction(SIGPIPE, &ignore, NULL);
     int rc = train_run_(cfg);
     if (rc && comm_size() > 1) comm_abort(rc, "the run stopped (status %d; the reason is above)", rc);   // the others
     comm_finalize();                                 // wait on it: end them all; else leave MPI
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
+    for (int k = 0; k < 3; k++) sigaction(sigs[k], &old[k], NULL);
+    if (rc == 0 && stop_saved && stop_requested > 0) rc = 128 + stop_requested;   // 130, 143, 129
     stop_savable = 0;
     return rc;
 }
@@ -814,6 +905,7 @@ static int train_run_(Config *cfg) {
         trainer_free(&t); loader_close(ld); dataset_free(&ds); dataset_free(&vds);
         return 1;
     }
+    held_lock = lock;                              // a signal before training empties it (on_signal)
     char path[CFG_PATH * 2 + 32];
     if (procs_writer()) write_args(cfg, dir);
     // the pictures, plots and TensorBoard's records of rank 0 are drawn and written beside the run
@@ -880,6 +972,7 @@ static int train_run_(Config *cfg) {
     val_result_free(&rs.best);
     val_cache_free(rs.val_cache);
     train_tb_close(&rs.tb);
+    held_lock = -1;
     run_unlock(dir, lock);
     trainer_free(&t);
     loader_close(ld);

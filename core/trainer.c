@@ -71,7 +71,9 @@ static int trainer_setup(Trainer *t, const Config *cfg, int gpu, int master, int
     unsigned char frozen[CFG_MAX_LAYERS];
     if (freeze_mask(cfg, m, frozen, err)) { model_free(m); return -1; }
     freeze_apply(m, frozen);
-    if (cfg->weights[0]) {          // what matches by name and shape; the rest fresh (core/transfer.h)
+    // weights=: what matches by name and shape, the rest fresh (core/transfer.h); a resumed run takes its
+    // weights from its state instead, so the initial file is not needed (it may have moved since)
+    if (cfg->weights[0] && !cfg->resume[0]) {
         if (model_transfer(m, cfg->weights, (uint64_t)cfg->seed, master, err)) { model_free(m); return -1; }
     } else {
         model_init_weights(m, (uint64_t)cfg->seed);

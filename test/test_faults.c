@@ -2,7 +2,7 @@
 // twice; a run folder that cannot be made stops the run before training; a checkpoint that cannot
 // be written leaves the previous one intact, says so and stops the run with a failure status; a
 // truncated training state is refused on resume with a message naming the intact weights; SIGTERM
-// mid-run saves where the run stands and exits cleanly; a CUDA error (the fatal hook of
+// mid-run saves where the run stands and exits with status 143; a CUDA error (the fatal hook of
 // gpu/device.h, entered here as YT_FAIL_CUDA does on the CPU) runs the trainer's handler once, which
 // saves the EMA weights or, when it cannot, names the checkpoints that are intact.
 #include "test/test.h"
@@ -185,7 +185,7 @@ static void test_truncated_state_names_the_intact_weights(void) {
     CHECK(system(cmd) == 0, "cleanup");
 }
 
-// SIGTERM (as Ctrl-C's SIGINT) once training runs: the step ends, last and last_state are saved, status 0.
+// SIGTERM (as Ctrl-C's SIGINT) once training runs: the step ends, last and last_state are saved, status 143.
 static void test_sigterm_saves_and_exits_cleanly(void) {
     char started[P + 64], state[P + 64];
     snprintf(started, sizeof started, "%s/sig/train_batch0.jpg", project);
@@ -204,7 +204,7 @@ static void test_sigterm_saves_and_exits_cleanly(void) {
     kill(pid, SIGTERM);
     int status;
     waitpid(pid, &status, 0);
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "SIGTERM ended the run with %s %d",
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGTERM, "SIGTERM ended the run with %s %d",
           WIFEXITED(status) ? "status" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
     SafeTensors s;
     Err err;

@@ -1,6 +1,14 @@
 // test_resume.c: a run stopped in the middle of an epoch and resumed gives the same results, to
-// the bit, as the run that was not stopped; a broken state file is refused with a message.
+// the bit, as the run that was not stopped, also from another working directory after its initial
+// weights= and hyp= files moved (the run folder alone is enough); a broken state file is refused with
+// a message.
 #include "test/test.h"
+
+#include <sys/wait.h>
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation"   // the scratch paths here are short
+#endif
 
 #include "cfg/config.h"
 #include "core/train.h"
@@ -138,9 +146,146 @@ static void test_honest_endings(void) {
     free(out);
 }
 
+static char repo[4096];                                // the checkout: cfg/t.ini
+
+// In a child working in folder `cwd` with stdout and stderr into cwd/NAME.log: train gelan-t as
+// train() does, but with data=, weights= and hyp= relative to cwd (stopped after `stop` steps when
+// > 0), or resume run folder `resume`. The child's status.
+static int in_folder(const char *cwd, const char *name, int stop, const char *resume) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char log[4400], cfg_path[4200], n[300], r[4500];
+        snprintf(log, sizeof log, "%s/%s.log", cwd, name);
+        FILE *f = fopen(log, "a");
+        if (!f || chdir(cwd)) _exit(99);
+        dup2(fileno(f), 1); dup2(fileno(f), 2);
+        if (stop > 0) { char v[16]; snprintf(v, sizeof v, "%d", stop); setenv("YT_STOP_AFTER_STEPS", v, 1); }
+        static Config cfg;
+        Err err;
+        snprintf(cfg_path, sizeof cfg_path, "%s/cfg/t.ini", repo);
+        snprintf(n, sizeof n, "name=%s", name);
+        snprintf(r, sizeof r, "resume=%s", resume ? resume : "");
+        char *ov[] = { "data=../synth/data.yaml", "weights=init.safetensors", "hyp=hyp.yaml", "project=runs", n,
+                       "imgsz=64", "batch=4", "epochs=3", "workers=1", "device=cpu", "close_mosaic=1" };
+        char *rv[] = { r };
+        int rc = resume ? (config_load(NULL, 1, rv, &cfg, &err) ? 98 : train_resume(&cfg, 1, rv))
+                        : (config_load(cfg_path, 11, ov, &cfg, &err) ? 98 : train_run(&cfg));
+        if (rc == 98) printf("%s\n", err.msg);
+        fflush(stdout); fflush(stderr);
+        _exit(rc);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// A run started in work/ with relative data=, weights= and hyp= resumes from elsewhere/ after its
+// initial weights and hyp file are gone, and ends as the run that was not stopped.
+static void test_resume_from_its_folder_alone(void) {
+    char work[4400], elsewhere[4400], init[4500], hyp[4500], cmd[9300], run[4500], a[4600], b[4600];
+    snprintf(work, sizeof work, "%s/../work", project);
+    snprintf(elsewhere, sizeof elsewhere, "%s/../elsewhere", project);
+    snprintf(init, sizeof init, "%s/init.safetensors", work);
+    snprintf(hyp, sizeof hyp, "%s/hyp.yaml", work);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' '%s' && cp '%s/whole/weights/last.safetensors' '%s' && "
+             "printf 'lr0: 0.02\\nfliplr: 0.0\\n' > '%s'", work, elsewhere, project, init, hyp);
+    if (system(cmd)) SKIP("no finished run to take initial weights from");
+    CHECK(in_folder(work, "ref", 0, NULL) == 0, "the uninterrupted run failed; see %s/ref.log", work);
+    CHECK(in_folder(work, "moved", 4, NULL) == 0, "the stopped run failed; see %s/moved.log", work);
+    snprintf(cmd, sizeof cmd, "rm '%s' '%s'", init, hyp);
+    CHECK(system(cmd) == 0, "cannot remove the initial files");
+    snprintf(run, sizeof run, "%s/runs/moved", work);
+    int rc = in_folder(elsewhere, "resume", 0, run);
+    CHECK(rc == 0, "resuming from another folder without the initial files: status %d; see %s/resume.log", rc,
+          elsewhere);
+    const char *files[] = { "results.csv", "weights/last.safetensors", "weights/last_state.safetensors" };
+    for (int i = 0; i < 3; i++) {
+        snprintf(a, sizeof a, "%s/runs/ref/%s", work, files[i]);
+        snprintf(b, sizeof b, "%s/runs/moved/%s", work, files[i]);
+        CHECK(same_file(a, b), "%s differs from the uninterrupted run's", files[i]);
+    }
+}
+
+static int extend_whole(void) {
+    static Config cfg;
+    Err err;
+    char r[4500];
+    snprintf(r, sizeof r, "resume=%s/whole", project);
+    char *ov[] = { r, "epochs=4" };
+    if (config_load(NULL, 2, ov, &cfg, &err)) return -1;
+    return train_resume(&cfg, 2, ov);
+}
+
+// resume=RUN epochs=N of a finished run trains on, and says that the schedule is now another one.
+static void test_extending_a_finished_run_says_the_schedule_changes(void) {
+    char csv[4500];
+    struct stat st;
+    snprintf(csv, sizeof csv, "%s/whole/results.csv", project);
+    if (stat(csv, &st)) SKIP("the resume test left no finished run");
+    int rc = -1;
+    char *out = capture(extend_whole, &rc);
+    CHECK(rc == 0, "extending a finished run: status %d", rc);
+    CHECK(out && strstr(out, "finished its 3 epochs; epochs=4") && strstr(out, "schedule of a 4-epoch run"),
+          "no word of the changed schedule:\n%s", out ? out : "(no output)");
+    free(out);
+}
+
+// In a child that cannot write the run folder (an unprivileged user when the tests run as root, else
+// the folder made read-only): resuming it says to copy it, before loading the data. The child's status.
+static int resume_unwritable(const char *run, const char *log) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        FILE *f = fopen(log, "w");
+        if (!f) _exit(99);
+        dup2(fileno(f), 1); dup2(fileno(f), 2);
+        if (getuid() == 0 && (setgid(65534) || setuid(65534))) _exit(97);
+        if (access(run, W_OK) == 0) _exit(96);          // still writable: cannot test here
+        static Config cfg;
+        Err err;
+        char r[4500];
+        snprintf(r, sizeof r, "resume=%s", run);
+        char *ov[] = { r };
+        int rc = config_load(NULL, 1, ov, &cfg, &err) ? 98 : train_resume(&cfg, 1, ov);
+        fflush(stdout); fflush(stderr);
+        _exit(rc);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static void test_read_only_run_says_copy_it(void) {
+    char run[4500], cmd[9300], log[4600];
+    snprintf(run, sizeof run, "%s/ro", project);
+    snprintf(log, sizeof log, "%s/ro.log", project);
+    setenv("YT_STOP_AFTER_STEPS", "1", 1);
+    int rc = train("ro");
+    unsetenv("YT_STOP_AFTER_STEPS");
+    if (rc) { CHECK(0, "the run to resume failed"); return; }
+    snprintf(cmd, sizeof cmd, "chmod -R a+rX '%s/..' && chmod -R a-w '%s'", project, run);
+    if (system(cmd)) SKIP("chmod failed");
+    rc = resume_unwritable(run, log);
+    snprintf(cmd, sizeof cmd, "chmod -R u+w '%s'", run);
+    if (system(cmd)) printf("    could not make %s writable again\n", run);
+    if (rc == 96 || rc == 97) SKIP("cannot make a folder this process cannot write");
+    size_t n;
+    char *out = slurp(log, &n);
+    CHECK(rc == 2, "resuming a read-only run: status %d", rc);
+    CHECK(out && strstr(out, "not writable") && strstr(out, "copy the run folder"), "no advice to copy it:\n%s",
+          out ? out : "(none)");
+    CHECK(out && !strstr(out, "train: images"), "the data was loaded before the refusal:\n%s", out ? out : "");
+    free(out);
+}
+
 int main(void) {
+    if (!getcwd(repo, sizeof repo)) return 1;
     RUN(test_stop_and_resume_is_exact);
     RUN(test_honest_endings);
+    RUN(test_resume_from_its_folder_alone);
+    RUN(test_extending_a_finished_run_says_the_schedule_changes);
+    RUN(test_read_only_run_says_copy_it);
     RUN(test_truncated_state_is_refused);
     return test_summary();
 }

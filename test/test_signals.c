@@ -1,8 +1,10 @@
 // test_signals.c: SIGTERM at any point of a run (YT_SIGNAL_AT raises it where a user's kill could land):
 // during start-up (the dataset loading) the run ends at once with status 143 and nothing half-written;
 // during validation or while checkpoints are written it stops with the "stopped ... resume with" line
-// and status 0, and resuming gives the same results.csv, weights and state, to the bit, as a run that
-// was never stopped. Each run is a forked child, so the signal stays there.
+// and status 143 (so `yolotrain ... && next` does not go on), and resuming gives the same results.csv,
+// weights and state, to the bit, as a run that was never stopped. SIGHUP (a closed terminal) does what
+// SIGTERM does, with status 129, unless it was ignored (nohup); a stdout whose reader went away (`| head`)
+// never ends a run. Each run is a forked child, so the signal stays there.
 #include "test/test.h"
 
 #include <signal.h>
@@ -34,8 +36,11 @@ static int make_data(void) {
 
 // gelan-t, 2 epochs of 2 batches (the second one partial) into project/name, in a child with
 // YT_SIGNAL_AT=at (NULL: none) or resuming; its stdout and stderr go to project/name.log. Returns
-// the child's exit status, or 128 + the signal that ended it.
-static int run(const char *name, const char *at, int resume) {
+// the child's exit status, or 128 + the signal that ended it. With dead_stdout its stdout is instead a
+// pipe whose reader is gone, as after `yolotrain ... | head` once head has exited; with ignore_hup it
+// starts with SIGHUP ignored, as under nohup.
+enum { DEAD_STDOUT = 1, IGNORE_HUP = 2 };
+static int run_with(const char *name, const char *at, int resume, int how) {
     char log[2 * P];
     snprintf(log, sizeof log, "%s/%s.log", dir, name);
     fflush(stdout);
@@ -44,6 +49,9 @@ static int run(const char *name, const char *at, int resume) {
         FILE *f = fopen(log, resume ? "a" : "w");
         if (!f) _exit(99);
         dup2(fileno(f), 1); dup2(fileno(f), 2);
+        int fds[2];
+        if ((how & DEAD_STDOUT) && (pipe(fds) || dup2(fds[1], 1) < 0 || close(fds[0]) || close(fds[1]))) _exit(97);
+        if (how & IGNORE_HUP) signal(SIGHUP, SIG_IGN);
         if (at) setenv("YT_SIGNAL_AT", at, 1);
         static Config cfg;
         Err err;
@@ -63,6 +71,8 @@ static int run(const char *name, const char *at, int resume) {
     waitpid(pid, &status, 0);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
+
+static int run(const char *name, const char *at, int resume) { return run_with(name, at, resume, 0); }
 
 static int log_has(const char *name, const char *what) {
     char log[2 * P];
@@ -95,7 +105,8 @@ static int ready(void) {
 
 static void test_signal_during_validation(void) {
     if (!ready()) { CHECK(0, "no data or the uninterrupted run failed"); return; }
-    CHECK(run("val", "val", 0) == 0, "a run stopped during validation must exit 0");
+    int rc = run("val", "val", 0);
+    CHECK(rc == 128 + SIGTERM, "a run stopped during validation must exit 143 after saving, not %d", rc);
     CHECK(log_has("val", "stopped (signal) during the validation of epoch 0, batch 2: saved"), "no stopped line");
     CHECK(log_has("val", "resume="), "no resume hint");
     CHECK(run("val", NULL, 1) == 0, "the resumed run failed");
@@ -104,7 +115,8 @@ static void test_signal_during_validation(void) {
 
 static void test_signal_while_checkpointing(void) {
     if (!ready()) { CHECK(0, "no data or the uninterrupted run failed"); return; }
-    CHECK(run("ckpt", "checkpoint", 0) == 0, "a run stopped while checkpointing must exit 0");
+    int rc = run("ckpt", "checkpoint", 0);
+    CHECK(rc == 128 + SIGTERM, "a run stopped while checkpointing must exit 143 after saving, not %d", rc);
     CHECK(log_has("ckpt", "stopped (signal) at the start of epoch 1, batch 0: saved"), "no stopped line");
     CHECK(run("ckpt", NULL, 1) == 0, "the resumed run failed");
     same_as_whole("ckpt");
@@ -120,9 +132,43 @@ static void test_signal_during_startup(void) {
     CHECK(stat(p, &st) != 0, "a run folder was made before training could start");
 }
 
+// SIGHUP (the terminal closed, an ssh session dropped) saves and says how to resume, as SIGTERM does;
+// the lock file names no pid once the run has ended.
+static void test_hangup_saves(void) {
+    if (!ready()) { CHECK(0, "no data or the uninterrupted run failed"); return; }
+    int rc = run("hup", "val:HUP", 0);
+    CHECK(rc == 128 + SIGHUP, "a run stopped by SIGHUP must save and exit 129, not %d", rc);
+    CHECK(log_has("hup", "stopped (signal) during the validation of epoch 0, batch 2: saved"), "no stopped line");
+    char lock[2 * P];
+    struct stat st;
+    snprintf(lock, sizeof lock, "%s/hup/.lock", project);
+    CHECK(stat(lock, &st) == 0 && st.st_size == 0, "the lock file still names a pid after the run ended");
+    CHECK(run("hup", NULL, 1) == 0, "the resumed run failed");
+    same_as_whole("hup");
+}
+
+// Under nohup SIGHUP is ignored when the run starts: it stays ignored and the run finishes.
+static void test_nohup_keeps_hangup_ignored(void) {
+    if (!ready()) { CHECK(0, "no data or the uninterrupted run failed"); return; }
+    int rc = run_with("nohup", "val:HUP", 0, IGNORE_HUP);
+    CHECK(rc == 0, "a run under nohup ended with %d on SIGHUP", rc);
+    same_as_whole("nohup");
+}
+
+// stdout a pipe whose reader has gone (`| head` after head exits): the run goes on and writes its files.
+static void test_dead_stdout_does_not_stop_the_run(void) {
+    if (!ready()) { CHECK(0, "no data or the uninterrupted run failed"); return; }
+    int rc = run_with("pipe", NULL, 0, DEAD_STDOUT);
+    CHECK(rc == 0, "a run whose stdout reader went away ended with %d (141: killed by SIGPIPE)", rc);
+    same_as_whole("pipe");
+}
+
 int main(void) {
     RUN(test_signal_during_validation);
     RUN(test_signal_while_checkpointing);
     RUN(test_signal_during_startup);
+    RUN(test_hangup_saves);
+    RUN(test_nohup_keeps_hangup_ignored);
+    RUN(test_dead_stdout_does_not_stop_the_run);
     return test_summary();
 }
