@@ -28,7 +28,10 @@ static const char *PHASE_NAMES[] = { "forward", "forward", "backward", "backward
                                      "all-gather", "quit" };
 
 const char *mt_dev_name(const Multi *mt, int k, char *buf, size_t size) {
+    int again = 0;                                 // devices before k on the same GPU (YT_TEST_SAME_GPU)
+    for (int j = 0; j < k; j++) again += mt->gpu[k] >= 0 && mt->gpu[j] == mt->gpu[k];
     if (mt->gpu[k] < 0) snprintf(buf, size, "cpu %d", k);
+    else if (again) snprintf(buf, size, "GPU %d.%d", mt->gpu[k], again);
     else snprintf(buf, size, "GPU %d", mt->gpu[k]);
     return buf;
 }
