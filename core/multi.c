@@ -513,6 +513,8 @@ void multi_use_host_copies(Multi *mt) {
         if (!mt->job[k].stage) mt->job[k].stage = xmalloc(stage_floats(mt) * sizeof(float));
 }
 
+int multi_host_copies(const Multi *mt) { return mt->staged; }
+
 static void print_plan(const Multi *mt, const char *copies) {
     printf("parallel: %d devices, reduce=%s, loss_on=%s, split=%s; %s\n", mt->n, mt->sharded ? "sharded" : "device0",
            mt->loss_d0 ? "device0" : "local", mt->split, copies);

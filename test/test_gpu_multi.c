@@ -103,6 +103,8 @@ static void equivalence(const char *spec, int n, const char *split, Mode mode, c
     static float tg[MAX_T * 6];
     int nt = micro_targets(targets, n_targets, 0, n, tg);
     memcpy(t.input, images, (size_t)n * S * S * 3 * sizeof(float));
+    // device-to-device copies within the GPU: the peer self-test must pass without enabling access to itself
+    CHECK(!multi_host_copies(t.multi), "device=%s fell back to host-staged copies", spec);
     if (mode.host_copies) multi_use_host_copies(t.multi);
     multi_set_bucket_floats(t.multi, 50000);      // many buckets: each sent while backward goes on
     CHECK(!strcmp(mode.reduce, "sharded") || multi_bucket_count(t.multi) > 8, "%d gradient buckets",
@@ -198,7 +200,9 @@ static void steps_match(const char *spec, Mode mode) {
     CHECK(dw < 3e-3, "the weights differ from one device's by %.2g of their change", dw);
     CHECK(de < 3e-3, "the EMA differs from one device's by %.2g of its change", de);
     CHECK(dm < 3e-3, "the momentum differs from one device's by %.2g of its size", dm);
-    CHECK(t.sgd.steps == r.sgd.steps && t.ema_updates == r.ema_updates, "step counters differ");
+    CHECK(t.sgd.steps == 3 && r.sgd.steps == 3 && t.ema_updates == r.ema_updates, "SGD steps %lld and %lld (want 3), "
+          "EMA updates %lld and %lld", (long long)t.sgd.steps, (long long)r.sgd.steps, (long long)t.ema_updates,
+          (long long)r.ema_updates);
     for (int k = 1; k < n_dev; k++) {
         const Trainer *rep = multi_replica(t.multi, k);
         float *kw = fetch(rep, rep->m.state, N);
