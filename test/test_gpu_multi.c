@@ -5,7 +5,7 @@
 // a split step equal those of one device accumulating the same micro-batches (reduce=device0|sharded,
 // loss_on=device0, split=even|auto|weighted, host-staged copies, 2 and 3 devices), whole steps leave one
 // device's weights, EMA and momentum, split=auto measures on the GPU's timers, and a step waits on the
-// host once. A machine with two GPUs runs test_multi's test_equivalence_two_gpus as well.
+// host once; YOLO26 trains on them. A machine with two GPUs runs test_multi's test_equivalence_two_gpus as well.
 // Legend: B batch, S image side, N floats of flat state.
 #include "test/test.h"
 #include "test/synth_batch.h"
@@ -17,7 +17,7 @@
 #define CPU_TESTS(X) X(test_parse_same_gpu)
 #define GPU_TESTS(X) X(test_equivalence_two_on_one_gpu) X(test_equivalence_three_on_one_gpu) \
                      X(test_equivalence_bf16) X(test_steps_device0) X(test_steps_sharded) X(test_split_auto) \
-                     X(test_one_host_wait_per_step)
+                     X(test_one_host_wait_per_step) X(test_yolo26_two_on_one_gpu)
 
 // device=0,0 is refused (a GPU named twice) unless the test hook is set to exactly 1.
 static void test_parse_same_gpu(void) {
@@ -275,6 +275,33 @@ static void test_one_host_wait_per_step(void) {
     host_waits("0,0", LOCAL);
     host_waits("0,0,0", SHARDED);
     host_waits("0,0", LOSS0);
+}
+
+// YOLO26 (reduce=device0, loss_on=local: its one mode) on two devices of one GPU: its loss, with both
+// branches' normalisers summed over the devices, trains, and the replica ends each step with the master's
+// weights bit for bit.
+static void test_yolo26_two_on_one_gpu(void) {
+    NEED_GPU();
+    static Config cfg;
+    char *ov[] = { "imgsz=64", "batch=8", "epochs=3", "nc=6", "seed=3" };
+    Err err;
+    if (config_load("cfg/yolo26n.ini", 5, ov, &cfg, &err)) { CHECK(0, "%s", err.msg); return; }
+    Trainer t;
+    if (init_devices(&t, &cfg, "0,0")) return;
+    memcpy(t.input, images, sizeof images);
+    size_t N = t.m.n_state;
+    for (int i = 0; i < 2; i++) {
+        LossOut lo;
+        CHECK(!trainer_step(&t, B, S, targets, n_targets, 0, i, &lo, &err), "%s", err.msg);
+        const Trainer *rep = multi_replica(t.multi, 1);
+        float *mw = fetch(&t, t.m.state, N), *rw = fetch(rep, rep->m.state, N);
+        printf("    YOLO26 device=0,0 step %d: loss %.5g (o2o normaliser %.4g)\n", i, lo.total, lo.tss);
+        CHECK(isfinite(lo.total) && lo.total > 0 && lo.tss > 0, "step %d: loss %g, normaliser %g", i, lo.total, lo.tss);
+        CHECK(!memcmp(mw, rw, N * sizeof(float)), "step %d: the replica does not hold the master's weights", i);
+        free(mw); free(rw);
+    }
+    t.m.be->bind(t.m.be_ctx);
+    trainer_free(&t);
 }
 
 #define RUN_ONE(fn) RUN(fn);
