@@ -7,6 +7,8 @@
 //   make bench/balance && ./bench/balance                       every GPU (else cpu:2), gelan-s 640, 64/device, bf16
 //   ./bench/balance device=0,1 imgsz=640 batch=64 steps=20 warmup=5 precision=bf16
 //   ./bench/balance device=cpu:2 imgsz=64 batch=4 steps=2       a check on the CPU
+//   YT_TEST_SAME_GPU=1 ./bench/balance device=0,0 imgsz=64 batch=4 steps=2   two devices on one GPU: the
+//                                                               accounting on real CUDA (times are not 2 GPUs')
 // Other keys: cfg=cfg/s.ini workers=1 (the starved run) csv=bench/balance.csv png=bench/balance.png.
 // Several processes (README, Several machines): the same under mpirun, e.g.
 //   mpirun -np 2 --bind-to none ./bench/balance device=0,1,2,3,4,5,6,7 base=IPS
@@ -48,7 +50,7 @@ typedef struct {             // one configuration
 
 typedef struct {
     int    ok, n_dev;
-    char   why[1024], dev_name[MULTI_MAX][16];
+    char   why[1024], dev_name[MULTI_MAX][32];
     MultiDevStats dev[MULTI_MAX];   // summed over the timed steps
     double util[MULTI_MAX];         // mean %, or -1
     double ips, data_wait;          // images/s; seconds waiting for the loader per step
@@ -235,7 +237,10 @@ static int run_steps(const Options *o, const Setup *s, Trainer *t, const DeviceL
     for (int k = 0; k < devs->n; k++) {
         if (t->multi) r->dev[k] = *multi_stats(t->multi, k);
         else device_stats(t, &before, o->steps, B, &r->dev[k]);
+        int again = 0;                             // devices before k on the same GPU (YT_TEST_SAME_GPU)
+        for (int j = 0; j < k; j++) again += devs->gpu[k] >= 0 && devs->gpu[j] == devs->gpu[k];
         if (devs->gpu[k] < 0) snprintf(r->dev_name[k], sizeof r->dev_name[k], "cpu %d", k);
+        else if (again) snprintf(r->dev_name[k], sizeof r->dev_name[k], "GPU %d.%d", devs->gpu[k], again);
         else snprintf(r->dev_name[k], sizeof r->dev_name[k], "GPU %d", devs->gpu[k]);
     }
     return 0;

@@ -28,7 +28,10 @@ static const char *PHASE_NAMES[] = { "forward", "forward", "backward", "backward
                                      "all-gather", "quit" };
 
 const char *mt_dev_name(const Multi *mt, int k, char *buf, size_t size) {
+    int again = 0;                                 // devices before k on the same GPU (YT_TEST_SAME_GPU)
+    for (int j = 0; j < k; j++) again += mt->gpu[k] >= 0 && mt->gpu[j] == mt->gpu[k];
     if (mt->gpu[k] < 0) snprintf(buf, size, "cpu %d", k);
+    else if (again) snprintf(buf, size, "GPU %d.%d", mt->gpu[k], again);
     else snprintf(buf, size, "GPU %d", mt->gpu[k]);
     return buf;
 }
@@ -509,6 +512,8 @@ void multi_use_host_copies(Multi *mt) {
     for (int k = 0; k < mt->n; k++)
         if (!mt->job[k].stage) mt->job[k].stage = xmalloc(stage_floats(mt) * sizeof(float));
 }
+
+int multi_host_copies(const Multi *mt) { return mt->staged; }
 
 static void print_plan(const Multi *mt, const char *copies) {
     printf("parallel: %d devices, reduce=%s, loss_on=%s, split=%s; %s\n", mt->n, mt->sharded ? "sharded" : "device0",

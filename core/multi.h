@@ -45,6 +45,7 @@ void multi_scatter_state(Multi *mt);
 // Copies between devices go through host memory from now on: the fallback multi_init takes when
 // the peer-to-peer self-test fails (tests force it to check that path).
 void multi_use_host_copies(Multi *mt);
+int  multi_host_copies(const Multi *mt);   // 1 when they do (the fallback taken or forced)
 
 // Start the upload of the next batch (n uint8 images of H x W x 3, page-locked: gpu_host_pin) while
 // the current step computes: with several devices each GPU its share under the split the next step

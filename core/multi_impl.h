@@ -95,7 +95,8 @@ struct Multi {
 };
 
 // ---- core/multi.c: device helpers -------------------------------------------------------------
-const char *mt_dev_name(const Multi *mt, int k, char *buf, size_t size);   // "cpu K" or "GPU ID"
+// "cpu K", "GPU ID", or "GPU ID.R" for the R-th further device on that GPU (YT_TEST_SAME_GPU)
+const char *mt_dev_name(const Multi *mt, int k, char *buf, size_t size);
 // dst (in dt's memory) = n floats of src (in st's memory); through host memory when peer access is off
 void mt_copy_floats(Multi *mt, Trainer *dt, float *dst, Trainer *st, const float *src, size_t n, float *stage);
 // n doubles between devices' scal blocks (as floats: the bytes travel unchanged)

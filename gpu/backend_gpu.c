@@ -164,6 +164,7 @@ static void ema(void *ctx, float *e, const float *x, size_t n, double d) { ema_u
 static void scale_n(void *ctx, float *p, size_t n, float f) { grad_scale_gpu(DEV, p, n, f); }
 static void sync(void *ctx) { device_sync(DEV); }
 static void bind(void *ctx) { checkCuda(cudaSetDevice(DEV->id)); }
+// Equal ids (two devices on one GPU, a test hook): the same call is a device-to-device copy.
 static void pull(void *ctx, float *dst, void *src_ctx, const float *src, size_t n) {
     checkCuda(cudaMemcpyPeerAsync(dst, DEV->id, src, ((Device *)src_ctx)->id, n * sizeof(float), DEV->stream));
 }

@@ -41,9 +41,9 @@ static int round_trip(int id0, int idk, const float *pattern, float *back) {
 
 int peer_setup(const int *ids, int n, char *report, size_t size) {
     int access = 1, intact = 1, len = 0;
-    for (int a = 0; a < n; a++)
+    for (int a = 0; a < n; a++)   // two devices on one GPU (a test hook) copy within it: no access to enable
         for (int b = 0; b < n; b++)
-            if (a != b && !enable_pair(ids[a], ids[b])) access = 0;
+            if (ids[a] != ids[b] && !enable_pair(ids[a], ids[b])) access = 0;
     float *pattern = (float *)xmalloc(TEST_FLOATS * sizeof(float)), *back = (float *)xmalloc(TEST_FLOATS * sizeof(float));
     for (int i = 0; i < TEST_FLOATS; i++) pattern[i] = (float)i * 0.5f - 1000.0f;
     for (int k = 1; k < n; k++)
@@ -55,7 +55,10 @@ int peer_setup(const int *ids, int n, char *report, size_t size) {
     free(pattern); free(back);
     checkCuda(cudaSetDevice(ids[0]));
     int peer = access && intact;
-    snprintf(report + len, len < (int)size ? size - len : 0, "%s", peer ? "peer-to-peer copies (access on, self-test passed)"
+    int one_gpu = 1;
+    for (int k = 1; k < n; k++) one_gpu &= ids[k] == ids[0];
+    snprintf(report + len, len < (int)size ? size - len : 0, "%s", peer && one_gpu ? "device-to-device copies (one GPU, "
+             "self-test passed)" : peer ? "peer-to-peer copies (access on, self-test passed)"
              : access ? "host-staged copies (the peer self-test failed)"
                       : "host-staged copies (no peer access between these GPUs)");
     return peer;

@@ -12,7 +12,8 @@ extern "C" {
 // Enable peer access between every pair of the n GPUs `ids` that supports it, then copy a known
 // pattern ids[0] -> ids[k] -> ids[0] for every k and compare it on the host. Returns 1 when every
 // pair has peer access and the pattern came back intact, 0 when copies must be staged through
-// host memory (why: in `report`, one line, for the start-up plan).
+// host memory (why: in `report`, one line, for the start-up plan). An id named twice (two devices on
+// one GPU, YT_TEST_SAME_GPU) needs no access: cudaMemcpyPeer between equal ids is a device-to-device copy.
 int    peer_setup(const int *ids, int n, char *report, size_t size);
 // n floats of GPU `id`'s memory, zeroed; NULL when it has no room. Called at start only.
 float *peer_alloc(int id, size_t n_floats);
