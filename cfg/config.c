@@ -92,6 +92,12 @@ static int data_set(Config *cfg, const char *key, const char *value, const Where
     return 0;
 }
 
+int config_data_set(Config *cfg, const char *key, const char *value, Err *err) {
+    Where at = { .line = 0 };
+    snprintf(at.file, sizeof at.file, "%s", COMMAND_LINE);
+    return data_set(cfg, key, value, &at, err);
+}
+
 // Set `name` of `section` (a known section) from a file or the command line.
 static int entry_set(Config *cfg, const char *section, const char *name, const char *value,
                      const Where *at, Err *err) {

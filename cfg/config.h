@@ -136,3 +136,5 @@ const char *config_where_text(const Where *w, char *buf, size_t n);
 int config_freeze_layers(const char *v, unsigned char *frozen, int max, char *why, size_t n);
 // The value of a [data] key, or NULL when it was not given.
 const char *config_data_get(const Config *cfg, const char *key);
+// config_data_set: set [data] key to value as the command line would. Returns 0, or -1 with err.
+int config_data_set(Config *cfg, const char *key, const char *value, Err *err);

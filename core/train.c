@@ -830,6 +830,12 @@ static void write_args(const Config *cfg, const char *dir) {
     if (!cfg->resume[0]) make_absolute(c->weights, sizeof c->weights, here);
     if (!cfg->resume[0] || strcmp(config_where(cfg, "hyp")->file, "command line") == 0)
         make_absolute(c->hyp_file, sizeof c->hyp_file, here);
+    if (!c->data[0] && c->n_data_kv > 0) {         // a [data] section: its splits resolve from its root
+        Err e;
+        char *root = dataspec_root(cfg, &e);
+        if (!root || config_data_set(c, "path", root, &e)) fprintf(stderr, "warning: args.ini: %s\n", e.msg);
+        free(root);
+    }
     FILE *f = fopen(tmp, "w");
     if (f) {
         config_print(c, f);

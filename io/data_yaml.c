@@ -345,6 +345,25 @@ static int spec_finish(RawSpec *raw, const char *file, const char *base, DataSpe
     return 0;
 }
 
+char *dataspec_root(const Config *cfg, Err *err) {
+    RawSpec raw = {0};
+    char *base = path_dir(cfg->file[0] ? cfg->file : "."), *root = NULL, cwd[CFG_PATH];
+    if (ini_read(cfg, &raw, err) == 0 && resolve_root(&raw, base, &root, err) == 0 && root[0] != '/') {
+        if (getcwd(cwd, sizeof cwd)) {
+            char *abs = path_join(cwd, root);
+            free(root);
+            root = abs;
+        } else {
+            err_set(err, "cannot read the current directory: %s", strerror(errno));
+            free(root);
+            root = NULL;
+        }
+    }
+    rawspec_free(&raw);
+    free(base);
+    return root;
+}
+
 int dataspec_read(const char *yaml, const Config *cfg, DataSpec *out, Err *err) {
     memset(out, 0, sizeof *out);
     if (!yaml && cfg && cfg->data[0] && cfg->n_data_kv > 0)

@@ -90,6 +90,9 @@ typedef struct {
 // Returns 0, or -1 with err naming file:line.
 int  dataspec_read(const char *yaml, const Config *cfg, DataSpec *out, Err *err);
 void dataspec_free(DataSpec *d);
+// dataspec_root: the folder a config's [data] section resolves its splits from (its `path`, found as
+// dataspec_read finds it, else the config's folder), absolute; NULL with err when it has no such folder.
+char *dataspec_root(const Config *cfg, Err *err);
 
 // List and validate one split ("train", "val" or "test"). Images: files with extensions bmp dng
 // jpeg jpg mpo png tif tiff webp pfm (any case) found recursively in folders (hidden entries skipped,

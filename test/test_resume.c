@@ -151,7 +151,8 @@ static char repo[4096];                                // the checkout: cfg/t.in
 // In a child working in folder `cwd` with stdout and stderr into cwd/NAME.log: train gelan-t as
 // train() does, but with data=, weights= and hyp= relative to cwd (stopped after `stop` steps when
 // > 0), or resume run folder `resume`. The child's status.
-static int in_folder(const char *cwd, const char *name, int stop, const char *resume) {
+static int in_folder_with(const char *cwd, const char *name, int stop, const char *resume, const char *config,
+                          const char *data) {
     fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {
@@ -163,10 +164,11 @@ static int in_folder(const char *cwd, const char *name, int stop, const char *re
         if (stop > 0) { char v[16]; snprintf(v, sizeof v, "%d", stop); setenv("YT_STOP_AFTER_STEPS", v, 1); }
         static Config cfg;
         Err err;
-        snprintf(cfg_path, sizeof cfg_path, "%s/cfg/t.ini", repo);
+        if (config[0] == '/') snprintf(cfg_path, sizeof cfg_path, "%s", config);
+        else snprintf(cfg_path, sizeof cfg_path, "%s/%s", repo, config);
         snprintf(n, sizeof n, "name=%s", name);
         snprintf(r, sizeof r, "resume=%s", resume ? resume : "");
-        char *ov[] = { "data=../synth/data.yaml", "weights=init.safetensors", "hyp=hyp.yaml", "project=runs", n,
+        char *ov[] = { (char *)data, "weights=init.safetensors", "hyp=hyp.yaml", "project=runs", n,
                        "imgsz=64", "batch=4", "epochs=3", "workers=1", "device=cpu", "close_mosaic=1" };
         char *rv[] = { r };
         int rc = resume ? (config_load(NULL, 1, rv, &cfg, &err) ? 98 : train_resume(&cfg, 1, rv))
@@ -178,6 +180,10 @@ static int in_folder(const char *cwd, const char *name, int stop, const char *re
     int status;
     waitpid(pid, &status, 0);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static int in_folder(const char *cwd, const char *name, int stop, const char *resume) {
+    return in_folder_with(cwd, name, stop, resume, "cfg/t.ini", "data=../synth/data.yaml");
 }
 
 // A run started in work/ with relative data=, weights= and hyp= resumes from elsewhere/ after its
@@ -207,6 +213,24 @@ static void test_resume_from_its_folder_alone(void) {
     }
 }
 
+// The same for a dataset described by the config's own [data] section, whose relative path resolves
+// from the config's folder: args.ini, in the run folder, holds the dataset's root as an absolute path.
+static void test_resume_data_section_from_elsewhere(void) {
+    char work[4400], elsewhere[4400], ini[4500], cmd[9300], run[4500];
+    snprintf(work, sizeof work, "%s/../work", project);
+    snprintf(elsewhere, sizeof elsewhere, "%s/../elsewhere", project);
+    snprintf(ini, sizeof ini, "%s/cfgs/d.ini", work);    // ../../synth: from cfgs/ only, not from elsewhere/
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s/cfgs' '%s' && cp '%s/whole/weights/last.safetensors' '%s/init.safetensors' && "
+             "printf 'lr0: 0.02\\n' > '%s/hyp.yaml' && cp '%s/cfg/t.ini' '%s' && printf '\\n[data]\\npath = ../../synth\\n"
+             "train = images/train\\nval = images/val\\nnc = 6\\n' >> '%s'", work, elsewhere, project, work, work, repo,
+             ini, ini);
+    if (system(cmd)) SKIP("no finished run to take initial weights from");
+    CHECK(in_folder_with(work, "dsec", 4, NULL, ini, "data=") == 0, "the stopped run failed; see %s/dsec.log", work);
+    snprintf(run, sizeof run, "%s/runs/dsec", work);
+    int rc = in_folder_with(elsewhere, "dsec-resume", 0, run, ini, "data=");
+    CHECK(rc == 0, "resuming a [data] run from another folder: status %d; see %s/dsec-resume.log", rc, elsewhere);
+}
+
 static int extend_whole(void) {
     static Config cfg;
     Err err;
@@ -231,8 +255,6 @@ static void test_extending_a_finished_run_says_the_schedule_changes(void) {
     free(out);
 }
 
-// In a child that cannot write the run folder (an unprivileged user when the tests run as root, else
-// the folder made read-only): resuming it says to copy it, before loading the data. The child's status.
 // The folders above dir that this process owns get o+x, so another user reaches dir: test/run.sh gives
 // each test binary a TMPDIR of mode 0700.
 static void traversable_above(const char *dir) {
@@ -245,6 +267,8 @@ static void traversable_above(const char *dir) {
     }
 }
 
+// In a child that cannot write the run folder (an unprivileged user when the tests run as root, else
+// the folder made read-only): resuming it says to copy it, before loading the data. The child's status.
 static int resume_unwritable(const char *run, const char *log) {
     fflush(stdout);
     pid_t pid = fork();
@@ -298,6 +322,7 @@ int main(void) {
     RUN(test_stop_and_resume_is_exact);
     RUN(test_honest_endings);
     RUN(test_resume_from_its_folder_alone);
+    RUN(test_resume_data_section_from_elsewhere);
     RUN(test_extending_a_finished_run_says_the_schedule_changes);
     RUN(test_read_only_run_says_copy_it);
     RUN(test_truncated_state_is_refused);
