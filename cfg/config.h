@@ -87,11 +87,6 @@ typedef struct {
     Where  key_at[CFG_MAX_KEYS];     // where each key of the table got its value (see config_where)
 } Config;                            // about 0.25 MB: allocate it, or keep it static, in threads
 
-// config_quoted: the YAML quoted scalar that starts at s ('...' where '' is a quote; "..." where \"
-// and \\ are a quote and a backslash) into out; *end just after its closing quote. Returns 0, or -1
-// when s does not start with a quote or the quote is not closed.
-int config_quoted(const char *s, char *out, size_t n, const char **end);
-
 // Read `path`, then apply overrides (argv-style: "key=value" or "--key" "value"). Returns 0, or -1
 // with err naming file:line (or the override), the text, and what is allowed.
 // Precedence: defaults < the INI < the hyp=FILE.yaml keys < command-line overrides. Overrides are

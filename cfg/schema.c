@@ -118,19 +118,6 @@ const Key *key_find(const char *section, const char *name) {
     return NULL;
 }
 
-int config_quoted(const char *s, char *out, size_t n, const char **end) {
-    char q = *s;
-    if ((q != '\'' && q != '"') || !n) return -1;
-    size_t o = 0;
-    for (const char *p = s + 1; *p; p++) {
-        if (*p == q && q == '\'' && p[1] == '\'') p++;               // '' in '...'
-        else if (*p == '\\' && q == '"' && (p[1] == '"' || p[1] == '\\')) p++;
-        else if (*p == q) { out[o] = 0; *end = p + 1; return 0; }
-        if (o + 1 < n) out[o++] = *p;
-    }
-    return -1;
-}
-
 void unquote(const char *value, char *out, size_t n) {
     size_t len = strlen(value);
     if (len >= 2 && (value[0] == '\'' || value[0] == '"') && value[len - 1] == value[0])

@@ -122,3 +122,16 @@ double rng_normal(Rng *r) {
     if (u1 < 1e-300) u1 = 1e-300;
     return sqrt(-2 * log(u1)) * cos(2 * M_PI * u2);
 }
+
+int yaml_quoted(const char *s, char *out, size_t n, const char **end) {
+    char q = *s;
+    if ((q != '\'' && q != '"') || !n) return -1;
+    size_t o = 0;
+    for (const char *p = s + 1; *p; p++) {
+        if (*p == q && q == '\'' && p[1] == '\'') p++;               // '' in '...'
+        else if (*p == '\\' && q == '"' && (p[1] == '"' || p[1] == '\\')) p++;
+        else if (*p == q) { out[o] = 0; *end = p + 1; return 0; }
+        if (o + 1 < n) out[o++] = *p;
+    }
+    return -1;
+}

@@ -35,3 +35,8 @@ uint64_t rng_u64(Rng *r);
 double   rng_uniform(Rng *r, double lo, double hi);   // [lo, hi)
 int      rng_int(Rng *r, int n);                      // [0, n)
 double   rng_normal(Rng *r);
+
+// yaml_quoted: the YAML quoted scalar that starts at s ('...' where '' is a quote; "..." where \"
+// and \\ are a quote and a backslash) into out; *end just after its closing quote. Returns 0, or -1
+// when s does not start with a quote or the quote is not closed.
+int yaml_quoted(const char *s, char *out, size_t n, const char **end);

@@ -214,7 +214,7 @@ static int ini_list(const char *value, int quoted, int commas, const Where *at, 
         char *next = NULL;
         if (*item == '\'' || *item == '"') {
             const char *after;
-            if (config_quoted(item, item, strlen(item) + 1, &after)) { why = "a quote is not closed"; break; }
+            if (yaml_quoted(item, item, strlen(item) + 1, &after)) { why = "a quote is not closed"; break; }
             next = (char *)after;
             while (*next == ' ' || *next == '\t') next++;
             if (*next && !(commas && *next == ',')) { why = "text follows a closing quote; quote the whole item"; break; }
