@@ -85,8 +85,9 @@ static int data_set(Config *cfg, const char *key, const char *value, const Where
     snprintf(cfg->data_kv[i].key, sizeof cfg->data_kv[i].key, "%s", key);
     const char *end;                                 // 'a, b' is one scalar; 'a', 'b' stays a list
     char *v = cfg->data_kv[i].value;
-    cfg->data_kv[i].quoted = !yaml_quoted(value, v, sizeof cfg->data_kv[i].value, &end) && !*end;
-    if (!cfg->data_kv[i].quoted) snprintf(v, sizeof cfg->data_kv[i].value, "%s", value);
+    int whole = !yaml_quoted(value, v, sizeof cfg->data_kv[i].value, &end) && !*end;
+    if (!whole) snprintf(v, sizeof cfg->data_kv[i].value, "%s", value);
+    cfg->data_kv[i].quoted = whole && *v;            // '' is the empty value, as an empty line is
     cfg->data_kv[i].at = *at;
     if (i == cfg->n_data_kv) cfg->n_data_kv++;
     return 0;
