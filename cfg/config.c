@@ -456,14 +456,15 @@ int config_load_run(const char *ini, int argc, char **argv, Config *cfg, Err *er
 
 // ---- printing
 
-// A [data] value as config_load reads it back: a quoted one in '...' ('' for a quote), any other as
-// written when it reads back the same (the INI's own lines always do), else as text_format quotes it.
+// A [data] value as config_load reads it back: as written when it reads back the same (the INI's own
+// lines always do), else in '...' ('' for a quote), the form a quoted value reads back as, so a
+// second round trip prints the same text. An empty value is "".
 static void data_format(const char *v, int quoted, char *buf, size_t n) {
     char copy[CFG_LINE_MAX + 1];
     snprintf(copy, sizeof copy, "%s", v);
     strip_comment(copy);
     if (!quoted && *v && !strcmp(trim(copy), v)) { snprintf(buf, n, "%s", v); return; }
-    if (!quoted) { text_format(v, buf, n); return; }
+    if (!*v) { snprintf(buf, n, "\"\""); return; }
     size_t o = 0;
     buf[o++] = '\'';
     for (const char *p = v; *p && o + 3 < n; p++) {
