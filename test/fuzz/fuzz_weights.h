@@ -27,13 +27,16 @@ static const char *tmp_file(void) {     // one scratch file per process, removed
     return path;
 }
 
-// Every tensor of an opened file is found by its name, lies inside the file, and converts.
+// Every tensor of an opened file is found by its name, lies inside the file or is one the reader
+// gathered into memory of its own (a strided view of a .pt), and converts.
 static void use_tensors(const SafeTensors *st) {
     for (int i = 0; i < st->n; i++) {
         const StTensor *t = &st->tensor[i];
         if (st_find(st, t->name) != t) abort();
         const unsigned char *p = t->data;
-        if (p < st->map || p + t->nbytes > st->map + st->map_size) abort();
+        int gathered = 0;
+        for (int k = 0; k < st->n_owned; k++) gathered |= p == st->owned[k];
+        if (!gathered && (p < st->map || p + t->nbytes > st->map + st->map_size)) abort();
         size_t n = st_numel(t);
         if (n > MAX_READ_ELEMENTS) continue;
         float *out = malloc(n * sizeof *out + 1);
