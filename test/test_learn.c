@@ -121,7 +121,7 @@ static void test_learns_synthetic_objects(void) {
     // initial ~15-cell predicted boxes), as in the reference. Over OpenBLAS core types and seeds
     // (seeds stand in for other rounding paths) this recipe finds every object, or all but the
     // smallest (8 px, partly hidden); the test asks for every object of 24 px and more and allows
-    // one miss beyond that.
+    // two misses, one more than the worst run showed.
     CHECK(big > 0 && big_found == big, "found %d of %d objects of 24 px and more", big_found, big);
     CHECK(found >= nt - 2, "found only %d of %d objects", found, nt);
     trainer_free(&t);
