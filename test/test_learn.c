@@ -1,6 +1,10 @@
 // test_learn.c: it learns. gelan-t trains a few hundred steps on a handful of built-in synthetic
 // images; the loss must fall by a large factor and the model must then find those objects (a box
 // of the right class with IoU > 0.5 after a confidence threshold and NMS). Bounded for CI: ~1 min.
+// The run is deterministic for one floating-point path, but which path depends on the machine:
+// OpenBLAS picks its kernels by CPU (OPENBLAS_CORETYPE) and splits work by thread count, and the
+// training is chaotic, so each path is a different run. The recipe and the bounds below are chosen
+// so that the verdict holds on every path, not just the one it was tuned on.
 #include "test/test.h"
 
 #include "cfg/config.h"
@@ -51,8 +55,11 @@ static int detect(const Model *m, int n, float conf, Det *out, int max) {
 static void test_learns_synthetic_objects(void) {
     static Config cfg;
     Err err;
-    char *ov[] = { "batch=4", "imgsz=160", "epochs=1", "nc=6", "seed=0" };
-    if (config_load("cfg/t.ini", 5, ov, &cfg, &err)) { CHECK(0, "%s", err.msg); return; }
+    // lr0 0.02, twice the config's: at 0.01 an object the task-aligned assigner has not taken up by
+    // ~300 steps stays unfound for good (the count plateaus, more steps do not help), and which
+    // objects those are depends on the rounding path. At 0.02 the count saturates by ~300 steps.
+    char *ov[] = { "batch=4", "imgsz=160", "epochs=1", "nc=6", "seed=0", "lr0=0.02" };
+    if (config_load("cfg/t.ini", 6, ov, &cfg, &err)) { CHECK(0, "%s", err.msg); return; }
     // four synthetic images, resized to S x S (normalised boxes stay valid), and their targets
     SynthConfig sc = synth_defaults();
     sc.min_side = sc.max_side = S;                     // objects 12 px and up: an anchor centre inside
@@ -111,10 +118,12 @@ static void test_learns_synthetic_objects(void) {
     printf("    found %d of %d objects, %d of the %d of 24 px and more (right class, IoU > 0.5, confidence > 0.25)\n",
            found, nt, big_found, big);
     // Objects under ~20 px start slowly under the task-aligned assigner (its metric is IoU^6 with the
-    // initial ~15-cell predicted boxes), as in the reference; within this budget the test asks for
-    // every object of 24 px and more and most of the rest.
+    // initial ~15-cell predicted boxes), as in the reference. Over OpenBLAS core types and seeds
+    // (seeds stand in for other rounding paths) this recipe finds every object, or all but the
+    // smallest (8 px, partly hidden); the test asks for every object of 24 px and more and allows
+    // two misses, one more than the worst run showed.
     CHECK(big > 0 && big_found == big, "found %d of %d objects of 24 px and more", big_found, big);
-    CHECK(found >= 0.6 * nt, "found only %d of %d objects", found, nt);
+    CHECK(found >= nt - 2, "found only %d of %d objects", found, nt);
     trainer_free(&t);
 }
 

@@ -13,12 +13,12 @@
 // 8 batches once warmup is over: 8 steps per epoch, about 200 in the whole run, too few to learn much.
 // During warmup the accumulation ramps from 1 to 8, so a warmup over most of the run (20 of 24 epochs)
 // gives about twice the steps; lr0 0.08 makes up for the ramp. Mosaic closes for the last 8 epochs.
-// Measured 2026-11-30, twice (taskset -c 0,1 on a shared 2-core host): final mAP50 0.503 both times
-// (the run is deterministic), 409 s / 476 s wall, 437 s / 534 s of CPU; about 280 s in CI by the CPU
-// ratio of the earlier setting (242 s of CPU, 157 s). The threshold leaves room for other BLAS
-// rounding. Exploration: warmup 1 with lr0 0.05 reached 0.29 after 20 epochs, imgsz 128 on 384
-// images 0.29 after 20.
-#define MIN_MAP50 0.35
+// The run is deterministic for one floating-point path, but the path varies by machine (OpenBLAS
+// picks its kernels by CPU and splits work by thread count) and training is chaotic: over core types
+// and seeds the final mAP50 falls in a band, and swings about as much between the last epochs. The
+// threshold sits one and a half band widths below the lowest run measured (figures, and the
+// recipes tried before this one: bench/RESULTS.md).
+#define MIN_MAP50 0.30
 static const char *const overrides[] = {
     "device=cpu", "workers=2", "seed=0", "imgsz=96", "epochs=24", "batch=8", "warmup_epochs=20",
     "close_mosaic=8", "lr0=0.08", "scale=0.5", "mixup=0",
