@@ -6,11 +6,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/readfile.h"
 #include "io/image.h"
@@ -247,6 +249,9 @@ typedef struct {            // what checking one split needs
     int     nc;
     const char *nc_from;    // where nc came from, for messages
     int     decode;         // 1: every image is decoded, not only its header read
+    char  **decode_err;     // with decode: the decoder's message for image i of the list, NULL when it
+                            //   decodes (decode_all); i = the image being checked
+    int     i;
     int     n_polygons;     // usable label files of polygons (read as their boxes)
 } Checker;
 
@@ -473,14 +478,41 @@ static void say_image_error(Checker *c, const char *path, const char *msg) {
 // The decoder's verdict on the whole file: a header can be whole while the pixel data behind it is
 // damaged (a PNG chunk's CRC, a cut zlib stream, a bad filter byte). -1 when it decodes, else reported.
 static int image_decodes(Checker *c, const char *path) {
-    Image im;
-    Err e = {{0}};
-    if (image_load(path, &im, &e) == 0) {
-        image_free(&im);
-        return -1;
-    }
-    say_image_error(c, path, e.msg);
+    if (!c->decode_err[c->i]) return -1;
+    say_image_error(c, path, c->decode_err[c->i]);
     return DS_BAD_IMAGE;
+}
+
+typedef struct { char *const *paths; char **err; int n, next; pthread_mutex_t lock; } DecodeAll;
+
+static void *decode_worker(void *arg) {
+    DecodeAll *d = arg;
+    for (;;) {
+        pthread_mutex_lock(&d->lock);
+        int i = d->next++;
+        pthread_mutex_unlock(&d->lock);
+        if (i >= d->n) return NULL;
+        Image im;
+        Err e = {{0}};
+        if (!ext_in(d->paths[i], decoded_exts)) continue;        // image_check excludes it by name
+        if (image_load(d->paths[i], &im, &e) == 0) image_free(&im);
+        else d->err[i] = xstrdup(e.msg);
+    }
+}
+
+// Every image of paths[0..n) decoded on all cores (a COCO-sized split takes minutes on one); the
+// verdicts are reported in list order as the split is checked. Returns the (n) messages, NULL = decodes.
+static char **decode_all(char *const *paths, int n) {
+    DecodeAll d = {.paths = paths, .err = xcalloc((size_t)n + 1, sizeof(char *)), .n = n};
+    pthread_mutex_init(&d.lock, NULL);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int nt = cores < 1 ? 1 : cores > 32 ? 32 : (int)cores, started = 0;
+    pthread_t th[32];
+    for (int k = 0; k < nt && k < n; k++) started += pthread_create(&th[started], NULL, decode_worker, &d) == 0;
+    if (!started) decode_worker(&d);
+    for (int k = 0; k < started; k++) pthread_join(th[k], NULL);
+    pthread_mutex_destroy(&d.lock);
+    return d.err;
 }
 
 // Size and colour components from the header, and with c->decode the pixels; -1 when usable, else the
@@ -679,7 +711,10 @@ int dataset_open(const char *yaml, const Config *cfg, const char *split,
         out->n_listed = keep;
         if (keep < L.images.n && !opt->quiet)
             fprintf(c.r.f, "%s: fraction=%g: the first %d of %d images\n", split, opt->fraction, keep, L.images.n);
-        for (int i = 0; i < keep; i++) validate_image(&c, L.images.v[i], opt->min_items, out);
+        if (c.decode) c.decode_err = decode_all(L.images.v, keep);
+        for (c.i = 0; c.i < keep; c.i++) validate_image(&c, L.images.v[c.i], opt->min_items, out);
+        for (int i = 0; c.decode_err && i < keep; i++) free(c.decode_err[i]);
+        free(c.decode_err);
         orphans_report(&c, &L, out);           // over the whole list: the images left out have their labels
         out->n_warnings = c.r.n_warnings;
         if (opt->single_cls) dataset_single_cls(out);
