@@ -184,7 +184,7 @@ void val_batch_get(ValCache *c, const Dataset *ds, const ValPlan *p, int b, int 
         reserve(vb, k->n, px);
         if (k->nt > vb->cap_t) vb->cap_t = k->nt, vb->targets = xrealloc(vb->targets, sizeof(float) * 6 * k->nt);
         memcpy(vb->images, k->images, px);
-        memcpy(vb->targets, k->targets, sizeof(float) * 6 * k->nt);
+        if (k->nt) memcpy(vb->targets, k->targets, sizeof(float) * 6 * k->nt);   // vb may have no buffer yet
         memcpy(vb->index, k->index, sizeof *k->index * k->n);
         memcpy(vb->info, k->info, sizeof *k->info * k->n);
         vb->nt = k->nt;
@@ -203,7 +203,7 @@ void val_batch_get(ValCache *c, const Dataset *ds, const ValPlan *p, int b, int 
         *e = (Kept){ b, vb->n, vb->H, vb->W, vb->S, vb->nt, xmalloc(px + 1), xmalloc(sizeof(float) * 6 * vb->nt + 1),
                      xmalloc(sizeof(int) * vb->n + 1), xmalloc(sizeof(LetterboxInfo) * vb->n + 1) };
         memcpy(e->images, vb->images, px);
-        memcpy(e->targets, vb->targets, sizeof(float) * 6 * vb->nt);
+        if (vb->nt) memcpy(e->targets, vb->targets, sizeof(float) * 6 * vb->nt);   // none: no buffer
         memcpy(e->index, vb->index, sizeof(int) * vb->n);
         memcpy(e->info, vb->info, sizeof(LetterboxInfo) * vb->n);
         c->used += bytes;
