@@ -208,13 +208,13 @@ static void fixture_dual(const DualFixture *fx, int gpu, double map_rtol, double
     st_close(&st);
 }
 
-// fp32 on the CPU, as tight as test_step.c's gelan-s step. Measured here: head maps within 0.80 of
-// rtol 1e-4, loss items within 6e-6 (the box loss amplifies the maps' fp32 rounding; on the fixture's
-// own maps the dual loss lands within 2e-8), gradients 0.52 and BN statistics 0.21 of tolerance.
-static void test_fixture_dual(void) { fixture_dual(&YOLOV9_S, -1, 1e-4, 1e-5); }
+// fp32 on the CPU, as tight as test_step.c's gelan-s step, except the loss items: the box loss
+// amplifies the maps' fp32 rounding (on the fixture's own maps the dual loss lands within 2e-8), and
+// which SIMD kernels OpenBLAS picks moves them by about 1e-5, so they get 3e-5 (bench/RESULTS.md).
+static void test_fixture_dual(void) { fixture_dual(&YOLOV9_S, -1, 1e-4, 3e-5); }
 
 // yolov9-c's modules (quarter widths) on the CPU, to the same tolerances as yolov9-s.
-static void test_fixture_yolov9_c_quarter(void) { fixture_dual(&YOLOV9_C_QUARTER, -1, 1e-4, 1e-5); }
+static void test_fixture_yolov9_c_quarter(void) { fixture_dual(&YOLOV9_C_QUARTER, -1, 1e-4, 3e-5); }
 
 // The same step on the GPU in fp32 (TF32 off). cuBLAS sums in other orders than OpenBLAS (test_step.c
 // measured gelan-s gradients at up to 1.25 of 1e-3 there), so the maps and loss items get twice the

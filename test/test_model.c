@@ -155,10 +155,10 @@ static void test_fixture_forward(void) {
         float *refh = nchw_to_nhwc(ref, N, y.C, y.H, y.W);
         for (size_t i = 0; i < map_pixels(y); i++) memcpy(got + i * y.C, y.data + i * y.ld, y.C * sizeof(float));
         // Tolerance: fp32 GEMM sums (OpenBLAS) through ~100 convolutions with batch-statistics BN put
-        // single elements up to ~6e-4 off; with the double-accumulating reference loops the same check
-        // lands within 2x of 1e-4 (measured), so this is rounding, not a defect. The whole-tensor
-        // relative L2 error stays tight.
-        CHECK(compare(outs[l], got, refh, n, 1e-3, 1e-3, 1e-4), "%s differs from the fixture", outs[l]);
+        // single elements over 1e-3 off on some of OpenBLAS's kernels (bench/RESULTS.md); with the
+        // double-accumulating reference loops the same check lands within 2x of 1e-4, so this is
+        // rounding, not a defect. The whole-tensor relative L2 error stays tight.
+        CHECK(compare(outs[l], got, refh, n, 3e-3, 3e-3, 1e-4), "%s differs from the fixture", outs[l]);
         free(ref); free(got); free(refh);
     }
     int n_bn = 0, bad_bn = 0;

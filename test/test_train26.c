@@ -469,7 +469,7 @@ static void logged_items(int gpu, double rtol) {
     free(in.images); free(in.targets);
 }
 
-static void test_logged_items(void) { logged_items(-1, 1e-5); }
+static void test_logged_items(void) { logged_items(-1, 3e-5); }   // test_yolo26's CPU loss tolerance
 
 static void test_gpu_logged_items(void) {
 #ifdef USE_CUDA

@@ -337,8 +337,8 @@ static void fixture_step(int gpu, double map_rtol, double loss_rtol) {
     st_close(&st);
 }
 
-// fp32 on the CPU, as tight as the gelan-s and yolov9-s fixture steps.
-static void test_fixture_step(void) { fixture_step(-1, 1e-4, 1e-5); }
+// fp32 on the CPU, as tight as the gelan-s and yolov9-s fixture steps (loss items 3e-5: test_dual says why).
+static void test_fixture_step(void) { fixture_step(-1, 1e-4, 3e-5); }
 
 // The same on the GPU in fp32 (TF32 off): cuBLAS sums in other orders than OpenBLAS, so outputs and
 // loss items get twice the CPU's rtol, as test_dual.c allows yolov9-s.
