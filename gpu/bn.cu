@@ -74,7 +74,7 @@ extern "C" size_t bn_workspace_bytes_gpu(Map z) {
 }
 
 // u = (z - mean)·invstd·gamma + beta from saved statistics, each operation rounded alone in the
-// order of the CPU's recompute loop (core/model_cpu.c bn_recompute), so the result is the same.
+// order of the CPU's recompute loop (core/model_run.c bn_recompute), so the result is the same.
 __device__ static inline float bn_affine(float z, float mean, float invstd, float gamma,
                                         float beta) {
     return __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(z, mean), invstd), gamma), beta);

@@ -74,7 +74,7 @@ void bn_silu_backward_bf16_gpu(Device *dev, Map z, const float *gamma, const flo
                                const float *mean, const float *invstd, Map dy, void *dz16,
                                float *dgamma, float *dbeta);
 // u = (z - mean)·invstd·gamma + beta from saved statistics (=), as the backward recomputes BN
-// outputs on the CPU (core/model_cpu.c), bit for bit.
+// outputs on the CPU (core/model_run.c bn_recompute), bit for bit.
 void bn_apply_gpu(Device *dev, Map z, const float *gamma, const float *beta, const float *mean,
                   const float *invstd, Map u);
 // One RepConv branch's backward: its conv (d, w, dw +=, dx with its fresh bit) and BN (z, saved statistics,

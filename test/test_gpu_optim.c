@@ -303,7 +303,7 @@ static void compare(const char *what, Pair p, double tol) {
     free(got);
 }
 
-// core/model_cpu.c's bn_recompute loop, one rounding per statement
+// core/model_run.c's bn_recompute loop, one rounding per statement
 static void bn_apply_ref(Map z, const float *gamma, const float *beta, const float *mean,
                          const float *invstd, Map u) {
     for (size_t i = 0; i < map_pixels(z); i++)
