@@ -166,16 +166,19 @@ test: yolotrain $(TESTS)
 # make layers: the boundary between the specification and the devices (README, Design). core/, io/ and
 # cfg/ include nothing from gpu/ and no CUDA header (a device is reached through core/backend.h's table),
 # and USE_CUDA appears in none of their files but core/backends.c, which registers the GPU backend. And every
-# kernel of gpu/ begins with pdl_entry() (test/pdl_check.sh): gpu/graph_pdl.c starts our kernels early.
+# kernel of gpu/ begins with pdl_entry() (test/pdl_check.sh): gpu/graph_pdl.c starts our kernels early. And
+# the docs hold (test/docs_check.sh): every key of cfg/schema.c has a help line and is in cfg/README.md, and
+# every repo path named in a source comment or a README exists.
 LAYER_DIRS := core io cfg
 layers:
 	@fail=0; \
-	 bad=$$(grep -rnE '#[[:space:]]*include[[:space:]]*["<](\.\./)*gpu/|#[[:space:]]*include[[:space:]]*<(cuda|cublas|cudnn)' $(LAYER_DIRS)); \
+	 bad=$$(grep -rnE '#[[:space:]]*include[[:space:]]*["<](\.\./)*gpu/|#[[:space:]]*include[[:space:]]*<(cuda|cublas|cudnn)' --exclude='*.md' $(LAYER_DIRS)); \
 	 if [ -n "$$bad" ]; then fail=1; echo "make layers: core/, io/ and cfg/ include nothing from gpu/ or CUDA (use core/backend.h's table):"; echo "$$bad"; fi; \
-	 bad=$$(grep -rn 'USE_CUDA' $(LAYER_DIRS) | grep -v '^core/backends\.c:'); \
+	 bad=$$(grep -rn 'USE_CUDA' --exclude='*.md' $(LAYER_DIRS) | grep -v '^core/backends\.c:'); \
 	 if [ -n "$$bad" ]; then fail=1; echo "make layers: USE_CUDA belongs in gpu/ and core/backends.c only:"; echo "$$bad"; fi; \
 	 if ! bash test/pdl_check.sh; then fail=1; echo "make layers: every kernel of gpu/ begins with pdl_entry() (gpu/pdl.cuh)"; fi; \
-	 if [ $$fail = 0 ]; then echo "make layers: ok (core/ io/ cfg/ reach the devices only through core/backend.h; every kernel begins with pdl_entry())"; fi; \
+	 if ! bash test/docs_check.sh; then fail=1; echo "make layers: every config key has help and docs, and every path the comments and READMEs name exists (test/docs_check.sh)"; fi; \
+	 if [ $$fail = 0 ]; then echo "make layers: ok (core/ io/ cfg/ reach the devices only through core/backend.h; every kernel begins with pdl_entry(); every key documented, every path named exists)"; fi; \
 	 exit $$fail
 
 # make fuzz: the libFuzzer targets of test/fuzz/ (clang + its fuzzer runtime), FUZZ_SECONDS each

@@ -1,7 +1,7 @@
 // tfevents.h: TensorBoard event files, written in C (no Python, no protobuf library). A file is a
 // sequence of TFRecords, each: uint64 length, masked CRC32C of those 8 bytes, the data, masked CRC32C
-// of the data (all little-endian). Each record's data is a protobuf `Event` (tensorflow's
-// core/util/event.proto): wall_time 1 (double), step 2 (int64), then one of file_version 3 (the first
+// of the data (all little-endian). Each record's data is a protobuf `Event` (event.proto of
+// tensorflow/core/util): wall_time 1 (double), step 2 (int64), then one of file_version 3 (the first
 // record: "brain.Event:2"), summary 5 (`Summary`: repeated value 1, each a tag 1 and a simple_value 2
 // (float) or an image 4: height 1, width 2, colorspace 3, encoded_image_string 4) or session_log 7
 // (status 1: START = 1). io/pb.c encodes them.

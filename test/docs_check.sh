@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# make layers (part): the docs and the help say what the code has.
+# (a) Every key of cfg/schema.c's table (cfg_keys: what the INI parser and the command line accept) has a
+#     line in cfg/help.c's key_help (what `yolotrain MODE --help` prints) and is named, as `key`, in
+#     cfg/README.md.
+# (b) Every repo path named in a source comment (core/ gpu/ io/ cfg/ bench/ test/ and the Makefile) or in
+#     the docs (README.md and the folders' README.md; bench/RESULTS.md and bench/HISTORY.md are history
+#     and not checked) exists: core/conv.c, gpu/bn.cu:77 (a :line suffix is allowed), io/ (a folder).
+#     A name without an extension (bench/step, a built program) passes when it or it.c exists. Not
+#     checked: globs and brace lists (io/plot*.c), placeholders (bench/NAME, a word in capitals, or
+#     followed by <what>), build outputs (.o .d .a), a value after = (csv=bench/balance.csv: what a
+#     program writes), and a path inside another (../shared/..., tensorflow/core/...). The docs'
+#     relative Markdown links ([x](../io/README.md#plots)) must exist too.
+# Prints each miss as file:line and fails. Only bash, grep, sed and awk.
+cd "$(dirname "$0")/.."
+bad=0
+
+# ---- (a) keys
+keys=$(sed -n '/^const Key cfg_keys\[\] *= *{/,/^};/p' cfg/schema.c |
+       grep -oE '(INT|INTM|INTX|BOOL|DBL|STR|ENUM) *\( *"[a-z0-9_]+", *"[a-z0-9_]+"|HYPC? *\( *[a-z0-9_]+' |
+       sed -E 's/.*"([a-z0-9_]+)"$/\1/; s/^HYPC? *\( *//')
+if [ "$(printf '%s\n' "$keys" | grep -c .)" -lt 20 ]; then
+    echo "test/docs_check.sh: could not read the key table (const Key cfg_keys[]) of cfg/schema.c"; bad=1
+fi
+for k in $keys; do
+    if ! grep -qE "^[[:space:]]*\{ *\"$k\"," cfg/help.c; then
+        echo "cfg/help.c: key $k (cfg/schema.c) has no help line in key_help"; bad=1
+    fi
+    if ! grep -qF "\`$k\`" cfg/README.md && ! grep -qF "\`$k=" cfg/README.md; then
+        echo "cfg/README.md: key $k (cfg/schema.c) is not described (no \`$k\`)"; bad=1
+    fi
+done
+
+# ---- (b) paths
+docs=$(ls README.md */README.md 2>/dev/null)
+srcs=$(find core gpu io cfg bench test -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \
+        -o -name '*.sh' -o -name '*.py' \) | sort)
+# file<TAB>line<TAB>path<TAB>kind, kind: p a path named in the text, l a Markdown link
+found=$(awk '
+function scan(text,    s, tok, prev, next_ch) {
+    s = " " text
+    while (match(s, /[^A-Za-z0-9_.\/-](core|gpu|io|cfg|bench|test)\/[A-Za-z0-9_.\/-]*/)) {
+        prev = substr(s, RSTART, 1)
+        tok = substr(s, RSTART + 1, RLENGTH - 1)
+        next_ch = substr(s, RSTART + RLENGTH, 1)
+        s = substr(s, RSTART + RLENGTH)
+        if (next_ch == "*" || next_ch == "{" || next_ch == "<") continue   # a glob, a brace list, <what>
+        if (prev == "=") continue                                # key=value: an argument
+        sub(/[.]+$/, "", tok)                                    # the end of a sentence
+        if (tok ~ /\.[oda]$/) continue                          # a build output
+        if (tok ~ /(^|[\/_.-])[A-Z][A-Z]*([\/_.-]|$)/) continue   # a placeholder: NAME, test_X
+        printf "%s\t%d\t%s\tp\n", FILENAME, FNR, tok
+    }
+}
+function links(text,    s, t) {
+    s = text
+    while (match(s, /\]\([^)# ]+/)) {
+        t = substr(s, RSTART + 2, RLENGTH - 2)
+        s = substr(s, RSTART + RLENGTH)
+        if (t ~ /^[a-z]+:/) continue                             # http:, mailto:
+        printf "%s\t%d\t%s\tl\n", FILENAME, FNR, t
+    }
+}
+FNR == 1 { block = 0; md = FILENAME ~ /\.md$/; hash = FILENAME ~ /(\.sh|\.py|Makefile)$/ }
+{
+    line = $0
+    if (md) { scan(line); links(line); next }
+    if (hash) {
+        if (match(line, /(^|[ \t])#/)) scan(substr(line, RSTART))
+        next
+    }
+    text = ""
+    if (block) {
+        e = index(line, "*/")
+        if (!e) { scan(line); next }
+        text = substr(line, 1, e - 1); line = substr(line, e + 2); block = 0
+    }
+    c = index(line, "//"); b = index(line, "/*")
+    if (c && (!b || c < b)) text = text " " substr(line, c + 2)
+    else if (b) {
+        rest = substr(line, b + 2); e = index(rest, "*/")
+        if (e) text = text " " substr(rest, 1, e - 1)
+        else { text = text " " rest; block = 1 }
+    }
+    if (text != "") scan(text)
+}' $docs $srcs Makefile)
+
+while IFS=$'\t' read -r file line path kind; do
+    [ -n "$file" ] || continue
+    if [ "$kind" = l ]; then
+        target="$(dirname "$file")/$path"
+        [ -e "$target" ] && continue
+        echo "$file:$line: the link $path does not exist"; bad=1; continue
+    fi
+    [ -e "$path" ] && continue
+    base=${path##*/}
+    if [ "${path%/}" = "$path" ] && [ "${base#*.}" = "$base" ] && [ -e "$path.c" ]; then continue; fi
+    echo "$file:$line: $path does not exist"; bad=1
+done <<< "$found"
+exit $bad
