@@ -163,7 +163,7 @@ bench/%: bench/%.c $(B)/libyt.a FORCE
 test: yolotrain $(TESTS)
 	@bash test/install_check.sh; installed=$$?; bash test/run.sh $(B)/test && [ $$installed -eq 0 ]
 
-# make layers: the boundary between the specification and the devices (README, Design). core/, io/ and
+# make layers: the boundary between the specification and the devices (core/README.md). core/, io/ and
 # cfg/ include nothing from gpu/ and no CUDA header (a device is reached through core/backend.h's table),
 # and USE_CUDA appears in none of their files but core/backends.c, which registers the GPU backend. And every
 # kernel of gpu/ begins with pdl_entry() (test/pdl_check.sh): gpu/graph_pdl.c starts our kernels early. And

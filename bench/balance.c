@@ -10,7 +10,7 @@
 //   YT_TEST_SAME_GPU=1 ./bench/balance device=0,0 imgsz=64 batch=4 steps=2   two devices on one GPU: the
 //                                                               accounting on real CUDA (times are not 2 GPUs')
 // Other keys: cfg=cfg/s.ini workers=1 (the starved run) csv=bench/balance.csv png=bench/balance.png.
-// Several processes (README, Several machines): the same under mpirun, e.g.
+// Several processes (core/README.md, Several machines): the same under mpirun, e.g.
 //   mpirun -np 2 --bind-to none ./bench/balance device=0,1,2,3,4,5,6,7 base=IPS
 // batch stays per device (the global batch is batch x devices x processes); rank 0 prints every
 // process's devices (p<rank> GPU <id>) and the images/s of them all, and with base= (the images/s of the

@@ -1,4 +1,4 @@
-// devices.h: the device= key (README, Configuration): which devices a run uses, as the config gives
+// devices.h: the device= key (cfg/README.md): which devices a run uses, as the config gives
 // them. The CPU is one device (cpu) or several (cpu:N, the multi-device path on CPU devices); GPUs are
 // named by their ids.
 #pragma once

@@ -1,4 +1,4 @@
-// comm.h: the processes of one run (README, Several machines). A run started by mpirun or srun is P
+// comm.h: the processes of one run (core/README.md). A run started by mpirun or srun is P
 // processes, each with today's thread-per-device driver over its own devices (core/multi.h); they
 // join through a small transport: rank and size, a sum of floats every rank gets bit for bit the
 // same, a gather of a few bytes from each rank, a broadcast from rank 0, and an abort that stops

@@ -1,4 +1,4 @@
-// multi.h: data parallelism over the devices of one process (README, Design). A worker
+// multi.h: data parallelism over the devices of one process (core/README.md). A worker
 // thread per device runs forward, assignment and backward on its micro-batch; the loss is
 // normalised by the target-score sum of the whole batch. reduce=device0: gradients are summed on
 // device 0, which clips, steps SGD and updates the EMA, and sends the new weights (and the BN running

@@ -1,5 +1,5 @@
-// split.h: how a batch is shared between the devices of one run (split=even|auto|w0,w1,...; README,
-// Configuration): the micro-batch of each device, the largest one a device is built for, and
+// split.h: how a batch is shared between the devices of one run (split=even|auto|w0,w1,...;
+// cfg/README.md): the micro-batch of each device, the largest one a device is built for, and
 // split=auto's decision from the measured speeds. Legend: B images of a batch, n devices.
 #pragma once
 #include "cfg/devices.h"

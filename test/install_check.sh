@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make install / make uninstall into a temporary PREFIX (README: Set up and run): the installed binary,
+# make install / make uninstall into a temporary PREFIX (cfg/README.md): the installed binary,
 # run from a folder without configs, finds them by bare name (s.ini, model=yolo26n.ini, cfg/t.ini);
 # a missing one says where it looked; make uninstall leaves nothing behind. Prints ok/FAIL lines as
 # the test binaries do and exits 1 on a failure. Runs from the repository root; the make variables of

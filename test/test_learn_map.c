@@ -17,7 +17,7 @@
 // picks its kernels by CPU and splits work by thread count) and training is chaotic: over core types
 // and seeds the final mAP50 falls in a band, and swings about as much between the last epochs. The
 // threshold sits one and a half band widths below the lowest run measured (figures, and the
-// recipes tried before this one: bench/RESULTS.md).
+// recipes tried before this one: bench/RESULTS.md and bench/HISTORY.md).
 #define MIN_MAP50 0.30
 static const char *const overrides[] = {
     "device=cpu", "workers=2", "seed=0", "imgsz=96", "epochs=24", "batch=8", "warmup_epochs=20",

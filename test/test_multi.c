@@ -1,6 +1,6 @@
 // test_multi.c: several devices in one process. Device lists and batch splits as users write them;
 // N CPU devices give the loss and gradients of one device accumulating the same micro-batches with
-// the whole batch's normaliser (as DataParallel; README, Design), for even, odd and weighted splits, in every
+// the whole batch's normaliser (as DataParallel; core/README.md), for even, odd and weighted splits, in every
 // mode (reduce=device0|sharded, loss_on=local|device0, host-staged copies); whole steps leave the
 // weights, momentum and EMA of one device; a checkpoint of a sharded run resumes exactly;
 // split=auto moves images off a slow device; a failing device stops the step without a hang.
@@ -444,7 +444,7 @@ static void host_waits_per_step(const char *spec, int n_gpus, Mode mode) {
     trainer_free(&t);
 }
 
-// README (Design): at most one host wait per step, for any number of devices, in every mode.
+// core/README.md: at most one host wait per step, for any number of devices, in every mode.
 static void test_one_host_wait_per_step(void) {
     host_waits_per_step("cpu", 0, LOCAL);
     host_waits_per_step("cpu:2", 0, LOCAL);

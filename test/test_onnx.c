@@ -6,7 +6,7 @@
 // no python3 has the onnx and numpy modules (Debian: python3-onnx). export's batch= refusals are checked
 // without python.
 //
-// Dump mode, for the GPU machine's onnxruntime check (commands in the final report / README "Export"):
+// Dump mode, for the GPU machine's onnxruntime check (commands in the final report / io/README.md):
 //   build/cpu/test/test_onnx dump CONFIG.ini WEIGHTS FIXTURE.safetensors OUTDIR
 // runs our CPU inference on FIXTURE's input/images and writes OUTDIR/input.bin (B,3,S,S), expect.bin
 // (the export's output0 layout) and shape.txt, for `python3 test/onnx_check.py MODEL.onnx --run OUTDIR`.
