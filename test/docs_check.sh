@@ -10,7 +10,7 @@
 #     checked: globs and brace lists (io/plot*.c), placeholders (bench/NAME, a word in capitals, or
 #     followed by <what>), build outputs (.o .d .a), a value after = (csv=bench/balance.csv: what a
 #     program writes), and a path inside another (../shared/..., tensorflow/core/...). The docs'
-#     relative Markdown links ([x](../io/README.md#plots)) must exist too.
+#     relative Markdown links ([x](../io/README.md#plots)) must exist too, with the heading they name.
 # Prints each miss as file:line and fails. Only bash, grep, sed and awk.
 cd "$(dirname "$0")/.."
 bad=0
@@ -54,8 +54,8 @@ function scan(text,    s, tok, prev, next_ch) {
 }
 function links(text,    s, t) {
     s = text
-    while (match(s, /\]\([^)# ]+/)) {
-        t = substr(s, RSTART + 2, RLENGTH - 2)
+    while (match(s, /\]\([^) ]+\)/)) {
+        t = substr(s, RSTART + 2, RLENGTH - 3)
         s = substr(s, RSTART + RLENGTH)
         if (t ~ /^[a-z]+:/) continue                             # http:, mailto:
         printf "%s\t%d\t%s\tl\n", FILENAME, FNR, t
@@ -88,9 +88,16 @@ FNR == 1 { block = 0; md = FILENAME ~ /\.md$/; hash = FILENAME ~ /(\.sh|\.py|Mak
 while IFS=$'\t' read -r file line path kind; do
     [ -n "$file" ] || continue
     if [ "$kind" = l ]; then
-        target="$(dirname "$file")/$path"
-        [ -e "$target" ] && continue
-        echo "$file:$line: the link $path does not exist"; bad=1; continue
+        target=${path%%#*} anchor=
+        [ "$target" = "$path" ] || anchor=${path#*#}
+        if [ -z "$target" ]; then target=$file; else target="$(dirname "$file")/$target"; fi
+        if [ ! -e "$target" ]; then echo "$file:$line: the link $path does not exist"; bad=1; continue; fi
+        # an #anchor names a heading of the target, as GitHub spells it (lower case, no punctuation, - for spaces)
+        if [ -n "$anchor" ] && ! awk -v a="$anchor" '/^#+ / { t = tolower($0); sub(/^#+ +/, "", t); gsub(/[^a-z0-9 _-]/, "", t);
+                gsub(/ /, "-", t); if (t == a) { found = 1; exit } } END { exit !found }' "$target"; then
+            echo "$file:$line: the link $path names no heading of $target"; bad=1
+        fi
+        continue
     fi
     [ -e "$path" ] && continue
     base=${path##*/}
