@@ -38,7 +38,8 @@ enum { BACKEND_FAULT_ERROR, BACKEND_FAULT_STICKY, BACKEND_FAULT_HANG };   // Bac
 // of one type can swap in a backend's table unseen: ops (every backend states each), unit and fused
 // (optional fused forms: NULL, the executor composes the form from ops, so each composition is written once),
 // dev (memory, events, timers, recordings, the device itself), loss, optim, val (validation) and comm
-// (several processes).
+// (several processes). test/test_backend_ops.c checks every ops, unit and fused entry of every backend
+// present against the plain CPU functions.
 
 // The ops of core/ops.h and core/ops26.h, one slot each; every backend states all of them.
 typedef struct BackendOps {
