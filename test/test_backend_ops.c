@@ -563,7 +563,7 @@ static void case_resize_bilinear(const Target *tg, Rng *g, int i) {
 static void dwconv_case(const Target *tg, Rng *g, int i, int backward) {
     static const int ks[] = { 3, 5, 7 };
     Shape sx = shape_at(i, g);
-    int k = ks[i % 3], stride = 1 + i % 2;
+    int k = ks[i % 3], stride = k == 7 ? 1 : 1 + i % 2;   // 7x7: stride 1, as test_gpu_ops26 runs it
     if (sx.H < k) sx.H = k;
     if (sx.W < k) sx.W = k;
     DwDims d = dw_dims(sx.N, sx.C, sx.H, sx.W, k, stride);
