@@ -85,7 +85,8 @@ static int unit_forward(Model *m, const ConvUnit *cu, int in, Map out, int n, in
                                        P(m, cu->bn_mean), P(m, cu->bn_var), mean, invstd, out);
         return 1;
     }
-    Map u = act && (out.bf16 || cu->bn_frozen) ? map_make(m->tmp_a, out.N, out.H, out.W, out.C) : out;
+    int scratch = act && (out.bf16 || (train && cu->bn_frozen));   // a frozen unit's u: tmp_a, as before
+    Map u = scratch ? map_make(m->tmp_a, out.N, out.H, out.W, out.C) : out;
     if (!train) {
         be->ops.bn_forward_eval(m->be_ctx, z, P(m, cu->bn_w), P(m, cu->bn_b), BN_EPS, P(m, cu->bn_mean),
                                 P(m, cu->bn_var), u);
