@@ -75,10 +75,10 @@ static void forward_only(Model *m, int imgsz, int reps) {
     uint8_t *px = xmalloc(bytes);
     memset(px, 114, bytes);
     model_forward_u8(m, px, m->max_n, imgsz, imgsz, 0);
-    m->be->sync(m->be_ctx);
+    m->be->dev.sync(m->be_ctx);
     double t0 = now_seconds();
     for (int i = 0; i < reps; i++) model_forward_u8(m, px, m->max_n, imgsz, imgsz, 0);
-    m->be->sync(m->be_ctx);
+    m->be->dev.sync(m->be_ctx);
     double s = now_seconds() - t0;
     printf("-- forward only (upload included), %d x %d images of %d px: %.3f ms per image\n", reps, m->max_n, imgsz,
            s * 1e3 / reps / m->max_n);

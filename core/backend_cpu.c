@@ -25,22 +25,12 @@ static void bn_eval(void *c, Map z, const float *g, const float *b, float eps, c
                     Map u) {
     bn_forward_eval_cpu(z, g, b, eps, rm, rv, u);
 }
-static void bn_silu_eval(void *c, Map z, const float *g, const float *b, float eps, const float *rm, const float *rv,
-                         Map y) {
-    bn_forward_eval_cpu(z, g, b, eps, rm, rv, y);
-    silu_forward_cpu(y, y);
-}
 static void bn_bwd(void *c, Map z, const float *g, const float *mean, const float *invstd, Map du, Map dz,
                    float *dg, float *db) {
     bn_backward_cpu(z, g, mean, invstd, du, dz, dg, db);
 }
 static void bn_apply(void *c, Map z, const float *g, const float *b, const float *mean, const float *invstd, Map u) {
-    size_t np = map_pixels(z);
-    for (size_t i = 0; i < np; i++) {
-        const float *zi = z.data + i * z.ld;
-        float *ui = u.data + i * u.ld;
-        for (int k = 0; k < z.C; k++) ui[k] = (zi[k] - mean[k]) * invstd[k] * g[k] + b[k];
-    }
+    bn_apply_cpu(z, g, b, mean, invstd, u);
 }
 static void silu_fwd(void *c, Map u, Map y) { silu_forward_cpu(u, y); }
 static void silu_bwd(void *c, Map u, Map dy, Map du) { silu_backward_cpu(u, dy, du); }
@@ -54,47 +44,6 @@ static void avgpool_bwd(void *c, int k, int s, int p, Map dy, Map dx) { avgpool_
 static void upsample_fwd(void *c, Map x, int f, Map y) { upsample_forward_cpu(x, f, y); }
 static void resize_fwd(void *c, Map x, Map y) { resize_bilinear_cpu(x, y); }
 static void upsample_bwd(void *c, int f, Map dy, Map dx) { upsample_backward_cpu(f, dy, dx); }
-static void bn_silu_train(void *c, Map z, const float *g, const float *b, float eps, float mom, float *rm,
-                          float *rv, float *mean, float *invstd, Map y) {
-    bn_forward_train_cpu(z, g, b, eps, mom, rm, rv, mean, invstd, y);
-    silu_forward_cpu(y, y);
-}
-static void conv_bn_silu_bwd(void *c, const ConvDims *d, Map x, const float *w, Map z, const BnSaved *bn, Map dy,
-                             Map tmp, Map dz, Map dx, float *dw, float *ws) {
-    bn_apply(c, z, bn->gamma, bn->beta, bn->mean, bn->invstd, tmp);
-    silu_backward_cpu(tmp, dy, tmp);
-    bn_backward_cpu(z, bn->gamma, bn->mean, bn->invstd, tmp, dz, bn->dgamma, bn->dbeta);
-    conv_backward_cpu(d, x, w, dz, dx, dw, NULL, ws);
-}
-static void repconv_train(void *c, Map z1, const BnTrain *b1, Map z2, const BnTrain *b2, float eps, float mom, Map u,
-                          Map tmp, Map y) {
-    bn_forward_train_cpu(z1, b1->gamma, b1->beta, eps, mom, b1->running_mean, b1->running_var, b1->mean, b1->invstd, u);
-    bn_forward_train_cpu(z2, b2->gamma, b2->beta, eps, mom, b2->running_mean, b2->running_var, b2->mean, b2->invstd,
-                         tmp);
-    accumulate_map_cpu(tmp, u);   // the branches added in fp32, then rounded once by the SiLU
-    silu_forward_cpu(u, y);
-}
-static void repconv_silu_bwd(void *c, Map z1, const BnSaved *b1, Map z2, const BnSaved *b2, Map dy, Map tmp, Map du) {
-    bn_apply(c, z1, b1->gamma, b1->beta, b1->mean, b1->invstd, du);
-    bn_apply(c, z2, b2->gamma, b2->beta, b2->mean, b2->invstd, tmp);
-    accumulate_map_cpu(tmp, du);
-    silu_backward_cpu(du, dy, du);
-}
-static void conv_bn_bwd(void *c, const ConvDims *d, Map x, const float *w, Map z, const BnSaved *bn, Map du, Map dz,
-                        Map dx, float *dw, float *ws) {
-    bn_backward_cpu(z, bn->gamma, bn->mean, bn->invstd, du, dz, bn->dgamma, bn->dbeta);
-    conv_backward_cpu(d, x, w, dz, dx, dw, NULL, ws);
-}
-static void repconv_bn_bwd(void *c, const ConvDims *d1, const float *w1, Map z1, const BnSaved *b1, float *dw1, Map dx1,
-                           const ConvDims *d2, const float *w2, Map z2, const BnSaved *b2, float *dw2, Map dx2, Map x,
-                           Map du, Map dz, float *ws) {
-    conv_bn_bwd(c, d1, x, w1, z1, b1, du, dz, dx1, dw1, ws);
-    conv_bn_bwd(c, d2, x, w2, z2, b2, du, dz, dx2, dw2, ws);
-}
-static void bn_silu_add_train(void *c, Map z, const BnTrain *b, float eps, float mom, Map a, Map y, Map out) {
-    bn_silu_train(c, z, b->gamma, b->beta, eps, mom, b->running_mean, b->running_var, b->mean, b->invstd, y);
-    add_forward_cpu(a, y, out);
-}
 static void dw_fwd(void *c, const DwDims *d, Map x, const float *w, const float *b, Map y) {
     dwconv_forward_cpu(d, x, w, b, y);
 }
@@ -407,31 +356,48 @@ static void cpu_opt26_free(void *c, void *p) {
     free(o);
 }
 
+// The CPU states only what it implements: no fused forms (the executor composes them from these ops),
+// recordings or device-side sums between processes.
 const Backend backend_cpu = {
-    "cpu", conv_fwd, conv_bwd, bn_train, bn_eval, bn_bwd, bn_apply, silu_fwd, silu_bwd, add_fwd, copy, accumulate,
-    maxpool_fwd, maxpool_bwd, avgpool_fwd, avgpool_bwd, upsample_fwd, upsample_bwd, prepare, sumsq, scale, sgd, ema,
-    scale_n, sync, bind, pull, zero, upload, upload_u8, download, event_new, event_free, event_record, event_wait,
-    bn_silu_train, conv_bn_silu_bwd,
-    dw_fwd, dw_bwd, attn_fwd, attn_bwd,
-    sumsq_to, clip, loss_norm, timer_new, timer_free, timer_record, timer_seconds,
-    conv_bn_bwd,
-    nms_prepare, nms_release, nms_detect,
-    vloss_prepare, vloss_release, vloss_stage, vloss_eval,
-    NULL, NULL, NULL, NULL,                        // recordings: the CPU runs its ops directly
-    topk_prepare, topk_release, topk_detect,
-    bn_silu_eval,
-    bn_frozen_stats, bn_frozen_bwd,
-    .device_list = device_list, .device_id = device_id, .device_close = device_close, .scalars = scalars,
-    .buffer_new = buffer_new, .buffer_free = buffer_free, .prefetch_u8 = prefetch_u8, .mem_used = mem_used,
-    .usable = usable, .check = check, .inject_fault = inject_fault,
-    .loss_new = cpu_loss_new, .loss_free = cpu_loss_free, .loss_assign = cpu_loss_assign,
-    .loss_compute = cpu_loss_compute, .loss_items = cpu_loss_items,
-    .loss26_new = cpu_loss26_new, .loss26_free = cpu_loss26_free, .loss26_assign = cpu_loss26_assign,
-    .loss26_compute = cpu_loss26_compute, .loss26_items = cpu_loss26_items,
-    .opt26_new = cpu_opt26_new, .opt26_step = cpu_opt26_step, .opt26_free = cpu_opt26_free,
-    .resize_bilinear = resize_fwd,
-    .vloss_eval26 = vloss_eval26,
-    .comm_sum_begin = comm_sum_begin, .comm_sum_end = comm_sum_end,
-    .repconv_forward_train = repconv_train, .repconv_silu_backward = repconv_silu_bwd,
-    .repconv_bn_backward = repconv_bn_bwd, .bn_silu_add_forward_train = bn_silu_add_train,
+    .name = "cpu",
+    .ops = {
+        .conv_forward = conv_fwd, .conv_backward = conv_bwd,
+        .bn_forward_train = bn_train, .bn_forward_eval = bn_eval, .bn_backward = bn_bwd, .bn_apply = bn_apply,
+        .bn_frozen_stats = bn_frozen_stats, .bn_frozen_backward = bn_frozen_bwd,
+        .silu_forward = silu_fwd, .silu_backward = silu_bwd, .add_forward = add_fwd,
+        .copy_map = copy, .accumulate_map = accumulate,
+        .maxpool_forward = maxpool_fwd, .maxpool_backward = maxpool_bwd,
+        .avgpool_forward = avgpool_fwd, .avgpool_backward = avgpool_bwd,
+        .upsample_forward = upsample_fwd, .upsample_backward = upsample_bwd, .resize_bilinear = resize_fwd,
+        .dwconv_forward = dw_fwd, .dwconv_backward = dw_bwd, .attn_forward = attn_fwd, .attn_backward = attn_bwd,
+    },
+    .dev = {
+        .sync = sync, .bind = bind, .pull = pull, .zero = zero, .upload = upload, .upload_u8 = upload_u8,
+        .download = download,
+        .event_new = event_new, .event_free = event_free, .event_record = event_record, .event_wait = event_wait,
+        .timer_new = timer_new, .timer_free = timer_free, .timer_record = timer_record,
+        .timer_seconds = timer_seconds,
+        .device_list = device_list, .device_id = device_id, .device_close = device_close, .scalars = scalars,
+        .buffer_new = buffer_new, .buffer_free = buffer_free, .prefetch_u8 = prefetch_u8, .mem_used = mem_used,
+        .usable = usable, .check = check, .inject_fault = inject_fault,
+    },
+    .loss = {
+        .loss_new = cpu_loss_new, .loss_free = cpu_loss_free, .loss_assign = cpu_loss_assign,
+        .loss_compute = cpu_loss_compute, .loss_items = cpu_loss_items,
+        .loss26_new = cpu_loss26_new, .loss26_free = cpu_loss26_free, .loss26_assign = cpu_loss26_assign,
+        .loss26_compute = cpu_loss26_compute, .loss26_items = cpu_loss26_items,
+        .loss_norm = loss_norm,
+    },
+    .optim = {
+        .optim_prepare = prepare, .grad_sumsq = sumsq, .grad_scale = scale, .sgd_apply = sgd,
+        .grad_sumsq_to = sumsq_to, .grad_clip = clip, .ema_update = ema, .scale = scale_n,
+        .opt26_new = cpu_opt26_new, .opt26_step = cpu_opt26_step, .opt26_free = cpu_opt26_free,
+    },
+    .val = {
+        .nms_prepare = nms_prepare, .nms_release = nms_release, .nms_detect = nms_detect,
+        .topk_prepare = topk_prepare, .topk_release = topk_release, .topk_detect = topk_detect,
+        .vloss_prepare = vloss_prepare, .vloss_release = vloss_release, .vloss_stage = vloss_stage,
+        .vloss_eval = vloss_eval, .vloss_eval26 = vloss_eval26,
+    },
+    .comm = { .comm_sum_begin = comm_sum_begin, .comm_sum_end = comm_sum_end },
 };

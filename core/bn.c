@@ -126,6 +126,15 @@ void bn_backward_cpu(Map z, const float *gamma, const float *mean, const float *
     }
 }
 
+void bn_apply_cpu(Map z, const float *gamma, const float *beta, const float *mean, const float *invstd, Map u) {
+    size_t np = map_pixels(z);
+    for (size_t i = 0; i < np; i++) {
+        const float *zi = z.data + i * z.ld;
+        float *ui = u.data + i * u.ld;
+        for (int k = 0; k < z.C; k++) ui[k] = (zi[k] - mean[k]) * invstd[k] * gamma[k] + beta[k];
+    }
+}
+
 void bn_frozen_stats_cpu(int C, const float *running_mean, const float *running_var, float eps, float *mean,
                          float *invstd) {
     for (int c = 0; c < C; c++) {

@@ -12,7 +12,7 @@ static const char FORMAT[] = "yolotrain-state-1";
 // A flat host copy of n floats from the trainer's memory (CPU or GPU).
 static float *host_copy(const Trainer *t, const float *src, size_t n) {
     float *h = xmalloc((n ? n : 1) * sizeof(float));
-    t->m.be->download(t->m.be_ctx, h, src, n);
+    t->m.be->dev.download(t->m.be_ctx, h, src, n);
     return h;
 }
 
@@ -56,7 +56,7 @@ static int read_flat(Trainer *t, const SafeTensors *st, const char *name, float 
     float *h = xmalloc((n ? n : 1) * sizeof(float));
     int rc = st_read_f32(st, name, h, n, err);
     if (!rc) rc = model_check_finite(&t->m, h, n, st->path, name, err);
-    if (!rc) t->m.be->upload(t->m.be_ctx, dst, h, n);
+    if (!rc) t->m.be->dev.upload(t->m.be_ctx, dst, h, n);
     free(h);
     return rc;
 }

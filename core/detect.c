@@ -333,9 +333,9 @@ static int device_boxes(Detector *dt, int img_h, const LetterboxInfo *lb, int w0
     int nd;
     if (dt->topk) {
         Topk26Opts to = { .max_det = dt->max_det, .agnostic = dt->dec.nms.agnostic, .conf = dt->dec.nms.conf_thres };
-        m->be->topk_detect(m->be_ctx, dt->topk, head, img_h, 1, &to, dt->dec.det, &nd);
+        m->be->val.topk_detect(m->be_ctx, dt->topk, head, img_h, 1, &to, dt->dec.det, &nd);
     } else {
-        m->be->nms_detect(m->be_ctx, dt->nms, head, m->strides, 1, dt->dec.det, &nd);
+        m->be->val.nms_detect(m->be_ctx, dt->nms, head, m->strides, 1, dt->dec.det, &nd);
     }
     unletterbox(dt->dec.det, nd, lb, w0, h0);
     return nd;
@@ -349,7 +349,7 @@ static void host_heads(Detector *dt, Map head[]) {
         head[l] = model_value(m, m->head[l], 1);
         if (!m->on_device) continue;
         size_t n = (size_t)head[l].H * head[l].W * head[l].ld;
-        m->be->download(m->be_ctx, dt->heads + off, head[l].data, n);
+        m->be->dev.download(m->be_ctx, dt->heads + off, head[l].data, n);
         head[l].data = dt->heads + off;
         off += n;
     }
@@ -420,7 +420,7 @@ static void log_image(DetectRun *r, int i, const char *line, const char *error, 
 static void *detector_main(void *arg) {
     Detector *dt = arg;
     const PathList *src = dt->run->src;
-    dt->m->be->bind(dt->m->be_ctx);
+    dt->m->be->dev.bind(dt->m->be_ctx);
     char line[3 * CFG_PATH];
     for (int i = dt->k; i < src->n; i += dt->n_dev) {
         Err err;
@@ -442,9 +442,9 @@ static void detector_init(Detector *dt, DetectRun *r, Model *m, int k, int n_dev
     val_decoder_init(&dt->dec, m, S, S, &no);
     if (m->on_device && m->n_levels == 3) {   // heads are fp32 (core/act_plan.c)
         int A = (S / 8) * (S / 8) + (S / 16) * (S / 16) + (S / 32) * (S / 32);
-        m->be->bind(m->be_ctx);               // the work lives on this model's device
-        if (m->end2end) dt->topk = m->be->topk_prepare(m->be_ctx, 1, A, m->nc, no.max_det);
-        else dt->nms = m->be->nms_prepare(m->be_ctx, 1, A, m->nc, &no);
+        m->be->dev.bind(m->be_ctx);               // the work lives on this model's device
+        if (m->end2end) dt->topk = m->be->val.topk_prepare(m->be_ctx, 1, A, m->nc, no.max_det);
+        else dt->nms = m->be->val.nms_prepare(m->be_ctx, 1, A, m->nc, &no);
     }
 }
 
@@ -464,11 +464,11 @@ static int detect_all(InferModels *im, char **names, const char *dir, const Path
     for (int k = 0; k < n; k++) {
         free(dt[k].heads); val_decoder_free(&dt[k].dec);
         Model *m = dt[k].m;
-        if (dt[k].nms || dt[k].topk) m->be->bind(m->be_ctx);
-        if (dt[k].nms) m->be->nms_release(m->be_ctx, dt[k].nms);
-        if (dt[k].topk) m->be->topk_release(m->be_ctx, dt[k].topk);
+        if (dt[k].nms || dt[k].topk) m->be->dev.bind(m->be_ctx);
+        if (dt[k].nms) m->be->val.nms_release(m->be_ctx, dt[k].nms);
+        if (dt[k].topk) m->be->val.topk_release(m->be_ctx, dt[k].topk);
     }
-    if (n > 1) im->ptr[0]->be->bind(im->ptr[0]->be_ctx);
+    if (n > 1) im->ptr[0]->be->dev.bind(im->ptr[0]->be_ctx);
     int failed = r.failed;
     char pictures[64] = "", labels[3 * CFG_PATH] = "";   // as detect.py: "N labels saved to DIR/labels"
     if (!o->nosave) snprintf(pictures, sizeof pictures, " (%d images)", src->n - failed);

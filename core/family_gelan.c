@@ -15,7 +15,7 @@
 // three groups as SGD (biases with no decay, weights with the scaled decay, BN weights with none),
 // torch.optim.Adam / AdamW with betas (momentum, 0.999), the lr and warmup of SGD's schedule. The
 // groups carry betas, not "momentum", so train.py's warmup leaves beta1 at hyp momentum. Run by the
-// backend's YOLO26 optimizer (Backend.opt26_*): its state block [m | v] is what Trainer.sgd.buf
+// backend's YOLO26 optimizer (Backend.optim.opt26_*): its state block [m | v] is what Trainer.sgd.buf
 // points at, so checkpoints save it as they save SGD's momentum.
 typedef struct GelanAdam {
     int      kind;                 // OPT26_KIND_ADAM or OPT26_KIND_ADAMW
@@ -47,11 +47,11 @@ static int check(const Config *cfg, Err *err) {
 static int init(Trainer *t, const Config *cfg, Err *err) {
     Model *m = &t->m;
     int anchors = trainer_anchors(m), max_t = m->max_n * TARGETS_PER_IMAGE;
-    t->loss = m->be->loss_new(m->be_ctx, m->max_n, max_t, m->nc, anchors);
-    if (t->loss && m->n_aux) t->loss_aux = m->be->loss_new(m->be_ctx, m->max_n, max_t, m->nc, anchors);
+    t->loss = m->be->loss.loss_new(m->be_ctx, m->max_n, max_t, m->nc, anchors);
+    if (t->loss && m->n_aux) t->loss_aux = m->be->loss.loss_new(m->be_ctx, m->max_n, max_t, m->nc, anchors);
     if (!t->loss || (m->n_aux && !t->loss_aux))
         return err_set(err, "GPU %d: no memory left for the loss at batch %d; lower batch or imgsz",
-                       m->be->device_id(m->be_ctx), m->max_n);
+                       m->be->dev.device_id(m->be_ctx), m->max_n);
     return 0;
 }
 
@@ -65,7 +65,7 @@ static float *adam_init(Trainer *t, int kind) {
     a->params = xcalloc(m->n_params ? m->n_params : 1, sizeof *a->params);
     a->n_params = train26_params(m, 0, a->params);
     for (int k = 0; k < a->n_params; k++) a->n_state += 2 * a->params[k].n;
-    a->opt = m->be->opt26_new(m->be_ctx, a->params, a->n_params, kind, 0, 0, &a->state);
+    a->opt = m->be->optim.opt26_new(m->be_ctx, a->params, a->n_params, kind, 0, 0, &a->state);
     return a->state;
 }
 
@@ -90,11 +90,11 @@ static void optimizer_init(Trainer *t, const Config *cfg, int nb) {
 }
 
 static void release(Trainer *t) {
-    if (t->loss) t->m.be->loss_free(t->m.be_ctx, t->loss);
-    if (t->loss_aux) t->m.be->loss_free(t->m.be_ctx, t->loss_aux);
+    if (t->loss) t->m.be->loss.loss_free(t->m.be_ctx, t->loss);
+    if (t->loss_aux) t->m.be->loss.loss_free(t->m.be_ctx, t->loss_aux);
     t->loss = t->loss_aux = NULL;
     if (t->gadam) {
-        if (t->gadam->opt) t->m.be->opt26_free(t->m.be_ctx, t->gadam->opt);   // and its state block
+        if (t->gadam->opt) t->m.be->optim.opt26_free(t->m.be_ctx, t->gadam->opt);   // and its state block
         free(t->gadam->params);
         free(t->gadam);
         t->gadam = NULL;
@@ -114,8 +114,8 @@ static MuStep gelan_adam_step(const OptStep *st, double momentum) {
 // The two assignments of the batch, each head on its own (detached) predictions.
 static int assign(Trainer *t, double *tss, Err *err) {
     const Backend *be = t->m.be;
-    if (be->loss_assign(t->m.be_ctx, t->loss, &t->lb, &tss[0], err)) return -1;
-    return t->m.n_aux ? be->loss_assign(t->m.be_ctx, t->loss_aux, &t->lb_aux, &tss[1], err) : 0;
+    if (be->loss.loss_assign(t->m.be_ctx, t->loss, &t->lb, &tss[0], err)) return -1;
+    return t->m.n_aux ? be->loss.loss_assign(t->m.be_ctx, t->loss_aux, &t->lb_aux, &tss[1], err) : 0;
 }
 
 // The loss of both heads: the auxiliary one weighted through batch_mult, each normalised by its own
@@ -123,17 +123,17 @@ static int assign(Trainer *t, double *tss, Err *err) {
 static void compute(Trainer *t, double batch_mult) {
     const Backend *be = t->m.be;
     const double *norm = t->scal + SC_NORM;
-    be->loss_compute(t->m.be_ctx, t->loss, &t->lb, norm, batch_mult, t->grad_maps);
+    be->loss.loss_compute(t->m.be_ctx, t->loss, &t->lb, norm, batch_mult, t->grad_maps);
     if (t->m.n_aux)
-        be->loss_compute(t->m.be_ctx, t->loss_aux, &t->lb_aux, norm + 1, LOSS_AUX_WEIGHT * batch_mult, t->grad_aux);
+        be->loss.loss_compute(t->m.be_ctx, t->loss_aux, &t->lb_aux, norm + 1, LOSS_AUX_WEIGHT * batch_mult, t->grad_aux);
 }
 
 static void items(Trainer *t, LossOut *out) {
     const Backend *be = t->m.be;
-    be->loss_items(t->m.be_ctx, t->loss, t->items_mult, out);
+    be->loss.loss_items(t->m.be_ctx, t->loss, t->items_mult, out);
     if (!t->m.n_aux) return;
     LossOut aux;
-    be->loss_items(t->m.be_ctx, t->loss_aux, LOSS_AUX_WEIGHT * t->items_mult, &aux);
+    be->loss.loss_items(t->m.be_ctx, t->loss_aux, LOSS_AUX_WEIGHT * t->items_mult, &aux);
     loss_add_aux(out, &aux);
 }
 
@@ -145,12 +145,12 @@ static void update(Trainer *t, int epoch, int i) {
     clip_grad_norm_queued(&t->sgd, 10.0f, t->scal + SC_SUMSQ);
     if (t->gadam) {                                    // the checkpointed count drives the bias correction
         MuStep ms = gelan_adam_step(&st, t->sched.momentum);
-        m->be->opt26_step(m->be_ctx, t->gadam->opt, &ms, (long)t->sgd.steps);   // also zeroes the gradients
+        m->be->optim.opt26_step(m->be_ctx, t->gadam->opt, &ms, (long)t->sgd.steps);   // also zeroes the gradients
         t->sgd.steps++;
     } else {
         sgd_step(&t->sgd, &st);                        // also zeroes the gradients
     }
-    m->be->ema_update(m->be_ctx, t->ema, m->state, m->n_state, ema_decay(++t->ema_updates));
+    m->be->optim.ema_update(m->be_ctx, t->ema, m->state, m->n_state, ema_decay(++t->ema_updates));
 }
 
 static void lr_at(Trainer *t, int epoch, int i) {

@@ -22,7 +22,7 @@ static void fail_cuda(const Trainer *t, int step) {
     const char *spec = getenv("YT_FAIL_CUDA");
     if (!spec || atoi(spec) != step) return;
     fprintf(stderr, "YT_FAIL_CUDA=%s: a CUDA error injected at step %d\n", spec, step);
-    t->m.be->inject_fault(t->m.be_ctx, strstr(spec, "sticky") ? BACKEND_FAULT_STICKY : BACKEND_FAULT_ERROR);
+    t->m.be->dev.inject_fault(t->m.be_ctx, strstr(spec, "sticky") ? BACKEND_FAULT_STICKY : BACKEND_FAULT_ERROR);
     device_fatal("injected");
 }
 
@@ -30,7 +30,7 @@ static void nan_weight(const Trainer *t, int step) {
     const char *at = getenv("YT_NAN_AT_STEP");
     if (!at || atoi(at) != step) return;
     float nan = NAN;
-    t->m.be->upload(t->m.be_ctx, t->m.state, &nan, 1);
+    t->m.be->dev.upload(t->m.be_ctx, t->m.state, &nan, 1);
 }
 
 // The device's queue stops before this step's work (the GPU's: a kernel that spins; the CPU's: nothing),
@@ -40,7 +40,7 @@ static void hang_gpu(const Trainer *t, int step) {
     const char *at = getenv("YT_GPU_HANG_AT");
     if (!at || atoi(at) != step) return;
     fprintf(stderr, "YT_GPU_HANG_AT=%s: the device's queue stops at step %d\n", at, step);
-    t->m.be->inject_fault(t->m.be_ctx, BACKEND_FAULT_HANG);
+    t->m.be->dev.inject_fault(t->m.be_ctx, BACKEND_FAULT_HANG);
 }
 
 void fault_before_step(const Trainer *t, int step) {

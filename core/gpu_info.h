@@ -1,4 +1,4 @@
-// gpu_info.h: what a backend reports of each GPU present (Backend.device_list): core/infer_devices.c
+// gpu_info.h: what a backend reports of each GPU present (Backend.dev.device_list): core/infer_devices.c
 // prints it when device= names one that is not there.
 #pragma once
 #include <stddef.h>

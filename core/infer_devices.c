@@ -9,7 +9,7 @@
 int infer_pick_devices(const Config *cfg, const char *prog, DeviceList *devs) {
     GpuInfo gpus[16];
     const Backend *gpu = backend_gpu_get();
-    int n = gpu ? gpu->device_list(gpus, 16) : 0;
+    int n = gpu ? gpu->dev.device_list(gpus, 16) : 0;
     Err err;
     if (!parse_devices(cfg->device, n, devs, &err)) return 0;
     fprintf(stderr, "%s: %s; the GPUs found are:%s\n", prog, err.msg, n ? "" : " none (use device=cpu)");
@@ -22,13 +22,13 @@ int infer_pick_devices(const Config *cfg, const char *prog, DeviceList *devs) {
 static int to_gpu(Model *m, int id, const Config *cfg, Err *err) {
     const Backend *gpu = backend_gpu_get();
     if (!gpu) return err_set(err, "device=%s: this yolotrain was built without CUDA; use device=cpu", cfg->device);
-    return gpu->model_to_device(m, id, cfg->precision, 0, err);
+    return gpu->dev.model_to_device(m, id, cfg->precision, 0, err);
 }
 
 static int auto_batch_gpu(Config *cfg, const DeviceList *devs, Err *err) {
     const Backend *gpu = backend_gpu_get();
     if (!gpu) return err_set(err, "device=%s: this yolotrain was built without CUDA; use device=cpu", cfg->device);
-    return gpu->auto_batch(cfg, devs->gpu, devs->n, err);
+    return gpu->dev.auto_batch(cfg, devs->gpu, devs->n, err);
 }
 
 int infer_auto_batch(Config *cfg, const DeviceList *devs, Err *err) {
@@ -44,9 +44,9 @@ static void free_model(Model *m) {
     if (!m->on_device) { model_free(m); return; }
     const Backend *be = m->be;
     void *dev = m->be_ctx;
-    be->bind(dev);
+    be->dev.bind(dev);
     model_free(m);
-    be->device_close(dev);
+    be->dev.device_close(dev);
 }
 
 static void print_devices(const Config *cfg, const DeviceList *devs) {

@@ -23,7 +23,7 @@ int  infer_pick_devices(const Config *cfg, const char *prog, DeviceList *devs);
 // one line naming the devices. A GPU in a build without CUDA is an error. Returns 0, or -1 with err
 // (nothing left allocated).
 int  infer_models_open(const Config *cfg, const DeviceList *devs, int max_n, InferModels *im, Err *err);
-// batch=-1 (auto): on GPUs, the batch whose training plan fits the free memory (Backend.auto_batch,
+// batch=-1 (auto): on GPUs, the batch whose training plan fits the free memory (Backend.dev.auto_batch,
 // gpu/train_gpu.c); on CPU devices AUTO_BATCH_CPU each. Any other batch is left alone. Returns 0, or -1
 // with err.
 enum { AUTO_BATCH_CPU = 16 };

@@ -170,7 +170,7 @@ typedef struct Model {
     unsigned char *grad_fresh;     // per node, FRESH_* bits: which of its gradient writes are the first
                                    // into buffers left unzeroed, so they write (=) instead of adding
     // recorded passes of training steps (model_run.c): the forward and the backward of each shape
-    // (n, input h, w), replayed through Backend.rec_* once the shape was seen
+    // (n, input h, w), replayed through Backend.dev.rec_* once the shape was seen
     ModelRecording recs[MODEL_RECS];
 } Model;
 

@@ -80,7 +80,7 @@ int model_load(Model *m, const char *path, const char *prefix, Err *err) {
     int rc = 0;
     size_t plen = strlen(prefix);
     float *host = xmalloc(m->n_state * sizeof(float));   // the state may live on a GPU
-    m->be->download(m->be_ctx, host, m->state, m->n_state);
+    m->be->dev.download(m->be_ctx, host, m->state, m->n_state);
     for (int i = 0; i < m->n_params && !rc; i++) rc = load_param(host, &st, &m->params[i], prefix, err);
     for (int i = 0; i < st.n && !rc; i++) {              // extra tensors: a config/weights mismatch
         const char *name = st.tensor[i].name;
@@ -100,7 +100,7 @@ int model_load(Model *m, const char *path, const char *prefix, Err *err) {
         rc = -1;
     }
     if (!rc) rc = model_check_finite(m, host, m->n_state, path, "state", err);
-    if (!rc) m->be->upload(m->be_ctx, m->state, host, m->n_state);
+    if (!rc) m->be->dev.upload(m->be_ctx, m->state, host, m->n_state);
     free(host);
     st_close(&st);
     return rc;
@@ -111,7 +111,7 @@ int model_save(const Model *m, const char *path, Err *err) {
     for (int i = 0; i < m->n_params; i++) n += 1 + (m->params[i].kind == PK_RUNNING_VAR);
     StWriteTensor *t = xcalloc(n, sizeof *t);
     float *host = xmalloc(m->n_state * sizeof(float));    // the state may live on a GPU
-    m->be->download(m->be_ctx, host, m->state, m->n_state);
+    m->be->dev.download(m->be_ctx, host, m->state, m->n_state);
     char (*nbt)[128] = xcalloc(n, sizeof *nbt);
     int64_t batches = m->bn_batches;
     int k = 0;

@@ -39,16 +39,16 @@ const char *mt_dev_name(const Multi *mt, int k, char *buf, size_t size) {
 // dst (in dt's memory) = n floats of src (in st's memory); through host memory when peer access is off
 void mt_copy_floats(Multi *mt, Trainer *dt, float *dst, Trainer *st, const float *src, size_t n, float *stage) {
     if (!n) return;
-    if (!mt->staged || dt == st) { dt->m.be->pull(dt->m.be_ctx, dst, st->m.be_ctx, src, n); return; }
-    st->m.be->bind(st->m.be_ctx);
-    st->m.be->download(st->m.be_ctx, stage, src, n);   // blocking: behind st's queued work
-    dt->m.be->bind(dt->m.be_ctx);
-    dt->m.be->upload(dt->m.be_ctx, dst, stage, n);
+    if (!mt->staged || dt == st) { dt->m.be->dev.pull(dt->m.be_ctx, dst, st->m.be_ctx, src, n); return; }
+    st->m.be->dev.bind(st->m.be_ctx);
+    st->m.be->dev.download(st->m.be_ctx, stage, src, n);   // blocking: behind st's queued work
+    dt->m.be->dev.bind(dt->m.be_ctx);
+    dt->m.be->dev.upload(dt->m.be_ctx, dst, stage, n);
 }
 
 void mt_add_into(Trainer *dst, float *to, const float *from, size_t n) {
     Map a = map_make((float *)from, 1, 1, (int)n, 1), b = map_make(to, 1, 1, (int)n, 1);
-    dst->m.be->accumulate_map(dst->m.be_ctx, a, b);
+    dst->m.be->ops.accumulate_map(dst->m.be_ctx, a, b);
 }
 
 int mt_used_devices(const Multi *mt) {
@@ -60,11 +60,11 @@ int mt_used_devices(const Multi *mt) {
 // device k's queue: its event e is recorded; wait for device j's event e
 void mt_record(Multi *mt, int k, int e) {
     Trainer *t = mt->job[k].t;
-    t->m.be->event_record(t->m.be_ctx, mt->ev[k][e]);
+    t->m.be->dev.event_record(t->m.be_ctx, mt->ev[k][e]);
 }
 void mt_wait_for(Multi *mt, int k, int j, int e) {
     Trainer *t = mt->job[k].t;
-    t->m.be->event_wait(t->m.be_ctx, mt->ev[j][e]);
+    t->m.be->dev.event_wait(t->m.be_ctx, mt->ev[j][e]);
 }
 
 // n doubles between devices' scal blocks (as floats: the bytes travel unchanged)
@@ -176,7 +176,7 @@ static void run_phase(Multi *mt, int k) {
     do_phase(mt, k);
     mt_record(mt, k, PHASE_EVENT[mt->phase]);
     char msg[256];
-    if (!j->rc && t->m.be->check(t->m.be_ctx, msg, sizeof msg))
+    if (!j->rc && t->m.be->dev.check(t->m.be_ctx, msg, sizeof msg))
         j->rc = err_set(&j->err, "CUDA error in the %s phase: %s", PHASE_NAMES[mt->phase], msg);
 }
 
@@ -186,7 +186,7 @@ static void *worker(void *arg) {
     WorkerArg *a = arg;
     Multi *mt = a->mt;
     Trainer *t = mt->job[a->k].t;
-    t->m.be->bind(t->m.be_ctx);               // this thread's device, once
+    t->m.be->dev.bind(t->m.be_ctx);               // this thread's device, once
     for (;;) {
         pthread_barrier_wait(&mt->start);
         if (mt->phase == PH_QUIT) break;
@@ -314,10 +314,10 @@ static int loss_device0(Multi *mt, int B, const float *targets, int nt, Err *err
 static int settle(Multi *mt) {
     for (int k = 0; k < mt->n; k++) {
         Trainer *t = mt->job[k].t;
-        t->m.be->bind(t->m.be_ctx);
-        t->m.be->sync(t->m.be_ctx);
+        t->m.be->dev.bind(t->m.be_ctx);
+        t->m.be->dev.sync(t->m.be_ctx);
     }
-    mt->master->m.be->bind(mt->master->m.be_ctx);
+    mt->master->m.be->dev.bind(mt->master->m.be_ctx);
     return -1;
 }
 
@@ -344,9 +344,9 @@ static int forward_backward(Multi *mt, int n, int S, const float *targets, int n
 // step began, of which each device was busy for its marks' total and idle for the rest.
 static void finish_step(Multi *mt, int last, double t0, LossOut *out) {
     Trainer *m0 = mt->master;
-    m0->m.be->bind(m0->m.be_ctx);
+    m0->m.be->dev.bind(m0->m.be_ctx);
     for (int k = 1; k < mt->n; k++) mt_wait_for(mt, 0, k, last);
-    m0->m.be->sync(m0->m.be_ctx);
+    m0->m.be->dev.sync(m0->m.be_ctx);
     double wall = now_seconds() - t0;
     memset(out, 0, sizeof *out);
     if (mt->loss_d0 && mt->n_step) mt_loss_dev0_items(mt, out);   // none: no loss this step here
@@ -389,11 +389,11 @@ static void after_step(Multi *mt) {
         if (mt->gpu[k] < 0) s->mem_bytes = s->peak_bytes = -1;   // the CPU: n/a
         const Trainer *t = mt->job[k].t;
         if (t->m.on_device) {
-            s->mem_bytes = (double)t->m.be->mem_used(t->m.be_ctx);
+            s->mem_bytes = (double)t->m.be->dev.mem_used(t->m.be_ctx);
             s->peak_bytes = fmax(s->peak_bytes, s->mem_bytes);
         }
     }
-    mt->master->m.be->bind(mt->master->m.be_ctx);  // the memory query selects each GPU in turn
+    mt->master->m.be->dev.bind(mt->master->m.be_ctx);  // the memory query selects each GPU in turn
 }
 
 int multi_step(Multi *mt, const float *images, const uint8_t *images_u8, int n, int S, const float *targets, int nt,
@@ -422,7 +422,7 @@ void multi_prefetch(Trainer *t, const uint8_t *images, int n, int H, int W) {
     size_t per = (size_t)H * W * 3;               // CPU devices convert the bytes in the step (no-op)
     Multi *mt = t->multi;
     if (!mt) {
-        t->m.be->prefetch_u8(t->m.be_ctx, images, n * per);
+        t->m.be->dev.prefetch_u8(t->m.be_ctx, images, n * per);
         return;
     }
     int sizes[MULTI_MAX], first = 0;
@@ -430,7 +430,7 @@ void multi_prefetch(Trainer *t, const uint8_t *images, int n, int H, int W) {
     if (split_sizes(mt, n, sizes, &err)) return;   // the step reports it
     for (int k = 0; k < mt->n; k++) {
         Trainer *d = mt->job[k].t;
-        if (sizes[k]) d->m.be->prefetch_u8(d->m.be_ctx, images + first * per, sizes[k] * per);
+        if (sizes[k]) d->m.be->dev.prefetch_u8(d->m.be_ctx, images + first * per, sizes[k] * per);
         first += sizes[k];
     }
 }
@@ -534,18 +534,18 @@ _Static_assert(MULTI_MAX <= SC_DEVICES, "Trainer.scal holds every device's sums"
 static void events_new(Multi *mt) {
     for (int k = 0; k < mt->n; k++) {
         Trainer *t = mt->job[k].t;
-        t->m.be->bind(t->m.be_ctx);
-        for (int e = 0; e < EV_COUNT; e++) mt->ev[k][e] = t->m.be->event_new(t->m.be_ctx);
+        t->m.be->dev.bind(t->m.be_ctx);
+        for (int e = 0; e < EV_COUNT; e++) mt->ev[k][e] = t->m.be->dev.event_new(t->m.be_ctx);
     }
-    mt->master->m.be->bind(mt->master->m.be_ctx);
+    mt->master->m.be->dev.bind(mt->master->m.be_ctx);
 }
 
 static void events_free(Multi *mt) {
     for (int k = 0; k < mt->n && k <= mt->n_reps; k++) {
         Trainer *t = mt->job[k].t;
-        t->m.be->bind(t->m.be_ctx);
+        t->m.be->dev.bind(t->m.be_ctx);
         for (int e = 0; e < EV_COUNT; e++)
-            if (mt->ev[k][e]) t->m.be->event_free(t->m.be_ctx, mt->ev[k][e]);
+            if (mt->ev[k][e]) t->m.be->dev.event_free(t->m.be_ctx, mt->ev[k][e]);
     }
 }
 
@@ -554,8 +554,8 @@ static void release(Multi *mt) {
     for (int k = 0; k < mt->n; k++) {             // nothing queued may still use what is freed below
         Trainer *t = mt->job[k].t;
         if (k > mt->n_reps) break;
-        t->m.be->bind(t->m.be_ctx);
-        t->m.be->sync(t->m.be_ctx);
+        t->m.be->dev.bind(t->m.be_ctx);
+        t->m.be->dev.sync(t->m.be_ctx);
     }
     events_free(mt);
     mt_buckets_free(mt);
@@ -564,7 +564,7 @@ static void release(Multi *mt) {
     for (int k = 1; k <= mt->n_reps; k++) trainer_free(&mt->rep[k]);
     for (int k = 0; k < mt->n; k++) { free(mt->job[k].targets); free(mt->job[k].stage); }
     mt->master->multi = NULL;
-    mt->master->m.be->bind(mt->master->m.be_ctx);
+    mt->master->m.be->dev.bind(mt->master->m.be_ctx);
     free(mt);
 }
 
@@ -573,7 +573,7 @@ static void release(Multi *mt) {
 static int setup_copies(Multi *mt, char *report, size_t size) {
     snprintf(report, size, "copies between devices: memcpy (CPU devices)");
     const Backend *be = mt->master->m.be;
-    if (mt->gpu[0] >= 0 && be->peer_setup) return !be->peer_setup(mt->gpu, mt->n, report, size);
+    if (mt->gpu[0] >= 0 && be->dev.peer_setup) return !be->dev.peer_setup(mt->gpu, mt->n, report, size);
     return 0;
 }
 
@@ -592,7 +592,7 @@ int multi_init(Trainer *master, const Config *cfg, const DeviceList *devs, int m
     }
     for (int k = 1; k < mt->n; k++, mt->n_reps++)
         if (trainer_init_replica(&mt->rep[k], cfg, devs->gpu[k], micro, err)) { release(mt); return -1; }
-    master->m.be->bind(master->m.be_ctx);
+    master->m.be->dev.bind(master->m.be_ctx);
     char copies[512];
     int staged = setup_copies(mt, copies, sizeof copies);
     if (mt->loss_d0 && mt_loss_dev0_init(mt, cfg->batch, err)) { release(mt); return -1; }

@@ -41,7 +41,7 @@ typedef struct {             // reduce=sharded: what device k owns
 
 typedef struct {             // loss_on=device0: the whole batch's head maps on device 0
     float      *out[LOSS_LEVELS], *dout[LOSS_LEVELS];   // (B, H_l, W_l, C) each
-    void       *loss;        // the loss work on device 0's backend (Backend.loss_new)
+    void       *loss;        // the loss work on device 0's backend (Backend.loss.loss_new)
     int         max_B;
 } LossAtZero;
 

@@ -19,8 +19,8 @@ static int normaliser_on_devices(Multi *mt, int n) {
     Trainer *m0 = mt->master;
     double *all = m0->scal + SC_ALL;
     int n_all = 0;
-    if (!m0->m.be->comm_sum_pairs) return -1;
-    m0->m.be->bind(m0->m.be_ctx);
+    if (!m0->m.be->comm.comm_sum_pairs) return -1;
+    m0->m.be->dev.bind(m0->m.be_ctx);
     for (int k = 0; k < mt->n; k++) {
         Job *j = &mt->job[k];
         if (!j->n) continue;
@@ -32,11 +32,11 @@ static int normaliser_on_devices(Multi *mt, int n) {
     mt_record(mt, 0, EV_NORM);
     for (int k = 1; k < mt->n; k++) {
         Trainer *t = mt->job[k].t;
-        t->m.be->bind(t->m.be_ctx);
+        t->m.be->dev.bind(t->m.be_ctx);
         mt_wait_for(mt, k, 0, EV_NORM);
         mt_copy_doubles(mt, t, t->scal + SC_ALL, m0, all, 2, mt->job[k].stage);
     }
-    m0->m.be->bind(m0->m.be_ctx);
+    m0->m.be->dev.bind(m0->m.be_ctx);
     return N;
 }
 
@@ -53,18 +53,18 @@ void mt_procs_normaliser(Multi *mt) {
         if (!j->n) continue;
         double v[2];
         Trainer *t = j->t;
-        t->m.be->bind(t->m.be_ctx);
-        t->m.be->download(t->m.be_ctx, (float *)v, (const float *)(t->scal + SC_TSS), 4);   // 2 doubles
+        t->m.be->dev.bind(t->m.be_ctx);
+        t->m.be->dev.download(t->m.be_ctx, (float *)v, (const float *)(t->scal + SC_TSS), 4);   // 2 doubles
         local[0] += v[0];
         local[1] += v[1];
     }
     mt->batch_mult = procs_normaliser(local, n, global);
     for (int k = 0; k < mt->n; k++) {
         Trainer *t = mt->job[k].t;
-        t->m.be->bind(t->m.be_ctx);
-        t->m.be->upload(t->m.be_ctx, (float *)(t->scal + SC_ALL), (const float *)global, 4);
+        t->m.be->dev.bind(t->m.be_ctx);
+        t->m.be->dev.upload(t->m.be_ctx, (float *)(t->scal + SC_ALL), (const float *)global, 4);
     }
-    mt->master->m.be->bind(mt->master->m.be_ctx);
+    mt->master->m.be->dev.bind(mt->master->m.be_ctx);
 }
 
 // loss_on=device0: device 0's sums of this process's batch (scal[SC_TSS]) with the others' into
@@ -74,9 +74,9 @@ int mt_procs_normaliser_d0(Multi *mt, int B) {
     double local[2], global[2];
     int N = procs_normaliser_queued(m0, m0->scal + SC_TSS, 1, B, m0->scal + SC_ALL);
     if (N >= 0) return N;
-    m0->m.be->download(m0->m.be_ctx, (float *)local, (const float *)(m0->scal + SC_TSS), 4);
+    m0->m.be->dev.download(m0->m.be_ctx, (float *)local, (const float *)(m0->scal + SC_TSS), 4);
     N = procs_normaliser(local, B, global);
-    m0->m.be->upload(m0->m.be_ctx, (float *)(m0->scal + SC_ALL), (const float *)global, 4);
+    m0->m.be->dev.upload(m0->m.be_ctx, (float *)(m0->scal + SC_ALL), (const float *)global, 4);
     return N;
 }
 
@@ -87,7 +87,7 @@ int mt_procs_normaliser_empty(Multi *mt) {
     int N = procs_normaliser_queued(m0, m0->scal + SC_TSS, 0, 0, m0->scal + SC_ALL);   // no pair: zeros
     if (N >= 0) return N;
     N = procs_normaliser(zero, 0, global);
-    m0->m.be->upload(m0->m.be_ctx, (float *)(m0->scal + SC_ALL), (const float *)global, 4);   // as the others hold
+    m0->m.be->dev.upload(m0->m.be_ctx, (float *)(m0->scal + SC_ALL), (const float *)global, 4);   // as the others hold
     return N;
 }
 
@@ -97,8 +97,8 @@ void mt_procs_reduce(Multi *mt) {
     if (!mt->sharded) {
         Trainer *m0 = mt->master;
         Model *m = &m0->m;
-        m->be->bind(m->be_ctx);
-        if (mt->procs_overlap) m->be->comm_sum_end(m->be_ctx);   // the buckets' sums, begun by mt_gather's pulls
+        m->be->dev.bind(m->be_ctx);
+        if (mt->procs_overlap) m->be->comm.comm_sum_end(m->be_ctx);   // the buckets' sums, begun by mt_gather's pulls
         procs_mean_buffers(m0, m->state + m->buffers, m->n_buffers, used);
         if (mt->procs_reduce && !mt->procs_overlap) procs_sum(m0, m->grad, m->buffers);
         return;
@@ -110,15 +110,15 @@ void mt_procs_reduce(Multi *mt) {
         size_t blo = sh->lo > m->buffers ? sh->lo : m->buffers;
         size_t bhi = sh->hi < m->buffers + m->n_buffers ? sh->hi : m->buffers + m->n_buffers;
         size_t ghi = sh->hi < m->buffers ? sh->hi : m->buffers;
-        m->be->bind(m->be_ctx);
+        m->be->dev.bind(m->be_ctx);
         procs_mean_buffers(t, m->state + blo, bhi > blo ? bhi - blo : 0, used);
         if (mt->procs_reduce) {
             procs_sum(t, m->grad + sh->lo, ghi > sh->lo ? ghi - sh->lo : 0);
-            if (sh->has_sgd) m->be->grad_sumsq_to(m->be_ctx, sh->sgd.prep, t->scal + SC_SUMSQ);   // of the sum
+            if (sh->has_sgd) m->be->optim.grad_sumsq_to(m->be_ctx, sh->sgd.prep, t->scal + SC_SUMSQ);   // of the sum
         }
         mt_record(mt, k, EV_REDUCED);             // the update phase waits for this too
     }
-    mt->master->m.be->bind(mt->master->m.be_ctx);
+    mt->master->m.be->dev.bind(mt->master->m.be_ctx);
 }
 
 // reduce=sharded across processes needs the same shards everywhere: as many devices in every process.

@@ -13,8 +13,8 @@
 
 void mt_zero_outside(Trainer *t, size_t lo, size_t hi) {
     Model *m = &t->m;
-    m->be->zero(m->be_ctx, m->grad, lo);
-    m->be->zero(m->be_ctx, m->grad + hi, m->n_state - hi);
+    m->be->dev.zero(m->be_ctx, m->grad, lo);
+    m->be->dev.zero(m->be_ctx, m->grad + hi, m->n_state - hi);
 }
 
 // reduce=sharded, device k: the others' gradients of its shard summed into its own, its BN
@@ -28,7 +28,7 @@ void mt_reduce_shard(Multi *mt, int k) {
     size_t blo = sh->lo > m->buffers ? sh->lo : m->buffers, bhi = sh->hi < m->buffers + m->n_buffers ? sh->hi : m->buffers + m->n_buffers;
     int used = mt_used_devices(mt);
     trainer_mark(t, TM_G0);
-    if (bhi > blo && !mt->job[k].n) m->be->zero(m->be_ctx, m->state + blo, bhi - blo);   // it ran nothing
+    if (bhi > blo && !mt->job[k].n) m->be->dev.zero(m->be_ctx, m->state + blo, bhi - blo);   // it ran nothing
     for (int j = 0; j < mt->n; j++) {
         if (j == k || !mt->job[j].n) continue;
         Trainer *o = mt->job[j].t;
@@ -39,9 +39,9 @@ void mt_reduce_shard(Multi *mt, int k) {
         mt_copy_floats(mt, t, sh->recv, o, o->m.state + blo, bhi - blo, mt->job[k].stage);
         mt_add_into(t, m->state + blo, sh->recv, bhi - blo);
     }
-    if (bhi > blo && used > 1) m->be->scale(m->be_ctx, m->state + blo, bhi - blo, 1.0f / used);
-    if (sh->has_sgd) m->be->grad_sumsq_to(m->be_ctx, sh->sgd.prep, t->scal + SC_SUMSQ);
-    else m->be->zero(m->be_ctx, (float *)(t->scal + SC_SUMSQ), 2);   // one double
+    if (bhi > blo && used > 1) m->be->optim.scale(m->be_ctx, m->state + blo, bhi - blo, 1.0f / used);
+    if (sh->has_sgd) m->be->optim.grad_sumsq_to(m->be_ctx, sh->sgd.prep, t->scal + SC_SUMSQ);
+    else m->be->dev.zero(m->be_ctx, (float *)(t->scal + SC_SUMSQ), 2);   // one double
     trainer_mark(t, TM_G1);
 }
 
@@ -60,10 +60,10 @@ void mt_update_shard(Multi *mt, int k) {
             double *all = t->scal + SC_SUMSQ_ALL;
             for (int j = 0; j < mt->n; j++)
                 mt_copy_doubles(mt, t, all + j, mt->job[j].t, mt->job[j].t->scal + SC_SUMSQ, 1, mt->job[k].stage);
-            m->be->grad_clip(m->be_ctx, sh->sgd.prep, all, mt->n, 10.0f);   // as clip_grad_norm, over every shard
+            m->be->optim.grad_clip(m->be_ctx, sh->sgd.prep, all, mt->n, 10.0f);   // as clip_grad_norm, over every shard
             sgd_step(&sh->sgd, &mt->st);
         }
-        m->be->ema_update(m->be_ctx, sh->ema, m->state + sh->lo, sh->hi - sh->lo, mt->ema_d);
+        m->be->optim.ema_update(m->be_ctx, sh->ema, m->state + sh->lo, sh->hi - sh->lo, mt->ema_d);
     }
     trainer_mark(t, TM_U1);
 }
@@ -92,7 +92,7 @@ static void replica_hook(void *arg, int node) {
     Trainer *t = a->mt->job[a->k].t;
     while (bk->next[a->k] < bk->n && bk->b[bk->next[a->k]].node == node) {
         int b = bk->next[a->k]++;
-        t->m.be->event_record(t->m.be_ctx, bk->ev[a->k][b]);
+        t->m.be->dev.event_record(t->m.be_ctx, bk->ev[a->k][b]);
         pthread_mutex_lock(&bk->mu);
         bk->posted[a->k] = b + 1;
         pthread_cond_broadcast(&bk->cv);
@@ -111,7 +111,7 @@ static void pull_bucket(Multi *mt, int b) {
         while (mt->bk.posted[k] <= b) pthread_cond_wait(&mt->bk.cv, &mt->bk.mu);
         pthread_mutex_unlock(&mt->bk.mu);
         Trainer *r = &mt->rep[k];
-        m->be->event_wait(m->be_ctx, mt->bk.ev[k][b]);
+        m->be->dev.event_wait(m->be_ctx, mt->bk.ev[k][b]);
         mt_copy_floats(mt, m0, m0->recv + bu->lo, r, r->m.grad + bu->lo, bu->hi - bu->lo, mt->job[0].stage);
         mt_add_into(m0, m->grad + bu->lo, m0->recv + bu->lo, bu->hi - bu->lo);
     }
@@ -152,21 +152,21 @@ void mt_buckets_init(Multi *mt) {
     pthread_cond_init(&mt->bk.cv, NULL);
     for (int k = 0; k < mt->n; k++) {
         Trainer *t = mt->job[k].t;
-        t->m.be->bind(t->m.be_ctx);
-        for (int b = 0; k && b < MAX_BUCKETS; b++) mt->bk.ev[k][b] = t->m.be->event_new(t->m.be_ctx);
+        t->m.be->dev.bind(t->m.be_ctx);
+        for (int b = 0; k && b < MAX_BUCKETS; b++) mt->bk.ev[k][b] = t->m.be->dev.event_new(t->m.be_ctx);
         mt->hook_args[k] = (HookArg){ mt, k };
         t->m.backward_hook = k ? replica_hook : master_hook;
         t->m.backward_arg = &mt->hook_args[k];
     }
-    mt->master->m.be->bind(mt->master->m.be_ctx);
+    mt->master->m.be->dev.bind(mt->master->m.be_ctx);
 }
 
 void mt_buckets_free(Multi *mt) {
     if (!mt_bucketed(mt)) return;
     for (int k = 1; k < mt->n && k <= mt->n_reps; k++) {
         Trainer *t = mt->job[k].t;
-        t->m.be->bind(t->m.be_ctx);
-        for (int b = 0; b < MAX_BUCKETS; b++) t->m.be->event_free(t->m.be_ctx, mt->bk.ev[k][b]);
+        t->m.be->dev.bind(t->m.be_ctx);
+        for (int b = 0; b < MAX_BUCKETS; b++) t->m.be->dev.event_free(t->m.be_ctx, mt->bk.ev[k][b]);
         t->m.backward_hook = NULL;
     }
     mt->master->m.backward_hook = NULL;
@@ -181,7 +181,7 @@ void mt_gather(Multi *mt) {
     Trainer *m0 = mt->master;
     Model *m = &m0->m;
     int used = mt_used_devices(mt);
-    m->be->bind(m->be_ctx);
+    m->be->dev.bind(m->be_ctx);
     trainer_mark(m0, TM_G0);
     for (int b = mt->bk.pulled; b < mt->bk.n; b++) pull_bucket(mt, b);   // those device 0's backward did not reach
     for (int k = 1; k < mt->n; k++) {
@@ -191,7 +191,7 @@ void mt_gather(Multi *mt) {
         mt_copy_floats(mt, m0, m0->recv, r, r->m.state + m->buffers, m->n_buffers, mt->job[0].stage);
         mt_add_into(m0, m->state + m->buffers, m0->recv, m->n_buffers);
     }
-    if (used > 1) m->be->scale(m->be_ctx, m->state + m->buffers, m->n_buffers, 1.0f / used);
+    if (used > 1) m->be->optim.scale(m->be_ctx, m->state + m->buffers, m->n_buffers, 1.0f / used);
     trainer_mark(m0, TM_G1);
 }
 
@@ -203,7 +203,7 @@ void mt_broadcast(Multi *mt) {
     mt_record(mt, 0, EV_UPDATED);
     for (int k = 1; k < mt->n; k++) {
         Trainer *r = &mt->rep[k];
-        r->m.be->bind(r->m.be_ctx);
+        r->m.be->dev.bind(r->m.be_ctx);
         mt_wait_for(mt, k, 0, EV_UPDATED);
         trainer_mark(r, TM_P0);
         mt_copy_floats(mt, r, r->m.state, m0, m->state, m->n_state, mt->job[0].stage);
@@ -211,7 +211,7 @@ void mt_broadcast(Multi *mt) {
         trainer_mark(r, TM_P1);
         mt_record(mt, k, EV_PULLED);
     }
-    m->be->bind(m->be_ctx);
+    m->be->dev.bind(m->be_ctx);
 }
 
 // ---- loss_on=device0 -------------------------------------------------------------------------
@@ -224,7 +224,7 @@ int mt_loss_at_zero(Multi *mt, int B, const float *targets, int nt, Err *err) {
     Model *m = &m0->m;
     LossBatch lb = { .nc = m->nc, .img_h = mt->shape.h, .img_w = mt->shape.w, .targets = targets, .n_targets = nt };
     Map grads[LOSS_LEVELS];
-    m->be->bind(m->be_ctx);
+    m->be->dev.bind(m->be_ctx);
     if (!B) {                                      // several processes: none of this batch's images are
         mt->batch_mult = mt_procs_normaliser_empty(mt);   // this one's, but its (zero) sums still count
         mt_record(mt, 0, EV_LOSS);
@@ -247,10 +247,10 @@ int mt_loss_at_zero(Multi *mt, int B, const float *targets, int nt, Err *err) {
     double *tss = m0->scal + SC_TSS, *norm = m0->scal + SC_NORM;
     int rc;
     mt->batch_mult = B;
-    if (!(rc = m->be->loss_assign(m->be_ctx, mt->z.loss, &lb, tss, err))) {
+    if (!(rc = m->be->loss.loss_assign(m->be_ctx, mt->z.loss, &lb, tss, err))) {
         if (mt->procs) mt->batch_mult = mt_procs_normaliser_d0(mt, B);   // every process's sums
-        m->be->loss_norm(m->be_ctx, mt->procs ? m0->scal + SC_ALL : tss, 1, norm);
-        m->be->loss_compute(m->be_ctx, mt->z.loss, &lb, norm, mt->batch_mult, grads);
+        m->be->loss.loss_norm(m->be_ctx, mt->procs ? m0->scal + SC_ALL : tss, 1, norm);
+        m->be->loss.loss_compute(m->be_ctx, mt->z.loss, &lb, norm, mt->batch_mult, grads);
     }
     mt_record(mt, 0, EV_LOSS);
     if (rc) {
@@ -263,7 +263,7 @@ int mt_loss_at_zero(Multi *mt, int B, const float *targets, int nt, Err *err) {
 
 void mt_loss_dev0_items(Multi *mt, LossOut *out) {
     const Model *m = &mt->master->m;
-    m->be->loss_items(m->be_ctx, mt->z.loss, mt->batch_mult, out);
+    m->be->loss.loss_items(m->be_ctx, mt->z.loss, mt->batch_mult, out);
 }
 
 int mt_loss_dev0_init(Multi *mt, int max_B, Err *err) {
@@ -277,14 +277,14 @@ int mt_loss_dev0_init(Multi *mt, int max_B, Err *err) {
         int v = m->head[l], side = m->imgsz / m->values[v].stride;
         size_t n = (size_t)max_B * side * side * m->values[v].C;
         anchors += side * side;
-        mt->z.out[l] = m->be->buffer_new(m->be_ctx, n);   // outside device 0's memory plan
-        mt->z.dout[l] = m->be->buffer_new(m->be_ctx, n);
+        mt->z.out[l] = m->be->dev.buffer_new(m->be_ctx, n);   // outside device 0's memory plan
+        mt->z.dout[l] = m->be->dev.buffer_new(m->be_ctx, n);
         if (!mt->z.out[l] || !mt->z.dout[l])
             return err_set(err, "loss_on=device0: GPU %d has no room for the batch's head outputs (%.0f MiB); "
-                           "use loss_on=local or a smaller batch", m->be->device_id(m->be_ctx),
+                           "use loss_on=local or a smaller batch", m->be->dev.device_id(m->be_ctx),
                            2.0 * n * sizeof(float) / 1048576);
     }
-    mt->z.loss = m->be->loss_new(m->be_ctx, max_B, max_B * TARGETS_PER_IMAGE, m->nc, anchors);
+    mt->z.loss = m->be->loss.loss_new(m->be_ctx, max_B, max_B * TARGETS_PER_IMAGE, m->nc, anchors);
     if (!mt->z.loss) return err_set(err, "loss_on=device0: no room on device 0 for the loss of %d images", max_B);
     return 0;
 }
@@ -292,10 +292,10 @@ int mt_loss_dev0_init(Multi *mt, int max_B, Err *err) {
 void mt_loss_dev0_free(Multi *mt) {
     const Model *m = &mt->master->m;
     for (int l = 0; l < LOSS_LEVELS; l++) {
-        m->be->buffer_free(m->be_ctx, mt->z.out[l]);
-        m->be->buffer_free(m->be_ctx, mt->z.dout[l]);
+        m->be->dev.buffer_free(m->be_ctx, mt->z.out[l]);
+        m->be->dev.buffer_free(m->be_ctx, mt->z.dout[l]);
     }
-    if (mt->z.loss) m->be->loss_free(m->be_ctx, mt->z.loss);
+    if (mt->z.loss) m->be->loss.loss_free(m->be_ctx, mt->z.loss);
 }
 
 // ---- reduce=sharded ---------------------------------------------------------------------------
@@ -339,7 +339,7 @@ int mt_shard_init(Multi *mt, int k, Err *err) {
     Trainer *m0 = mt->master, *t = mt->job[k].t;
     size_t n = sh->hi - sh->lo, n_mom = shard_slots(mt, k);
     float *mom;
-    t->m.be->bind(t->m.be_ctx);
+    t->m.be->dev.bind(t->m.be_ctx);
     if (k == 0) {
         sh->ema = m0->ema + sh->lo;
         sh->recv = m0->recv;
@@ -348,12 +348,12 @@ int mt_shard_init(Multi *mt, int k, Err *err) {
         const Backend *be = t->m.be;
         if (t->m.on_device) {                      // an optimizer arena of the shard's size
             size_t bytes = (2 * n + n_mom) * sizeof(float) + 3 * 256 + sizeof(ParamSlot) * 8 * (size_t)sh->n_slots + (1 << 20);
-            if (be->reserve(t->m.be_ctx, bytes))
+            if (be->dev.reserve(t->m.be_ctx, bytes))
                 return err_set(err, "reduce=sharded: GPU %d has no room for its shard's optimizer state (%.0f MiB)",
-                               be->device_id(t->m.be_ctx), bytes / 1048576.0);
-            sh->ema = be->take(t->m.be_ctx, n);
-            sh->recv = be->take(t->m.be_ctx, n);
-            mom = be->take(t->m.be_ctx, n_mom ? n_mom : 1);
+                               be->dev.device_id(t->m.be_ctx), bytes / 1048576.0);
+            sh->ema = be->dev.take(t->m.be_ctx, n);
+            sh->recv = be->dev.take(t->m.be_ctx, n);
+            mom = be->dev.take(t->m.be_ctx, n_mom ? n_mom : 1);
         } else {
             sh->host_block = xcalloc(2 * n + n_mom + 1, sizeof(float));
             sh->ema = sh->host_block;
@@ -361,13 +361,13 @@ int mt_shard_init(Multi *mt, int k, Err *err) {
             mom = sh->host_block + 2 * n;
         }
         mt_copy_floats(mt, t, sh->ema, m0, m0->ema + sh->lo, n, mt->job[k].stage);
-        t->m.be->sync(t->m.be_ctx);
+        t->m.be->dev.sync(t->m.be_ctx);
     }
     if (n_mom) {
         sgd_init(&sh->sgd, sh->slots, sh->n_slots, t->m.be, t->m.be_ctx, mom);
         sh->has_sgd = 1;
     }
-    m0->m.be->bind(m0->m.be_ctx);
+    m0->m.be->dev.bind(m0->m.be_ctx);
     return 0;
 }
 
@@ -392,7 +392,7 @@ int mt_sharded_update(Multi *mt, int epoch, int i, Err *err) {
 void multi_gather_state(Multi *mt) {
     if (!mt->sharded) return;
     Trainer *m0 = mt->master;
-    m0->m.be->bind(m0->m.be_ctx);
+    m0->m.be->dev.bind(m0->m.be_ctx);
     for (int k = 1; k < mt->n; k++) {
         Shard *sh = &mt->shard[k];
         Trainer *t = mt->job[k].t;
@@ -402,19 +402,19 @@ void multi_gather_state(Multi *mt) {
         if (sh->has_sgd) mt_copy_floats(mt, m0, m0->sgd.buf + sh->mom_at, t, sh->sgd.buf, sgd_buffer_floats(sh->slots, sh->n_slots),
                                      mt->job[0].stage);
     }
-    m0->m.be->sync(m0->m.be_ctx);
+    m0->m.be->dev.sync(m0->m.be_ctx);
     m0->sgd.steps = mt->shard[0].has_sgd ? mt->shard[0].sgd.steps : mt->shard[mt->n - 1].sgd.steps;
     mt->dirty = 1;                                 // the master's grad holds the others' shards too
 }
 
 void multi_scatter_state(Multi *mt) {
     Trainer *m0 = mt->master;
-    m0->m.be->sync(m0->m.be_ctx);
+    m0->m.be->dev.sync(m0->m.be_ctx);
     for (int k = 1; k < mt->n; k++) {
         Trainer *r = &mt->rep[k];
         Shard *sh = &mt->shard[k];
         size_t n = sh->hi - sh->lo;
-        r->m.be->bind(r->m.be_ctx);
+        r->m.be->dev.bind(r->m.be_ctx);
         mt_copy_floats(mt, r, r->m.state, m0, m0->m.state, m0->m.n_state, mt->job[k].stage);
         model_zero_grad(&r->m);
         if (mt->sharded) {
@@ -423,12 +423,12 @@ void multi_scatter_state(Multi *mt) {
             if (sh->has_sgd) mt_copy_floats(mt, r, sh->sgd.buf, m0, m0->sgd.buf + sh->mom_at,
                                          sgd_buffer_floats(sh->slots, sh->n_slots), mt->job[k].stage);
         }
-        r->m.be->sync(r->m.be_ctx);
+        r->m.be->dev.sync(r->m.be_ctx);
     }
-    m0->m.be->bind(m0->m.be_ctx);
+    m0->m.be->dev.bind(m0->m.be_ctx);
     if (!mt->sharded) return;
     for (int k = 0; k < mt->n; k++) mt->shard[k].sgd.steps = m0->sgd.steps;
     mt_zero_outside(m0, mt->shard[0].lo, mt->shard[0].hi);
-    m0->m.be->sync(m0->m.be_ctx);
+    m0->m.be->dev.sync(m0->m.be_ctx);
     mt->dirty = 0;
 }

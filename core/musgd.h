@@ -81,7 +81,7 @@ void musgd_step(MuSgd *o, const MuStep *st);
 // l2 = 1 makes it torch.optim.Adam instead (gelan's optimizer=Adam, train.py smart_optimizer): the
 // decay is added to the gradient first, g' = g + wd*p (fmaf, as SGD's), no decoupled decay, then the
 // same moments and update with g'.
-enum { OPT26_KIND_SGD = 0, OPT26_KIND_ADAMW = 1, OPT26_KIND_ADAM = 2 };   // Backend.opt26_new's kind
+enum { OPT26_KIND_SGD = 0, OPT26_KIND_ADAMW = 1, OPT26_KIND_ADAM = 2 };   // Backend.optim.opt26_new's kind
 typedef struct {
     MuParam *p;          // borrowed, n_params
     int      n_params;

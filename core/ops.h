@@ -29,6 +29,8 @@ void bn_forward_train_cpu(Map z, const float *gamma, const float *beta, float ep
 typedef struct { const float *gamma, *beta; float *running_mean, *running_var, *mean, *invstd; } BnTrain;
 void bn_forward_eval_cpu(Map z, const float *gamma, const float *beta, float eps,
                          const float *running_mean, const float *running_var, Map u);
+// u = (z - mean) * invstd * gamma + beta (=) with saved statistics: a training BN's output recomputed
+void bn_apply_cpu(Map z, const float *gamma, const float *beta, const float *mean, const float *invstd, Map u);
 // du -> dz (=), dgamma, dbeta (+=); training-mode statistics (mean, invstd from the forward)
 void bn_backward_cpu(Map z, const float *gamma, const float *mean, const float *invstd, Map du,
                      Map dz, float *dgamma, float *dbeta);

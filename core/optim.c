@@ -102,7 +102,7 @@ void sgd_init(Sgd *o, const ParamSlot *slots, int n_slots, const Backend *be, vo
     o->n_train = sgd_buffer_floats(slots, n_slots);
     o->own_buf = !buf;
     o->buf = buf ? buf : xcalloc(o->n_train, sizeof(float));
-    o->prep = be->optim_prepare(ctx, slots, n_slots, o->buf);
+    o->prep = be->optim.optim_prepare(ctx, slots, n_slots, o->buf);
 }
 
 void sgd_free(Sgd *o) {
@@ -129,7 +129,7 @@ void sgd_apply_cpu(float *w, float *g, float *buf, size_t n, float lr, float mu,
 
 void sgd_step(Sgd *o, const OptStep *st) {
     float lr[3] = { (float)st->lr[0], (float)st->lr[1], (float)st->lr[2] };
-    o->be->sgd_apply(o->ctx, o->prep, lr, (float)st->momentum, (float)st->weight_decay, o->steps == 0);
+    o->be->optim.sgd_apply(o->ctx, o->prep, lr, (float)st->momentum, (float)st->weight_decay, o->steps == 0);
     o->steps++;
 }
 
@@ -170,16 +170,16 @@ void grad_scale_slots_cpu(const ParamSlot *slots, int n_slots, float s) {
 
 float clip_grad_norm(const Sgd *o, float max_norm) {
     // PyTorch takes the norm of per-tensor fp32 norms; a double sum is that up to fp32 rounding.
-    float total = (float)sqrt(o->be->grad_sumsq(o->ctx, o->prep));
+    float total = (float)sqrt(o->be->optim.grad_sumsq(o->ctx, o->prep));
     float coef = 1.0f / (total + 1e-6f) * max_norm;   // max_norm / t is t.reciprocal() * max_norm
     if (coef >= 1.0f) return total;                    // clamp(max=1): scaling by 1 changes nothing
-    o->be->grad_scale(o->ctx, o->prep, coef);
+    o->be->optim.grad_scale(o->ctx, o->prep, coef);
     return total;
 }
 
 void clip_grad_norm_queued(const Sgd *o, float max_norm, double *sumsq) {
-    o->be->grad_sumsq_to(o->ctx, o->prep, sumsq);
-    o->be->grad_clip(o->ctx, o->prep, sumsq, 1, max_norm);
+    o->be->optim.grad_sumsq_to(o->ctx, o->prep, sumsq);
+    o->be->optim.grad_clip(o->ctx, o->prep, sumsq, 1, max_norm);
 }
 
 // ---- EMA -----------------------------------------------------------------------------------

@@ -59,7 +59,7 @@ typedef struct {
     void   *ctx;
     float  *buf;              // (n_train) momentum buffers, one contiguous array
     int     own_buf;          // 1: buf was allocated here (host)
-    void   *prep;             // the backend's prepared slots (Backend.optim_prepare)
+    void   *prep;             // the backend's prepared slots (Backend.optim.optim_prepare)
     size_t  n_train;          // floats in groups 0..2
     int64_t steps;            // steps taken; the first sets buf = g (PyTorch's lazy buffer)
 } Sgd;

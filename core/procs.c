@@ -1,5 +1,5 @@
 // procs.c: the trainer's side of a run of several processes (core/procs.h). The transport is
-// core/comm.h; device memory reaches it through the backend (Backend.comm_sum: NCCL between GPUs) or
+// core/comm.h; device memory reaches it through the backend (Backend.comm.comm_sum: NCCL between GPUs) or
 // through host memory.
 #include "core/procs.h"
 
@@ -189,7 +189,7 @@ int procs_normaliser(const double local[2], int n_local, double global[2]) {
 
 int procs_normaliser_queued(Trainer *t, const double *pairs, int n_pairs, int n_local, double *dst) {
     const Backend *be = t->m.be;
-    if (!be->comm_sum_pairs || be->comm_sum_pairs(t->m.be_ctx, pairs, n_pairs, dst)) return -1;
+    if (!be->comm.comm_sum_pairs || be->comm.comm_sum_pairs(t->m.be_ctx, pairs, n_pairs, dst)) return -1;
     double N = n_local;                            // host integers: no wait for the device
     comm_sum_doubles(&N, 1);
     return (int)N;
@@ -198,12 +198,12 @@ int procs_normaliser_queued(Trainer *t, const double *pairs, int n_pairs, int n_
 void procs_sum(Trainer *t, float *p, size_t n) {
     const Backend *be = t->m.be;
     if (!n || !procs_active()) return;
-    if (be->comm_sum && !be->comm_sum(t->m.be_ctx, p, n)) return;
+    if (be->comm.comm_sum && !be->comm.comm_sum(t->m.be_ctx, p, n)) return;
     if (!t->m.on_device) { comm_sum_floats(p, n); return; }
     float *h = xmalloc(n * sizeof(float));
-    be->download(t->m.be_ctx, h, p, n);                  // behind the device's queued work
+    be->dev.download(t->m.be_ctx, h, p, n);                  // behind the device's queued work
     comm_sum_floats(h, n);
-    be->upload(t->m.be_ctx, p, h, n);
+    be->dev.upload(t->m.be_ctx, p, h, n);
     free(h);
 }
 
@@ -212,9 +212,9 @@ void procs_mean_buffers(Trainer *t, float *p, size_t n, int used) {
     double all = used;
     comm_sum_doubles(&all, 1);
     const Backend *be = t->m.be;
-    if (used != 1) be->scale(t->m.be_ctx, p, n, (float)used);   // the local mean back to a sum
+    if (used != 1) be->optim.scale(t->m.be_ctx, p, n, (float)used);   // the local mean back to a sum
     procs_sum(t, p, n);
-    if (all > 1) be->scale(t->m.be_ctx, p, n, (float)(1.0 / all));
+    if (all > 1) be->optim.scale(t->m.be_ctx, p, n, (float)(1.0 / all));
 }
 
 int procs_will_step(const Trainer *t, int epoch, int i) {
@@ -232,13 +232,13 @@ void procs_sum_items(LossOut *out) {
     out->n_fg = (int)fg[0]; out->n_fg_aux = (int)fg[1];
 }
 
-// ---- the gradients' sums overlapped with the backward (Backend.comm_sum_begin) ------------------------
+// ---- the gradients' sums overlapped with the backward (Backend.comm.comm_sum_begin) ------------------------
 
 int procs_overlap(const Trainer *t) {
     const Backend *be = t->m.be;
     if (overlap_asked == be) return overlap_answer;   // asked once per backend
     const char *env = getenv("YT_NCCL_OVERLAP");
-    double can = be->comm_sum_begin && !be->comm_sum_begin(t->m.be_ctx, NULL, 0) && !(env && !strcmp(env, "0"));
+    double can = be->comm.comm_sum_begin && !be->comm.comm_sum_begin(t->m.be_ctx, NULL, 0) && !(env && !strcmp(env, "0"));
     comm_sum_doubles(&can, 1);                     // every process takes the same road (the same NCCL calls)
     overlap_asked = be;
     overlap_answer = (int)can == comm_size();
@@ -246,7 +246,7 @@ int procs_overlap(const Trainer *t) {
 }
 
 void procs_sum_begin(Trainer *t, float *p, size_t n) {
-    if (t->m.be->comm_sum_begin(t->m.be_ctx, p, n))
+    if (t->m.be->comm.comm_sum_begin(t->m.be_ctx, p, n))
         comm_abort(1, "the overlapped sums over the processes could not be queued");   // procs_overlap said yes
 }
 
@@ -265,7 +265,7 @@ static void sum_hook(void *arg, int node) {
         const Bucket *b = &h->b[h->next++];
         procs_sum_begin(h->t, m->grad + b->lo, b->hi - b->lo);
     }
-    if (h->next == h->n && node == 0) m->be->comm_sum_end(m->be_ctx);
+    if (h->next == h->n && node == 0) m->be->comm.comm_sum_end(m->be_ctx);
 }
 
 // The buckets' sums of a device whose backward runs with them (hook set) or, with no images, of its zero
@@ -291,15 +291,15 @@ int procs_forward_backward(Trainer *t, const float *images, const uint8_t *image
     int overlap = sum_grads && procs_overlap(t);        // first in the step, as the multi-device driver asks it:
                                                          // the same MPI calls in the same order in every process
     if (n > 0 && trainer_phase_forward(t, n, S, images, images_u8, targets, nt, err)) {
-        be->sync(t->m.be_ctx);
+        be->dev.sync(t->m.be_ctx);
         comm_abort(1, "%s", err->msg);                   // the others wait in the next sum: end them all
     }
     global[0] = global[1] = NAN;                         // the sums stay in scal[SC_ALL] (NCCL), or:
     int N = procs_normaliser_queued(t, t->scal + SC_TSS, n > 0, n, t->scal + SC_ALL);
     if (N < 0) {                                         // through the host: a wait for the device
-        if (n > 0) be->download(t->m.be_ctx, (float *)local, (const float *)(t->scal + SC_TSS), 4);   // 2 doubles
+        if (n > 0) be->dev.download(t->m.be_ctx, (float *)local, (const float *)(t->scal + SC_TSS), 4);   // 2 doubles
         N = procs_normaliser(local, n, global);
-        be->upload(t->m.be_ctx, (float *)(t->scal + SC_ALL), (const float *)global, 4);
+        be->dev.upload(t->m.be_ctx, (float *)(t->scal + SC_ALL), (const float *)global, 4);
     }
     SumHook *h = overlap ? sums_arm(t) : NULL;
     if (n > 0) {                                         // a process without images only sums
@@ -320,7 +320,7 @@ void procs_items(Trainer *t, int n, const double global[2], LossOut *out) {
     if (n > 0) trainer_phase_items(t, out);
     else {
         double g[2] = { global[0], global[1] };
-        if (isnan(g[0])) t->m.be->download(t->m.be_ctx, (float *)g, (const float *)(t->scal + SC_ALL), 4);   // done
+        if (isnan(g[0])) t->m.be->dev.download(t->m.be_ctx, (float *)g, (const float *)(t->scal + SC_ALL), 4);   // done
         out->tss = g[0] > 1 ? g[0] : 1;
         out->tss_aux = t->m.n_aux ? (g[1] > 1 ? g[1] : 1) : 0;
     }
@@ -332,7 +332,7 @@ int procs_step_one(Trainer *t, const float *images, const uint8_t *images_u8, in
     double global[2];
     procs_forward_backward(t, images, images_u8, n, S, targets, nt, procs_will_step(t, epoch, i), global, err);
     trainer_update(t, epoch, i);
-    t->m.be->sync(t->m.be_ctx);                          // the step's host wait
+    t->m.be->dev.sync(t->m.be_ctx);                          // the step's host wait
     trainer_read_times(t, NULL);
     procs_items(t, n, global, out);
     return 0;

@@ -47,7 +47,7 @@ int  procs_loader_share(int B, int *first, void *arg);
 // into the sums over every process (rank order), returned in global; the function returns the batch's
 // image count over every process (the loss's batch_mult).
 int  procs_normaliser(const double local[2], int n_local, double global[2]);
-// The same without a host wait, when t's backend carries doubles between the processes (Backend.comm_sum_pairs:
+// The same without a host wait, when t's backend carries doubles between the processes (Backend.comm.comm_sum_pairs:
 // NCCL): the local sums are n_pairs pairs at `pairs` (t's memory, added in pair order), their sum over every
 // process (rank order: procs_normaliser's doubles) is queued into dst (t's memory), and only the image
 // counts go through the host. Returns the batch over every process, or -1 (nothing done) when the backend
@@ -60,7 +60,7 @@ void procs_sum(Trainer *t, float *p, size_t n);
 // devices that ran images.
 void procs_mean_buffers(Trainer *t, float *p, size_t n, int used);
 // The gradients' sums overlapped with the backward: 1 when every process's backend can begin a sum beside
-// its queue's work (Backend.comm_sum_begin: NCCL; the CPU keeps them for the backward's end) and none set
+// its queue's work (Backend.comm.comm_sum_begin: NCCL; the CPU keeps them for the backward's end) and none set
 // YT_NCCL_OVERLAP=0 (asked of every process once, at the start of a step that sums, in each). Then each
 // gradient bucket (core/buckets.h) is summed over the processes as soon as the backward has finished it (one
 // device: from its backward's hook; several: once device 0 has added the bucket of every device; not under

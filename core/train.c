@@ -124,7 +124,7 @@ static int check_space(const char *dir, const Model *m, Err *err) {
 
 // Memory of the run for the progress line: the GPU's used memory when training on one, else RSS.
 static double mem_gb(const Trainer *t) {
-    if (t->m.on_device) return t->m.be->mem_used(t->m.be_ctx) / 1073741824.0;
+    if (t->m.on_device) return t->m.be->dev.mem_used(t->m.be_ctx) / 1073741824.0;
     long pages = 0, rss = 0;
     FILE *f = fopen("/proc/self/statm", "r");
     if (f) { if (fscanf(f, "%ld %ld", &pages, &rss) != 2) rss = 0; fclose(f); }
@@ -497,7 +497,7 @@ typedef struct {
 static int ema_finite(const Trainer *t, Err *err) {
     size_t n = t->m.n_state;
     float *host = xmalloc(n * sizeof(float));
-    t->m.be->download(t->m.be_ctx, host, t->ema, n);
+    t->m.be->dev.download(t->m.be_ctx, host, t->ema, n);
     int rc = model_check_finite(&t->m, host, n, "the EMA weights", "ema", err);
     free(host);
     return rc == 0;
@@ -519,8 +519,8 @@ static void save_after_failure(const char *what, void *arg) {
     snprintf(last, sizeof last, "%s/weights/last.safetensors", f->dir);
     if (f->t->multi && !strcmp(f->cfg->reduce, "sharded")) snprintf(why, sizeof why, "under reduce=sharded the EMA "
                                                                       "is spread over the devices");
-    else if (!f->t->m.be->usable(f->t->m.be_ctx)) snprintf(why, sizeof why, "GPU %d can no longer run work (a "
-                                                           "sticky CUDA error)", f->t->m.be->device_id(f->t->m.be_ctx));
+    else if (!f->t->m.be->dev.usable(f->t->m.be_ctx)) snprintf(why, sizeof why, "GPU %d can no longer run work (a "
+                                                           "sticky CUDA error)", f->t->m.be->dev.device_id(f->t->m.be_ctx));
     else if (!ema_finite(f->t, &err)) snprintf(why, sizeof why, "%s", err.msg);
     else if (trainer_save(f->t, last, &err)) snprintf(why, sizeof why, "%s", err.msg);
     if (!why[0]) {
@@ -557,7 +557,7 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
     Failure fail = { cfg, t, dir, cfg->resume[0] ? rs->start.epoch : -1, rs->start.batch, rs->drawer };
     device_set_fatal_hook(save_after_failure, &fail);   // until this returns: fail lives here
     const Backend *be = t->m.be;
-    if (t->m.on_device && be->host_pin) loader_pin_buffers(ld, &(LoaderPinning){ be->host_pin, be->host_unpin, NULL });   // async uploads
+    if (t->m.on_device && be->dev.host_pin) loader_pin_buffers(ld, &(LoaderPinning){ be->dev.host_pin, be->dev.host_unpin, NULL });   // async uploads
     printf("%11s%11s%11s%11s%11s%11s%11s\n", "Epoch", "mem", "box_loss", "cls_loss", "dfl_loss", "Instances", "Size");
     int steps = 0, halt = 0;                        // halt: the processes' agreed stop (stop_agree)
     for (int epoch = rs->start.epoch; epoch < cfg->epochs && !stopping(halt); epoch++) {

@@ -36,7 +36,7 @@ typedef struct Trainer {
     Map         grad_maps[LOSS_LEVELS];
     LossBatch   lb_aux;          // a dual head (m.n_aux > 0): the auxiliary maps of the same batch,
     Map         grad_aux[LOSS_LEVELS];
-    void       *loss_aux;        // their own assignment (the backend's loss work, m.be->loss_new)
+    void       *loss_aux;        // their own assignment (the backend's loss work, m.be->loss.loss_new)
     double     *scal;            // (SC_COUNT) the step's values in the backend's memory (SC_*)
     void       *tm[TM_COUNT];    // the step's timer marks (TM_*), and which were recorded
     unsigned    tm_set;
@@ -47,7 +47,7 @@ typedef struct Trainer {
     ParamSlot  *slots;  int n_slots;
     Sgd         sgd;
     OptSchedule sched;
-    void       *loss;            // the loss work of the main head (m.be->loss_new; NULL for YOLO26)
+    void       *loss;            // the loss work of the main head (m.be->loss.loss_new; NULL for YOLO26)
     float      *input;           // (max_n, S, S, 3) the batch as floats in [0,1]
     const uint8_t *input_u8;     // or, when set, the loader's uint8 batch (converted on the device)
     StepShape   shape;           // the next step's shape when not S x S (core/train.c sets it before each

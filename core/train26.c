@@ -74,7 +74,7 @@ int train26_init(Trainer *t, const Config *cfg, Err *err) {
     y->wt = loss26_weights(0, cfg->epochs);
     y->wt.box = cfg->hyp.box; y->wt.cls = cfg->hyp.cls; y->wt.l1 = cfg->hyp.dfl;   // the dfl gain weighs L1
     Model *m = &t->m;
-    y->loss = m->be->loss26_new(m->be_ctx, m->max_n, m->max_n * TARGETS_PER_IMAGE, m->nc, trainer_anchors(m));
+    y->loss = m->be->loss.loss26_new(m->be_ctx, m->max_n, m->max_n * TARGETS_PER_IMAGE, m->nc, trainer_anchors(m));
     if (!y->loss)
         return err_set(err, "GPU: no memory left for the YOLO26 loss at batch %d; lower batch or imgsz", t->m.max_n);
     return 0;
@@ -91,7 +91,7 @@ static void optimizer_state(Trainer *t) {
     int adam = y->opt.kind == OPT26_ADAMW || y->opt.kind == OPT26_ADAM;
     y->n_opt = adam ? 2 * n_all : n_all + n_muon;   // SGD has no Muon groups
     int kind = y->opt.kind == OPT26_ADAMW ? OPT26_KIND_ADAMW : y->opt.kind == OPT26_ADAM ? OPT26_KIND_ADAM : OPT26_KIND_SGD;
-    y->optimizer = t->m.be->opt26_new(t->m.be_ctx, y->params, y->n_params, kind, y->muon, y->sgd, &y->state);
+    y->optimizer = t->m.be->optim.opt26_new(t->m.be_ctx, y->params, y->n_params, kind, y->muon, y->sgd, &y->state);
 }
 
 static void print_choice(const Config *cfg, const Train26 *y, double wd) {
@@ -129,8 +129,8 @@ void train26_optimizer_init(Trainer *t, const Config *cfg, int nb) {
 void train26_free(Trainer *t) {
     Train26 *y = t->y26;
     if (!y) return;
-    if (y->loss) t->m.be->loss26_free(t->m.be_ctx, y->loss);
-    if (y->optimizer) t->m.be->opt26_free(t->m.be_ctx, y->optimizer);   // and the state block it made
+    if (y->loss) t->m.be->loss.loss26_free(t->m.be_ctx, y->loss);
+    if (y->optimizer) t->m.be->optim.opt26_free(t->m.be_ctx, y->optimizer);   // and the state block it made
     free(y->params);
     free(y);
     t->y26 = NULL;
@@ -163,7 +163,7 @@ int train26_assign(Trainer *t, double *tss, Err *err) {
     double *dst[L26_BRANCHES];
     dst[L26_O2O] = tss;                            // the trainer's main sum
     dst[L26_O2M] = tss + 1;                        // and its auxiliary one
-    return t->m.be->loss26_assign(t->m.be_ctx, y->loss, &y->lb, dst, err);
+    return t->m.be->loss.loss26_assign(t->m.be_ctx, y->loss, &y->lb, dst, err);
 }
 
 static void items_of(const Loss26Out *o, LossOut *out) {
@@ -178,13 +178,13 @@ void train26_compute(Trainer *t, double batch_mult) {
     const double *norm[L26_BRANCHES];
     norm[L26_O2O] = t->scal + SC_NORM;
     norm[L26_O2M] = t->scal + SC_NORM + 1;
-    t->m.be->loss26_compute(t->m.be_ctx, y->loss, &y->lb, &y->wt, norm, batch_mult, g);
+    t->m.be->loss.loss26_compute(t->m.be_ctx, y->loss, &y->lb, &y->wt, norm, batch_mult, g);
 }
 
 void train26_items(Trainer *t, LossOut *out) {
     Loss26Out o;
     memset(&o, 0, sizeof o);
-    t->m.be->loss26_items(t->m.be_ctx, t->y26->loss, &t->y26->wt, t->items_mult, &o);
+    t->m.be->loss.loss26_items(t->m.be_ctx, t->y26->loss, &t->y26->wt, t->items_mult, &o);
     items_of(&o, out);
 }
 
@@ -221,7 +221,7 @@ MuStep train26_schedule(const Train26 *y, const OptSchedule *s, int epoch, int i
 
 // The checkpointed step count drives AdamW's bias correction.
 static void optimizer_step(Trainer *t, const MuStep *st) {
-    t->m.be->opt26_step(t->m.be_ctx, t->y26->optimizer, st, (long)t->sgd.steps);
+    t->m.be->optim.opt26_step(t->m.be_ctx, t->y26->optimizer, st, (long)t->sgd.steps);
 }
 
 // The rates of step st as the trainer logs them (results.csv's x/lr0..2).
@@ -248,7 +248,7 @@ void train26_update(Trainer *t, int epoch, int i) {
     clip_grad_norm_queued(&t->sgd, CLIP_NORM, t->scal + SC_SUMSQ);
     optimizer_step(t, &st);                // also zeroes the gradients
     t->sgd.steps++;
-    m->be->ema_update(m->be_ctx, t->ema, m->state, m->n_state, ema_decay(++t->ema_updates));
+    m->be->optim.ema_update(m->be_ctx, t->ema, m->state, m->n_state, ema_decay(++t->ema_updates));
 }
 
 const Family family_yolo26 = { "yolo26", 4.0, train26_check, train26_init, train26_optimizer_init, train26_free,

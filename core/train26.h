@@ -30,12 +30,12 @@ typedef struct Train26 {
     // (Trainer.sgd.buf / n_train point at it): MuSGD [s: every param | m: Muon params, packed],
     // AdamW and Adam [m | v], SGD [s]. n_opt floats are saved; the block may be longer (a GPU's m is n_all).
     float    *state;  size_t n_opt;
-    void     *optimizer;            // the backend's optimizer over `state` (Backend.opt26_new)
+    void     *optimizer;            // the backend's optimizer over `state` (Backend.optim.opt26_new)
     // loss
     int       prog_updates;         // ProgLoss updates (epoch ends) of this process: not checkpointed
     int       epochs;
     Loss26Weights wt;               // gains and the branch weights in force
-    void     *loss;                 // the backend's loss work (Backend.loss26_new)
+    void     *loss;                 // the backend's loss work (Backend.loss.loss26_new)
     Loss26Batch lb;                 // the batch of the iteration in progress
     Head26    grad[L26_BRANCHES];
     double    lr[MU_GROUPS];        // the last iteration's learning rates

@@ -31,12 +31,12 @@ static int to_gpu(Trainer *t, const Config *cfg, int id, Err *err) {
     if (!gpu) return err_set(err, "device=%d: this yolotrain was built without CUDA; use device=cpu", id);
     float *initial = xmalloc(m->n_state * sizeof(float));    // the EMA starts from these weights
     memcpy(initial, m->state, m->n_state * sizeof(float));
-    if (gpu->model_to_device(m, id, cfg->precision, t->master, err)) { free(initial); return -1; }
+    if (gpu->dev.model_to_device(m, id, cfg->precision, t->master, err)) { free(initial); return -1; }
     if (t->master) {
-        t->ema = m->be->take(m->be_ctx, m->n_state);
-        m->be->upload(m->be_ctx, t->ema, initial, m->n_state);
-        t->sgd_buf = m->be->take(m->be_ctx, m->n_state);
-        t->recv = m->be->take(m->be_ctx, m->n_state);
+        t->ema = m->be->dev.take(m->be_ctx, m->n_state);
+        m->be->dev.upload(m->be_ctx, t->ema, initial, m->n_state);
+        t->sgd_buf = m->be->dev.take(m->be_ctx, m->n_state);
+        t->recv = m->be->dev.take(m->be_ctx, m->n_state);
     }
     free(initial);
     return 0;
@@ -47,7 +47,7 @@ static void device_release(Trainer *t) {
     const Backend *be = t->m.be;
     if (t->m.on_device) {
         model_drop_recordings(&t->m);                  // the device's recordings go before the device
-        be->device_close(t->m.be_ctx);
+        be->dev.device_close(t->m.be_ctx);
     } else {
         free(t->ema);
         free(t->recv);
@@ -107,9 +107,9 @@ static int trainer_setup(Trainer *t, const Config *cfg, int gpu, int master, int
         return -1;
     }
     t->input = xmalloc((size_t)cfg->batch * cfg->imgsz * cfg->imgsz * 3 * sizeof(float));
-    t->scal = m->be->scalars(m->be_ctx);
+    t->scal = m->be->dev.scalars(m->be_ctx);
     if (!t->scal) t->scal = xcalloc(SC_COUNT, sizeof(double));
-    for (int k = 0; k < TM_COUNT; k++) t->tm[k] = m->be->timer_new(m->be_ctx);   // the device is the current one
+    for (int k = 0; k < TM_COUNT; k++) t->tm[k] = m->be->dev.timer_new(m->be_ctx);   // the device is the current one
     model_zero_grad(m);
     if (t->fam->init(t, cfg, err)) { trainer_free(t); return -1; }   // the family's loss work
     return 0;
@@ -164,9 +164,9 @@ int trainer_init_devices(Trainer *t, const Config *cfg, int nb, const DeviceList
 void trainer_free(Trainer *t) {
     if (t->multi) multi_free(t);
     if (t->fam) t->fam->free(t);
-    if (t->tm[0]) t->m.be->bind(t->m.be_ctx);
+    if (t->tm[0]) t->m.be->dev.bind(t->m.be_ctx);
     for (int k = 0; k < TM_COUNT; k++)
-        if (t->tm[k]) t->m.be->timer_free(t->m.be_ctx, t->tm[k]);
+        if (t->tm[k]) t->m.be->dev.timer_free(t->m.be_ctx, t->tm[k]);
     if (!t->m.on_device) free(t->scal);
     if (t->master) sgd_free(&t->sgd);
     free(t->slots); free(t->input); free(t->sums);
@@ -192,7 +192,7 @@ static void loss_batch(Trainer *t, int n, int h, int w, const float *targets, in
 }
 
 void trainer_mark(Trainer *t, int mark) {
-    t->m.be->timer_record(t->m.be_ctx, t->tm[mark]);
+    t->m.be->dev.timer_record(t->m.be_ctx, t->tm[mark]);
     t->tm_set |= 1u << mark;
 }
 
@@ -207,7 +207,7 @@ void trainer_read_times(Trainer *t, PhaseTimes *delta) {
     for (size_t k = 0; k < sizeof SPANS / sizeof SPANS[0]; k++) {
         unsigned both = 1u << SPANS[k].from | 1u << SPANS[k].to;
         if ((t->tm_set & both) != both) continue;
-        double sec = t->m.be->timer_seconds(t->m.be_ctx, t->tm[SPANS[k].from], t->tm[SPANS[k].to]);
+        double sec = t->m.be->dev.timer_seconds(t->m.be_ctx, t->tm[SPANS[k].from], t->tm[SPANS[k].to]);
         *(double *)((char *)&d + SPANS[k].at) += sec;
         *(double *)((char *)&t->t + SPANS[k].at) += sec;
     }
@@ -237,7 +237,7 @@ int trainer_phase_forward(Trainer *t, int n, int S, const float *images, const u
 
 void trainer_phase_backward(Trainer *t, int n, const double *tss, int n_tss, double batch_mult) {
     trainer_mark(t, TM_C0);
-    if (tss) t->m.be->loss_norm(t->m.be_ctx, tss, n_tss, t->scal + SC_NORM);
+    if (tss) t->m.be->loss.loss_norm(t->m.be_ctx, tss, n_tss, t->scal + SC_NORM);
     t->items_mult = batch_mult;
     t->fam->compute(t, batch_mult);                    // both heads (or branches), each by its normaliser
     trainer_mark(t, TM_C1);
@@ -273,12 +273,12 @@ int trainer_step_batch(Trainer *t, const float *images, const uint8_t *images_u8
     }
     if (procs_active()) return procs_step_one(t, images, images_u8, n, S, targets, nt, epoch, i, out, err);
     if (trainer_phase_forward(t, n, S, images, images_u8, targets, nt, err)) {
-        t->m.be->sync(t->m.be_ctx);                    // the forward read the batch: done before it goes back
+        t->m.be->dev.sync(t->m.be_ctx);                    // the forward read the batch: done before it goes back
         return -1;
     }
     trainer_phase_backward(t, n, t->scal + SC_TSS, 1, n);
     trainer_update(t, epoch, i);
-    t->m.be->sync(t->m.be_ctx);                        // the step's one host wait
+    t->m.be->dev.sync(t->m.be_ctx);                        // the step's one host wait
     trainer_read_times(t, NULL);
     trainer_phase_items(t, out);
     return 0;

@@ -135,7 +135,7 @@ int model_transfer(Model *m, const char *path, uint64_t seed, int verbose, Err *
     if (weights_open(path, &st, err)) return -1;
     model_init_weights(m, seed);
     float *host = xmalloc(m->n_state * sizeof(float));   // the state may live on a GPU
-    m->be->download(m->be_ctx, host, m->state, m->n_state);
+    m->be->dev.download(m->be_ctx, host, m->state, m->n_state);
     Count c = { 0, 0 };
     int rc = take_tensors(m, &st, host, &c, err);
     if (!rc && 2 * c.taken < c.total) {
@@ -145,7 +145,7 @@ int model_transfer(Model *m, const char *path, uint64_t seed, int verbose, Err *
                      "Train with the config of that model, or without weights=", path, c.taken, c.total, what);
     }
     if (!rc) rc = model_check_finite(m, host, m->n_state, path, "state", err);   // NaN/Inf weights refused
-    if (!rc) m->be->upload(m->be_ctx, m->state, host, m->n_state);
+    if (!rc) m->be->dev.upload(m->be_ctx, m->state, host, m->n_state);
     if (!rc && verbose) printf("Transferred %d/%d items from %s\n", c.taken, c.total, path);
     free(host);
     st_close(&st);

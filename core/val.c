@@ -136,9 +136,9 @@ static void chunk_detect(Worker *w, Slot *s, int c0, int cn) {
     const NmsOptions *no = &w->p->o->nms;
     if (w->topk) {
         Topk26Opts to = { .max_det = no->max_det, .agnostic = no->agnostic, .conf = no->conf_thres };
-        m->be->topk_detect(m->be_ctx, w->topk, h, s->vb.H, cn, &to, s->det + (size_t)c0 * D, s->nd + c0);
+        m->be->val.topk_detect(m->be_ctx, w->topk, h, s->vb.H, cn, &to, s->det + (size_t)c0 * D, s->nd + c0);
     } else {
-        m->be->nms_detect(m->be_ctx, w->nms, h, m->strides, cn, s->det + (size_t)c0 * D, s->nd + c0);
+        m->be->val.nms_detect(m->be_ctx, w->nms, h, m->strides, cn, s->det + (size_t)c0 * D, s->nd + c0);
     }
 }
 
@@ -147,7 +147,7 @@ static void chunk_keep(Worker *w, int c0, int cn, int N) {
     Model *m = w->m;
     Map h[3];
     for (int l = 0; l < 3; l++) h[l] = model_value(m, m->head[l], cn);
-    m->be->vloss_stage(m->be_ctx, w->vloss, h, c0, N);
+    m->be->val.vloss_stage(m->be_ctx, w->vloss, h, c0, N);
 }
 
 static int head_fp32(const Model *m) {       // the backend's NMS reads fp32 head maps
@@ -170,7 +170,7 @@ static void prefetch_next(Worker *w, const Slot *s) {
     const ValBatch *vb = &o->vb;
     int chunk = chunk_images(w->m, vb->H, vb->W), cn = vb->n < chunk ? vb->n : chunk;
     w->pref = vb->images; w->pref_n = (size_t)cn * vb->H * vb->W * 3;
-    w->m->be->prefetch_u8(w->m->be_ctx, w->pref, w->pref_n);
+    w->m->be->dev.prefetch_u8(w->m->be_ctx, w->pref, w->pref_n);
 }
 
 static void forward_batch(Worker *w, Slot *s) {
@@ -187,14 +187,14 @@ static void forward_batch(Worker *w, Slot *s) {
     for (int c0 = 0; c0 < vb->n; c0 += chunk, k++) {
         int cn = vb->n - c0 < chunk ? vb->n - c0 : chunk, c1 = c0 + cn;
         void **tm = w->tm + 3 * (k < w->n_tm ? k : w->n_tm - 1);
-        be->timer_record(m->be_ctx, tm[0]);
+        be->dev.timer_record(m->be_ctx, tm[0]);
         model_forward_u8(m, vb->images + c0 * px, cn, vb->H, vb->W, 0);
-        be->timer_record(m->be_ctx, tm[1]);
+        be->dev.timer_record(m->be_ctx, tm[1]);
         // the next chunk's bytes travel while this one runs (its upload then only converts them)
-        if (c1 < vb->n) be->prefetch_u8(m->be_ctx, vb->images + c1 * px, (size_t)(vb->n - c1 < chunk ? vb->n - c1 : chunk) * px);
+        if (c1 < vb->n) be->dev.prefetch_u8(m->be_ctx, vb->images + c1 * px, (size_t)(vb->n - c1 < chunk ? vb->n - c1 : chunk) * px);
         else prefetch_next(w, s);
         if (s->dev_ok) chunk_detect(w, s, c0, cn);
-        be->timer_record(m->be_ctx, tm[2]);
+        be->dev.timer_record(m->be_ctx, tm[2]);
         if (w->vloss_ok) chunk_keep(w, c0, cn, vb->n);
         size_t off = 0;
         for (int l = 0; l < m->n_levels; l++) {
@@ -202,7 +202,7 @@ static void forward_batch(Worker *w, Slot *s) {
             size_t per = (size_t)h.H * h.W * h.ld;           // floats per image
             float *dst = w->heads + off + c0 * per;
             if (!m->on_device) memcpy(dst, h.data, sizeof(float) * per * cn);
-            else if ((w->p->o->losses && !w->vloss_ok) || !s->dev_ok) be->download(m->be_ctx, dst, h.data, per * cn);
+            else if ((w->p->o->losses && !w->vloss_ok) || !s->dev_ok) be->dev.download(m->be_ctx, dst, h.data, per * cn);
             w->head[l] = (Map){ w->heads + off, vb->n, h.H, h.W, h.C, h.ld, 0, 0 };
             off += per * vb->n;
         }
@@ -214,10 +214,10 @@ static void forward_batch(Worker *w, Slot *s) {
 static void batch_times(Worker *w, const ValBatch *vb) {
     const Backend *be = w->m->be;
     int chunk = chunk_images(w->m, vb->H, vb->W), chunks = (vb->n + chunk - 1) / chunk;
-    be->sync(w->m->be_ctx);
+    be->dev.sync(w->m->be_ctx);
     for (int k = 0; k < chunks && k < w->n_tm; k++) {
-        w->t_infer += be->timer_seconds(w->m->be_ctx, w->tm[3 * k], w->tm[3 * k + 1]);
-        w->t_nms += be->timer_seconds(w->m->be_ctx, w->tm[3 * k + 1], w->tm[3 * k + 2]);
+        w->t_infer += be->dev.timer_seconds(w->m->be_ctx, w->tm[3 * k], w->tm[3 * k + 1]);
+        w->t_nms += be->dev.timer_seconds(w->m->be_ctx, w->tm[3 * k + 1], w->tm[3 * k + 2]);
     }
 }
 
@@ -235,7 +235,7 @@ static int batch_losses26(Worker *w, const ValBatch *b, BatchOut *out, Err *err)
     wt.box = w->p->o->gain_box, wt.cls = w->p->o->gain_cls, wt.l1 = w->p->o->gain_l1;
     const Head26 *none[L26_BRANCHES] = { NULL, NULL };
     Loss26Out lo;
-    if (w->vloss_ok ? w->m->be->vloss_eval26(w->m->be_ctx, w->vloss, &lb, &wt, &lo, err)
+    if (w->vloss_ok ? w->m->be->val.vloss_eval26(w->m->be_ctx, w->vloss, &lb, &wt, &lo, err)
                     : loss26_forward_backward(w->lw26, &lb, &wt, none, &lo, err)) return -1;
     out->box = lo.br[L26_O2O].box; out->cls = lo.br[L26_O2O].cls; out->dfl = lo.br[L26_O2O].l1;
     return 0;
@@ -246,7 +246,7 @@ static int batch_losses(Worker *w, const ValBatch *b, BatchOut *out, Err *err) {
     LossBatch lb = { .nc = w->m->nc, .img_h = b->H, .img_w = b->W, .targets = b->targets, .n_targets = b->nt };
     for (int l = 0; l < LOSS_LEVELS; l++) lb.head[l] = w->head[l];
     LossOut lo;
-    if (w->vloss_ok ? w->m->be->vloss_eval(w->m->be_ctx, w->vloss, &lb, &lo, err)
+    if (w->vloss_ok ? w->m->be->val.vloss_eval(w->m->be_ctx, w->vloss, &lb, &lo, err)
                     : loss_forward_backward(w->lw, &lb, NULL, &lo, err)) return -1;
     out->box = lo.box; out->cls = lo.cls; out->dfl = lo.dfl;
     return 0;
@@ -366,7 +366,7 @@ static void run_batch(Worker *w, Slot *s) {
 // A model's thread: run the slots the helper loads, in turn, until it loads no more.
 static void *worker_main(void *arg) {
     Worker *w = arg;
-    w->m->be->bind(w->m->be_ctx);
+    w->m->be->dev.bind(w->m->be_ctx);
     pthread_t helper;
     pthread_create(&helper, NULL, helper_main, w);
     for (int k = 0;; k ^= 1) {
@@ -381,7 +381,7 @@ static void *worker_main(void *arg) {
     }
     if (w->pref) {                            // never left pending: its stage would hold stale bytes
         Map in = model_value(w->m, w->m->input, 1);
-        w->m->be->upload_u8(w->m->be_ctx, in.data, w->pref, w->pref_n);
+        w->m->be->dev.upload_u8(w->m->be_ctx, in.data, w->pref, w->pref_n);
     }
     pthread_join(helper, NULL);
     return NULL;
@@ -395,14 +395,14 @@ static void worker_init(Worker *w, Pass *p, Model *m) {
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
     val_images_init(&w->img, m, p->o->workers, p->max_h, p->max_w, &p->o->nms);
-    m->be->bind(m->be_ctx);                   // the work lives on this model's device
+    m->be->dev.bind(m->be_ctx);                   // the work lives on this model's device
     int A = anchors_of(p->max_h, p->max_w), D = max_det_of(w);
     if (m->on_device && m->n_levels == 3 && !p->o->host_post) {
         int chunk = m->max_n < p->o->batch ? m->max_n : p->o->batch;
-        if (m->end2end) w->topk = m->be->topk_prepare(m->be_ctx, chunk, A, m->nc, D);
-        else w->nms = m->be->nms_prepare(m->be_ctx, chunk, A, m->nc, &p->o->nms);
-        if (p->o->losses && (!m->end2end || m->be->vloss_eval26))
-            w->vloss = m->be->vloss_prepare(m->be_ctx, p->o->batch, p->ds->n_instances, m->nc, A, m->end2end);
+        if (m->end2end) w->topk = m->be->val.topk_prepare(m->be_ctx, chunk, A, m->nc, D);
+        else w->nms = m->be->val.nms_prepare(m->be_ctx, chunk, A, m->nc, &p->o->nms);
+        if (p->o->losses && (!m->end2end || m->be->val.vloss_eval26))
+            w->vloss = m->be->val.vloss_prepare(m->be_ctx, p->o->batch, p->ds->n_instances, m->nc, A, m->end2end);
     }
     for (int k = 0; k < 2; k++) {
         w->slot[k].det = xmalloc(sizeof(Det) * ((size_t)p->o->batch * D + 1));
@@ -410,7 +410,7 @@ static void worker_init(Worker *w, Pass *p, Model *m) {
     }
     w->n_tm = p->o->batch + 1;                // chunks per batch, at most
     w->tm = xmalloc(sizeof(void *) * 3 * w->n_tm);
-    for (int k = 0; k < 3 * w->n_tm; k++) w->tm[k] = m->be->timer_new(m->be_ctx);
+    for (int k = 0; k < 3 * w->n_tm; k++) w->tm[k] = m->be->dev.timer_new(m->be_ctx);
     w->lw = loss_work_new();
     if (m->end2end) w->lw26 = loss26_work_new();
     size_t floats = 0;                        // the head maps of a whole batch at the largest shape
@@ -424,11 +424,11 @@ static void worker_init(Worker *w, Pass *p, Model *m) {
 static void worker_free(Worker *w) {
     val_images_free(&w->img);
     Model *m = w->m;
-    m->be->bind(m->be_ctx);
-    if (w->nms) m->be->nms_release(m->be_ctx, w->nms);
-    if (w->topk) m->be->topk_release(m->be_ctx, w->topk);
-    if (w->vloss) m->be->vloss_release(m->be_ctx, w->vloss);
-    for (int k = 0; k < 3 * w->n_tm; k++) m->be->timer_free(m->be_ctx, w->tm[k]);
+    m->be->dev.bind(m->be_ctx);
+    if (w->nms) m->be->val.nms_release(m->be_ctx, w->nms);
+    if (w->topk) m->be->val.topk_release(m->be_ctx, w->topk);
+    if (w->vloss) m->be->val.vloss_release(m->be_ctx, w->vloss);
+    for (int k = 0; k < 3 * w->n_tm; k++) m->be->dev.timer_free(m->be_ctx, w->tm[k]);
     free(w->tm);
     for (int k = 0; k < 2; k++) val_batch_free(&w->slot[k].vb), free(w->slot[k].det), free(w->slot[k].nd);
     loss_work_free(w->lw);
@@ -470,12 +470,12 @@ static void run_workers(Pass *p, int n) {
     Worker *w = xcalloc(n, sizeof *w);
     pthread_t *th = xcalloc(n, sizeof *th);
     for (int k = 0; k < n; k++) worker_init(&w[k], p, p->models[k]);
-    if (n > 1) p->models[0]->be->bind(p->models[0]->be_ctx);   // worker_init bound each model's device
+    if (n > 1) p->models[0]->be->dev.bind(p->models[0]->be_ctx);   // worker_init bound each model's device
     for (int k = 1; k < n; k++) pthread_create(&th[k], NULL, worker_main, &w[k]);
     worker_main(&w[0]);
     for (int k = 1; k < n; k++) pthread_join(th[k], NULL);
     for (int k = 0; k < n; k++) worker_free(&w[k]);
-    if (n > 1) p->models[0]->be->bind(p->models[0]->be_ctx);   // the caller's device again
+    if (n > 1) p->models[0]->be->dev.bind(p->models[0]->be_ctx);   // the caller's device again
     free(w); free(th);
 }
 

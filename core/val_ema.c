@@ -12,14 +12,14 @@
 // Every replica's state = src (n_state floats in the master's memory), staged through host.
 static void replicas_set_state(Trainer *t, const float *src, float *host) {
     Model *m0 = &t->m;
-    m0->be->bind(m0->be_ctx);
-    m0->be->download(m0->be_ctx, host, src, m0->n_state);
+    m0->be->dev.bind(m0->be_ctx);
+    m0->be->dev.download(m0->be_ctx, host, src, m0->n_state);
     for (int k = 1; k < multi_count(t->multi); k++) {
         Model *m = &multi_replica_mut(t->multi, k)->m;   // borrowed between steps
-        m->be->bind(m->be_ctx);
-        m->be->upload(m->be_ctx, m->state, host, m->n_state);
+        m->be->dev.bind(m->be_ctx);
+        m->be->dev.upload(m->be_ctx, m->state, host, m->n_state);
     }
-    m0->be->bind(m0->be_ctx);
+    m0->be->dev.bind(m0->be_ctx);
 }
 
 int val_evaluate_ema(Trainer *t, const Dataset *ds, const ValOptions *o, ValResult *r, Err *err) {

@@ -74,53 +74,25 @@ static void conv_bn_bwd(void *ctx, const ConvDims *d, Map x, const float *w, Map
     bn_backward_gpu(DEV, z, bn->gamma, bn->mean, bn->invstd, du, dz, bn->dgamma, bn->dbeta);
     conv_backward_gpu(DEV, d, x, w, dz, dx, dw, NULL);
 }
-// The fused forms of a RepConv and of a residual addition (YT_FUSE=0: the launches they replace, as the
-// CPU composes them, to measure)
-static int fused_forms(void) {
-    static int off = -1;
-    if (off < 0) {
-        const char *e = getenv("YT_FUSE");
-        off = e && !strcmp(e, "0");
-    }
-    return !off;
-}
+// The fused forms of a RepConv and of a residual addition (Backend.fused; YT_FUSE=0 takes them out of the
+// table, core/backends.c, and the executor composes them from the ops)
 static void bn_silu_add_train(void *ctx, Map z, const BnTrain *b, float eps, float mom, Map a, Map y, Map out) {
-    if (fused_forms()) {
-        bn_silu_add_forward_train_gpu(DEV, z, b, eps, mom, a, y, out);
-        return;
-    }
-    bn_silu_train(ctx, z, b->gamma, b->beta, eps, mom, b->running_mean, b->running_var, b->mean, b->invstd, y);
-    add_forward_gpu(DEV, a, y, out);
+    bn_silu_add_forward_train_gpu(DEV, z, b, eps, mom, a, y, out);
 }
 static void repconv_train(void *ctx, Map z1, const BnTrain *b1, Map z2, const BnTrain *b2, float eps, float mom,
                           Map u, Map tmp, Map y) {
-    if (fused_forms()) {
-        repconv_forward_train_gpu(DEV, z1, b1, z2, b2, eps, mom, y);
-        return;
-    }
-    bn_forward_train_gpu(DEV, z1, b1->gamma, b1->beta, eps, mom, b1->running_mean, b1->running_var, b1->mean,
-                         b1->invstd, u);
-    bn_forward_train_gpu(DEV, z2, b2->gamma, b2->beta, eps, mom, b2->running_mean, b2->running_var, b2->mean,
-                         b2->invstd, tmp);
-    accumulate_map_gpu(DEV, tmp, u);
-    silu_forward_gpu(DEV, u, y);
+    repconv_forward_train_gpu(DEV, z1, b1, z2, b2, eps, mom, y);
 }
 static void repconv_silu_bwd(void *ctx, Map z1, const BnSaved *b1, Map z2, const BnSaved *b2, Map dy, Map tmp,
                              Map du) {
-    if (fused_forms()) {
-        repconv_silu_backward_gpu(DEV, z1, b1->gamma, b1->beta, b1->mean, b1->invstd, z2, b2->gamma, b2->beta,
-                                  b2->mean, b2->invstd, dy, du);
-        return;
-    }
-    bn_apply_gpu(DEV, z1, b1->gamma, b1->beta, b1->mean, b1->invstd, du);
-    bn_apply_gpu(DEV, z2, b2->gamma, b2->beta, b2->mean, b2->invstd, tmp);
-    accumulate_map_gpu(DEV, tmp, du);
-    silu_backward_gpu(DEV, du, dy, du);
+    repconv_silu_backward_gpu(DEV, z1, b1->gamma, b1->beta, b1->mean, b1->invstd, z2, b2->gamma, b2->beta, b2->mean,
+                              b2->invstd, dy, du);
 }
+// One launch for both branches under bf16 (contiguous z); else the two branches' conv_bn_backward
 static void repconv_bn_bwd(void *ctx, const ConvDims *d1, const float *w1, Map z1, const BnSaved *bn1, float *dw1,
                            Map dx1, const ConvDims *d2, const float *w2, Map z2, const BnSaved *bn2, float *dw2, Map dx2,
                            Map x, Map du, Map dz, float *ws) {
-    if (fused_forms() && DEV->precision == GPU_BF16 && z1.ld == z1.C && z2.ld == z2.C) {
+    if (DEV->precision == GPU_BF16 && z1.ld == z1.C && z2.ld == z2.C) {
         ConvBnBranch b1 = { d1, w1, dw1, z1, dx1, bn1->gamma, bn1->mean, bn1->invstd, bn1->dgamma, bn1->dbeta };
         ConvBnBranch b2 = { d2, w2, dw2, z2, dx2, bn2->gamma, bn2->mean, bn2->invstd, bn2->dgamma, bn2->dbeta };
         repconv_bn_backward_bf16_gpu(DEV, &b1, &b2, x, du, dz.data);
@@ -403,36 +375,61 @@ static void gpu_opt26_free(void *ctx, void *o) { musgd_free_gpu(o); }
 static void prepare_weights(void *ctx, const float *state, size_t n) { conv_prepare_weights_gpu(DEV, state, n); }
 
 const Backend backend_gpu = {
-    "cuda", conv_fwd, conv_bwd, bn_train, bn_eval, bn_bwd, bn_apply, silu_fwd, silu_bwd, add_fwd, copy, accumulate,
-    maxpool_fwd, maxpool_bwd, avgpool_fwd, avgpool_bwd, upsample_fwd, upsample_bwd, prepare, sumsq, scale, sgd, ema,
-    scale_n, sync, bind, pull, zero, upload, upload_u8, download, event_new, event_free, event_record, event_wait,
-    bn_silu_train, conv_bn_silu_bwd,
-    dw_fwd, dw_bwd, attn_fwd, attn_bwd,
-    sumsq_to, clip, loss_norm, timer_new, timer_free, timer_record, timer_seconds,
-    conv_bn_bwd,
-    nms_prepare, nms_release, nms_detect,
-    vloss_prepare, vloss_release, vloss_stage, vloss_eval,
-    rec_begin, rec_end, rec_replay, rec_free,
-    topk_prepare, topk_release, topk_detect,
-    bn_silu_eval,
-    bn_frozen_stats, bn_frozen_bwd,
-    .device_list = gpu_list, .model_to_device = model_to_device_gpu, .auto_batch = trainer_gpu_auto_batch,
-    .plan_bytes = trainer_gpu_plan_bytes, .peer_setup = peer_setup, .host_pin = gpu_host_pin,
-    .host_unpin = gpu_host_unpin,
-    .device_id = device_id, .device_close = device_close, .scalars = scalars, .take = take, .reserve = reserve,
-    .buffer_new = buffer_new, .buffer_free = buffer_free, .prefetch_u8 = prefetch_u8, .mem_used = mem_used,
-    .usable = usable, .check = check, .inject_fault = inject_fault,
-    .loss_new = gpu_loss_new, .loss_free = gpu_loss_free, .loss_assign = gpu_loss_assign,
-    .loss_compute = gpu_loss_compute, .loss_items = gpu_loss_items,
-    .loss26_new = gpu_loss26_new, .loss26_free = gpu_loss26_free, .loss26_assign = gpu_loss26_assign,
-    .loss26_compute = gpu_loss26_compute, .loss26_items = gpu_loss26_items,
-    .opt26_new = gpu_opt26_new, .opt26_step = gpu_opt26_step, .opt26_free = gpu_opt26_free,
-    .resize_bilinear = resize_fwd,
-    .comm_sum = comm_sum,
-    .comm_sum_pairs = comm_sum_pairs,
-    .comm_sum_begin = comm_sum_begin, .comm_sum_end = comm_sum_end,
-    .vloss_eval26 = vloss_eval26,
-    .prepare_weights = prepare_weights,
-    .repconv_forward_train = repconv_train, .repconv_silu_backward = repconv_silu_bwd,
-    .repconv_bn_backward = repconv_bn_bwd, .bn_silu_add_forward_train = bn_silu_add_train,
+    .name = "cuda",
+    .ops = {
+        .conv_forward = conv_fwd, .conv_backward = conv_bwd,
+        .bn_forward_train = bn_train, .bn_forward_eval = bn_eval, .bn_backward = bn_bwd, .bn_apply = bn_apply,
+        .bn_frozen_stats = bn_frozen_stats, .bn_frozen_backward = bn_frozen_bwd,
+        .silu_forward = silu_fwd, .silu_backward = silu_bwd, .add_forward = add_fwd,
+        .copy_map = copy, .accumulate_map = accumulate,
+        .maxpool_forward = maxpool_fwd, .maxpool_backward = maxpool_bwd,
+        .avgpool_forward = avgpool_fwd, .avgpool_backward = avgpool_bwd,
+        .upsample_forward = upsample_fwd, .upsample_backward = upsample_bwd, .resize_bilinear = resize_fwd,
+        .dwconv_forward = dw_fwd, .dwconv_backward = dw_bwd, .attn_forward = attn_fwd, .attn_backward = attn_bwd,
+        .prepare_weights = prepare_weights,
+    },
+    .unit = {
+        .bn_silu_forward_train = bn_silu_train, .bn_silu_forward_eval = bn_silu_eval,
+        .conv_bn_silu_backward = conv_bn_silu_bwd, .conv_bn_backward = conv_bn_bwd,
+    },
+    .fused = {
+        .repconv_forward_train = repconv_train, .repconv_silu_backward = repconv_silu_bwd,
+        .repconv_bn_backward = repconv_bn_bwd, .bn_silu_add_forward_train = bn_silu_add_train,
+    },
+    .dev = {
+        .sync = sync, .bind = bind, .pull = pull, .zero = zero, .upload = upload, .upload_u8 = upload_u8,
+        .download = download,
+        .event_new = event_new, .event_free = event_free, .event_record = event_record, .event_wait = event_wait,
+        .timer_new = timer_new, .timer_free = timer_free, .timer_record = timer_record,
+        .timer_seconds = timer_seconds,
+        .rec_begin = rec_begin, .rec_end = rec_end, .rec_replay = rec_replay, .rec_free = rec_free,
+        .device_list = gpu_list, .model_to_device = model_to_device_gpu, .auto_batch = trainer_gpu_auto_batch,
+        .plan_bytes = trainer_gpu_plan_bytes, .peer_setup = peer_setup, .host_pin = gpu_host_pin,
+        .host_unpin = gpu_host_unpin,
+        .device_id = device_id, .device_close = device_close, .scalars = scalars, .take = take, .reserve = reserve,
+        .buffer_new = buffer_new, .buffer_free = buffer_free, .prefetch_u8 = prefetch_u8, .mem_used = mem_used,
+        .usable = usable, .check = check, .inject_fault = inject_fault,
+    },
+    .loss = {
+        .loss_new = gpu_loss_new, .loss_free = gpu_loss_free, .loss_assign = gpu_loss_assign,
+        .loss_compute = gpu_loss_compute, .loss_items = gpu_loss_items,
+        .loss26_new = gpu_loss26_new, .loss26_free = gpu_loss26_free, .loss26_assign = gpu_loss26_assign,
+        .loss26_compute = gpu_loss26_compute, .loss26_items = gpu_loss26_items,
+        .loss_norm = loss_norm,
+    },
+    .optim = {
+        .optim_prepare = prepare, .grad_sumsq = sumsq, .grad_scale = scale, .sgd_apply = sgd,
+        .grad_sumsq_to = sumsq_to, .grad_clip = clip, .ema_update = ema, .scale = scale_n,
+        .opt26_new = gpu_opt26_new, .opt26_step = gpu_opt26_step, .opt26_free = gpu_opt26_free,
+    },
+    .val = {
+        .nms_prepare = nms_prepare, .nms_release = nms_release, .nms_detect = nms_detect,
+        .topk_prepare = topk_prepare, .topk_release = topk_release, .topk_detect = topk_detect,
+        .vloss_prepare = vloss_prepare, .vloss_release = vloss_release, .vloss_stage = vloss_stage,
+        .vloss_eval = vloss_eval, .vloss_eval26 = vloss_eval26,
+    },
+    .comm = {
+        .comm_sum = comm_sum, .comm_sum_pairs = comm_sum_pairs,
+        .comm_sum_begin = comm_sum_begin, .comm_sum_end = comm_sum_end,
+    },
 };

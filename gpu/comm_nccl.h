@@ -1,4 +1,4 @@
-// comm_nccl.h: Backend.comm_sum between the GPUs of several processes (core/comm.h), over NCCL.
+// comm_nccl.h: Backend.comm.comm_sum between the GPUs of several processes (core/comm.h), over NCCL.
 #pragma once
 #include <stddef.h>
 
@@ -14,11 +14,11 @@ extern "C" {
 // used (built without it, libnccl.so.2 absent in any process, or YT_NCCL=0): the caller then sums through
 // host memory.
 int nccl_comm_sum(Device *dev, float *p, size_t n);
-// Backend.comm_sum_pairs (core/backend.h): src's n pairs added, every process's sum of them added in rank
+// Backend.comm.comm_sum_pairs (core/backend.h): src's n pairs added, every process's sum of them added in rank
 // order into dst[0..1] (device memory), queued on dev->stream (an all-gather, then a one-thread kernel);
 // 0, or -1 as nccl_comm_sum.
 int nccl_comm_sum_pairs(Device *dev, const double *src, int n, double *dst);
-// Backend.comm_sum_begin / comm_sum_end: nccl_comm_sum's all-reduce on a stream of the communicator's own,
+// Backend.comm.comm_sum_begin / comm_sum_end: nccl_comm_sum's all-reduce on a stream of the communicator's own,
 // forked from dev->stream's work so far (n = 0: only whether NCCL is used), and dev->stream made to wait
 // for every one begun since the last end.
 int nccl_comm_sum_begin(Device *dev, float *p, size_t n);

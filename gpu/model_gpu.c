@@ -125,16 +125,16 @@ int model_to_gpu(Model *m, Device *dev, int id, const GpuPlan *plan, GpuPrecisio
     m->tmp_a = arena_take(&dev->acts, p.temps / 2, 256);
     m->tmp_b = arena_take(&dev->acts, p.temps / 2, 256);
     m->ws = NULL;                                   // the conv twins use the scratch arena
-    m->be = &backend_gpu;
+    m->be = backend_gpu_get();                     // YT_FUSE=0: the table without its fused forms
     m->be_ctx = dev;
     m->on_device = 1;
     return 0;
 }
 
 void model_gpu_download_state(const Model *m, float *host) {
-    m->be->download(m->be_ctx, host, m->state, m->n_state);
+    m->be->dev.download(m->be_ctx, host, m->state, m->n_state);
 }
 
 void model_gpu_upload_state(Model *m, const float *host) {
-    m->be->upload(m->be_ctx, m->state, host, m->n_state);
+    m->be->dev.upload(m->be_ctx, m->state, host, m->n_state);
 }

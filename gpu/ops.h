@@ -13,7 +13,7 @@ extern "C" {
 // Scratch bytes conv_forward_gpu/conv_backward_gpu need on `dev` (its precision and im2col cap).
 size_t conv_workspace_bytes_gpu(const Device *dev, const ConvDims *d);
 // Under GPU_BF16 with dev->wbf16 room for n: state[0, n) rounded to bf16 there, in one launch; until
-// the next call, a conv whose weights lie in it reads them from there (Backend.prepare_weights).
+// the next call, a conv whose weights lie in it reads them from there (Backend.ops.prepare_weights).
 // Otherwise (or YT_WEIGHTS_ONCE=0) nothing, and each conv rounds its weights itself.
 void conv_prepare_weights_gpu(Device *dev, const float *state, size_t n);
 void conv_forward_gpu(Device *dev, const ConvDims *d, Map x, const float *w, const float *b, Map y);

@@ -174,9 +174,9 @@ static void fixture_dual(const DualFixture *fx, int gpu, double map_rtol, double
     trainer_compute_backward_heads(&t, in.N, &norm, in.N, &out);
     float *grad = xmalloc(m->n_state * sizeof(float)), *state = xmalloc(m->n_state * sizeof(float));
     float *act = xmalloc(m->n_act * sizeof(float));
-    m->be->download(m->be_ctx, grad, m->grad, m->n_state);
-    m->be->download(m->be_ctx, state, m->state, m->n_state);
-    m->be->download(m->be_ctx, act, m->act, m->n_act);
+    m->be->dev.download(m->be_ctx, grad, m->grad, m->n_state);
+    m->be->dev.download(m->be_ctx, state, m->state, m->n_state);
+    m->be->dev.download(m->be_ctx, act, m->act, m->n_act);
     printf("    %s: forward %.3f s, loss %.3f s, backward %.3f s (batch %d at %dx%d)\n", m->be->name, t.t.forward,
            t.t.loss, t.t.backward, in.N, in.H, in.W);
     check_loss(jpath, &out, loss_rtol);

@@ -22,7 +22,7 @@ enum { N = 2, S = 64 };
 // L = Σ r·u, u = bn_apply(z) with the frozen statistics (the training forward of a frozen unit)
 static double op_loss(Map z, const float *g, const float *b, const float *mean, const float *invstd, Map u,
                       const float *r) {
-    backend_cpu.bn_apply(NULL, z, g, b, mean, invstd, u);
+    bn_apply_cpu(z, g, b, mean, invstd, u);
     double L = 0;
     for (size_t i = 0; i < map_floats(u); i++) L += (double)r[i] * u.data[i];
     return L;
@@ -158,7 +158,7 @@ static void model_grads(Model *m, const float *r) {
     for (int l = 0; l < m->n_levels; l++) h[n++] = model_grad(m, m->head[l], N);
     size_t k = 0;
     for (int i = 0; i < n; i++) {   // the head maps own their buffers: contiguous (N,H,W,C)
-        m->be->upload(m->be_ctx, h[i].data, r + k, map_floats(h[i]));
+        m->be->dev.upload(m->be_ctx, h[i].data, r + k, map_floats(h[i]));
         k += map_floats(h[i]);
     }
     model_zero_grad(m);
@@ -284,12 +284,12 @@ static void test_gpu_matches_cpu(void) {
         int n = head_maps(ms[k], h);
         maps[k] = xmalloc(nr * sizeof(float));
         for (int i = 0, at = 0; i < n; at += (int)map_floats(h[i]), i++)
-            ms[k]->be->download(ms[k]->be_ctx, maps[k] + at, h[i].data, map_floats(h[i]));
+            ms[k]->be->dev.download(ms[k]->be_ctx, maps[k] + at, h[i].data, map_floats(h[i]));
         model_grads(ms[k], r);
         grad[k] = xmalloc(c.n_state * sizeof(float));
         state[k] = xmalloc(c.n_state * sizeof(float));
-        ms[k]->be->download(ms[k]->be_ctx, grad[k], ms[k]->grad, c.n_state);
-        ms[k]->be->download(ms[k]->be_ctx, state[k], ms[k]->state, c.n_state);
+        ms[k]->be->dev.download(ms[k]->be_ctx, grad[k], ms[k]->grad, c.n_state);
+        ms[k]->be->dev.download(ms[k]->be_ctx, state[k], ms[k]->state, c.n_state);
     }
     double mx = 0, worst = 0;
     for (size_t i = 0; i < nr; i++) mx = fmax(mx, fabs(maps[0][i]));

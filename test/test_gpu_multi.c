@@ -86,8 +86,8 @@ static int init_devices(Trainer *t, const Config *cfg, const char *spec) {
 // n floats of a trainer's memory (GPU or host) into host memory
 static float *fetch(const Trainer *t, const float *p, size_t n) {
     float *h = xmalloc(n * sizeof(float));
-    t->m.be->bind(t->m.be_ctx);
-    t->m.be->download(t->m.be_ctx, h, p, n);
+    t->m.be->dev.bind(t->m.be_ctx);
+    t->m.be->dev.download(t->m.be_ctx, h, p, n);
     return h;
 }
 
@@ -209,7 +209,7 @@ static void steps_match(const char *spec, Mode mode) {
         CHECK(!memcmp(kw, tw, N * sizeof(float)), "device %d does not hold the master's state", k);
         free(kw);
     }
-    t.m.be->bind(t.m.be_ctx);
+    t.m.be->dev.bind(t.m.be_ctx);
     free(tw); free(rw); free(te); free(re); free(tm); free(rm);
     trainer_free(&w0);
     trainer_free(&r);
@@ -300,7 +300,7 @@ static void test_yolo26_two_on_one_gpu(void) {
         CHECK(!memcmp(mw, rw, N * sizeof(float)), "step %d: the replica does not hold the master's weights", i);
         free(mw); free(rw);
     }
-    t.m.be->bind(t.m.be_ctx);
+    t.m.be->dev.bind(t.m.be_ctx);
     trainer_free(&t);
 }
 

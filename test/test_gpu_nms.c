@@ -30,11 +30,11 @@ static int compare(const Heads *h, const NmsOptions *o, const char *what, int *k
     int D = o->max_det, bad = 0;
     Det *got = xmalloc(sizeof(Det) * ((size_t)h->N * D + 1)), *want = xmalloc(sizeof(Det) * ((size_t)h->A * h->nc + D + 1));
     int *nd = xmalloc(sizeof(int) * h->N);
-    void *prep = backend_gpu.nms_prepare(&dev, h->N, h->A, h->nc, o);
+    void *prep = backend_gpu.val.nms_prepare(&dev, h->N, h->A, h->nc, o);
     if (!prep) { printf("    %s: nms_prepare refused\n", what); free(got); free(want); free(nd); cudaFree(d_buf); return h->N; }
-    backend_gpu.nms_detect(&dev, prep, dh, h->strides, h->N, got, nd);   // warm-up, then timed
+    backend_gpu.val.nms_detect(&dev, prep, dh, h->strides, h->N, got, nd);   // warm-up, then timed
     double t0 = now_seconds();
-    backend_gpu.nms_detect(&dev, prep, dh, h->strides, h->N, got, nd);
+    backend_gpu.val.nms_detect(&dev, prep, dh, h->strides, h->N, got, nd);
     if (seconds) *seconds = now_seconds() - t0;
     float *boxes = xmalloc(sizeof(float) * 4 * h->A), *scores = xmalloc(sizeof(float) * (size_t)h->A * h->nc);
     *kept = 0;
@@ -44,7 +44,7 @@ static int compare(const Heads *h, const NmsOptions *o, const char *what, int *k
         *kept += nw;
         bad += dets_differ(what, n, got + (size_t)n * D, nd[n], want, nw);
     }
-    backend_gpu.nms_release(&dev, prep);
+    backend_gpu.val.nms_release(&dev, prep);
     free(got); free(want); free(nd); free(boxes); free(scores);
     checkCuda(cudaFree(d_buf));
     return bad;

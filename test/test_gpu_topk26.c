@@ -69,18 +69,18 @@ static int compare(const Backend *be, void *ctx, const Heads26 *h, const Map dh[
     *kept = 0;
     Det *got = xmalloc(sizeof(Det) * ((size_t)h->N * D + 1)), *want = xmalloc(sizeof(Det) * (h->A + 1));
     int *nd = xmalloc(sizeof(int) * h->N);
-    void *prep = be->topk_prepare(ctx, h->N, h->A, h->nc, D);
+    void *prep = be->val.topk_prepare(ctx, h->N, h->A, h->nc, D);
     if (!prep) { printf("    %s: topk_prepare refused\n", what); free(got); free(want); free(nd); return h->N; }
-    be->topk_detect(ctx, prep, dh, h->img_h, h->N, o, got, nd);   // warm-up, then timed
+    be->val.topk_detect(ctx, prep, dh, h->img_h, h->N, o, got, nd);   // warm-up, then timed
     double t0 = now_seconds();
-    be->topk_detect(ctx, prep, dh, h->img_h, h->N, o, got, nd);
+    be->val.topk_detect(ctx, prep, dh, h->img_h, h->N, o, got, nd);
     if (seconds) *seconds = now_seconds() - t0;
     for (int n = 0; n < h->N; n++) {
         int nw = reference(h, n, o, want);
         *kept += nw;
         bad += dets_differ(what, n, got + (size_t)n * D, nd[n], want, nw);
     }
-    be->topk_release(ctx, prep);
+    be->val.topk_release(ctx, prep);
     free(got); free(want); free(nd);
     return bad;
 }
@@ -168,20 +168,20 @@ static void test_cases(void) {
 
 static void test_kept(void) {      // prepare, release, prepare again: the same work, no allocation
     NEED_GPU();
-    void *a = backend_gpu.topk_prepare(&dev, 4, 8400, 80, 300);
+    void *a = backend_gpu.val.topk_prepare(&dev, 4, 8400, 80, 300);
     CHECK(a != NULL, "topk_prepare refused");
-    backend_gpu.topk_release(&dev, a);
+    backend_gpu.val.topk_release(&dev, a);
     size_t allocs = gpu_alloc_count();
-    void *b = backend_gpu.topk_prepare(&dev, 3, 6000, 80, 100);   // smaller: fits what was kept
+    void *b = backend_gpu.val.topk_prepare(&dev, 3, 6000, 80, 100);   // smaller: fits what was kept
     CHECK(b == a && gpu_alloc_count() == allocs, "the second prepare allocated %zu times", gpu_alloc_count() - allocs);
-    backend_gpu.topk_release(&dev, b);
+    backend_gpu.val.topk_release(&dev, b);
     NmsOptions o = nms_val_options();
-    void *n1 = backend_gpu.nms_prepare(&dev, 4, 8400, 80, &o);
-    backend_gpu.nms_release(&dev, n1);
+    void *n1 = backend_gpu.val.nms_prepare(&dev, 4, 8400, 80, &o);
+    backend_gpu.val.nms_release(&dev, n1);
     allocs = gpu_alloc_count();
-    void *n2 = backend_gpu.nms_prepare(&dev, 4, 8400, 80, &o);
+    void *n2 = backend_gpu.val.nms_prepare(&dev, 4, 8400, 80, &o);
     CHECK(n2 == n1 && gpu_alloc_count() == allocs, "NMS: the second prepare allocated %zu times", gpu_alloc_count() - allocs);
-    backend_gpu.nms_release(&dev, n2);
+    backend_gpu.val.nms_release(&dev, n2);
 }
 
 static void test_speed(void) {     // printed; the pass condition is equality

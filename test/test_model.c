@@ -229,7 +229,7 @@ static void test_eval_recordings(void) {
     if (load_cfg("cfg/t.ini", &cfg)) { CHECK(0, "cfg/t.ini"); return; }
     if (model_build(&cfg, 1, 128, &m, &err)) { CHECK(0, "%s", err.msg); return; }
     be = *m.be;
-    be.rec_begin = fake_rec_begin; be.rec_end = fake_rec_end; be.rec_replay = fake_rec_replay; be.rec_free = fake_rec_free;
+    be.dev.rec_begin = fake_rec_begin; be.dev.rec_end = fake_rec_end; be.dev.rec_replay = fake_rec_replay; be.dev.rec_free = fake_rec_free;
     m.be = &be;
     size_t n = 128 * 128 * 3;
     uint8_t *u8 = xcalloc(n, 1);

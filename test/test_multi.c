@@ -125,7 +125,7 @@ static void reference(const Config *cfg, int gpu, const int *sizes, int nd, int 
     Err err;
     if (trainer_init(&t, cfg, 1, gpu, &err)) { CHECK(0, "%s", err.msg); return; }
     reference_step(&t, sizes, nd, n, total);
-    t.m.be->download(t.m.be_ctx, grad, t.m.grad, t.m.n_state);
+    t.m.be->dev.download(t.m.be_ctx, grad, t.m.grad, t.m.n_state);
     trainer_free(&t);
 }
 
@@ -151,7 +151,7 @@ static void equivalence_mode(const char *spec, int n_gpus, int n, const char *sp
     multi_gather_state(t.multi);                  // sharded: the shards' sums into the master's grad
     const int *sizes = multi_sizes(t.multi);
     float *g = xmalloc(t.m.n_state * sizeof(float)), *mg = xmalloc(t.m.n_state * sizeof(float));
-    t.m.be->download(t.m.be_ctx, mg, t.m.grad, t.m.n_state);
+    t.m.be->dev.download(t.m.be_ctx, mg, t.m.grad, t.m.n_state);
     reference(&cfg, devs.gpu[0], sizes, n_dev, n, g, &ref);
     double rel_l2, worst = grad_worst(&t.m, mg, g, &rel_l2);   // per-device sums, then their sum: see there
     printf("    %s %s/%s%s, batch %d, split %s (", spec, mode.reduce, mode.loss_on, mode.host_copies ? "/staged" : "", n,

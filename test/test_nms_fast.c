@@ -128,10 +128,10 @@ static void test_backend_entries(void) {
     Heads h;
     heads_make(&h, 3, 96, 128, 3, HEAD_MANY, 9);
     NmsOptions o = nms_val_options();
-    void *prep = backend_cpu.nms_prepare(NULL, 3, h.A, 3, &o);
+    void *prep = backend_cpu.val.nms_prepare(NULL, 3, h.A, 3, &o);
     Det *got = xmalloc(sizeof(Det) * 3 * o.max_det), *want = xmalloc(sizeof(Det) * (h.A * 3 + 1));
     int nd[3];
-    backend_cpu.nms_detect(NULL, prep, h.head, h.strides, 3, got, nd);
+    backend_cpu.val.nms_detect(NULL, prep, h.head, h.strides, 3, got, nd);
     float *boxes = xmalloc(sizeof(float) * 4 * h.A), *scores = xmalloc(sizeof(float) * h.A * 3);
     for (int n = 0; n < 3; n++) {
         nms_decode(h.head, h.strides, 3, n, 3, boxes, scores);
@@ -139,7 +139,7 @@ static void test_backend_entries(void) {
         CHECK(nw == nd[n] && nw > 0 && !memcmp(want, got + (size_t)n * o.max_det, sizeof(Det) * nw), "image %d: %d vs %d", n,
               nd[n], nw);
     }
-    backend_cpu.nms_release(NULL, prep);
+    backend_cpu.val.nms_release(NULL, prep);
     float targets[] = { 0, 1, 0.5f, 0.5f, 0.3f, 0.4f,   2, 0, 0.3f, 0.6f, 0.2f, 0.2f,   2, 2, 0.7f, 0.3f, 0.4f, 0.3f };
     LossBatch b = { .nc = 3, .img_h = 96, .img_w = 128, .targets = targets, .n_targets = 3 };
     for (int l = 0; l < 3; l++) b.head[l] = h.head[l];
@@ -147,18 +147,18 @@ static void test_backend_entries(void) {
     LossOut ref, out;
     Err err;
     CHECK(loss_forward_backward(lw, &b, NULL, &ref, &err) == 0, "%s", err.msg);
-    void *vl = backend_cpu.vloss_prepare(NULL, 3, 3, 3, h.A, 0);
+    void *vl = backend_cpu.val.vloss_prepare(NULL, 3, 3, 3, h.A, 0);
     Map first[3], rest[3];
     for (int l = 0; l < 3; l++) {              // images 0 and 1..2 as two forward chunks
         first[l] = h.head[l], first[l].N = 1;
         rest[l] = h.head[l], rest[l].N = 2, rest[l].data = map_at(h.head[l], 1, 0, 0);
     }
-    backend_cpu.vloss_stage(NULL, vl, first, 0, 3);
-    backend_cpu.vloss_stage(NULL, vl, rest, 1, 3);
-    CHECK(backend_cpu.vloss_eval(NULL, vl, &b, &out, &err) == 0, "%s", err.msg);
+    backend_cpu.val.vloss_stage(NULL, vl, first, 0, 3);
+    backend_cpu.val.vloss_stage(NULL, vl, rest, 1, 3);
+    CHECK(backend_cpu.val.vloss_eval(NULL, vl, &b, &out, &err) == 0, "%s", err.msg);
     CHECK(out.box == ref.box && out.cls == ref.cls && out.dfl == ref.dfl && ref.box > 0, "losses %.17g %.17g %.17g vs %.17g %.17g %.17g",
           out.box, out.cls, out.dfl, ref.box, ref.cls, ref.dfl);
-    backend_cpu.vloss_release(NULL, vl);
+    backend_cpu.val.vloss_release(NULL, vl);
     loss_work_free(lw);
     free(got); free(want); free(boxes); free(scores);
     heads_free(&h);
@@ -188,20 +188,20 @@ static void test_backend_entries26(void) {
     Loss26Out ref, out;
     Err err;
     CHECK(loss26_forward_backward(lw, &b, &wt, none, &ref, &err) == 0, "%s", err.msg);
-    void *vl = backend_cpu.vloss_prepare(NULL, 3, 3, 3, h.A, 1);
+    void *vl = backend_cpu.val.vloss_prepare(NULL, 3, 3, 3, h.A, 1);
     Map first[3], rest[3];
     for (int l = 0; l < 3; l++) {              // images 0 and 1..2 as two forward chunks
         first[l] = v[l], first[l].N = 1;
         rest[l] = v[l], rest[l].N = 2, rest[l].data = map_at(v[l], 1, 0, 0);
     }
-    backend_cpu.vloss_stage(NULL, vl, first, 0, 3);
-    backend_cpu.vloss_stage(NULL, vl, rest, 1, 3);
-    CHECK(backend_cpu.vloss_eval26(NULL, vl, &b, &wt, &out, &err) == 0, "%s", err.msg);
+    backend_cpu.val.vloss_stage(NULL, vl, first, 0, 3);
+    backend_cpu.val.vloss_stage(NULL, vl, rest, 1, 3);
+    CHECK(backend_cpu.val.vloss_eval26(NULL, vl, &b, &wt, &out, &err) == 0, "%s", err.msg);
     const Loss26Terms *x = &out.br[L26_O2O], *y = &ref.br[L26_O2O];
     CHECK(x->box == y->box && x->cls == y->cls && x->l1 == y->l1 && out.total == ref.total && y->box > 0 && y->n_fg > 0,
           "o2o losses %.17g %.17g %.17g vs %.17g %.17g %.17g (%d foreground)", x->box, x->cls, x->l1, y->box, y->cls, y->l1,
           y->n_fg);
-    backend_cpu.vloss_release(NULL, vl);
+    backend_cpu.val.vloss_release(NULL, vl);
     loss26_work_free(lw);
     heads_free(&h);
 }

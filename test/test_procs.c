@@ -888,10 +888,10 @@ static int forced_matches(int gpu) {
     }
     size_t N = a.m.n_state;
     float *x = xmalloc(4 * N * sizeof(float)), *y = x + N, *ex = y + N, *ey = ex + N;
-    a.m.be->download(a.m.be_ctx, x, a.m.state, N);
-    b.m.be->download(b.m.be_ctx, y, b.m.state, N);
-    a.m.be->download(a.m.be_ctx, ex, a.ema, N);
-    b.m.be->download(b.m.be_ctx, ey, b.ema, N);
+    a.m.be->dev.download(a.m.be_ctx, x, a.m.state, N);
+    b.m.be->dev.download(b.m.be_ctx, y, b.m.state, N);
+    a.m.be->dev.download(a.m.be_ctx, ex, a.ema, N);
+    b.m.be->dev.download(b.m.be_ctx, ey, b.ema, N);
     CHECK(!memcmp(x, y, N * sizeof(float)), "the weights after 3 steps differ");
     CHECK(!memcmp(ex, ey, N * sizeof(float)), "the EMA after 3 steps differs");
     free(x);
@@ -1028,7 +1028,7 @@ static int hang_main(void) {
     printf("hang: a step of batch 8 at %d px: %.3f ms with blocking host waits, %.3f ms with the watchdog's polling ones\n",
            S, ms[0], ms[1]);
     procs_force(1);
-    t.m.be->inject_fault(t.m.be_ctx, BACKEND_FAULT_HANG);
+    t.m.be->dev.inject_fault(t.m.be_ctx, BACKEND_FAULT_HANG);
     printf("hang: queue stopped at %.6f\n", now_seconds());
     fflush(stdout);
     trainer_step_batch(&t, images, NULL, 8, S, tg, nt, 0, 20, &lo, &err);

@@ -127,8 +127,8 @@ static void fixture_step(int gpu, int prec, double loss_rtol) {
     model_zero_grad(&m);
     model_backward(&m, N);
     float *gh = xmalloc(m.n_state * sizeof(float)), *sh_state = xmalloc(m.n_state * sizeof(float));
-    m.be->download(m.be_ctx, gh, m.grad, m.n_state);
-    m.be->download(m.be_ctx, sh_state, m.state, m.n_state);
+    m.be->dev.download(m.be_ctx, gh, m.grad, m.n_state);
+    m.be->dev.download(m.be_ctx, sh_state, m.state, m.n_state);
     printf("    %s: forward + loss %.3f s, backward %.3f s (batch %d at %dx%d)\n", m.be->name, t1 - t0,
            now_seconds() - t1, N, H, W);
 

@@ -393,7 +393,7 @@ static void gpu_step_matches(const char *optimizer, double update_rtol) {
     LossOut lc, lg;
     CHECK(trainer_step(&c, N, S, &TARGETS[0][0], G, 0, 50, &lc, &err) == 0, "%s", err.msg);
     CHECK(trainer_step(&g, N, S, &TARGETS[0][0], G, 0, 50, &lg, &err) == 0, "%s", err.msg);
-    g.m.be->download(g.m.be_ctx, after, g.m.state, n);
+    g.m.be->dev.download(g.m.be_ctx, after, g.m.state, n);
     double d2 = 0, u2 = 0;
     for (size_t i = 0; i < n; i++) {
         double uc = (double)c.m.state[i] - before[i], ug = (double)after[i] - before[i];

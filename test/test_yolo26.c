@@ -146,7 +146,7 @@ static void heads_download(const Model *m, int N, HostHeads *h) {
             Map v = model_value(m, head_value(m, br, l), N);
             h->maps[br][l] = map_make(xmalloc(map_floats(v) * sizeof(float)), N, v.H, v.W, v.C);
             h->grads[br][l] = map_make(xcalloc(map_floats(v), sizeof(float)), N, v.H, v.W, v.C);
-            m->be->download(m->be_ctx, h->maps[br][l].data, v.data, map_floats(v));   // owned: contiguous
+            m->be->dev.download(m->be_ctx, h->maps[br][l].data, v.data, map_floats(v));   // owned: contiguous
         }
 }
 
@@ -154,7 +154,7 @@ static void heads_upload_grads(const Model *m, int N, const HostHeads *h) {
     for (int br = 0; br < L26_BRANCHES; br++)
         for (int l = 0; l < L26_LEVELS; l++) {
             Map g = model_grad(m, head_value(m, br, l), N);
-            m->be->upload(m->be_ctx, g.data, h->grads[br][l].data, map_floats(g));
+            m->be->dev.upload(m->be_ctx, g.data, h->grads[br][l].data, map_floats(g));
         }
 }
 
@@ -306,8 +306,8 @@ static void fixture_step(int gpu, double map_rtol, double loss_rtol) {
     model_zero_grad(&m);
     model_backward(&m, in.N);
     float *grad = xmalloc(m.n_state * sizeof(float)), *state = xmalloc(m.n_state * sizeof(float));
-    m.be->download(m.be_ctx, grad, m.grad, m.n_state);
-    m.be->download(m.be_ctx, state, m.state, m.n_state);
+    m.be->dev.download(m.be_ctx, grad, m.grad, m.n_state);
+    m.be->dev.download(m.be_ctx, state, m.state, m.n_state);
     printf("    %s: forward + loss %.3f s, backward %.3f s (batch %d at %dx%d)\n", m.be->name, t1 - t0,
            now_seconds() - t1, in.N, in.H, in.W);
     check_loss(jpath, &out, in.N, loss_rtol);

@@ -18,7 +18,7 @@ static inline int trainer_forward_assign_heads(Trainer *t, int n, int S, const f
                                                LossNorm *tss, Err *err) {
     double v[2] = { 0, 0 };
     int rc = trainer_phase_forward(t, n, S, images, images_u8, targets, nt, err);
-    if (!rc) t->m.be->download(t->m.be_ctx, (float *)v, (const float *)(t->scal + SC_TSS), 4);   // 2 doubles
+    if (!rc) t->m.be->dev.download(t->m.be_ctx, (float *)v, (const float *)(t->scal + SC_TSS), 4);   // 2 doubles
     *tss = (LossNorm){ v[0], v[1] };
     trainer_read_times(t, NULL);
     return rc;
@@ -35,9 +35,9 @@ static inline int trainer_forward_assign(Trainer *t, int n, int S, const float *
 static inline void trainer_compute_backward_heads(Trainer *t, int n, const LossNorm *norm, double batch_mult,
                                                   LossOut *out) {
     double v[2] = { norm->main, norm->aux };
-    t->m.be->upload(t->m.be_ctx, (float *)(t->scal + SC_NORM), (const float *)v, 4);   // 2 doubles
+    t->m.be->dev.upload(t->m.be_ctx, (float *)(t->scal + SC_NORM), (const float *)v, 4);   // 2 doubles
     trainer_phase_backward(t, n, NULL, 0, batch_mult);
-    t->m.be->sync(t->m.be_ctx);
+    t->m.be->dev.sync(t->m.be_ctx);
     trainer_read_times(t, NULL);
     trainer_phase_items(t, out);
 }
@@ -45,7 +45,7 @@ static inline void trainer_compute_backward_heads(Trainer *t, int n, const LossN
 // The auxiliary head's local sum is still in scal[SC_TSS + 1], where the assignment left it.
 static inline void trainer_compute_backward(Trainer *t, int n, double norm, double batch_mult, LossOut *out) {
     double v[2] = { 0, 0 };
-    t->m.be->download(t->m.be_ctx, (float *)v, (const float *)(t->scal + SC_TSS), 4);
+    t->m.be->dev.download(t->m.be_ctx, (float *)v, (const float *)(t->scal + SC_TSS), 4);
     LossNorm both = { norm, v[1] > 1 ? v[1] : 1 };
     trainer_compute_backward_heads(t, n, &both, batch_mult, out);
 }
