@@ -4,6 +4,7 @@
 // sums over a range of pixels, 32 channels a block, combined in order in double (deterministic). For k 3
 // and 5 a block sums every tap and the bias, reading dy once (dwconv_dw_taps_kernel); other k one tap a
 // block (dwconv_dw_partial_kernel). Element kernels index in 32 bits when the map allows it.
+// x and y may be bf16-stored (tensor.h; read as floats, y written rounded); dy, dx are fp32.
 // Legend: N batch, C channels, H,W in, P,Q out, k kernel, M = N*P*Q output pixels.
 #include "gpu/kernel_util.h"
 #include "gpu/ops26.h"
@@ -28,8 +29,11 @@ static void dw_check_gpu(const DwDims *d, Map x, Map y, const char *who) {
         y.W != d->Q || y.C != d->C || x.ld < x.C || y.ld < y.C || d->k < 1 || d->stride < 1)
         die("%s: maps %dx%dx%dx%d -> %dx%dx%dx%d do not fit k %d stride %d on %dx%dx%dx%d", who, x.N, x.H, x.W,
             x.C, y.N, y.H, y.W, y.C, d->k, d->stride, d->N, d->H, d->W, d->C);
-    require_fp32(x, who);
-    require_fp32(y, who);
+}
+
+// the offset of element (n, h, w, c) of m (pixel * ld + channel)
+__device__ static inline size_t off_of(Map m, int n, int h, int w, int c) {
+    return (((size_t)n * m.H + h) * m.W + w) * m.ld + c;
 }
 
 __device__ static inline float *at(Map m, int n, int h, int w, int c) {
@@ -57,10 +61,10 @@ __global__ void dwconv_fwd_kernel(DwDims d, Map x, const float *w, const float *
             for (int t = 0; t < k; t++) {
                 int ww = q * stride - d.pad + t;
                 if (ww < 0 || ww >= d.W) continue;
-                s += *at(x, n, h, ww, c) * w[(c * k + r) * k + t];
+                s += map_get(x, off_of(x, n, h, ww, c)) * w[(c * k + r) * k + t];
             }
         }
-        y.data[(size_t)px * y.ld + c] = s;
+        map_put(y, (size_t)px * y.ld + c, s);
     }
 }
 
@@ -122,11 +126,13 @@ __global__ void dwconv_fwd4_kernel(DwDims d, Map x, const float *wt, const float
             for (int t = 0; t < K; t++) {
                 int ww = q * ST - d.pad + t;
                 if (ww < 0 || ww >= d.W) continue;
-                fma4(s, *(const float4 *)(x.data + (((size_t)n * d.H + h) * d.W + ww) * x.ld + c),
-                     *(const float4 *)(wt + (r * K + t) * d.C + c));
+                Vec<4> xv = map_vget<4>(x, (((size_t)n * d.H + h) * d.W + ww) * x.ld + c);
+                fma4(s, make_float4(xv.v[0], xv.v[1], xv.v[2], xv.v[3]), *(const float4 *)(wt + (r * K + t) * d.C + c));
             }
         }
-        *(float4 *)(y.data + (size_t)px * y.ld + c) = s;
+        Vec<4> out;
+        out.v[0] = s.x, out.v[1] = s.y, out.v[2] = s.z, out.v[3] = s.w;
+        map_vput<4>(y, (size_t)px * y.ld + c, out);
     }
 }
 
@@ -176,7 +182,7 @@ __global__ void dwconv_dw_partial_kernel(DwDims d, Map x, Map dy, int parts, dou
             float g = *at(dy, n, p, q, c);
             ab += g;
             int h = p * d.stride - d.pad + r, ww = q * d.stride - d.pad + t;
-            if (h >= 0 && h < d.H && ww >= 0 && ww < d.W) aw += g * *at(x, n, h, ww, c);
+            if (h >= 0 && h < d.H && ww >= 0 && ww < d.W) aw += g * map_get(x, off_of(x, n, h, ww, c));
         }
     sw[threadIdx.y][threadIdx.x] = aw;
     sb[threadIdx.y][threadIdx.x] = ab;
@@ -210,7 +216,7 @@ template <int K> __global__ void dwconv_dw_taps_kernel(DwDims d, Map x, Map dy, 
             float g = *g_at;
             acc[T - 1] += g;
             int h0 = p * d.stride - d.pad, w0 = q * d.stride - d.pad;
-            const float *xn = x.data + (size_t)n * x.H * x.W * x.ld + c;
+            size_t xn = (size_t)n * x.H * x.W * x.ld + c;
 #pragma unroll
             for (int r = 0; r < K; r++) {
                 int h = h0 + r;
@@ -218,7 +224,7 @@ template <int K> __global__ void dwconv_dw_taps_kernel(DwDims d, Map x, Map dy, 
 #pragma unroll
                 for (int t = 0; t < K; t++) {
                     int ww = w0 + t;
-                    if (ww >= 0 && ww < d.W) acc[r * K + t] += g * xn[((size_t)h * x.W + ww) * x.ld];
+                    if (ww >= 0 && ww < d.W) acc[r * K + t] += g * map_get(x, xn + ((size_t)h * x.W + ww) * x.ld);
                 }
             }
             q += DW_TILE_M;                     // next pixel of this lane: carry q into p into n
@@ -266,7 +272,8 @@ __global__ void dwconv_dw_combine_kernel(DwDims d, const double *part, int parts
     } while (0)
 
 // Four channels a thread where k is 3 or 5, stride 1 or 2, the channels and pixel strides multiples
-// of 4 and the maps 16-byte aligned (every depthwise conv of YOLO26), fewer than 2^31 elements.
+// of 4 and the maps 16-byte aligned (every depthwise conv of YOLO26), fewer than 2^31 elements
+// (four bf16 channels are 8 bytes, aligned by the same rules).
 static bool dw_vec4(const DwDims *d, Map a, Map b) {
     bool ks = (d->k == 3 || d->k == 5) && (d->stride == 1 || d->stride == 2);
     return ks && d->C % 4 == 0 && a.ld % 4 == 0 && b.ld % 4 == 0 && (uintptr_t)a.data % 16 == 0 &&
@@ -307,8 +314,10 @@ extern "C" void dwconv_forward_gpu(Device *dev, const DwDims *d, Map x, const fl
 extern "C" void dwconv_backward_gpu(Device *dev, const DwDims *d, Map x, const float *w, Map dy, Map dx,
                                     float *dw, float *db) {
     dw_check_gpu(d, x, dy, "dwconv_backward_gpu");
+    require_fp32(dy, "dwconv_backward_gpu (dy)");
     if (dx.data) {
         dw_check_gpu(d, dx, dy, "dwconv_backward_gpu (dx)");
+        require_fp32(dx, "dwconv_backward_gpu (dx)");
         if (dw_vec4(d, dx, dy)) {
             size_t mark = dev->scratch.used;
             const float *wt = dw_transposed(dev, d, w);

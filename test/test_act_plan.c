@@ -12,8 +12,7 @@
 static int owner(const Model *m, int v) { return m->values[v].parent < 0 ? v : m->values[v].parent; }
 
 static int fp32_only_op(const Node *nd) {
-    return nd->op == OP_ATTN || nd->op == OP_DETACH ||
-           ((nd->op == OP_CONV || nd->op == OP_REPCONV) && unit_is_dw(&nd->cv));
+    return nd->op == OP_ATTN || nd->op == OP_DETACH;
 }
 
 typedef struct { size_t lo, hi; } Span;   // [lo, hi) in floats
@@ -90,8 +89,10 @@ static void check_model(const char *cfg_path, int imgsz, int expect_bf16) {
             if (nd->out2 >= 0) bad += m.values[owner(&m, nd->out2)].bf16;
         }
         if (nd->op == OP_CONV && nd->cv.bn_w < 0) bad += m.values[owner(&m, nd->out)].bf16;   // bias convs
+        if (nd->op == OP_CONV && unit_is_dw(&nd->cv) && !nd->act)   // BN without SiLU: the BN writes fp32
+            bad += m.values[owner(&m, nd->out)].bf16;
         if ((nd->op == OP_CONV || nd->op == OP_REPCONV) && nd->cv.bn_w >= 0) {
-            bad += nd->cv.z_bf16 == unit_is_dw(&nd->cv);   // GEMM units' z in bf16, depthwise ones not
+            bad += !nd->cv.z_bf16;   // GEMM and depthwise units' z in bf16
             n_z += nd->cv.z_bf16;
         }
     }
@@ -114,7 +115,7 @@ static void check_model(const char *cfg_path, int imgsz, int expect_bf16) {
 
 static void test_gelan_s(void) { check_model("cfg/s.ini", 160, 1); }
 static void test_yolov9_s(void) { check_model("cfg/yolov9-s.ini", 160, 1); }
-static void test_yolo26_s(void) { check_model("cfg/yolo26s.ini", 160, 0); }
+static void test_yolo26_s(void) { check_model("cfg/yolo26s.ini", 160, 1); }
 
 int main(void) {
     RUN(test_gelan_s);

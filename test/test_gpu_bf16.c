@@ -9,13 +9,16 @@
 
 #include "core/musgd.h"   // bf16_round
 #include "core/ops.h"
+#include "core/ops26.h"
 #include "core/util.h"
 #include "test/test.h"
 #ifdef USE_CUDA
 #include "gpu/ops.h"
+#include "gpu/ops26.h"
 #endif
 
-#define GPU_TESTS(X) X(test_conv_input) X(test_conv_output) X(test_conv_backward) X(test_bn) X(test_pools_and_copies)
+#define GPU_TESTS(X) X(test_conv_input) X(test_conv_output) X(test_conv_backward) X(test_dwconv) X(test_bn) \
+    X(test_pools_and_copies)
 
 #define GPU_OWN_DEVICE
 #include "test/gpu_harness.h"
@@ -191,6 +194,43 @@ static void test_conv_backward(void) {   // dw and dx from a bf16-stored x: as f
         same_floats(c->what, dw1, dw2, nw);
         same_floats(c->what, dx1.data, dx2.data, nx);
         twin_free(x);
+    }
+}
+
+// ---- depthwise convolution (YOLO26) ------------------------------------------------------------
+
+// x bf16-stored: y, dw, db bit for bit those of the rounded fp32 x; y written as bf16: the fp32 y rounded
+// once (each output a sum in the same order). Both kernels: four channels a thread and one.
+static void test_dwconv(void) {
+    NEED_GPU();
+    Rng g = rng_for(71, 6, 0);
+    static const struct { int N, C, H, W, k, stride, extra; const char *what; } DW[] = {
+        { 2, 32, 19, 21, 3, 2, 4, "dw 3x3 s2, four channels a thread, slice" },
+        { 3, 16, 9, 14, 5, 1, 0, "dw 5x5 s1, four channels a thread" },
+        { 2, 37, 11, 13, 3, 1, 3, "dw 3x3, one channel a thread, odd slice" },
+        { 2, 9, 15, 17, 7, 1, 0, "dw 7x7, one tap a block" },
+    };
+    for (size_t i = 0; i < sizeof DW / sizeof *DW; i++) {
+        DwDims d = dw_dims(DW[i].N, DW[i].C, DW[i].H, DW[i].W, DW[i].k, DW[i].stride);
+        size_t nw = (size_t)d.C * d.k * d.k, ny = (size_t)d.N * d.P * d.Q * d.C;
+        Twin x = twin_new(d.N, d.H, d.W, d.C, DW[i].extra, &g), y = twin_new(d.N, d.P, d.Q, d.C, 2, NULL);
+        float *w = dev_floats(nw, &g), *b = dev_floats(d.C, &g);
+        float *dw1 = dev_floats(nw, NULL), *dw2 = dev_floats(nw, NULL), *db1 = dev_floats(d.C, NULL);
+        float *db2 = dev_floats(d.C, NULL);
+        Map y1 = map_make(dev_floats(ny, NULL), d.N, d.P, d.Q, d.C), y2 = map_make(dev_floats(ny, NULL), d.N, d.P, d.Q, d.C);
+        Map dy = map_make(dev_floats(ny, &g), d.N, d.P, d.Q, d.C);
+        dwconv_forward_gpu(&dev, &d, x.f, w, b, y1);
+        dwconv_forward_gpu(&dev, &d, x.b, w, b, y2);
+        same_floats(DW[i].what, y1.data, y2.data, ny);
+        dwconv_forward_gpu(&dev, &d, x.b, w, b, y.f);
+        dwconv_forward_gpu(&dev, &d, x.b, w, b, y.b);
+        rounded_equal(DW[i].what, y.f, y.b, 0);
+        Map none = { NULL, 0, 0, 0, 0, 0, 0, 0 };
+        dwconv_backward_gpu(&dev, &d, x.f, w, dy, none, dw1, db1);
+        dwconv_backward_gpu(&dev, &d, x.b, w, dy, none, dw2, db2);
+        same_floats(DW[i].what, dw1, dw2, nw);
+        same_floats(DW[i].what, db1, db2, d.C);
+        twin_free(x); twin_free(y);
     }
 }
 
