@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "core/infer_devices.h"
+#include "core/switches.h"
 #include "core/val.h"
 #include "io/synth.h"
 #ifdef USE_CUDA
@@ -143,14 +144,14 @@ int main(int argc, char **argv) {
     }
     printf("%s at %d, batch %d, %d images of %s, conf %g, iou %g, max_det %d\n", cfg_path, cfg.imgsz, cfg.batch, ds.n,
            data, cfg.conf, cfg.iou, cfg.max_det);
-    const char *mb = getenv("YT_VAL_CACHE_MB");
+    const char *mb = switch_str(SW_VAL_CACHE_MB);
     double cache_mb = mb && *mb ? atof(mb) : 1024;
     cache = cache_mb > 0 ? val_cache_new((size_t)(cache_mb * 1048576)) : NULL;
     run(&im, &ds, &cfg, 0, "first pass");
     run(&im, &ds, &cfg, 0, "second pass");
     if (im.devs.gpu[0] >= 0) run(&im, &ds, &cfg, 1, "third pass");
     forward_only(im.ptr[0], cfg.imgsz, 5);
-    if (getenv("YT_PROFILE")) profile(&im, &ds, &cfg);
+    if (switch_str(SW_PROFILE)) profile(&im, &ds, &cfg);
     infer_models_free(&im);
     val_cache_free(cache);
     dataset_free(&ds);

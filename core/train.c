@@ -29,6 +29,7 @@
 #include "core/memlimit.h"
 #include "core/readfile.h"
 #include "core/runlock.h"
+#include "core/switches.h"
 #include "core/multi.h"
 #include "core/procs.h"
 #include "core/family.h"
@@ -249,7 +250,7 @@ typedef struct {              // what the run keeps across epochs for validation
 
 // The validation batches kept between passes: up to YT_VAL_CACHE_MB megabytes (1024 unless set; 0: none).
 static ValCache *val_cache_for_run(void) {
-    const char *s = getenv("YT_VAL_CACHE_MB");
+    const char *s = switch_str(SW_VAL_CACHE_MB);
     double mb = s && *s ? atof(s) : 1024;
     return mb > 0 ? val_cache_new((size_t)(mb * 1048576)) : NULL;
 }
