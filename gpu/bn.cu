@@ -13,7 +13,7 @@
 
 // Up to 4096 partial blocks of at least 256 pixels: a 32-channel map of 6.5M pixels (the stem's) then
 // fills the GPU (4096 blocks of 256 threads; with 256 blocks the pass ran at 0.47 TB/s, latency-bound).
-enum { TILE_C = 32, TILE_M = 8, MAX_PARTS = 4096, PIXELS_PER_PART = 256 };
+enum { MAX_PARTS = 4096, PIXELS_PER_PART = 256 };
 
 // What a partial-sum pass adds up for each channel c over pixels m (a = z, b = a gradient):
 //   MOMENTS:   s0 = Σ (a - k), s1 = Σ (a - k)² with k = a at pixel 0. One pass; the shift keeps
@@ -54,11 +54,10 @@ struct Sums {
 };
 
 static int lane_parts(size_t M);
-static bool lane_sums_on();
 
 static Sums sums_take(Device *dev, int C, size_t M) {
     Sums s;
-    s.G = lane_sums_on() ? lane_parts(M) : parts_for(M);
+    s.G = lane_parts(M);
     s.part0 = (double *)scratch_take(dev, sizeof(double) * s.G * C);
     s.part1 = (double *)scratch_take(dev, sizeof(double) * s.G * C);
     s.mean = (double *)scratch_take(dev, sizeof(double) * C);
@@ -78,9 +77,6 @@ extern "C" size_t bn_workspace_bytes_gpu(Map z) {
 __device__ static inline float bn_affine(float z, float mean, float invstd, float gamma,
                                         float beta) {
     return __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(z, mean), invstd), gamma), beta);
-}
-__device__ static inline float bn_apply_value(float z, int c, BnSaved p) {
-    return bn_affine(z, p.mean[c], p.invstd[c], p.gamma[c], p.beta[c]);
 }
 
 // The saved statistics of V channels, held in registers by a channel-launch thread.
@@ -125,59 +121,8 @@ template <int V> __device__ static inline void load_channels(Map m, size_t off, 
     }
 }
 
-// Block (bx, TILE_M): thread x of the block owns V channels c = (blockIdx.x·bx + x)·V ..; block
-// row blockIdx.y of G takes pixels blockIdx.y·TILE_M + threadIdx.y, stepping by G·TILE_M, two at a
-// time in flight; partial (blockIdx.y, c) is written. Each channel's terms are added in the same
-// order whatever V is, so a bf16-stored map and its fp32 twin give the same sums.
-template <SumKind KIND, int V>
-__global__ void partial_sums_kernel(Map a, Map b, BnSaved p, double *part0, double *part1) {
-    pdl_entry();
-    extern __shared__ double sh[];   // (2, TILE_M, blockDim.x·V): the rows' sums, then added in order
-    int width = blockDim.x * V, x = threadIdx.x * V, c = blockIdx.x * width + x;
-    double *sh0 = sh + threadIdx.y * width, *sh1 = sh + (TILE_M + threadIdx.y) * width;
-    size_t M = (size_t)a.N * a.H * a.W, step = (size_t)gridDim.y * TILE_M;
-    double s0[V] = {}, s1[V] = {};
-    if (c < a.C) {
-        float k[V] = {}, mean[V] = {}, invstd[V] = {};
-        if (KIND == MOMENTS) load_channels<V>(a, c, k);
-        else
-            for (int j = 0; j < V; j++) mean[j] = p.mean[c + j], invstd[j] = p.invstd[c + j];
-        auto add = [&](size_t m) {
-            float v[V], g[V];
-            load_channels<V>(a, m * a.ld + c, v);
-            if (KIND != MOMENTS) load_channels<V>(b, m * b.ld + c, g);
-            for (int j = 0; j < V; j++) {
-                if (KIND == MOMENTS) {
-                    double e = (double)v[j] - k[j];
-                    s0[j] += e;
-                    s1[j] += e * e;
-                } else {
-                    float d = g[j];
-                    if (KIND == SILU_GRAD) d = silu_grad(bn_apply_value(v[j], c + j, p), d);
-                    s0[j] += d;
-                    s1[j] += (double)d * ((v[j] - mean[j]) * (double)invstd[j]);
-                }
-            }
-        };
-        size_t m = blockIdx.y * (size_t)TILE_M + threadIdx.y;
-        for (; m + step < M; m += 2 * step) {   // the loads of both pixels issue before their sums
-            add(m);
-            add(m + step);
-        }
-        if (m < M) add(m);
-    }
-    for (int j = 0; j < V; j++) sh0[x + j] = s0[j], sh1[x + j] = s1[j];
-    __syncthreads();
-    if (threadIdx.y != 0 || c >= a.C) return;
-    for (int j = 0; j < V; j++) {
-        for (int t = 1; t < TILE_M; t++) s0[j] += sh0[t * width + x + j], s1[j] += sh1[t * width + x + j];
-        part0[(size_t)(c + j) * gridDim.y + blockIdx.y] = s0[j];
-        part1[(size_t)(c + j) * gridDim.y + blockIdx.y] = s1[j];
-    }
-}
-
-// The lane layout of the partial sums (the default; YT_BN_SUMS=old selects partial_sums_kernel above,
-// kept to measure one against the other). A channel's M pixels are dealt to G·LANES lanes: lane l
+// The lane layout of the partial sums (the old kernel, one block row per strip of pixels, lost:
+// bench/lost/bn_sums_old.patch). A channel's M pixels are dealt to G·LANES lanes: lane l
 // takes pixels l, l + S, l + 2S, ... (S = G·LANES), in that order, and adds their terms RUN at a time
 // in float before each addition to its double sums (a quarter of the double work and conversions of
 // the old kernel, whose double accumulators, small blocks and long pixel loops on small grids kept it
@@ -205,11 +150,6 @@ static int lane_pixels() {
 static int lane_parts(size_t M) {
     size_t per = (size_t)LANES * lane_pixels(), g = (M + per - 1) / per;
     return g < 1 ? 1 : g > LANE_MAX_PARTS ? LANE_MAX_PARTS : (int)g;
-}
-
-static bool lane_sums_on() {
-    static int old = -1;
-    return !env_switch(&old, "YT_BN_SUMS", "old");
 }
 
 // One pixel's two terms for V channels: (z - k, (z - k)²) for MOMENTS; (du, du·xhat) otherwise.
@@ -562,27 +502,14 @@ static int sums_width(Map a, Map b) {
 // One pass of partial sums over job j0 and, when j1 has maps (of the same channels and pixels), j1 too.
 template <SumKind K, int V>
 static void partial_sums(Device *dev, const SumJob &j0, const SumJob &j1, int G) {
+    static_assert(K == MOMENTS || V <= 4, "the gradient kinds take at most 4 channels a thread");
     Map a = j0.a;
-    if constexpr (K == MOMENTS || V <= 4) {   // channel_sums gives the gradient kinds V <= 4 here
-        if (lane_sums_on()) {
-            int groups = (a.C + V - 1) / V, bx = groups < LANE_BX ? groups : LANE_BX;
-            unsigned nx = (unsigned)((groups + bx - 1) / bx);
-            dim3 grid(j1.a.data ? 2 * nx : nx, G), block(bx, LANES);
-            size_t shared = 2 * sizeof(double) * LANES * bx * V;
-            lane_sums_kernel<K, V><<<grid, block, shared, dev->stream>>>(j0, j1, nx);
-            checkLaunch(dev);
-            return;
-        }
-    }
-    const SumJob *jobs[2] = { &j0, &j1 };
-    for (int i = 0; i < 2 && jobs[i]->a.data; i++) {
-        const SumJob &j = *jobs[i];
-        int groups = (a.C + V - 1) / V, bx = groups < TILE_C ? groups : TILE_C;
-        dim3 grid((groups + bx - 1) / bx, G), block(bx, TILE_M);
-        size_t shared = 2 * sizeof(double) * TILE_M * bx * V;
-        partial_sums_kernel<K, V><<<grid, block, shared, dev->stream>>>(j.a, j.b, j.p, j.part0, j.part1);
-        checkLaunch(dev);
-    }
+    int groups = (a.C + V - 1) / V, bx = groups < LANE_BX ? groups : LANE_BX;
+    unsigned nx = (unsigned)((groups + bx - 1) / bx);
+    dim3 grid(j1.a.data ? 2 * nx : nx, G), block(bx, LANES);
+    size_t shared = 2 * sizeof(double) * LANES * bx * V;
+    lane_sums_kernel<K, V><<<grid, block, shared, dev->stream>>>(j0, j1, nx);
+    checkLaunch(dev);
 }
 
 // blocks of THREADS for a warp per channel
@@ -597,11 +524,11 @@ static void channel_sums(Device *dev, Map a, Map b, BnSaved p, const Sums *s, co
                          Map b2 = Map{}, BnSaved p2 = BnSaved{}, const Sums *s2 = NULL, const BnFinish &f2 = BnFinish{}) {
     int v = sums_width(a, K == MOMENTS ? a : b);
     if (a2.data) v = min_int(v, sums_width(a2, K == MOMENTS ? a2 : b2));
-    if (K != MOMENTS && v == 8 && lane_sums_on()) v = 4;
+    if (K != MOMENTS && v == 8) v = 4;
     SumJob j0 = { a, b, p, s->part0, s->part1 }, j1 = {};
     FinishJob f0 = { s->part0, s->part1, a, f }, f1 = {};
     if (a2.data) j1 = SumJob{ a2, b2, p2, s2->part0, s2->part1 }, f1 = FinishJob{ s2->part0, s2->part1, a2, f2 };
-    if (v == 8) partial_sums<K, 8>(dev, j0, j1, s->G);
+    if (v == 8) partial_sums<K, K == MOMENTS ? 8 : 4>(dev, j0, j1, s->G);
     else if (v == 4) partial_sums<K, 4>(dev, j0, j1, s->G);
     else if (v == 2) partial_sums<K, 2>(dev, j0, j1, s->G);
     else partial_sums<K, 1>(dev, j0, j1, s->G);
