@@ -1,6 +1,6 @@
 // bn.cu: batch normalisation over the M = N*H*W pixels of each channel, the CUDA twin of
 // core/bn.c. Per-channel sums are a deterministic two-level reduction in double: a fixed grid of
-// blocks (set by M alone, not by the GPU) writes partial sums, then a warp per channel adds them
+// blocks (set by M alone, not by the GPU) writes partial sums, then a block per channel adds them
 // in a fixed order. Forward writes u (=); backward writes dz (=) and adds dgamma, dbeta (+=).
 // The forward reads z once for its statistics (shifted moments, below) and once to normalise; the
 // fused SiLU backward recomputes du = dy·silu'(u) where it needs it instead of storing it.
@@ -237,27 +237,11 @@ lane_sums_kernel(SumJob j0, SumJob j1, unsigned nx0) {
     }
 }
 
-// The sums over the G partials of channel c by a warp: lane l adds g = l, l+32, ... in order, then a
-// fixed shuffle tree, so the result does not vary run to run. Lane 0 holds the sums.
-__device__ static inline void warp_channel_sums(const double *part0, const double *part1, int G, int c, double *s0,
-                                                double *s1) {
-    int lane = threadIdx.x % 32;
-    double a = 0.0, b = 0.0;
-    for (int g = lane; g < G; g += 32) {   // (C, G): the warp reads a channel's partials in a row
-        a += part0[(size_t)c * G + g];
-        b += part1[(size_t)c * G + g];
-    }
-    for (int o = 16; o > 0; o /= 2) {
-        a += __shfl_down_sync(0xffffffffu, a, o);
-        b += __shfl_down_sync(0xffffffffu, b, o);
-    }
-    *s0 = a, *s1 = b;
-}
-
-// The same sums by a block of COMBINE_THREADS: thread t adds g = t, t + COMBINE_THREADS, ... in order,
-// each warp a fixed shuffle tree, then thread 0 the warps' sums in warp order; thread 0 holds them. A
-// warp per channel left each lane up to 64 dependent partials of a large map: 6.8-8 us a launch, 381
-// launches a gelan-s step (bench/RESULTS.md). YT_BN_COMBINE=warp selects the warp version, to measure.
+// The sums over the G partials of channel c by a block of COMBINE_THREADS: thread t adds g = t,
+// t + COMBINE_THREADS, ... in order, each warp a fixed shuffle tree, then thread 0 the warps' sums in warp
+// order; thread 0 holds them, and the result does not vary run to run. A warp per channel left each lane up
+// to 64 dependent partials of a large map: 6.8-8 us a launch, 381 launches a gelan-s step (bench/RESULTS.md;
+// it lost: bench/lost/bn_combine_warp.patch).
 enum { COMBINE_THREADS = 128 };
 __device__ static inline void block_channel_sums(const double *part0, const double *part1, int G, int c,
                                                  double *s0, double *s1) {
@@ -275,11 +259,6 @@ __device__ static inline void block_channel_sums(const double *part0, const doub
     if (t != 0) return;
     for (int k = 1; k < COMBINE_THREADS / 32; k++) a += w0[k], b += w1[k];
     *s0 = a, *s1 = b;
-}
-
-static bool combine_by_warp() {
-    static int warp = -1;
-    return env_switch(&warp, "YT_BN_COMBINE", "warp");
 }
 
 // From the sums of the shifted moments, m1 = Σ(z - k)/M, m2 = Σ(z - k)²/M (k = z at pixel 0): saved
@@ -311,23 +290,21 @@ __device__ static inline void finish(int c, double s0, double s1, Map z, const B
     else grad_finish(c, s0, s1, f);
 }
 
-// The per-channel step after a partial-sum pass of kind KIND, as a launch of its own: a warp or a block
-// per channel (BY_WARP) adds its G partials, then finishes them (stats_finish, grad_finish). Channels
+// The per-channel step after a partial-sum pass of kind KIND, as a launch of its own: a block per
+// channel adds its G partials, then finishes them (stats_finish, grad_finish). Channels
 // [0, C0) are j0's, [C0, C) j1's (two passes of the same G in one launch).
 struct FinishJob { const double *part0, *part1; Map z; BnFinish f; };
 
-template <SumKind KIND, bool BY_WARP>
+template <SumKind KIND>
 __global__ void finish_kernel(FinishJob j0, FinishJob j1, int C0, int C, int G) {
     pdl_entry();
-    int c = BY_WARP ? (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32) : blockIdx.x;
-    if (c >= C) return;   // blockDim is a multiple of 32: whole warps leave together
+    int c = blockIdx.x;
     bool second = c >= C0;
     const FinishJob &j = second ? j1 : j0;
     c -= second ? C0 : 0;
     double s0, s1;
-    if (BY_WARP) warp_channel_sums(j.part0, j.part1, G, c, &s0, &s1);
-    else block_channel_sums(j.part0, j.part1, G, c, &s0, &s1);
-    if (threadIdx.x % (BY_WARP ? 32 : COMBINE_THREADS) == 0) finish<KIND>(c, s0, s1, j.z, j.f);
+    block_channel_sums(j.part0, j.part1, G, c, &s0, &s1);
+    if (threadIdx.x == 0) finish<KIND>(c, s0, s1, j.z, j.f);
 }
 
 // The saved statistics of a BN in evaluation mode inside training: its running ones (as the CPU twin)
@@ -512,9 +489,6 @@ static void partial_sums(Device *dev, const SumJob &j0, const SumJob &j1, int G)
     checkLaunch(dev);
 }
 
-// blocks of THREADS for a warp per channel
-static unsigned warp_blocks(int C) { return (unsigned)((C + THREADS / 32 - 1) / (THREADS / 32)); }
-
 // One partial-sum pass of kind K over (a, b) into s's partials, as wide as the maps allow, then a launch
 // that finishes the channels by f; with a second set (a2.data), its pass and finish in the same two
 // launches (a2, b2 of a's shape; s2 of a's G). (The pass's last block finishing the channels itself, one
@@ -533,10 +507,7 @@ static void channel_sums(Device *dev, Map a, Map b, BnSaved p, const Sums *s, co
     else if (v == 2) partial_sums<K, 2>(dev, j0, j1, s->G);
     else partial_sums<K, 1>(dev, j0, j1, s->G);
     int C = a2.data ? 2 * a.C : a.C;
-    if (combine_by_warp())
-        finish_kernel<K, true><<<warp_blocks(C), THREADS, 0, dev->stream>>>(f0, f1, a.C, C, s->G);
-    else
-        finish_kernel<K, false><<<C, COMBINE_THREADS, 0, dev->stream>>>(f0, f1, a.C, C, s->G);
+    finish_kernel<K><<<C, COMBINE_THREADS, 0, dev->stream>>>(f0, f1, a.C, C, s->G);
     checkLaunch(dev);
 }
 
