@@ -133,22 +133,12 @@ template <int V> __device__ static inline void load_channels(Map m, size_t off, 
 // terms, so the sums do not depend on the GPU, on V, or on the map's storage.
 // LANE_PIXELS: a lane's pixels (until G reaches LANE_MAX_PARTS). 16 was the best of 8-128 over gelan-s
 // at batches 64 and 16 (bench/RESULTS.md): shorter lanes leave each thread too little work on the
-// large maps, longer ones too few blocks on the small maps. YT_BN_LANE_PIXELS=P sets it, to measure;
-// at least LANE_MIN_PIXELS, so that G stays within parts_for's workspace.
-enum { LANES = 32, RUN = 4, LANE_PIXELS = 16, LANE_MIN_PIXELS = 8, LANE_MAX_PARTS = 2048, LANE_BX = 8 };
-
-static int lane_pixels() {
-    static int p = 0;   // read once: the same grid for every launch (and graph) of the process
-    if (!p) {
-        const char *e = getenv("YT_BN_LANE_PIXELS");
-        int v = e ? atoi(e) : 0;
-        p = v >= LANE_MIN_PIXELS && v <= 4096 ? v : LANE_PIXELS;
-    }
-    return p;
-}
+// large maps, longer ones too few blocks on the small maps (the switch that set it, to measure, lost:
+// bench/lost/bn_lane_pixels.patch).
+enum { LANES = 32, RUN = 4, LANE_PIXELS = 16, LANE_MAX_PARTS = 2048, LANE_BX = 8 };
 
 static int lane_parts(size_t M) {
-    size_t per = (size_t)LANES * lane_pixels(), g = (M + per - 1) / per;
+    size_t per = (size_t)LANES * LANE_PIXELS, g = (M + per - 1) / per;
     return g < 1 ? 1 : g > LANE_MAX_PARTS ? LANE_MAX_PARTS : (int)g;
 }
 
