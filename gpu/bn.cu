@@ -11,10 +11,6 @@
 
 #include "gpu/kernel_util.h"
 
-// Up to 4096 partial blocks of at least 256 pixels: a 32-channel map of 6.5M pixels (the stem's) then
-// fills the GPU (4096 blocks of 256 threads; with 256 blocks the pass ran at 0.47 TB/s, latency-bound).
-enum { MAX_PARTS = 4096, PIXELS_PER_PART = 256 };
-
 // What a partial-sum pass adds up for each channel c over pixels m (a = z, b = a gradient):
 //   MOMENTS:   s0 = Σ (a - k), s1 = Σ (a - k)² with k = a at pixel 0. One pass; the shift keeps
 //              var = s1/M - (s0/M)² free of cancellation (k lies within the data), in double.
@@ -40,11 +36,6 @@ struct BnFinish {
     double *mdu, *mdux;
 };
 
-static int parts_for(size_t M) {
-    size_t g = (M + PIXELS_PER_PART - 1) / PIXELS_PER_PART;
-    return g < 1 ? 1 : g > MAX_PARTS ? MAX_PARTS : (int)g;
-}
-
 // Per-channel double vectors in scratch: partials (C, G) twice, then per-channel results.
 struct Sums {
     int G;
@@ -67,8 +58,9 @@ static Sums sums_take(Device *dev, int C, size_t M) {
     return s;
 }
 
+// sums_take's scratch: its six takes, each aligned to at most 256 bytes
 extern "C" size_t bn_workspace_bytes_gpu(Map z) {
-    size_t C = z.C, G = parts_for(map_pixels(z));
+    size_t C = z.C, G = lane_parts(map_pixels(z));
     return 2 * sizeof(double) * G * C + 2 * sizeof(double) * C + 2 * sizeof(float) * C + 6 * 256;
 }
 
