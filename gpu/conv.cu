@@ -14,6 +14,7 @@
 // permuted to match once per call, (K, Cg, R, S) -> (K, R, S, Cg), and the weight gradient back.
 #include <cuda_bf16.h>
 
+#include "core/switches.h"
 #include "gpu/cudnn_conv.h"
 #include "gpu/kernel_util.h"
 
@@ -444,16 +445,10 @@ __global__ void weights_to_bf16_kernel(const float *w, size_t n, const int4 *per
     }
 }
 
-static bool weights_once_on() {
-    static int off = -1;
-    return !env_switch(&off, "YT_WEIGHTS_ONCE", "0");
-}
+static bool weights_once_on() { return !switch_is(SW_WEIGHTS_ONCE, "0"); }
 
 // YT_WEIGHTS_ONCE=unpermuted: the permuted weights rounded per call, as before (to measure)
-static bool weights_permuted_once_on() {
-    static int off = -1;
-    return !env_switch(&off, "YT_WEIGHTS_ONCE", "unpermuted");
-}
+static bool weights_permuted_once_on() { return !switch_is(SW_WEIGHTS_ONCE, "unpermuted"); }
 
 // Whether the pass's bf16 copy holds the n weights at w, in the order the caller needs (permuted or not).
 static bool weights_prepared(const Device *dev, const float *w, size_t n, bool permute) {

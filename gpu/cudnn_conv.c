@@ -17,6 +17,7 @@
 
 #include <cudnn_graph.h>
 
+#include "core/switches.h"
 #include "core/util.h"
 #include "gpu/device.h"
 
@@ -40,8 +41,7 @@ static struct {
 static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
 
 static void lib_open(void) {
-    const char *mode = getenv("YT_CONV");
-    if (mode && !strcmp(mode, "gemm")) {
+    if (switch_is(SW_CONV, "gemm")) {
         fprintf(stderr, "convolutions: im2col + cuBLAS (YT_CONV=gemm)\n");
         return;
     }
@@ -369,7 +369,7 @@ static void build_plan(Ctx *c, Plan *p, size_t ws_cap) {
     if (p->ok) c->plans++;
     else c->refused++;
     c->build_seconds += now_seconds() - t0;
-    if (getenv("YT_CUDNN_VERBOSE")) {
+    if (switch_str(SW_CUDNN_VERBOSE)) {
         const ConvDims *d = &p->key.d;
         fprintf(stderr, "cudnn %s N%d C%d %dx%d K%d %dx%d s%d g%d x_ld %d y_ld %d types x%s w%s y%s beta %g: %s "
                         "(engine %lld, workspace %lld)\n",
