@@ -166,7 +166,9 @@ test: yolotrain $(TESTS)
 # make layers: the boundary between the specification and the devices (README, Design). core/, io/ and
 # cfg/ include nothing from gpu/ and no CUDA header (a device is reached through core/backend.h's table),
 # and USE_CUDA appears in none of their files but core/backends.c, which registers the GPU backend. And every
-# kernel of gpu/ begins with pdl_entry() (test/pdl_check.sh): gpu/graph_pdl.c starts our kernels early.
+# kernel of gpu/ begins with pdl_entry() (test/pdl_check.sh): gpu/graph_pdl.c starts our kernels early. And
+# every YT_ environment variable the source names is in core/switches.c's registry, each variant and test
+# hook with a test that pins it (test/switch_check.sh).
 LAYER_DIRS := core io cfg
 layers:
 	@fail=0; \
@@ -175,7 +177,8 @@ layers:
 	 bad=$$(grep -rn 'USE_CUDA' $(LAYER_DIRS) | grep -v '^core/backends\.c:'); \
 	 if [ -n "$$bad" ]; then fail=1; echo "make layers: USE_CUDA belongs in gpu/ and core/backends.c only:"; echo "$$bad"; fi; \
 	 if ! bash test/pdl_check.sh; then fail=1; echo "make layers: every kernel of gpu/ begins with pdl_entry() (gpu/pdl.cuh)"; fi; \
-	 if [ $$fail = 0 ]; then echo "make layers: ok (core/ io/ cfg/ reach the devices only through core/backend.h; every kernel begins with pdl_entry())"; fi; \
+	 if ! bash test/switch_check.sh >/dev/null; then fail=1; bash test/switch_check.sh; echo "make layers: every YT_ variable is in the registry (core/switches.c)"; fi; \
+	 if [ $$fail = 0 ]; then echo "make layers: ok (core/ io/ cfg/ reach the devices only through core/backend.h; every kernel begins with pdl_entry(); every YT_ variable is in core/switches.c)"; fi; \
 	 exit $$fail
 
 # make fuzz: the libFuzzer targets of test/fuzz/ (clang + its fuzzer runtime), FUZZ_SECONDS each

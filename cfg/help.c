@@ -85,6 +85,7 @@ static const struct { const char *mode, *keys; } mode_keys[] = {
     { "info",   "imgsz nc depth_multiple width_multiple" },
     { "check",  "data imgsz workers min_items strict project" },
     { "synth",  "seed" },
+    { "switches", "" },   // no keys: the YT_* environment variables (core/switches.h)
 };
 
 static const char *help_of(const char *name) {

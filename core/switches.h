@@ -34,7 +34,7 @@ typedef enum {
 typedef struct {
     const char *name;      // "YT_FUSE"
     SwitchKind  kind;
-    const char *unset;     // what the program does with the variable unset (its default)
+    const char *unset;     // what the program does with the variable unset: its default
     const char *selects;   // the values and what each selects
     const char *test;      // the tests that pin it ("" for none: only a diagnostic or a user setting)
 } SwitchInfo;

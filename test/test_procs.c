@@ -797,7 +797,7 @@ static int run_two(const char *args, const char *rank_env, char *out, size_t siz
              "OMPI_MCA_btl_vader_single_copy_mechanism=none OPENBLAS_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 "
              "timeout -k 5 300 %s --allow-run-as-root --oversubscribe --bind-to none -np 2 sh -c 'if [ "
              "\"$OMPI_COMM_WORLD_RANK\" = 1 ]; then export %s; fi; exec ./yolotrain \"$@\"' sh %s 2>&1", mpirun,
-             rank_env ? rank_env : "YT_NONE=1", args);
+             rank_env ? rank_env : "RANK1_ENV=none", args);
     return run_shell(cmd, out, size);
 }
 
