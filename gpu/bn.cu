@@ -113,13 +113,12 @@ template <int V> __device__ static inline void load_channels(Map m, size_t off, 
     }
 }
 
-// The lane layout of the partial sums (the old kernel, one block row per strip of pixels, lost:
-// bench/lost/bn_sums_old.patch). A channel's M pixels are dealt to G·LANES lanes: lane l
+// The lane layout of the partial sums (the old kernel, a block row per strip of pixels adding each term
+// in double, lost: bench/lost/bn_sums_old.patch). A channel's M pixels are dealt to G·LANES lanes: lane l
 // takes pixels l, l + S, l + 2S, ... (S = G·LANES), in that order, and adds their terms RUN at a time
-// in float before each addition to its double sums (a quarter of the double work and conversions of
-// the old kernel, whose double accumulators, small blocks and long pixel loops on small grids kept it
-// at 1.2 TB/s: bench/RESULTS.md). The gradient kinds take at most 4 channels a thread (their two maps
-// and the statistics in registers), the moments 8.
+// in float before each addition to its double sums (a quarter of the double work and conversions).
+// The gradient kinds take at most 4 channels a thread (their two maps and the statistics in registers),
+// the moments 8.
 // Block g holds lanes g·LANES .. +LANES-1 as its threadIdx.y and adds them in lane order into
 // partial (c, g). G depends on M alone and a thread's channels never change the order of a channel's
 // terms, so the sums do not depend on the GPU, on V, or on the map's storage.
@@ -208,7 +207,7 @@ lane_sums_kernel(SumJob j0, SumJob j1, unsigned nx0) {
         }
     }
     // lane 0 adds the block's lanes in lane order (a five-step tree with every lane busy was slower:
-    // 749-791 against 782-802 images/s, bench/RESULTS.md)
+    // bench/RESULTS.md)
     for (int j = 0; j < V; j++) sh0[x + j] = s0[j], sh1[x + j] = s1[j];
     __syncthreads();
     if (lane != 0 || c >= a.C) return;
@@ -221,9 +220,8 @@ lane_sums_kernel(SumJob j0, SumJob j1, unsigned nx0) {
 
 // The sums over the G partials of channel c by a block of COMBINE_THREADS: thread t adds g = t,
 // t + COMBINE_THREADS, ... in order, each warp a fixed shuffle tree, then thread 0 the warps' sums in warp
-// order; thread 0 holds them, and the result does not vary run to run. A warp per channel left each lane up
-// to 64 dependent partials of a large map: 6.8-8 us a launch, 381 launches a gelan-s step (bench/RESULTS.md;
-// it lost: bench/lost/bn_combine_warp.patch).
+// order; thread 0 holds them, and the result does not vary run to run. (A warp per channel, which left each
+// lane up to 64 dependent partials of a large map, lost: bench/lost/bn_combine_warp.patch.)
 enum { COMBINE_THREADS = 128 };
 __device__ static inline void block_channel_sums(const double *part0, const double *part1, int G, int c,
                                                  double *s0, double *s1) {
