@@ -329,8 +329,7 @@ static cudnnBackendDescriptor_t plan_from_heuristics(Held *h, cudnnHandle_t hand
     if (failed(lib.get_attr(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, cfgs)))
         return NULL;
     // where tensor cores are allowed, only configurations that use them: without, the engines the
-    // heuristics offered for channel slices and groups ran 100-1000x slower than im2col + cuBLAS
-    // (442 ms for one tf32 data gradient that the GEMM path does in 2)
+    // heuristics offered for channel slices and groups ran far slower than im2col + cuBLAS (bench/RESULTS.md)
     for (int64_t i = 0; i < got; i++) {
         if (!engine_acceptable(h, cfgs[i], k->tensor_cores, k->tensor_cores)) continue;
         cudnnBackendDescriptor_t plan = NULL;
