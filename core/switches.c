@@ -70,8 +70,6 @@ static const SwitchInfo table[] = {
 
     [SW_FONT] = { "YT_FONT", SWITCH_USER, "fontconfig, then the usual font paths",
         "FILE: that font first; none: the built-in 5x7 font (io/text.c)", "test_plot" },
-    [SW_VAL_CACHE_MB] = { "YT_VAL_CACHE_MB", SWITCH_USER, "1024",
-        "M: the megabytes of validation batches kept between passes; 0: none (core/train.c)", "" },
     [SW_CONV] = { "YT_CONV", SWITCH_USER, "cuDNN 9 where found",
         "gemm: every convolution through im2col + cuBLAS, as without cuDNN (gpu/cudnn_conv.c)", "" },
     [SW_NCCL] = { "YT_NCCL", SWITCH_USER, "NCCL where found",
