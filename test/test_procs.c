@@ -952,7 +952,7 @@ static void test_nccl_communicator_of_one(void) {
     test_switch(SW_NCCL_OVERLAP, "0");             // the sums after the backward, in one call
     int rec_after = forced_matches(0);
     long c1 = nccl_calls();
-    test_switch(SW_NCCL_OVERLAP, NULL);                   // bucket by bucket beside it (the default), many buckets
+    test_switch(SW_NCCL_OVERLAP, NULL);            // bucket by bucket beside it (the default), many buckets
     procs_set_bucket_floats(50000);
     int rec_beside = forced_matches(0);
     procs_set_bucket_floats(0);
