@@ -168,7 +168,9 @@ test: yolotrain $(TESTS)
 # and USE_CUDA appears in none of their files but core/backends.c, which registers the GPU backend. And every
 # kernel of gpu/ begins with pdl_entry() (test/pdl_check.sh): gpu/graph_pdl.c starts our kernels early. And
 # the docs hold (test/docs_check.sh): every key of cfg/schema.c has a help line and is in cfg/README.md, and
-# every repo path named in a source comment or a README exists.
+# every repo path named in a source comment or a README exists. And every YT_ environment variable the
+# source names is in core/switches.c's registry, each variant and test hook with a test that pins it
+# (test/switch_check.sh).
 LAYER_DIRS := core io cfg
 layers:
 	@fail=0; \
@@ -178,7 +180,8 @@ layers:
 	 if [ -n "$$bad" ]; then fail=1; echo "make layers: USE_CUDA belongs in gpu/ and core/backends.c only:"; echo "$$bad"; fi; \
 	 if ! bash test/pdl_check.sh; then fail=1; echo "make layers: every kernel of gpu/ begins with pdl_entry() (gpu/pdl.cuh)"; fi; \
 	 if ! bash test/docs_check.sh; then fail=1; echo "make layers: every config key has help and docs, and every path the comments and READMEs name exists (test/docs_check.sh)"; fi; \
-	 if [ $$fail = 0 ]; then echo "make layers: ok (core/ io/ cfg/ reach the devices only through core/backend.h; every kernel begins with pdl_entry(); every key documented, every path named exists)"; fi; \
+	 if ! bash test/switch_check.sh >/dev/null; then fail=1; bash test/switch_check.sh; echo "make layers: every YT_ variable is in the registry (core/switches.c)"; fi; \
+	 if [ $$fail = 0 ]; then echo "make layers: ok (core/ io/ cfg/ reach the devices only through core/backend.h; every kernel begins with pdl_entry(); every key documented, every path named exists; every YT_ variable is in core/switches.c)"; fi; \
 	 exit $$fail
 
 # make fuzz: the libFuzzer targets of test/fuzz/ (clang + its fuzzer runtime), FUZZ_SECONDS each

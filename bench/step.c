@@ -16,6 +16,7 @@
 #include "core/infer_devices.h"
 #include "core/model.h"
 #include "core/multi.h"
+#include "core/switches.h"
 #include "gpu/cudnn_conv.h"
 #include "gpu/device.h"
 
@@ -148,7 +149,7 @@ static int bench(const char *cfgfile, int S, int n, int steps, const char *devic
         if (t.m.recs[i].rec)
             printf("  CUDA Graphs: the %s of batch %d replayed, %zu launches\n", t.m.recs[i].kind ? "backward" : "forward",
                    t.m.recs[i].n, t.m.recs[i].launches);
-    if (getenv("YT_PROFILE")) {
+    if (switch_str(SW_PROFILE)) {
         t.m.prof = xcalloc(2 * (size_t)t.m.n_nodes, sizeof(double));
         for (int i = 0; i < steps; i++) step(&t, resident, n, S, targets, nt, steps + 2 + i, &lo, &err);
         print_profile(&t.m, n, steps);

@@ -9,7 +9,7 @@
 // data "": the built-in synthetic set's val split (128 images); weights "": random ones.
 // The pass runs twice: the first meets every rect shape for the first time (cuDNN makes its plans then, as
 // in `yolotrain val`), the second is what each validation during training costs (its batches copied from
-// the first's, as training keeps them; YT_VAL_CACHE_MB=0: loaded again). Then the forward alone at
+// the first's, as training keeps them; val_cache_mb=0: loaded again). Then the forward alone at
 // imgsz x imgsz in chunks of the batch (the device's floor), and with YT_PROFILE set a pass with a wait
 // after every node: its slowest nodes.
 #include <stdio.h>
@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "core/infer_devices.h"
+#include "core/switches.h"
 #include "core/val.h"
 #include "io/synth.h"
 #ifdef USE_CUDA
@@ -47,7 +48,7 @@ static void plans(const InferModels *im) {
 }
 
 // The passes share one ValCache as a training run's validations do (its first pass loads and keeps the
-// batches, the later ones copy them); YT_VAL_CACHE_MB=0: every pass loads.
+// batches, the later ones copy them); val_cache_mb=0: every pass loads.
 static ValCache *cache;
 
 static void run(InferModels *im, const Dataset *ds, const Config *cfg, int host_post, const char *what) {
@@ -143,14 +144,12 @@ int main(int argc, char **argv) {
     }
     printf("%s at %d, batch %d, %d images of %s, conf %g, iou %g, max_det %d\n", cfg_path, cfg.imgsz, cfg.batch, ds.n,
            data, cfg.conf, cfg.iou, cfg.max_det);
-    const char *mb = getenv("YT_VAL_CACHE_MB");
-    double cache_mb = mb && *mb ? atof(mb) : 1024;
-    cache = cache_mb > 0 ? val_cache_new((size_t)(cache_mb * 1048576)) : NULL;
+    cache = cfg.val_cache_mb > 0 ? val_cache_new((size_t)(cfg.val_cache_mb * 1048576)) : NULL;
     run(&im, &ds, &cfg, 0, "first pass");
     run(&im, &ds, &cfg, 0, "second pass");
     if (im.devs.gpu[0] >= 0) run(&im, &ds, &cfg, 1, "third pass");
     forward_only(im.ptr[0], cfg.imgsz, 5);
-    if (getenv("YT_PROFILE")) profile(&im, &ds, &cfg);
+    if (switch_str(SW_PROFILE)) profile(&im, &ds, &cfg);
     infer_models_free(&im);
     val_cache_free(cache);
     dataset_free(&ds);

@@ -68,6 +68,7 @@ typedef struct {
     int    save_period, strict, cos_lr, rect, tensorboard;
     int    single_cls;               // every class 0, nc 1, names ['item'] (train.py --single-cls)
     double fraction;                 // train on the first round(fraction * n) images (Ultralytics)
+    double val_cache_mb;             // megabytes of validation batches kept between passes (0: none)
     double label_smoothing;          // train.py --label-smoothing: accepted, no effect (as loss_tal.py)
     int    noval, noplots;           // validate only after the last epoch; no pictures or plots (train.py)
     int    multi_scale;              // train.py --multi-scale: not built, refused by training (as rect=1)

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/switches.h"
+
 static void trim(const char **a, const char **b) {   // the text [*a, *b) less its outer spaces
     while (*a < *b && **a == ' ') (*a)++;
     while (*b > *a && (*b)[-1] == ' ') (*b)--;
@@ -45,7 +47,7 @@ static int unwrap_devices(const char *spec, char *buf, size_t size, Err *err) {
 // YT_TEST_SAME_GPU=1 (a test hook, not a user setting): a GPU named again is one more device on it,
 // with its own stream, handles and arenas, so the multi-device path runs on a machine with one GPU.
 static int same_gpu_twice_for_tests(void) {
-    const char *e = getenv("YT_TEST_SAME_GPU");
+    const char *e = switch_str(SW_TEST_SAME_GPU);
     return e && !strcmp(e, "1");
 }
 

@@ -18,6 +18,7 @@ static const struct { const char *name, *text; } key_help[] = {
     { "device",         "cpu, cpu:N (N CPU devices), 0, 0,1 or [0,1] (GPUs); empty: every GPU present, else cpu" },
     { "precision",      "bf16, tf32 or fp32 arithmetic on the GPU" },
     { "cache",          "ram: keep decoded images in memory" },
+    { "val_cache_mb",   "megabytes of validation batches kept as loaded between validation passes (0: none)" },
     { "project",        "the folder that holds the run folders (val, detect: runs/val, runs/detect unless given on the command line)" },
     { "name",           "the run folder's name (exp, exp2, ... when taken)" },
     { "optimizer",      "auto, SGD, MuSGD (YOLO26 only), AdamW or Adam" },
@@ -91,6 +92,7 @@ static const struct { const char *mode, *keys; } mode_keys[] = {
     { "info",   "imgsz nc depth_multiple width_multiple" },
     { "check",  "data imgsz workers min_items strict project" },
     { "synth",  "seed" },
+    { "switches", "" },   // no keys: the YT_* environment variables (core/switches.h)
 };
 
 static const char *help_of(const char *name) {

@@ -46,6 +46,7 @@ const Key cfg_keys[] = {
     STR ("train", "device",       device,       check_device, ""),
     ENUM("train", "precision",    precision,    "bf16|tf32|fp32", "bf16"),
     ENUM("train", "cache",        cache,        "|ram|none", ""),
+    DBL ("train", "val_cache_mb", val_cache_mb, 0, 1e9, "1024"),   // core/val_batch.c's ValCache budget
     STR ("train", "project",      project,      check_project, "runs/train"),
     STR ("train", "name",         name,         check_name, "exp"),
     ENUM("train", "optimizer",    optimizer,    "auto|SGD|MuSGD|AdamW|Adam", "auto"),

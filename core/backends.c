@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/backend.h"
+#include "core/switches.h"
 
 #ifdef USE_CUDA
 extern const Backend backend_gpu;
@@ -20,8 +21,7 @@ static void unfuse(void) {
 
 const Backend *backend_gpu_get(void) {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
-    const char *e = getenv("YT_FUSE");
-    if (!e || strcmp(e, "0")) return &backend_gpu;
+    if (!switch_is(SW_FUSE, "0")) return &backend_gpu;
     pthread_once(&once, unfuse);
     return &gpu_unfused;
 }

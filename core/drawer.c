@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/switches.h"
 #include "core/util.h"
 
 typedef struct Job { DrawJob run; void *arg; struct Job *next; } Job;
@@ -87,7 +88,7 @@ void drawer_free(Drawer *d) {
 }
 
 Drawer *drawer_for_run(void) {
-    const char *s = getenv("YT_DRAW_SYNC");
+    const char *s = switch_str(SW_DRAW_SYNC);
     return s && strcmp(s, "0") && s[0] ? NULL : drawer_new();
 }
 

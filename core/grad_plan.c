@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/model.h"
+#include "core/switches.h"
 
 typedef struct { int v; int t0, t1; size_t floats, offset; } Life;   // live over [t0, t1]
 
@@ -154,7 +155,7 @@ static void mark_written(const Model *m, char **written, int v) {
 // Plans Model.grad_fresh; returns which owned buffers still need zeroing (a flag per value).
 static char *plan_fresh_writes(Model *m) {
     int nv = m->n_values, nn = m->n_nodes;
-    const char *e = getenv("YT_GRAD_FRESH");
+    const char *e = switch_str(SW_GRAD_FRESH);
     int on = !(e && strcmp(e, "0") == 0);
     char *needs_zero = xcalloc((size_t)nv, 1);
     char **written = xcalloc((size_t)nv, sizeof *written);
@@ -212,7 +213,7 @@ static char *plan_fresh_writes(Model *m) {
 // zeroed. YT_GRAD_BF16=0 keeps every gradient fp32.
 static void plan_grad_types(Model *m) {
     int nv = m->n_values, nn = m->n_nodes;
-    const char *e = getenv("YT_GRAD_BF16");
+    const char *e = switch_str(SW_GRAD_BF16);
     int on = m->dgrad_bf16 && !(e && strcmp(e, "0") == 0);
     free(m->grad_bf16);
     m->grad_bf16 = xcalloc((size_t)nv + 1, 1);
@@ -262,7 +263,7 @@ void model_plan_grads(Model *m) {
     free(m->residual_add);
     m->residual_add = xmalloc(((size_t)nn + 1) * sizeof *m->residual_add);
     for (int i = 0; i < nn; i++) m->residual_add[i] = residual_after(m, i);
-    const char *e = getenv("YT_GRAD_ALIAS");
+    const char *e = switch_str(SW_GRAD_ALIAS);
     int alias_on = !(e && strcmp(e, "0") == 0);
     free(m->grad_alias);
     m->grad_alias = xmalloc(((size_t)nn + 1) * sizeof *m->grad_alias);

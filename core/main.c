@@ -10,6 +10,7 @@
 #include "core/detect.h"
 #include "core/export.h"
 #include "core/model.h"
+#include "core/switches.h"
 #include "core/train.h"
 #include "core/val.h"
 #include "io/check.h"
@@ -31,6 +32,7 @@ static void usage(FILE *f) {
         "       yolotrain export weights=RUN/weights/best.safetensors [out=FILE]  yolov9-s -> gelan-s\n"
         "       yolotrain export CONFIG.ini weights=FILE format=onnx [dynamic=1|batch=N] [imgsz=640] [out=FILE.onnx]\n"
         "       yolotrain synth [overrides]                            regenerate the built-in dataset\n"
+        "       yolotrain switches                                    the YT_* environment variables and their values\n"
         "       yolotrain --version                                   the version and what this build has\n"
         "Overrides name any key of the config (epochs=10, --batch 16, device=cpu, data=coco128.yaml); a yes/no\n"
         "key alone is a flag (--exist-ok, --cos-lr); yolov9's --batch-size, --img, --cfg FILE and Ultralytics'\n"
@@ -57,6 +59,8 @@ static const struct { const char *mode, *text; } mode_own[] = {
     { "info",   "yolotrain info CONFIG.ini [key=value ...]: layer table, parameters, FLOPs\n" },
     { "check",  "yolotrain check [CONFIG.ini] [data=FILE.yaml] [key=value ...]: validate a dataset\n" },
     { "synth",  "yolotrain synth [seed=N]: regenerate the built-in dataset under data/synth/\n" },
+    { "switches", "yolotrain switches: every YT_* environment variable (variants, diagnostics, test hooks, user\n"
+                  "settings) with its value here, its default, what it selects and the tests that pin it\n" },
 };
 
 static int is_help(const char *a) { return !strcmp(a, "-h") || !strcmp(a, "--help") || !strcmp(a, "help"); }
@@ -68,6 +72,7 @@ static int mode_help(const char *mode, int argc, char **argv) {
     if (!asked) return 0;
     for (size_t i = 0; i < sizeof mode_own / sizeof mode_own[0]; i++)
         if (!strcmp(mode_own[i].mode, mode)) fputs(mode_own[i].text, stdout);
+    if (!strcmp(mode, "switches")) return 1;     // reads no config keys
     printf("keys (key=default  meaning; also --key value, and --key alone for a yes/no key):\n");
     config_help(mode, stdout);
     return 1;
@@ -77,6 +82,15 @@ static int version(void) {
     printf("yolotrain %s\nbuild: CUDA %s, cuDNN %s, FreeType %s\n", YT_VERSION,
            backend_gpu_get() ? "yes" : "no", backend_built_with_cudnn() ? "yes" : "no",
            text_built_with_freetype() ? "yes" : "no");
+    int set = 0;
+    for (int s = 0; s < SW_COUNT; s++) set += switch_str((Switch)s) != NULL;
+    printf("switches: %d YT_* environment variables, %d set here (yolotrain switches lists them)\n", SW_COUNT, set);
+    return 0;
+}
+
+static int cmd_switches(int argc, char **argv, Config *cfg) {
+    if (argc > 0) { fprintf(stderr, "yolotrain switches: takes no arguments (%s)\n", argv[0]); return 2; }
+    switches_print(stdout);
     return 0;
 }
 
@@ -164,6 +178,7 @@ int main(int argc, char **argv) {
     static const struct { const char *name; int (*run)(int, char **, Config *); } cmds[] = {
         { "info", cmd_info }, { "check", cmd_check }, { "synth", cmd_synth }, { "train", cmd_train },
         { "val", cmd_val }, { "detect", cmd_detect }, { "predict", cmd_detect }, { "export", export_run },
+        { "switches", cmd_switches },
     };
     const char *mode = argv[1];
     int first = 2;

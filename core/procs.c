@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/buckets.h"
+#include "core/switches.h"
 
 static int dev_total, dev_before, dev_mine = 1;   // procs_agree's: devices of all, of ranks before, of this one
 
@@ -237,7 +238,7 @@ void procs_sum_items(LossOut *out) {
 int procs_overlap(const Trainer *t) {
     const Backend *be = t->m.be;
     if (overlap_asked == be) return overlap_answer;   // asked once per backend
-    const char *env = getenv("YT_NCCL_OVERLAP");
+    const char *env = switch_str(SW_NCCL_OVERLAP);
     double can = be->comm.comm_sum_begin && !be->comm.comm_sum_begin(t->m.be_ctx, NULL, 0) && !(env && !strcmp(env, "0"));
     comm_sum_doubles(&can, 1);                     // every process takes the same road (the same NCCL calls)
     overlap_asked = be;

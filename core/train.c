@@ -247,10 +247,9 @@ typedef struct {              // what the run keeps across epochs for validation
     int            val_passes;
 } RunState;
 
-// The validation batches kept between passes: up to YT_VAL_CACHE_MB megabytes (1024 unless set; 0: none).
-static ValCache *val_cache_for_run(void) {
-    const char *s = getenv("YT_VAL_CACHE_MB");
-    double mb = s && *s ? atof(s) : 1024;
+// The validation batches kept between passes: up to val_cache_mb megabytes (0: none).
+static ValCache *val_cache_for_run(const Config *cfg) {
+    double mb = cfg->val_cache_mb;
     return mb > 0 ? val_cache_new((size_t)(mb * 1048576)) : NULL;
 }
 
@@ -925,7 +924,7 @@ static int train_run_(Config *cfg) {
            cfg->file, model_count_params(&t.m), t.m.nc, where, ds.n, cfg->batch, loader_batches(ld),
            t.sched.accumulate, t.sched.weight_decay, dir, cfg->epochs);
     RunState rs = { .train = &ds, .val = &vds, .dir = dir, .best_epoch = -1, .drawer = drawer,
-                    .val_cache = val_cache_for_run() };
+                    .val_cache = val_cache_for_run(cfg) };
     rs.stop_after = fault_stop_after();               // YT_STOP_AFTER_STEPS (tests)
     fault_device_hook(t.multi);                       // YT_FAIL_DEVICE (tests)
     int rc = 0;

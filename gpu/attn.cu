@@ -119,8 +119,8 @@ static void softmax_launch(Device *dev, float *p, int T, size_t rows) {
 
 // S = q k^T (row-major T x T per head) is, column-major, S^T = K^T Q with K, Q viewed (kd, T);
 // the scale multiplies after the product (alpha), then softmax; y_h = P v: y^T (hd, T) = V^T-view P^T-view.
-// p: (N, nh, T, T). One GEMM per head over all images: 2nh + 1 launches (per image over the heads
-// they were 2N + 1, and a batch-64 step spent 4.4 ms in each attention forward: bench/RESULTS.md).
+// p: (N, nh, T, T). One GEMM per head over all images: 2nh + 1 launches, not the 2N + 1 of one per image
+// over the heads (bench/RESULTS.md).
 extern "C" void attn26_forward_gpu(Device *dev, const AttnDims *d, Map qkv, Map y, Map v, float *p) {
     attn_check_gpu(d, qkv, y, "attn26_forward_gpu");
     int T = tokens(d), kd = d->key_dim, hd = d->head_dim, per = per_head(d), nh = d->heads;

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/backend.h"
+#include "core/switches.h"
 #include "gpu/comm_nccl.h"
 #include "gpu/device.h"
 #include "gpu/graph_pdl.h"
@@ -248,8 +249,7 @@ static int rec_begin(void *ctx) {
 #ifdef SYNC_DEBUG
     return -1;                                     // each launch waits: nothing to record
 #else
-    const char *off = getenv("YT_GRAPHS");        // read at each recording: once per shape and pass
-    if (off && !strcmp(off, "0")) return -1;
+    if (switch_is(SW_GRAPHS, "0")) return -1;
     return cudaStreamBeginCapture(DEV->stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess ? 0 : -1;
 #endif
 }
@@ -262,7 +262,7 @@ static void *rec_end(void *ctx, size_t *launches) {
     if (rc == cudaSuccess) {   // consecutive kernels of ours overlap their launches (gpu/graph_pdl.c)
         size_t kernels = 0;
         long pdl = graph_pdl_edges(g, DEV->id, &kernels);
-        const char *r = getenv("YT_PDL_REPORT");
+        const char *r = switch_str(SW_PDL_REPORT);
         if (r && strcmp(r, "0") != 0)
             fprintf(stderr, "GPU %d: recorded %zu nodes, %zu kernels, %ld programmatic edges\n", DEV->id, *launches,
                     kernels, pdl);

@@ -1,6 +1,6 @@
 // bn.cu: batch normalisation over the M = N*H*W pixels of each channel, the CUDA twin of
 // core/bn.c. Per-channel sums are a deterministic two-level reduction in double: a fixed grid of
-// blocks (set by M alone, not by the GPU) writes partial sums, then a warp per channel adds them
+// blocks (set by M alone, not by the GPU) writes partial sums, then a block per channel adds them
 // in a fixed order. Forward writes u (=); backward writes dz (=) and adds dgamma, dbeta (+=).
 // The forward reads z once for its statistics (shifted moments, below) and once to normalise; the
 // fused SiLU backward recomputes du = dy·silu'(u) where it needs it instead of storing it.
@@ -10,10 +10,6 @@
 #include <math.h>
 
 #include "gpu/kernel_util.h"
-
-// Up to 4096 partial blocks of at least 256 pixels: a 32-channel map of 6.5M pixels (the stem's) then
-// fills the GPU (4096 blocks of 256 threads; with 256 blocks the pass ran at 0.47 TB/s, latency-bound).
-enum { TILE_C = 32, TILE_M = 8, MAX_PARTS = 4096, PIXELS_PER_PART = 256 };
 
 // What a partial-sum pass adds up for each channel c over pixels m (a = z, b = a gradient):
 //   MOMENTS:   s0 = Σ (a - k), s1 = Σ (a - k)² with k = a at pixel 0. One pass; the shift keeps
@@ -40,11 +36,6 @@ struct BnFinish {
     double *mdu, *mdux;
 };
 
-static int parts_for(size_t M) {
-    size_t g = (M + PIXELS_PER_PART - 1) / PIXELS_PER_PART;
-    return g < 1 ? 1 : g > MAX_PARTS ? MAX_PARTS : (int)g;
-}
-
 // Per-channel double vectors in scratch: partials (C, G) twice, then per-channel results.
 struct Sums {
     int G;
@@ -54,11 +45,10 @@ struct Sums {
 };
 
 static int lane_parts(size_t M);
-static bool lane_sums_on();
 
 static Sums sums_take(Device *dev, int C, size_t M) {
     Sums s;
-    s.G = lane_sums_on() ? lane_parts(M) : parts_for(M);
+    s.G = lane_parts(M);
     s.part0 = (double *)scratch_take(dev, sizeof(double) * s.G * C);
     s.part1 = (double *)scratch_take(dev, sizeof(double) * s.G * C);
     s.mean = (double *)scratch_take(dev, sizeof(double) * C);
@@ -68,8 +58,9 @@ static Sums sums_take(Device *dev, int C, size_t M) {
     return s;
 }
 
+// sums_take's scratch: its six takes, each aligned to at most 256 bytes
 extern "C" size_t bn_workspace_bytes_gpu(Map z) {
-    size_t C = z.C, G = parts_for(map_pixels(z));
+    size_t C = z.C, G = lane_parts(map_pixels(z));
     return 2 * sizeof(double) * G * C + 2 * sizeof(double) * C + 2 * sizeof(float) * C + 6 * 256;
 }
 
@@ -78,9 +69,6 @@ extern "C" size_t bn_workspace_bytes_gpu(Map z) {
 __device__ static inline float bn_affine(float z, float mean, float invstd, float gamma,
                                         float beta) {
     return __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(z, mean), invstd), gamma), beta);
-}
-__device__ static inline float bn_apply_value(float z, int c, BnSaved p) {
-    return bn_affine(z, p.mean[c], p.invstd[c], p.gamma[c], p.beta[c]);
 }
 
 // The saved statistics of V channels, held in registers by a channel-launch thread.
@@ -125,91 +113,24 @@ template <int V> __device__ static inline void load_channels(Map m, size_t off, 
     }
 }
 
-// Block (bx, TILE_M): thread x of the block owns V channels c = (blockIdx.x·bx + x)·V ..; block
-// row blockIdx.y of G takes pixels blockIdx.y·TILE_M + threadIdx.y, stepping by G·TILE_M, two at a
-// time in flight; partial (blockIdx.y, c) is written. Each channel's terms are added in the same
-// order whatever V is, so a bf16-stored map and its fp32 twin give the same sums.
-template <SumKind KIND, int V>
-__global__ void partial_sums_kernel(Map a, Map b, BnSaved p, double *part0, double *part1) {
-    pdl_entry();
-    extern __shared__ double sh[];   // (2, TILE_M, blockDim.x·V): the rows' sums, then added in order
-    int width = blockDim.x * V, x = threadIdx.x * V, c = blockIdx.x * width + x;
-    double *sh0 = sh + threadIdx.y * width, *sh1 = sh + (TILE_M + threadIdx.y) * width;
-    size_t M = (size_t)a.N * a.H * a.W, step = (size_t)gridDim.y * TILE_M;
-    double s0[V] = {}, s1[V] = {};
-    if (c < a.C) {
-        float k[V] = {}, mean[V] = {}, invstd[V] = {};
-        if (KIND == MOMENTS) load_channels<V>(a, c, k);
-        else
-            for (int j = 0; j < V; j++) mean[j] = p.mean[c + j], invstd[j] = p.invstd[c + j];
-        auto add = [&](size_t m) {
-            float v[V], g[V];
-            load_channels<V>(a, m * a.ld + c, v);
-            if (KIND != MOMENTS) load_channels<V>(b, m * b.ld + c, g);
-            for (int j = 0; j < V; j++) {
-                if (KIND == MOMENTS) {
-                    double e = (double)v[j] - k[j];
-                    s0[j] += e;
-                    s1[j] += e * e;
-                } else {
-                    float d = g[j];
-                    if (KIND == SILU_GRAD) d = silu_grad(bn_apply_value(v[j], c + j, p), d);
-                    s0[j] += d;
-                    s1[j] += (double)d * ((v[j] - mean[j]) * (double)invstd[j]);
-                }
-            }
-        };
-        size_t m = blockIdx.y * (size_t)TILE_M + threadIdx.y;
-        for (; m + step < M; m += 2 * step) {   // the loads of both pixels issue before their sums
-            add(m);
-            add(m + step);
-        }
-        if (m < M) add(m);
-    }
-    for (int j = 0; j < V; j++) sh0[x + j] = s0[j], sh1[x + j] = s1[j];
-    __syncthreads();
-    if (threadIdx.y != 0 || c >= a.C) return;
-    for (int j = 0; j < V; j++) {
-        for (int t = 1; t < TILE_M; t++) s0[j] += sh0[t * width + x + j], s1[j] += sh1[t * width + x + j];
-        part0[(size_t)(c + j) * gridDim.y + blockIdx.y] = s0[j];
-        part1[(size_t)(c + j) * gridDim.y + blockIdx.y] = s1[j];
-    }
-}
-
-// The lane layout of the partial sums (the default; YT_BN_SUMS=old selects partial_sums_kernel above,
-// kept to measure one against the other). A channel's M pixels are dealt to G·LANES lanes: lane l
+// The lane layout of the partial sums (the old kernel, a block row per strip of pixels adding each term
+// in double, lost: bench/lost/bn_sums_old.patch). A channel's M pixels are dealt to G·LANES lanes: lane l
 // takes pixels l, l + S, l + 2S, ... (S = G·LANES), in that order, and adds their terms RUN at a time
-// in float before each addition to its double sums (a quarter of the double work and conversions of
-// the old kernel, whose double accumulators, small blocks and long pixel loops on small grids kept it
-// at 1.2 TB/s: bench/RESULTS.md). The gradient kinds take at most 4 channels a thread (their two maps
-// and the statistics in registers), the moments 8.
+// in float before each addition to its double sums (a quarter of the double work and conversions).
+// The gradient kinds take at most 4 channels a thread (their two maps and the statistics in registers),
+// the moments 8.
 // Block g holds lanes g·LANES .. +LANES-1 as its threadIdx.y and adds them in lane order into
 // partial (c, g). G depends on M alone and a thread's channels never change the order of a channel's
 // terms, so the sums do not depend on the GPU, on V, or on the map's storage.
 // LANE_PIXELS: a lane's pixels (until G reaches LANE_MAX_PARTS). 16 was the best of 8-128 over gelan-s
 // at batches 64 and 16 (bench/RESULTS.md): shorter lanes leave each thread too little work on the
-// large maps, longer ones too few blocks on the small maps. YT_BN_LANE_PIXELS=P sets it, to measure;
-// at least LANE_MIN_PIXELS, so that G stays within parts_for's workspace.
-enum { LANES = 32, RUN = 4, LANE_PIXELS = 16, LANE_MIN_PIXELS = 8, LANE_MAX_PARTS = 2048, LANE_BX = 8 };
-
-static int lane_pixels() {
-    static int p = 0;   // read once: the same grid for every launch (and graph) of the process
-    if (!p) {
-        const char *e = getenv("YT_BN_LANE_PIXELS");
-        int v = e ? atoi(e) : 0;
-        p = v >= LANE_MIN_PIXELS && v <= 4096 ? v : LANE_PIXELS;
-    }
-    return p;
-}
+// large maps, longer ones too few blocks on the small maps (the switch that set it, to measure, lost:
+// bench/lost/bn_lane_pixels.patch).
+enum { LANES = 32, RUN = 4, LANE_PIXELS = 16, LANE_MAX_PARTS = 2048, LANE_BX = 8 };
 
 static int lane_parts(size_t M) {
-    size_t per = (size_t)LANES * lane_pixels(), g = (M + per - 1) / per;
+    size_t per = (size_t)LANES * LANE_PIXELS, g = (M + per - 1) / per;
     return g < 1 ? 1 : g > LANE_MAX_PARTS ? LANE_MAX_PARTS : (int)g;
-}
-
-static bool lane_sums_on() {
-    static int old = -1;
-    return !env_switch(&old, "YT_BN_SUMS", "old");
 }
 
 // One pixel's two terms for V channels: (z - k, (z - k)²) for MOMENTS; (du, du·xhat) otherwise.
@@ -286,7 +207,7 @@ lane_sums_kernel(SumJob j0, SumJob j1, unsigned nx0) {
         }
     }
     // lane 0 adds the block's lanes in lane order (a five-step tree with every lane busy was slower:
-    // 749-791 against 782-802 images/s, bench/RESULTS.md)
+    // bench/RESULTS.md)
     for (int j = 0; j < V; j++) sh0[x + j] = s0[j], sh1[x + j] = s1[j];
     __syncthreads();
     if (lane != 0 || c >= a.C) return;
@@ -297,27 +218,10 @@ lane_sums_kernel(SumJob j0, SumJob j1, unsigned nx0) {
     }
 }
 
-// The sums over the G partials of channel c by a warp: lane l adds g = l, l+32, ... in order, then a
-// fixed shuffle tree, so the result does not vary run to run. Lane 0 holds the sums.
-__device__ static inline void warp_channel_sums(const double *part0, const double *part1, int G, int c, double *s0,
-                                                double *s1) {
-    int lane = threadIdx.x % 32;
-    double a = 0.0, b = 0.0;
-    for (int g = lane; g < G; g += 32) {   // (C, G): the warp reads a channel's partials in a row
-        a += part0[(size_t)c * G + g];
-        b += part1[(size_t)c * G + g];
-    }
-    for (int o = 16; o > 0; o /= 2) {
-        a += __shfl_down_sync(0xffffffffu, a, o);
-        b += __shfl_down_sync(0xffffffffu, b, o);
-    }
-    *s0 = a, *s1 = b;
-}
-
-// The same sums by a block of COMBINE_THREADS: thread t adds g = t, t + COMBINE_THREADS, ... in order,
-// each warp a fixed shuffle tree, then thread 0 the warps' sums in warp order; thread 0 holds them. A
-// warp per channel left each lane up to 64 dependent partials of a large map: 6.8-8 us a launch, 381
-// launches a gelan-s step (bench/RESULTS.md). YT_BN_COMBINE=warp selects the warp version, to measure.
+// The sums over the G partials of channel c by a block of COMBINE_THREADS: thread t adds g = t,
+// t + COMBINE_THREADS, ... in order, each warp a fixed shuffle tree, then thread 0 the warps' sums in warp
+// order; thread 0 holds them, and the result does not vary run to run. (A warp per channel, which left each
+// lane up to 64 dependent partials of a large map, lost: bench/lost/bn_combine_warp.patch.)
 enum { COMBINE_THREADS = 128 };
 __device__ static inline void block_channel_sums(const double *part0, const double *part1, int G, int c,
                                                  double *s0, double *s1) {
@@ -335,11 +239,6 @@ __device__ static inline void block_channel_sums(const double *part0, const doub
     if (t != 0) return;
     for (int k = 1; k < COMBINE_THREADS / 32; k++) a += w0[k], b += w1[k];
     *s0 = a, *s1 = b;
-}
-
-static bool combine_by_warp() {
-    static int warp = -1;
-    return env_switch(&warp, "YT_BN_COMBINE", "warp");
 }
 
 // From the sums of the shifted moments, m1 = Σ(z - k)/M, m2 = Σ(z - k)²/M (k = z at pixel 0): saved
@@ -371,23 +270,21 @@ __device__ static inline void finish(int c, double s0, double s1, Map z, const B
     else grad_finish(c, s0, s1, f);
 }
 
-// The per-channel step after a partial-sum pass of kind KIND, as a launch of its own: a warp or a block
-// per channel (BY_WARP) adds its G partials, then finishes them (stats_finish, grad_finish). Channels
+// The per-channel step after a partial-sum pass of kind KIND, as a launch of its own: a block per
+// channel adds its G partials, then finishes them (stats_finish, grad_finish). Channels
 // [0, C0) are j0's, [C0, C) j1's (two passes of the same G in one launch).
 struct FinishJob { const double *part0, *part1; Map z; BnFinish f; };
 
-template <SumKind KIND, bool BY_WARP>
+template <SumKind KIND>
 __global__ void finish_kernel(FinishJob j0, FinishJob j1, int C0, int C, int G) {
     pdl_entry();
-    int c = BY_WARP ? (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32) : blockIdx.x;
-    if (c >= C) return;   // blockDim is a multiple of 32: whole warps leave together
+    int c = blockIdx.x;
     bool second = c >= C0;
     const FinishJob &j = second ? j1 : j0;
     c -= second ? C0 : 0;
     double s0, s1;
-    if (BY_WARP) warp_channel_sums(j.part0, j.part1, G, c, &s0, &s1);
-    else block_channel_sums(j.part0, j.part1, G, c, &s0, &s1);
-    if (threadIdx.x % (BY_WARP ? 32 : COMBINE_THREADS) == 0) finish<KIND>(c, s0, s1, j.z, j.f);
+    block_channel_sums(j.part0, j.part1, G, c, &s0, &s1);
+    if (threadIdx.x == 0) finish<KIND>(c, s0, s1, j.z, j.f);
 }
 
 // The saved statistics of a BN in evaluation mode inside training: its running ones (as the CPU twin)
@@ -562,31 +459,15 @@ static int sums_width(Map a, Map b) {
 // One pass of partial sums over job j0 and, when j1 has maps (of the same channels and pixels), j1 too.
 template <SumKind K, int V>
 static void partial_sums(Device *dev, const SumJob &j0, const SumJob &j1, int G) {
+    static_assert(K == MOMENTS || V <= 4, "the gradient kinds take at most 4 channels a thread");
     Map a = j0.a;
-    if constexpr (K == MOMENTS || V <= 4) {   // channel_sums gives the gradient kinds V <= 4 here
-        if (lane_sums_on()) {
-            int groups = (a.C + V - 1) / V, bx = groups < LANE_BX ? groups : LANE_BX;
-            unsigned nx = (unsigned)((groups + bx - 1) / bx);
-            dim3 grid(j1.a.data ? 2 * nx : nx, G), block(bx, LANES);
-            size_t shared = 2 * sizeof(double) * LANES * bx * V;
-            lane_sums_kernel<K, V><<<grid, block, shared, dev->stream>>>(j0, j1, nx);
-            checkLaunch(dev);
-            return;
-        }
-    }
-    const SumJob *jobs[2] = { &j0, &j1 };
-    for (int i = 0; i < 2 && jobs[i]->a.data; i++) {
-        const SumJob &j = *jobs[i];
-        int groups = (a.C + V - 1) / V, bx = groups < TILE_C ? groups : TILE_C;
-        dim3 grid((groups + bx - 1) / bx, G), block(bx, TILE_M);
-        size_t shared = 2 * sizeof(double) * TILE_M * bx * V;
-        partial_sums_kernel<K, V><<<grid, block, shared, dev->stream>>>(j.a, j.b, j.p, j.part0, j.part1);
-        checkLaunch(dev);
-    }
+    int groups = (a.C + V - 1) / V, bx = groups < LANE_BX ? groups : LANE_BX;
+    unsigned nx = (unsigned)((groups + bx - 1) / bx);
+    dim3 grid(j1.a.data ? 2 * nx : nx, G), block(bx, LANES);
+    size_t shared = 2 * sizeof(double) * LANES * bx * V;
+    lane_sums_kernel<K, V><<<grid, block, shared, dev->stream>>>(j0, j1, nx);
+    checkLaunch(dev);
 }
-
-// blocks of THREADS for a warp per channel
-static unsigned warp_blocks(int C) { return (unsigned)((C + THREADS / 32 - 1) / (THREADS / 32)); }
 
 // One partial-sum pass of kind K over (a, b) into s's partials, as wide as the maps allow, then a launch
 // that finishes the channels by f; with a second set (a2.data), its pass and finish in the same two
@@ -597,19 +478,16 @@ static void channel_sums(Device *dev, Map a, Map b, BnSaved p, const Sums *s, co
                          Map b2 = Map{}, BnSaved p2 = BnSaved{}, const Sums *s2 = NULL, const BnFinish &f2 = BnFinish{}) {
     int v = sums_width(a, K == MOMENTS ? a : b);
     if (a2.data) v = min_int(v, sums_width(a2, K == MOMENTS ? a2 : b2));
-    if (K != MOMENTS && v == 8 && lane_sums_on()) v = 4;
+    if (K != MOMENTS && v == 8) v = 4;
     SumJob j0 = { a, b, p, s->part0, s->part1 }, j1 = {};
     FinishJob f0 = { s->part0, s->part1, a, f }, f1 = {};
     if (a2.data) j1 = SumJob{ a2, b2, p2, s2->part0, s2->part1 }, f1 = FinishJob{ s2->part0, s2->part1, a2, f2 };
-    if (v == 8) partial_sums<K, 8>(dev, j0, j1, s->G);
+    if (v == 8) partial_sums<K, K == MOMENTS ? 8 : 4>(dev, j0, j1, s->G);
     else if (v == 4) partial_sums<K, 4>(dev, j0, j1, s->G);
     else if (v == 2) partial_sums<K, 2>(dev, j0, j1, s->G);
     else partial_sums<K, 1>(dev, j0, j1, s->G);
     int C = a2.data ? 2 * a.C : a.C;
-    if (combine_by_warp())
-        finish_kernel<K, true><<<warp_blocks(C), THREADS, 0, dev->stream>>>(f0, f1, a.C, C, s->G);
-    else
-        finish_kernel<K, false><<<C, COMBINE_THREADS, 0, dev->stream>>>(f0, f1, a.C, C, s->G);
+    finish_kernel<K><<<C, COMBINE_THREADS, 0, dev->stream>>>(f0, f1, a.C, C, s->G);
     checkLaunch(dev);
 }
 

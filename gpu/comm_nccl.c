@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "core/comm.h"
+#include "core/switches.h"
 #include "gpu/optim.h"
 
 #ifdef USE_NCCL
@@ -55,8 +56,7 @@ static int n_comms;
 static int load(void) {
     if (loaded != -2) return loaded;
     loaded = 0;
-    const char *env = getenv("YT_NCCL");
-    if (env && !strcmp(env, "0")) return 0;
+    if (switch_is(SW_NCCL, "0")) return 0;
     static const char *const names[] = { "libnccl.so.2", "libnccl.so" };
     void *h = NULL;
     for (int i = 0; i < 2 && !h; i++) h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
@@ -149,7 +149,7 @@ static Comm *comm_for(Device *dev) {
     comm_set_abort_hook(nccl_abort_all);          // a failing process aborts its communicators first
     if (wait_limit < 0) {
         Err err;
-        if (comm_wait_limit(getenv("YT_NCCL_TIMEOUT"), &wait_limit, &err)) comm_abort(1, "%s", err.msg);
+        if (comm_wait_limit(switch_str(SW_NCCL_TIMEOUT), &wait_limit, &err)) comm_abort(1, "%s", err.msg);
     }
     device_set_wait_watch(watch);                 // the host waits poll from now on
     return &comms[n_comms++];

@@ -14,6 +14,7 @@
 // permuted to match once per call, (K, Cg, R, S) -> (K, R, S, Cg), and the weight gradient back.
 #include <cuda_bf16.h>
 
+#include "core/switches.h"
 #include "gpu/cudnn_conv.h"
 #include "gpu/kernel_util.h"
 
@@ -444,16 +445,10 @@ __global__ void weights_to_bf16_kernel(const float *w, size_t n, const int4 *per
     }
 }
 
-static bool weights_once_on() {
-    static int off = -1;
-    return !env_switch(&off, "YT_WEIGHTS_ONCE", "0");
-}
+static bool weights_once_on() { return !switch_is(SW_WEIGHTS_ONCE, "0"); }
 
 // YT_WEIGHTS_ONCE=unpermuted: the permuted weights rounded per call, as before (to measure)
-static bool weights_permuted_once_on() {
-    static int off = -1;
-    return !env_switch(&off, "YT_WEIGHTS_ONCE", "unpermuted");
-}
+static bool weights_permuted_once_on() { return !switch_is(SW_WEIGHTS_ONCE, "unpermuted"); }
 
 // Whether the pass's bf16 copy holds the n weights at w, in the order the caller needs (permuted or not).
 static bool weights_prepared(const Device *dev, const float *w, size_t n, bool permute) {
@@ -524,11 +519,10 @@ static size_t operand_bytes(const Device *dev) {
 
 enum { CUDNN_DX_TEMP_BYTES = 64 << 20 };   // bound on a bf16 dx staged before it is added
 
-// precision=fp32 (TF32 off) keeps the GEMM path: cuDNN's engines without tensor cores measured
-// slower than im2col + cuBLAS there (a strided 3x3 data gradient 130 ms against 3.6), and fp32 is
-// the precision that checks the others.
+// precision=fp32 (TF32 off) keeps the GEMM path: cuDNN's engines without tensor cores are slower than
+// im2col + cuBLAS there (bench/RESULTS.md), and fp32 is the precision that checks the others.
 // A pointwise conv is one GEMM already (no im2col), and its backward adds into dx through the
-// GEMM's beta: it stays there too (cuDNN measured 0.28 against 0.24 ms, 1x1 128->128 @80, bf16).
+// GEMM's beta: it stays there too (cuDNN was slower there as well: bench/RESULTS.md).
 static bool cudnn_on(const Device *dev, const ConvDims *d) {
     return dev->cudnn != NULL && dev->precision != GPU_FP32 && !is_pointwise(d);
 }

@@ -17,6 +17,7 @@
 
 #include <cudnn_graph.h>
 
+#include "core/switches.h"
 #include "core/util.h"
 #include "gpu/device.h"
 
@@ -40,8 +41,7 @@ static struct {
 static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
 
 static void lib_open(void) {
-    const char *mode = getenv("YT_CONV");
-    if (mode && !strcmp(mode, "gemm")) {
+    if (switch_is(SW_CONV, "gemm")) {
         fprintf(stderr, "convolutions: im2col + cuBLAS (YT_CONV=gemm)\n");
         return;
     }
@@ -329,8 +329,7 @@ static cudnnBackendDescriptor_t plan_from_heuristics(Held *h, cudnnHandle_t hand
     if (failed(lib.get_attr(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, cfgs)))
         return NULL;
     // where tensor cores are allowed, only configurations that use them: without, the engines the
-    // heuristics offered for channel slices and groups ran 100-1000x slower than im2col + cuBLAS
-    // (442 ms for one tf32 data gradient that the GEMM path does in 2)
+    // heuristics offered for channel slices and groups ran far slower than im2col + cuBLAS (bench/RESULTS.md)
     for (int64_t i = 0; i < got; i++) {
         if (!engine_acceptable(h, cfgs[i], k->tensor_cores, k->tensor_cores)) continue;
         cudnnBackendDescriptor_t plan = NULL;
@@ -369,7 +368,7 @@ static void build_plan(Ctx *c, Plan *p, size_t ws_cap) {
     if (p->ok) c->plans++;
     else c->refused++;
     c->build_seconds += now_seconds() - t0;
-    if (getenv("YT_CUDNN_VERBOSE")) {
+    if (switch_str(SW_CUDNN_VERBOSE)) {
         const ConvDims *d = &p->key.d;
         fprintf(stderr, "cudnn %s N%d C%d %dx%d K%d %dx%d s%d g%d x_ld %d y_ld %d types x%s w%s y%s beta %g: %s "
                         "(engine %lld, workspace %lld)\n",

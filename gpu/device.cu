@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/switches.h"
 #include "gpu/cudnn_conv.h"
 #include "gpu/device.h"
 #include "gpu/pdl.cuh"
@@ -82,7 +83,7 @@ static int check_fits(int id, const size_t bytes[ARENA_COUNT], Err *err) {
 // the process ends, as another process's memory would be. Once per GPU.
 static void reserve_for_test(int id) {
     static void *reserved[64];
-    const char *g = getenv("YT_GPU_RESERVE_GB");
+    const char *g = switch_str(SW_GPU_RESERVE_GB);
     if (!g || id < 0 || id >= 64 || reserved[id]) return;
     size_t bytes = (size_t)(atof(g) * 1073741824.0);
     if (bytes && cudaMalloc(&reserved[id], bytes) != cudaSuccess) cudaGetLastError();   // too much: none
@@ -244,7 +245,7 @@ extern "C" int device_check(int id, GpuPrecision prec, Err *err) {
         return err_set(err, "GPU %d cannot be used; list the GPUs with nvidia-smi and pick one", id);
     }
     int major = p.major, minor = p.minor;
-    const char *fake = getenv("YT_GPU_CC");
+    const char *fake = switch_str(SW_GPU_CC);
     if (fake && sscanf(fake, "%d.%d", &major, &minor) != 2) major = p.major, minor = p.minor;
     cudaFuncAttributes a;
     int has_code = cudaFuncGetAttributes(&a, arch_probe_kernel) == cudaSuccess;

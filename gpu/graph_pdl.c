@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/switches.h"
+
 extern const char __executable_start[], etext[];   // the linker's bounds of this executable's code
 
 // _Z<len><name>...: a function at global scope; is <name> "*_kernel"?
@@ -56,10 +58,9 @@ static size_t degree(cudaGraphNode_t node, int out) {
 }
 
 long graph_pdl_edges(cudaGraph_t g, int device, size_t *kernels) {
-    const char *e = getenv("YT_PDL");   // read at each recording, as YT_GRAPHS
     int major = 0;
     *kernels = 0;
-    if ((e && strcmp(e, "0") == 0) || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+    if (switch_is(SW_PDL, "0") || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
         major < 9)
         return 0;
     size_t n = 0;

@@ -129,16 +129,6 @@ template <typename Pix> __device__ static inline size_t pixel_off(Map m, Pix p, 
     for (Pix p = blockIdx.y * (Pix)blockDim.y + threadIdx.y, p##_end = (Pix)(M); p < p##_end; \
          p += (Pix)gridDim.y * blockDim.y)
 
-// 1 when environment variable `name` is set to `value`, read once per call site (*cache starts at -1):
-// a measuring switch then picks the same kernels for every launch, and graph, of the process.
-static inline bool env_switch(int *cache, const char *name, const char *value) {
-    if (*cache < 0) {
-        const char *e = getenv(name);
-        *cache = e && strcmp(e, value) == 0;
-    }
-    return *cache;
-}
-
 // the widest V (4, 2, 1) a map allows: C, ld and its first element's address multiples of V
 // elements (data NULL, an absent map: any)
 static inline int map_vec_width(Map m) {

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/switches.h"
+
 #ifdef USE_FREETYPE
 #include <ft2build.h>
 #include FT_FREETYPE_H
@@ -110,7 +112,7 @@ static int fc_lookup(uint32_t cp) { (void)cp; return -1; }
 static int ft_ready(void) {
     if (ft_tried) return n_faces > 0;
     ft_tried = 1;
-    const char *env = getenv("YT_FONT");
+    const char *env = switch_str(SW_FONT);
     if (env && !strcmp(env, "none")) { say_once("YT_FONT=none: pictures use the built-in 5x7 font (ASCII only)"); return 0; }
     if (FT_Init_FreeType(&lib)) { say_once("FreeType did not start: pictures use the built-in 5x7 font (ASCII only)"); return 0; }
     if (env && env[0]) add_face(env, 0);

@@ -3,6 +3,7 @@
 // worst element per group of tensors. Include after test/test.h.
 #pragma once
 #include "core/model.h"
+#include "core/switches.h"
 #include "io/safetensors.h"
 
 // A number of the fixture's json: element `index` of "key" (a number or an array); NAN if absent.
@@ -30,7 +31,7 @@ static inline void report_add(Report *r, const char *name, double ratio, int bad
     r->n_tensors++;
     r->n_bad += bad > 0;
     if (ratio > r->worst) { r->worst = ratio; snprintf(r->name, sizeof r->name, "%s", name); }
-    if (bad || getenv("YT_VERBOSE")) printf("    %-56s %s (%.2f of tolerance)\n", name, bad ? "DIFFERS" : "ok", ratio);
+    if (bad || switch_str(SW_VERBOSE)) printf("    %-56s %s (%.2f of tolerance)\n", name, bad ? "DIFFERS" : "ok", ratio);
 }
 
 static inline void print_report(const char *what, const Report *r) {

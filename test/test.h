@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/switches.h"
+
 static int t_pass, t_fail, t_skip;
 static int t_failed_now;
 static char t_skip_reason[256];
@@ -43,11 +45,19 @@ static inline int close_enough(double got, double ref, double atol, double rtol)
     return fabs(got - ref) <= atol + rtol * fabs(ref) && !isnan(got);
 }
 
+// Sets a YT_ switch (core/switches.h) in this process's environment, which its children inherit (value NULL:
+// unsets it), and has the registry read it again, so that what this process runs next sees it too.
+static inline void test_switch(Switch s, const char *value) {
+    if (value) setenv(switch_info(s)->name, value, 1);
+    else unsetenv(switch_info(s)->name);
+    switches_reload();
+}
+
 // The read-only shared folder (fixtures, coco128): $YT_SHARED, else ../shared beside the checkout.
 // Returns NULL when it is absent, so tests can SKIP with a reason.
 static inline const char *shared_dir(void) {
     static char buf[4096];
-    const char *env = getenv("YT_SHARED");
+    const char *env = switch_str(SW_SHARED);
     snprintf(buf, sizeof buf, "%s", env && *env ? env : "../shared");
     struct stat st;
     return stat(buf, &st) == 0 && S_ISDIR(st.st_mode) ? buf : NULL;
@@ -61,7 +71,7 @@ static int t_ntmpdirs;
 static pid_t t_tmpdir_owner;   // a forked child that exit()s must not remove its parent's folders
 static inline void test_tmpdir_cleanup_(void) {
     if (getpid() != t_tmpdir_owner) return;
-    const char *keep = getenv("YT_KEEP_TMP");
+    const char *keep = switch_str(SW_KEEP_TMP);
     for (int i = 0; i < t_ntmpdirs; i++) {
         if (t_fail || (keep && *keep && strcmp(keep, "0") != 0)) { printf("# kept %s\n", t_tmpdirs[i]); continue; }
         char cmd[4200];

@@ -32,7 +32,7 @@ static int train_in_child(const char *name, int workers, const char *device) {
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
-        if (child_env) putenv((char *)child_env);
+        if (child_env) putenv((char *)child_env), switches_reload();   // the registry was read before the fork
         int out = open("/dev/null", O_WRONLY);
         if (out < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) _exit(99);
         static Config cfg;

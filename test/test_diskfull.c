@@ -133,7 +133,7 @@ static int first_run(void *arg) {
     snprintf(p, sizeof p, "project=%s/runs", root);
     char *ov[] = { d, p, "name=a", "imgsz=64", "batch=4", "epochs=3", "workers=1", "device=cpu", "close_mosaic=1" };
     if (config_load("cfg/t.ini", 9, ov, &cfg, &err)) { fprintf(stderr, "%s\n", err.msg); return 97; }
-    setenv("YT_STOP_AFTER_STEPS", "3", 1);
+    test_switch(SW_STOP_AFTER_STEPS, "3");
     return train_run(&cfg);
 }
 
@@ -144,7 +144,7 @@ static int resume_run(void *arg) {
     snprintf(r, sizeof r, "resume=%s", run);
     char *ov[] = { r };
     if (config_load(NULL, 1, ov, &cfg, &err)) { fprintf(stderr, "%s\n", err.msg); return 97; }
-    unsetenv("YT_STOP_AFTER_STEPS");
+    test_switch(SW_STOP_AFTER_STEPS, NULL);
     return train_resume(&cfg, 1, ov);
 }
 
@@ -200,8 +200,8 @@ static int short_run(void *arg) {
     snprintf(p, sizeof p, "project=%s/runs", root);
     char *ov[] = { d, p, "name=full", "exist_ok=1", "imgsz=64", "batch=4", "epochs=1", "workers=1", "device=cpu" };
     if (config_load("cfg/t.ini", 9, ov, &cfg, &err)) { fprintf(stderr, "%s\n", err.msg); return 97; }
-    if (arg) setenv("YT_DISK_FREE_MB", (const char *)arg, 1);
-    else unsetenv("YT_DISK_FREE_MB");
+    if (arg) test_switch(SW_DISK_FREE_MB, (const char *)arg);
+    else test_switch(SW_DISK_FREE_MB, NULL);
     return train_run(&cfg);
 }
 

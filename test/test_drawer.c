@@ -62,13 +62,13 @@ static void test_sync(void) {
     CHECK(n_order == 1 && order[0] == 7 && on_caller == 1, "a NULL drawer did not run the job at once on the caller");
     drawer_wait(NULL);
     drawer_free(NULL);
-    setenv("YT_DRAW_SYNC", "1", 1);
+    test_switch(SW_DRAW_SYNC, "1");
     CHECK(drawer_for_run() == NULL, "YT_DRAW_SYNC=1 still made a drawer thread");
-    setenv("YT_DRAW_SYNC", "0", 1);
+    test_switch(SW_DRAW_SYNC, "0");
     Drawer *d = drawer_for_run();
     CHECK(d != NULL, "YT_DRAW_SYNC=0 made no drawer");
     drawer_free(d);
-    unsetenv("YT_DRAW_SYNC");
+    test_switch(SW_DRAW_SYNC, NULL);
 }
 
 static void test_names(void) {

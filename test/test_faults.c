@@ -99,12 +99,12 @@ static int captured_has(int n, const char **what) {
 static void test_device_failure_saves_last(void) {
     char last[P];
     snprintf(last, sizeof last, "%s/devfail/weights/last.safetensors", project);
-    setenv("YT_FAIL_DEVICE", "1", 1);
+    test_switch(SW_FAIL_DEVICE, "1");
     capture_stderr();
     int rc = train_on(project, "devfail", 1, "cpu:2");
     const char *said[] = { "device 1", "saved the EMA weights", last, "no training state was saved yet", "weights=" };
     int has = captured_has(5, said);
-    unsetenv("YT_FAIL_DEVICE");
+    test_switch(SW_FAIL_DEVICE, NULL);
     CHECK(rc == 1, "a failed device gave status %d, not 1", rc);
     CHECK(has, "the messages do not name the device and the saved weights");
     Model m;
@@ -295,7 +295,7 @@ static void test_fatal_hook_runs_once(void) {
 }
 
 static void train_failing_at_step_3(void) {
-    setenv("YT_FAIL_CUDA", "3", 1);                   // epoch 1's first step: epoch 0's checkpoints exist
+    test_switch(SW_FAIL_CUDA, "3");                   // epoch 1's first step: epoch 0's checkpoints exist
     train_on(project, "cudafail", 2, "cpu");
 }
 
@@ -306,7 +306,7 @@ static void resume_failing_at_once(void) {
     snprintf(r, sizeof r, "resume=%s/cudafail", project);
     char *ov[] = { r };
     if (config_load(NULL, 1, ov, &cfg, &err)) _exit(98);
-    setenv("YT_FAIL_CUDA", "1", 1);
+    test_switch(SW_FAIL_CUDA, "1");
     train_resume(&cfg, 1, ov);
 }
 

@@ -56,12 +56,12 @@ static void test_bf16_needs_ampere(void) {
     gpu_list(g, 1);
     if (g[0].cc_major >= 8) CHECK(device_check(0, GPU_BF16, &err) == 0, "bf16 on GPU 0 (cc %d.%d): %s", g[0].cc_major,
                                   g[0].cc_minor, err.msg);
-    setenv("YT_GPU_CC", "7.5", 1);
+    test_switch(SW_GPU_CC, "7.5");
     CHECK(device_check(0, GPU_BF16, &err) < 0 && strstr(err.msg, "compute capability 7.5") &&
           strstr(err.msg, "precision=bf16") && strstr(err.msg, "use precision=fp32"), "bf16 at cc 7.5: %s", err.msg);
     CHECK(device_check(0, GPU_TF32, &err) < 0 && strstr(err.msg, "precision=tf32"), "tf32 at cc 7.5: %s", err.msg);
     CHECK(device_check(0, GPU_FP32, &err) == 0, "fp32 at cc 7.5: %s", err.msg);
-    unsetenv("YT_GPU_CC");
+    test_switch(SW_GPU_CC, NULL);
 }
 
 // The batch chosen fits (a trainer allocates its plan at it) and is the largest within 10% or so: the

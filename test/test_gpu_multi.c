@@ -23,16 +23,16 @@
 static void test_parse_same_gpu(void) {
     DeviceList d;
     Err err;
-    unsetenv("YT_TEST_SAME_GPU");
+    test_switch(SW_TEST_SAME_GPU, NULL);
     CHECK(parse_devices("0,0", 1, &d, &err) == -1 && strstr(err.msg, "twice"), "without the hook: %s", err.msg);
-    setenv("YT_TEST_SAME_GPU", "0", 1);
+    test_switch(SW_TEST_SAME_GPU, "0");
     CHECK(parse_devices("0,0", 1, &d, &err) == -1, "YT_TEST_SAME_GPU=0 must not allow it");
-    setenv("YT_TEST_SAME_GPU", "1", 1);
+    test_switch(SW_TEST_SAME_GPU, "1");
     CHECK(!parse_devices("0,0", 1, &d, &err) && d.n == 2 && d.gpu[0] == 0 && d.gpu[1] == 0, "0,0 with the hook");
     CHECK(!parse_devices("[0, 0, 0]", 1, &d, &err) && d.n == 3 && d.gpu[2] == 0, "[0, 0, 0] with the hook");
     CHECK(parse_devices("0,1", 1, &d, &err) == -1 && strstr(err.msg, "no GPU 1"), "an absent GPU: %s", err.msg);
     CHECK(!parse_devices("cpu:2", 0, &d, &err) && d.n == 2, "cpu:2 unchanged");
-    unsetenv("YT_TEST_SAME_GPU");
+    test_switch(SW_TEST_SAME_GPU, NULL);
 }
 
 #define GPU_OWN_DEVICE
@@ -55,7 +55,7 @@ static int gpu_here(void) {
     GpuInfo g;
     if (gpu_list(&g, 1) < 1) return 0;
     if (!n_targets) n_targets = synth_batch(B, S, images, targets);
-    setenv("YT_TEST_SAME_GPU", "1", 1);
+    test_switch(SW_TEST_SAME_GPU, "1");
     return 1;
 }
 #define NEED_GPU() do { if (!gpu_here()) SKIP("no GPU"); } while (0)

@@ -55,9 +55,9 @@ static int graph_trainer(Trainer *t, int graphs, int multi_scale) {
     Err err;
     char *ov[] = { "batch=8", "imgsz=256", "epochs=1", "nc=6", "seed=0", "precision=bf16", "multi_scale=1" };
     if (config_load("cfg/t.ini", multi_scale ? 7 : 6, ov, &cfg, &err)) { printf("    %s\n", err.msg); return -1; }
-    if (graphs) unsetenv("YT_GRAPHS");
-    else setenv("YT_GRAPHS", "0", 1);
-    if (trainer_init(t, &cfg, 1, 0, &err)) { printf("    %s\n", err.msg); unsetenv("YT_GRAPHS"); return -1; }
+    if (graphs) test_switch(SW_GRAPHS, NULL);
+    else test_switch(SW_GRAPHS, "0");
+    if (trainer_init(t, &cfg, 1, 0, &err)) { printf("    %s\n", err.msg); test_switch(SW_GRAPHS, NULL); return -1; }
     t->sched.batch_total = 64; t->sched.accumulate = 1; t->sched.nw = 30;
     return 0;
 }
@@ -70,7 +70,7 @@ static void graph_trainer_end(Trainer *t, float **state, size_t *n, int *recorde
     *state = malloc(t->m.n_state * sizeof(float));
     model_gpu_download_state(&t->m, *state);
     trainer_free(t);
-    unsetenv("YT_GRAPHS");
+    test_switch(SW_GRAPHS, NULL);
 }
 
 // `steps` bf16 steps on GPU 0 with CUDA Graphs on or off (YT_GRAPHS=0): losses, the final weights

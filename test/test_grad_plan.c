@@ -29,12 +29,12 @@ static int run(const char *cfg_path, int fresh, int alias, Run *out) {
     static Config cfg;
     Model m;
     Err err;
-    setenv("YT_GRAD_FRESH", fresh ? "1" : "0", 1);
-    setenv("YT_GRAD_ALIAS", alias ? "1" : "0", 1);
+    test_switch(SW_GRAD_FRESH, fresh ? "1" : "0");
+    test_switch(SW_GRAD_ALIAS, alias ? "1" : "0");
     if (config_load(cfg_path, 0, NULL, &cfg, &err)) { printf("    %s\n", err.msg); return -1; }
     int rc = model_build(&cfg, N, S, &m, &err);
-    unsetenv("YT_GRAD_FRESH");
-    unsetenv("YT_GRAD_ALIAS");
+    test_switch(SW_GRAD_FRESH, NULL);
+    test_switch(SW_GRAD_ALIAS, NULL);
     if (rc) { printf("    %s\n", err.msg); return -1; }
     model_init_weights(&m, 7);
     size_t n_img = (size_t)N * S * S * 3;
@@ -109,12 +109,12 @@ static int bf16_gradients(const char *cfg_path, const char *env, int storage_bf1
     static Config cfg;
     Model m;
     Err err;
-    if (env) setenv("YT_GRAD_BF16", env, 1);
+    if (env) test_switch(SW_GRAD_BF16, env);
     int rc = config_load(cfg_path, 0, NULL, &cfg, &err) || model_build(&cfg, N, S, &m, &err);
-    if (rc) { printf("    %s\n", err.msg); unsetenv("YT_GRAD_BF16"); return -1; }
+    if (rc) { printf("    %s\n", err.msg); test_switch(SW_GRAD_BF16, NULL); return -1; }
     model_plan_storage(&m, storage_bf16);
     model_plan_grad_storage(&m, storage_bf16 ? not_pointwise : NULL);   // the GPU's rule under bf16 with cuDNN
-    unsetenv("YT_GRAD_BF16");
+    test_switch(SW_GRAD_BF16, NULL);
     int n = 0;
     *bad = 0;
     for (int v = 0; v < m.n_values; v++) {

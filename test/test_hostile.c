@@ -518,11 +518,11 @@ static void test_nan_loss_stops(void) {
     snprintf(p, sizeof p, "project=%s", at("runs"));
     char *ov[] = { d, p, "name=nan", "imgsz=64", "batch=2", "epochs=3", "workers=1", "device=cpu" };
     if (config_load("cfg/t.ini", 8, ov, &cfg, &err)) { CHECK(0, "%s", err.msg); return; }
-    setenv("YT_NAN_AT_STEP", "3", 1);             // epoch 1, batch 0: after epoch 0's checkpoints
+    test_switch(SW_NAN_AT_STEP, "3");             // epoch 1, batch 0: after epoch 0's checkpoints
     static char msg[1 << 16];
     Call c = { &cfg, 0, NULL, NULL };
     int rc = captured(call_train, &c, 1, msg, sizeof msg);
-    unsetenv("YT_NAN_AT_STEP");
+    test_switch(SW_NAN_AT_STEP, NULL);
     CHECK(rc == 1, "status %d", rc);
     CHECK(strstr(msg, "the loss is not finite at epoch 1, batch 0 (step 3 of this run): box ") && strstr(msg, "cls nan"), "%s", msg);
     CHECK(strstr(msg, "saved the EMA weights") && strstr(msg, "continues from there"), "%s", msg);

@@ -108,7 +108,7 @@ static void test_learns_synthetic_objects(void) {
         found += hit;
         int is_big = boxes[j][2] - boxes[j][0] >= 24 && boxes[j][3] - boxes[j][1] >= 24;
         big += is_big; big_found += is_big && hit;
-        if (getenv("YT_VERBOSE")) {
+        if (switch_str(SW_VERBOSE)) {
             double best = 0, bs = 0;
             k = detect(&t.m, img_of[j], 0.01f, det, 4096);
             for (int d = 0; d < k; d++) if (det[d].cls == cls[j] && iou(&det[d].x1, boxes[j]) > best) { best = iou(&det[d].x1, boxes[j]); bs = det[d].score; }

@@ -116,7 +116,7 @@ static int compare(const char *what, const float *got, const float *ref, size_t 
         se += e * e; sr += (double)ref[i] * ref[i];
     }
     double l2 = sr > 0 ? sqrt(se / sr) : sqrt(se);
-    if (bad || !(l2 <= l2tol) || getenv("YT_VERBOSE"))
+    if (bad || !(l2 <= l2tol) || switch_str(SW_VERBOSE))
         printf("    %-48s worst [%zu] got %.7g ref %.7g (%.2f of tolerance), %zu of %zu outside, rel. L2 %.2g\n",
                what, worst, got[worst], ref[worst], wr, bad, n, l2);
     return bad == 0 && l2 <= l2tol;

@@ -83,7 +83,7 @@ static float *to_nhwc(const float *nchw, int B, int S) { return nchw_to_nhwc(nch
 // The runtime onnx_check.py runs the exports with: numpy (its own evaluator), or ort (onnxruntime)
 // when YT_ONNX_RUNTIME=ort, as on the GPU machine.
 static const char *runtime(void) {
-    const char *r = getenv("YT_ONNX_RUNTIME");
+    const char *r = switch_str(SW_ONNX_RUNTIME);
     return r && !strcmp(r, "ort") ? "ort" : "numpy";
 }
 

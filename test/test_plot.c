@@ -245,7 +245,7 @@ static void test_text_bitmap_fallback(void) {
     fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {
-        setenv("YT_FONT", "none", 1);
+        test_switch(SW_FONT, "none");
         Image c = image_new(100, 30, 0);
         static const uint8_t white[3] = { 255, 255, 255 };
         text_draw(&c, 2, 2, "ok?", 11, white, 0);

@@ -170,7 +170,7 @@ static void rank_equivalence(const Case *c) {
     RCHECK(same_everywhere(t.m.grad, t.m.buffers), "the summed gradients differ between ranks");
     // The gradients are summed bucket by bucket (the CPU backend's comm_sum_begin keeps them for the end of
     // the backward) unless YT_NCCL_OVERLAP=0; reduce=sharded sums each device's shard after the backward.
-    const char *env = getenv("YT_NCCL_OVERLAP");
+    const char *env = switch_str(SW_NCCL_OVERLAP);
     int overlap = procs_overlap(&t);
     RCHECK(overlap == !(env && !strcmp(env, "0")), "procs_overlap: %d", overlap);
     if (!strcmp(c->reduce, "sharded")) overlap = 0;
@@ -525,16 +525,16 @@ static void equiv(int np, int M, const char *reduce, const char *loss_on, int n,
 static void test_two_processes_one_device(void) {
     if (!have_mpirun()) SKIP("%s", skip_why);
     equiv(2, 1, "device0", "local", 7, 8);        // 4+3, then 4+4 images: procs_step_one's path
-    setenv("YT_NCCL_OVERLAP", "0", 1);             // the sums after the backward, in one call
+    test_switch(SW_NCCL_OVERLAP, "0");             // the sums after the backward, in one call
     equiv(2, 1, "device0", "local", 7, 8);
-    unsetenv("YT_NCCL_OVERLAP");
+    test_switch(SW_NCCL_OVERLAP, NULL);
 }
 static void test_two_processes_two_devices(void) {
     if (!have_mpirun()) SKIP("%s", skip_why);
     equiv(2, 2, "device0", "local", 7, 12);       // 2+2 + 2+1, then 3+3 + 3+3
-    setenv("YT_NCCL_OVERLAP", "0", 1);
+    test_switch(SW_NCCL_OVERLAP, "0");
     equiv(2, 2, "device0", "local", 7, 12);
-    unsetenv("YT_NCCL_OVERLAP");
+    test_switch(SW_NCCL_OVERLAP, NULL);
     equiv(2, 2, "sharded", "local", 8, 12);
 }
 static void test_three_processes(void) {
@@ -797,7 +797,7 @@ static int run_two(const char *args, const char *rank_env, char *out, size_t siz
              "OMPI_MCA_btl_vader_single_copy_mechanism=none OPENBLAS_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 "
              "timeout -k 5 300 %s --allow-run-as-root --oversubscribe --bind-to none -np 2 sh -c 'if [ "
              "\"$OMPI_COMM_WORLD_RANK\" = 1 ]; then export %s; fi; exec ./yolotrain \"$@\"' sh %s 2>&1", mpirun,
-             rank_env ? rank_env : "YT_NONE=1", args);
+             rank_env ? rank_env : "RANK1_ENV=none", args);
     return run_shell(cmd, out, size);
 }
 
@@ -949,10 +949,10 @@ static void test_nccl_communicator_of_one(void) {
     if (why) SKIP("%s", why);
     setenv("NCCL_NVLS_ENABLE", "0", 1);
     long c0 = nccl_calls();
-    setenv("YT_NCCL_OVERLAP", "0", 1);             // the sums after the backward, in one call
+    test_switch(SW_NCCL_OVERLAP, "0");             // the sums after the backward, in one call
     int rec_after = forced_matches(0);
     long c1 = nccl_calls();
-    unsetenv("YT_NCCL_OVERLAP");                   // bucket by bucket beside it (the default), many buckets
+    test_switch(SW_NCCL_OVERLAP, NULL);            // bucket by bucket beside it (the default), many buckets
     procs_set_bucket_floats(50000);
     int rec_beside = forced_matches(0);
     procs_set_bucket_floats(0);
@@ -961,7 +961,7 @@ static void test_nccl_communicator_of_one(void) {
            "NCCL calls, %d passes recorded; beside it %ld calls, %d passes recorded\n", c1 - c0, rec_after, c2 - c1,
            rec_beside);
     CHECK(c1 > c0 && c2 > c1, "NCCL was not used");
-    const char *graphs = getenv("YT_GRAPHS");
+    const char *graphs = switch_str(SW_GRAPHS);
     int want = graphs && !strcmp(graphs, "0") ? 0 : 2;   // the forward and the backward, whose hook begins the sums
     CHECK(rec_after == want && rec_beside == want, "passes recorded: %d and %d, not %d", rec_after, rec_beside, want);
     long plain[4], forced[4];
@@ -1052,7 +1052,7 @@ static void test_nccl_watchdog(void) {
     if (pid == 0) {
         dup2(fd, 1);
         dup2(fd, 2);
-        setenv("YT_NCCL_TIMEOUT", "2", 1);
+        test_switch(SW_NCCL_TIMEOUT, "2");
         setenv("NCCL_NVLS_ENABLE", "0", 1);
         execl(self, self, "hang", (char *)NULL);
         _exit(127);

@@ -34,9 +34,9 @@ static int train(const char *name) {
 static void test_stop_and_resume_is_exact(void) {
     if (make_data()) { CHECK(0, "no data"); return; }
     CHECK(train("whole") == 0, "the uninterrupted run failed");
-    setenv("YT_STOP_AFTER_STEPS", "4", 1);             // epoch 1, after its first batch
+    test_switch(SW_STOP_AFTER_STEPS, "4");             // epoch 1, after its first batch
     CHECK(train("stopped") == 0, "the stopped run failed");
-    unsetenv("YT_STOP_AFTER_STEPS");
+    test_switch(SW_STOP_AFTER_STEPS, NULL);
     char a[4500], b[4500];
     snprintf(b, sizeof b, "%s/stopped/results.csv", project);
     size_t n;
@@ -111,9 +111,9 @@ static int resume_whole(void) {
 }
 
 static int train_one_step(void) {
-    setenv("YT_STOP_AFTER_STEPS", "1", 1);            // stopped in epoch 0: no validation, no results yet
+    test_switch(SW_STOP_AFTER_STEPS, "1");            // stopped in epoch 0: no validation, no results yet
     int rc = train("one_step");
-    unsetenv("YT_STOP_AFTER_STEPS");
+    test_switch(SW_STOP_AFTER_STEPS, NULL);
     return rc;
 }
 
@@ -161,7 +161,7 @@ static int in_folder_with(const char *cwd, const char *name, int stop, const cha
         FILE *f = fopen(log, "a");
         if (!f || chdir(cwd)) _exit(99);
         dup2(fileno(f), 1); dup2(fileno(f), 2);
-        if (stop > 0) { char v[16]; snprintf(v, sizeof v, "%d", stop); setenv("YT_STOP_AFTER_STEPS", v, 1); }
+        if (stop > 0) { char v[16]; snprintf(v, sizeof v, "%d", stop); test_switch(SW_STOP_AFTER_STEPS, v); }
         static Config cfg;
         Err err;
         if (config[0] == '/') snprintf(cfg_path, sizeof cfg_path, "%s", config);
@@ -297,9 +297,9 @@ static void test_read_only_run_says_copy_it(void) {
     char run[4500], cmd[9300], log[4600];
     snprintf(run, sizeof run, "%s/ro", project);
     snprintf(log, sizeof log, "%s/ro.log", project);
-    setenv("YT_STOP_AFTER_STEPS", "1", 1);
+    test_switch(SW_STOP_AFTER_STEPS, "1");
     int rc = train("ro");
-    unsetenv("YT_STOP_AFTER_STEPS");
+    test_switch(SW_STOP_AFTER_STEPS, NULL);
     if (rc) { CHECK(0, "the run to resume failed"); return; }
     snprintf(cmd, sizeof cmd, "chmod -R a+rX '%s/..' && chmod -R a-w '%s'", project, run);
     if (system(cmd)) SKIP("chmod failed");

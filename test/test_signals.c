@@ -52,7 +52,7 @@ static int run_with(const char *name, const char *at, int resume, int how) {
         int fds[2];
         if ((how & DEAD_STDOUT) && (pipe(fds) || dup2(fds[1], 1) < 0 || close(fds[0]) || close(fds[1]))) _exit(97);
         if (how & IGNORE_HUP) signal(SIGHUP, SIG_IGN);
-        if (at) setenv("YT_SIGNAL_AT", at, 1);
+        if (at) test_switch(SW_SIGNAL_AT, at);
         static Config cfg;
         Err err;
         char d[P + 8], p[P + 16], n[300], r[2 * P];

@@ -64,10 +64,10 @@ static void test_every_split_partial_batches(void) {
     for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
         char name[64];
         snprintf(name, sizeof name, "stop%zu", k);
-        setenv("YT_STOP_AFTER_STEPS", "2", 1);        // right after the last, partial batch (1 image):
+        test_switch(SW_STOP_AFTER_STEPS, "2");        // right after the last, partial batch (1 image):
                                                        // saved as at any stop, resume validates
         int rc = train(name, modes[k][0], modes[k][1], 4, 1, 0);
-        unsetenv("YT_STOP_AFTER_STEPS");
+        test_switch(SW_STOP_AFTER_STEPS, NULL);
         CHECK(rc == 0, "device=%s split=%s: a run over a partial last batch: status %d", modes[k][0], modes[k][1], rc);
         CHECK(train(name, modes[k][0], modes[k][1], 4, 1, 1) == 0, "device=%s split=%s: resume failed", modes[k][0],
               modes[k][1]);

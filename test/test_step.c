@@ -66,7 +66,7 @@ static void compare_grad(const SafeTensors *st, const float *grad, const ParamIn
         // ten times less than that bound with r = 1e-3
         double e_sum = fabs(sum - stats[0]) / (0.1 * TOL * sqrt((double)p->n) * stats[1] + 1e-12);
         bad += e_l2 > 1 || e_mx > 1 || e_sum > 1;
-        if (getenv("YT_VERBOSE")) printf("    %s: samples %.2f, L2 %.2f, max %.2f, sum %.2f of tolerance\n", p->name, ratio, e_l2, e_mx, e_sum);
+        if (switch_str(SW_VERBOSE)) printf("    %s: samples %.2f, L2 %.2f, max %.2f, sum %.2f of tolerance\n", p->name, ratio, e_l2, e_mx, e_sum);
         ratio = fmax(ratio, fmax(e_l2, fmax(e_mx, e_sum)));
         free(idx); free(val);
     }
@@ -76,7 +76,7 @@ static void compare_grad(const SafeTensors *st, const float *grad, const ParamIn
     r->n_tensors++;
     r->n_bad += bad > 0;
     if (ratio > r->worst_ratio) { r->worst_ratio = ratio; snprintf(r->worst, sizeof r->worst, "%s", p->name); }
-    if (bad || getenv("YT_VERBOSE")) printf("    %-56s %s (%.2f of tolerance)\n", p->name, bad ? "DIFFERS" : "ok", ratio);
+    if (bad || switch_str(SW_VERBOSE)) printf("    %-56s %s (%.2f of tolerance)\n", p->name, bad ? "DIFFERS" : "ok", ratio);
 }
 
 // One step on the fixture: the CPU (gpu < 0) or GPU `gpu` at `prec` (0 fp32, 1 tf32, 2 bf16).

@@ -306,9 +306,9 @@ static void test_training_run(void) {
     CHECK(event_files(run, files) == 0, "tensorboard=0 wrote an event file");
     // a stopped run resumed (in this process, likely in the same second: the file name's last number
     // differs): a second file, which starts with SessionLog START at the redone epoch
-    setenv("YT_STOP_AFTER_STEPS", "3", 1);             // epoch 1, after its first batch
+    test_switch(SW_STOP_AFTER_STEPS, "3");             // epoch 1, after its first batch
     CHECK(train("resumed", NULL) == 0, "the stopped run failed");
-    unsetenv("YT_STOP_AFTER_STEPS");
+    test_switch(SW_STOP_AFTER_STEPS, NULL);
     static Config cfg;
     Err err;
     char r[4500];

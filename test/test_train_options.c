@@ -160,9 +160,9 @@ static int stop_resume_same(const char *name, int n, char **opts) {
     snprintf(whole, sizeof whole, "%s_whole", name);
     snprintf(stopped, sizeof stopped, "%s_stopped", name);
     CHECK(train(whole, n, opts) == 0, "%s: the uninterrupted run failed", name);
-    setenv("YT_STOP_AFTER_STEPS", "3", 1);             // epoch 1, after its first batch
+    test_switch(SW_STOP_AFTER_STEPS, "3");             // epoch 1, after its first batch
     CHECK(train(stopped, n, opts) == 0, "%s: the stopped run failed", name);
-    unsetenv("YT_STOP_AFTER_STEPS");
+    test_switch(SW_STOP_AFTER_STEPS, NULL);
     static Config cfg;
     Err err;
     char r[4800], a[4900], b[4900];
@@ -239,13 +239,13 @@ static int same_pictures(const char *a, const char *b, int stopped) {
 
 static void test_background_drawing(void) {
     if (!data_yaml[0] && make_data()) { CHECK(0, "no data"); return; }
-    setenv("YT_DRAW_SYNC", "1", 1);
+    test_switch(SW_DRAW_SYNC, "1");
     CHECK(train("draw_sync", 0, NULL) == 0, "the run drawing synchronously failed");
-    setenv("YT_STOP_AFTER_STEPS", "3", 1);             // epoch 1, after its first batch
+    test_switch(SW_STOP_AFTER_STEPS, "3");             // epoch 1, after its first batch
     CHECK(train("draw_sync_stop", 0, NULL) == 0, "the stopped run drawing synchronously failed");
-    unsetenv("YT_DRAW_SYNC");
+    test_switch(SW_DRAW_SYNC, NULL);
     CHECK(train("draw_bg_stop", 0, NULL) == 0, "the stopped run drawing in the background failed");
-    unsetenv("YT_STOP_AFTER_STEPS");
+    test_switch(SW_STOP_AFTER_STEPS, NULL);
     CHECK(train("draw_bg", 0, NULL) == 0, "the run drawing in the background failed");
     CHECK(same_pictures("draw_sync", "draw_bg", 0), "the pictures of a whole run differ");
     CHECK(same_pictures("draw_sync_stop", "draw_bg_stop", 1), "the pictures of a stopped run differ");
