@@ -64,7 +64,7 @@ else
   $(info FreeType not found or disabled: text in plots and pictures uses the 5x7 bitmap font (ASCII only))
 endif
 LDLIBS  += $(THIRD) $(FT_LIBS) -lpthread -lm
-# MPI (optional): several processes joined by mpirun or srun (core/comm.h), detected by mpicc like nvcc:
+# MPI (optional): several processes joined by mpirun or srun (core/procs/comm.h), detected by mpicc like nvcc:
 # its compile and link flags (Open MPI's --showme, MPICH's -compile_info/-link_info). Without it, or
 # when a binary with it is not started by a launcher, yolotrain is one process. `make MPICC=` builds
 # without MPI. Debian/Ubuntu: apt-get install libopenmpi-dev openmpi-bin (make deps does).
@@ -130,9 +130,9 @@ $(B)/core/main.o: CFLAGS += -DYT_VERSION='"$(YT_VERSION)"'
 $(B)/core/main.o: $(B)/version
 $(B)/version: FORCE
 	@mkdir -p $(dir $@); echo '$(YT_VERSION)' | cmp -s - $@ || echo '$(YT_VERSION)' > $@
-# core/comm_mpi.o (and the NCCL file) are rebuilt when MPI or NCCL comes or goes
-$(B)/core/comm.o $(B)/core/comm_mpi.o $(B)/gpu/comm_nccl.o: $(B)/commflags
-$(B)/core/comm_mpi.o: CFLAGS += $(MPI_CFLAGS)
+# core/procs/comm_mpi.o (and the NCCL file) are rebuilt when MPI or NCCL comes or goes
+$(B)/core/procs/comm.o $(B)/core/procs/comm_mpi.o $(B)/gpu/comm_nccl.o: $(B)/commflags
+$(B)/core/procs/comm_mpi.o: CFLAGS += $(MPI_CFLAGS)
 $(B)/commflags: FORCE
 	@mkdir -p $(dir $@); echo '$(MPICC) $(NCCL)' | cmp -s - $@ || echo '$(MPICC) $(NCCL)' > $@
 
@@ -164,24 +164,24 @@ test: yolotrain $(TESTS)
 	@bash test/install_check.sh; installed=$$?; bash test/run.sh $(B)/test && [ $$installed -eq 0 ]
 
 # make layers: the boundary between the specification and the devices (core/README.md). core/, io/ and
-# cfg/ include nothing from gpu/ and no CUDA header (a device is reached through core/backend.h's table),
-# and USE_CUDA appears in none of their files but core/backends.c, which registers the GPU backend. And every
+# cfg/ include nothing from gpu/ and no CUDA header (a device is reached through core/spec/backend.h's table),
+# and USE_CUDA appears in none of their files but core/devices/backends.c, which registers the GPU backend. And every
 # kernel of gpu/ begins with pdl_entry() (test/pdl_check.sh): gpu/graph_pdl.c starts our kernels early. And
 # the docs hold (test/docs_check.sh): every key of cfg/schema.c has a help line and is in cfg/README.md, and
 # every repo path named in a source comment or a README exists. And every YT_ environment variable the
-# source names is in core/switches.c's registry, each variant and test hook with a test that pins it
+# source names is in core/base/switches.c's registry, each variant and test hook with a test that pins it
 # (test/switch_check.sh).
 LAYER_DIRS := core io cfg
 layers:
 	@fail=0; \
 	 bad=$$(grep -rnE '#[[:space:]]*include[[:space:]]*["<](\.\./)*gpu/|#[[:space:]]*include[[:space:]]*<(cuda|cublas|cudnn)' --exclude='*.md' $(LAYER_DIRS)); \
-	 if [ -n "$$bad" ]; then fail=1; echo "make layers: core/, io/ and cfg/ include nothing from gpu/ or CUDA (use core/backend.h's table):"; echo "$$bad"; fi; \
-	 bad=$$(grep -rn 'USE_CUDA' --exclude='*.md' $(LAYER_DIRS) | grep -v '^core/backends\.c:'); \
-	 if [ -n "$$bad" ]; then fail=1; echo "make layers: USE_CUDA belongs in gpu/ and core/backends.c only:"; echo "$$bad"; fi; \
+	 if [ -n "$$bad" ]; then fail=1; echo "make layers: core/, io/ and cfg/ include nothing from gpu/ or CUDA (use core/spec/backend.h's table):"; echo "$$bad"; fi; \
+	 bad=$$(grep -rn 'USE_CUDA' --exclude='*.md' $(LAYER_DIRS) | grep -v '^core/devices/backends\.c:'); \
+	 if [ -n "$$bad" ]; then fail=1; echo "make layers: USE_CUDA belongs in gpu/ and core/devices/backends.c only:"; echo "$$bad"; fi; \
 	 if ! bash test/pdl_check.sh; then fail=1; echo "make layers: every kernel of gpu/ begins with pdl_entry() (gpu/pdl.cuh)"; fi; \
 	 if ! bash test/docs_check.sh; then fail=1; echo "make layers: every config key has help and docs, and every path the comments and READMEs name exists (test/docs_check.sh)"; fi; \
-	 if ! bash test/switch_check.sh >/dev/null; then fail=1; bash test/switch_check.sh; echo "make layers: every YT_ variable is in the registry (core/switches.c)"; fi; \
-	 if [ $$fail = 0 ]; then echo "make layers: ok (core/ io/ cfg/ reach the devices only through core/backend.h; every kernel begins with pdl_entry(); every key documented, every path named exists; every YT_ variable is in core/switches.c)"; fi; \
+	 if ! bash test/switch_check.sh >/dev/null; then fail=1; bash test/switch_check.sh; echo "make layers: every YT_ variable is in the registry (core/base/switches.c)"; fi; \
+	 if [ $$fail = 0 ]; then echo "make layers: ok (core/ io/ cfg/ reach the devices only through core/spec/backend.h; every kernel begins with pdl_entry(); every key documented, every path named exists; every YT_ variable is in core/base/switches.c)"; fi; \
 	 exit $$fail
 
 # make fuzz: the libFuzzer targets of test/fuzz/ (clang + its fuzzer runtime), FUZZ_SECONDS each

@@ -1,5 +1,5 @@
 // balance.c: how evenly the devices of a data-parallel run share the work, in each mode of the
-// driver (core/multi.h): 1 device; N devices with reduce=device0; loss_on=device0 (PyTorch
+// driver (core/devices/multi.h): 1 device; N devices with reduce=device0; loss_on=device0 (PyTorch
 // DataParallel's way); reduce=sharded; an odd batch (N*b - 1: 127 on 2 GPUs); split=auto; and the
 // real loader with too few workers (data starvation). Per device: micro-batch, ms per step in each
 // phase, idle at the barrier, peak memory, utilisation (NVML, when present); per configuration:
@@ -23,11 +23,11 @@
 #include <string.h>
 
 #include "cfg/config.h"
-#include "core/comm.h"
-#include "core/multi.h"
-#include "core/procs.h"
-#include "core/nvml.h"
-#include "core/train.h"
+#include "core/procs/comm.h"
+#include "core/devices/multi.h"
+#include "core/procs/procs.h"
+#include "core/devices/nvml.h"
+#include "core/train/train.h"
 #include "gpu/device.h"
 #include "io/dataset.h"
 #include "io/loader.h"

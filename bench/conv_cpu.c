@@ -1,9 +1,9 @@
 // conv_cpu.c: times conv_forward_cpu / conv_backward_cpu (im2col + OpenBLAS GEMM) on gelan-s
 // shapes at batch 4 and a 256x256 input, after checking each shape against the plain loops.
 // Build: make benches, or gcc -std=c11 -D_GNU_SOURCE -O2 -I. -o bench/conv_cpu bench/conv_cpu.c
-//        core/conv.c core/elementwise.c core/util.c -lopenblas -lm; run: ./bench/conv_cpu
-#include "core/ops.h"
-#include "core/util.h"
+//        core/spec/conv.c core/spec/elementwise.c core/base/util.c -lopenblas -lm; run: ./bench/conv_cpu
+#include "core/spec/ops.h"
+#include "core/base/util.h"
 
 #include <cblas.h>
 #include <math.h>

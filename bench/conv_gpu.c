@@ -9,8 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "core/ops.h"
-#include "core/util.h"
+#include "core/spec/ops.h"
+#include "core/base/util.h"
 #ifdef USE_CUDA
 #include "gpu/cudnn_conv.h"
 #include "gpu/ops.h"

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/util.h"
+#include "core/base/util.h"
 
 #if defined(USE_CUDA) && defined(USE_CUDNN)
 #include <cuda_runtime_api.h>

@@ -13,15 +13,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/infer_devices.h"
-#include "core/model.h"
-#include "core/multi.h"
-#include "core/switches.h"
+#include "core/devices/infer_devices.h"
+#include "core/spec/model.h"
+#include "core/devices/multi.h"
+#include "core/base/switches.h"
 #include "gpu/cudnn_conv.h"
 #include "gpu/device.h"
 
 #include "cfg/config.h"
-#include "core/train.h"
+#include "core/train/train.h"
 #ifdef USE_CUDA
 #include <cuda_runtime.h>
 #endif
@@ -145,7 +145,7 @@ static int bench(const char *cfgfile, int S, int n, int steps, const char *devic
         if (plans + refused) printf("  cuDNN: %d plans made, %d shapes left to cuBLAS, %.2f s making them\n", plans, refused, secs);
     }
 #endif
-    for (int i = 0; i < MODEL_RECS; i++)   // what CUDA Graphs replay each step (core/model_run.c)
+    for (int i = 0; i < MODEL_RECS; i++)   // what CUDA Graphs replay each step (core/spec/model_run.c)
         if (t.m.recs[i].rec)
             printf("  CUDA Graphs: the %s of batch %d replayed, %zu launches\n", t.m.recs[i].kind ? "backward" : "forward",
                    t.m.recs[i].n, t.m.recs[i].launches);

@@ -16,9 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/infer_devices.h"
-#include "core/switches.h"
-#include "core/val.h"
+#include "core/devices/infer_devices.h"
+#include "core/base/switches.h"
+#include "core/eval/val.h"
 #include "io/synth.h"
 #ifdef USE_CUDA
 #include "gpu/cudnn_conv.h"

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "cfg/parts.h"
-#include "core/readfile.h"
+#include "core/base/readfile.h"
 
 static const char *const COMMAND_LINE = "command line";
 

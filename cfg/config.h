@@ -2,7 +2,7 @@
 // hyperparameters and the training settings, read from an INI file (inih) plus command-line
 // overrides. Every value remembers the file:line it came from so later checks can cite it.
 #pragma once
-#include "core/util.h"
+#include "core/base/util.h"
 
 #define CFG_MAX_LAYERS 64
 #define CFG_MAX_FROM   8
@@ -62,8 +62,8 @@ typedef struct {
     char   cache[16];                // "" | ram
     char   project[CFG_PATH], name[256];
     char   optimizer[16];            // auto | SGD | MuSGD | AdamW | Adam (gelan: auto = SGD, Adam/AdamW as
-                                     // train.py smart_optimizer; YOLO26: core/train26.c)
-    char   freeze[256];              // "" | N: layers 0..N-1 | [i,j,...]: those layers (core/transfer.h)
+                                     // train.py smart_optimizer; YOLO26: core/train/family_yolo26.c)
+    char   freeze[256];              // "" | N: layers 0..N-1 | [i,j,...]: those layers (core/spec/transfer.h)
     int    epochs, batch, imgsz, workers, seed, exist_ok, close_mosaic, min_items, patience;
     int    save_period, strict, cos_lr, rect, tensorboard;
     int    single_cls;               // every class 0, nc 1, names ['item'] (train.py --single-cls)
@@ -72,7 +72,7 @@ typedef struct {
     double label_smoothing;          // train.py --label-smoothing: accepted, no effect (as loss_tal.py)
     int    noval, noplots;           // validate only after the last epoch; no pictures or plots (train.py)
     int    multi_scale;              // train.py --multi-scale: not built, refused by training (as rect=1)
-    // [parallel] (several devices: core/multi.h)
+    // [parallel] (several devices: core/devices/multi.h)
     char   reduce[16];               // device0 | sharded
     char   loss_on[16];              // local | device0
     char   split[256];               // even | auto | w0,w1,...

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/switches.h"
+#include "core/base/switches.h"
 
 static void trim(const char **a, const char **b) {   // the text [*a, *b) less its outer spaces
     while (*a < *b && **a == ' ') (*a)++;

@@ -2,7 +2,7 @@
 // them. The CPU is one device (cpu) or several (cpu:N, the multi-device path on CPU devices); GPUs are
 // named by their ids.
 #pragma once
-#include "core/util.h"
+#include "core/base/util.h"
 
 #define MULTI_MAX 16             // devices of one run at most
 

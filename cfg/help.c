@@ -92,7 +92,7 @@ static const struct { const char *mode, *keys; } mode_keys[] = {
     { "info",   "imgsz nc depth_multiple width_multiple" },
     { "check",  "data imgsz workers min_items strict project" },
     { "synth",  "seed" },
-    { "switches", "" },   // no keys: the YT_* environment variables (core/switches.h)
+    { "switches", "" },   // no keys: the YT_* environment variables (core/base/switches.h)
 };
 
 static const char *help_of(const char *name) {

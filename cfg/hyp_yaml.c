@@ -1,7 +1,7 @@
 // hyp_yaml.c: hyp=FILE.yaml, a hyp.scratch-high.yaml style mapping of `key: number` lines, read
 // with libyaml over the [hyp] keys; every key and value error names the yaml file:line.
 #include "cfg/parts.h"
-#include "core/readfile.h"
+#include "core/base/readfile.h"
 
 #include <errno.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 // layers.c: the [backbone]/[head] rows, written as in YOLOv9's model yaml:
 //   <index> = <from>, <number>, <module>, [<args>]      e.g.  11 = [-1, 6], 1, Concat, [1]
 // parsed and checked for structure (indices, references, module, arg count). Channels are the
-// model builder's business (core/model.c).
+// model builder's business (core/spec/model.c).
 #include "cfg/parts.h"
 
 #include <ctype.h>
@@ -11,7 +11,7 @@
 
 // The known modules: how many numeric args each takes, whether a last word arg may follow
 // (nn.Upsample's mode), and whether the args are one nested list (list = 1: CBLinear's output widths,
-// CBFuse's slice indices, written [[64, 128]] as in the yaml). Add a module here and in core/model.c.
+// CBFuse's slice indices, written [[64, 128]] as in the yaml). Add a module here and in core/spec/model.c.
 typedef struct { const char *name; int min_args, max_args, word; const char *args; int list; } Module;
 static const Module modules[] = {
     { "Conv",         1, 5, 0, "[c2, k, s, p, g]", 0 },

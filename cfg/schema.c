@@ -46,7 +46,7 @@ const Key cfg_keys[] = {
     STR ("train", "device",       device,       check_device, ""),
     ENUM("train", "precision",    precision,    "bf16|tf32|fp32", "bf16"),
     ENUM("train", "cache",        cache,        "|ram|none", ""),
-    DBL ("train", "val_cache_mb", val_cache_mb, 0, 1e9, "1024"),   // core/val_batch.c's ValCache budget
+    DBL ("train", "val_cache_mb", val_cache_mb, 0, 1e9, "1024"),   // core/eval/val_batch.c's ValCache budget
     STR ("train", "project",      project,      check_project, "runs/train"),
     STR ("train", "name",         name,         check_name, "exp"),
     ENUM("train", "optimizer",    optimizer,    "auto|SGD|MuSGD|AdamW|Adam", "auto"),
@@ -64,8 +64,8 @@ const Key cfg_keys[] = {
     BOOL("train", "strict",       strict,       "0"),
     BOOL("train", "cos_lr",       cos_lr,       "0"),
     BOOL("train", "rect",         rect,         "0"),   // train.py --rect (io/loader.h rect_order); val is always rect
-    BOOL("train", "multi_scale",  multi_scale,  "0"),   // train.py --multi-scale (core/train_shapes.c)
-    BOOL("train", "tensorboard",  tensorboard,  "1"),   // RUN/events.out.tfevents.* (core/train_tb.h)
+    BOOL("train", "multi_scale",  multi_scale,  "0"),   // train.py --multi-scale (core/train/train_shapes.c)
+    BOOL("train", "tensorboard",  tensorboard,  "1"),   // RUN/events.out.tfevents.* (core/train/train_tb.h)
     BOOL("train", "single_cls",   single_cls,   "0"),   // train.py --single-cls
     DBL ("train", "fraction",     fraction,     0, 1, "1.0"),   // Ultralytics: the first part of the train images
     DBL ("train", "label_smoothing", label_smoothing, 0, 1, "0.0"),   // no effect, as in both references

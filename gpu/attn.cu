@@ -1,5 +1,5 @@
 // attn.cu: the attention core of ultralytics Attention (C2PSA, PSABlock), the CUDA twin of attn26_*_cpu
-// (core/ops26.c). Per head, one strided-batched cuBLAS GEMM covers all images: head h's q, k, v are
+// (core/spec/ops26.c). Per head, one strided-batched cuBLAS GEMM covers all images: head h's q, k, v are
 // (T, kd|hd) row-major matrices at channel offset h*(2kd+hd) of qkv with row stride qkv.ld, and one
 // image's follow the last's at H*W*ld floats. cuBLAS is column-major: a row-major (rows, cols) matrix with stride ld is
 // its (cols, rows) transpose, and every product below is written for that view. Forward writes (=),

@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/backend.h"
-#include "core/switches.h"
+#include "core/spec/backend.h"
+#include "core/base/switches.h"
 #include "gpu/comm_nccl.h"
 #include "gpu/device.h"
 #include "gpu/graph_pdl.h"
@@ -76,7 +76,7 @@ static void conv_bn_bwd(void *ctx, const ConvDims *d, Map x, const float *w, Map
     conv_backward_gpu(DEV, d, x, w, dz, dx, dw, NULL);
 }
 // The fused forms of a RepConv and of a residual addition (Backend.fused; YT_FUSE=0 takes them out of the
-// table, core/backends.c, and the executor composes them from the ops)
+// table, core/devices/backends.c, and the executor composes them from the ops)
 static void bn_silu_add_train(void *ctx, Map z, const BnTrain *b, float eps, float mom, Map a, Map y, Map out) {
     bn_silu_add_forward_train_gpu(DEV, z, b, eps, mom, a, y, out);
 }

@@ -1,5 +1,5 @@
 // bn.cu: batch normalisation over the M = N*H*W pixels of each channel, the CUDA twin of
-// core/bn.c. Per-channel sums are a deterministic two-level reduction in double: a fixed grid of
+// core/spec/bn.c. Per-channel sums are a deterministic two-level reduction in double: a fixed grid of
 // blocks (set by M alone, not by the GPU) writes partial sums, then a block per channel adds them
 // in a fixed order. Forward writes u (=); backward writes dz (=) and adds dgamma, dbeta (+=).
 // The forward reads z once for its statistics (shifted moments, below) and once to normalise; the
@@ -65,7 +65,7 @@ extern "C" size_t bn_workspace_bytes_gpu(Map z) {
 }
 
 // u = (z - mean)·invstd·gamma + beta from saved statistics, each operation rounded alone in the
-// order of the CPU's recompute loop (core/model_run.c bn_recompute), so the result is the same.
+// order of the CPU's recompute loop (core/spec/model_run.c bn_recompute), so the result is the same.
 __device__ static inline float bn_affine(float z, float mean, float invstd, float gamma,
                                         float beta) {
     return __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(z, mean), invstd), gamma), beta);

@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/comm.h"
-#include "core/switches.h"
+#include "core/procs/comm.h"
+#include "core/base/switches.h"
 #include "gpu/optim.h"
 
 #ifdef USE_NCCL

@@ -1,4 +1,4 @@
-// comm_nccl.h: Backend.comm.comm_sum between the GPUs of several processes (core/comm.h), over NCCL.
+// comm_nccl.h: Backend.comm.comm_sum between the GPUs of several processes (core/procs/comm.h), over NCCL.
 #pragma once
 #include <stddef.h>
 
@@ -10,11 +10,11 @@ extern "C" {
 
 // p[0, n) on dev := its sum over the processes, an all-reduce queued on dev->stream. The first call
 // for a GPU makes its communicator (rank 0's NCCL unique id broadcast through the process transport), at
-// the same point of every process (core/procs.c sums in lockstep). Returns 0, or -1 when NCCL is not
+// the same point of every process (core/procs/procs.c sums in lockstep). Returns 0, or -1 when NCCL is not
 // used (built without it, libnccl.so.2 absent in any process, or YT_NCCL=0): the caller then sums through
 // host memory.
 int nccl_comm_sum(Device *dev, float *p, size_t n);
-// Backend.comm.comm_sum_pairs (core/backend.h): src's n pairs added, every process's sum of them added in rank
+// Backend.comm.comm_sum_pairs (core/spec/backend.h): src's n pairs added, every process's sum of them added in rank
 // order into dst[0..1] (device memory), queued on dev->stream (an all-gather, then a one-thread kernel);
 // 0, or -1 as nccl_comm_sum.
 int nccl_comm_sum_pairs(Device *dev, const double *src, int n, double *dst);

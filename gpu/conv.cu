@@ -1,4 +1,4 @@
-// conv.cu: 2-D convolution on NHWC maps with PyTorch-layout weights, the CUDA twin of core/conv.c.
+// conv.cu: 2-D convolution on NHWC maps with PyTorch-layout weights, the CUDA twin of core/spec/conv.c.
 // A 1x1 stride-1 unpadded conv is one GEMM over all pixels, reading x and writing y through their
 // ld (so y may be a channel slice of a concat buffer); other convs im2col a chunk of output pixels
 // into scratch and GEMM it, all groups in one strided-batched call. Forward writes y (=);
@@ -14,7 +14,7 @@
 // permuted to match once per call, (K, Cg, R, S) -> (K, R, S, Cg), and the weight gradient back.
 #include <cuda_bf16.h>
 
-#include "core/switches.h"
+#include "core/base/switches.h"
 #include "gpu/cudnn_conv.h"
 #include "gpu/kernel_util.h"
 
@@ -527,7 +527,7 @@ static bool cudnn_on(const Device *dev, const ConvDims *d) {
     return dev->cudnn != NULL && dev->precision != GPU_FP32 && !is_pointwise(d);
 }
 
-// Whether a conv's data gradient comes out rounded to bf16 under GPU_BF16 with cuDNN (core/grad_plan.c stores
+// Whether a conv's data gradient comes out rounded to bf16 under GPU_BF16 with cuDNN (core/spec/grad_plan.c stores
 // such gradients as bf16): cuDNN's, for every conv but a pointwise one, whose one GEMM writes fp32
 extern "C" int conv_dgrad_bf16_gpu(const ConvDims *d) { return !is_pointwise(d); }
 
@@ -593,7 +593,7 @@ static bool cudnn_wgrad(Device *dev, const ConvDims *d, Map x, Map dy, const bf1
 // cuDNN (9.19) has no engine for bf16 operands with an fp32 dx, computed in bf16 a few images at
 // a time into scratch and added (the rounding PyTorch's autocast gives activation gradients).
 // dx.fresh (a first write into an unzeroed buffer): beta 0, or the bf16 images copied, not added. A bf16 dx
-// (a gradient the plan stores rounded, core/grad_plan.c: always a fresh write of a whole buffer) takes the
+// (a gradient the plan stores rounded, core/spec/grad_plan.c: always a fresh write of a whole buffer) takes the
 // same calls' results straight, with nothing to copy.
 static bool cudnn_dgrad(Device *dev, const ConvDims *d, const float *w, Map dy, const bf16 *dy16, Map dx) {
     bool bf = dev->precision == GPU_BF16;

@@ -17,8 +17,8 @@
 
 #include <cudnn_graph.h>
 
-#include "core/switches.h"
-#include "core/util.h"
+#include "core/base/switches.h"
+#include "core/base/util.h"
 #include "gpu/device.h"
 
 // ---- the library, opened once ------------------------------------------------------------------

@@ -12,7 +12,7 @@
 #pragma once
 #include <stddef.h>
 
-#include "core/ops.h"
+#include "core/spec/ops.h"
 
 #ifdef __cplusplus
 extern "C" {

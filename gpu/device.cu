@@ -5,7 +5,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/switches.h"
+#include "core/base/switches.h"
 #include "gpu/cudnn_conv.h"
 #include "gpu/device.h"
 #include "gpu/pdl.cuh"

@@ -1,5 +1,5 @@
 // device.h: one GPU's context (stream, cuBLAS handle, arenas, the input's copy stream and staging
-// buffers), CUDA error checking ending in core/fatal.h's device_fatal, and the list of GPUs present.
+// buffers), CUDA error checking ending in core/base/fatal.h's device_fatal, and the list of GPUs present.
 // Includable from C; everything but gpu_list needs a CUDA build (USE_CUDA).
 #pragma once
 #include <stddef.h>
@@ -15,14 +15,14 @@
 extern "C" {
 #endif
 
-#include "core/gpu_info.h"
-#include "core/fatal.h"   // device_fatal, which checkCuda and checkCublas end in
+#include "core/spec/gpu_info.h"
+#include "core/base/fatal.h"   // device_fatal, which checkCuda and checkCublas end in
 
 // Fill up to `max` entries; returns the number of GPUs visible (0 without CUDA or driver).
 int gpu_list(GpuInfo *out, int max);
 
 #ifdef USE_CUDA
-#include "core/util.h"
+#include "core/base/util.h"
 
 // CUDA 12.0 is the oldest toolkit the build is written for (cuBLAS's compute types, bf16 GEMMs,
 // -arch=native); 12.x and 13.x use the same runtime calls here.
@@ -90,7 +90,7 @@ typedef struct {
     cudaStream_t copy_stream; // host-to-device copies of the next batch, beside `stream`
     InputStage stage[2];      // the batch of the coming step and the one after it
     int stage_next;           // the stage the next prefetch fills (the older of the two)
-    double *scal;             // (DEVICE_SCALARS) the step's small values on the device (core/train.h SC_*)
+    double *scal;             // (DEVICE_SCALARS) the step's small values on the device (core/train/train.h SC_*)
     void *cudnn;              // cuDNN handle and plans (gpu/cudnn_conv.h); NULL: convs use im2col + cuBLAS
     // Under GPU_BF16, the weights a pass reads rounded to bf16 once (conv_prepare_weights_gpu): wbf16
     // holds wbf16_n of them, from wbf16_src (0: none; each conv then rounds its own weights)

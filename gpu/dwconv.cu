@@ -1,4 +1,4 @@
-// dwconv.cu: depthwise k x k convolution on NHWC maps, the CUDA twin of dwconv_*_cpu (core/ops26.c).
+// dwconv.cu: depthwise k x k convolution on NHWC maps, the CUDA twin of dwconv_*_cpu (core/spec/ops26.c).
 // Forward writes y (=): one thread per output element. Backward adds (+=): dx by gather (one thread per
 // dx element sums the taps that read it, so no atomics and a fixed order); dw and db by per-block partial
 // sums over a range of pixels, 32 channels a block, combined in order in double (deterministic). For k 3

@@ -1,5 +1,5 @@
 // elementwise.cu: SiLU, add, copy, accumulate and zero over NHWC maps with a pixel stride (ld),
-// the CUDA twins of core/elementwise.c. Outputs are written (=) except accumulate (+=).
+// the CUDA twins of core/spec/elementwise.c. Outputs are written (=) except accumulate (+=).
 // Maps may be bf16-stored (tensor.h); arithmetic is fp32. Legend: N batch, H,W size, C channels,
 // ld pixel stride, M = N*H*W pixels, V channels per thread.
 #include "gpu/kernel_util.h"

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/switches.h"
+#include "core/base/switches.h"
 
 extern const char __executable_start[], etext[];   // the linker's bounds of this executable's code
 

@@ -168,13 +168,13 @@ static inline ChannelGrid channel_grid(int C, size_t M, int V) {
     ((g).V == 4 ? kernel<4, Pix, ##__VA_ARGS__> \
      : (g).V == 2 ? kernel<2, Pix, ##__VA_ARGS__> : kernel<1, Pix, ##__VA_ARGS__>)
 
-// Ops without bf16 storage support refuse such maps: the storage plan (core/act_plan.c) is wrong.
+// Ops without bf16 storage support refuse such maps: the storage plan (core/spec/act_plan.c) is wrong.
 static inline void require_fp32(Map m, const char *who) {
-    if (m.bf16) die("%s: a bf16-stored map reached an op that reads fp32 only (core/act_plan.c)", who);
+    if (m.bf16) die("%s: a bf16-stored map reached an op that reads fp32 only (core/spec/act_plan.c)", who);
 }
 
 // An fp32 output written in place of its input (du over dy) needs an fp32 input: a bf16-stored gradient
-// (core/grad_plan.c) has half the bytes, so the writes would run past it.
+// (core/spec/grad_plan.c) has half the bytes, so the writes would run past it.
 static inline void require_fp32_in_place(Map out, Map in, const char *who) {
     if (out.data == in.data && in.bf16) die("%s: an fp32 result cannot take a bf16-stored input's place", who);
 }

@@ -1,4 +1,4 @@
-// loss.cu: the YOLOv9 loss on the GPU, the twin of core/loss.c (same formulas, in double). The
+// loss.cu: the YOLOv9 loss on the GPU, the twin of core/spec/loss.c (same formulas, in double). The
 // assigner runs as kernels: decode, one block per gt for its top 10, per-anchor conflict rule and
 // normalisation; then the loss terms and d total / d head (=). Sums are deterministic: a fixed grid
 // of PARTS blocks writes partials, one block adds them in a fixed order; atomics are integer only.
@@ -41,7 +41,7 @@ struct GpuLossWork : WorkBase<GtBox> {
     unsigned long long *gmax_t, *gmax_u;   // (G) per gt, max over its positives (as double bits)
 };
 
-// ---- device math: as core/loss.c, term for term ----------------------------------------------
+// ---- device math: as core/spec/loss.c, term for term ----------------------------------------------
 
 // dfl_decode: softmax p of R logits and the expectation Σ i·p_i (loss_dfl_decode)
 __device__ static double dfl_decode(const float *x, double p[R]) {
@@ -139,7 +139,7 @@ __device__ static void topk_fill_zero(const Heads &h, const GtBox *g, int j, con
                     [&](int a) { pick(npos, asg, (size_t)g->img * A + a, j); });
 }
 
-// one block per gt: its positives before conflict resolution (select_topk of core/loss.c)
+// one block per gt: its positives before conflict resolution (select_topk of core/spec/loss.c)
 __global__ void topk_kernel(Heads h, const GtBox *gt, const double *pbox, int *npos, int *asg) {
     pdl_entry();
     int j = blockIdx.x, A = h.start[LOSS_LEVELS], k = A < TOPK ? A : TOPK;
@@ -236,7 +236,7 @@ __global__ void cls_kernel(Heads h, int N, const GtBox *gt, const int *asg, cons
 typedef struct { double box, dfl; } BoxSums;
 
 // (1 - CIoU) and DFL of one foreground cell weighted by its score, and the 4R box gradients
-// (box_anchor of core/loss.c): the CIoU gradient reaches the logits through the softmax expectation.
+// (box_anchor of core/spec/loss.c): the CIoU gradient reaches the logits through the softmax expectation.
 __device__ static void box_anchor(const float *x, const Anchor &an, const GtBox *gt, double wgt,
                                   double k_box, double k_dfl, BoxSums *s, float *g) {
     double p[4][R], e[4];
@@ -283,7 +283,7 @@ __global__ void box_kernel(Heads h, int N, const GtBox *gt, const int *asg, cons
     }
 }
 
-// ---- host: inputs (the checks and the grouping: core/loss_host.c, as the CPU twin) ---------------
+// ---- host: inputs (the checks and the grouping: core/spec/loss_host.c, as the CPU twin) ---------------
 
 // the rows grouped by image in input order, converted to pixel xyxy (host staging)
 static int load_targets(GpuLossWork *w, const LossBatch *b, Err *err) {

@@ -1,9 +1,9 @@
-// loss.h (gpu): the CUDA twin of core/loss.h, the YOLOv9 detection loss. Same semantics in every
+// loss.h (gpu): the CUDA twin of core/spec/loss.h, the YOLOv9 detection loss. Same semantics in every
 // respect (assigner, conflict rule, tie rule, normalisation, items); Map data are device memory,
 // targets stay a host array (uploaded into the work's own buffer). Includable from C.
 // Legend: N batch, A anchors (P3, P4, P5, each row-major), G targets, nc classes, R = 16 DFL bins.
 #pragma once
-#include "core/loss.h"
+#include "core/spec/loss.h"
 #include "gpu/device.h"
 
 #ifdef __cplusplus

@@ -1,4 +1,4 @@
-// loss26.cu: the YOLO26 end-to-end loss on the GPU, twin of core/loss26.c (same formulas, in double):
+// loss26.cu: the YOLO26 end-to-end loss on the GPU, twin of core/spec/loss26.c (same formulas, in double):
 // per branch the assigner as kernels, then BCE, CIoU and L1 with d total / d outputs (=). Sums are
 // deterministic (PARTS block partials added in a fixed order); atomics are integer only.
 // Legend: N batch, A anchors (P3, P4, P5 row-major), G targets, nc classes, l level.
@@ -6,11 +6,11 @@
 #include <math.h>
 #include <string.h>
 
-#include "gpu/kernel_util.h"   // first: it brings core/util.h in with C linkage (gpu/device.h)
+#include "gpu/kernel_util.h"   // first: it brings core/base/util.h in with C linkage (gpu/device.h)
 #include "gpu/loss26.h"
 #include "gpu/loss_common.cuh"
 extern "C" {
-#include "core/loss.h"   // loss_check_target: the CPU twin's row checks and messages
+#include "core/spec/loss.h"   // loss_check_target: the CPU twin's row checks and messages
 }
 
 #define TOPK_MAX 10
@@ -136,7 +136,7 @@ __device__ static void topk_fill_zero(const Heads &h, const Gt *g, int j, const 
                     [&](int a) { pick(br, (size_t)g->img * A + a, j); });
 }
 
-// one block per gt: its positives before conflict resolution (select_topk of core/loss26.c)
+// one block per gt: its positives before conflict resolution (select_topk of core/spec/loss26.c)
 __global__ void topk26_kernel(Heads h, const Gt *gt, Branch br, int topk) {
     pdl_entry();
     int j = blockIdx.x, A = h.start[L26_LEVELS], k = A < topk ? A : topk;
@@ -173,7 +173,7 @@ __global__ void resolve26_kernel(Heads h, int N, const Gt *gt, const int *gt_beg
 }
 
 // one-to-one narrowing, first half: per gt the lowest anchor whose metric is the gt's maximum
-// (narrow of core/loss26.c with topk2 = 1: largest metric, ties to the lower anchor index)
+// (narrow of core/spec/loss26.c with topk2 = 1: largest metric, ties to the lower anchor index)
 __global__ void narrow_kernel(size_t cells, int A, Branch br) {
     pdl_entry();
     GRID_STRIDE(i, cells) {
@@ -218,7 +218,7 @@ __global__ void score26_kernel(size_t cells, Branch br, double *part_tss, double
 
 // One warp per cell, lanes along the classes: BCE against the target score at the assigned class (0
 // elsewhere) and its gradient (loss_bce_logits); background cells also get zero box gradients.
-// k_cls = gain * (w[b] * batch_mult / norm): wbm is the host's w[b] * batch_mult, as core/loss26.c
+// k_cls = gain * (w[b] * batch_mult / norm): wbm is the host's w[b] * batch_mult, as core/spec/loss26.c
 __global__ void cls26_kernel(Heads h, int N, int nc, const Gt *gt, Branch br, const double *norm, double wbm,
                              double gain, double *part) {
     pdl_entry();
@@ -247,7 +247,7 @@ __global__ void cls26_kernel(Heads h, int N, int nc, const Gt *gt, Branch br, co
 typedef struct { double box, l1; } BoxSums;
 
 // (1 - CIoU) in cells and the L1 term on distances normalised by the image size, both weighted by
-// the target score (box_anchor of core/loss26.c); d: the raw l, t, r, b; g (may be NULL): d total / d d
+// the target score (box_anchor of core/spec/loss26.c); d: the raw l, t, r, b; g (may be NULL): d total / d d
 __device__ static void box_anchor(const float *d, const Anchor &an, const Gt *gt, double wgt, const Heads &h,
                                   double k_box, double k_l1, BoxSums *s, float *g) {
     double st = an.stride;
@@ -286,7 +286,7 @@ __global__ void box26_kernel(Heads h, int N, const Gt *gt, Branch br, const doub
     if (threadIdx.x == 0) { part_box[blockIdx.x] = box; part_l1[blockIdx.x] = l1; }
 }
 
-// ---- host: inputs (the checks and the grouping: core/loss_host.c, as the CPU twin) ---------------
+// ---- host: inputs (the checks and the grouping: core/spec/loss_host.c, as the CPU twin) ---------------
 
 // the rows grouped by image in input order, converted to pixel xyxy, the STAL box (box_stal) beside
 static int load_targets(GpuLoss26Work *w, const Loss26Batch *b, Err *err) {
@@ -436,7 +436,7 @@ extern "C" void loss26_compute_gpu_async(Device *dev, GpuLoss26Work *w, const Lo
         if (h.start[L26_LEVELS] != w->A || b->head[k].box[0].N != w->N || b->nc > w->nc)
             die("loss26_compute_gpu: the batch (%d images, %d anchors) is not the one assigned (%d, %d)",
                 b->head[k].box[0].N, h.start[L26_LEVELS], w->N, w->A);
-        double wbm = wt->w[k] * batch_mult;        // f = wbm / norm in the kernels, as core/loss26.c
+        double wbm = wt->w[k] * batch_mult;        // f = wbm / norm in the kernels, as core/spec/loss26.c
         double *part = w->part + (size_t)k * N_TERMS * PARTS;
         cls26_kernel<<<PARTS, THREADS, 0, dev->stream>>>(h, w->N, b->nc, w->gt, w->br[k], norm[k], wbm, wt->cls,
                                                        part + SUM_CLS * PARTS);

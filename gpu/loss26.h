@@ -1,4 +1,4 @@
-// loss26.h (gpu): the CUDA twin of core/loss26.h, the YOLO26 end-to-end loss of both branches. Same
+// loss26.h (gpu): the CUDA twin of core/spec/loss26.h, the YOLO26 end-to-end loss of both branches. Same
 // semantics in every respect (both assigners, the small-object rule, tie rule, normalisation, items,
 // ProgLoss weights from the caller); Map data are device memory, targets stay a host array (uploaded
 // into the work's own buffer). Includable from C.
@@ -9,7 +9,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-#include "core/loss26.h"   // inside: the CPU twin (and core/util.h) keep C linkage in a .cu
+#include "core/spec/loss26.h"   // inside: the CPU twin (and core/base/util.h) keep C linkage in a .cu
 
 #ifdef USE_CUDA
 // GpuLoss26Work: both branches' assignments and every buffer the two phases use, sized once for at

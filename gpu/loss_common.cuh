@@ -1,18 +1,18 @@
 // loss_common.cuh: what the two detection losses' CUDA twins (gpu/loss.cu for YOLOv9, gpu/loss26.cu
-// for YOLO26) share beyond core/box.h (CIoU, sigmoid: the CPU's own text) and core/loss_host.h (the
+// for YOLO26) share beyond core/spec/box.h (CIoU, sigmoid: the CPU's own text) and core/spec/loss_host.h (the
 // host-side checks): the fixed-order block and partial sums that keep them deterministic, the
 // assigner's tie rule, and the allocation and one-block layout of their work buffers. Internal to
 // those two files (everything static).
 #pragma once
 #include <math.h>
 
-#include "core/box.h"
-#include "core/loss_host.h"   // the host-side checks and target grouping both twins share with the CPU
+#include "core/spec/box.h"
+#include "core/spec/loss_host.h"   // the host-side checks and target grouping both twins share with the CPU
 #include "gpu/kernel_util.h"
 
 enum { PARTS = 1024, WARPS = THREADS / 32 };   // partial-sum blocks; warps per block
 
-// CIoU and its gradient, the sigmoid and the DFL split are core/box.h's (box_*): the CPU twins' own text.
+// CIoU and its gradient, the sigmoid and the DFL split are core/spec/box.h's (box_*): the CPU twins' own text.
 
 // An anchor: its level, cell and centre (x, y in cells: col + 0.5, row + 0.5), and the level's stride.
 typedef struct { int level, row, col; double x, y, stride; } Anchor;
@@ -88,7 +88,7 @@ __device__ static int block_topk(int A, int k, Metric metric, Pick pick) {
 }
 
 // When fewer than k of a gt's anchors have a metric > 0, torch.topk fills its k with zero-metric anchors:
-// the lowest indices, as the CPU twins (core/loss_host.h, loss_topk_*), and only those inside the gt's box
+// the lowest indices, as the CPU twins (core/spec/loss_host.h, loss_topk_*), and only those inside the gt's box
 // become positives. Anchors [0, A) are scanned in chunks of THREADS in order; a ballot ranks the zero-metric
 // ones within each chunk, until `need` are taken. metric(a, &in): the metric, and in whether a is inside;
 // pick(a) marks a positive.

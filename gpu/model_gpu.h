@@ -2,7 +2,7 @@
 // gradients, optimizer state, activations, op scratch), allocated once, and the state uploaded.
 // Afterwards model_forward / model_backward run the CUDA twins (gpu/backend_gpu.c).
 #pragma once
-#include "core/model.h"
+#include "core/spec/model.h"
 #include "gpu/device.h"
 
 #ifdef USE_CUDA

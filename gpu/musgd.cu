@@ -1,4 +1,4 @@
-// musgd.cu: the CUDA twins of core/musgd.c's MuSGD and AdamW steps. Elementwise updates are
+// musgd.cu: the CUDA twins of core/spec/musgd.c's MuSGD and AdamW steps. Elementwise updates are
 // multi-tensor kernels over parameter tables uploaded once; Newton-Schulz runs on batches of Muon
 // matrices of one shape, packed as bf16 in scratch, through strided-batched cuBLAS GEMMs (bf16
 // operands, fp32 accumulation and output) whose results a kernel rounds to bf16 where the CPU rounds.
@@ -59,7 +59,7 @@ struct NsScratch { bf16 *Y, *A, *T, *B; float *G32, *Z32; };
 
 __device__ static inline float bf16r(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
-// torch.lerp in fp32, as core/musgd.c's lerpf
+// torch.lerp in fp32, as core/spec/musgd.c's lerpf
 __device__ static inline float lerp_rn(float self, float end, float w) {
     float d = __fsub_rn(end, self);
     return fabsf(w) < 0.5f ? __fmaf_rn(w, d, self) : __fmaf_rn(-d, __fsub_rn(1.0f, w), end);
@@ -83,7 +83,7 @@ __device__ static int slot_of_chunk(const MuSlot *t, int n, size_t b) {
 
 // ---- kernels: elementwise updates over every parameter -------------------------------------
 
-// sgd_apply of core/musgd.c: g' = g + wd*p; s = s*beta + g' (two roundings); p += alpha*(g' + beta*s)
+// sgd_apply of core/spec/musgd.c: g' = g + wd*p; s = s*beta + g' (two roundings); p += alpha*(g' + beta*s)
 __global__ void musgd_sgd_kernel(const MuSlot *t, int n_slots, size_t chunks, SgdHyper h) {
     pdl_entry();
     for (size_t b = blockIdx.x; b < chunks; b += gridDim.x) {
@@ -419,7 +419,7 @@ extern "C" void musgd_free_gpu(GpuMuSgd *o) {
 
 // ---- steps -----------------------------------------------------------------------------------
 
-// muon_apply of core/musgd.c for every Muon parameter, a batch of one shape at a time
+// muon_apply of core/spec/musgd.c for every Muon parameter, a batch of one shape at a time
 static void muon_steps(Device *dev, GpuMuSgd *o, const MuStep *st) {
     float beta = (float)st->momentum, w1 = (float)(1 - (double)beta);
     MuonHyper h;

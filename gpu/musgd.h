@@ -1,4 +1,4 @@
-// musgd.h (gpu): the CUDA twins of core/musgd.h's optimizers for YOLO26: MuSGD (a Muon step with its
+// musgd.h (gpu): the CUDA twins of core/spec/musgd.h's optimizers for YOLO26: MuSGD (a Muon step with its
 // bf16 Newton-Schulz iterations through cuBLAS, plus nesterov SGD) and AdamW, over a model's
 // parameters in one GPU's memory. Same formulas and rounding points as the CPU reference; only the
 // GEMMs' fp32 accumulation order differs (so Muon updates agree to bf16 noise, the rest bit for bit).
@@ -9,7 +9,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-#include "core/musgd.h"   // C linkage from the .cu too
+#include "core/spec/musgd.h"   // C linkage from the .cu too
 
 #ifdef USE_CUDA
 // A GPU optimizer over params (w, g device pointers; borrowed, must outlive it). Its state buffers

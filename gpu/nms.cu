@@ -1,18 +1,18 @@
-// nms.cu: the CUDA twin of core/nms.c's nms_decode + nms_run for a batch of images, detection for
+// nms.cu: the CUDA twin of core/spec/nms.c's nms_decode + nms_run for a batch of images, detection for
 // detection (test_gpu_nms). Three steps: decode_kernel (one thread per anchor: DFL boxes, class scores,
 // the candidate filter, one 64-bit sort key per (anchor, class) pair), one device-wide radix sort of
 // every image's keys (CUB), nms_kernel (one block per image: the greedy pass, the block's threads testing the
 // later candidates in parallel). The arithmetic mirrors the CPU's operation for operation with the _rn
-// intrinsics (no FMA contraction), the class scores through core/fexp.h, the DFL softmax in double.
+// intrinsics (no FMA contraction), the class scores through core/spec/fexp.h, the DFL softmax in double.
 // The one source of a difference: CUDA's double exp may differ from glibc's in the last bit, which moves
 // a box corner (a float) by one ULP about once in 10^8 corners.
 // Legend: N images, A anchors, nc classes, R = 16 DFL bins, K = max_nms, D = max_det.
 #include <cub/cub.cuh>
 #include <stdint.h>
 
-#include "gpu/nms.h"        // first: device.h declares core/util.h's functions extern "C"
-#include "core/fexp.h"
-#include "core/loss.h"
+#include "gpu/nms.h"        // first: device.h declares core/base/util.h's functions extern "C"
+#include "core/spec/fexp.h"
+#include "core/spec/loss.h"
 #include "gpu/score_key.cuh"
 #include "gpu/pdl.cuh"
 

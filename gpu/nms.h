@@ -1,9 +1,9 @@
-// nms.h: the DFL decode, candidate filter and NMS of core/nms.h as CUDA kernels (gpu/nms.cu), for whole
+// nms.h: the DFL decode, candidate filter and NMS of core/spec/nms.h as CUDA kernels (gpu/nms.cu), for whole
 // batches of head maps on the device: the detections are nms_decode + nms_run's, detection for
 // detection, and only they (<= max_det per image) come back to the host. Legend: N images, A anchors,
 // nc classes.
 #pragma once
-#include "core/nms.h"
+#include "core/spec/nms.h"
 #include "gpu/device.h"
 
 #ifdef __cplusplus

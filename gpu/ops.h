@@ -1,4 +1,4 @@
-// ops.h (gpu): the CUDA twins of core/ops.h. Same argument order and the same = / += contract
+// ops.h (gpu): the CUDA twins of core/spec/ops.h. Same argument order and the same = / += contract
 // as the CPU twin, with a Device* first; Map data and every pointer are device memory. Each op is
 // queued on dev->stream (no host sync) and borrows dev->scratch only for its own duration.
 #pragma once
@@ -7,7 +7,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-#include "core/ops.h"
+#include "core/spec/ops.h"
 
 // ---- convolution (gpu/conv.cu): im2col + cuBLAS, or one GEMM for a 1x1 stride-1 conv ---------
 // Scratch bytes conv_forward_gpu/conv_backward_gpu need on `dev` (its precision and im2col cap).
@@ -25,7 +25,7 @@ int    conv_stem_fits(const ConvDims *d);
 size_t conv_stem_workspace_bytes_gpu(const ConvDims *d);
 void   conv_stem_forward_gpu(Device *dev, const ConvDims *d, Map x, const float *w, const float *b, Map y);
 void   conv_stem_wgrad_gpu(Device *dev, const ConvDims *d, Map x, Map dy, float *dw);   // dw +=
-// 1 where the data gradient of conv d comes out rounded to bf16 (cuDNN's, under GPU_BF16): core/grad_plan.c
+// 1 where the data gradient of conv d comes out rounded to bf16 (cuDNN's, under GPU_BF16): core/spec/grad_plan.c
 // stores the gradients such convs alone write as bf16 (model_plan_grad_storage)
 int conv_dgrad_bf16_gpu(const ConvDims *d);
 // conv_backward_gpu without a bias, under GPU_BF16, with dy given as packed (N*P*Q, K) bf16 values
@@ -74,7 +74,7 @@ void bn_silu_backward_bf16_gpu(Device *dev, Map z, const float *gamma, const flo
                                const float *mean, const float *invstd, Map dy, void *dz16,
                                float *dgamma, float *dbeta);
 // u = (z - mean)·invstd·gamma + beta from saved statistics (=), as the backward recomputes BN
-// outputs on the CPU (core/model_run.c bn_recompute), bit for bit.
+// outputs on the CPU (core/spec/model_run.c bn_recompute), bit for bit.
 void bn_apply_gpu(Device *dev, Map z, const float *gamma, const float *beta, const float *mean,
                   const float *invstd, Map u);
 // One RepConv branch's backward: its conv (d, w, dw +=, dx with its fresh bit) and BN (z, saved statistics,
@@ -101,7 +101,7 @@ void repconv_silu_backward_gpu(Device *dev, Map z1, const float *gamma1, const f
 // contiguous temp.
 void bn_apply_silu_backward_gpu(Device *dev, Map z, const float *gamma, const float *beta,
                                 const float *mean, const float *invstd, Map dy, Map du);
-// BN in evaluation mode inside training (core/ops.h bn_frozen_*): the saved statistics from the
+// BN in evaluation mode inside training (core/spec/ops.h bn_frozen_*): the saved statistics from the
 // running ones, bit for bit as the CPU; the backward with them constant: dz = du·gamma·invstd (=),
 // dgamma, dbeta (+=) as bn_backward_gpu.
 void bn_frozen_stats_gpu(Device *dev, int C, const float *running_mean, const float *running_var, float eps,
@@ -128,7 +128,7 @@ void avgpool_forward_gpu(Device *dev, Map x, int k, int stride, int pad, Map y);
 void avgpool_backward_gpu(Device *dev, int k, int stride, int pad, Map dy, Map dx);
 void upsample_forward_gpu(Device *dev, Map x, int factor, Map y);
 void upsample_backward_gpu(Device *dev, int factor, Map dy, Map dx);
-// bilinear resize of fp32 maps (gpu/resize.cu): core/resize.c's resize_bilinear_cpu, bit for bit
+// bilinear resize of fp32 maps (gpu/resize.cu): core/spec/resize.c's resize_bilinear_cpu, bit for bit
 void resize_bilinear_gpu(Device *dev, Map x, Map y);
 
 #ifdef __cplusplus

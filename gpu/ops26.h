@@ -1,4 +1,4 @@
-// ops26.h (gpu): the CUDA twins of core/ops26.h, with a Device* first and the same contracts: forward
+// ops26.h (gpu): the CUDA twins of core/spec/ops26.h, with a Device* first and the same contracts: forward
 // writes (=), backward adds (+=); Map data and every pointer are device memory; each op is queued on
 // dev->stream (no host sync) and borrows dev->scratch only while it runs.
 #pragma once
@@ -7,7 +7,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-#include "core/ops26.h"
+#include "core/spec/ops26.h"
 
 #ifdef USE_CUDA
 // ---- depthwise convolution (gpu/dwconv.cu): direct loops, dx by gather, dw/db by partial sums -------

@@ -1,4 +1,4 @@
-// optim.cu: the CUDA twins of core/optim.c's elementwise updates. Every op walks chunks of
+// optim.cu: the CUDA twins of core/spec/optim.c's elementwise updates. Every op walks chunks of
 // OPT_CHUNK floats of one slot, one block per chunk, so a whole model is one launch; a per-tensor
 // call is the same kernel over one slot passed by value. Updates write w, buf, g, ema in place;
 // fp32 ops use the explicitly rounded intrinsics, so nvcc cannot contract them differently from

@@ -1,4 +1,4 @@
-// optim.h (gpu): the CUDA twins of core/optim.h's elementwise updates (SGD, gradient sum of
+// optim.h (gpu): the CUDA twins of core/spec/optim.h's elementwise updates (SGD, gradient sum of
 // squares and scaling, EMA), per tensor and over a whole model's slots in one or two launches.
 // Legend: n floats of one tensor; a chunk is OPT_CHUNK floats of one slot, one block's work.
 #pragma once

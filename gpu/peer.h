@@ -1,4 +1,4 @@
-// peer.h: what the multi-device driver (core/multi.c) needs from CUDA beyond the backend table:
+// peer.h: what the multi-device driver (core/devices/multi.c) needs from CUDA beyond the backend table:
 // peer access with a self-test, buffers outside the memory plan's arenas (shards, device 0's
 // batch outputs), and the first pending error of a device. Includable from C.
 #pragma once

@@ -1,5 +1,5 @@
 // pool.cu: max pool, average pool (count_include_pad, floor mode) and nearest upsampling, the CUDA
-// twins of core/pool.c. Forward writes (=); backward adds (+=) and is a gather: one thread per dx
+// twins of core/spec/pool.c. Forward writes (=); backward adds (+=) and is a gather: one thread per dx
 // element sums its windows in the CPU twin's scan order, so results are deterministic and equal
 // to the CPU's. Forward maps may be bf16-stored (tensor.h); gradients are fp32. Legend: N batch, C channels, H,W in, P,Q out, k kernel, f upsampling factor.
 #include <math.h>

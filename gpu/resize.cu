@@ -1,4 +1,4 @@
-// resize.cu: the GPU twin of core/resize.c (multi_scale's bilinear resize of the images, PyTorch's
+// resize.cu: the GPU twin of core/spec/resize.c (multi_scale's bilinear resize of the images, PyTorch's
 // upsample_bilinear2d with align_corners=False), rounding as the CPU twin does: every product and sum
 // on its own (__fmul_rn, __fadd_rn), so the two agree bit for bit. Output = (not accumulated).
 // Legend: N batch, H,W in, P,Q out, C channels; NHWC fp32 maps.

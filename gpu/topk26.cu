@@ -1,16 +1,16 @@
-// topk26.cu: the CUDA twin of core/topk26.c for a batch of images, detection for detection
+// topk26.cu: the CUDA twin of core/spec/topk26.c for a batch of images, detection for detection
 // (test_gpu_topk26). Per image, as the CPU: every anchor's best class logit (first maximum) as a sort key,
 // a segmented radix sort (CUB) of the anchors, the k*nc (rank, class) pairs of the top k as keys, a second
 // sort, then the top k pairs whose score is above conf, boxes decoded for those only. Keys sort by logit
 // descending, index ascending (gpu/score_key.cuh), which is the CPU's comparator; the scores of the kept
-// logits go through core/fexp.h and the boxes through the _rn intrinsics (no FMA contraction), so both
+// logits go through core/spec/fexp.h and the boxes through the _rn intrinsics (no FMA contraction), so both
 // sides round alike.
 // Legend: N images, A anchors, nc classes, k = min(max_det, A), P = k * nc pairs per image.
 #include <cub/cub.cuh>
 #include <stdint.h>
 
-#include "gpu/topk26.h"     // first: device.h declares core/util.h's functions extern "C"
-#include "core/fexp.h"
+#include "gpu/topk26.h"     // first: device.h declares core/base/util.h's functions extern "C"
+#include "core/spec/fexp.h"
 #include "gpu/score_key.cuh"
 #include "gpu/pdl.cuh"
 

@@ -1,11 +1,11 @@
-// topk26.h: YOLO26's NMS-free top-k (core/topk26.h: topk26_decode + topk26_select) as CUDA kernels
+// topk26.h: YOLO26's NMS-free top-k (core/spec/topk26.h: topk26_decode + topk26_select) as CUDA kernels
 // (gpu/topk26.cu) for whole batches of one-to-one head maps on the device: the detections are the CPU
 // reference's, detection for detection, and only they (<= max_det per image) come back to the host.
 // Legend: N images, A anchors, nc classes, k = min(max_det, A).
 #pragma once
-#include "gpu/device.h"    // first: it declares core/util.h's functions extern "C"
-#include "core/nms.h"
-#include "core/topk26.h"
+#include "gpu/device.h"    // first: it declares core/base/util.h's functions extern "C"
+#include "core/spec/nms.h"
+#include "core/spec/topk26.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -2,7 +2,7 @@
 // model_to_device, auto_batch and plan_bytes. Includable from C.
 #pragma once
 #include "cfg/config.h"
-#include "core/model.h"
+#include "core/spec/model.h"
 
 // Plan m's memory on GPU `id` at `precision` (a master's plan holds the EMA, momentum and receive
 // buffers, and YOLO26's optimizer block and scratch; a replica's and inference's the model's arenas

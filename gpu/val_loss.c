@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "core/backend.h"
+#include "core/spec/backend.h"
 #include "gpu/loss.h"
 #include "gpu/loss26.h"
 #include "gpu/val_loss.h"
@@ -77,7 +77,7 @@ int val_loss_gpu_eval(Device *dev, ValLossGpu *v, const LossBatch *b, LossOut *o
     return loss_forward_backward_gpu(dev, v->lw, &g, NULL, out, err);
 }
 
-// As core/loss26.c's loss26_forward_backward with no gradients: assign (one wait for the sums of
+// As core/spec/loss26.c's loss26_forward_backward with no gradients: assign (one wait for the sums of
 // target scores), then compute with max(sum, 1) and N (one wait for the items).
 int val_loss_gpu_eval26(Device *dev, ValLossGpu *v, const Loss26Batch *b, const Loss26Weights *wt, Loss26Out *out,
                         Err *err) {

@@ -2,8 +2,8 @@
 // chunks, gathered on the device, then gpu/loss.h's loss (DFL heads) or gpu/loss26.h's (YOLO26's
 // one-to-one heads, end2end) without gradients. Includable from C.
 #pragma once
-#include "core/loss.h"
-#include "core/loss26.h"
+#include "core/spec/loss.h"
+#include "core/spec/loss26.h"
 #include "gpu/device.h"
 
 typedef struct ValLossGpu ValLossGpu;

@@ -2,7 +2,7 @@
 // (reference §3.3-§3.8): long-side load, letterbox, 4-image mosaic, random perspective, mixup, HSV, flips.
 // Legend: s img_size (640); W,H output width and height; boxes in pixels are xyxy, normalised ones cxcywh.
 #pragma once
-#include "core/util.h"
+#include "core/base/util.h"
 #include "io/dataset.h"
 #include "io/image.h"
 

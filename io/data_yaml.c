@@ -10,7 +10,7 @@
 #include <unistd.h>
 #include <yaml.h>
 
-#include "core/readfile.h"
+#include "core/base/readfile.h"
 #include "io/strlist.h"
 
 const char *const dataset_split_key[DS_N_SPLITS] = {"train", "val", "test"};

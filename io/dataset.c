@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/readfile.h"
+#include "core/base/readfile.h"
 #include "io/image.h"
 #include "io/strlist.h"
 

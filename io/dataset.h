@@ -4,7 +4,7 @@
 #include <stdio.h>
 
 #include "cfg/config.h"
-#include "core/util.h"
+#include "core/base/util.h"
 
 typedef struct { int cls; float cx, cy, w, h; } Box;   // normalised to the image, centre and size
 

@@ -2,7 +2,7 @@
 // and atomic saving (write `path.tmp`, then rename). The codecs are image_jpeg.c and image_png.c.
 #include "io/image.h"
 #include "io/image_codec.h"
-#include "core/readfile.h"
+#include "core/base/readfile.h"
 
 #include <errno.h>
 #include <stdlib.h>

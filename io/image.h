@@ -2,7 +2,7 @@
 // resizing and drawing. Pixels are HWC, row-major, 3 bytes per pixel, R G B.
 #pragma once
 #include <stdint.h>
-#include "core/util.h"
+#include "core/base/util.h"
 
 typedef struct { int w, h; uint8_t *px; } Image;      // px: w*h*3 bytes, owned
 

@@ -2,7 +2,7 @@
 // its slot of the ring and the worker that finishes a batch gathers its targets, so the bytes never
 // depend on which worker did what. Legend: N batch, S side, T_max target rows one image may bring.
 #include "io/loader.h"
-#include "core/memlimit.h"
+#include "core/base/memlimit.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -506,5 +506,5 @@ LoaderConfig loader_config(const Config *cfg, int train) {
                           .degrees = h->degrees, .translate = h->translate, .scale = h->scale, .shear = h->shear,
                           .perspective = h->perspective, .flipud = h->flipud, .fliplr = h->fliplr,
                           .mosaic = h->mosaic, .mixup = h->mixup, .rect = train && cfg->rect };
-    return lc;   // rect: the caller gives rect_order and rect_shape (core/train.c)
+    return lc;   // rect: the caller gives rect_order and rect_shape (core/train/train.c)
 }

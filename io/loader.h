@@ -8,7 +8,7 @@
 #include <stdio.h>
 
 #include "cfg/config.h"
-#include "core/util.h"
+#include "core/base/util.h"
 #include "io/augment.h"
 #include "io/dataset.h"
 
@@ -22,13 +22,13 @@ typedef struct {
     int       cache_ram;      // 1: decode and resize each image once, keep it for every epoch
     size_t    mem_available;  // bytes the RAM cache may use; 0 = MemAvailable of /proc/meminfo
     FILE     *report;         // where unreadable images are reported; NULL = stderr
-    // rect training (train = 1, aug.rect; core/train.c fills both from val_plan with pad 0): every
+    // rect training (train = 1, aug.rect; core/train/train.c fills both from val_plan with pad 0): every
     // epoch takes the samples in rect_order (n dataset indices, ascending h/w: no shuffle, as the
     // reference turns shuffle off for rect) and batch b is letterboxed to rect_shape[b] = {h, w}.
     // The loader copies both. NULL: shuffled, every batch S x S (with aug.rect too: letterboxed, no mosaic).
     const int *rect_order;
     const int (*rect_shape)[2];
-    // Several processes (core/procs.h): each batch of B images is made only in part, the images at
+    // Several processes (core/procs/procs.h): each batch of B images is made only in part, the images at
     // positions [first, first + share(B, &first, share_arg)) of the whole batch; Batch.n is that count
     // (0: an empty batch) and its targets count from the share's first image. The bytes of each image
     // are those the whole batch would hold (a sample's randomness comes from its dataset index). NULL:

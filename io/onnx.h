@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/util.h"
+#include "core/base/util.h"
 #include "io/pb.h"
 
 enum { ONNX_FLOAT = 1, ONNX_INT64 = 7 };       // TensorProto.DataType

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/util.h"
+#include "core/base/util.h"
 
 void pb_put(Pb *p, const void *s, size_t n) {
     if (p->n + n > p->cap) {

@@ -1,7 +1,7 @@
 // picture.h: a JPEG of a batch's first images in a grid, with their boxes and class names; what
 // `yolotrain check` shows and what training writes as train_batch0.jpg.
 #pragma once
-#include "core/util.h"
+#include "core/base/util.h"
 #include "io/loader.h"
 
 // Draw up to 16 images of b (4x4 at most; the picture is at most 1920 px wide) with each target's

@@ -2,7 +2,7 @@
 // as the reference draws them (train losses, precision, recall; val losses, mAP50, mAP50-95): each
 // series with dots, its gaussian-smoothed line dotted, ticks on both axes, the legend in panel 2.
 #include "io/plot.h"
-#include "core/readfile.h"
+#include "core/base/readfile.h"
 
 #include <math.h>
 #include <stdlib.h>

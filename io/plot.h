@@ -3,7 +3,7 @@
 // confusion matrix (io/plot_confusion.c) and labels.jpg (io/plot_labels.c). Each saves through a
 // temporary name and a rename and returns 0, or -1 with err naming the file.
 #pragma once
-#include "core/util.h"
+#include "core/base/util.h"
 
 // Read csv (the %20.5g rows train writes) and save ten panels as a PNG at png.
 int plot_results(const char *csv, const char *png, Err *err);

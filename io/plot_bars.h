@@ -1,7 +1,7 @@
 // plot_bars.h: a horizontal stacked bar chart as a PNG (bench/balance: the step time of each
 // device split into phases).
 #pragma once
-#include "core/util.h"
+#include "core/base/util.h"
 
 #define PLOT_BARS_MAX_PARTS 8
 

@@ -1,7 +1,7 @@
 // safetensors.c: see safetensors.h. The header is parsed by a small strict JSON reader that accepts
 // only what the format uses: one object of tensor entries {dtype, shape, data_offsets} and __metadata__.
 #include "io/safetensors.h"
-#include "core/readfile.h"
+#include "core/base/readfile.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/util.h"
+#include "core/base/util.h"
 
 #define ST_MAX_DIMS 8
 

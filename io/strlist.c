@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/readfile.h"
+#include "core/base/readfile.h"
 
 void strlist_push(StrList *l, char *s) {
     if (l->n == l->cap) {

@@ -1,7 +1,7 @@
 // strlist.h: what the dataset readers (io/dataset.c, io/data_yaml.c) and detect's sources share: a
 // growable list of owned strings, strings and paths built with a format, and image list files.
 #pragma once
-#include "core/util.h"
+#include "core/base/util.h"
 
 typedef struct { char **v; int n, cap; } StrList;
 

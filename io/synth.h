@@ -2,7 +2,7 @@
 // written as real JPEG files with YOLO labels and a data.yaml, the same bytes for the same config.
 #pragma once
 #include <stdint.h>
-#include "core/util.h"
+#include "core/base/util.h"
 #include "io/image.h"
 
 #define SYNTH_DIR         "data/synth"         // default folder, relative to the working directory

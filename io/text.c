@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/switches.h"
+#include "core/base/switches.h"
 
 #ifdef USE_FREETYPE
 #include <ft2build.h>

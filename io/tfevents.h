@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "core/util.h"
+#include "core/base/util.h"
 #include "io/image.h"
 
 uint32_t crc32c(const void *p, size_t n);               // CRC-32C (Castagnoli), as TFRecord uses

@@ -4,7 +4,7 @@
 #pragma once
 #include <stddef.h>
 
-#include "core/util.h"
+#include "core/base/util.h"
 
 typedef struct {
     char                *name;    // NUL-terminated copy of the entry's name

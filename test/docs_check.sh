@@ -5,7 +5,7 @@
 #     cfg/README.md.
 # (b) Every repo path named in a source comment (core/ gpu/ io/ cfg/ bench/ test/ and the Makefile) or in
 #     the docs (README.md and the folders' README.md; bench/RESULTS.md and bench/HISTORY.md are history
-#     and not checked) exists: core/conv.c, gpu/bn.cu:77 (a :line suffix is allowed), io/ (a folder).
+#     and not checked) exists: core/spec/conv.c, gpu/bn.cu:77 (a :line suffix is allowed), io/ (a folder).
 #     A name without an extension (bench/step, a built program) passes when it or it.c exists. Not
 #     checked: globs and brace lists (io/plot*.c), placeholders (bench/NAME, a word in capitals, or
 #     followed by <what>), build outputs (.o .d .a), a value after = (csv=bench/balance.csv: what a

@@ -2,8 +2,8 @@
 // ../shared/fixtures/README.md) share: the json scalars, the fixture's inputs, and a report of the
 // worst element per group of tensors. Include after test/test.h.
 #pragma once
-#include "core/model.h"
-#include "core/switches.h"
+#include "core/spec/model.h"
+#include "core/base/switches.h"
 #include "io/safetensors.h"
 
 // A number of the fixture's json: element `index` of "key" (a number or an array); NAN if absent.

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/nms.h"
-#include "core/util.h"
+#include "core/spec/nms.h"
+#include "core/base/util.h"
 
 enum HeadKind { HEAD_NONE, HEAD_ONE, HEAD_FEW, HEAD_MANY, HEAD_TIES, HEAD_KINDS };
 static const char *const head_kind_name[HEAD_KINDS] = { "none", "one", "few", "many", "ties" };

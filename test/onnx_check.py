@@ -13,7 +13,7 @@ use (slow, for machines without onnxruntime). Then the detections both outputs g
 or prints why and exits 1.
 
 YOLO26's (B, k, 6) is compared row by row, in order, like everything else: the export ranks the logits
-in both TopKs and runs the Sigmoid on the kept pairs only, and core/topk26.c ranks the logits the same
+in both TopKs and runs the Sigmoid on the kept pairs only, and core/spec/topk26.c ranks the logits the same
 way (ties to the lower index, as ONNX's TopK), so the order depends only on the logits, which the
 runtime computes to about 1e-6. The runtime's Sigmoid then changes only score values (onnxruntime's CPU
 Sigmoid is a rational approximation good to ~3e-8 absolute, 0 below about -16.6, not monotone there:

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# switch_check.sh (make layers, test_switches): the switch registry (core/switches.c) against the source.
+# switch_check.sh (make layers, test_switches): the switch registry (core/base/switches.c) against the source.
 # Fails when a YT_ name appears in a .c, .cu, .cuh or .h file of core/ gpu/ io/ cfg/ bench/ test/ but not in
 # the registry, when the registry names a variable nothing in them uses, or when a variant or test hook
 # names no test (or a test that does not exist, or that never mentions it), or when core/ gpu/ io/ cfg/ call
 # getenv for a YT_ name outside the registry. Run from the repository root.
 # YT_VERSION is exempt: a make variable (the commit, compiled into core/main.c), not the environment's.
 set -u
-reg=core/switches.c
+reg=core/base/switches.c
 dirs=(core gpu io cfg bench test)
 fail=0
 
@@ -36,8 +36,8 @@ for n in $used; do
     fi
 done
 for n in $names; do
-    if [ -z "$(grep -lw "$n" $files | grep -vE "^($reg|core/switches\.h)\$")" ] &&
-       [ -z "$(grep -lw "SW_${n#YT_}" $files | grep -vE "^($reg|core/switches\.h)\$")" ]; then
+    if [ -z "$(grep -lw "$n" $files | grep -vE "^($reg|core/base/switches\.h)\$")" ] &&
+       [ -z "$(grep -lw "SW_${n#YT_}" $files | grep -vE "^($reg|core/base/switches\.h)\$")" ]; then
         fail=1
         echo "switch_check: $n is in the registry but nothing reads it: remove its row"
     fi
@@ -45,7 +45,7 @@ done
 
 # the registry is the only reader: no getenv of a YT_ name elsewhere in core/ gpu/ io/ cfg/
 bad=$(grep -rnE 'getenv\("YT_' core gpu io cfg | grep -v "^$reg:")
-if [ -n "$bad" ]; then fail=1; echo "switch_check: read YT_ variables through core/switches.h (switch_str), not getenv:"; echo "$bad" | sed 's/^/    /'; fi
+if [ -n "$bad" ]; then fail=1; echo "switch_check: read YT_ variables through core/base/switches.h (switch_str), not getenv:"; echo "$bad" | sed 's/^/    /'; fi
 
 while read -r name kind tests; do
     case "$kind" in SWITCH_DIAGNOSTIC|SWITCH_USER) continue ;; esac

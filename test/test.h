@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/switches.h"
+#include "core/base/switches.h"
 
 static int t_pass, t_fail, t_skip;
 static int t_failed_now;
@@ -45,7 +45,7 @@ static inline int close_enough(double got, double ref, double atol, double rtol)
     return fabs(got - ref) <= atol + rtol * fabs(ref) && !isnan(got);
 }
 
-// Sets a YT_ switch (core/switches.h) in this process's environment, which its children inherit (value NULL:
+// Sets a YT_ switch (core/base/switches.h) in this process's environment, which its children inherit (value NULL:
 // unsets it), and has the registry read it again, so that what this process runs next sees it too.
 static inline void test_switch(Switch s, const char *value) {
     if (value) setenv(switch_info(s)->name, value, 1);

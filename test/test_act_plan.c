@@ -1,4 +1,4 @@
-// test_act_plan.c: the activation arena's storage plan (core/act_plan.c) on gelan-s, yolov9-s and
+// test_act_plan.c: the activation arena's storage plan (core/spec/act_plan.c) on gelan-s, yolov9-s and
 // YOLO26-s: the fp32 layout has the size model_build planned; under bf16 the images, the head maps
 // and every map an fp32-only op touches stay fp32, buffers never overlap, slices follow their owner,
 // and the arena shrinks by what the bf16 maps save.
@@ -7,7 +7,7 @@
 #include "test/test.h"
 
 #include "cfg/config.h"
-#include "core/model.h"
+#include "core/spec/model.h"
 
 static int owner(const Model *m, int v) { return m->values[v].parent < 0 ? v : m->values[v].parent; }
 

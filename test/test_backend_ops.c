@@ -5,7 +5,7 @@
 // backend's table, so a slot swapped in the CPU's table fails as one in the GPU's would. The CPU backend is
 // held to the bit; a GPU (built with CUDA, one present; else a skip) to |gpu - cpu| <= arel·max|cpu| +
 // rtol·|cpu| (test/test.h). A unit or fused entry a backend leaves NULL is composed by the executor; where
-// a backend states one, it is checked against the reference composition (core/model_run.c's order) and,
+// a backend states one, it is checked against the reference composition (core/spec/model_run.c's order) and,
 // where the executor's YT_FUSE=0 runs rely on it, to the bit against the same composition of that
 // backend's own ops.
 //   test_backend_ops             check every entry on every backend present
@@ -14,10 +14,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "core/backend.h"
-#include "core/ops.h"
-#include "core/ops26.h"
-#include "core/util.h"
+#include "core/spec/backend.h"
+#include "core/spec/ops.h"
+#include "core/spec/ops26.h"
+#include "core/base/util.h"
 #include "test/test.h"
 #ifdef USE_CUDA
 #include "gpu/device.h"
@@ -195,7 +195,7 @@ static void label(char *buf, size_t size, const char *op, Shape s, const char *p
     snprintf(buf, size, "%s %dx%dx%dx%d+%d %s", op, s.N, s.H, s.W, s.C, s.extra, part);
 }
 
-// ---- the executor's compositions, through a backend's own ops (core/model_run.c's order) -----
+// ---- the executor's compositions, through a backend's own ops (core/spec/model_run.c's order) -----
 
 // The reference backend: the plain core/ functions, in a table of the test's own (not backend_cpu's).
 static void r_bn_train(void *c, Map z, const float *g, const float *b, float eps, float mom, float *rm, float *rv,
@@ -813,7 +813,7 @@ static const Entry ENTRIES[] = {
 enum { N_ENTRIES = sizeof ENTRIES / sizeof *ENTRIES };
 // Every slot of the three sub-tables has its entry: a new op fails to build until it has a case.
 _Static_assert(N_ENTRIES == (sizeof(BackendOps) + sizeof(BackendUnit) + sizeof(BackendFused)) / sizeof(void (*)(void)),
-               "test_backend_ops: an op, unit or fused slot of core/backend.h without its entry");
+               "test_backend_ops: an op, unit or fused slot of core/spec/backend.h without its entry");
 
 // Whether be states e (its slot is not NULL)
 static int has_slot(const Backend *be, const Entry *e) {

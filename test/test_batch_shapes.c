@@ -7,9 +7,9 @@
 #include <limits.h>
 #include <math.h>
 
-#include "core/ops.h"
-#include "core/train.h"
-#include "core/val.h"
+#include "core/spec/ops.h"
+#include "core/train/train.h"
+#include "core/eval/val.h"
 #include "io/augment.h"
 #include "io/image.h"
 #include "io/loader.h"

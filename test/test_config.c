@@ -6,7 +6,7 @@
 #include <dirent.h>
 
 #include "cfg/config.h"
-#include "core/util.h"
+#include "core/base/util.h"
 #include "io/dataset.h"
 
 static char tmp[4096];

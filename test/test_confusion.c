@@ -5,8 +5,8 @@
 
 #include <math.h>
 
-#include "core/confusion.h"
-#include "core/metrics.h"
+#include "core/eval/confusion.h"
+#include "core/eval/metrics.h"
 
 enum { NC = 3, BG = NC };
 

@@ -7,7 +7,7 @@
 #include <zlib.h>
 
 #include "cfg/config.h"
-#include "core/train.h"
+#include "core/train/train.h"
 #include "io/check.h"
 #include "io/dataset.h"
 #include "io/image.h"

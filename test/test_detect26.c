@@ -1,11 +1,11 @@
 // test_detect26.c: the NMS-free path of YOLO26 (issue 11 item 6): validation and detect decode the
-// one-to-one head with top-k (core/val_decode.c), no NMS. Random YOLO26-s weights at 64 px run the whole
+// one-to-one head with top-k (core/eval/val_decode.c), no NMS. Random YOLO26-s weights at 64 px run the whole
 // validation pass; hand-made one-to-one maps that encode two known boxes give a perfect detector
 // (mAP50 0.995 under the 101-point interpolation) and detect writes exactly those boxes.
 #include "test/test.h"
 
-#include "core/detect.h"
-#include "core/val.h"
+#include "core/eval/detect.h"
+#include "core/eval/val.h"
 #include "io/synth.h"
 
 enum { S = 64, NC = 6 };

@@ -13,7 +13,7 @@
 #include <sys/wait.h>
 
 #include "cfg/config.h"
-#include "core/train.h"
+#include "core/train/train.h"
 #include "io/synth.h"
 #ifdef USE_CUDA
 #include "gpu/device.h"
@@ -113,21 +113,21 @@ static void test_same_seed_same_bits_gpu(void) {
     if (a || b) { CHECK(0, "a GPU run failed: status %d, %d", a, b); return; }
     compare("gpu1", "gpu3");
     // the gradient plan's fresh writes (cuDNN's beta 0, its bf16 input gradients copied, not added)
-    // against every buffer zeroed and every write an addition (core/grad_plan.c)
+    // against every buffer zeroed and every write an addition (core/spec/grad_plan.c)
     if (same_with("YT_GRAD_FRESH=0", "gpu_zeroed", "gpu1")) return;
     // the weights rounded to bf16 once a pass against once per convolution (gpu/conv.cu), or only the 3x3
     // convs' per convolution
     if (same_with("YT_WEIGHTS_ONCE=0", "gpu_weights_per_conv", "gpu1")) return;
     if (same_with("YT_WEIGHTS_ONCE=unpermuted", "gpu_weights_permuted_per_conv", "gpu1")) return;
     // the fused forms (a RepConv's passes, a conv with the residual addition after it) against the launches
-    // they replace (core/model_run.c, gpu/bn.cu)
+    // they replace (core/spec/model_run.c, gpu/bn.cu)
     if (same_with("YT_FUSE=0", "gpu_unfused", "gpu1")) return;
-    // a residual input's gradient in its addition's buffer against one of its own (core/grad_plan.c)
+    // a residual input's gradient in its addition's buffer against one of its own (core/spec/grad_plan.c)
     if (same_with("YT_GRAD_ALIAS=0", "gpu_unaliased", "gpu1")) return;
     // the recorded steps' kernels launched programmatically against after their predecessors' ends
     // (gpu/graph_pdl.c): a kernel that read before it waited would race and, sooner or later, differ
     if (same_with("YT_PDL=0", "gpu_no_pdl", "gpu1")) return;
-    // gradients stored as bf16 where they are bf16 values anyway (core/grad_plan.c plan_grad_types) against
+    // gradients stored as bf16 where they are bf16 values anyway (core/spec/grad_plan.c plan_grad_types) against
     // every gradient fp32
     if (same_with("YT_GRAD_BF16=0", "gpu_grads_fp32", "gpu1")) return;
     // YOLO26-n: depthwise convs (fresh too), attention, the detached one-to-one head, MuSGD; YT_FUSE=0 for its

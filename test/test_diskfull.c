@@ -12,7 +12,7 @@
 #include <sys/wait.h>
 
 #include "cfg/config.h"
-#include "core/checkpoint.h"
+#include "core/train/checkpoint.h"
 #include "io/synth.h"
 
 enum { P = 4096 };

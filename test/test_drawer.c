@@ -1,4 +1,4 @@
-// test_drawer.c: the run's drawing thread (core/drawer.h): jobs run in the order queued, one at a time,
+// test_drawer.c: the run's drawing thread (core/eval/drawer.h): jobs run in the order queued, one at a time,
 // drawer_wait returns only once every job queued before it ran, drawer_free runs what is still queued,
 // and a NULL drawer runs a job at once on the caller's thread.
 #include "test/test.h"
@@ -6,8 +6,8 @@
 #include <pthread.h>
 #include <time.h>
 
-#include "core/drawer.h"
-#include "core/val.h"
+#include "core/eval/drawer.h"
+#include "core/eval/val.h"
 #include "io/picture.h"
 
 static int order[64], n_order, running, overlap;

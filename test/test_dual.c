@@ -6,11 +6,11 @@
 #include "test/trainer_host.h"
 
 #include "cfg/config.h"
-#include "core/export.h"
-#include "core/loss.h"
-#include "core/model.h"
-#include "core/nms.h"
-#include "core/train.h"
+#include "core/eval/export.h"
+#include "core/spec/loss.h"
+#include "core/spec/model.h"
+#include "core/spec/nms.h"
+#include "core/train/train.h"
 #include "io/safetensors.h"
 #include "test/fixture.h"
 #ifdef USE_CUDA
@@ -133,7 +133,7 @@ static const DualFixture YOLOV9_S = { "yolov9_s_dual_step", "cfg/yolov9-s.ini", 
 static const DualFixture YOLOV9_C_QUARTER = { "yolov9_c_quarter_dual_step", "test/yolov9-c-quarter.ini", 4084960,
                                               566 + 178, 476 };
 
-// One step of the fixture's model through the trainer's phases (core/train.c, and gpu/train_gpu.c
+// One step of the fixture's model through the trainer's phases (core/train/train.c, and gpu/train_gpu.c
 // on a GPU), as training runs it: both assignments, the dual loss, backward. On the CPU (gpu < 0) or
 // GPU `gpu` in fp32: head maps to map_rtol, loss items to loss_rtol, gradients and BN statistics per TOL.
 static void fixture_dual(const DualFixture *fx, int gpu, double map_rtol, double loss_rtol) {

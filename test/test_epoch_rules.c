@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "cfg/config.h"
-#include "core/train.h"
+#include "core/train/train.h"
 #include "test/synth_run.h"
 
 #if defined(__GNUC__) && !defined(__clang__)

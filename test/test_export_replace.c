@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include "cfg/config.h"
-#include "core/export.h"
-#include "core/model.h"
+#include "core/eval/export.h"
+#include "core/spec/model.h"
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"   // the scratch paths here are short

@@ -5,8 +5,8 @@
 #include "test/test.h"
 
 #include "cfg/config.h"
-#include "core/export.h"
-#include "core/model.h"
+#include "core/eval/export.h"
+#include "core/spec/model.h"
 
 typedef struct { const char *config; size_t params; int tensors; } Member;
 

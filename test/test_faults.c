@@ -18,7 +18,7 @@
 #endif
 
 #include "cfg/config.h"
-#include "core/train.h"
+#include "core/train/train.h"
 #include "gpu/device.h"
 #include "io/safetensors.h"
 #include "io/synth.h"

@@ -1,6 +1,6 @@
 // test_freeze26.c: freeze= for YOLO26 (Ultralytics' freeze: the frozen layers' BatchNorm in evaluation
-// mode during training, core/transfer.h freeze_apply). The evaluation-mode BN of the training path:
-// a finite-difference check of its op (core/bn.c bn_frozen_*) and of the whole model's gradients with
+// mode during training, core/spec/transfer.h freeze_apply). The evaluation-mode BN of the training path:
+// a finite-difference check of its op (core/spec/bn.c bn_frozen_*) and of the whole model's gradients with
 // every BN in evaluation mode (YOLO26-n), a frozen layer's training output equal to its
 // evaluation output with its running statistics untouched, and the GPU's training step against the CPU's
 // with frozen layers (skips without CUDA or a GPU).
@@ -8,9 +8,9 @@
 #include "test/test.h"
 
 #include "cfg/config.h"
-#include "core/backend.h"
-#include "core/model.h"
-#include "core/transfer.h"
+#include "core/spec/backend.h"
+#include "core/spec/model.h"
+#include "core/spec/transfer.h"
 #ifdef USE_CUDA
 #include "gpu/model_gpu.h"
 #endif

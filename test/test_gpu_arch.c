@@ -8,9 +8,9 @@
 #include <sys/wait.h>
 
 #include "cfg/config.h"
-#include "core/infer_devices.h"
-#include "core/multi.h"
-#include "core/train.h"
+#include "core/devices/infer_devices.h"
+#include "core/devices/multi.h"
+#include "core/train/train.h"
 #ifdef USE_CUDA
 #include "gpu/device.h"
 #include "gpu/model_gpu.h"

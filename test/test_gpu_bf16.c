@@ -1,4 +1,4 @@
-// test_gpu_bf16.c: bf16-stored maps (tensor.h, core/act_plan.c) in the CUDA twins. A map stored as
+// test_gpu_bf16.c: bf16-stored maps (tensor.h, core/spec/act_plan.c) in the CUDA twins. A map stored as
 // bf16 holds exactly the values of an fp32 map rounded to bf16, so every op fed one must give what
 // it gives the rounded fp32 map: the same outputs bit for bit (GEMM operands, BN statistics and
 // gradients, pools, copies), and a bf16 output equal to the fp32 output rounded once (one bf16 unit
@@ -7,10 +7,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "core/musgd.h"   // bf16_round
-#include "core/ops.h"
-#include "core/ops26.h"
-#include "core/util.h"
+#include "core/spec/musgd.h"   // bf16_round
+#include "core/spec/ops.h"
+#include "core/spec/ops26.h"
+#include "core/base/util.h"
 #include "test/test.h"
 #ifdef USE_CUDA
 #include "gpu/ops.h"

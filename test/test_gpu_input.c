@@ -17,7 +17,7 @@
 #endif
 
 #include "cfg/config.h"
-#include "core/multi.h"
+#include "core/devices/multi.h"
 #include "io/dataset.h"
 #include "io/image.h"
 #include "io/loader.h"

@@ -1,8 +1,8 @@
-// test_gpu_loss.c: the CUDA loss (gpu/loss.cu) against the CPU twin (core/loss.c) on random batches
+// test_gpu_loss.c: the CUDA loss (gpu/loss.cu) against the CPU twin (core/spec/loss.c) on random batches
 // (assignment, items, every gradient), the gelan-s reference step, determinism, no allocation in the
 // step calls, and the time of a B=64 640x640 step. Without CUDA, or without a GPU, every test skips.
 // Legend: N batch, A anchors, G targets, nc classes, C = 4R + nc channels, ld pixel stride.
-#include "core/loss.h"
+#include "core/spec/loss.h"
 #include "io/safetensors.h"
 #include "test/test.h"
 #ifdef USE_CUDA

@@ -1,8 +1,8 @@
-// test_gpu_loss26.c: the CUDA YOLO26 loss (gpu/loss26.cu) against the CPU twin (core/loss26.c): the
+// test_gpu_loss26.c: the CUDA YOLO26 loss (gpu/loss26.cu) against the CPU twin (core/spec/loss26.c): the
 // YOLO26-s reference step's outputs and random odd-sized batches (both branches' assignments, tss, items,
 // every gradient), bad rows, batch sizes changing between calls, determinism and no allocation per step.
 // Without CUDA, or without a GPU, every test skips. Legend: N batch, A anchors, nc classes, ld pixel stride.
-#include "core/loss26.h"
+#include "core/spec/loss26.h"
 #include "io/safetensors.h"
 #include "test/test.h"
 #include "test/fixture.h"   // json_number

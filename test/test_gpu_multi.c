@@ -1,4 +1,4 @@
-// test_gpu_multi.c: the multi-device driver (core/multi.h) on real CUDA with one GPU. The test hook
+// test_gpu_multi.c: the multi-device driver (core/devices/multi.h) on real CUDA with one GPU. The test hook
 // YT_TEST_SAME_GPU=1 lets device= name GPU 0 two or three times: each device is its own Device (stream,
 // cuBLAS and cuDNN handles, arenas) with its own worker thread, and the copies between them are
 // device-to-device copies within the GPU. As test_multi does for CPU devices: the loss and gradients of
@@ -12,7 +12,7 @@
 #include "test/trainer_host.h"
 
 #include "cfg/config.h"
-#include "core/multi.h"
+#include "core/devices/multi.h"
 
 #define CPU_TESTS(X) X(test_parse_same_gpu)
 #define GPU_TESTS(X) X(test_equivalence_two_on_one_gpu) X(test_equivalence_three_on_one_gpu) \

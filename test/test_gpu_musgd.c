@@ -1,4 +1,4 @@
-// test_gpu_musgd.c: gpu/musgd.h against core/musgd.h: Newton-Schulz alone on several shapes, three
+// test_gpu_musgd.c: gpu/musgd.h against core/spec/musgd.h: Newton-Schulz alone on several shapes, three
 // MuSGD steps on a model-like parameter set, three AdamW and three Adam steps (bit for bit); gradients zeroed, no
 // allocation. Without CUDA in the build, or without a GPU, every test is a skip.
 // Legend: n floats of a tensor; r x c a Muon matrix view; k matrices of one Newton-Schulz call.
@@ -17,8 +17,8 @@
 // 5.1e-3 of max|X|, up to 77% of the entries. Bounds: 3x those (MAX_REL, MEAN_REL). A step moves a
 // weight by lr*muon*X, so the weights get the same bounds on D = sum over steps of lr*muon*max|X|,
 // read off a CPU twin with sgd = 0 (its weights move by the Muon update alone; X ignores w).
-#include "core/musgd.h"
-#include "core/util.h"
+#include "core/spec/musgd.h"
+#include "core/base/util.h"
 #include "test/test.h"
 #ifdef USE_CUDA
 #include "gpu/musgd.h"

@@ -3,8 +3,8 @@
 // on random heads with 0, 1, few and > 30,000 candidates, ties, nc 1/3/80, max_det hit, best-class and
 // agnostic modes, batches of several images; and its time on a 640 px, nc 80 batch of 8.
 // Without CUDA, or without a GPU, every test skips. Legend: N images, A anchors, nc classes.
-#include "core/backend.h"
-#include "core/nms.h"
+#include "core/spec/backend.h"
+#include "core/spec/nms.h"
 #include "test/nms_heads.h"
 #include "test/test.h"
 #ifdef USE_CUDA

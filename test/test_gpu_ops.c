@@ -1,15 +1,15 @@
 // test_gpu_ops.c: the CUDA twins of gpu/ops.h beyond what test_backend_ops checks through the backend table:
 // the convolutions in every precision and path (TF32, bf16, cuDNN, chunked im2col, bf16 dy and dx), the
 // fused BN + SiLU forms' own outputs (a stored u, the packed bf16 dz), the residual with a bf16 output, BN
-// statistics far from zero, zero_map, and the memory discipline; against the CPU twins of core/ops.h on the
+// statistics far from zero, zero_map, and the memory discipline; against the CPU twins of core/spec/ops.h on the
 // same fresh random inputs, odd shapes and channel slices (ld > C) with guard values checked after each op
 // (|gpu - cpu| <= atol + rtol·|cpu|, test/test.h). Without CUDA in the build, or without a GPU, every test is a skip.
 // Legend: N batch, C/K channels, H,W in, P,Q out, k kernel, G groups.
 #include <stdint.h>
 #include <string.h>
 
-#include "core/ops.h"
-#include "core/util.h"
+#include "core/spec/ops.h"
+#include "core/base/util.h"
 #include "test/test.h"
 #ifdef USE_CUDA
 #include "gpu/cudnn_conv.h"
@@ -302,7 +302,7 @@ static void test_conv_cudnn_bf16(void) {
     CHECK(plans > plans0, "cuDNN is in use but made no plan: every case went the GEMM path");
 }
 
-// A bf16-stored input gradient (core/grad_plan.c stores such where a conv's data gradient is bf16 values
+// A bf16-stored input gradient (core/spec/grad_plan.c stores such where a conv's data gradient is bf16 values
 // anyway): through cuDNN the same bits as the fp32 gradient it was widened into, through the GEMM path
 // (cuDNN off, gpu/conv.cu dgrad_into_bf16: a few images at a time, rounded) that gradient rounded, within
 // one bf16 step. The stem's cases are left out (its input gradient is never needed).

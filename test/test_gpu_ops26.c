@@ -1,10 +1,10 @@
-// test_gpu_ops26.c: the CUDA twins of core/ops26.h (gpu/dwconv.cu, gpu/attn.cu) against their CPU twins on
+// test_gpu_ops26.c: the CUDA twins of core/spec/ops26.h (gpu/dwconv.cu, gpu/attn.cu) against their CPU twins on
 // the same random inputs: odd shapes, batch 1, channel slices (ld > C) with guard values checked after
 // each op, backward onto random priors (+=). fp32, TF32 off, to |gpu - cpu| <= atol + rtol·|cpu| (test/test.h). Without CUDA in the
 // build, or without a GPU, every test is a skip.
 // Legend: N batch, C channels, H,W in, P,Q out, k kernel, T tokens, nh heads.
-#include "core/ops26.h"
-#include "core/util.h"
+#include "core/spec/ops26.h"
+#include "core/base/util.h"
 #include "test/test.h"
 #ifdef USE_CUDA
 #include "gpu/ops26.h"

@@ -1,11 +1,11 @@
-// test_gpu_optim.c: gpu/optim.h against core/optim.h (SGD, EMA, scaling bit for bit; sums of
+// test_gpu_optim.c: gpu/optim.h against core/spec/optim.h (SGD, EMA, scaling bit for bit; sums of
 // squares to 1e-12), the slot versions against per-tensor calls, bn_apply and its fused SiLU
 // backward against CPU loops on channel slices, and the conv bias gradient against the CPU twin
 // on a large map, timed. Without CUDA in the build, or without a GPU, every test is a skip.
 // Legend: n floats of a tensor, N batch, H,W size, C/K channels, ld pixel stride.
-#include "core/ops.h"
-#include "core/optim.h"
-#include "core/util.h"
+#include "core/spec/ops.h"
+#include "core/spec/optim.h"
+#include "core/base/util.h"
 #include "test/test.h"
 #ifdef USE_CUDA
 #include "gpu/ops.h"
@@ -303,7 +303,7 @@ static void compare(const char *what, Pair p, double tol) {
     free(got);
 }
 
-// core/model_run.c's bn_recompute loop, one rounding per statement
+// core/spec/model_run.c's bn_recompute loop, one rounding per statement
 static void bn_apply_ref(Map z, const float *gamma, const float *beta, const float *mean,
                          const float *invstd, Map u) {
     for (size_t i = 0; i < map_pixels(z); i++)

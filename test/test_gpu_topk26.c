@@ -5,8 +5,8 @@
 // the CPU backend's topk_* entries against the same reference (no GPU needed), and that a second prepare
 // after a release reuses the device's kept work (no allocation). Without CUDA or a GPU those tests skip.
 // Legend: N images, A anchors, nc classes, C = 4 + nc channels, ld = C + 3.
-#include "core/backend.h"
-#include "core/topk26.h"
+#include "core/spec/backend.h"
+#include "core/spec/topk26.h"
 #include "test/nms_heads.h"
 #include "test/test.h"
 #ifdef USE_CUDA

@@ -6,7 +6,7 @@
 #include "test/trainer_host.h"
 
 #include "cfg/config.h"
-#include "core/train.h"
+#include "core/train/train.h"
 #include "io/image.h"
 #include "io/synth.h"
 #ifdef USE_CUDA

@@ -7,8 +7,8 @@
 // likewise. The second pass replays the recorded evaluation forwards (CUDA Graphs), so "first vs
 // second pass" also holds the recordings to the direct run. Without CUDA, or without a GPU, every test
 // skips.
-#include "core/model.h"
-#include "core/val.h"
+#include "core/spec/model.h"
+#include "core/eval/val.h"
 #include "io/synth.h"
 #include "test/test.h"
 #ifdef USE_CUDA

@@ -1,4 +1,4 @@
-// test_grad_plan.c: the plan of the activation gradients (core/grad_plan.c). Writes planned as
+// test_grad_plan.c: the plan of the activation gradients (core/spec/grad_plan.c). Writes planned as
 // "fresh" (the first into a buffer left unzeroed: the op writes its sum instead of adding it) give
 // the gradients of the old plan, where every buffer is zeroed and every write adds
 // (YT_GRAD_FRESH=0), to the bit; with the gradient arena filled with NaN before the backward, so a
@@ -9,8 +9,8 @@
 #include "test/test.h"
 
 #include "cfg/config.h"
-#include "core/backend.h"
-#include "core/model.h"
+#include "core/spec/backend.h"
+#include "core/spec/model.h"
 
 enum { N = 2, S = 64 };
 
@@ -99,7 +99,7 @@ static void same_gradients(const char *cfg_path) {
     free(zeroed_aliased.grad);
 }
 
-// Under bf16 activations (core/act_plan.c) some gradients are stored as bf16 (core/grad_plan.c
+// Under bf16 activations (core/spec/act_plan.c) some gradients are stored as bf16 (core/spec/grad_plan.c
 // plan_grad_types): each one fresh-written once by a conv's data gradient and read by the conv + BN + SiLU that
 // made its value (gpu/conv.cu conv_dgrad_bf16_gpu: not a pointwise conv); never zeroed, never a head, never
 // aliased. None with YT_GRAD_BF16=0 or without such a rule.

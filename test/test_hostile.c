@@ -13,12 +13,12 @@
 #include <sys/wait.h>
 
 #include "cfg/config.h"
-#include "core/detect.h"
-#include "core/export.h"
-#include "core/runlock.h"
-#include "core/transfer.h"
-#include "core/readfile.h"
-#include "core/train.h"
+#include "core/eval/detect.h"
+#include "core/eval/export.h"
+#include "core/base/runlock.h"
+#include "core/spec/transfer.h"
+#include "core/base/readfile.h"
+#include "core/train/train.h"
 #include "io/check.h"
 #include "io/dataset.h"
 #include "io/image.h"

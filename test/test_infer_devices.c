@@ -14,9 +14,9 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"   // the scratch paths here are short
 #endif
 
-#include "core/detect.h"
-#include "core/infer_devices.h"
-#include "core/val.h"
+#include "core/eval/detect.h"
+#include "core/devices/infer_devices.h"
+#include "core/eval/val.h"
 #include "io/synth.h"
 #ifdef USE_CUDA
 #include "gpu/device.h"

@@ -10,7 +10,7 @@
 #include <time.h>
 
 #include "cfg/config.h"
-#include "core/checkpoint.h"
+#include "core/train/checkpoint.h"
 #include "io/safetensors.h"
 
 // Under AddressSanitizer each 50 MB version costs seconds: fewer kills there, since that build looks

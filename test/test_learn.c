@@ -8,7 +8,7 @@
 #include "test/test.h"
 
 #include "cfg/config.h"
-#include "core/train.h"
+#include "core/train/train.h"
 #include "io/image.h"
 #include "io/synth.h"
 

@@ -5,7 +5,7 @@
 #include <sys/resource.h>
 
 #include "cfg/config.h"
-#include "core/train.h"
+#include "core/train/train.h"
 #include "io/synth.h"
 #include "test/test.h"
 

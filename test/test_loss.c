@@ -1,6 +1,6 @@
 // test_loss.c: the detection loss against the known answers of yolo-training.md section 7, hand-made
 // assigner cases, a finite-difference gradient check, and the gelan-s reference step (fixture).
-#include "core/loss.h"
+#include "core/spec/loss.h"
 #include "io/safetensors.h"
 #include "test/test.h"
 

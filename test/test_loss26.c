@@ -1,7 +1,7 @@
 // test_loss26.c: the YOLO26 end-to-end loss: the ProgLoss schedule, assigner edge cases (STAL, conflicts,
 // the one-to-one narrowing, no targets, bad rows), a finite-difference check of the output gradients,
 // and every term of both branches against the YOLO26-s reference step (fixture).
-#include "core/loss26.h"
+#include "core/spec/loss26.h"
 #include "io/safetensors.h"
 #include "test/test.h"
 

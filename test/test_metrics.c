@@ -2,9 +2,9 @@
 // mAP known answers of the reference (§5, §7 #10, #34, #35).
 #include "test/test.h"
 
-#include "core/metrics.h"
-#include "core/nms.h"
-#include "core/util.h"
+#include "core/eval/metrics.h"
+#include "core/spec/nms.h"
+#include "core/base/util.h"
 
 // ---- decode --------------------------------------------------------------------------------
 

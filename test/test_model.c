@@ -1,12 +1,12 @@
 // test_model.c: the gelan-s graph built from cfg/s.ini: parameter count and FLOPs of the reference,
 // build errors that name the config line, weights round trip, and the forward pass against the
 // PyTorch fixture (outputs and BN running statistics after one training-mode forward); which passes
-// core/model_run.c records (a recording backend faked over the CPU's ops).
+// core/spec/model_run.c records (a recording backend faked over the CPU's ops).
 #include "test/test.h"
 
 #include "cfg/config.h"
-#include "core/backend.h"
-#include "core/model.h"
+#include "core/spec/backend.h"
+#include "core/spec/model.h"
 #include "io/safetensors.h"
 
 static int load_cfg(const char *path, Config *cfg) {

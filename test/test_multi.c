@@ -12,10 +12,10 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include "core/checkpoint.h"
+#include "core/train/checkpoint.h"
 
 #include "cfg/config.h"
-#include "core/multi.h"
+#include "core/devices/multi.h"
 #include "io/image.h"
 #include "io/synth.h"
 #ifdef USE_CUDA

@@ -1,8 +1,8 @@
 // test_musgd.c: the YOLO26 optimizer: optimizer=auto and the parameter groups, bf16 rounding, Newton-Schulz
 // against known values (diagonal inputs) and a double-precision reference, and two MuSGD steps on a
 // small parameter set against values computed by hand (scalar recurrences); two AdamW steps likewise.
-#include "core/musgd.h"
-#include "core/util.h"
+#include "core/spec/musgd.h"
+#include "core/base/util.h"
 #include "test/test.h"
 
 static const double A_ = 3.4445f, B_ = -4.7750f, C_ = 2.0315f;   // the float constants, in double

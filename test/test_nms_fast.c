@@ -1,15 +1,15 @@
-// test_nms_fast.c: nms_run_fast (core/nms_fast.c) picks exactly nms_run's detections (count, order,
+// test_nms_fast.c: nms_run_fast (core/spec/nms_fast.c) picks exactly nms_run's detections (count, order,
 // boxes, scores and classes bit for bit) on decoded random heads with 0, 1, few and > 30,000 candidates,
 // ties, nc 1/3/80, max_det hit, best-class and agnostic modes, and on boxes outside its fast path.
 #include <math.h>
 
 #include "test/test.h"
 
-#include "core/backend.h"
-#include "core/loss.h"
-#include "core/loss26.h"
-#include "core/nms.h"
-#include "core/util.h"
+#include "core/spec/backend.h"
+#include "core/spec/loss.h"
+#include "core/spec/loss26.h"
+#include "core/spec/nms.h"
+#include "core/base/util.h"
 #include "test/nms_heads.h"
 
 // Both NMS on (boxes, scores); 0 when they agree bit for bit, else a message printed.

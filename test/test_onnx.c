@@ -13,9 +13,9 @@
 #include "test/test.h"
 
 #include "cfg/config.h"
-#include "core/export.h"
-#include "core/nms.h"
-#include "core/topk26.h"
+#include "core/eval/export.h"
+#include "core/spec/nms.h"
+#include "core/spec/topk26.h"
 #include "io/pt.h"
 
 // Our output0 for B images (NHWC in): DDetect (B, 4 + nc, A) xywh + scores; YOLO26 (B, 300, 6).

@@ -1,8 +1,8 @@
-// test_ops.c: the CPU ops of core/ops.h. Gradient checks (central differences of a random-weighted sum, in double) for every op with a
+// test_ops.c: the CPU ops of core/spec/ops.h. Gradient checks (central differences of a random-weighted sum, in double) for every op with a
 // backward, the GEMM conv path against the plain loops on channel slices with guard values, and
 // BatchNorm against a double-precision computation. Legend: N batch, C/K channels, H,W in, P,Q out.
-#include "core/ops.h"
-#include "core/util.h"
+#include "core/spec/ops.h"
+#include "core/base/util.h"
 #include "test/test.h"
 
 static const float GUARD = -777.0f;   // fills the channels outside a slice; must survive every op

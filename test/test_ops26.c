@@ -1,11 +1,11 @@
-// test_ops26.c: the YOLO26 CPU ops: depthwise conv against the grouped conv reference of core/conv.c and
+// test_ops26.c: the YOLO26 CPU ops: depthwise conv against the grouped conv reference of core/spec/conv.c and
 // finite differences; the attention core (loops and GEMM path) against a literal transcription of
 // ultralytics Attention.forward (NCHW, view/split as PyTorch does, in double, with pe), finite differences
 // of the loops' backward, and the GEMM path against the loops, forward and backward.
 // Legend: N batch, C channels, H,W in, P,Q out, k kernel, T tokens, nh heads, kd key_dim, hd head_dim.
-#include "core/ops.h"
-#include "core/ops26.h"
-#include "core/util.h"
+#include "core/spec/ops.h"
+#include "core/spec/ops26.h"
+#include "core/base/util.h"
 #include "test/test.h"
 
 // a fresh (N,H,W,C) map as the channel slice [1, 1+C) of a buffer with ld = C + 3, values in [-1, 1)

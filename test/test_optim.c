@@ -2,8 +2,8 @@
 // section 7 (#25-#28), and its updates against PyTorch's formulas written out in double here.
 #include "test/test.h"
 
-#include "core/optim.h"
-#include "core/util.h"
+#include "core/spec/optim.h"
+#include "core/base/util.h"
 
 static Hyp scratch_high(void) {    // the optimisation keys of hyp.scratch-high.yaml
     Hyp h = { .lr0 = 0.01, .lrf = 0.01, .momentum = 0.937, .weight_decay = 0.0005,

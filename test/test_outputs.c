@@ -1,5 +1,5 @@
 // test_outputs.c: where `yolotrain val` and `yolotrain detect` put their results, and what detect
-// reads (issue 33 item 4, issue 36). Both name their folder by one rule (core/outdir.h): under
+// reads (issue 33 item 4, issue 36). Both name their folder by one rule (core/train/outdir.h): under
 // runs/val or runs/detect unless project= is on the command line, name= then name2, name3 when taken,
 // name itself with exist_ok=1, and a last line "Results saved to DIR". A .txt list given to detect as
 // source= resolves its entries as a data.yaml split list does (relative to the list's folder, "./"
@@ -14,8 +14,8 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"   // the scratch paths here are short
 #endif
 
-#include "core/detect.h"
-#include "core/val.h"
+#include "core/eval/detect.h"
+#include "core/eval/val.h"
 #include "io/dataset.h"
 #include "io/synth.h"
 

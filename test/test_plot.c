@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "cfg/config.h"
-#include "core/train.h"
+#include "core/train/train.h"
 #include "io/image.h"
 #include "io/plot.h"
 #include "io/plot_axes.h"

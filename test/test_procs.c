@@ -1,4 +1,4 @@
-// test_procs.c: several processes joined through MPI (core/comm.h, core/procs.h). The test binary starts
+// test_procs.c: several processes joined through MPI (core/procs/comm.h, core/procs/procs.h). The test binary starts
 // itself under `mpirun -np P` (skipped with the reason when this build has no MPI or mpirun is absent):
 // P processes with CPU devices (cpu:1 or cpu:2 each) give the loss, the normaliser and the gradients of
 // one device accumulating the same micro-batches, in every reduce mode, with the same floats on every
@@ -17,10 +17,10 @@
 #include <time.h>
 
 #include "cfg/config.h"
-#include "core/comm.h"
-#include "core/multi.h"
-#include "core/procs.h"
-#include "core/val.h"
+#include "core/procs/comm.h"
+#include "core/devices/multi.h"
+#include "core/procs/procs.h"
+#include "core/eval/val.h"
 #include "io/image.h"
 #include "io/loader.h"
 #include "io/safetensors.h"
@@ -976,7 +976,7 @@ static void test_nccl_communicator_of_one(void) {
 #endif
 }
 
-// The watchdog's limit (core/comm.h): YT_NCCL_TIMEOUT's text to seconds, refused with the value named.
+// The watchdog's limit (core/procs/comm.h): YT_NCCL_TIMEOUT's text to seconds, refused with the value named.
 static void test_watchdog_limit(void) {
     double l = -1;
     Err err;

@@ -2,9 +2,9 @@
 // YOLO26-s) hold exactly the fixtures' param/ tensors rounded to fp16; hand-made small checkpoints
 // (a zip writer and pickle bytes below) check names, refusals and their messages.
 #include "io/pt.h"
-#include "core/model.h"
-#include "core/util.h"
-#include "core/val.h"
+#include "core/spec/model.h"
+#include "core/base/util.h"
+#include "core/eval/val.h"
 #include "test/test.h"
 
 #include <stdint.h>

@@ -11,7 +11,7 @@
 #endif
 
 #include "cfg/config.h"
-#include "core/train.h"
+#include "core/train/train.h"
 #include "io/synth.h"
 #include "test/synth_run.h"
 

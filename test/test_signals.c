@@ -15,7 +15,7 @@
 #endif
 
 #include "cfg/config.h"
-#include "core/train.h"
+#include "core/train/train.h"
 #include "io/synth.h"
 
 enum { P = 2048 };

@@ -8,7 +8,7 @@
 #endif
 
 #include "cfg/config.h"
-#include "core/train.h"
+#include "core/train/train.h"
 #include "io/synth.h"
 
 enum { P = 2048 };

@@ -3,8 +3,8 @@
 #include "test/test.h"
 
 #include "cfg/config.h"
-#include "core/loss.h"
-#include "core/model.h"
+#include "core/spec/loss.h"
+#include "core/spec/model.h"
 #include "io/safetensors.h"
 #include "test/fixture.h"
 #ifdef USE_CUDA

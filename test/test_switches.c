@@ -1,4 +1,4 @@
-// test_switches.c: the YT_* registry (core/switches.h): a complete table, values read once and again on
+// test_switches.c: the YT_* registry (core/base/switches.h): a complete table, values read once and again on
 // switches_reload, `yolotrain switches` and --version listing them, and test/switch_check.sh (every YT_ name
 // of the source in the table). Runs from the repository root, as make test does.
 #include "test.h"
@@ -85,7 +85,7 @@ static void test_listed_by_the_binary(void) {
 // Every YT_ name of the source is in the registry, each variant and test hook with a test
 // (test/switch_check.sh, which make layers runs too).
 static void test_source_names(void) {
-    if (access("test/switch_check.sh", R_OK) || access("core/switches.c", R_OK)) SKIP("not run from the repository root");
+    if (access("test/switch_check.sh", R_OK) || access("core/base/switches.c", R_OK)) SKIP("not run from the repository root");
     int rc = run("bash test/switch_check.sh");
     CHECK(rc == 0, "test/switch_check.sh: exit %d:\n%s", rc, out);
 }

@@ -7,8 +7,8 @@
 // test/tb_check.py reads the same files with the tensorboard package's own reader.
 #include "io/tfevents.h"
 #include "cfg/config.h"
-#include "core/train.h"
-#include "core/train_tb.h"
+#include "core/train/train.h"
+#include "core/train/train_tb.h"
 #include "io/synth.h"
 #include "test/test.h"
 #include "test/synth_run.h"

@@ -2,7 +2,7 @@
 // top-k anchors dropped), the conf filter and the agnostic mode, equality with a brute-force top-k over
 // every (anchor, class) pair, max_det above the anchor count, ranking by logit where scores round to
 // the same float, and the box/logit decode. The tables hold logits; scores are topk26_score of them.
-#include "core/topk26.h"
+#include "core/spec/topk26.h"
 #include "test/test.h"
 
 static const float HAND[5][3] = { { 0.1f, 0.8f, 0.2f }, { 0.9f, 0.89f, 0.05f }, { 0.3f, 0.1f, 0.2f },

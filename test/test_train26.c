@@ -1,16 +1,16 @@
-// test_train26.c: the trainer driving YOLO26-s (core/train26.c) on the CPU at 64x64, batch 2: the
+// test_train26.c: the trainer driving YOLO26-s (core/train/family_yolo26.c) on the CPU at 64x64, batch 2: the
 // reference's eight parameter groups, one trainer step against the loss and optimizer done by hand
 // (bit for bit; Adam also against its formula), ProgLoss at epoch ends, the loss falling on a fixed batch,
 // SGD, resume, refusals, two CPU devices; the logged loss items against the reference fixture
 // yolo26_s_step (256x256, batch 4) in the first and the last epoch; and the GPU's step against the
 // CPU's (skipped without one).
-// Legend: N batch (2), S image side (64), G targets; groups MU_* (core/musgd.h).
+// Legend: N batch (2), S image side (64), G targets; groups MU_* (core/spec/musgd.h).
 #include "test/test.h"
 
 #include "cfg/config.h"
-#include "core/checkpoint.h"
-#include "core/multi.h"
-#include "core/train26.h"
+#include "core/train/checkpoint.h"
+#include "core/devices/multi.h"
+#include "core/train/family_yolo26.h"
 #include "io/safetensors.h"
 #include "test/fixture.h"
 #ifdef USE_CUDA
@@ -350,7 +350,7 @@ static void test_refusals(void) {
     }
 }
 
-// Two CPU devices (core/multi.c) of one image each: the step runs with both branches' normalisers
+// Two CPU devices (core/devices/multi.c) of one image each: the step runs with both branches' normalisers
 // summed over devices, and ProgLoss moves the replica's weights with the master's.
 static void test_two_devices(void) {
     Trainer t;

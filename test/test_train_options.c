@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "cfg/config.h"
-#include "core/train.h"
+#include "core/train/train.h"
 #include "io/image.h"
 #include "io/synth.h"
 #include "test/synth_run.h"

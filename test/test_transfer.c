@@ -8,8 +8,8 @@
 #include <fcntl.h>
 
 #include "cfg/config.h"
-#include "core/train.h"
-#include "core/transfer.h"
+#include "core/train/train.h"
+#include "core/spec/transfer.h"
 #include "io/pt.h"
 
 static char pt_gelan[4300], pt_y26[4300];

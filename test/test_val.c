@@ -5,10 +5,10 @@
 
 #include "test/test.h"
 
-#include "core/multi.h"
-#include "core/plots.h"
-#include "core/train.h"
-#include "core/val.h"
+#include "core/devices/multi.h"
+#include "core/eval/plots.h"
+#include "core/train/train.h"
+#include "core/eval/val.h"
 #include "io/augment.h"
 #include "io/synth.h"
 

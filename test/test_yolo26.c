@@ -1,12 +1,12 @@
 // test_yolo26.c: the YOLO26-s graph (cfg/yolo26s.ini) against the PyTorch fixture yolo26_s_step: the
 // parameter count and names, one training-mode forward (all four head outputs and the BN running
-// statistics), the end-to-end loss (core/loss26) and every parameter gradient after backward.
+// statistics), the end-to-end loss (core/spec/loss26) and every parameter gradient after backward.
 // Legend: N batch, C channels, H,W map size, A anchors (P3, P4, P5); fixture outputs are (N, C, A).
 #include "test/test.h"
 
 #include "cfg/config.h"
-#include "core/loss26.h"
-#include "core/model.h"
+#include "core/spec/loss26.h"
+#include "core/spec/model.h"
 #include "io/safetensors.h"
 #include "test/fixture.h"
 #ifdef USE_CUDA

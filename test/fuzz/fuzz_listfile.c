@@ -1,6 +1,6 @@
 // fuzz_listfile.c: libFuzzer target for image-list files (a data.yaml's `train: list.txt`). A
 // scratch dataset holds images/a.png and images/b.png; each input becomes list.txt and dataset_open
-// reads it (io/dataset.c: list_file, through core/readfile.c's text reader). Whatever the bytes (NUL,
+// reads it (io/dataset.c: list_file, through core/base/readfile.c's text reader). Whatever the bytes (NUL,
 // overlong lines, CR, BOM, paths that escape or repeat), it must return or refuse cleanly, and what
 // it keeps is a subset of the two images, each once. Build and run: run.sh.
 #include <stdint.h>

@@ -34,7 +34,7 @@ CFLAGS="-std=c11 -D_GNU_SOURCE -O1 -g -I. -pthread -Wall -Wextra -Wno-unused-par
         -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 LIBS="-lpng -ljpeg -linih -lyaml -lz -lm"
 
-IMAGE="io/image.c io/image_jpeg.c io/image_png.c io/exif.c core/util.c core/readfile.c"
+IMAGE="io/image.c io/image_jpeg.c io/image_png.c io/exif.c core/base/util.c core/base/readfile.c"
 DATASET="io/dataset.c io/data_yaml.c io/strlist.c $IMAGE"
 declare -A SRCS=(
     [fuzz_config]="cfg/config.c cfg/hyp_yaml.c cfg/layers.c cfg/schema.c $DATASET"
@@ -43,8 +43,8 @@ declare -A SRCS=(
     [fuzz_listfile]="$DATASET"
     [fuzz_image]="$IMAGE"
     [fuzz_exif]="$IMAGE"
-    [fuzz_safetensors]="io/safetensors.c core/util.c core/readfile.c"
-    [fuzz_pt]="io/pt.c io/zip.c io/safetensors.c core/util.c core/readfile.c"
+    [fuzz_safetensors]="io/safetensors.c core/base/util.c core/base/readfile.c"
+    [fuzz_pt]="io/pt.c io/zip.c io/safetensors.c core/base/util.c core/base/readfile.c"
 )
 declare -A MAX_LEN=([fuzz_config]=8192 [fuzz_datayaml]=2048 [fuzz_labels]=2048 [fuzz_listfile]=2048
                     [fuzz_image]=8192 [fuzz_exif]=1024 [fuzz_safetensors]=4096 [fuzz_pt]=4096)
