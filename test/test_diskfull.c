@@ -13,6 +13,7 @@
 
 #include "cfg/config.h"
 #include "core/train/checkpoint.h"
+#include "core/train/train.h"
 #include "io/synth.h"
 
 enum { P = 4096 };

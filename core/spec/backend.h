@@ -195,7 +195,7 @@ typedef struct BackendDev {
     int    (*host_pin)(void *p, size_t bytes, void *arg);
     void   (*host_unpin)(void *p, void *arg);
     // A device's memory and failures: device_id (-1 on the CPU); device_close frees the context
-    // model_to_device made (after model_free); scalars: the step's small values (core/train/train.h SC_*) in
+    // model_to_device made (after model_free); scalars: the step's small values (core/train/trainer.h SC_*) in
     // the device's memory, NULL where host memory serves; take: n floats of the optimizer arena (256-byte
     // aligned, not zeroed; dies when the plan was wrong); reserve: give ctx an optimizer arena of `bytes`
     // when its plan had none (0, or -1: no room); buffer_new / buffer_free: n zeroed floats outside the

@@ -8,7 +8,7 @@
 
 #include "core/train/family.h"
 #include "core/spec/musgd.h"
-#include "core/train/train.h"
+#include "core/train/trainer.h"
 #include "core/train/family_yolo26.h"   // train26_params: the trainable tensors as MuParam
 
 // optimizer=Adam|AdamW (train.py smart_optimizer [WongKinYiu/yolov9 utils/torch_utils.py]): the same

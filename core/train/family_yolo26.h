@@ -5,7 +5,7 @@
 #pragma once
 #include "core/spec/loss26.h"
 #include "core/spec/musgd.h"
-#include "core/train/train.h"
+#include "core/train/trainer.h"
 
 typedef enum { OPT26_MUSGD, OPT26_ADAMW, OPT26_SGD, OPT26_ADAM } Opt26Kind;
 

@@ -76,18 +76,6 @@ static void say_stopped(const char *dir, int epoch, int batch, const char *when)
            epoch, batch, dir, dir);
 }
 
-int make_dirs(const char *path) {
-    char buf[4 * CFG_PATH];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(buf, 0755) && errno != EEXIST) return -1;
-        *p = '/';
-    }
-    return mkdir(buf, 0755) && errno != EEXIST ? -1 : 0;
-}
-
 // runs/train/exp, exp2, exp3, ... (the first free one), or exactly NAME with exist_ok; plus weights/;
 // locked for this run (*lock). A folder another run holds is skipped, or refused under exist_ok.
 static int run_dir(const Config *cfg, char *dir, size_t size, int *lock, Err *err) {
