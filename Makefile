@@ -170,7 +170,9 @@ test: yolotrain $(TESTS)
 # the docs hold (test/docs_check.sh): every key of cfg/schema.c has a help line and is in cfg/README.md, and
 # every repo path named in a source comment or a README exists. And every YT_ environment variable the
 # source names is in core/base/switches.c's registry, each variant and test hook with a test that pins it
-# (test/switch_check.sh).
+# (test/switch_check.sh). And the folders of core/ are layers (test/layer_check.sh): base < cfg < io <
+# spec < procs < devices < train < eval < main.c, an include goes down only (the known exceptions listed
+# there), and no files include each other in a loop (tsort; the known loops listed there).
 LAYER_DIRS := core io cfg
 layers:
 	@fail=0; \
@@ -178,10 +180,11 @@ layers:
 	 if [ -n "$$bad" ]; then fail=1; echo "make layers: core/, io/ and cfg/ include nothing from gpu/ or CUDA (use core/spec/backend.h's table):"; echo "$$bad"; fi; \
 	 bad=$$(grep -rn 'USE_CUDA' --exclude='*.md' $(LAYER_DIRS) | grep -v '^core/devices/backends\.c:'); \
 	 if [ -n "$$bad" ]; then fail=1; echo "make layers: USE_CUDA belongs in gpu/ and core/devices/backends.c only:"; echo "$$bad"; fi; \
+	 if ! bash test/layer_check.sh; then fail=1; echo "make layers: the folders of core/ include downward only, and no files include each other in a loop (test/layer_check.sh, core/README.md)"; fi; \
 	 if ! bash test/pdl_check.sh; then fail=1; echo "make layers: every kernel of gpu/ begins with pdl_entry() (gpu/pdl.cuh)"; fi; \
 	 if ! bash test/docs_check.sh; then fail=1; echo "make layers: every config key has help and docs, and every path the comments and READMEs name exists (test/docs_check.sh)"; fi; \
 	 if ! bash test/switch_check.sh >/dev/null; then fail=1; bash test/switch_check.sh; echo "make layers: every YT_ variable is in the registry (core/base/switches.c)"; fi; \
-	 if [ $$fail = 0 ]; then echo "make layers: ok (core/ io/ cfg/ reach the devices only through core/spec/backend.h; every kernel begins with pdl_entry(); every key documented, every path named exists; every YT_ variable is in core/base/switches.c)"; fi; \
+	 if [ $$fail = 0 ]; then echo "make layers: ok (core/ io/ cfg/ reach the devices only through core/spec/backend.h; every kernel begins with pdl_entry(); every key documented, every path named exists; every YT_ variable is in core/base/switches.c; the folders of core/ include downward, with no loop)"; fi; \
 	 exit $$fail
 
 # make fuzz: the libFuzzer targets of test/fuzz/ (clang + its fuzzer runtime), FUZZ_SECONDS each
