@@ -1,7 +1,7 @@
 // box.h: the box maths both detection losses use on the host and the device, one copy compiled by gcc
 // (core/spec/loss.c, core/spec/loss26.c) and by nvcc (gpu/loss.cu, gpu/loss26.cu through gpu/loss_common.cuh):
-// CIoU and its gradient (bbox_iou(..., CIoU=True)), the numerically safe sigmoid, the DFL bin split,
-// and a target row's pixel box. Same text on both sides, so the same operations in the same order.
+// CIoU and its gradient (bbox_iou(..., CIoU=True)), the numerically safe sigmoid, the DFL bin split and
+// the DFL logits' gradient, and a target row's pixel box. Same text on both sides, so the same operations in the same order.
 // Legend: a box is x1, y1, x2, y2 in pixels; R DFL bins (reg_max 16).
 #pragma once
 #include <math.h>
@@ -62,6 +62,20 @@ BOX_FN int box_dfl_split(double t, double dist_max, double *wl) {
     int left = (int)t;
     *wl = (left + 1) - t;
     return left;
+}
+
+// The gradient of one side's r DFL logits (YOLOv9's loss, core/spec/loss.c and gpu/loss.cu): p the
+// side's softmax over its r bins, e its expectation (the decoded distance), de d total / d e (the
+// CIoU gradient through that expectation), kd the DFL's weight, t the target distance (cells) split
+// as box_dfl_split does; g[i] = p_i (i - e) de + kd (p_i - the target's weight on bin i).
+BOX_FN void box_dfl_grad(const double *p, int r, double e, double de, double kd, double t, double dist_max,
+                         float *g) {
+    double wl;
+    int left = box_dfl_split(t, dist_max, &wl);
+    for (int i = 0; i < r; i++) {
+        double dce = p[i] - (i == left ? wl : 0) - (i == left + 1 ? 1 - wl : 0);
+        g[i] = (float)(p[i] * (i - e) * de + kd * dce);
+    }
 }
 
 // Target row t (image, class, cx, cy, w, h; normalised) as a pixel box of an img_w x img_h input.

@@ -269,14 +269,8 @@ static void box_anchor(const float *x, const Anchor *an, const Gt *gt, double wg
     double dist[4] = { an->x - tb[0], an->y - tb[1], tb[2] - an->x, tb[3] - an->y };
     double kd = s->k_dfl * wgt / 4;   // mean over the four sides
     for (int k = 0; k < 4; k++) {
-        double wl;
-        int left = dfl_split(dist[k], &wl);
         s->dfl += loss_dfl_side(x + k * R, dist[k]) * wgt / 4;
-        if (!g) continue;
-        for (int i = 0; i < R; i++) {
-            double dce = p[k][i] - (i == left ? wl : 0) - (i == left + 1 ? 1 - wl : 0);
-            g[k * R + i] = (float)(p[k][i] * (i - e[k]) * de[k] + kd * dce);
-        }
+        if (g) box_dfl_grad(p[k], R, e[k], de[k], kd, dist[k], DIST_MAX, g + k * R);
     }
 }
 
