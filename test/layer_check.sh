@@ -15,15 +15,16 @@
 cd "$(dirname "$0")/.."
 
 # folder -> rank (lowest first)
-RANKS='base 1 cfg 2 io 3 spec 4 procs 5 devices 6 train 7 eval 8 main 9'
+RANKS='base 1 cfg 2 io 3 spec 4 trainer 5 procs 6 devices 7 train 8 eval 9 main 10'
 
 # (a) includes that go up a layer, as FILE HEADER. The multi-device circle (issue 35): the step
-# (core/train/trainer.c) drives several devices (core/devices/multi.c) and processes
+# (core/trainer/trainer.c) drives several devices (core/devices/multi.c) and processes
 # (core/procs/procs.c), and they run the step's phases on each device's Trainer, so both need the
 # Trainer's type. The run (core/train/train.c) validates and draws each epoch.
 UP_OK='
-core/devices/multi.h core/train/trainer.h
-core/procs/procs.h core/train/trainer.h
+core/trainer/trainer.c core/devices/multi.h
+core/trainer/trainer.c core/procs/procs.h
+core/trainer/family_yolo26.c core/devices/multi.h
 core/train/train.c core/eval/val.h
 core/train/train.c core/eval/plots.h
 core/train/train.c core/eval/drawer.h
@@ -31,8 +32,8 @@ core/train/train.c core/eval/drawer.h
 
 # (b) edges, as UNIT UNIT, left out of the loop search; each breaks a known loop.
 CYCLE_OK='
-core/devices/multi core/train/trainer
-core/procs/procs core/train/trainer
+core/devices/multi core/trainer/trainer
+core/procs/procs core/trainer/trainer
 core/spec/loss_host core/spec/loss
 core/spec/loss_host core/spec/loss26
 core/eval/confusion core/eval/metrics

@@ -1,4 +1,4 @@
-// test_train26.c: the trainer driving YOLO26-s (core/train/family_yolo26.c) on the CPU at 64x64, batch 2: the
+// test_train26.c: the trainer driving YOLO26-s (core/trainer/family_yolo26.c) on the CPU at 64x64, batch 2: the
 // reference's eight parameter groups, one trainer step against the loss and optimizer done by hand
 // (bit for bit; Adam also against its formula), ProgLoss at epoch ends, the loss falling on a fixed batch,
 // SGD, resume, refusals, two CPU devices; the logged loss items against the reference fixture
@@ -10,7 +10,7 @@
 #include "cfg/config.h"
 #include "core/train/checkpoint.h"
 #include "core/devices/multi.h"
-#include "core/train/family_yolo26.h"
+#include "core/trainer/family_yolo26.h"
 #include "io/safetensors.h"
 #include "test/fixture.h"
 #ifdef USE_CUDA

@@ -12,7 +12,7 @@
 
 #include "cfg/devices.h"   // DeviceList, parse_devices
 #include "core/devices/split.h"   // the split planning
-#include "core/train/trainer.h"
+#include "core/trainer/trainer.h"
 
 typedef struct Multi Multi;
 

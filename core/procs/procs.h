@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "core/procs/comm.h"
-#include "core/train/trainer.h"
+#include "core/trainer/trainer.h"
 #include "io/dataset.h"
 
 int  procs_active(void);          // comm_size() > 1, or forced

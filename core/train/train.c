@@ -1,4 +1,4 @@
-// train.c: one training run around the Trainer's step (core/train/trainer.c): dataset, loader, the run
+// train.c: one training run around the Trainer's step (core/trainer/trainer.c): dataset, loader, the run
 // folder, the epochs with their progress line, validation, results.csv and checkpoints, Ctrl-C,
 // SIGTERM and SIGHUP, failures, and resume=. The fault-injection hooks the tests use are core/train/faults.c.
 #include "core/train/train.h"
@@ -31,7 +31,7 @@
 #include "core/base/runlock.h"
 #include "core/devices/multi.h"
 #include "core/procs/procs.h"
-#include "core/train/family.h"
+#include "core/trainer/family.h"
 #include "core/spec/transfer.h"
 #include "core/eval/plots.h"
 #include "core/eval/val.h"

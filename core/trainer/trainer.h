@@ -1,6 +1,6 @@
-// trainer.h: the Trainer (core/train/trainer.c: one model on its backend, its family's loss and optimizer, the
+// trainer.h: the Trainer (core/trainer/trainer.c: one model on its backend, its family's loss and optimizer, the
 // iteration in phases, the nominal-batch optimizer schedule and EMA of YOLOv9's train.py) and the shapes of
-// training batches (core/train/train_shapes.c). The run around it is core/train/train.h.
+// training batches (core/trainer/train_shapes.c). The run around it is core/train/train.h.
 #pragma once
 #include "cfg/config.h"
 #include "core/spec/loss.h"
@@ -55,9 +55,9 @@ typedef struct Trainer {
     PhaseTimes  t;
     double      lr[3];           // learning rates of the last iteration, per group (results.csv); YOLO26:
                                  // its bias, weight (Muon under MuSGD) and BN groups
-    const struct Family *fam;    // the model family's loss and optimizer (core/train/family.h)
-    struct Train26 *y26;         // YOLO26 (m.end2end): its loss, optimizer and schedule (core/train/family_yolo26.h)
-    struct GelanAdam *gadam;     // gelan under optimizer=Adam|AdamW (core/train/family_gelan.c), else NULL
+    const struct Family *fam;    // the model family's loss and optimizer (core/trainer/family.h)
+    struct Train26 *y26;         // YOLO26 (m.end2end): its loss, optimizer and schedule (core/trainer/family_yolo26.h)
+    struct GelanAdam *gadam;     // gelan under optimizer=Adam|AdamW (core/trainer/family_gelan.c), else NULL
     struct SumHook *sums;        // several processes, one device: its overlapped sums (core/procs/procs.c), or NULL
 } Trainer;
 
@@ -106,7 +106,7 @@ int  trainer_save(const Trainer *t, const char *path, Err *err);
 // t->shape with the step's S filled in where it is 0.
 StepShape trainer_shape(const Trainer *t, int S);
 
-// ---- the shapes of training batches (core/train/train_shapes.c) --------------------------------------
+// ---- the shapes of training batches (core/trainer/train_shapes.c) --------------------------------------
 // multi_scale (yolov9 train.py --multi-scale, Ultralytics 8.x multi_scale=True): batch i of `epoch`
 // runs at sz = randrange(int(0.5 S), int(1.5 S) + 32) // 32 * 32 (at least 32), drawn from
 // rng_for(seed + TRAIN_MS_SALT, epoch, i) so a resumed or multi-device run draws the same; a batch of

@@ -1,16 +1,16 @@
-// trainer.c: the Trainer's step (core/train/trainer.h): the model on its device with the family's loss work
-// and optimizer (core/train/family.h), the iteration in phases that several devices can share (forward and
+// trainer.c: the Trainer's step (core/trainer/trainer.h): the model on its device with the family's loss work
+// and optimizer (core/trainer/family.h), the iteration in phases that several devices can share (forward and
 // assignment, loss and backward, update), their timer marks, and the EMA weights' save. The step
 // follows YOLOv9's train.py (reference section 4.8): forward, loss x batch, backward, and every
 // `accumulate` batches: clip to norm 10, the optimizer step, EMA update. The run around it (folders,
 // logs, checkpoints, signals, resume) is core/train/train.c.
-#include "core/train/trainer.h"
+#include "core/trainer/trainer.h"
 
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/train/family.h"
+#include "core/trainer/family.h"
 #include "core/base/memlimit.h"
 #include "core/devices/multi.h"
 #include "core/procs/procs.h"
