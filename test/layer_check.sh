@@ -22,9 +22,6 @@ RANKS='base 1 cfg 2 io 3 spec 4 trainer 5 procs 6 devices 7 train 8 eval 9 main 
 # (core/procs/procs.c), and they run the step's phases on each device's Trainer, so both need the
 # Trainer's type. The run (core/train/train.c) validates and draws each epoch.
 UP_OK='
-core/trainer/trainer.c core/devices/multi.h
-core/trainer/trainer.c core/procs/procs.h
-core/trainer/family_yolo26.c core/devices/multi.h
 core/train/train.c core/eval/val.h
 core/train/train.c core/eval/plots.h
 core/train/train.c core/eval/drawer.h
@@ -32,8 +29,6 @@ core/train/train.c core/eval/drawer.h
 
 # (b) edges, as UNIT UNIT, left out of the loop search; each breaks a known loop.
 CYCLE_OK='
-core/devices/multi core/trainer/trainer
-core/procs/procs core/trainer/trainer
 core/spec/loss_host core/spec/loss
 core/spec/loss_host core/spec/loss26
 core/eval/confusion core/eval/metrics

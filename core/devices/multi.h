@@ -17,7 +17,8 @@
 typedef struct Multi Multi;
 
 // Start replicas of `master` (already on devs->gpu[0] or the CPU) on the other devices, for
-// micro-batches of up to `micro` images, and their worker threads; attaches to master->multi.
+// micro-batches of up to `micro` images, and their worker threads; attaches to master->multi (and
+// sets master->release to multi_free, so trainer_free(master) frees them first).
 // Reads cfg's [parallel] keys (reduce, loss_on, split) and prints the plan (micro-batches,
 // shards, peer access or host-staged copies). Returns 0, or -1 with err.
 int  multi_init(Trainer *master, const Config *cfg, const DeviceList *devs, int micro, Err *err);

@@ -31,7 +31,7 @@ typedef struct Family {
     // the rates logged. lr_at: those rates without advancing the schedule (a resumed run).
     void (*update)(struct Trainer *t, int epoch, int i);
     void (*lr_at)(struct Trainer *t, int epoch, int i);
-    // An epoch ended (on the master; it reaches the replicas itself).
+    // An epoch ended, on one device (trainer_end_epoch, core/train/step.h, runs it on the master, then each replica).
     void (*end_epoch)(struct Trainer *t);
 } Family;
 

@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "core/trainer/family.h"
-#include "core/devices/multi.h"
 
 #define CLIP_NORM  10.0f   // clip_grad_norm_(max_norm=10.0)
 #define MUSGD_MUON 0.2     // MuSGD(param_groups, muon=0.2, sgd=1.0) at 8.4.14
@@ -195,8 +194,6 @@ static void prog_update(Train26 *y) {
 
 void train26_end_epoch(Trainer *t) {
     prog_update(t->y26);
-    if (!t->multi) return;
-    for (int k = 1; k < multi_count(t->multi); k++) prog_update(multi_replica(t->multi, k)->y26);
 }
 
 // ---- optimizer -------------------------------------------------------------------------------

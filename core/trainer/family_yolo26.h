@@ -77,7 +77,7 @@ MuStep train26_schedule(const Train26 *y, const OptSchedule *s, int epoch, int i
 void train26_update(Trainer *t, int epoch, int i);
 // The learning rates of iteration (epoch, i) into t->lr, the schedule untouched (a resumed run).
 void train26_lr_at(Trainer *t, int epoch, int i);
-// An epoch ended: one ProgLoss update, on the master and every replica.
+// An epoch ended: one ProgLoss update of t (trainer_end_epoch, core/train/step.h, runs it on every device).
 void train26_end_epoch(Trainer *t);
 
 
