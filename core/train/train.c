@@ -1,5 +1,5 @@
-// train.c: one training run around the Trainer's step (core/trainer/trainer.c): dataset, loader, the run
-// folder, the epochs with their progress line, validation, results.csv and checkpoints, Ctrl-C,
+// train.c: one training run around the step (core/train/step.c; the Trainer, core/trainer/trainer.c): dataset,
+// loader, the run folder, the epochs with their progress line, validation, results.csv and checkpoints, Ctrl-C,
 // SIGTERM and SIGHUP, failures, and resume=. The fault-injection hooks the tests use are core/train/faults.c.
 #include "core/train/train.h"
 

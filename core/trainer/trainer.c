@@ -1,9 +1,10 @@
-// trainer.c: the Trainer's step (core/trainer/trainer.h): the model on its device with the family's loss work
+// trainer.c: the Trainer of one device (core/trainer/trainer.h): the model on its device with the family's loss work
 // and optimizer (core/trainer/family.h), the iteration in phases that several devices can share (forward and
 // assignment, loss and backward, update), their timer marks, and the EMA weights' save. The step
 // follows YOLOv9's train.py (reference section 4.8): forward, loss x batch, backward, and every
-// `accumulate` batches: clip to norm 10, the optimizer step, EMA update. The run around it (folders,
-// logs, checkpoints, signals, resume) is core/train/train.c.
+// `accumulate` batches: clip to norm 10, the optimizer step, EMA update. The step over the run's devices
+// and processes is core/train/step.c; the run around it (folders, logs, checkpoints, signals, resume)
+// core/train/train.c.
 #include "core/trainer/trainer.h"
 
 #include <stddef.h>
