@@ -171,7 +171,7 @@ test: yolotrain $(TESTS)
 # every repo path named in a source comment or a README exists. And every YT_ environment variable the
 # source names is in core/base/switches.c's registry, each variant and test hook with a test that pins it
 # (test/switch_check.sh). And the folders of core/ are layers (test/layer_check.sh): base < cfg < io <
-# spec < procs < devices < train < eval < main.c, an include goes down only (the known exceptions listed
+# spec < trainer < procs < devices < train < eval < main.c, an include goes down only (the known exceptions listed
 # there), and no files include each other in a loop (tsort; the known loops listed there).
 LAYER_DIRS := core io cfg
 layers:

@@ -25,6 +25,7 @@
 #include "cfg/config.h"
 #include "core/procs/comm.h"
 #include "core/devices/multi.h"
+#include "core/train/step.h"
 #include "core/procs/procs.h"
 #include "core/devices/nvml.h"
 #include "core/train/train.h"

@@ -16,6 +16,7 @@
 #include "core/devices/infer_devices.h"
 #include "core/spec/model.h"
 #include "core/devices/multi.h"
+#include "core/train/step.h"
 #include "core/base/switches.h"
 #include "gpu/cudnn_conv.h"
 #include "gpu/device.h"

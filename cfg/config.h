@@ -62,7 +62,7 @@ typedef struct {
     char   cache[16];                // "" | ram
     char   project[CFG_PATH], name[256];
     char   optimizer[16];            // auto | SGD | MuSGD | AdamW | Adam (gelan: auto = SGD, Adam/AdamW as
-                                     // train.py smart_optimizer; YOLO26: core/train/family_yolo26.c)
+                                     // train.py smart_optimizer; YOLO26: core/trainer/family_yolo26.c)
     char   freeze[256];              // "" | N: layers 0..N-1 | [i,j,...]: those layers (core/spec/transfer.h)
     int    epochs, batch, imgsz, workers, seed, exist_ok, close_mosaic, min_items, patience;
     int    save_period, strict, cos_lr, rect, tensorboard;

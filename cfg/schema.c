@@ -64,7 +64,7 @@ const Key cfg_keys[] = {
     BOOL("train", "strict",       strict,       "0"),
     BOOL("train", "cos_lr",       cos_lr,       "0"),
     BOOL("train", "rect",         rect,         "0"),   // train.py --rect (io/loader.h rect_order); val is always rect
-    BOOL("train", "multi_scale",  multi_scale,  "0"),   // train.py --multi-scale (core/train/train_shapes.c)
+    BOOL("train", "multi_scale",  multi_scale,  "0"),   // train.py --multi-scale (core/trainer/train_shapes.c)
     BOOL("train", "tensorboard",  tensorboard,  "1"),   // RUN/events.out.tfevents.* (core/train/train_tb.h)
     BOOL("train", "single_cls",   single_cls,   "0"),   // train.py --single-cls
     DBL ("train", "fraction",     fraction,     0, 1, "1.0"),   // Ultralytics: the first part of the train images

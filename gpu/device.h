@@ -90,7 +90,7 @@ typedef struct {
     cudaStream_t copy_stream; // host-to-device copies of the next batch, beside `stream`
     InputStage stage[2];      // the batch of the coming step and the one after it
     int stage_next;           // the stage the next prefetch fills (the older of the two)
-    double *scal;             // (DEVICE_SCALARS) the step's small values on the device (core/train/trainer.h SC_*)
+    double *scal;             // (DEVICE_SCALARS) the step's small values on the device (core/trainer/trainer.h SC_*)
     void *cudnn;              // cuDNN handle and plans (gpu/cudnn_conv.h); NULL: convs use im2col + cuBLAS
     // Under GPU_BF16, the weights a pass reads rounded to bf16 once (conv_prepare_weights_gpu): wbf16
     // holds wbf16_n of them, from wbf16_src (0: none; each conv then rounds its own weights)

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/train/family_yolo26.h"
+#include "core/trainer/family_yolo26.h"
 #include "gpu/model_gpu.h"
 #include "gpu/musgd.h"
 #include "gpu/train_gpu.h"

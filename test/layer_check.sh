@@ -2,9 +2,10 @@
 # make layers (part): the folders of core/ (core/README.md) are layers, and an include goes down only.
 # (a) Folders, lowest first. A file may include a header of its own folder or of a folder ranked below
 #     its own: core/base/ (what io/ and cfg/ may use) < cfg/ < io/ < core/spec/ (ops, model, losses,
-#     optimizers, the backend table) < core/procs/ (several processes, the transport) < core/devices/
-#     (several devices in this process, the backends) < core/train/ (the step, the families, the run) <
-#     core/eval/ (validation, detection, export, plots) < core/main.c. A .c or .h file directly in core/
+#     optimizers, the backend table) < core/trainer/ (the Trainer of one device, the families) <
+#     core/procs/ (several processes, the transport) < core/devices/ (several devices in this process, the
+#     backends) < core/train/ (the step over the run's devices and processes, the run) < core/eval/
+#     (validation, detection, export, plots) < core/main.c. A .c or .h file directly in core/
 #     other than main.c has no folder and fails. The known includes that go up are listed below
 #     (UP_OK); a new one fails.
 # (b) No cycle between files: a .c file and its .h are one unit (an X_impl.h belongs to X), an edge is
@@ -15,15 +16,13 @@
 cd "$(dirname "$0")/.."
 
 # folder -> rank (lowest first)
-RANKS='base 1 cfg 2 io 3 spec 4 procs 5 devices 6 train 7 eval 8 main 9'
+RANKS='base 1 cfg 2 io 3 spec 4 trainer 5 procs 6 devices 7 train 8 eval 9 main 10'
 
-# (a) includes that go up a layer, as FILE HEADER. The multi-device circle (issue 35): the step
-# (core/train/trainer.c) drives several devices (core/devices/multi.c) and processes
-# (core/procs/procs.c), and they run the step's phases on each device's Trainer, so both need the
-# Trainer's type. The run (core/train/train.c) validates and draws each epoch.
+# (a) includes that go up a layer, as FILE HEADER. The run (core/train/train.c) validates and draws each
+# epoch. (The multi-device circle is gone, issue 35: the step over devices and processes,
+# core/train/step.c, drives several devices and processes, which run the phases of each device's Trainer
+# below them, core/trainer/.)
 UP_OK='
-core/devices/multi.h core/train/trainer.h
-core/procs/procs.h core/train/trainer.h
 core/train/train.c core/eval/val.h
 core/train/train.c core/eval/plots.h
 core/train/train.c core/eval/drawer.h
@@ -31,16 +30,13 @@ core/train/train.c core/eval/drawer.h
 
 # (b) edges, as UNIT UNIT, left out of the loop search; each breaks a known loop.
 CYCLE_OK='
-core/devices/multi core/train/trainer
-core/procs/procs core/train/trainer
 core/spec/loss_host core/spec/loss
 core/spec/loss_host core/spec/loss26
 core/eval/confusion core/eval/metrics
 cfg/parts cfg/config
 io/image_codec io/image
 '
-# Why each: the Trainer's step calls multi_* and procs_* and they call trainer_phase_* back (the circle
-# of (a)); loss_host.h names the types of loss.h and loss26.h, whose .c files call loss_host's
+# Why each: loss_host.h names the types of loss.h and loss26.h, whose .c files call loss_host's
 # preparation; confusion.h and metrics.h each name the other's types; cfg/parts.h and
 # io/image_codec.h are the inner headers of cfg/config.c and io/image.c, which include them back.
 

@@ -18,6 +18,7 @@
 
 #include "cfg/config.h"
 #include "core/devices/multi.h"
+#include "core/train/step.h"
 #include "io/dataset.h"
 #include "io/image.h"
 #include "io/loader.h"

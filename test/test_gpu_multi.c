@@ -13,6 +13,7 @@
 
 #include "cfg/config.h"
 #include "core/devices/multi.h"
+#include "core/train/step.h"
 
 #define CPU_TESTS(X) X(test_parse_same_gpu)
 #define GPU_TESTS(X) X(test_equivalence_two_on_one_gpu) X(test_equivalence_three_on_one_gpu) \

@@ -6,6 +6,7 @@
 #include "test/trainer_host.h"
 
 #include "cfg/config.h"
+#include "core/train/step.h"
 #include "core/train/train.h"
 #include "io/image.h"
 #include "io/synth.h"

@@ -8,6 +8,7 @@
 #include "test/test.h"
 
 #include "cfg/config.h"
+#include "core/train/step.h"
 #include "core/train/train.h"
 #include "io/image.h"
 #include "io/synth.h"

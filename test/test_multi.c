@@ -16,6 +16,7 @@
 
 #include "cfg/config.h"
 #include "core/devices/multi.h"
+#include "core/train/step.h"
 #include "io/image.h"
 #include "io/synth.h"
 #ifdef USE_CUDA

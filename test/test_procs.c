@@ -19,6 +19,7 @@
 #include "cfg/config.h"
 #include "core/procs/comm.h"
 #include "core/devices/multi.h"
+#include "core/train/step.h"
 #include "core/procs/procs.h"
 #include "core/eval/val.h"
 #include "io/image.h"

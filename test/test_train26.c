@@ -1,4 +1,4 @@
-// test_train26.c: the trainer driving YOLO26-s (core/train/family_yolo26.c) on the CPU at 64x64, batch 2: the
+// test_train26.c: the trainer driving YOLO26-s (core/trainer/family_yolo26.c) on the CPU at 64x64, batch 2: the
 // reference's eight parameter groups, one trainer step against the loss and optimizer done by hand
 // (bit for bit; Adam also against its formula), ProgLoss at epoch ends, the loss falling on a fixed batch,
 // SGD, resume, refusals, two CPU devices; the logged loss items against the reference fixture
@@ -10,7 +10,8 @@
 #include "cfg/config.h"
 #include "core/train/checkpoint.h"
 #include "core/devices/multi.h"
-#include "core/train/family_yolo26.h"
+#include "core/train/step.h"
+#include "core/trainer/family_yolo26.h"
 #include "io/safetensors.h"
 #include "test/fixture.h"
 #ifdef USE_CUDA
@@ -366,7 +367,7 @@ static void test_two_devices(void) {
            lo.n_fg, lo.tss_aux, lo.n_fg_aux);
     CHECK(isfinite(lo.total) && lo.n_fg == G && lo.n_fg_aux > G && lo.tss > 0 && lo.tss_aux > 0,
           "o2o: one anchor per target; o2m: several");
-    train26_end_epoch(&t);
+    trainer_end_epoch(&t);
     const Train26 *rep = multi_replica(t.multi, 1)->y26;
     CHECK(rep->wt.w[L26_O2M] == t.y26->wt.w[L26_O2M] && t.y26->wt.w[L26_O2M] < 0.8, "ProgLoss on the replica: %g",
           rep->wt.w[L26_O2M]);

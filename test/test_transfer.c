@@ -8,6 +8,7 @@
 #include <fcntl.h>
 
 #include "cfg/config.h"
+#include "core/train/step.h"
 #include "core/train/train.h"
 #include "core/spec/transfer.h"
 #include "io/pt.h"

@@ -6,6 +6,7 @@
 #include "test/test.h"
 
 #include "core/devices/multi.h"
+#include "core/train/step.h"
 #include "core/eval/plots.h"
 #include "core/train/train.h"
 #include "core/eval/val.h"

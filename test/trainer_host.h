@@ -1,5 +1,5 @@
 // trainer_host.h: the Trainer's phases with their values on the host (tests and inspection: each waits
-// for the device), built on core/train/trainer.h's queued phases. images: n (S,S,3) floats in host memory;
+// for the device), built on core/trainer/trainer.h's queued phases. images: n (S,S,3) floats in host memory;
 // images_u8 bytes when set, else images floats (NULL: the batch is already on the device).
 // trainer_forward_assign_heads: forward and both assignments, the local target-score sums into *tss;
 // trainer_compute_backward_heads: the loss normalised by max(sum, 1) per head output (LossNorm: several

@@ -585,6 +585,7 @@ int multi_init(Trainer *master, const Config *cfg, const DeviceList *devs, int m
     mt->loss_d0 = !strcmp(cfg->loss_on, "device0");
     snprintf(mt->split, sizeof mt->split, "%s", cfg->split);
     master->multi = mt;
+    master->release = multi_free;                     // trainer_free(master) frees the replicas first
     for (int k = 0; k < mt->n; k++) {
         mt->gpu[k] = devs->gpu[k];
         mt->job[k].t = k ? &mt->rep[k] : master;

@@ -12,19 +12,20 @@
 
 #include "cfg/devices.h"   // DeviceList, parse_devices
 #include "core/devices/split.h"   // the split planning
-#include "core/train/trainer.h"
+#include "core/trainer/trainer.h"
 
 typedef struct Multi Multi;
 
 // Start replicas of `master` (already on devs->gpu[0] or the CPU) on the other devices, for
-// micro-batches of up to `micro` images, and their worker threads; attaches to master->multi.
+// micro-batches of up to `micro` images, and their worker threads; attaches to master->multi (and
+// sets master->release to multi_free, so trainer_free(master) frees them first).
 // Reads cfg's [parallel] keys (reduce, loss_on, split) and prints the plan (micro-batches,
 // shards, peer access or host-staged copies). Returns 0, or -1 with err.
 int  multi_init(Trainer *master, const Config *cfg, const DeviceList *devs, int micro, Err *err);
 void multi_free(Trainer *master);
-// One iteration over the devices (trainer_step_batch calls it when master->multi is set) on n images:
-// images_u8 bytes when set, else images floats (host memory; both NULL: each device's share is still
-// where the last step put it, as benchmarks time it), with target rows (img, cls, cx, cy, w, h). i == 0
+// One iteration over the devices (trainer_step_batch, core/train/step.c, calls it when master->multi is
+// set) on n images: images_u8 bytes when set, else images floats (host memory; both NULL: each device's
+// share is still where the last step put it, as benchmarks time it), with target rows (img, cls, cx, cy, w, h). i == 0
 // zeroes every device's gradients first (train.py zeroes them at each epoch start). Returns 0, or -1
 // with err naming the device that failed; every worker is then idle again (no thread is left waiting).
 int  multi_step(Multi *mt, const float *images, const uint8_t *images_u8, int n, int S, const float *targets, int nt,

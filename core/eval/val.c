@@ -17,7 +17,7 @@
 #include "core/spec/loss26.h"
 #include "core/train/outdir.h"
 #include "core/eval/plots.h"
-#include "core/train/trainer.h"
+#include "core/trainer/trainer.h"
 #include "io/picture.h"
 #include "io/synth.h"
 

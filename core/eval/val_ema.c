@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "core/devices/multi.h"
-#include "core/train/trainer.h"
+#include "core/trainer/trainer.h"
 
 // Every replica's state = src (n_state floats in the master's memory), staged through host.
 static void replicas_set_state(Trainer *t, const float *src, float *host) {

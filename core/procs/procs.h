@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "core/procs/comm.h"
-#include "core/train/trainer.h"
+#include "core/trainer/trainer.h"
 #include "io/dataset.h"
 
 int  procs_active(void);          // comm_size() > 1, or forced
@@ -83,6 +83,6 @@ void procs_sum_items(LossOut *out);
 int  procs_forward_backward(Trainer *t, const float *images, const uint8_t *images_u8, int n, int S,
                             const float *targets, int nt, int sum_grads, double global[2], Err *err);
 void procs_items(Trainer *t, int n, const double global[2], LossOut *out);
-// trainer_step_batch of one device in a process of several.
+// trainer_step_batch (core/train/step.c) of one device in a process of several.
 int  procs_step_one(Trainer *t, const float *images, const uint8_t *images_u8, int n, int S, const float *targets,
                     int nt, int epoch, int i, LossOut *out, Err *err);

@@ -140,7 +140,7 @@ typedef struct BackendFused {
 } BackendFused;
 
 // The device: its memory, order between devices, timers, recordings, and what a trainer needs from it
-// beyond the ops (core/train/trainer.c, core/devices/multi*.c).
+// beyond the ops (core/trainer/trainer.c, core/devices/multi*.c).
 typedef struct BackendDev {
     // wait until everything queued has finished (profiling, handing work between devices)
     void (*sync)(void *ctx);
@@ -195,7 +195,7 @@ typedef struct BackendDev {
     int    (*host_pin)(void *p, size_t bytes, void *arg);
     void   (*host_unpin)(void *p, void *arg);
     // A device's memory and failures: device_id (-1 on the CPU); device_close frees the context
-    // model_to_device made (after model_free); scalars: the step's small values (core/train/trainer.h SC_*) in
+    // model_to_device made (after model_free); scalars: the step's small values (core/trainer/trainer.h SC_*) in
     // the device's memory, NULL where host memory serves; take: n floats of the optimizer arena (256-byte
     // aligned, not zeroed; dies when the plan was wrong); reserve: give ctx an optimizer arena of `bytes`
     // when its plan had none (0, or -1: no room); buffer_new / buffer_free: n zeroed floats outside the
@@ -255,7 +255,7 @@ typedef struct BackendOptim {
     double (*grad_sumsq)(void *ctx, const void *prep);
     void (*grad_scale)(void *ctx, const void *prep, float s);
     void (*sgd_apply)(void *ctx, const void *prep, const float lr[3], float mu, float wd, int first);
-    // A step without host waits (core/train/trainer.c, core/devices/multi.c): the values the host used to read back
+    // A step without host waits (core/trainer/trainer.c, core/devices/multi.c): the values the host used to read back
     // stay in the backend's memory. grad_sumsq_to: Σ g² of prep's slots into *dst (a double, as
     // grad_sumsq). grad_clip: clip_grad_norm from n such sums (added in order): total = sqrt(Σ), coef =
     // 1 / (total + 1e-6) * max_norm in fp32, g *= coef where coef < 1.

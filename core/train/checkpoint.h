@@ -2,7 +2,7 @@
 // momentum buffers, EMA, counters, where in the epoch it stopped), saved beside the weights as
 // weights/last_state.safetensors, written to a temporary name and renamed.
 #pragma once
-#include "core/train/trainer.h"
+#include "core/trainer/trainer.h"
 
 typedef struct {             // where a run stands
     int    epoch, batch;     // the next batch to run

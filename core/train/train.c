@@ -1,5 +1,5 @@
-// train.c: one training run around the Trainer's step (core/train/trainer.c): dataset, loader, the run
-// folder, the epochs with their progress line, validation, results.csv and checkpoints, Ctrl-C,
+// train.c: one training run around the step (core/train/step.c; the Trainer, core/trainer/trainer.c): dataset,
+// loader, the run folder, the epochs with their progress line, validation, results.csv and checkpoints, Ctrl-C,
 // SIGTERM and SIGHUP, failures, and resume=. The fault-injection hooks the tests use are core/train/faults.c.
 #include "core/train/train.h"
 
@@ -31,7 +31,7 @@
 #include "core/base/runlock.h"
 #include "core/devices/multi.h"
 #include "core/procs/procs.h"
-#include "core/train/family.h"
+#include "core/train/step.h"
 #include "core/spec/transfer.h"
 #include "core/eval/plots.h"
 #include "core/eval/val.h"
@@ -413,7 +413,7 @@ static void draw_results(const Config *cfg, RunState *rs, int epoch) {
 static int end_epoch(Config *cfg, Trainer *t, RunState *rs, int epoch, const Running *r) {
     Err err;
     char path[CFG_PATH * 2 + 64];
-    t->fam->end_epoch(t);                              // YOLO26's ProgLoss: the next epoch's branch weights
+    trainer_end_epoch(t);                              // YOLO26's ProgLoss: the next epoch's branch weights
     ValOptions vo = val_options_train(cfg);           // train.py: 2*batch, rect, pad 0.5; run in chunks
     // val_batch0 pictures after the first and the last epoch only: drawing and encoding them was most
     // of a small validation (3 ms of its 4.9 per image, coco128 on an H200); train.py plots none

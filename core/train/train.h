@@ -1,8 +1,8 @@
 // train.h: the run around the Trainer (core/train/train.c: per-epoch logging, validation and checkpoints
-// under runs/train/NAME). The Trainer itself, the step, is core/train/trainer.h.
+// under runs/train/NAME). The Trainer itself, the step, is core/trainer/trainer.h.
 #pragma once
 #include "core/train/outdir.h"
-#include "core/train/trainer.h"
+#include "core/trainer/trainer.h"
 
 // ---- the run (core/train/train.c) -------------------------------------------------------------------
 // `yolotrain CONFIG`: the whole run. Returns the process exit status. With cfg->resume set to a

@@ -1,4 +1,4 @@
-// family_gelan.c: the gelan and yolov9 family of the trainer (core/train/family.h): YOLOv9's ComputeLoss on
+// family_gelan.c: the gelan and yolov9 family of the trainer (core/trainer/family.h): YOLOv9's ComputeLoss on
 // the DDetect head and, for a dual head (yolov9-s), on the auxiliary branch with its own assignment
 // (utils/loss_tal_dual.py), and train.py's optimizer: nominal batch 64 with accumulation, warmup, linear or
 // cosine LR, clipping at norm 10, EMA; SGD, or Adam / AdamW as smart_optimizer builds them.
@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/train/family.h"
+#include "core/trainer/family.h"
 #include "core/spec/musgd.h"
-#include "core/train/trainer.h"
-#include "core/train/family_yolo26.h"   // train26_params: the trainable tensors as MuParam
+#include "core/trainer/trainer.h"
+#include "core/trainer/family_yolo26.h"   // train26_params: the trainable tensors as MuParam
 
 // optimizer=Adam|AdamW (train.py smart_optimizer [WongKinYiu/yolov9 utils/torch_utils.py]): the same
 // three groups as SGD (biases with no decay, weights with the scaled decay, BN weights with none),

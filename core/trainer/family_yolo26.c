@@ -1,14 +1,13 @@
 // family_yolo26.c (was train26.c): see family_yolo26.h. Ultralytics 8.4.14 engine/trainer.py (build_optimizer, the warmup of
-// _do_train, optimizer_step) and utils/loss.py E2ELoss, fitted into the trainer's phases (core/train/trainer.c)
-// as the YOLO26 family (core/train/family.h).
-#include "core/train/family_yolo26.h"
+// _do_train, optimizer_step) and utils/loss.py E2ELoss, fitted into the trainer's phases (core/trainer/trainer.c)
+// as the YOLO26 family (core/trainer/family.h).
+#include "core/trainer/family_yolo26.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/train/family.h"
-#include "core/devices/multi.h"
+#include "core/trainer/family.h"
 
 #define CLIP_NORM  10.0f   // clip_grad_norm_(max_norm=10.0)
 #define MUSGD_MUON 0.2     // MuSGD(param_groups, muon=0.2, sgd=1.0) at 8.4.14
@@ -138,7 +137,7 @@ void train26_free(Trainer *t) {
 
 // ---- loss ------------------------------------------------------------------------------------
 
-// The trainer's maps of the batch (core/train/trainer.c loss_batch): head[] is the one-to-one branch, aux[]
+// The trainer's maps of the batch (core/trainer/trainer.c loss_batch): head[] is the one-to-one branch, aux[]
 // the one-to-many one; channels [4 ltrb | nc logits].
 static void batch_of(Trainer *t) {
     Train26 *y = t->y26;
@@ -195,8 +194,6 @@ static void prog_update(Train26 *y) {
 
 void train26_end_epoch(Trainer *t) {
     prog_update(t->y26);
-    if (!t->multi) return;
-    for (int k = 1; k < multi_count(t->multi); k++) prog_update(multi_replica(t->multi, k)->y26);
 }
 
 // ---- optimizer -------------------------------------------------------------------------------

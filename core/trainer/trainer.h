@@ -1,6 +1,8 @@
-// trainer.h: the Trainer (core/train/trainer.c: one model on its backend, its family's loss and optimizer, the
-// iteration in phases, the nominal-batch optimizer schedule and EMA of YOLOv9's train.py) and the shapes of
-// training batches (core/train/train_shapes.c). The run around it is core/train/train.h.
+// trainer.h: the Trainer of one device (core/trainer/trainer.c: one model on its backend, its family's loss and
+// optimizer, the iteration in phases, the nominal-batch optimizer schedule and EMA of YOLOv9's train.py) and the
+// shapes of training batches (core/trainer/train_shapes.c). What drives it sits above it: several devices
+// (core/devices/multi.h) and processes (core/procs/procs.h) run its phases on each device, the step over this
+// run's devices and processes is core/train/step.h, and the run around it core/train/train.h.
 #pragma once
 #include "cfg/config.h"
 #include "core/spec/loss.h"
@@ -30,6 +32,8 @@ typedef struct Trainer {
     Model       m;
     int         master;          // 1: holds the optimizer state and the EMA (device 0); 0: a replica
     struct Multi *multi;         // several devices (core/devices/multi.c), or NULL
+    void      (*release)(struct Trainer *t);   // set by multi_init (multi_free): what drives the devices
+                                 // beside this one, freed first by trainer_free; NULL: nothing
     float      *sgd_buf;         // momentum buffers in the device's optimizer arena (NULL on the CPU)
     float      *recv;            // master: n_state floats to receive another device's gradients
     LossBatch   lb;              // the batch of the iteration in progress
@@ -55,9 +59,9 @@ typedef struct Trainer {
     PhaseTimes  t;
     double      lr[3];           // learning rates of the last iteration, per group (results.csv); YOLO26:
                                  // its bias, weight (Muon under MuSGD) and BN groups
-    const struct Family *fam;    // the model family's loss and optimizer (core/train/family.h)
-    struct Train26 *y26;         // YOLO26 (m.end2end): its loss, optimizer and schedule (core/train/family_yolo26.h)
-    struct GelanAdam *gadam;     // gelan under optimizer=Adam|AdamW (core/train/family_gelan.c), else NULL
+    const struct Family *fam;    // the model family's loss and optimizer (core/trainer/family.h)
+    struct Train26 *y26;         // YOLO26 (m.end2end): its loss, optimizer and schedule (core/trainer/family_yolo26.h)
+    struct GelanAdam *gadam;     // gelan under optimizer=Adam|AdamW (core/trainer/family_gelan.c), else NULL
     struct SumHook *sums;        // several processes, one device: its overlapped sums (core/procs/procs.c), or NULL
 } Trainer;
 
@@ -68,9 +72,9 @@ int  trainer_init(Trainer *t, const Config *cfg, int nb, int gpu, Err *err);
 // A replica for another device of a multi-device run: model (for micro-batches of up to `micro`
 // images), loss work and input, no optimizer.
 int  trainer_init_replica(Trainer *t, const Config *cfg, int gpu, int micro, Err *err);
-// The master on devs->gpu[0] and, for several devices, its replicas (core/devices/multi.h).
-struct DeviceList;
-int  trainer_init_devices(Trainer *t, const Config *cfg, int nb, const struct DeviceList *devs, Err *err);
+// The master of several devices, for micro-batches of up to `micro` images (trainer_init: micro = cfg->batch);
+// core/train/step.h's trainer_init_devices then starts its replicas.
+int  trainer_init_master(Trainer *t, const Config *cfg, int nb, int gpu, int micro, Err *err);
 void trainer_free(Trainer *t);
 void trainer_update(Trainer *t, int epoch, int i);   // schedule; maybe clip, SGD, EMA (queued)
 // The learning rates of iteration (epoch, i) into t->lr without advancing the schedule: a run resumed
@@ -90,15 +94,6 @@ void trainer_phase_backward(Trainer *t, int n, const double *tss, int n_tss, dou
 void trainer_phase_items(Trainer *t, LossOut *out);
 void trainer_read_times(Trainer *t, PhaseTimes *delta);
 void trainer_mark(Trainer *t, int mark);             // record timer mark TM_* on t's queue
-// One iteration i of `epoch` on n images (n,S,S,3 floats in input) and their target rows
-// (img, cls, cx, cy, w, h): forward, loss, backward; then, when the schedule says so, clip the
-// gradients to norm 10, take the SGD step and update the EMA. Returns 0, or -1 on bad targets.
-int  trainer_step(Trainer *t, int n, int S, const float *targets, int nt, int epoch, int i,
-                  LossOut *out, Err *err);
-// The same with the batch given: images_u8 bytes when set, else images floats (both NULL: the batch is
-// already in the model's input on its devices, as the benchmarks time the step alone).
-int  trainer_step_batch(Trainer *t, const float *images, const uint8_t *images_u8, int n, int S, const float *targets,
-                        int nt, int epoch, int i, LossOut *out, Err *err);
 // Save the EMA weights (what validation and detection use) as safetensors.
 int  trainer_save(const Trainer *t, const char *path, Err *err);
 
@@ -106,7 +101,7 @@ int  trainer_save(const Trainer *t, const char *path, Err *err);
 // t->shape with the step's S filled in where it is 0.
 StepShape trainer_shape(const Trainer *t, int S);
 
-// ---- the shapes of training batches (core/train/train_shapes.c) --------------------------------------
+// ---- the shapes of training batches (core/trainer/train_shapes.c) --------------------------------------
 // multi_scale (yolov9 train.py --multi-scale, Ultralytics 8.x multi_scale=True): batch i of `epoch`
 // runs at sz = randrange(int(0.5 S), int(1.5 S) + 32) // 32 * 32 (at least 32), drawn from
 // rng_for(seed + TRAIN_MS_SALT, epoch, i) so a resumed or multi-device run draws the same; a batch of

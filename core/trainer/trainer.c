@@ -1,19 +1,18 @@
-// trainer.c: the Trainer's step (core/train/trainer.h): the model on its device with the family's loss work
-// and optimizer (core/train/family.h), the iteration in phases that several devices can share (forward and
+// trainer.c: the Trainer of one device (core/trainer/trainer.h): the model on its device with the family's loss work
+// and optimizer (core/trainer/family.h), the iteration in phases that several devices can share (forward and
 // assignment, loss and backward, update), their timer marks, and the EMA weights' save. The step
 // follows YOLOv9's train.py (reference section 4.8): forward, loss x batch, backward, and every
-// `accumulate` batches: clip to norm 10, the optimizer step, EMA update. The run around it (folders,
-// logs, checkpoints, signals, resume) is core/train/train.c.
-#include "core/train/trainer.h"
+// `accumulate` batches: clip to norm 10, the optimizer step, EMA update. The step over the run's devices
+// and processes is core/train/step.c; the run around it (folders, logs, checkpoints, signals, resume)
+// core/train/train.c.
+#include "core/trainer/trainer.h"
 
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/train/family.h"
+#include "core/trainer/family.h"
 #include "core/base/memlimit.h"
-#include "core/devices/multi.h"
-#include "core/procs/procs.h"
 #include "core/spec/transfer.h"
 
 int trainer_anchors(Model *m) {
@@ -142,7 +141,11 @@ static void optimizer_init(Trainer *t, const Config *cfg, int nb) {
 }
 
 int trainer_init(Trainer *t, const Config *cfg, int nb, int gpu, Err *err) {
-    if (trainer_setup(t, cfg, gpu, 1, cfg->batch, err)) return -1;
+    return trainer_init_master(t, cfg, nb, gpu, cfg->batch, err);
+}
+
+int trainer_init_master(Trainer *t, const Config *cfg, int nb, int gpu, int micro, Err *err) {
+    if (trainer_setup(t, cfg, gpu, 1, micro, err)) return -1;
     optimizer_init(t, cfg, nb);
     return 0;
 }
@@ -151,18 +154,8 @@ int trainer_init_replica(Trainer *t, const Config *cfg, int gpu, int micro, Err 
     return trainer_setup(t, cfg, gpu, 0, micro, err);
 }
 
-int trainer_init_devices(Trainer *t, const Config *cfg, int nb, const DeviceList *devs, Err *err) {
-    if (devs->n == 1) return trainer_init(t, cfg, nb, devs->gpu[0], err);
-    int micro = multi_plan_micro(cfg->split, cfg->batch, devs->n, err);
-    if (micro < 0) return -1;
-    if (trainer_setup(t, cfg, devs->gpu[0], 1, micro, err)) return -1;
-    optimizer_init(t, cfg, nb);
-    if (multi_init(t, cfg, devs, micro, err)) { trainer_free(t); return -1; }
-    return 0;
-}
-
 void trainer_free(Trainer *t) {
-    if (t->multi) multi_free(t);
+    if (t->release) t->release(t);                  // the devices beside it first (multi_free)
     if (t->fam) t->fam->free(t);
     if (t->tm[0]) t->m.be->dev.bind(t->m.be_ctx);
     for (int k = 0; k < TM_COUNT; k++)
@@ -258,31 +251,6 @@ void trainer_update(Trainer *t, int epoch, int i) {
 // The learning rates of iteration (epoch, i) into t->lr without advancing the schedule: a run
 // resumed after its epoch's last batch (stopped during validation) logs them as the run that went on.
 void trainer_lr_at(Trainer *t, int epoch, int i) { t->fam->lr_at(t, epoch, i); }
-
-int trainer_step(Trainer *t, int n, int S, const float *targets, int nt, int epoch, int i,
-                 LossOut *out, Err *err) {
-    return trainer_step_batch(t, t->input_u8 ? NULL : t->input, t->input_u8, n, S, targets, nt, epoch, i, out, err);
-}
-
-int trainer_step_batch(Trainer *t, const float *images, const uint8_t *images_u8, int n, int S, const float *targets,
-                       int nt, int epoch, int i, LossOut *out, Err *err) {
-    if (t->multi) {
-        int rc = multi_step(t->multi, images, images_u8, n, S, targets, nt, epoch, i, out, err);
-        if (rc && procs_active()) comm_abort(1, "%s", err->msg);   // the other processes wait on this one
-        return rc;
-    }
-    if (procs_active()) return procs_step_one(t, images, images_u8, n, S, targets, nt, epoch, i, out, err);
-    if (trainer_phase_forward(t, n, S, images, images_u8, targets, nt, err)) {
-        t->m.be->dev.sync(t->m.be_ctx);                    // the forward read the batch: done before it goes back
-        return -1;
-    }
-    trainer_phase_backward(t, n, t->scal + SC_TSS, 1, n);
-    trainer_update(t, epoch, i);
-    t->m.be->dev.sync(t->m.be_ctx);                        // the step's one host wait
-    trainer_read_times(t, NULL);
-    trainer_phase_items(t, out);
-    return 0;
-}
 
 int trainer_save(const Trainer *t, const char *path, Err *err) {
     Model view = t->m;                 // the same names and shapes, with the EMA's values

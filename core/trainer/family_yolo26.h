@@ -1,11 +1,11 @@
 // family_yolo26.h: the YOLO26 side of the trainer (yolo26.md sections 2.2 and 3): the end-to-end loss of both
 // branches weighted by ProgLoss, the optimizer `optimizer=` picks over the reference's eight parameter
-// groups, and each group's warmup and schedule. They are the YOLO26 row of the family table (core/train/family.h).
+// groups, and each group's warmup and schedule. They are the YOLO26 row of the family table (core/trainer/family.h).
 // Legend: N batch; br branch (L26_O2M, L26_O2O); groups MU_* (core/spec/musgd.h); ni = i + nb*epoch.
 #pragma once
 #include "core/spec/loss26.h"
 #include "core/spec/musgd.h"
-#include "core/train/trainer.h"
+#include "core/trainer/trainer.h"
 
 typedef enum { OPT26_MUSGD, OPT26_ADAMW, OPT26_SGD, OPT26_ADAM } Opt26Kind;
 
@@ -60,7 +60,7 @@ int  train26_group(const ParamInfo *p, int use_muon);
 // out (room for m->n_params); returns the count.
 int  train26_params(const Model *m, int use_muon, MuParam *out);
 
-// The phases core/train/trainer.c runs (multi-device: on every device). tss: main = the one-to-one branch's
+// The phases core/trainer/trainer.c runs (multi-device: on every device). tss: main = the one-to-one branch's
 // target-score sum, aux = the one-to-many one's, so core/devices/multi.c sums them over devices unchanged.
 // out: box, cls, dfl are the one-to-one branch's items (the reference logs L_o2o), total the whole
 // weighted loss; tss, n_fg the one-to-one branch's, tss_aux, n_fg_aux the one-to-many's.
@@ -77,7 +77,7 @@ MuStep train26_schedule(const Train26 *y, const OptSchedule *s, int epoch, int i
 void train26_update(Trainer *t, int epoch, int i);
 // The learning rates of iteration (epoch, i) into t->lr, the schedule untouched (a resumed run).
 void train26_lr_at(Trainer *t, int epoch, int i);
-// An epoch ended: one ProgLoss update, on the master and every replica.
+// An epoch ended: one ProgLoss update of t (trainer_end_epoch, core/train/step.h, runs it on every device).
 void train26_end_epoch(Trainer *t);
 
 

@@ -2,7 +2,7 @@
 // --multi-scale branch; Ultralytics 8.x's preprocess_batch is the same rule), and the size the training
 // memory plan is made for. Legend: S imgsz, gs the grid stride (32), sz the drawn size, H,W the
 // batch's images, h,w what the model runs at.
-#include "core/train/trainer.h"
+#include "core/trainer/trainer.h"
 
 #include <math.h>
 

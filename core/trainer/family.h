@@ -1,7 +1,7 @@
 // family.h: what differs between the model families the trainer trains, as one table the step
-// (core/train/trainer.c) calls without asking which family it has: gelan and yolov9 (DDetect heads, a dual
-// head's auxiliary branch, SGD; core/train/family_gelan.c) and YOLO26 (the end-to-end head's two branches
-// weighted by ProgLoss, MuSGD/AdamW/SGD over eight groups; core/train/family_yolo26.c). Checkpoints need no entry:
+// (core/trainer/trainer.c) calls without asking which family it has: gelan and yolov9 (DDetect heads, a dual
+// head's auxiliary branch, SGD; core/trainer/family_gelan.c) and YOLO26 (the end-to-end head's two branches
+// weighted by ProgLoss, MuSGD/AdamW/SGD over eight groups; core/trainer/family_yolo26.c). Checkpoints need no entry:
 // both families keep their optimizer state in t->sgd's buffer (YOLO26: its whole block, n_train its
 // size) and the step count in t->sgd.steps, which core/train/checkpoint.c saves as they are.
 // Legend: tss the local target-score sums (main, aux) in the trainer's backend memory; norm t->scal[SC_NORM..].
@@ -31,9 +31,9 @@ typedef struct Family {
     // the rates logged. lr_at: those rates without advancing the schedule (a resumed run).
     void (*update)(struct Trainer *t, int epoch, int i);
     void (*lr_at)(struct Trainer *t, int epoch, int i);
-    // An epoch ended (on the master; it reaches the replicas itself).
+    // An epoch ended, on one device (trainer_end_epoch, core/train/step.h, runs it on the master, then each replica).
     void (*end_epoch)(struct Trainer *t);
 } Family;
 
-extern const Family family_gelan;    // core/train/family_gelan.c
-extern const Family family_yolo26;   // core/train/family_yolo26.c
+extern const Family family_gelan;    // core/trainer/family_gelan.c
+extern const Family family_yolo26;   // core/trainer/family_yolo26.c
