@@ -143,8 +143,19 @@ static int cmd_synth(int argc, char **argv, Config *cfg) {
     return 0;
 }
 
+// val and detect name their folder as val.py and detect.py: name= and exist_ok= from the command line,
+// else exp and 0; a config's (a run's args.ini: the training run's name, often exist_ok = 1) are for
+// training, as its project= is (core/train/outdir.h).
+static void eval_outdir_keys(Config *cfg) {
+    const Where *w = config_where(cfg, "name");
+    if (!w || strcmp(w->file, "command line")) snprintf(cfg->name, sizeof cfg->name, "exp");
+    w = config_where(cfg, "exist_ok");
+    if (!w || strcmp(w->file, "command line")) cfg->exist_ok = 0;
+}
+
 static int cmd_val(int argc, char **argv, Config *cfg) {
     if (load(argc, argv, cfg)) return 2;
+    eval_outdir_keys(cfg);
     if (!cfg->n_layers) { fprintf(stderr, "yolotrain val: name a model config, e.g. cfg/s.ini\n"); return 2; }
     return val_run(cfg);
 }
@@ -154,6 +165,7 @@ static int cmd_detect(int argc, char **argv, Config *cfg) {
     Err err;
     if (detect_take_args(&argc, argv, &o, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return 2; }
     if (load(argc, argv, cfg)) return 2;
+    eval_outdir_keys(cfg);
     if (!cfg->n_layers) { fprintf(stderr, "yolotrain detect: name a model config, e.g. cfg/s.ini\n"); return 2; }
     return detect_run(cfg, &o);
 }

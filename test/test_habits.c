@@ -3,9 +3,15 @@
 // args.ini found from weights=, export's messages. Runs ./yolotrain from the repository root.
 #include "test.h"
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include "cfg/devices.h"
+#include "io/synth.h"
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation"   // the scratch paths here are short
+#endif
 
 static char out[1 << 16];
 
@@ -68,8 +74,52 @@ static void test_yolov9_spellings(void) {
     CHECK(rc == 2 && strstr(out, "iou"), "--iou-thres=-1: exit %d %s", rc, out);
 }
 
+static int exists(const char *path) { struct stat st; return !stat(path, &st); }
+
+// A one-epoch gelan-t run on a small synthetic set: DIR/runs/t (args.ini, weights/); DIR, or NULL.
+static const char *trained_run(void) {
+    static char dir[4200];
+    static int state;                             // 0 not tried, 1 made, -1 failed
+    if (state) return state > 0 ? dir : NULL;
+    state = -1;
+    snprintf(dir, sizeof dir, "%s", test_tmpdir("habits"));
+    char sd[4300], args[20000];
+    snprintf(sd, sizeof sd, "%s/synth", dir);
+    SynthConfig sc = synth_defaults();
+    sc.n_train = 4; sc.n_val = 2; sc.min_side = 64; sc.max_side = 96; sc.threads = 1;
+    Err err;
+    if (synth_generate(sd, &sc, &err)) { CHECK(0, "%s", err.msg); return NULL; }
+    snprintf(args, sizeof args, "cfg/t.ini data=%s/data.yaml imgsz=64 batch=4 epochs=1 workers=1 device=cpu "
+             "project=%s/runs name=t --exist-ok", sd, dir);
+    int rc = yt(args);
+    if (rc) { CHECK(0, "training for the weights: exit %d\n%s", rc, out); return NULL; }
+    state = 1;
+    return dir;
+}
+
+// val twice is runs/val/exp, then exp2, though the run's args.ini says name = t, exist_ok = 1 (its
+// training's); name= and exist_ok=1 on the command line still count.
+static void test_val_increments(void) {
+    if (access("./yolotrain", X_OK)) SKIP("./yolotrain is not built");
+    const char *dir = trained_run();
+    if (!dir) return;
+    char args[20000], path[4400];
+    snprintf(args, sizeof args, "val %s/runs/t/args.ini weights=%s/runs/t/weights/best.safetensors device=cpu "
+             "project=%s/val noplots=1", dir, dir, dir);
+    for (int i = 0; i < 2; i++) {
+        int rc = yt(args);
+        CHECK(rc == 0 && strstr(out, i ? "/val/exp2" : "/val/exp"), "val %d: exit %d\n%s", i + 1, rc, out);
+    }
+    snprintf(path, sizeof path, "%s/val/exp2", dir);
+    CHECK(exists(path), "%s is missing", path);
+    snprintf(args + strlen(args), sizeof args - strlen(args), " name=exp --exist-ok");
+    int rc = yt(args);
+    CHECK(rc == 0 && strstr(out, "/val/exp\n") && !exists(strcat(path, "/../exp3")), "exist_ok=1: exit %d\n%s", rc, out);
+}
+
 int main(void) {
     RUN(test_device_cuda);
     RUN(test_yolov9_spellings);
+    RUN(test_val_increments);
     return test_summary();
 }
