@@ -117,9 +117,30 @@ static void test_val_increments(void) {
     CHECK(rc == 0 && strstr(out, "/val/exp\n") && !exists(strcat(path, "/../exp3")), "exist_ok=1: exit %d\n%s", rc, out);
 }
 
+// detect nosave=1 makes no folder and names none; with save_txt=1 the folder holds the labels.
+// detect.py's --conf-thres and --iou-thres are detect's conf and iou.
+static void test_detect_nosave(void) {
+    if (access("./yolotrain", X_OK)) SKIP("./yolotrain is not built");
+    const char *dir = trained_run();
+    if (!dir) return;
+    char args[20000], path[4400];
+    snprintf(args, sizeof args, "detect cfg/t.ini weights=%s/runs/t/weights/last.safetensors source=%s/synth/images/val "
+             "imgsz=64 device=cpu project=%s/det --nosave --conf-thres 0.5 --iou-thres 0.5", dir, dir, dir);
+    int rc = yt(args);
+    snprintf(path, sizeof path, "%s/det", dir);
+    CHECK(rc == 0 && !strstr(out, "Results saved") && strstr(out, "nothing saved") && !exists(path),
+          "nosave=1: exit %d\n%s", rc, out);
+    rc = yt(strcat(args, " --save-txt"));
+    snprintf(path, sizeof path, "%s/det/exp/labels", dir);
+    CHECK(rc == 0 && strstr(out, "Results saved to") && exists(path), "nosave=1 save_txt=1: exit %d\n%s", rc, out);
+    rc = yt(strcat(args, " --conf-thres 2"));
+    CHECK(rc == 2 && strstr(out, "conf=2"), "--conf-thres 2 is detect's conf: exit %d\n%s", rc, out);
+}
+
 int main(void) {
     RUN(test_device_cuda);
     RUN(test_yolov9_spellings);
     RUN(test_val_increments);
+    RUN(test_detect_nosave);
     return test_summary();
 }

@@ -475,7 +475,10 @@ static int detect_all(InferModels *im, char **names, const char *dir, const Path
     char pictures[64] = "", labels[3 * CFG_PATH] = "";   // as detect.py: "N labels saved to DIR/labels"
     if (!o->nosave) snprintf(pictures, sizeof pictures, " (%d images)", src->n - failed);
     if (save_txt) snprintf(labels, sizeof labels, "; %d label%s saved to %s/labels", r.labels, r.labels == 1 ? "" : "s", dir);
-    printf("Results saved to %s%s%s%s\n", dir, pictures, labels, failed ? "; some images failed, see above" : "");
+    if (!dir[0])                                       // nosave=1 and no labels: no folder was made
+        printf("Done: %d image%s, nothing saved (nosave=1)%s\n", src->n - failed, src->n - failed == 1 ? "" : "s",
+               failed ? "; some images failed, see above" : "");
+    else printf("Results saved to %s%s%s%s\n", dir, pictures, labels, failed ? "; some images failed, see above" : "");
     free(dt); free(th); free(r.log);
     pthread_mutex_destroy(&r.mu);
     return failed ? 1 : 0;
@@ -504,10 +507,11 @@ int detect_run(Config *cfg, const DetectOptions *o) {
         return 2;
     }
     paths_name_outputs(&src);
-    char dir[2 * CFG_PATH + 16];
+    char dir[2 * CFG_PATH + 16] = "";
     int nc = im.models[0].nc;
     char **names = class_names(cfg, nc, &err);
-    int rc = !names ? 2 : outdir_make(cfg, "runs/detect", cfg->save_txt, dir, sizeof dir, &err) ? 1 : 0;
+    int rc = !names ? 2 : (!o->nosave || cfg->save_txt) && outdir_make(cfg, "runs/detect", cfg->save_txt, dir,
+                                                                     sizeof dir, &err) ? 1 : 0;
     if (rc) fprintf(stderr, "yolotrain detect: %s\n", err.msg);
     if (!rc) rc = detect_all(&im, names, dir, &src, o, cfg->save_txt);
     for (int c = 0; names && c < nc; c++) free(names[c]);
