@@ -137,10 +137,37 @@ static void test_detect_nosave(void) {
     CHECK(rc == 2 && strstr(out, "conf=2"), "--conf-thres 2 is detect's conf: exit %d\n%s", rc, out);
 }
 
+// val and detect with a run's weights and no config read the run's args.ini, as export does; weights
+// outside a run, or missing, are said to be so.
+static void test_run_config(void) {
+    if (access("./yolotrain", X_OK)) SKIP("./yolotrain is not built");
+    const char *dir = trained_run();
+    if (!dir) return;
+    char args[20000];
+    snprintf(args, sizeof args, "val weights=%s/runs/t/weights/best.safetensors device=cpu project=%s/v noplots=1",
+             dir, dir);
+    int rc = yt(args);
+    CHECK(rc == 0 && strstr(out, "runs/t/args.ini") && strstr(out, "Results saved to"), "val: exit %d\n%s", rc, out);
+    snprintf(args, sizeof args, "detect --weights %s/runs/t/weights/best.safetensors --source %s/synth/images/val "
+             "device=cpu project=%s/d", dir, dir, dir);
+    rc = yt(args);
+    CHECK(rc == 0 && strstr(out, "runs/t/args.ini") && strstr(out, "Results saved to"), "detect: exit %d\n%s", rc, out);
+    snprintf(args, sizeof args, "val weights=%s/runs/t/weights/nothere.safetensors device=cpu", dir);
+    rc = yt(args);
+    CHECK(rc == 2 && strstr(out, "nothere.safetensors: no such file"), "missing weights: exit %d\n%s", rc, out);
+    snprintf(args, sizeof args, "cp %s/runs/t/weights/best.safetensors %s/w.safetensors", dir, dir);
+    if (system(args)) { CHECK(0, "%s", args); return; }
+    snprintf(args, sizeof args, "detect weights=%s/w.safetensors source=%s/synth/images/val device=cpu", dir, dir);
+    rc = yt(args);
+    CHECK(rc == 2 && strstr(out, "args.ini beside them") && strstr(out, "CONFIG.ini"), "outside a run: exit %d\n%s",
+          rc, out);
+}
+
 int main(void) {
     RUN(test_device_cuda);
     RUN(test_yolov9_spellings);
     RUN(test_val_increments);
     RUN(test_detect_nosave);
+    RUN(test_run_config);
     return test_summary();
 }

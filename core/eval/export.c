@@ -173,8 +173,7 @@ static void take_arg(int *argc, char **argv, const char *key, char *out, size_t 
     *argc = n;
 }
 
-// RUN/weights/best.safetensors -> RUN/args.ini (the run's effective config)
-static void run_ini(const char *weights, char *ini, size_t size) {
+void run_args_ini(const char *weights, char *ini, size_t size) {
     char dir[CFG_PATH];
     snprintf(dir, sizeof dir, "%s", weights);
     char *slash = strrchr(dir, '/');
@@ -217,7 +216,7 @@ static int load_config(int argc, char **argv, Config *cfg, Err *err) {
     if (!path) {                                   // the run's own config, found from weights=
         if (config_load(NULL, argc, argv, cfg, err)) return -1;
         if (!cfg->weights[0]) return err_set(err, "export needs weights=RUN/weights/best.safetensors");
-        run_ini(cfg->weights, ini, sizeof ini);
+        run_args_ini(cfg->weights, ini, sizeof ini);
         struct stat st;
         if (stat(ini, &st)) return no_run_ini(ini, cfg->weights, err);
         path = ini;
