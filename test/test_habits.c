@@ -163,11 +163,33 @@ static void test_run_config(void) {
           rc, out);
 }
 
+// export: a missing weights file is missing weights (not a missing args.ini), last_state is the training
+// state, and a gelan run's default export is a notice and status 0 (nothing to convert, nothing written).
+static void test_export_messages(void) {
+    if (access("./yolotrain", X_OK)) SKIP("./yolotrain is not built");
+    const char *dir = trained_run();
+    if (!dir) return;
+    char args[20000], path[4400];
+    snprintf(args, sizeof args, "export weights=%s/runs/t/weights/nothere.safetensors", dir);
+    int rc = yt(args);
+    CHECK(rc == 2 && strstr(out, "nothere.safetensors: no such file") && !strstr(out, "args.ini"), "exit %d\n%s", rc, out);
+    snprintf(path, sizeof path, "%s/runs/t/weights/last_state.safetensors", dir);
+    CHECK(exists(path), "%s is missing", path);
+    snprintf(args, sizeof args, "export weights=%s", path);
+    rc = yt(args);
+    CHECK(rc == 2 && strstr(out, "training state") && strstr(out, "last.safetensors"), "exit %d\n%s", rc, out);
+    snprintf(args, sizeof args, "export weights=%s/runs/t/weights/best.safetensors", dir);
+    rc = yt(args);
+    snprintf(path, sizeof path, "%s/runs/t/weights/best-converted.safetensors", dir);
+    CHECK(rc == 0 && strstr(out, "already the inference form") && !exists(path), "gelan: exit %d\n%s", rc, out);
+}
+
 int main(void) {
     RUN(test_device_cuda);
     RUN(test_yolov9_spellings);
     RUN(test_val_increments);
     RUN(test_detect_nosave);
     RUN(test_run_config);
+    RUN(test_export_messages);
     return test_summary();
 }

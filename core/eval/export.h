@@ -37,5 +37,8 @@ void run_args_ini(const char *weights, char *ini, size_t size);
 // [overrides]`: format=onnx writes the inference model as ONNX (a yolov9-s config as gelan-s); the
 // default, safetensors, converts yolov9-s weights to gelan-s. The
 // config is CONFIG.ini, else the run's args.ini beside weights/. out defaults to the weights' name
-// with -converted; the config goes beside it as .ini. Returns the exit status: 0, or 2 after a message.
+// with -converted; the config goes beside it as .ini. A model with no DualDDetect head (gelan, YOLO26) is
+// already the inference form: the safetensors export says so and writes nothing (status 0). Missing
+// weights and last_state.safetensors (the training state) are said to be so. Returns the exit status:
+// 0, or 2 after a message.
 int export_run(int argc, char **argv, Config *cfg);
