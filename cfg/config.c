@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <ini.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
@@ -250,11 +251,38 @@ static int ini_read(Config *cfg, const char *path, Err *err) {
 
 // ---- command-line overrides
 
-// yolov9 train.py's and Ultralytics' spellings of our keys ('-' already read as '_'). "model" (also
-// yolov9's --cfg) names the config file itself: config_load takes it before the overrides.
+// yolov9 train.py's, val.py's and Ultralytics' spellings of our keys ('-' already read as '_'). "model"
+// (also yolov9's --cfg) names the config file itself: config_load takes it before the overrides.
 static const struct { const char *from, *to; } key_alias[] = {
     { "batch_size", "batch" }, { "img", "imgsz" }, { "img_size", "imgsz" }, { "cfg", "model" },
+    { "conf_thres", "conf" }, { "iou_thres", "iou" },
 };
+
+// yolov9's flags that have nothing to do here: accepted (a yes/no value may follow), with one note.
+static const struct { const char *name, *note; } noted_flag[] = {
+    { "view_img", "--view-img: there is no display here; the pictures are saved to the run folder instead" },
+    { "noautoanchor", "--noautoanchor: the model is anchor-free; there are no anchors to check" },
+    { "sync_bn", NULL },                            // sync_bn_note: it depends on device=
+};
+
+static int noted_index(const char *name) {
+    for (size_t i = 0; i < sizeof noted_flag / sizeof noted_flag[0]; i++)
+        if (!strcmp(name, noted_flag[i].name)) return (int)i;
+    return -1;
+}
+
+// --sync-bn: nothing to do on one device; several devices normalise each over its own part of the
+// batch, which is not synchronised BN: said, not pretended.
+static void sync_bn_note(const Config *cfg) {
+    const char *d = cfg->device;
+    int several = strchr(d, ',') || (!strncmp(d, "cpu:", 4) && atoi(d + 4) > 1);
+    if (several)
+        fprintf(stderr, "yolotrain: --sync-bn: not implemented yet: with device=%s each device's BN uses the "
+                "statistics of its own part of the batch\n", d);
+    else
+        fprintf(stderr, "yolotrain: --sync-bn: on one device it changes nothing%s\n", d[0] ? "" :
+                " (device= empty: on a machine with several GPUs synchronised BN is not implemented yet)");
+}
 
 // Keys that are not booleans but still work as a bare flag, and the value the flag means.
 static const struct { const char *name, *value; } bare_flag[] = {
@@ -286,7 +314,7 @@ static const char *flag_value(const char *name) {
     if (k && k->type == KEY_BOOL) return "1";
     for (size_t i = 0; i < sizeof bare_flag / sizeof bare_flag[0]; i++)
         if (!strcmp(name, bare_flag[i].name)) return bare_flag[i].value;
-    return NULL;
+    return noted_index(name) >= 0 ? "1" : NULL;
 }
 
 // Read the override at argv[*i] into o and advance *i. A flag (flag_value) takes the next argument
@@ -355,16 +383,32 @@ static int override_one(Config *cfg, const Override *o, Err *err) {
 }
 
 static int overrides_apply(Config *cfg, int argc, char **argv, Err *err) {
+    static int noted[sizeof noted_flag / sizeof noted_flag[0]];   // once a process (export loads twice)
     Override o, prev;
-    int have_prev = 0;
+    int have_prev = 0, sync_bn = 0;
     for (int i = 0; i < argc;) {
         if (override_next(argc, argv, &i, &o, err, have_prev ? &prev : NULL)) return -1;
         if (strpbrk(o.value, "\r\n"))      // args.ini could not hold it (config_print writes lines)
             return err_set(err, "command line argument %d: %s: a value cannot hold a line break", o.pos, o.arg);
         if (!strcmp(o.name, "model")) continue;          // the config file: config_load took it
+        int k = noted_index(o.name);
+        if (k >= 0) {
+            if (!is_bool_word(o.value))
+                return err_set(err, "command line argument %d: %s: expected --%s alone, or 0 or 1 after it", o.pos,
+                               o.arg, o.name);
+            int yes = !strcmp(o.value, "1") || !strcasecmp(o.value, "true") || !strcasecmp(o.value, "yes") ||
+                      !strcasecmp(o.value, "on");
+            if (yes && !noted[k]) {
+                noted[k] = 1;
+                if (noted_flag[k].note) fprintf(stderr, "yolotrain: %s\n", noted_flag[k].note);
+                else sync_bn = 1;
+            }
+            continue;
+        }
         if (override_one(cfg, &o, err)) return -1;
         prev = o, have_prev = 1;
     }
+    if (sync_bn) sync_bn_note(cfg);
     return 0;
 }
 

@@ -41,6 +41,8 @@ static int unwrap_devices(const char *spec, char *buf, size_t size, Err *err) {
         buf[k++] = *p;
     }
     buf[k] = 0;
+    if (!strcmp(buf, "cuda")) snprintf(buf, size, "0");                  // Ultralytics' device=cuda: GPU 0
+    else if (!strncmp(buf, "cuda:", 5)) memmove(buf, buf + 5, k - 4);    // cuda:0 -> 0, cuda:0,1 -> 0,1
     return 0;
 }
 

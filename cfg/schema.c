@@ -365,8 +365,9 @@ static int check_freeze(const char *v, char *why, size_t n) {
 // "", cpu, cpu:N, or GPU ids: 0 | 0,1 | [0,1]
 static int check_device(const char *v, char *why, size_t n) {
     static const char *forms = "allowed: \"\" (automatic), cpu, cpu:N (N CPU devices), "
-                               "a GPU id such as 0, or a list 0,1 or [0,1]";
-    if (!*v || !strcmp(v, "cpu")) return 0;
+                               "a GPU id such as 0, or a list 0,1 or [0,1] (also cuda, cuda:0, cuda:0,1)";
+    if (!*v || !strcmp(v, "cpu") || !strcmp(v, "cuda")) return 0;
+    if (!strncmp(v, "cuda:", 5) && v[5]) return check_device(v + 5, why, n);   // Ultralytics' cuda:0, cuda:0,1
     const char *p = v;
     char *end;
     if (!strncmp(v, "cpu:", 4)) {

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cfg/config.h"
 #include "core/spec/backend.h"
@@ -43,11 +44,13 @@ static void usage(FILE *f) {
 // The options a mode reads besides the config keys (config_help lists those).
 static const struct { const char *mode, *text; } mode_own[] = {
     { "train",  "yolotrain [train] CONFIG.ini|model=CONFIG.ini [key=value | --key value | --flag ...]\n" },
-    { "val",    "yolotrain val CONFIG.ini weights=FILE [data=FILE.yaml] [key=value ...]\n" },
-    { "detect", "yolotrain detect|predict CONFIG.ini weights=FILE source=IMAGE|DIR|LIST.txt [key=value ...]\n"
+    { "val",    "yolotrain val [CONFIG.ini] weights=FILE [data=FILE.yaml] [key=value ...]\n"
+                "  (no CONFIG.ini: the run's args.ini beside weights=RUN/weights/FILE)\n" },
+    { "detect", "yolotrain detect|predict [CONFIG.ini] weights=FILE source=IMAGE|DIR|LIST.txt [key=value ...]\n"
+                "  (no CONFIG.ini: the run's args.ini beside weights=RUN/weights/FILE)\n"
                 "  source=                    an image, a folder of images or a .txt list of image paths\n"
-                "  conf=0.25                  score threshold\n"
-                "  iou=0.45                   IoU threshold of NMS\n"
+                "  conf=0.25                  score threshold (detect.py's --conf-thres)\n"
+                "  iou=0.45                   IoU threshold of NMS (--iou-thres)\n"
                 "  save_conf=0                add the score to each label row (with save_txt=1)\n"
                 "  nosave=0                   do not write the pictures with boxes\n"
                 "  (save_txt=1 below writes labels/STEM.txt for each image with detections)\n" },
@@ -143,9 +146,49 @@ static int cmd_synth(int argc, char **argv, Config *cfg) {
     return 0;
 }
 
-static int cmd_val(int argc, char **argv, Config *cfg) {
+// val and detect with no config: the run's args.ini beside weights=RUN/weights/X, as export finds it.
+// Returns 0 (cfg has a model), or 2 after a message.
+static int load_eval(const char *mode, int argc, char **argv, Config *cfg) {
     if (load(argc, argv, cfg)) return 2;
-    if (!cfg->n_layers) { fprintf(stderr, "yolotrain val: name a model config, e.g. cfg/s.ini\n"); return 2; }
+    if (cfg->n_layers) return 0;
+    char ini[CFG_PATH + 16];
+    struct stat st;
+    Err err;
+    if (!cfg->weights[0]) {
+        fprintf(stderr, "yolotrain %s: name a model config and weights, e.g. yolotrain %s cfg/s.ini weights=FILE, "
+                "or a run's weights alone: weights=RUN/weights/best.safetensors\n", mode, mode);
+        return 2;
+    }
+    if (stat(cfg->weights, &st)) {
+        fprintf(stderr, "yolotrain %s: weights=%s: no such file; name a weights file, e.g. "
+                "weights=runs/train/exp/weights/best.safetensors\n", mode, cfg->weights);
+        return 2;
+    }
+    run_args_ini(cfg->weights, ini, sizeof ini);
+    if (stat(ini, &st)) {
+        fprintf(stderr, "yolotrain %s: weights=%s: no %s beside them (not a run's weights/ folder); name the model "
+                "config they were trained with: yolotrain %s CONFIG.ini weights=%s\n", mode, cfg->weights, ini, mode,
+                cfg->weights);
+        return 2;
+    }
+    if (config_load_run(ini, argc, argv, cfg, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return 2; }
+    printf("config: %s (the run's, found from weights=)\n", ini);
+    return 0;
+}
+
+// val and detect name their folder as val.py and detect.py: name= and exist_ok= from the command line,
+// else exp and 0; a config's (a run's args.ini: the training run's name, often exist_ok = 1) are for
+// training, as its project= is (core/train/outdir.h).
+static void eval_outdir_keys(Config *cfg) {
+    const Where *w = config_where(cfg, "name");
+    if (!w || strcmp(w->file, "command line")) snprintf(cfg->name, sizeof cfg->name, "exp");
+    w = config_where(cfg, "exist_ok");
+    if (!w || strcmp(w->file, "command line")) cfg->exist_ok = 0;
+}
+
+static int cmd_val(int argc, char **argv, Config *cfg) {
+    if (load_eval("val", argc, argv, cfg)) return 2;
+    eval_outdir_keys(cfg);
     return val_run(cfg);
 }
 
@@ -153,8 +196,8 @@ static int cmd_detect(int argc, char **argv, Config *cfg) {
     DetectOptions o;
     Err err;
     if (detect_take_args(&argc, argv, &o, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return 2; }
-    if (load(argc, argv, cfg)) return 2;
-    if (!cfg->n_layers) { fprintf(stderr, "yolotrain detect: name a model config, e.g. cfg/s.ini\n"); return 2; }
+    if (load_eval("detect", argc, argv, cfg)) return 2;
+    eval_outdir_keys(cfg);
     return detect_run(cfg, &o);
 }
 

@@ -53,21 +53,23 @@ static int take_one(int argc, char **argv, int i, DetectOptions *o, int *used, E
     static const char *const keys[] = { "source", "conf", "iou", "save_conf", "nosave" };
     const char *a = argv[i], *s = !strncmp(a, "--", 2) ? a + 2 : a;
     char name[32];
-    size_t len = strcspn(s, "=");
-    snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), s);
-    for (char *p = name; *p; p++) if (*p == '-') *p = '_';
+    size_t at = strcspn(s, "=");
     *used = 0;
+    if (at >= sizeof name) return 0;
+    snprintf(name, sizeof name, "%.*s", (int)at, s);
+    for (char *p = name; *p; p++) if (*p == '-') *p = '_';
+    if (!strcmp(name, "conf_thres") || !strcmp(name, "iou_thres")) name[at - 6] = 0;   // detect.py's spellings
     for (int k = 0; k < 5; k++) {
-        if (strlen(keys[k]) != len || strcmp(name, keys[k])) continue;
-        if (!s[len] && s == a) return 0;          // a bare word "source" is no key
-        const char *v = s[len] ? s + len + 1 : i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(name, keys[k])) continue;
+        if (!s[at] && s == a) return 0;           // a bare word "source" is no key
+        const char *v = s[at] ? s + at + 1 : i + 1 < argc ? argv[i + 1] : NULL;
         if (k >= 3) {                              // a flag: the next argument only when it is 0 or 1
-            if (!s[len] && (!v || (strcmp(v, "0") && strcmp(v, "1")))) { *used = 1; v = "1"; }
-            else *used = s[len] ? 1 : 2;
+            if (!s[at] && (!v || (strcmp(v, "0") && strcmp(v, "1")))) { *used = 1; v = "1"; }
+            else *used = s[at] ? 1 : 2;
             return parse_flag(keys[k], v, k == 3 ? &o->save_conf : &o->nosave, err);
         }
         if (!v || !*v) return err_set(err, "command line: %s needs a value, e.g. %s=images/", keys[k], keys[k]);
-        *used = s[len] ? 1 : 2;
+        *used = s[at] ? 1 : 2;
         if (k == 0) { snprintf(o->source, sizeof o->source, "%s", v); return 0; }
         return parse_float(keys[k], v, 0, 1, k == 1 ? &o->nms.conf_thres : &o->nms.iou_thres, err);
     }
@@ -473,7 +475,10 @@ static int detect_all(InferModels *im, char **names, const char *dir, const Path
     char pictures[64] = "", labels[3 * CFG_PATH] = "";   // as detect.py: "N labels saved to DIR/labels"
     if (!o->nosave) snprintf(pictures, sizeof pictures, " (%d images)", src->n - failed);
     if (save_txt) snprintf(labels, sizeof labels, "; %d label%s saved to %s/labels", r.labels, r.labels == 1 ? "" : "s", dir);
-    printf("Results saved to %s%s%s%s\n", dir, pictures, labels, failed ? "; some images failed, see above" : "");
+    if (!dir[0])                                       // nosave=1 and no labels: no folder was made
+        printf("Done: %d image%s, nothing saved (nosave=1)%s\n", src->n - failed, src->n - failed == 1 ? "" : "s",
+               failed ? "; some images failed, see above" : "");
+    else printf("Results saved to %s%s%s%s\n", dir, pictures, labels, failed ? "; some images failed, see above" : "");
     free(dt); free(th); free(r.log);
     pthread_mutex_destroy(&r.mu);
     return failed ? 1 : 0;
@@ -502,10 +507,11 @@ int detect_run(Config *cfg, const DetectOptions *o) {
         return 2;
     }
     paths_name_outputs(&src);
-    char dir[2 * CFG_PATH + 16];
+    char dir[2 * CFG_PATH + 16] = "";
     int nc = im.models[0].nc;
     char **names = class_names(cfg, nc, &err);
-    int rc = !names ? 2 : outdir_make(cfg, "runs/detect", cfg->save_txt, dir, sizeof dir, &err) ? 1 : 0;
+    int rc = !names ? 2 : (!o->nosave || cfg->save_txt) && outdir_make(cfg, "runs/detect", cfg->save_txt, dir,
+                                                                     sizeof dir, &err) ? 1 : 0;
     if (rc) fprintf(stderr, "yolotrain detect: %s\n", err.msg);
     if (!rc) rc = detect_all(&im, names, dir, &src, o, cfg->save_txt);
     for (int c = 0; names && c < nc; c++) free(names[c]);

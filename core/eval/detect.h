@@ -23,8 +23,8 @@ int detect_take_args(int *argc, char **argv, DetectOptions *o, Err *err);
 // Class names: the dataset's when data= (or [data]) is given, else the built-in synthetic dataset's
 // when nc matches it, else class0, class1, ... Output: runs/detect/NAME (exp, exp2, ...; project= on the
 // command line and exist_ok=: core/train/outdir.h) holding the drawn images (same file names; none with
-// nosave=1) and, with save_txt=1, labels/STEM.txt for each image with detections: `cls cx cy w h` rows
-// normalised to the image (`... conf` with save_conf=1), as detect.py --save-txt [--save-conf]. The
+// nosave=1, and no folder with nosave=1 and no save_txt=1) and, with save_txt=1, labels/STEM.txt for
+// each image with detections: `cls cx cy w h` rows normalised to the image (`... conf` with save_conf=1), as detect.py --save-txt [--save-conf]. The
 // last line counts the label files written. device= as for training (cpu, cpu:N, 0, 0,1, ...;
 // core/devices/infer_devices.h): with n devices image i runs on device i % n, one thread each; the files are
 // those of one device and the per-image lines print in source order. Returns the exit status (2: a

@@ -173,8 +173,7 @@ static void take_arg(int *argc, char **argv, const char *key, char *out, size_t 
     *argc = n;
 }
 
-// RUN/weights/best.safetensors -> RUN/args.ini (the run's effective config)
-static void run_ini(const char *weights, char *ini, size_t size) {
+void run_args_ini(const char *weights, char *ini, size_t size) {
     char dir[CFG_PATH];
     snprintf(dir, sizeof dir, "%s", weights);
     char *slash = strrchr(dir, '/');
@@ -210,6 +209,21 @@ static int no_run_ini(const char *ini, const char *weights, Err *err) {
                    "weights=%s%s", ini, weights, fit, weights, strstr(fit, "yolov9-") ? "" : " format=onnx");
 }
 
+// weights= names a file export can read: it exists, and it is no training state (last_state: the
+// weights with the optimizer and EMA, for resume=).
+static int weights_usable(const char *weights, Err *err) {
+    struct stat st;
+    if (stat(weights, &st))
+        return err_set(err, "weights=%s: no such file; name a run's weights, e.g. "
+                       "weights=runs/train/exp/weights/best.safetensors", weights);
+    const char *base = strrchr(weights, '/');
+    base = base ? base + 1 : weights;
+    if (!strcmp(base, "last_state.safetensors"))
+        return err_set(err, "weights=%s: this is the training state (for resume=); use last.safetensors or "
+                       "best.safetensors beside it", weights);
+    return 0;
+}
+
 static int load_config(int argc, char **argv, Config *cfg, Err *err) {
     const char *path = NULL;
     char ini[CFG_PATH + 16];
@@ -217,14 +231,15 @@ static int load_config(int argc, char **argv, Config *cfg, Err *err) {
     if (!path) {                                   // the run's own config, found from weights=
         if (config_load(NULL, argc, argv, cfg, err)) return -1;
         if (!cfg->weights[0]) return err_set(err, "export needs weights=RUN/weights/best.safetensors");
-        run_ini(cfg->weights, ini, sizeof ini);
+        if (weights_usable(cfg->weights, err)) return -1;
+        run_args_ini(cfg->weights, ini, sizeof ini);
         struct stat st;
         if (stat(ini, &st)) return no_run_ini(ini, cfg->weights, err);
         path = ini;
     }
     if (config_load(path, argc, argv, cfg, err)) return -1;
     if (!cfg->weights[0]) return err_set(err, "export needs weights=RUN/weights/best.safetensors");
-    return 0;
+    return weights_usable(cfg->weights, err);
 }
 
 // nc of a weights file: the rows of the first head's class conv bias (*.cv3.0.2.bias)
@@ -333,6 +348,13 @@ int export_run(int argc, char **argv, Config *cfg) {
             return 2;
         }
         if (export_onnx(cfg, out, batch, &err)) { fprintf(stderr, "yolotrain export: %s\n", err.msg); return 2; }
+        return 0;
+    }
+    int D = cfg->n_layers - 1;
+    if (D >= 0 && strcmp(cfg->layers[D].module, "DualDDetect")) {   // gelan, YOLO26: nothing to drop
+        printf("%s: already the inference form (the last layer is %s, no auxiliary branch to drop): nothing to "
+               "convert; val and detect take weights=%s as it is, and format=onnx exports it\n", cfg->file,
+               cfg->layers[D].module, cfg->weights);
         return 0;
     }
     if (!out[0]) derive(cfg->weights, "-converted.safetensors", out, sizeof out);

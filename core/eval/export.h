@@ -30,9 +30,15 @@ int export_weights(const Config *cfg, const char *weights, const char *out, cons
 // core/eval/export_onnx.c. Returns 0, or -1 with err.
 int export_onnx_model(const Model *m, int imgsz, int batch, const char *path, Err *err);
 
+// run_args_ini: RUN/weights/best.safetensors -> RUN/args.ini (the run's effective config), weights/
+// X -> ./args.ini, any other folder's X -> FOLDER/args.ini; whether it exists is the caller's question.
+void run_args_ini(const char *weights, char *ini, size_t size);
 // `yolotrain export weights=FILE [format=safetensors|onnx] [dynamic=1] [out=FILE] [CONFIG.ini]
 // [overrides]`: format=onnx writes the inference model as ONNX (a yolov9-s config as gelan-s); the
 // default, safetensors, converts yolov9-s weights to gelan-s. The
 // config is CONFIG.ini, else the run's args.ini beside weights/. out defaults to the weights' name
-// with -converted; the config goes beside it as .ini. Returns the exit status: 0, or 2 after a message.
+// with -converted; the config goes beside it as .ini. A model with no DualDDetect head (gelan, YOLO26) is
+// already the inference form: the safetensors export says so and writes nothing (status 0). Missing
+// weights and last_state.safetensors (the training state) are said to be so. Returns the exit status:
+// 0, or 2 after a message.
 int export_run(int argc, char **argv, Config *cfg);

@@ -1,0 +1,195 @@
+// test_habits.c: the references' habits on the command line (issue 36 item 3): yolov9's val.py and
+// detect.py spellings, Ultralytics' device=cuda, run folders named as increment_path, a run's
+// args.ini found from weights=, export's messages. Runs ./yolotrain from the repository root.
+#include "test.h"
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "cfg/devices.h"
+#include "io/synth.h"
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation"   // the scratch paths here are short
+#endif
+
+static char out[1 << 16];
+
+// Run `./yolotrain ARGS` with stderr joined to stdout; the exit status, output in out.
+static int yt(const char *args) {
+    char cmd[20100];
+    snprintf(cmd, sizeof cmd, "./yolotrain %s 2>&1", args);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int count(const char *hay, const char *needle) {
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p++) n++;
+    return n;
+}
+
+// device=cuda is GPU 0, cuda:0 is 0, cuda:0,1 is 0,1; cuda:x is an error that names the forms.
+static void test_device_cuda(void) {
+    static const struct { const char *spec; int n, g0, g1; } c[] = {
+        { "cuda", 1, 0, -1 }, { "cuda:0", 1, 0, -1 }, { "cuda:1", 1, 1, -1 }, { "cuda:0,1", 2, 0, 1 },
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        DeviceList d;
+        Err err = { 0 };
+        int rc = parse_devices(c[i].spec, 2, &d, &err);
+        CHECK(rc == 0 && d.n == c[i].n && d.gpu[0] == c[i].g0 && (d.n < 2 || d.gpu[1] == c[i].g1),
+              "device=%s: rc %d n %d %s", c[i].spec, rc, d.n, err.msg);
+    }
+    if (access("./yolotrain", X_OK)) SKIP("./yolotrain is not built");
+    int rc = yt("info cfg/t.ini imgsz=64 device=cuda:0,1");
+    CHECK(rc == 0, "device=cuda:0,1 is a valid key value: exit %d %s", rc, out);
+    rc = yt("info cfg/t.ini imgsz=64 device=cuda:x");
+    CHECK(rc == 2 && strstr(out, "cuda:0"), "device=cuda:x: exit %d %s", rc, out);
+}
+
+// A pasted val.py / detect.py command: the spellings map to our keys, the flags that do nothing here
+// are accepted with one note each.
+static void test_yolov9_spellings(void) {
+    if (access("./yolotrain", X_OK)) SKIP("./yolotrain is not built");
+    int rc = yt("info cfg/t.ini imgsz=64 --conf-thres 0.3 --iou-thres=0.6 --max-det 10 --save-txt --view-img "
+                "--noautoanchor --sync-bn --view-img 1");
+    CHECK(rc == 0, "exit %d %s", rc, out);
+    CHECK(count(out, "--view-img") == 1 && strstr(out, "no display"), "one note for --view-img: %s", out);
+    CHECK(strstr(out, "anchor-free") && strstr(out, "on one device it changes nothing"), "%s", out);
+    rc = yt("info cfg/t.ini imgsz=64 --sync-bn device=cpu:2");
+    CHECK(rc == 0 && strstr(out, "not implemented yet"), "several devices: exit %d %s", rc, out);
+    rc = yt("info cfg/t.ini imgsz=64 --view-img maybe");
+    CHECK(rc == 2, "--view-img maybe: exit %d %s", rc, out);
+    rc = yt("val --help");
+    CHECK(rc == 0, "exit %d", rc);
+    // the values land in the keys: a bad one is reported under the key's own name
+    rc = yt("info cfg/t.ini --conf-thres 2");
+    CHECK(rc == 2 && strstr(out, "conf"), "--conf-thres 2: exit %d %s", rc, out);
+    rc = yt("info cfg/t.ini --iou-thres=-1");
+    CHECK(rc == 2 && strstr(out, "iou"), "--iou-thres=-1: exit %d %s", rc, out);
+}
+
+static int exists(const char *path) { struct stat st; return !stat(path, &st); }
+
+// A one-epoch gelan-t run on a small synthetic set: DIR/runs/t (args.ini, weights/); DIR, or NULL.
+static const char *trained_run(void) {
+    static char dir[4200];
+    static int state;                             // 0 not tried, 1 made, -1 failed
+    if (state) return state > 0 ? dir : NULL;
+    state = -1;
+    snprintf(dir, sizeof dir, "%s", test_tmpdir("habits"));
+    char sd[4300], args[20000];
+    snprintf(sd, sizeof sd, "%s/synth", dir);
+    SynthConfig sc = synth_defaults();
+    sc.n_train = 4; sc.n_val = 2; sc.min_side = 64; sc.max_side = 96; sc.threads = 1;
+    Err err;
+    if (synth_generate(sd, &sc, &err)) { CHECK(0, "%s", err.msg); return NULL; }
+    snprintf(args, sizeof args, "cfg/t.ini data=%s/data.yaml imgsz=64 batch=4 epochs=1 workers=1 device=cpu "
+             "project=%s/runs name=t --exist-ok", sd, dir);
+    int rc = yt(args);
+    if (rc) { CHECK(0, "training for the weights: exit %d\n%s", rc, out); return NULL; }
+    state = 1;
+    return dir;
+}
+
+// val twice is runs/val/exp, then exp2, though the run's args.ini says name = t, exist_ok = 1 (its
+// training's); name= and exist_ok=1 on the command line still count.
+static void test_val_increments(void) {
+    if (access("./yolotrain", X_OK)) SKIP("./yolotrain is not built");
+    const char *dir = trained_run();
+    if (!dir) return;
+    char args[20000], path[4400];
+    snprintf(args, sizeof args, "val %s/runs/t/args.ini weights=%s/runs/t/weights/best.safetensors device=cpu "
+             "project=%s/val noplots=1", dir, dir, dir);
+    for (int i = 0; i < 2; i++) {
+        int rc = yt(args);
+        CHECK(rc == 0 && strstr(out, i ? "/val/exp2" : "/val/exp"), "val %d: exit %d\n%s", i + 1, rc, out);
+    }
+    snprintf(path, sizeof path, "%s/val/exp2", dir);
+    CHECK(exists(path), "%s is missing", path);
+    snprintf(args + strlen(args), sizeof args - strlen(args), " name=exp --exist-ok");
+    int rc = yt(args);
+    CHECK(rc == 0 && strstr(out, "/val/exp\n") && !exists(strcat(path, "/../exp3")), "exist_ok=1: exit %d\n%s", rc, out);
+}
+
+// detect nosave=1 makes no folder and names none; with save_txt=1 the folder holds the labels.
+// detect.py's --conf-thres and --iou-thres are detect's conf and iou.
+static void test_detect_nosave(void) {
+    if (access("./yolotrain", X_OK)) SKIP("./yolotrain is not built");
+    const char *dir = trained_run();
+    if (!dir) return;
+    char args[20000], path[4400];
+    snprintf(args, sizeof args, "detect cfg/t.ini weights=%s/runs/t/weights/last.safetensors source=%s/synth/images/val "
+             "imgsz=64 device=cpu project=%s/det --nosave --conf-thres 0.5 --iou-thres 0.5", dir, dir, dir);
+    int rc = yt(args);
+    snprintf(path, sizeof path, "%s/det", dir);
+    CHECK(rc == 0 && !strstr(out, "Results saved") && strstr(out, "nothing saved") && !exists(path),
+          "nosave=1: exit %d\n%s", rc, out);
+    rc = yt(strcat(args, " --save-txt"));
+    snprintf(path, sizeof path, "%s/det/exp/labels", dir);
+    CHECK(rc == 0 && strstr(out, "Results saved to") && exists(path), "nosave=1 save_txt=1: exit %d\n%s", rc, out);
+    rc = yt(strcat(args, " --conf-thres 2"));
+    CHECK(rc == 2 && strstr(out, "conf=2"), "--conf-thres 2 is detect's conf: exit %d\n%s", rc, out);
+}
+
+// val and detect with a run's weights and no config read the run's args.ini, as export does; weights
+// outside a run, or missing, are said to be so.
+static void test_run_config(void) {
+    if (access("./yolotrain", X_OK)) SKIP("./yolotrain is not built");
+    const char *dir = trained_run();
+    if (!dir) return;
+    char args[20000];
+    snprintf(args, sizeof args, "val weights=%s/runs/t/weights/best.safetensors device=cpu project=%s/v noplots=1",
+             dir, dir);
+    int rc = yt(args);
+    CHECK(rc == 0 && strstr(out, "runs/t/args.ini") && strstr(out, "Results saved to"), "val: exit %d\n%s", rc, out);
+    snprintf(args, sizeof args, "detect --weights %s/runs/t/weights/best.safetensors --source %s/synth/images/val "
+             "device=cpu project=%s/d", dir, dir, dir);
+    rc = yt(args);
+    CHECK(rc == 0 && strstr(out, "runs/t/args.ini") && strstr(out, "Results saved to"), "detect: exit %d\n%s", rc, out);
+    snprintf(args, sizeof args, "val weights=%s/runs/t/weights/nothere.safetensors device=cpu", dir);
+    rc = yt(args);
+    CHECK(rc == 2 && strstr(out, "nothere.safetensors: no such file"), "missing weights: exit %d\n%s", rc, out);
+    snprintf(args, sizeof args, "cp %s/runs/t/weights/best.safetensors %s/w.safetensors", dir, dir);
+    if (system(args)) { CHECK(0, "%s", args); return; }
+    snprintf(args, sizeof args, "detect weights=%s/w.safetensors source=%s/synth/images/val device=cpu", dir, dir);
+    rc = yt(args);
+    CHECK(rc == 2 && strstr(out, "args.ini beside them") && strstr(out, "CONFIG.ini"), "outside a run: exit %d\n%s",
+          rc, out);
+}
+
+// export: a missing weights file is missing weights (not a missing args.ini), last_state is the training
+// state, and a gelan run's default export is a notice and status 0 (nothing to convert, nothing written).
+static void test_export_messages(void) {
+    if (access("./yolotrain", X_OK)) SKIP("./yolotrain is not built");
+    const char *dir = trained_run();
+    if (!dir) return;
+    char args[20000], path[4400];
+    snprintf(args, sizeof args, "export weights=%s/runs/t/weights/nothere.safetensors", dir);
+    int rc = yt(args);
+    CHECK(rc == 2 && strstr(out, "nothere.safetensors: no such file") && !strstr(out, "args.ini"), "exit %d\n%s", rc, out);
+    snprintf(path, sizeof path, "%s/runs/t/weights/last_state.safetensors", dir);
+    CHECK(exists(path), "%s is missing", path);
+    snprintf(args, sizeof args, "export weights=%s", path);
+    rc = yt(args);
+    CHECK(rc == 2 && strstr(out, "training state") && strstr(out, "last.safetensors"), "exit %d\n%s", rc, out);
+    snprintf(args, sizeof args, "export weights=%s/runs/t/weights/best.safetensors", dir);
+    rc = yt(args);
+    snprintf(path, sizeof path, "%s/runs/t/weights/best-converted.safetensors", dir);
+    CHECK(rc == 0 && strstr(out, "already the inference form") && !exists(path), "gelan: exit %d\n%s", rc, out);
+}
+
+int main(void) {
+    RUN(test_device_cuda);
+    RUN(test_yolov9_spellings);
+    RUN(test_val_increments);
+    RUN(test_detect_nosave);
+    RUN(test_run_config);
+    RUN(test_export_messages);
+    return test_summary();
+}
