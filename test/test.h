@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/base/switches.h"
@@ -119,6 +120,24 @@ static inline char *slurp(const char *path, size_t *n) {
     buf[*n] = 0;
     fclose(f);
     return buf;
+}
+
+// Runs `cmdline 2>&1` through the shell: its output (as much as fits, 0-terminated) in out, the rest read
+// and dropped so the command never stops on a full pipe; returns the exit status (-1: not run or killed).
+static inline int test_shell(const char *cmdline, char *out, size_t size) {
+    size_t len = strlen(cmdline) + 8;
+    char *cmd = malloc(len);
+    snprintf(cmd, len, "%s 2>&1", cmdline);
+    FILE *p = popen(cmd, "r");
+    free(cmd);
+    out[0] = 0;
+    if (!p) return -1;
+    size_t n = fread(out, 1, size - 1, p);
+    out[n] = 0;
+    char sink[4096];
+    while (fread(sink, 1, sizeof sink, p) > 0) {}
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 // 1 when both files can be read and hold the same bytes

@@ -2,7 +2,6 @@
 // mode words, exit statuses. Runs ./yolotrain (make test builds it first) from the repository root.
 #include "test.h"
 
-#include <sys/wait.h>
 
 #include "io/synth.h"
 
@@ -15,13 +14,8 @@ static char out[1 << 16];
 // Run `./yolotrain ARGS` with stderr joined to stdout; the exit status, output in out.
 static int yt(const char *args) {
     char cmd[20100];
-    snprintf(cmd, sizeof cmd, "./yolotrain %s 2>&1", args);
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t n = fread(out, 1, sizeof out - 1, p);
-    out[n] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    snprintf(cmd, sizeof cmd, "./yolotrain %s", args);
+    return test_shell(cmd, out, sizeof out);
 }
 
 static void test_version(void) {

@@ -4,7 +4,6 @@
 #include "test.h"
 
 #include <sys/stat.h>
-#include <sys/wait.h>
 
 #include "cfg/devices.h"
 #include "io/synth.h"
@@ -18,13 +17,8 @@ static char out[1 << 16];
 // Run `./yolotrain ARGS` with stderr joined to stdout; the exit status, output in out.
 static int yt(const char *args) {
     char cmd[20100];
-    snprintf(cmd, sizeof cmd, "./yolotrain %s 2>&1", args);
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t n = fread(out, 1, sizeof out - 1, p);
-    out[n] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    snprintf(cmd, sizeof cmd, "./yolotrain %s", args);
+    return test_shell(cmd, out, sizeof out);
 }
 
 static int count(const char *hay, const char *needle) {

@@ -4,7 +4,6 @@
 // Runs ./yolotrain from the repository root.
 #include "test.h"
 
-#include <sys/wait.h>
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"   // the scratch paths here are short
@@ -20,13 +19,8 @@ static int yt(const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
-    snprintf(cmd, sizeof cmd, "./yolotrain %s 2>&1", args);
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t n = fread(out, 1, sizeof out - 1, p);
-    out[n] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    snprintf(cmd, sizeof cmd, "./yolotrain %s", args);
+    return test_shell(cmd, out, sizeof out);
 }
 
 // The real files' folder and a data.yaml of coco128's first four images; 0 when all is there.
