@@ -213,6 +213,7 @@ static int cmd_train(int argc, char **argv, Config *cfg) {
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);             // piped logs keep the order of stdout and stderr lines
+    switches_warn_unknown(stderr);
     if (argc >= 2 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version"))) return version();
     if (argc < 2 || is_help(argv[1])) {
         usage(argc < 2 ? stderr : stdout);

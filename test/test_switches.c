@@ -3,21 +3,11 @@
 // of the source in the table). Runs from the repository root, as make test does.
 #include "test.h"
 
-#include <sys/wait.h>
 
 static char out[1 << 17];
 
 // Run `ENV ./yolotrain ARGS` with stderr joined to stdout; the exit status, output in out.
-static int run(const char *cmdline) {
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "%s 2>&1", cmdline);
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t n = fread(out, 1, sizeof out - 1, p);
-    out[n] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
+static int run(const char *cmdline) { return test_shell(cmdline, out, sizeof out); }
 
 // Every row filled, names unique and YT_, variants and test hooks pinned by a test.
 static void test_table(void) {
@@ -82,6 +72,19 @@ static void test_listed_by_the_binary(void) {
     CHECK(rc == 0 && strstr(out, "yolotrain switches"), "the usage lacks the switches mode: %s", out);
 }
 
+// A YT_ variable the table lacks is said at start: a retired one with what replaced it, a typo as changing
+// nothing; the registered ones say nothing.
+static void test_unknown_names_said(void) {
+    if (access("./yolotrain", X_OK)) SKIP("./yolotrain is not built");
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "env YT_PDL=1 YT_%s=64 YT_%s=0 ./yolotrain --version", "VAL_CACHE_MB", "FUSEE");
+    int rc = run(cmd);
+    CHECK(rc == 0, "--version: exit %d: %s", rc, out);
+    CHECK(strstr(out, "is no longer read: set the key val_cache_mb="), "the retired variable is not said:\n%s", out);
+    CHECK(strstr(out, "FUSEE is not a yolotrain switch and changes nothing"), "the typo is not said:\n%s", out);
+    CHECK(!strstr(out, "YT_PDL is"), "a registered variable is reported:\n%s", out);
+}
+
 // Every YT_ name of the source is in the registry, each variant and test hook with a test
 // (test/switch_check.sh, which make layers runs too).
 static void test_source_names(void) {
@@ -94,6 +97,7 @@ int main(void) {
     RUN(test_table);
     RUN(test_read_once_and_reload);
     RUN(test_listed_by_the_binary);
+    RUN(test_unknown_names_said);
     RUN(test_source_names);
     return test_summary();
 }

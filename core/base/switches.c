@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>   // environ
 
 static const SwitchInfo table[] = {
     [SW_FUSE] = { "YT_FUSE", SWITCH_VARIANT, "1, the fused forms",
@@ -113,6 +114,32 @@ int switch_is(Switch s, const char *value) {
 void switches_reload(void) {
     pthread_once(&once, read_all);
     read_all();
+}
+
+// YT_ variables the program once read, and what took their place. Written without the prefix:
+// test/switch_check.sh holds every whole YT_ name of the source to a row of the table above.
+static const struct { const char *suffix, *instead; } retired[] = {
+    { "VAL_CACHE_MB", "set the key val_cache_mb=M (megabytes of validation batches kept; 0: none)" },
+    { "BN_SUMS", "its variant is bench/lost/bn_sums_old.patch" },
+    { "BN_COMBINE", "its variant is bench/lost/bn_combine_warp.patch" },
+    { "BN_LANE_PIXELS", "its variant is bench/lost/bn_lane_pixels.patch" },
+    { "BN_FOLD_G", "its variant is bench/lost/bn_fold.patch" },
+};
+
+void switches_warn_unknown(FILE *f) {
+    for (char **e = environ; e && *e; e++) {
+        if (strncmp(*e, "YT_", 3)) continue;
+        size_t n = strcspn(*e, "=");
+        int known = 0;
+        for (int s = 0; s < SW_COUNT && !known; s++) known = strlen(table[s].name) == n && !strncmp(table[s].name, *e, n);
+        if (known) continue;
+        const char *instead = NULL;
+        for (size_t r = 0; r < sizeof retired / sizeof retired[0] && !instead; r++)
+            if (strlen(retired[r].suffix) == n - 3 && !strncmp(*e + 3, retired[r].suffix, n - 3)) instead = retired[r].instead;
+        if (instead) fprintf(f, "yolotrain: %.*s is no longer read: %s\n", (int)n, *e, instead);
+        else fprintf(f, "yolotrain: %.*s is not a yolotrain switch and changes nothing (yolotrain switches lists them)\n",
+                     (int)n, *e);
+    }
 }
 
 void switches_print(FILE *f) {

@@ -51,6 +51,10 @@ int switch_is(Switch s, const char *value);
 // running what reads it in this process. Not while another thread may read a switch.
 void switches_reload(void);
 
+// One line on f for each YT_ variable of the environment that is not in the table: a retired one names
+// what replaced it, any other (a typo) says it changes nothing. yolotrain calls it once at start.
+void switches_warn_unknown(FILE *f);
+
 // `yolotrain switches`: the table, with each variable's value in this environment.
 void switches_print(FILE *f);
 
