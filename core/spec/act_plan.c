@@ -13,13 +13,13 @@
 static int owner(const Model *m, int v) { return v < 0 || m->values[v].parent < 0 ? v : m->values[v].parent; }
 
 static int is_gemm_unit(const ConvUnit *u) { return u->w >= 0 && !unit_is_dw(u); }
-static int is_dw_unit(const ConvUnit *u) { return u->w >= 0 && unit_is_dw(u); }
+static int is_conv_unit(const ConvUnit *u) { return u->w >= 0; }   // a GEMM or a depthwise conv
 
 // Can node nd write a bf16 map to its output? Fused BN + SiLU units and RepConv (BN into fp32
 // temporaries, SiLU into the output) write through the BN/SiLU kernels; the rest are elementwise.
 static int writes_bf16(const Node *nd) {
     switch (nd->op) {
-    case OP_CONV:    return nd->act && nd->cv.bn_w >= 0 && (is_gemm_unit(&nd->cv) || is_dw_unit(&nd->cv));
+    case OP_CONV:    return nd->act && nd->cv.bn_w >= 0 && is_conv_unit(&nd->cv);
     case OP_REPCONV: return nd->act && is_gemm_unit(&nd->cv) && is_gemm_unit(&nd->cv2);
     case OP_MAXPOOL: case OP_AVGPOOL: case OP_UPSAMPLE: case OP_COPY: case OP_ADD: return 1;
     default:         return 0;
@@ -29,7 +29,7 @@ static int writes_bf16(const Node *nd) {
 // Can node nd read bf16 maps as its inputs (forward and backward)?
 static int reads_bf16(const Node *nd) {
     switch (nd->op) {
-    case OP_CONV:    return is_gemm_unit(&nd->cv) || is_dw_unit(&nd->cv);
+    case OP_CONV:    return is_conv_unit(&nd->cv);
     case OP_REPCONV: return is_gemm_unit(&nd->cv) && is_gemm_unit(&nd->cv2);
     case OP_MAXPOOL: case OP_AVGPOOL: case OP_UPSAMPLE: case OP_COPY: case OP_ADD: return 1;
     default:         return 0;
@@ -93,8 +93,8 @@ static void choose_units(Model *m, int bf16) {
     for (int i = 0; i < m->n_nodes; i++) {
         Node *nd = &m->nodes[i];
         int conv = nd->op == OP_CONV || nd->op == OP_REPCONV;
-        nd->cv.z_bf16 = bf16 && conv && (is_gemm_unit(&nd->cv) || is_dw_unit(&nd->cv));
-        nd->cv2.z_bf16 = bf16 && conv && (is_gemm_unit(&nd->cv2) || is_dw_unit(&nd->cv2));
+        nd->cv.z_bf16 = bf16 && conv && is_conv_unit(&nd->cv);
+        nd->cv2.z_bf16 = bf16 && conv && is_conv_unit(&nd->cv2);
     }
 }
 
