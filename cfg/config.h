@@ -78,7 +78,7 @@ typedef struct {
     char   split[256];               // even | auto | w0,w1,...
     // [val] (yolotrain val; the validation inside training keeps val.py's 0.001, 0.7, 300)
     double conf, iou;                // NMS: candidate score > conf, suppress IoU > iou
-    int    max_det, save_json, save_txt;
+    int    max_det, save_json, save_txt, save_conf;   // save_conf: labels/STEM.txt rows end with the score
     char   val_split[8];             // val | test: the data.yaml split to evaluate
     Hyp    hyp;
     // [data]: the same keys a data.yaml has; io/dataset.c interprets them. A value quoted whole

@@ -52,6 +52,7 @@ static const struct { const char *name, *text; } key_help[] = {
     { "val_split",      "the data.yaml split to evaluate: val or test" },
     { "save_json",      "write predictions.json (COCO format)" },
     { "save_txt",       "write labels/STEM.txt per image" },
+    { "save_conf",      "with save_txt=1: each label row ends with the score (--save-conf)" },
     { "lr0",            "initial learning rate" },
     { "lrf",            "final learning rate, a fraction of lr0" },
     { "momentum",       "SGD momentum / Adam beta1" },

@@ -82,6 +82,7 @@ const Key cfg_keys[] = {
     ENUM("val", "val_split", val_split, "val|test", "val"),
     BOOL("val", "save_json", save_json, "0"),
     BOOL("val", "save_txt",  save_txt,  "0"),
+    BOOL("val", "save_conf", save_conf, "0"),   // val.py / detect.py --save-conf
 
     // hyp.scratch-high.yaml [WongKinYiu/yolov9 data/hyps/hyp.scratch-high.yaml]
     HYP(lr0, 0, 10, "0.01"),             HYP(lrf, 0, 10, "0.01"),

@@ -150,18 +150,17 @@ static int cmd_synth(int argc, char **argv, Config *cfg) {
 // Returns 0 (cfg has a model), or 2 after a message.
 static int load_eval(const char *mode, int argc, char **argv, Config *cfg) {
     if (load(argc, argv, cfg)) return 2;
+    Err err;
+    if (cfg->weights[0] && weights_usable(cfg->weights, &err)) {   // missing, or the training state
+        fprintf(stderr, "yolotrain %s: %s\n", mode, err.msg);
+        return 2;
+    }
     if (cfg->n_layers) return 0;
     char ini[CFG_PATH + 16];
     struct stat st;
-    Err err;
     if (!cfg->weights[0]) {
         fprintf(stderr, "yolotrain %s: name a model config and weights, e.g. yolotrain %s cfg/s.ini weights=FILE, "
                 "or a run's weights alone: weights=RUN/weights/best.safetensors\n", mode, mode);
-        return 2;
-    }
-    if (stat(cfg->weights, &st)) {
-        fprintf(stderr, "yolotrain %s: weights=%s: no such file; name a weights file, e.g. "
-                "weights=runs/train/exp/weights/best.safetensors\n", mode, cfg->weights);
         return 2;
     }
     run_args_ini(cfg->weights, ini, sizeof ini);

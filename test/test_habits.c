@@ -178,6 +178,51 @@ static void test_export_messages(void) {
     CHECK(rc == 0 && strstr(out, "already the inference form") && !exists(path), "gelan: exit %d\n%s", rc, out);
 }
 
+// val --save-txt --save-conf: each label row ends with the score (six columns), as val.py's save_one_txt;
+// without --save-conf five. Rows are read from the first label file with any.
+static int label_columns(const char *labels) {
+    char cmd[4400];
+    snprintf(cmd, sizeof cmd, "cat %s/*.txt 2>/dev/null | head -n 1 | wc -w", labels);
+    char words[64];
+    if (test_shell(cmd, words, sizeof words)) return -1;
+    return atoi(words);
+}
+
+static void test_val_save_conf(void) {
+    if (access("./yolotrain", X_OK)) SKIP("./yolotrain is not built");
+    const char *dir = trained_run();
+    if (!dir) return;
+    char args[20000], labels[4400];
+    snprintf(args, sizeof args, "val weights=%s/runs/t/weights/last.safetensors device=cpu project=%s/sc noplots=1 "
+             "--save-txt conf=0.0001", dir, dir);
+    int rc = yt(args);
+    snprintf(labels, sizeof labels, "%s/sc/exp/labels", dir);
+    int cols = label_columns(labels);
+    CHECK(rc == 0 && cols == 5, "--save-txt: exit %d, %d columns\n%s", rc, cols, out);
+    rc = yt(strcat(args, " --save-conf"));
+    snprintf(labels, sizeof labels, "%s/sc/exp2/labels", dir);
+    cols = label_columns(labels);
+    CHECK(rc == 0 && cols == 6, "--save-conf: exit %d, %d columns\n%s", rc, cols, out);
+}
+
+// val and detect given last_state.safetensors say it is the training state and name the weights to use,
+// as export does (not "not weights of a YOLO detector").
+static void test_eval_last_state(void) {
+    if (access("./yolotrain", X_OK)) SKIP("./yolotrain is not built");
+    const char *dir = trained_run();
+    if (!dir) return;
+    char args[20000];
+    const char *forms[] = { "val weights=%s/runs/t/weights/last_state.safetensors device=cpu",
+                            "val cfg/t.ini weights=%s/runs/t/weights/last_state.safetensors device=cpu",
+                            "detect weights=%s/runs/t/weights/last_state.safetensors source=. device=cpu" };
+    for (int i = 0; i < 3; i++) {
+        snprintf(args, sizeof args, forms[i], dir);
+        int rc = yt(args);
+        CHECK(rc == 2 && strstr(out, "training state") && strstr(out, "last.safetensors") &&
+              strstr(out, "best.safetensors"), "%s: exit %d\n%s", args, rc, out);
+    }
+}
+
 int main(void) {
     RUN(test_device_cuda);
     RUN(test_yolov9_spellings);
@@ -185,5 +230,7 @@ int main(void) {
     RUN(test_detect_nosave);
     RUN(test_run_config);
     RUN(test_export_messages);
+    RUN(test_val_save_conf);
+    RUN(test_eval_last_state);
     return test_summary();
 }

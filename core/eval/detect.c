@@ -47,10 +47,11 @@ static int parse_flag(const char *key, const char *v, int *out, Err *err) {
     return err_set(err, "command line: %s=%s: expected 0 or 1", key, v);
 }
 
-// One of our keys at argv[i] ("key=v", "--key=v" or "--key v"; '-' reads as '_'; the flags save_conf
-// and nosave alone mean 1): *used = arguments consumed (0: not ours).
+// One of our keys at argv[i] ("key=v", "--key=v" or "--key v"; '-' reads as '_'; the flag nosave alone
+// means 1; save_conf is the config's [val] save_conf, which val reads too): *used = arguments consumed
+// (0: not ours).
 static int take_one(int argc, char **argv, int i, DetectOptions *o, int *used, Err *err) {
-    static const char *const keys[] = { "source", "conf", "iou", "save_conf", "nosave" };
+    static const char *const keys[] = { "source", "conf", "iou", "nosave" };
     const char *a = argv[i], *s = !strncmp(a, "--", 2) ? a + 2 : a;
     char name[32];
     size_t at = strcspn(s, "=");
@@ -59,14 +60,14 @@ static int take_one(int argc, char **argv, int i, DetectOptions *o, int *used, E
     snprintf(name, sizeof name, "%.*s", (int)at, s);
     for (char *p = name; *p; p++) if (*p == '-') *p = '_';
     if (!strcmp(name, "conf_thres") || !strcmp(name, "iou_thres")) name[at - 6] = 0;   // detect.py's spellings
-    for (int k = 0; k < 5; k++) {
+    for (int k = 0; k < 4; k++) {
         if (strcmp(name, keys[k])) continue;
         if (!s[at] && s == a) return 0;           // a bare word "source" is no key
         const char *v = s[at] ? s + at + 1 : i + 1 < argc ? argv[i + 1] : NULL;
         if (k >= 3) {                              // a flag: the next argument only when it is 0 or 1
             if (!s[at] && (!v || (strcmp(v, "0") && strcmp(v, "1")))) { *used = 1; v = "1"; }
             else *used = s[at] ? 1 : 2;
-            return parse_flag(keys[k], v, k == 3 ? &o->save_conf : &o->nosave, err);
+            return parse_flag(keys[k], v, &o->nosave, err);
         }
         if (!v || !*v) return err_set(err, "command line: %s needs a value, e.g. %s=images/", keys[k], keys[k]);
         *used = s[at] ? 1 : 2;
@@ -513,7 +514,9 @@ int detect_run(Config *cfg, const DetectOptions *o) {
     int rc = !names ? 2 : (!o->nosave || cfg->save_txt) && outdir_make(cfg, "runs/detect", cfg->save_txt, dir,
                                                                      sizeof dir, &err) ? 1 : 0;
     if (rc) fprintf(stderr, "yolotrain detect: %s\n", err.msg);
-    if (!rc) rc = detect_all(&im, names, dir, &src, o, cfg->save_txt);
+    DetectOptions with = *o;
+    with.save_conf |= cfg->save_conf;                  // the config's [val] save_conf (--save-conf)
+    if (!rc) rc = detect_all(&im, names, dir, &src, &with, cfg->save_txt);
     for (int c = 0; names && c < nc; c++) free(names[c]);
     free(names);
     infer_models_free(&im);

@@ -10,12 +10,12 @@
 typedef struct {
     char       source[CFG_PATH];   // an image, a folder of images, or a .txt list of image paths
     NmsOptions nms;                // nms_detect_options() with conf= and iou= applied
-    int        save_conf;          // save_conf=1: label rows end with the score (detect.py --save-conf)
+    int        save_conf;          // 1: label rows end with the score (detect.py --save-conf); or the config's save_conf
     int        nosave;             // nosave=1: no drawn pictures (detect.py --nosave)
 } DetectOptions;
 
-// detect_take_args: take the keys the config does not know (source=, conf=, iou=, save_conf=, nosave=;
-// also --key value and --key=value; '-' reads as '_'; --save-conf and --nosave alone mean 1) out of
+// detect_take_args: take the keys the config does not know (source=, conf=, iou=, nosave=;
+// also --key value and --key=value; '-' reads as '_'; --nosave alone means 1) out of
 // argv, shifting the rest down and lowering *argc, so config_load sees only its own keys. Returns 0, or -1 with err for a bad number or a missing value. source stays "" when absent.
 int detect_take_args(int *argc, char **argv, DetectOptions *o, Err *err);
 

@@ -209,9 +209,8 @@ static int no_run_ini(const char *ini, const char *weights, Err *err) {
                    "weights=%s%s", ini, weights, fit, weights, strstr(fit, "yolov9-") ? "" : " format=onnx");
 }
 
-// weights= names a file export can read: it exists, and it is no training state (last_state: the
-// weights with the optimizer and EMA, for resume=).
-static int weights_usable(const char *weights, Err *err) {
+// last_state holds the weights with the optimizer and EMA, for resume=.
+int weights_usable(const char *weights, Err *err) {
     struct stat st;
     if (stat(weights, &st))
         return err_set(err, "weights=%s: no such file; name a run's weights, e.g. "

@@ -33,6 +33,10 @@ int export_onnx_model(const Model *m, int imgsz, int batch, const char *path, Er
 // run_args_ini: RUN/weights/best.safetensors -> RUN/args.ini (the run's effective config), weights/
 // X -> ./args.ini, any other folder's X -> FOLDER/args.ini; whether it exists is the caller's question.
 void run_args_ini(const char *weights, char *ini, size_t size);
+// weights_usable: weights= names a file that export, val and detect can read: it exists, and it is not
+// a run's last_state.safetensors (the training state, for resume=: use last.safetensors or
+// best.safetensors). Returns 0, or -1 with err saying which and what to name instead.
+int weights_usable(const char *weights, Err *err);
 // `yolotrain export weights=FILE [format=safetensors|onnx] [dynamic=1] [out=FILE] [CONFIG.ini]
 // [overrides]`: format=onnx writes the inference model as ONNX (a yolov9-s config as gelan-s); the
 // default, safetensors, converts yolov9-s weights to gelan-s. The

@@ -620,6 +620,7 @@ static void run_pass(Pass *p, int n) {
     p->out = xcalloc(p->plan.n_batches + 1, sizeof *p->out);
     int saving = o->save_json || o->save_txt;
     if (saving && val_save_open(&p->save, o->save_dir ? o->save_dir : ".", o->save_json, o->save_txt, &p->err)) p->failed = 1;
+    p->save.conf = o->save_conf;
     if (!p->failed) run_workers(p, n);
     if (saving && val_save_close(&p->save, p->failed ? &(Err){ { 0 } } : &p->err)) p->failed = 1;
 }
@@ -701,7 +702,7 @@ static int val_on_models(Config *cfg, const Dataset *ds, InferModels *im, Err *e
     o.nms.conf_thres = (float)cfg->conf; o.nms.iou_thres = (float)cfg->iou; o.nms.max_det = cfg->max_det;
     char dir[2 * CFG_PATH + 16];
     if (outdir_make(cfg, "runs/val", cfg->save_txt, dir, sizeof dir, err)) return -1;
-    o.save_json = cfg->save_json; o.save_txt = cfg->save_txt; o.save_dir = dir;
+    o.save_json = cfg->save_json; o.save_txt = cfg->save_txt; o.save_conf = cfg->save_conf; o.save_dir = dir;
     if (!cfg->noplots) o.plots_dir = dir;       // val.py's plots: confusion matrix, PR/F1/P/R curves
     ValResult r;
     printf("val: %s on %d images of %s (imgsz %d, batch %d)\n", cfg->weights, ds->n, cfg->data[0] ? cfg->data : "[data]",

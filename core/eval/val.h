@@ -42,7 +42,7 @@ typedef struct {
     const volatile int *stop; // non-NULL and set (a signal, during training): no new batch starts,
                               //   and the pass returns -1 with "stopped" in err
     const char *save_dir; // save_json / save_txt write there (core/eval/val_save.c); a pass of one process
-    int        save_json, save_txt;
+    int        save_json, save_txt, save_conf;   // save_conf: label rows end with the score (val.py --save-conf)
     int        rank, ranks;   // a pass shared by the processes of a run (core/procs/comm.h; ranks > 1): this one
                           // runs batches b with b % ranks == rank (rank 0 has batch 0, the pictures'), then
                           // every process gets every batch's results and the same ValResult; only rank 0
@@ -194,7 +194,7 @@ void val_images_free(ValImages *v);
 void val_images_stats(ValImages *v, const ValImagesIn *in, MetricsStats *out);
 
 // ---- predictions.json and labels/*.txt (core/eval/val_save.c) --------------------------------------
-typedef struct { FILE *json; int first, txt; char dir[4096]; } ValSave;
+typedef struct { FILE *json; int first, txt, conf; char dir[4096]; } ValSave;
 // Create dir (and dir/labels when txt), open dir/predictions.json when json; -1 with err.
 int  val_save_open(ValSave *s, const char *dir, int json, int txt, Err *err);
 // One image's detections d (nd, original-image pixels).

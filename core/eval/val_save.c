@@ -2,7 +2,7 @@
 // and --save-txt: predictions.json (COCO results: image_id the file stem, a number when it is one;
 // category_id the class index in the data.yaml order; bbox [x, y, w, h] in original-image pixels
 // rounded to 3 decimals; score rounded to 5) and labels/STEM.txt (class cx cy w h, normalised to the
-// original image, one detection a line).
+// original image, one detection a line; with save_conf=1 the score ends each line, as --save-conf).
 #include "core/eval/val.h"
 
 #include <ctype.h>
@@ -82,8 +82,10 @@ void val_save_image(ValSave *s, const Sample *smp, const Det *d, int nd) {
     if (!f) { fprintf(stderr, "warning: %s: cannot write (%s)\n", path, strerror(errno)); return; }
     for (int i = 0; i < nd; i++) {
         float w0 = (float)smp->w, h0 = (float)smp->h;
-        fprintf(f, "%d %g %g %g %g\n", d[i].cls, (d[i].x1 + d[i].x2) / 2 / w0, (d[i].y1 + d[i].y2) / 2 / h0,
+        fprintf(f, "%d %g %g %g %g", d[i].cls, (d[i].x1 + d[i].x2) / 2 / w0, (d[i].y1 + d[i].y2) / 2 / h0,
                 (d[i].x2 - d[i].x1) / w0, (d[i].y2 - d[i].y1) / h0);
+        if (s->conf) fprintf(f, " %g", d[i].conf);
+        fputc('\n', f);
     }
     if (fclose(f)) fprintf(stderr, "warning: %s: write failed (%s)\n", path, strerror(errno));
 }
