@@ -449,22 +449,29 @@ static int share_dir(char *dir, size_t n) {
 
 // A config named relative that is not in the current directory is looked for among the installed
 // ones: SHARE/cfg/NAME, then SHARE/NAME (so both s.ini and cfg/s.ini find them). found gets the
-// file to read (path itself when it exists or nothing else does); looked gets where it looked.
+// file to read (path itself when it exists or nothing else does); looked gets where it looked, and
+// names ./cfg/NAME when that exists (`yolotrain t.ini` in the checkout: cfg/t.ini is meant).
 static void config_find(const char *path, char *found, size_t n, char *looked, size_t ln) {
     struct stat st;
     char share[CFG_PATH], p[2 * CFG_PATH + 16];
     snprintf(found, n, "%s", path);
     looked[0] = 0;
-    if (path[0] == '/' || !stat(path, &st) || share_dir(share, sizeof share)) return;
-    const char *sub[2] = { "cfg/", "" };
-    for (int i = 0; i < 2; i++) {
-        snprintf(p, sizeof p, "%s/%s%s", share, sub[i], path);
-        if (!stat(p, &st) && S_ISREG(st.st_mode) && strlen(p) < n) {
-            snprintf(found, n, "%s", p);
-            return;
+    if (path[0] == '/' || !stat(path, &st)) return;
+    size_t o = 0;
+    if (!share_dir(share, sizeof share)) {
+        const char *sub[2] = { "cfg/", "" };
+        for (int i = 0; i < 2; i++) {
+            snprintf(p, sizeof p, "%s/%s%s", share, sub[i], path);
+            if (!stat(p, &st) && S_ISREG(st.st_mode) && strlen(p) < n) {
+                snprintf(found, n, "%s", p);
+                return;
+            }
         }
+        o = (size_t)snprintf(looked, ln, "; not in the current directory nor in %s/cfg", share);
     }
-    snprintf(looked, ln, "; not in the current directory nor in %s/cfg", share);
+    snprintf(p, sizeof p, "cfg/%s", path);
+    if (o < ln && strncmp(path, "cfg/", 4) && !stat(p, &st) && S_ISREG(st.st_mode))
+        snprintf(looked + o, ln - o, "; did you mean %s? (the configs are in cfg/)", p);
 }
 
 int config_load(const char *path, int argc, char **argv, Config *cfg, Err *err) {

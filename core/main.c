@@ -12,6 +12,7 @@
 #include "core/eval/export.h"
 #include "core/spec/model.h"
 #include "core/base/switches.h"
+#include "core/train/outdir.h"
 #include "core/train/train.h"
 #include "core/eval/val.h"
 #include "io/check.h"
@@ -120,6 +121,25 @@ static int cmd_info(int argc, char **argv, Config *cfg) {
     return 0;
 }
 
+// val, detect and check name their folder as val.py and detect.py: name= and exist_ok= from the command line,
+// else exp and 0; a config's (a run's args.ini: the training run's name, often exist_ok = 1) are for
+// training, as its project= is (core/train/outdir.h).
+static void eval_outdir_keys(Config *cfg) {
+    const Where *w = config_where(cfg, "name");
+    if (!w || strcmp(w->file, "command line")) snprintf(cfg->name, sizeof cfg->name, "exp");
+    w = config_where(cfg, "exist_ok");
+    if (!w || strcmp(w->file, "command line")) cfg->exist_ok = 0;
+}
+
+// check_batch.jpg goes to runs/check/exp, exp2, ... (project=, name=, exist_ok=1 from the command line),
+// made only once the training split has opened: a missing dataset leaves nothing behind.
+static int check_picture_path(const Config *cfg, char *path, size_t n, Err *err) {
+    char dir[2 * CFG_PATH + 16];
+    if (outdir_make(cfg, "runs/check", 0, dir, sizeof dir, err)) return -1;
+    snprintf(path, n, "%s/check_batch.jpg", dir);
+    return 0;
+}
+
 static int cmd_check(int argc, char **argv, Config *cfg) {
     if (load(argc, argv, cfg)) return 2;
     Err err;
@@ -127,10 +147,8 @@ static int cmd_check(int argc, char **argv, Config *cfg) {
         if (synth_ensure(SYNTH_DIR, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return 1; }
         snprintf(cfg->data, sizeof cfg->data, "%s/data.yaml", SYNTH_DIR);
     }
-    char picture[CFG_PATH + 64];
-    snprintf(picture, sizeof picture, "%s/check_batch.jpg", cfg->project);
-    if (make_dirs(cfg->project)) { fprintf(stderr, "yolotrain check: cannot create %s\n", cfg->project); return 1; }
-    if (check_run(cfg, stdout, picture, &err)) { fprintf(stderr, "yolotrain check: %s\n", err.msg); return 2; }
+    eval_outdir_keys(cfg);
+    if (check_run(cfg, stdout, check_picture_path, &err)) { fprintf(stderr, "yolotrain check: %s\n", err.msg); return 2; }
     return 0;
 }
 
@@ -173,16 +191,6 @@ static int load_eval(const char *mode, int argc, char **argv, Config *cfg) {
     if (config_load_run(ini, argc, argv, cfg, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return 2; }
     printf("config: %s (the run's, found from weights=)\n", ini);
     return 0;
-}
-
-// val and detect name their folder as val.py and detect.py: name= and exist_ok= from the command line,
-// else exp and 0; a config's (a run's args.ini: the training run's name, often exist_ok = 1) are for
-// training, as its project= is (core/train/outdir.h).
-static void eval_outdir_keys(Config *cfg) {
-    const Where *w = config_where(cfg, "name");
-    if (!w || strcmp(w->file, "command line")) snprintf(cfg->name, sizeof cfg->name, "exp");
-    w = config_where(cfg, "exist_ok");
-    if (!w || strcmp(w->file, "command line")) cfg->exist_ok = 0;
 }
 
 static int cmd_val(int argc, char **argv, Config *cfg) {

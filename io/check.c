@@ -39,7 +39,7 @@ static void print_split(const Dataset *ds, FILE *out) {
     fprintf(out, "grayscale images: %d (expanded to RGB when loaded)\n", ds->n_gray);
 }
 
-int check_run(const Config *cfg, FILE *out, const char *picture, Err *err) {
+int check_run(const Config *cfg, FILE *out, CheckPicturePath picture, Err *err) {
     static const char *const splits[2] = {"train", "val"};
     // Class ids are checked against the dataset's names, as training does (the dataset's nc replaces
     // the config's), and val against train's.
@@ -59,13 +59,14 @@ int check_run(const Config *cfg, FILE *out, const char *picture, Err *err) {
         }
         print_split(&ds, out);
         if (i == 0) opt.nc = ds.nc;
+        char path[4 * CFG_PATH];
         if (i == 0 && picture) {
-            if (picture_augmented(cfg, &ds, picture, &e) != 0) {
+            if (picture(cfg, path, sizeof path, &e) != 0 || picture_augmented(cfg, &ds, path, &e) != 0) {
                 fprintf(out, "picture of augmented samples: %s\n", e.msg);
                 if (rc == 0) *err = e;
                 rc = -1;
             } else {
-                fprintf(out, "augmented training samples drawn with their labels: %s\n", picture);
+                fprintf(out, "augmented training samples drawn with their labels: %s\n", path);
             }
         }
         dataset_free(&ds);

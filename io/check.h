@@ -12,5 +12,8 @@
 // images, backgrounds, instances, instances per class present ("name: count"), "classes present:
 // K of nc", excluded images by reason, warnings, label files without an image, grayscale images.
 // Returns 0 when both splits are usable, else -1 with err (the first split's failure).
-// picture: where to write a JPEG of augmented training samples (io/picture.h), or NULL for none.
-int check_run(const Config *cfg, FILE *out, const char *picture, Err *err);
+// picture: called once the train split has opened, to make the folder for the JPEG of augmented
+// training samples (io/picture.h) and write its path into path; NULL: no picture. A dataset that cannot
+// be opened so leaves no folder behind.
+typedef int (*CheckPicturePath)(const Config *cfg, char *path, size_t n, Err *err);
+int check_run(const Config *cfg, FILE *out, CheckPicturePath picture, Err *err);

@@ -223,6 +223,42 @@ static void test_eval_last_state(void) {
     }
 }
 
+// check writes check_batch.jpg under runs/check/exp, then exp2 (increment_path), not among the training
+// runs; with the dataset missing it creates nothing. Run from an empty folder, so runs/ is its own.
+static void test_check_folder(void) {
+    if (access("./yolotrain", X_OK)) SKIP("./yolotrain is not built");
+    const char *dir = trained_run();
+    if (!dir) return;
+    char cwd[4096], args[20000], path[4400];
+    if (!getcwd(cwd, sizeof cwd)) { CHECK(0, "getcwd"); return; }
+    snprintf(path, sizeof path, "%s/empty", dir);
+    mkdir(path, 0755);
+    snprintf(args, sizeof args, "cd %s/empty && %s/yolotrain check data=%s/nothere.yaml", dir, cwd, dir);
+    int rc = test_shell(args, out, sizeof out);
+    snprintf(path, sizeof path, "%s/empty/runs", dir);
+    CHECK(rc == 2 && !exists(path), "missing data: exit %d, runs/ %s\n%s", rc, exists(path) ? "made" : "absent", out);
+    snprintf(args, sizeof args, "cd %s/empty && %s/yolotrain check data=%s/synth/data.yaml imgsz=64 workers=1", dir, cwd,
+             dir);
+    for (int i = 0; i < 2; i++) {
+        rc = test_shell(args, out, sizeof out);
+        snprintf(path, sizeof path, "%s/empty/runs/check/exp%s/check_batch.jpg", dir, i ? "2" : "");
+        CHECK(rc == 0 && exists(path) && strstr(out, i ? "runs/check/exp2/check_batch.jpg" : "runs/check/exp/check_batch.jpg"),
+              "check %d: exit %d, %s %s\n%s", i + 1, rc, path, exists(path) ? "made" : "missing", out);
+    }
+    snprintf(path, sizeof path, "%s/empty/runs/train", dir);
+    CHECK(!exists(path), "check made %s", path);
+}
+
+// A config named without its folder, as `yolotrain t.ini` in the checkout: the message points at cfg/t.ini;
+// a name with no such file under cfg/ gets no such hint.
+static void test_config_hint(void) {
+    if (access("./yolotrain", X_OK)) SKIP("./yolotrain is not built");
+    int rc = yt("t.ini epochs=1");
+    CHECK(rc == 2 && strstr(out, "cannot open the config") && strstr(out, "cfg/t.ini"), "exit %d\n%s", rc, out);
+    rc = yt("info nothere.ini");
+    CHECK(rc == 2 && strstr(out, "cannot open the config") && !strstr(out, "did you mean"), "exit %d\n%s", rc, out);
+}
+
 int main(void) {
     RUN(test_device_cuda);
     RUN(test_yolov9_spellings);
@@ -232,5 +268,7 @@ int main(void) {
     RUN(test_export_messages);
     RUN(test_val_save_conf);
     RUN(test_eval_last_state);
+    RUN(test_check_folder);
+    RUN(test_config_hint);
     return test_summary();
 }
