@@ -41,6 +41,31 @@ static void draw_tiles(Image *canvas, const Batch *b, int n, int ns, int tw, int
     }
 }
 
+// The first `max` characters of the file name of path (UTF-8: a character is not cut).
+static void file_name(const char *path, int max, char *out, size_t n) {
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    size_t len = 0;
+    for (int chars = 0; base[len] && len + 4 < n; len++) {
+        if (((unsigned char)base[len] & 0xC0) != 0x80 && chars++ == max) break;   // a character's first byte
+    }
+    snprintf(out, n, "%.*s", (int)len, base);
+}
+
+// Each tile's file name at its top-left, as plot_images: Path(paths[i]).name[:40] at (x + 5, y + 5) in
+// (220, 220, 220), no box behind it, font size (h + w) * ns * 0.01 of the tile (11 px at least).
+static void draw_files(Image *canvas, char *const *files, int n, int ns, int tw, int th) {
+    static const uint8_t grey[3] = { 220, 220, 220 };
+    int px = (int)((th + tw) * ns * 0.01);
+    if (px < 11) px = 11;
+    for (int i = 0; files && i < n; i++) {
+        if (!files[i]) continue;
+        char name[200];
+        file_name(files[i], 40, name, sizeof name);
+        text_draw(canvas, (i % ns) * tw + 5, (i / ns) * th + 5, name, px, grey, 0);
+    }
+}
+
 static void draw_boxes(Image *canvas, const Batch *b, int n, int ns, int tw, int th, char *const *names, int nc) {
     static const uint8_t white[3] = { 255, 255, 255 };
     for (int k = 0; k < b->nt; k++) {
@@ -62,7 +87,7 @@ static void draw_boxes(Image *canvas, const Batch *b, int n, int ns, int tw, int
     }
 }
 
-int picture_batch(const Batch *in, char *const *names, int nc, const char *path, Err *err) {
+int picture_batch(const Batch *in, char *const *names, int nc, char *const *files, const char *path, Err *err) {
     Batch sized = *in;                             // h, w 0 (a caller that sets S only): S x S
     if (!sized.h || !sized.w) sized.h = sized.w = sized.S;
     const Batch *b = &sized;
@@ -75,6 +100,7 @@ int picture_batch(const Batch *in, char *const *names, int nc, const char *path,
     if (th < 1) th = 1;
     Image canvas = image_new(ns * tw, ((n + ns - 1) / ns) * th, 255);
     draw_tiles(&canvas, b, n, ns, tw, th);
+    draw_files(&canvas, files, n, ns, tw, th);
     draw_boxes(&canvas, b, n, ns, tw, th, names, nc);
     int rc = image_save_jpeg(path, &canvas, 90, err);
     image_free(&canvas);
@@ -89,7 +115,12 @@ int picture_augmented(const Config *cfg, const Dataset *train, const char *path,
     if (loader_open(&lc, train, &ld, err)) return -1;
     loader_start_epoch(ld, 0, 1);
     Batch *b;
-    int rc = loader_next(ld, &b) ? picture_batch(b, train->names, train->nc, path, err) : err_set(err, "no batch");
+    char *files[16];
+    int rc = err_set(err, "no batch");
+    if (loader_next(ld, &b)) {
+        for (int i = 0; i < b->n && i < 16; i++) files[i] = train->s[b->index[i]].image;
+        rc = picture_batch(b, train->names, train->nc, files, path, err);
+    }
     if (rc == 0) loader_release(ld, b);
     loader_close(ld);
     return rc;

@@ -87,7 +87,17 @@ static void test_val_pictures_same_bytes(void) {
     char *names[] = { "cat", "dog", "bird" };
     Dataset ds = { 0 };
     ds.nc = 3; ds.names = names;
-    ValBatch vb = { .n = N, .H = H, .W = W, .S = 64, .nt = NT };
+    Sample samples[N];                                   // the tiles' file names, drawn on them
+    char paths[N][32], *files[N];
+    int index[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(paths[i], sizeof paths[i], "images/val/%03d.jpg", N - i);
+        samples[i] = (Sample){ .image = paths[i] };
+        index[i] = N - 1 - i;
+        files[i] = paths[N - 1 - i];
+    }
+    ds.s = samples; ds.n = N;
+    ValBatch vb = { .n = N, .H = H, .W = W, .S = 64, .nt = NT, .index = index };
     vb.images = malloc((size_t)N * H * W * 3);
     for (size_t k = 0; k < (size_t)N * H * W * 3; k++) vb.images[k] = (uint8_t)(k * 2654435761u >> 24);
     vb.targets = malloc(sizeof(float) * 6 * NT);
@@ -130,7 +140,7 @@ static void test_val_pictures_same_bytes(void) {
     r.targets = t; r.nt = NT;
     Err err;
     snprintf(a, sizeof a, "%s/val_batch0_labels.jpg", want_dir);
-    CHECK(picture_batch(&r, names, 3, a, &err) == 0, "%s", err.msg);
+    CHECK(picture_batch(&r, names, 3, files, a, &err) == 0, "%s", err.msg);
     r.nt = 0;
     for (int i = 0; i < N; i++)
         for (int k = 0; k < nd[i]; k++) {
@@ -141,7 +151,7 @@ static void test_val_pictures_same_bytes(void) {
             o[4] = (e->x2 - e->x1) / Q; o[5] = (e->y2 - e->y1) / Q;
         }
     snprintf(a, sizeof a, "%s/val_batch0_pred.jpg", want_dir);
-    CHECK(picture_batch(&r, names, 3, a, &err) == 0, "%s", err.msg);
+    CHECK(picture_batch(&r, names, 3, files, a, &err) == 0, "%s", err.msg);
     for (int k = 0; k < 2; k++) {
         const char *f = k ? "val_batch0_pred.jpg" : "val_batch0_labels.jpg";
         snprintf(a, sizeof a, "%s/%s", want_dir, f);

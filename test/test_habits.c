@@ -6,6 +6,8 @@
 #include <sys/stat.h>
 
 #include "cfg/devices.h"
+#include "io/image.h"
+#include "io/picture.h"
 #include "io/synth.h"
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -259,6 +261,50 @@ static void test_config_hint(void) {
     CHECK(rc == 2 && strstr(out, "cannot open the config") && !strstr(out, "did you mean"), "exit %d\n%s", rc, out);
 }
 
+// Pixels of a picture's band rows [y0, y1), columns [x0, x1), that differ from b's by more than 40.
+static int band_diff(const Image *a, const Image *b, int x0, int x1, int y0, int y1) {
+    int n = 0;
+    for (int y = y0; y < y1; y++)
+        for (int x = x0; x < x1; x++)
+            for (int c = 0; c < 3; c++) {
+                int d = a->px[((size_t)y * a->w + x) * 3 + c] - b->px[((size_t)y * b->w + x) * 3 + c];
+                n += d > 40 || d < -40;
+            }
+    return n;
+}
+
+// Batch pictures carry each tile's file name at its top-left, as plot_images draws paths[i] (the name
+// only, its first 40 characters): a named tile's top band changes, an unnamed tile and the rest of the
+// named one do not, and a longer name draws as its first 40 characters.
+static void test_tile_names(void) {
+    enum { S = 160 };
+    const char *dir = test_tmpdir("tiles");
+    Batch b = { .n = 2, .S = S, .h = S, .w = S };
+    b.images = calloc((size_t)2 * S * S * 3, 1);      // black tiles, no boxes
+    char *named[2] = { "/data/images/train/tile_name_here.jpg", NULL };
+    char *long60[2] = { "x/0123456789012345678901234567890123456789_and_20_more_chars.jpg", NULL };
+    char *first40[2] = { "0123456789012345678901234567890123456789", NULL };
+    char p[4][4400];
+    const char *what[4] = { "none", "named", "long", "first40" };
+    char *const *files[4] = { NULL, named, long60, first40 };
+    Err err;
+    for (int k = 0; k < 4; k++) {
+        snprintf(p[k], sizeof p[k], "%s/%s.jpg", dir, what[k]);
+        CHECK(picture_batch(&b, NULL, 0, files[k], p[k], &err) == 0, "%s", err.msg);
+    }
+    free(b.images);
+    Image im[4];
+    for (int k = 0; k < 4; k++)
+        if (image_load(p[k], &im[k], &err)) { CHECK(0, "%s", err.msg); return; }
+    int top = band_diff(&im[1], &im[0], 4, S - 4, 4, 24), other = band_diff(&im[1], &im[0], S + 4, 2 * S - 4, 4, 24);
+    int below = band_diff(&im[1], &im[0], 4, S - 4, 40, S - 4);
+    CHECK(top > 30 && other == 0 && below == 0, "named tile's top band: %d pixels changed, the unnamed tile's %d, "
+          "below the band %d", top, other, below);
+    CHECK(im[2].w == im[3].w && band_diff(&im[2], &im[3], 0, im[2].w, 0, im[2].h) == 0,
+          "a 60-character name is drawn as its first 40 characters");
+    for (int k = 0; k < 4; k++) image_free(&im[k]);
+}
+
 int main(void) {
     RUN(test_device_cuda);
     RUN(test_yolov9_spellings);
@@ -270,5 +316,6 @@ int main(void) {
     RUN(test_eval_last_state);
     RUN(test_check_folder);
     RUN(test_config_hint);
+    RUN(test_tile_names);
     return test_summary();
 }

@@ -246,7 +246,7 @@ static void test_picture(void) {
     CHECK(loader_next(l, &b) == 1, "no batch");
     char path[PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/batch.jpg", data_dir);
-    CHECK(picture_batch(b, ds.names, ds.nc, path, &err) == 0, "%s", err.msg);
+    CHECK(picture_batch(b, ds.names, ds.nc, NULL, path, &err) == 0, "%s", err.msg);
     Image im;
     CHECK(image_load(path, &im, &err) == 0, "%s", err.msg);
     CHECK(im.w == 3 * SIDE && im.h == 3 * SIDE, "picture %dx%d, expected %dx%d", im.w, im.h, 3 * SIDE, 3 * SIDE);

@@ -17,6 +17,7 @@ typedef struct {
     float *pred;                              // (n_pred, 6) the detections above 0.25
     int    n_pred, nc;
     char **names;
+    char  *files[PICTURE_TILES];              // each tile's image file, its name drawn on the tile
     char   dir[4096];
 } PictureJob;
 
@@ -24,7 +25,7 @@ static void save(const PictureJob *j, const Batch *b, const char *name) {
     char path[4200];
     Err err;
     snprintf(path, sizeof path, "%s/%s", j->dir, name);
-    if (picture_batch(b, j->names, j->nc, path, &err)) fprintf(stderr, "note: %s\n", err.msg);
+    if (picture_batch(b, j->names, j->nc, j->files, path, &err)) fprintf(stderr, "note: %s\n", err.msg);
 }
 
 // One after the other: drawn at once (two threads, two canvases), a run under ulimit -v ran out of
@@ -36,6 +37,7 @@ static void draw_pictures(void *arg) {
     p.targets = j->pred; p.nt = j->n_pred;
     save(j, &p, "val_batch0_pred.jpg");
     free(j->b.images); free(j->b.targets); free(j->pred);
+    for (int i = 0; i < PICTURE_TILES; i++) free(j->files[i]);
     drawer_names_free(j->names, j->nc);
     free(j);
 }
@@ -48,6 +50,7 @@ void val_pictures(const Dataset *ds, const char *dir, const ValBatch *vb, const 
     j->b = (Batch){ .n = n, .S = Q };
     j->nc = ds->nc;
     j->names = drawer_names(ds->names, ds->nc);
+    for (int i = 0; i < n; i++) j->files[i] = xstrdup(ds->s[vb->index[i]].image);
     snprintf(j->dir, sizeof j->dir, "%s", dir);
     j->b.images = xmalloc((size_t)n * Q * Q * 3 + 1);
     memset(j->b.images, 114, (size_t)n * Q * Q * 3);

@@ -322,8 +322,9 @@ static void drop_results_from(const char *dir, int epoch) {
 // multi_scale's resize. The bytes are resized on the host here by the CPU twin of the device's resize
 // and cast to bytes by truncation, as plot_images' numpy assignment does; the targets are normalised
 // and stay as they are.
-static int picture_step_batch(const Batch *b, StepShape s, char *const *names, int nc, const char *path, Err *err) {
-    if (!s.h || !s.w || (s.h == b->h && s.w == b->w) || b->n < 1) return picture_batch(b, names, nc, path, err);
+static int picture_step_batch(const Batch *b, StepShape s, char *const *names, int nc, char *const *files,
+                              const char *path, Err *err) {
+    if (!s.h || !s.w || (s.h == b->h && s.w == b->w) || b->n < 1) return picture_batch(b, names, nc, files, path, err);
     size_t in = (size_t)b->n * b->h * b->w * 3, out = (size_t)b->n * s.h * s.w * 3;
     float *x = malloc(sizeof(float) * in), *y = malloc(sizeof(float) * out);
     uint8_t *u = malloc(out);
@@ -336,7 +337,7 @@ static int picture_step_batch(const Batch *b, StepShape s, char *const *names, i
         for (size_t k = 0; k < out; k++) u[k] = (uint8_t)(y[k] < 0 ? 0 : y[k] > 255 ? 255 : y[k]);
         Batch r = *b;
         r.images = u, r.h = s.h, r.w = s.w, r.S = s.h > s.w ? s.h : s.w;
-        rc = picture_batch(&r, names, nc, path, err);
+        rc = picture_batch(&r, names, nc, files, path, err);
     }
     free(x), free(y), free(u);
     return rc;
@@ -344,16 +345,20 @@ static int picture_step_batch(const Batch *b, StepShape s, char *const *names, i
 
 enum { TRAIN_TILES = 16 };                   // picture_batch draws at most 16 images
 
-typedef struct { Batch b; StepShape s; char **names; int nc; TrainTb *tb; char dir[CFG_PATH * 2]; } StepPictureJob;
+typedef struct {
+    Batch b; StepShape s; char **names; int nc; TrainTb *tb; char dir[CFG_PATH * 2];
+    char *files[TRAIN_TILES];                // each tile's image file, its name drawn on the tile
+} StepPictureJob;
 
 static void step_picture_job(void *arg) {
     StepPictureJob *j = arg;
     char path[CFG_PATH * 2 + 64];
     Err err;
     snprintf(path, sizeof path, "%s/train_batch0.jpg", j->dir);
-    if (picture_step_batch(&j->b, j->s, j->names, j->nc, path, &err)) fprintf(stderr, "note: %s\n", err.msg);
+    if (picture_step_batch(&j->b, j->s, j->names, j->nc, j->files, path, &err)) fprintf(stderr, "note: %s\n", err.msg);
     else train_tb_picture(j->tb, j->dir, "train_batch0.jpg", 0);
     free(j->b.images); free(j->b.targets);
+    for (int i = 0; i < TRAIN_TILES; i++) free(j->files[i]);
     drawer_names_free(j->names, j->nc);
     free(j);
 }
@@ -371,6 +376,7 @@ static void queue_step_picture(RunState *rs, const Batch *b, StepShape s) {
     for (int k = 0; k < b->nt; k++)           // rows of images past the 16 drawn are not drawn
         if ((int)b->targets[6 * k] < n) memcpy(j->b.targets + 6 * j->b.nt++, b->targets + 6 * k, sizeof(float) * 6);
     j->s = s;
+    for (int i = 0; i < n; i++) j->files[i] = xstrdup(rs->train->s[b->index[i]].image);
     j->names = drawer_names(rs->train->names, rs->train->nc);
     j->nc = rs->train->nc;
     j->tb = &rs->tb;
