@@ -110,8 +110,12 @@ int  config_load_run(const char *ini, int argc, char **argv, Config *cfg, Err *e
 // when none does). -1 with err when *path is already another file.
 int  config_model_arg(int argc, char **argv, const char **path, Err *err);
 // `yolotrain MODE --help`: the keys MODE (train, val, detect, export, info, check) reads, each with
-// its default and one line of meaning, grouped by section.
+// its default and one line of meaning (the key table's, or the mode's own where it differs: val's
+// project=runs/val, detect's conf=0.25, ...), grouped by section.
 void config_help(const char *mode, FILE *f);
+// The help's tables agree with the key table: every key has a help line, every key a mode lists exists,
+// every mode's own default or help is for a key that mode reads. 0, or -1 with why (test_config).
+int  config_help_check(char *why, size_t n);
 // Where a key got its value (for messages of later checks), or NULL for an unknown key. key is
 // "name" or "section.name"; "data.KEY" finds a [data] key. line 0 means the built-in default.
 const Where *config_where(const Config *cfg, const char *key);

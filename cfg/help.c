@@ -1,106 +1,37 @@
-// help.c: `yolotrain MODE --help`: one line of meaning for every key of cfg/schema.c's table, and
-// which keys each mode reads. A key without a line here is still listed (with its default).
+// help.c: `yolotrain MODE --help`: the keys each mode reads, each with its meaning from cfg/schema.c's
+// table (the one place a key is described) and its default, or the mode's own default and words where
+// the mode differs (val's and detect's folders and thresholds; what weights= is to each mode).
 #include "cfg/parts.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-static const struct { const char *name, *text; } key_help[] = {
-    { "nc",             "classes; 0: the dataset's count" },
-    { "depth_multiple", "scales the repeats column of the layer table" },
-    { "width_multiple", "scales the channel counts of the layer table" },
-    { "max_channels",   "channel counts are capped at this before width scaling; 0: no cap" },
-    { "reg_max",        "DFL bins of the head (16: DDetect; 1: YOLO26's Detect)" },
-    { "data",           "data.yaml of the dataset; empty: the built-in synthetic set" },
-    { "hyp",            "a hyp.scratch-high.yaml style file loaded over [hyp]" },
-    { "weights",        "initial weights (.safetensors, or a yolov9 or Ultralytics .pt); empty: from scratch" },
-    { "resume",         "a run folder to continue, or 1 (bare --resume): the latest run" },
-    { "device",         "cpu, cpu:N (N CPU devices), 0, 0,1 or [0,1] (GPUs); empty: every GPU present, else cpu" },
-    { "precision",      "bf16, tf32 or fp32 arithmetic on the GPU" },
-    { "cache",          "ram: keep decoded images in memory" },
-    { "val_cache_mb",   "megabytes of validation batches kept as loaded between validation passes (0: none)" },
-    { "project",        "the folder that holds the run folders (val, detect: runs/val, runs/detect unless given on the command line)" },
-    { "name",           "the run folder's name (exp, exp2, ... when taken)" },
-    { "optimizer",      "auto, SGD, MuSGD (YOLO26 only), AdamW or Adam" },
-    { "freeze",         "N: layers 0..N-1 do not train; [i,j,...]: those layers" },
-    { "epochs",         "epochs to train" },
-    { "batch",          "images per step, all devices together; -1: the largest that fits" },
-    { "imgsz",          "input size in pixels, a multiple of 32" },
-    { "workers",        "data loading threads" },
-    { "seed",           "seed of every random choice" },
-    { "exist_ok",       "reuse project/name instead of making name2, name3, ..." },
-    { "close_mosaic",   "the last N epochs train without mosaic (a shorter run keeps it)" },
-    { "min_items",      "drop training images with fewer labels than this" },
-    { "patience",       "stop after this many epochs without a better fitness; 0: never" },
-    { "save_period",    "also save weights at epochs 0, N, 2N, ...; -1: off" },
-    { "strict",         "a bad label or image stops the run instead of being skipped (every image is decoded first)" },
-    { "cos_lr",         "cosine learning-rate schedule instead of linear" },
-    { "rect",           "1: rect batches as train.py --rect (by aspect ratio; no mosaic, no shuffle); val is always rect" },
-    { "multi_scale",    "1: each batch resized to 0.5x..1.5x imgsz, steps of 32 (train.py --multi-scale)" },
-    { "single_cls",     "train every class as one (class 0)" },
-    { "fraction",       "train on the first fraction of the sorted train images" },
-    { "label_smoothing", "accepted; changes nothing, as in both references" },
-    { "noval",          "validate after the last epoch only" },
-    { "noplots",        "draw no pictures and no plots" },
-    { "tensorboard",    "write TensorBoard event files into the run folder" },
-    { "reduce",         "several GPUs: gradients summed on device0, or sharded" },
-    { "loss_on",        "several GPUs: the loss on each device, or on device0" },
-    { "split",          "several GPUs: the batch split: even, auto or w0,w1,..." },
-    { "conf",           "score threshold of NMS (detect: 0.25)" },
-    { "iou",            "IoU threshold of NMS (detect: 0.45)" },
-    { "max_det",        "detections kept per image" },
-    { "val_split",      "the data.yaml split to evaluate: val or test" },
-    { "save_json",      "write predictions.json (COCO format)" },
-    { "save_txt",       "write labels/STEM.txt per image" },
-    { "save_conf",      "with save_txt=1: each label row ends with the score (--save-conf)" },
-    { "lr0",            "initial learning rate" },
-    { "lrf",            "final learning rate, a fraction of lr0" },
-    { "momentum",       "SGD momentum / Adam beta1" },
-    { "weight_decay",   "weight decay" },
-    { "warmup_epochs",  "warm-up epochs (fractions allowed)" },
-    { "warmup_momentum", "momentum at the start of warm-up" },
-    { "warmup_bias_lr", "bias learning rate at the start of warm-up" },
-    { "box",            "box (IoU) loss gain" },
-    { "cls",            "class loss gain" },
-    { "dfl",            "distribution focal loss gain" },
-    { "cls_pw",         "yolov9's class BCE pos_weight; only 1 (no effect): our loss has none" },
-    { "obj",            "unused, as in yolov9's loss" },
-    { "obj_pw",         "unused, as in yolov9's loss" },
-    { "iou_t",          "unused, as in yolov9's loss" },
-    { "anchor_t",       "unused, as in yolov9's loss" },
-    { "fl_gamma",       "yolov9's focal loss gamma; only 0 (off): our loss has none" },
-    { "hsv_h",          "hue augmentation (fraction)" },
-    { "hsv_s",          "saturation augmentation (fraction)" },
-    { "hsv_v",          "value augmentation (fraction)" },
-    { "degrees",        "rotation (+/- degrees)" },
-    { "translate",      "translation (+/- fraction)" },
-    { "scale",          "scale (+/- gain)" },
-    { "shear",          "shear (+/- degrees)" },
-    { "perspective",    "perspective (+/- fraction)" },
-    { "flipud",         "vertical flip probability" },
-    { "fliplr",         "horizontal flip probability" },
-    { "mosaic",         "mosaic probability" },
-    { "mixup",          "mixup probability" },
-    { "copy_paste",     "copy-paste probability (needs polygon labels: no effect here, said when present)" },
-};
-
 // The keys each mode reads: whole sections ("[train]") and single keys.
 static const struct { const char *mode, *keys; } mode_keys[] = {
     { "train",  "[model] [train] [parallel] [hyp]" },
     { "val",    "data weights device precision batch imgsz workers cache project name exist_ok single_cls noplots [val]" },
-    { "detect", "weights data device precision imgsz project name exist_ok max_det save_txt" },
+    { "detect", "weights data device precision imgsz project name exist_ok conf iou max_det save_txt save_conf" },
     { "export", "weights imgsz" },
     { "info",   "imgsz nc depth_multiple width_multiple" },
-    { "check",  "data imgsz workers min_items strict project" },
+    { "check",  "data imgsz workers min_items strict single_cls project name exist_ok" },
     { "synth",  "seed" },
     { "switches", "" },   // no keys: the YT_* environment variables (core/base/switches.h)
 };
 
-static const char *help_of(const char *name) {
-    for (size_t i = 0; i < sizeof key_help / sizeof key_help[0]; i++)
-        if (!strcmp(key_help[i].name, name)) return key_help[i].text;
-    return "";
-}
+// Where a mode's default or meaning of a key is not the schema's: def (NULL: the schema's) and help
+// (NULL: the schema's). The run folders of val, detect and check are named as val.py's and detect.py's
+// (core/train/outdir.h): project=, name= and exist_ok= count only from the command line.
+static const struct { const char *mode, *key, *def, *help; } mode_own[] = {
+    { "val",    "weights", NULL, "the weights to validate (.safetensors or .pt); RUN/weights/X alone: RUN/args.ini is the config" },
+    { "val",    "project", "runs/val", "the folder of val's result folders (exp, exp2, ...)" },
+    { "detect", "weights", NULL, "the weights to run (.safetensors or .pt); RUN/weights/X alone: RUN/args.ini is the config" },
+    { "detect", "project", "runs/detect", "the folder of detect's result folders (exp, exp2, ...)" },
+    { "detect", "conf",    "0.25", NULL },
+    { "detect", "iou",     "0.45", NULL },
+    { "detect", "max_det", "1000", "detections kept per image (--max-det; YOLO26's end-to-end head: at most 300)" },
+    { "check",  "project", "runs/check", "the folder of check's folders (exp, exp2, ...), which hold check_batch.jpg" },
+    { "export", "weights", NULL, "the weights to export: a run's RUN/weights/best.safetensors (RUN/args.ini is the config)" },
+};
 
 // 1 when the word list `keys` names k or k's section.
 static int listed(const char *keys, const Key *k) {
@@ -131,10 +62,43 @@ void config_help(const char *mode, FILE *f) {
             if (strcmp(k->section, cfg_sections[s]) || !listed(keys, k)) continue;
             if (!header++) fprintf(f, "[%s]\n", k->section);
             key_format(cfg, k, value, sizeof value);
+            const char *def = value, *help = k->help;
+            for (size_t j = 0; j < sizeof mode_own / sizeof mode_own[0]; j++) {
+                if (strcmp(mode_own[j].mode, mode) || strcmp(mode_own[j].key, k->name)) continue;
+                if (mode_own[j].def) def = mode_own[j].def;
+                if (mode_own[j].help) help = mode_own[j].help;
+            }
             char kv[CFG_LINE_MAX + 160];
-            snprintf(kv, sizeof kv, "%s=%s", k->name, value);
-            fprintf(f, "  %-26s %s\n", kv, help_of(k->name));
+            snprintf(kv, sizeof kv, "%s=%s", k->name, def);
+            fprintf(f, "  %-26s %s\n", kv, help);
         }
     }
     free(cfg);
+}
+
+int config_help_check(char *why, size_t n) {
+    for (int i = 0; i < cfg_n_keys; i++)
+        if (!cfg_keys[i].help || !cfg_keys[i].help[0])
+            return snprintf(why, n, "[%s] %s has no help text in cfg/schema.c", cfg_keys[i].section, cfg_keys[i].name), -1;
+    for (size_t m = 0; m < sizeof mode_keys / sizeof mode_keys[0]; m++)
+        for (const char *w = mode_keys[m].keys; *w;) {
+            size_t len = strcspn(w, " ");
+            char word[64];
+            snprintf(word, sizeof word, "%.*s", (int)len, w);
+            int sec = word[0] == '[';
+            if (sec) word[len - 1] = 0;
+            if (sec ? !section_known(word + 1) : !key_find(NULL, word))
+                return snprintf(why, n, "mode %s lists %s, which cfg/schema.c does not have", mode_keys[m].mode, w), -1;
+            w += len;
+            while (*w == ' ') w++;
+        }
+    for (size_t j = 0; j < sizeof mode_own / sizeof mode_own[0]; j++) {
+        const Key *k = key_find(NULL, mode_own[j].key);
+        size_t m = 0;
+        while (m < sizeof mode_keys / sizeof mode_keys[0] && strcmp(mode_keys[m].mode, mode_own[j].mode)) m++;
+        if (!k || m == sizeof mode_keys / sizeof mode_keys[0] || !listed(mode_keys[m].keys, k))
+            return snprintf(why, n, "mode %s has its own default or help for %s, a key it does not read", mode_own[j].mode,
+                            mode_own[j].key), -1;
+    }
+    return 0;
 }

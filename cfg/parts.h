@@ -15,6 +15,7 @@ typedef struct {
     const char *allowed;              // ENUM: words separated by '|' ("" may be one of them)
     int       (*check)(const char *value, char *why, size_t n);   // STRING, DOUBLE: extra rule, or NULL
     const char *def;                  // the default, as text: parsed like a value from a file
+    const char *help;                 // one line of meaning (`yolotrain MODE --help`); never empty
 } Key;
 
 extern const Key cfg_keys[];

@@ -19,88 +19,180 @@ static int check_name(const char *v, char *why, size_t n);
 static int check_cls_pw(const char *v, char *why, size_t n);
 static int check_fl_gamma(const char *v, char *why, size_t n);
 
+// Every row ends with the key's help: one line of meaning, what `yolotrain MODE --help` prints (a mode
+// may say more of its own: cfg/help.c). A key that changes nothing says so there.
 #define F(field) offsetof(Config, field), sizeof(((Config *)0)->field)
-#define INT(sec, name, field, lo, hi, def)     { sec, name, KEY_INT, F(field), lo, hi, 0, NULL, NULL, def }
-#define INTM(sec, name, field, lo, hi, m, def) { sec, name, KEY_INT, F(field), lo, hi, m, NULL, NULL, def }
+#define INT(sec, name, field, lo, hi, def, help)     { sec, name, KEY_INT, F(field), lo, hi, 0, NULL, NULL, def, help }
+#define INTM(sec, name, field, lo, hi, m, def, help) { sec, name, KEY_INT, F(field), lo, hi, m, NULL, NULL, def, help }
 // an INT that also takes one value outside lo..hi, `extra` ("-1 (auto)": the number, then what it means)
-#define INTX(sec, name, field, lo, hi, extra, def) { sec, name, KEY_INT, F(field), lo, hi, 0, extra, NULL, def }
-#define BOOL(sec, name, field, def)            { sec, name, KEY_BOOL, F(field), 0, 1, 0, NULL, NULL, def }
-#define DBL(sec, name, field, lo, hi, def)     { sec, name, KEY_DOUBLE, F(field), lo, hi, 0, NULL, NULL, def }
-#define STR(sec, name, field, check, def)      { sec, name, KEY_STRING, F(field), 0, 0, 0, NULL, check, def }
-#define ENUM(sec, name, field, allowed, def)   { sec, name, KEY_ENUM, F(field), 0, 0, 0, allowed, NULL, def }
-#define HYP(name, lo, hi, def)                 DBL("hyp", #name, hyp.name, lo, hi, def)
+#define INTX(sec, name, field, lo, hi, extra, def, help) \
+    { sec, name, KEY_INT, F(field), lo, hi, 0, extra, NULL, def, help }
+#define BOOL(sec, name, field, def, help)            { sec, name, KEY_BOOL, F(field), 0, 1, 0, NULL, NULL, def, help }
+#define DBL(sec, name, field, lo, hi, def, help)     { sec, name, KEY_DOUBLE, F(field), lo, hi, 0, NULL, NULL, def, help }
+#define STR(sec, name, field, check, def, help)      { sec, name, KEY_STRING, F(field), 0, 0, 0, NULL, check, def, help }
+#define ENUM(sec, name, field, allowed, def, help)   { sec, name, KEY_ENUM, F(field), 0, 0, 0, allowed, NULL, def, help }
+#define HYP(name, lo, hi, def, help)                 DBL("hyp", #name, hyp.name, lo, hi, def, help)
 // a hyp key yolov9 acts on and ours does not: check refuses every value but the one without effect
-#define HYPC(name, lo, hi, check, def) { "hyp", #name, KEY_DOUBLE, F(hyp.name), lo, hi, 0, NULL, check, def }
+#define HYPC(name, lo, hi, check, def, help) { "hyp", #name, KEY_DOUBLE, F(hyp.name), lo, hi, 0, NULL, check, def, help }
 
 const Key cfg_keys[] = {
-    INT ("model", "nc",             nc,             0, 100000, "0"),   // 0: from the dataset
-    DBL ("model", "depth_multiple", depth_multiple, 0.01, 10, "1.0"),
-    DBL ("model", "width_multiple", width_multiple, 0.01, 10, "1.0"),
-    INT ("model", "max_channels",   max_channels,   0, 65536, "0"),   // 0: no cap
-    INT ("model", "reg_max",        reg_max,        1, 16, "16"),   // 16: DDetect's DFL; 1: YOLO26's Detect
+    INT ("model", "nc",             nc,             0, 100000, "0",
+         "classes; 0: the dataset's count"),
+    DBL ("model", "depth_multiple", depth_multiple, 0.01, 10, "1.0",
+         "scales the repeats column of the layer table"),
+    DBL ("model", "width_multiple", width_multiple, 0.01, 10, "1.0",
+         "scales the channel counts of the layer table"),
+    INT ("model", "max_channels",   max_channels,   0, 65536, "0",
+         "channel counts are capped at this before width scaling; 0: no cap"),
+    INT ("model", "reg_max",        reg_max,        1, 16, "16",
+         "DFL bins of the head (16: DDetect; 1: YOLO26's Detect)"),
 
-    STR ("train", "data",         data,         NULL, ""),        // "": the built-in synthetic set
-    STR ("train", "hyp",          hyp_file,     NULL, ""),
-    STR ("train", "weights",      weights,      NULL, ""),
-    STR ("train", "resume",       resume,       NULL, ""),        // a run folder, or 1: the latest
-    STR ("train", "device",       device,       check_device, ""),
-    ENUM("train", "precision",    precision,    "bf16|tf32|fp32", "bf16"),
-    ENUM("train", "cache",        cache,        "|ram|none", ""),
-    DBL ("train", "val_cache_mb", val_cache_mb, 0, 1e9, "1024"),   // core/eval/val_batch.c's ValCache budget
-    STR ("train", "project",      project,      check_project, "runs/train"),
-    STR ("train", "name",         name,         check_name, "exp"),
-    ENUM("train", "optimizer",    optimizer,    "auto|SGD|MuSGD|AdamW|Adam", "auto"),
-    STR ("train", "freeze",       freeze,       check_freeze, ""),   // "": train every layer
-    INT ("train", "epochs",       epochs,       1, 1000000, "300"),
-    INTX("train", "batch",        batch,        1, 1048576, "-1 (auto: the largest that fits the GPU)", "64"),
-    INTM("train", "imgsz",        imgsz,        32, 8192, 32, "640"),
-    INT ("train", "workers",      workers,      0, 1024, "8"),
-    INT ("train", "seed",         seed,         0, INT_MAX, "0"),
-    BOOL("train", "exist_ok",     exist_ok,     "0"),
-    INT ("train", "close_mosaic", close_mosaic, 0, 1000000, "15"),
-    INT ("train", "min_items",    min_items,    0, 1000000, "0"),
-    INT ("train", "patience",     patience,     0, 1000000, "100"),
-    INT ("train", "save_period",  save_period,  -1, 1000000, "-1"),  // -1: off
-    BOOL("train", "strict",       strict,       "0"),
-    BOOL("train", "cos_lr",       cos_lr,       "0"),
-    BOOL("train", "rect",         rect,         "0"),   // train.py --rect (io/loader.h rect_order); val is always rect
-    BOOL("train", "multi_scale",  multi_scale,  "0"),   // train.py --multi-scale (core/trainer/train_shapes.c)
-    BOOL("train", "tensorboard",  tensorboard,  "1"),   // RUN/events.out.tfevents.* (core/train/train_tb.h)
-    BOOL("train", "single_cls",   single_cls,   "0"),   // train.py --single-cls
-    DBL ("train", "fraction",     fraction,     0, 1, "1.0"),   // Ultralytics: the first part of the train images
-    DBL ("train", "label_smoothing", label_smoothing, 0, 1, "0.0"),   // no effect, as in both references
-    BOOL("train", "noval",        noval,        "0"),   // train.py --noval: validate the last epoch only
-    BOOL("train", "noplots",      noplots,      "0"),   // train.py --noplots: no pictures, no plots
+    STR ("train", "data",         data,         NULL, "",
+         "data.yaml of the dataset; empty: the built-in synthetic set"),
+    STR ("train", "hyp",          hyp_file,     NULL, "",
+         "a hyp.scratch-high.yaml style file loaded over [hyp]"),
+    STR ("train", "weights",      weights,      NULL, "",
+         "initial weights (.safetensors, or a yolov9 or Ultralytics .pt): what matches transfers; empty: from scratch"),
+    STR ("train", "resume",       resume,       NULL, "",
+         "a run folder to continue, or 1 (bare --resume): the latest run"),
+    STR ("train", "device",       device,       check_device, "",
+         "cpu, cpu:N (N CPU devices), 0, 0,1 or [0,1] (GPUs); empty: every GPU present, else cpu"),
+    ENUM("train", "precision",    precision,    "bf16|tf32|fp32", "bf16",
+         "bf16, tf32 or fp32 arithmetic on the GPU; the CPU computes in fp32 (it changes nothing there)"),
+    ENUM("train", "cache",        cache,        "|ram|none", "",
+         "ram: keep decoded images in memory"),
+    DBL ("train", "val_cache_mb", val_cache_mb, 0, 1e9, "1024",   // core/eval/val_batch.c's ValCache budget
+         "megabytes of validation batches kept as loaded between validation passes (0: none)"),
+    STR ("train", "project",      project,      check_project, "runs/train",
+         "the folder that holds the run folders"),
+    STR ("train", "name",         name,         check_name, "exp",
+         "the run folder's name (exp, exp2, ... when taken)"),
+    ENUM("train", "optimizer",    optimizer,    "auto|SGD|MuSGD|AdamW|Adam", "auto",
+         "auto, SGD, MuSGD (YOLO26 only), AdamW or Adam"),
+    STR ("train", "freeze",       freeze,       check_freeze, "",
+         "N: layers 0..N-1 do not train; [i,j,...]: those layers"),
+    INT ("train", "epochs",       epochs,       1, 1000000, "300",
+         "epochs to train"),
+    INTX("train", "batch",        batch,        1, 1048576, "-1 (auto: the largest that fits the GPU)", "64",
+         "images per step, all devices together; -1: the largest that fits"),
+    INTM("train", "imgsz",        imgsz,        32, 8192, 32, "640",
+         "input size in pixels, a multiple of 32"),
+    INT ("train", "workers",      workers,      0, 1024, "8",
+         "data loading threads"),
+    INT ("train", "seed",         seed,         0, INT_MAX, "0",
+         "seed of every random choice"),
+    BOOL("train", "exist_ok",     exist_ok,     "0",
+         "reuse project/name instead of making name2, name3, ..."),
+    INT ("train", "close_mosaic", close_mosaic, 0, 1000000, "15",
+         "the last N epochs train without mosaic (a shorter run keeps it)"),
+    INT ("train", "min_items",    min_items,    0, 1000000, "0",
+         "drop training images with fewer labels than this"),
+    INT ("train", "patience",     patience,     0, 1000000, "100",
+         "stop after this many epochs without a better fitness; 0: never"),
+    INT ("train", "save_period",  save_period,  -1, 1000000, "-1",
+         "also save weights at epochs 0, N, 2N, ...; -1: off"),
+    BOOL("train", "strict",       strict,       "0",
+         "a bad label or image stops the run instead of being skipped (every image is decoded first)"),
+    BOOL("train", "cos_lr",       cos_lr,       "0",
+         "cosine learning-rate schedule instead of linear"),
+    BOOL("train", "rect",         rect,         "0",   // train.py --rect (io/loader.h rect_order); val is always rect
+         "1: rect batches as train.py --rect (by aspect ratio; no mosaic, no shuffle); val is always rect"),
+    BOOL("train", "multi_scale",  multi_scale,  "0",   // train.py --multi-scale (core/trainer/train_shapes.c)
+         "1: each batch resized to 0.5x..1.5x imgsz, steps of 32 (train.py --multi-scale)"),
+    BOOL("train", "tensorboard",  tensorboard,  "1",   // RUN/events.out.tfevents.* (core/train/train_tb.h)
+         "write TensorBoard event files into the run folder"),
+    BOOL("train", "single_cls",   single_cls,   "0",
+         "train every class as one (class 0), as train.py --single-cls"),
+    DBL ("train", "fraction",     fraction,     0, 1, "1.0",
+         "train on the first fraction of the sorted train images (Ultralytics' fraction)"),
+    DBL ("train", "label_smoothing", label_smoothing, 0, 1, "0.0",
+         "changes nothing: train.py's --label-smoothing, whose targets yolov9's loss never reads; YOLO26's loss has none"),
+    BOOL("train", "noval",        noval,        "0",
+         "validate after the last epoch only (train.py --noval)"),
+    BOOL("train", "noplots",      noplots,      "0",
+         "draw no pictures and no plots (train.py --noplots)"),
 
-    ENUM("parallel", "reduce",  reduce,  "device0|sharded", "device0"),
-    ENUM("parallel", "loss_on", loss_on, "local|device0", "local"),
-    STR ("parallel", "split",   split,   check_split, "even"),
+    ENUM("parallel", "reduce",  reduce,  "device0|sharded", "device0",
+         "several GPUs: gradients summed on device0, or sharded"),
+    ENUM("parallel", "loss_on", loss_on, "local|device0", "local",
+         "several GPUs: the loss on each device, or on device0"),
+    STR ("parallel", "split",   split,   check_split, "even",
+         "several GPUs: the batch split: even, auto or w0,w1,..."),
 
-    DBL ("val", "conf",      conf,      0, 1, "0.001"),
-    DBL ("val", "iou",       iou,       0, 1, "0.7"),
-    INT ("val", "max_det",   max_det,   1, 100000, "300"),
-    ENUM("val", "val_split", val_split, "val|test", "val"),
-    BOOL("val", "save_json", save_json, "0"),
-    BOOL("val", "save_txt",  save_txt,  "0"),
-    BOOL("val", "save_conf", save_conf, "0"),   // val.py / detect.py --save-conf
+    DBL ("val", "conf",      conf,      0, 1, "0.001",
+         "score threshold of NMS (val.py's and detect.py's --conf-thres)"),
+    DBL ("val", "iou",       iou,       0, 1, "0.7",
+         "IoU threshold of NMS (--iou-thres)"),
+    INT ("val", "max_det",   max_det,   1, 100000, "300",
+         "detections kept per image (--max-det)"),
+    ENUM("val", "val_split", val_split, "val|test", "val",
+         "the data.yaml split to evaluate: val or test"),
+    BOOL("val", "save_json", save_json, "0",
+         "write predictions.json, COCO results (--save-json)"),
+    BOOL("val", "save_txt",  save_txt,  "0",
+         "write labels/STEM.txt per image: class cx cy w h, normalised (--save-txt)"),
+    BOOL("val", "save_conf", save_conf, "0",
+         "with save_txt=1: each label row ends with the score (--save-conf)"),
 
     // hyp.scratch-high.yaml [WongKinYiu/yolov9 data/hyps/hyp.scratch-high.yaml]
-    HYP(lr0, 0, 10, "0.01"),             HYP(lrf, 0, 10, "0.01"),
-    HYP(momentum, 0, 1, "0.937"),        HYP(weight_decay, 0, 1, "0.0005"),
-    HYP(warmup_epochs, 0, 1000, "3.0"),  HYP(warmup_momentum, 0, 1, "0.8"),
-    HYP(warmup_bias_lr, 0, 10, "0.1"),
-    HYP(box, 0, 1000, "7.5"),            HYP(cls, 0, 1000, "0.5"),
-    HYP(dfl, 0, 1000, "1.5"),            HYPC(cls_pw, 0, 1000, check_cls_pw, "1.0"),
-    HYP(obj, 0, 1000, "0.7"),            HYP(obj_pw, 0, 1000, "1.0"),
-    HYP(iou_t, 0, 1, "0.20"),            HYP(anchor_t, 0, 1000, "5.0"),
-    HYPC(fl_gamma, 0, 100, check_fl_gamma, "0.0"),
-    HYP(hsv_h, 0, 1, "0.015"),           HYP(hsv_s, 0, 1, "0.7"),
-    HYP(hsv_v, 0, 1, "0.4"),             HYP(degrees, 0, 180, "0.0"),
-    HYP(translate, 0, 1, "0.1"),         HYP(scale, 0, 10, "0.9"),
-    HYP(shear, 0, 180, "0.0"),           HYP(perspective, 0, 1, "0.0"),
-    HYP(flipud, 0, 1, "0.0"),            HYP(fliplr, 0, 1, "0.5"),
-    HYP(mosaic, 0, 1, "1.0"),            HYP(mixup, 0, 1, "0.15"),
-    HYP(copy_paste, 0, 1, "0.3"),
+    HYP(lr0, 0, 10, "0.01",
+         "initial learning rate"),
+    HYP(lrf, 0, 10, "0.01",
+         "final learning rate, a fraction of lr0"),
+    HYP(momentum, 0, 1, "0.937",
+         "SGD momentum / Adam beta1"),
+    HYP(weight_decay, 0, 1, "0.0005",
+         "weight decay"),
+    HYP(warmup_epochs, 0, 1000, "3.0",
+         "warm-up epochs (fractions allowed)"),
+    HYP(warmup_momentum, 0, 1, "0.8",
+         "momentum at the start of warm-up"),
+    HYP(warmup_bias_lr, 0, 10, "0.1",
+         "bias learning rate at the start of warm-up"),
+    HYP(box, 0, 1000, "7.5",
+         "box (IoU) loss gain"),
+    HYP(cls, 0, 1000, "0.5",
+         "class loss gain"),
+    HYP(dfl, 0, 1000, "1.5",
+         "distribution focal loss gain"),
+    HYPC(cls_pw, 0, 1000, check_cls_pw, "1.0",
+         "changes nothing: yolov9's class BCE pos_weight, which our loss lacks; only 1.0 is accepted"),
+    HYP(obj, 0, 1000, "0.7",
+         "changes nothing: read by no part of yolov9's loss_tal.py nor of ours (kept so hyp.scratch-high.yaml loads)"),
+    HYP(obj_pw, 0, 1000, "1.0",
+         "changes nothing: read by no part of yolov9's loss_tal.py nor of ours (kept so hyp.scratch-high.yaml loads)"),
+    HYP(iou_t, 0, 1, "0.20",
+         "changes nothing: read by no part of yolov9's loss_tal.py nor of ours (kept so hyp.scratch-high.yaml loads)"),
+    HYP(anchor_t, 0, 1000, "5.0",
+         "changes nothing: read by no part of yolov9's loss_tal.py nor of ours (kept so hyp.scratch-high.yaml loads)"),
+    HYPC(fl_gamma, 0, 100, check_fl_gamma, "0.0",
+         "changes nothing: yolov9's focal loss gamma, which our loss lacks; only 0.0 (off) is accepted"),
+    HYP(hsv_h, 0, 1, "0.015",
+         "hue augmentation (fraction)"),
+    HYP(hsv_s, 0, 1, "0.7",
+         "saturation augmentation (fraction)"),
+    HYP(hsv_v, 0, 1, "0.4",
+         "value augmentation (fraction)"),
+    HYP(degrees, 0, 180, "0.0",
+         "rotation (+/- degrees)"),
+    HYP(translate, 0, 1, "0.1",
+         "translation (+/- fraction)"),
+    HYP(scale, 0, 10, "0.9",
+         "scale (+/- gain)"),
+    HYP(shear, 0, 180, "0.0",
+         "shear (+/- degrees)"),
+    HYP(perspective, 0, 1, "0.0",
+         "perspective (+/- fraction)"),
+    HYP(flipud, 0, 1, "0.0",
+         "vertical flip probability"),
+    HYP(fliplr, 0, 1, "0.5",
+         "horizontal flip probability"),
+    HYP(mosaic, 0, 1, "1.0",
+         "mosaic probability"),
+    HYP(mixup, 0, 1, "0.15",
+         "mixup probability"),
+    HYP(copy_paste, 0, 1, "0.3",
+         "changes nothing here: copy-paste needs polygon labels, which are read as boxes (a run whose labels hold polygons says so)"),
 };
 const int cfg_n_keys = sizeof cfg_keys / sizeof cfg_keys[0];
 _Static_assert(sizeof cfg_keys / sizeof cfg_keys[0] <= CFG_MAX_KEYS, "raise CFG_MAX_KEYS");

@@ -42,7 +42,8 @@ static void usage(FILE *f) {
         "info, check) with their defaults.\n");
 }
 
-// The options a mode reads besides the config keys (config_help lists those).
+// The usage of a mode and the options it reads besides the config keys (config_help lists those, with
+// the mode's own defaults: cfg/help.c).
 static const struct { const char *mode, *text; } mode_own[] = {
     { "train",  "yolotrain [train] CONFIG.ini|model=CONFIG.ini [key=value | --key value | --flag ...]\n" },
     { "val",    "yolotrain val [CONFIG.ini] weights=FILE [data=FILE.yaml] [key=value ...]\n"
@@ -50,11 +51,7 @@ static const struct { const char *mode, *text; } mode_own[] = {
     { "detect", "yolotrain detect|predict [CONFIG.ini] weights=FILE source=IMAGE|DIR|LIST.txt [key=value ...]\n"
                 "  (no CONFIG.ini: the run's args.ini beside weights=RUN/weights/FILE)\n"
                 "  source=                    an image, a folder of images or a .txt list of image paths\n"
-                "  conf=0.25                  score threshold (detect.py's --conf-thres)\n"
-                "  iou=0.45                   IoU threshold of NMS (--iou-thres)\n"
-                "  save_conf=0                add the score to each label row (with save_txt=1)\n"
-                "  nosave=0                   do not write the pictures with boxes\n"
-                "  (save_txt=1 below writes labels/STEM.txt for each image with detections)\n" },
+                "  nosave=0                   do not write the pictures with boxes (detect.py's --nosave)\n" },
     { "export", "yolotrain export [CONFIG.ini] weights=FILE [format=safetensors|onnx] [out=FILE]\n"
                 "  format=safetensors         safetensors (yolov9-s -> gelan-s) or onnx\n"
                 "  out=                       the output file (default: next to the weights); never replaces a file\n"

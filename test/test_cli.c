@@ -47,6 +47,46 @@ static void test_mode_help(void) {
     (void)rc;
 }
 
+// The line of `key` in the last help printed ("  key=default  meaning"), or "" when there is none.
+static const char *help_line(const char *key) {
+    static char line[1024];
+    char want[80];
+    snprintf(want, sizeof want, "\n  %s=", key);
+    const char *p = strstr(out, want);
+    line[0] = 0;
+    if (p) snprintf(line, sizeof line, "%.*s", (int)strcspn(p + 1, "\n"), p + 1);
+    return line;
+}
+
+// Each mode's help shows the keys it reads with its own defaults (val's and detect's folders and
+// thresholds, check's folder) and says what weights= is to it; the keys that change nothing say so.
+static void test_mode_defaults(void) {
+    if (access("./yolotrain", X_OK)) SKIP("./yolotrain is not built");
+    static const struct { const char *mode, *key, *has; } c[] = {
+        { "train", "project", "project=runs/train " }, { "train", "conf", "" }, { "train", "weights", "initial weights" },
+        { "val", "project", "project=runs/val " }, { "val", "conf", "conf=0.001 " }, { "val", "iou", "iou=0.7 " },
+        { "val", "save_conf", "save_conf=0 " }, { "val", "weights", "the weights to validate" },
+        { "detect", "project", "project=runs/detect " }, { "detect", "conf", "conf=0.25 " },
+        { "detect", "iou", "iou=0.45 " }, { "detect", "max_det", "max_det=1000 " },
+        { "detect", "weights", "the weights to run" },
+        { "check", "project", "project=runs/check " }, { "export", "weights", "the weights to export" },
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        char args[64];
+        snprintf(args, sizeof args, "%s --help", c[i].mode);
+        int rc = yt(args);
+        const char *l = help_line(c[i].key);
+        if (!c[i].has[0]) CHECK(rc == 0 && !l[0], "%s: %s is not read there: %s", args, c[i].key, l);
+        else CHECK(rc == 0 && strstr(l, c[i].has), "%s: want \"%s\" in the line of %s: \"%s\"", args, c[i].has, c[i].key, l);
+    }
+    static const char *const inert[] = { "label_smoothing", "copy_paste", "cls_pw", "obj", "obj_pw", "iou_t", "anchor_t",
+                                         "fl_gamma" };
+    yt("train --help");
+    for (size_t i = 0; i < sizeof inert / sizeof inert[0]; i++)
+        CHECK(strstr(help_line(inert[i]), "changes nothing"), "%s's help: \"%s\"", inert[i], help_line(inert[i]));
+    CHECK(!strstr(help_line("mosaic"), "changes nothing"), "mosaic does something: %s", help_line("mosaic"));
+}
+
 static void test_modes_and_errors(void) {
     if (access("./yolotrain", X_OK)) SKIP("./yolotrain is not built");
     int rc = yt("info model=cfg/s.ini --img 320");
@@ -90,6 +130,7 @@ static void test_piped_order(void) {
 int main(void) {
     RUN(test_version);
     RUN(test_mode_help);
+    RUN(test_mode_defaults);
     RUN(test_modes_and_errors);
     RUN(test_piped_order);
     return test_summary();

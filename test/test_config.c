@@ -491,6 +491,13 @@ static void test_data_quotes(void) {
     dataspec_free(&d);
 }
 
+// One schema for help and docs: every key's help is its row's last argument in cfg/schema.c, and the
+// help's mode tables name only keys the schema has (a mode's own default only for a key it reads).
+static void test_help_tables(void) {
+    char why[512] = "";
+    CHECK(config_help_check(why, sizeof why) == 0, "%s", why);
+}
+
 int main(void) {
     snprintf(tmp, sizeof tmp, "%s", test_tmpdir("cfg"));
     RUN(test_s_ini);
@@ -506,5 +513,6 @@ int main(void) {
     RUN(test_garbled);
     RUN(test_flags_and_aliases);
     RUN(test_data_quotes);
+    RUN(test_help_tables);
     return test_summary();
 }

@@ -261,6 +261,33 @@ static void test_config_hint(void) {
     CHECK(rc == 2 && strstr(out, "cannot open the config") && !strstr(out, "did you mean"), "exit %d\n%s", rc, out);
 }
 
+// The most rows of any labels/*.txt under dir, or -1.
+static int most_rows(const char *labels) {
+    char cmd[4400], text[256];
+    snprintf(cmd, sizeof cmd, "wc -l %s/*.txt 2>/dev/null | grep -v ' total$' | sort -n | tail -n 1", labels);
+    if (test_shell(cmd, text, sizeof text) || !text[0]) return -1;
+    return atoi(text);
+}
+
+// detect --max-det N keeps N detections an image (detect.py's --max-det); a run's args.ini's max_det
+// (val's 300) is not detect's, whose default stays 1000.
+static void test_detect_max_det(void) {
+    if (access("./yolotrain", X_OK)) SKIP("./yolotrain is not built");
+    const char *dir = trained_run();
+    if (!dir) return;
+    char args[20000], labels[4400];
+    snprintf(args, sizeof args, "detect weights=%s/runs/t/weights/last.safetensors source=%s/synth/images/val "
+             "device=cpu project=%s/md --nosave --save-txt conf=0.0001 iou=0.9", dir, dir, dir);
+    int rc = yt(args);
+    snprintf(labels, sizeof labels, "%s/md/exp/labels", dir);
+    int all = most_rows(labels);
+    CHECK(rc == 0 && all > 2, "without --max-det: exit %d, at most %d rows\n%s", rc, all, out);
+    rc = yt(strcat(args, " --max-det 2"));
+    snprintf(labels, sizeof labels, "%s/md/exp2/labels", dir);
+    int two = most_rows(labels);
+    CHECK(rc == 0 && two >= 1 && two <= 2, "--max-det 2: exit %d, at most %d rows\n%s", rc, two, out);
+}
+
 // Pixels of a picture's band rows [y0, y1), columns [x0, x1), that differ from b's by more than 40.
 static int band_diff(const Image *a, const Image *b, int x0, int x1, int y0, int y1) {
     int n = 0;
@@ -317,5 +344,6 @@ int main(void) {
     RUN(test_check_folder);
     RUN(test_config_hint);
     RUN(test_tile_names);
+    RUN(test_detect_max_det);
     return test_summary();
 }

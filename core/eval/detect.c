@@ -440,7 +440,7 @@ static void detector_init(Detector *dt, DetectRun *r, Model *m, int k, int n_dev
     for (int l = 0; l < m->n_levels; l++) heads += (size_t)(S / m->strides[l]) * (S / m->strides[l]) * m->values[m->head[l]].C;
     *dt = (Detector){ .run = r, .m = m, .k = k, .n_dev = n_dev, .heads = xmalloc(sizeof(float) * (heads + 1)) };
     NmsOptions no = o->nms;
-    if (m->end2end) no.max_det = DETECT_E2E_MAX_DET;
+    if (m->end2end && no.max_det > DETECT_E2E_MAX_DET) no.max_det = DETECT_E2E_MAX_DET;
     dt->max_det = no.max_det;
     val_decoder_init(&dt->dec, m, S, S, &no);
     if (m->on_device && m->n_levels == 3) {   // heads are fp32 (core/spec/act_plan.c)
@@ -516,6 +516,8 @@ int detect_run(Config *cfg, const DetectOptions *o) {
     if (rc) fprintf(stderr, "yolotrain detect: %s\n", err.msg);
     DetectOptions with = *o;
     with.save_conf |= cfg->save_conf;                  // the config's [val] save_conf (--save-conf)
+    const Where *w = config_where(cfg, "max_det");      // --max-det; a config's (a run's args.ini: val's 300)
+    if (w && !strcmp(w->file, "command line")) with.nms.max_det = cfg->max_det;   // is not detect's 1000
     if (!rc) rc = detect_all(&im, names, dir, &src, &with, cfg->save_txt);
     for (int c = 0; names && c < nc; c++) free(names[c]);
     free(names);

@@ -5,7 +5,7 @@
 #include "core/spec/nms.h"
 #include "core/eval/val.h"
 
-#define DETECT_E2E_MAX_DET 300   // an end-to-end (YOLO26) model keeps the top 300, as Ultralytics' predict
+#define DETECT_E2E_MAX_DET 300   // an end-to-end (YOLO26) model keeps at most the top 300, as Ultralytics' predict
 
 typedef struct {
     char       source[CFG_PATH];   // an image, a folder of images, or a .txt list of image paths
