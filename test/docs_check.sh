@@ -2,7 +2,9 @@
 # make layers (part): the docs and the help say what the code has.
 # (a) Every key of cfg/schema.c's table (cfg_keys: what the INI parser and the command line accept) is
 #     named, as `key`, in cfg/README.md. (Its help, what `yolotrain MODE --help` prints, is the last
-#     argument of its row there: the macros require it and test_config checks none is empty.)
+#     argument of its row there: the macros require it and test_config checks none is empty.) Where
+#     cfg/README.md states a key's default as a number or "" right after its name (`epochs` (300),
+#     `lr0` 0.01, `data` ("" = ...)), it is the default of the key's row.
 # (b) Every repo path named in a source comment (core/ gpu/ io/ cfg/ bench/ test/ and the Makefile) or in
 #     the docs (README.md and the folders' README.md; bench/RESULTS.md and bench/HISTORY.md are history
 #     and not checked) exists: core/spec/conv.c, gpu/bn.cu:77 (a :line suffix is allowed), io/ (a folder).
@@ -27,6 +29,30 @@ for k in $keys; do
         echo "cfg/README.md: key $k (cfg/schema.c) is not described (no \`$k\`)"; bad=1
     fi
 done
+
+# each row's key and default (its second-to-last string), a row running from its macro to `"),`
+defaults=$(sed -n '/^const Key cfg_keys\[\] *= *{/,/^};/p' cfg/schema.c | awk '
+/^[[:space:]]*(INT|INTM|INTX|BOOL|DBL|STR|ENUM|HYPC?) *\(/ { row = ""; inrow = 1 }
+inrow { row = row " " $0; if ($0 ~ /"\),[[:space:]]*(\/\/.*)?$/) { inrow = 0; print row } }' | awk '{
+    n = 0; s = $0
+    while (match(s, /"([^"\\]|\\.)*"/)) { lit[++n] = substr(s, RSTART + 1, RLENGTH - 2); s = substr(s, RSTART + RLENGTH) }
+    if ($0 ~ /HYPC? *\(/) { match($0, /HYPC? *\( *[a-z0-9_]+/); k = substr($0, RSTART, RLENGTH); sub(/.*\( */, "", k) }
+    else k = lit[2]
+    print k "\t" lit[n - 1]
+}')
+if [ "$(printf '%s\n' "$defaults" | grep -c .)" -ne "$(printf '%s\n' "$keys" | grep -c .)" ]; then
+    echo "test/docs_check.sh: could not read every row's default from cfg/schema.c"; bad=1
+fi
+while IFS=$'\t' read -r k d; do
+    [ -n "$k" ] || continue
+    said=$(grep -oE "\`$k\` \(?[^;:,) ]*" cfg/README.md | head -n 1 | sed -E "s/^\`$k\` \(?//")
+    if [ "$said" = '""' ]; then
+        [ -z "$d" ] || { echo "cfg/README.md: \`$k\` is said to default to \"\"; cfg/schema.c has $d"; bad=1; }
+    elif [[ "$said" =~ ^-?[0-9]+(\.[0-9]+)?$ ]]; then
+        awk -v a="$said" -v b="$d" 'BEGIN { exit !(b ~ /^-?[0-9.]+$/ && a + 0 == b + 0) }' ||
+            { echo "cfg/README.md: \`$k\` is said to default to $said; cfg/schema.c has ${d:-\"\"}"; bad=1; }
+    fi
+done <<< "$defaults"
 
 # ---- (b) paths
 docs=$(ls README.md */README.md 2>/dev/null)
