@@ -9,11 +9,14 @@
 // The keys each mode reads: whole sections ("[train]") and single keys.
 static const struct { const char *mode, *keys; } mode_keys[] = {
     { "train",  "[model] [train] [parallel] [hyp]" },
-    { "val",    "data weights device precision batch imgsz workers cache project name exist_ok single_cls noplots [val]" },
+    { "val",    "data weights device precision batch imgsz workers strict project name exist_ok single_cls noplots [val] "
+                "box cls dfl" },     // the gains: YOLO26's val losses, as its validator's
     { "detect", "weights data device precision imgsz project name exist_ok conf iou max_det save_txt save_conf" },
     { "export", "weights imgsz" },
-    { "info",   "imgsz nc depth_multiple width_multiple" },
-    { "check",  "data imgsz workers min_items strict single_cls project name exist_ok" },
+    { "info",   "[model] imgsz" },
+    // check's picture is the first training batch as the loader augments it
+    { "check",  "data imgsz workers seed min_items strict rect project name exist_ok hsv_h hsv_s hsv_v degrees translate "
+                "scale shear perspective flipud fliplr mosaic mixup" },
     { "synth",  "seed" },
     { "switches", "" },   // no keys: the YT_* environment variables (core/base/switches.h)
 };
