@@ -1,7 +1,8 @@
 // test_progress.c: progress wherever a run is watched. The bar and the clock as printed; when a line is
 // due where stdout is not a terminal (each tenth of a pass, or PROGRESS_PERIOD seconds); ./yolotrain with
 // stdout piped prints lines during an epoch, not only at its end; a stopped and resumed run's closing
-// line counts both parts, and the resumed part's first line shows a real rate.
+// line counts both parts, and the resumed part's first line shows a real rate; on a terminal the epoch line
+// and the validation bar are redrawn in place.
 #include "test/test.h"
 
 #include <stdlib.h>
@@ -122,6 +123,23 @@ static int patch_state(const char *run, double hours) {
     return rc;
 }
 
+// On a terminal (script(1) gives the run one): the epoch line and the validation bar are redrawn in place,
+// and the bar is erased before the validation table.
+static void test_bars_on_a_terminal(void) {
+    if (access("./yolotrain", X_OK)) SKIP("./yolotrain is not built");
+    if (system("script -qec true /dev/null >/dev/null 2>&1")) SKIP("no script(1) to give the run a terminal");
+    if (synth_run_data("progress_tty", 20)) { CHECK(0, "no data"); return; }
+    char cmd[20000];
+    snprintf(cmd, sizeof cmd, "script -qec './yolotrain cfg/t.ini data=%s project=%s imgsz=64 batch=2 workers=1 "
+             "device=cpu close_mosaic=0 noplots=1 tensorboard=0 name=tty epochs=1' /dev/null", data_yaml, project);
+    int rc = logged(cmd);
+    const char *val = strstr(out, "\r                 Class     Images  Instances");
+    CHECK(rc == 0, "the run on a terminal (%d):\n%s", rc, out);
+    CHECK(strstr(out, "\r        0/0 ") && strstr(out, " 5/10 "), "no epoch line redrawn in place:\n%s", out);
+    CHECK(val && strstr(val, "img/s ETA") && strstr(val, "\r\033[K                 Class"),
+          "no validation bar redrawn and erased before the table:\n%s", out);
+}
+
 // Stopped after 15 steps (epoch 1, batch 5) with 2 hours recorded, the resumed run's closing line counts
 // them with its own time, and its first epoch line shows the rate of the batches it ran.
 static void test_resume_counts_both_parts(void) {
@@ -172,6 +190,7 @@ int main(void) {
     RUN(test_bar_and_clock);
     RUN(test_due_each_tenth_or_period);
     RUN(test_lines_in_a_log);
+    RUN(test_bars_on_a_terminal);
     RUN(test_resume_counts_both_parts);
     RUN(test_resume_of_an_older_state);
     RUN(test_resume_in_validation);
