@@ -92,7 +92,7 @@ typedef struct {              // the pass, shared by the model threads
     int              dev_nms, dev_loss;   // batches done on the device
     int              ran;                 // batches this process ran
     int             *ran_by;              // (ranks) several processes: the batches each ran
-    Progress         prog;                // the progress bar (ValOptions.progress; rank 0's share of the images)
+    Progress         prog;                // the progress bar over this process.s images (ValOptions.progress; rank 0 prints)
     int              images, images_done, drawn;   // this process's images, those run, 1: a bar is on the terminal
     ValSave          save;                // save_json / save_txt (under mu)
     pthread_mutex_t  mu;

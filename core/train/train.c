@@ -255,6 +255,7 @@ typedef struct {              // what the run keeps across epochs for validation
     int            val_passes;
     double         t_begin;      // when this process began training (the time of the parts before: start.elapsed)
     int            epochs_done;  // epochs whose end was saved, over every part of the run
+    int            time_partial; // 1: resumed from a state without its time (an older yolotrain's)
 } RunState;
 
 // The validation batches kept between passes: up to val_cache_mb megabytes (0: none).
@@ -809,7 +810,7 @@ static int train_run_(Config *cfg);
 static void say_completed(const RunState *rs, double seconds) {
     int n = rs->epochs_done;
     double hours = (rs->start.elapsed + seconds) / 3600;
-    if (rs->start.elapsed_from > 0)
+    if (rs->start.elapsed_from > 0 || rs->time_partial)
         printf("%d epoch%s completed; %.3f hours counted from epoch %d on (the time before it was not recorded)\n", n,
                n == 1 ? "" : "s", hours, rs->start.elapsed_from);
     else
@@ -975,6 +976,7 @@ static int train_run_(Config *cfg) {
                 printf("note: %s holds no training time (saved by an older yolotrain): the time is counted from "
                        "epoch %d on\n", path, rs.start.epoch);
                 rs.start.elapsed = 0;
+                rs.time_partial = 1;
             }
             rs.epochs_done = rs.start.epoch;
         }
