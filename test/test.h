@@ -5,6 +5,7 @@
 #pragma once
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,6 +146,32 @@ static inline int same_file(const char *a, const char *b) {
     size_t na = 0, nb = 0;
     char *x = slurp(a, &na), *y = slurp(b, &nb);
     int same = x && y && na == nb && !memcmp(x, y, na);
+    free(x); free(y);
+    return same;
+}
+
+// A safetensors file's header (*h, *nh: its JSON, the header padding and the value of "elapsed_s" left out)
+// and data (*d, *nd); 0, or -1 when it is not one.
+static inline int state_parts_(char *x, size_t n, char **h, size_t *nh, const char **d, size_t *nd) {
+    uint64_t len = 0;
+    if (n < 8) return -1;
+    memcpy(&len, x, 8);
+    if (len > n - 8) return -1;
+    *h = x + 8, *nh = (size_t)len, *d = x + 8 + len, *nd = n - 8 - (size_t)len;
+    while (*nh && (*h)[*nh - 1] == ' ') (*nh)--;
+    char *v = memmem(*h, *nh, "\"elapsed_s\":\"", 13), *q = v ? memchr(v + 13, '"', *nh - (v + 13 - *h)) : NULL;
+    if (q) memmove(v + 13, q, *nh - (q - *h)), *nh -= q - (v + 13);
+    return 0;
+}
+
+// 1 when two training states (last_state.safetensors) hold the same bytes but for the wall time the run
+// took to reach them ("elapsed_s" in the metadata): the same tensors and counters, to the bit.
+static inline int same_state(const char *a, const char *b) {
+    size_t na = 0, nb = 0, ha, hb, da, db;
+    char *x = slurp(a, &na), *y = slurp(b, &nb), *hx, *hy;
+    const char *dx, *dy;
+    int same = x && y && !state_parts_(x, na, &hx, &ha, &dx, &da) && !state_parts_(y, nb, &hy, &hb, &dy, &db) &&
+               ha == hb && da == db && !memcmp(hx, hy, ha) && !memcmp(dx, dy, da);
     free(x); free(y);
     return same;
 }

@@ -307,7 +307,7 @@ static void test_sharded_checkpoint_resumes(void) {
     char path[4200];
     snprintf(path, sizeof path, "%s/state.safetensors", test_tmpdir("multi"));
     multi_gather_state(a.multi);
-    RunPoint p = { 0, 2, 0, -1, 0, 0, 0, 0 }, q;
+    RunPoint p = { .epoch = 0, .batch = 2, .best_epoch = -1 }, q;
     CHECK(!checkpoint_save(&a, &p, path, &err), "%s", err.msg);
     CHECK(!checkpoint_load(&b, &q, path, &err), "%s", err.msg);
     multi_scatter_state(b.multi);

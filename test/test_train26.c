@@ -325,7 +325,7 @@ static void test_resume(void) {
     run_steps(&a, 0, 1, &first, &last, &err);
     char path[4200];
     snprintf(path, sizeof path, "%s/last_state.safetensors", test_tmpdir("train26"));
-    RunPoint p = { 0, 1, 0, -1, 0, 0, 0, 0 }, q;
+    RunPoint p = { .epoch = 0, .batch = 1, .best_epoch = -1 }, q;
     CHECK(checkpoint_save(&a, &p, path, &err) == 0, "%s", err.msg);
     if (steady_trainer(&b, "MuSGD", 0, NULL, &err)) { CHECK(0, "%s", err.msg); trainer_free(&a); return; }
     CHECK(checkpoint_load(&b, &q, path, &err) == 0, "%s", err.msg);

@@ -438,10 +438,47 @@ static void test_val26_losses_take_gains(void) {
     fixture_close(&f);
 }
 
+// The progress bar where out is not a terminal (a log file): a line each tenth of the pass crossed, none at
+// the end (the table follows at once), and none at all in a pass shorter than progress_quiet seconds.
+static int progress_lines(Fixture *f, const char *path, double quiet, int *redrawn) {
+    ValOptions o = val_options(f->cfg);
+    o.batch = 1;                                      // three batches: one image each
+    o.progress_quiet = quiet;
+    o.out = fopen(path, "w");
+    ValResult r;
+    Err err;
+    int rc = o.out ? val_evaluate(&f->m, &f->ds, &o, &r, &err) : -1;
+    if (o.out) fclose(o.out);
+    if (rc) { CHECK(0, "%s", o.out ? err.msg : path); return -1; }
+    val_result_free(&r);
+    size_t n = 0;
+    char *text = slurp(path, &n);
+    int lines = 0;
+    for (const char *s = text; s && (s = strstr(s, "img/s ETA")); s++) lines++;
+    *redrawn = text && strchr(text, '\r');
+    free(text);
+    return lines;
+}
+
+static void test_val_progress_in_a_log(void) {
+    const char *dir = test_tmpdir("val_progress");
+    Fixture f;
+    if (fixture_open(&f, dir)) { CHECK(0, "fixture"); return; }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/log.txt", dir);
+    int redrawn = 0, lines = progress_lines(&f, path, 0, &redrawn);
+    CHECK(lines == 2 && !redrawn, "3 images logged: %d progress lines (want 33%% and 66%%)%s", lines,
+          redrawn ? ", redrawn in place" : "");
+    lines = progress_lines(&f, path, 60, &redrawn);
+    CHECK(lines == 0, "a pass shorter than its quiet time printed %d progress lines", lines);
+    fixture_close(&f);
+}
+
 int main(void) {
     RUN(test_scale_boxes_hand);
     RUN(test_decode_nms_map_back);
     RUN(test_val_evaluate_runs);
+    RUN(test_val_progress_in_a_log);
     RUN(test_rect_shape_rule);
     RUN(test_rect_plan);
     RUN(test_rect_batches_load);

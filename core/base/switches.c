@@ -48,10 +48,10 @@ static const SwitchInfo table[] = {
 
     [SW_STOP_AFTER_STEPS] = { "YT_STOP_AFTER_STEPS", SWITCH_TEST_HOOK, "none",
         "N: the run stops after N steps as on Ctrl-C (core/train/faults.c)",
-        "test_resume, test_splits, test_diskfull, test_tfevents, test_train_options, test_procs" },
+        "test_resume, test_splits, test_diskfull, test_tfevents, test_train_options, test_procs, test_progress" },
     [SW_SIGNAL_AT] = { "YT_SIGNAL_AT", SWITCH_TEST_HOOK, "none",
         "startup|val|checkpoint|agreed[:HUP|:INT]: SIGTERM (SIGHUP, SIGINT) at that point (core/train/faults.c)",
-        "test_signals, test_procs" },
+        "test_signals, test_procs, test_progress" },
     [SW_FAIL_CUDA] = { "YT_FAIL_CUDA", SWITCH_TEST_HOOK, "none",
         "STEP[:sticky]: a CUDA call fails at that step (core/train/faults.c)", "test_faults, test_gpu_input" },
     [SW_NAN_AT_STEP] = { "YT_NAN_AT_STEP", SWITCH_TEST_HOOK, "none",

@@ -10,7 +10,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "core/base/progress.h"
 #include "core/procs/comm.h"
 #include "core/devices/infer_devices.h"
 #include "core/spec/loss.h"
@@ -23,7 +25,8 @@
 
 ValOptions val_options(const Config *cfg) {
     return (ValOptions){ .batch = cfg->batch, .workers = cfg->workers, .imgsz = cfg->imgsz, .rect = 1, .pad = 0.5,
-                         .nms = nms_val_options(), .losses = 1, .verbose = 0, .out = stdout,
+                         .nms = nms_val_options(), .losses = 1, .verbose = 0, .out = stdout, .progress = 1,
+                         .progress_quiet = VAL_PROGRESS_QUIET,
                          .gain_box = cfg->hyp.box, .gain_cls = cfg->hyp.cls, .gain_l1 = cfg->hyp.dfl };
 }
 
@@ -89,6 +92,8 @@ typedef struct {              // the pass, shared by the model threads
     int              dev_nms, dev_loss;   // batches done on the device
     int              ran;                 // batches this process ran
     int             *ran_by;              // (ranks) several processes: the batches each ran
+    Progress         prog;                // the progress bar over this process.s images (ValOptions.progress; rank 0 prints)
+    int              images, images_done, drawn;   // this process's images, those run, 1: a bar is on the terminal
     ValSave          save;                // save_json / save_txt (under mu)
     pthread_mutex_t  mu;
 } Pass;
@@ -345,6 +350,35 @@ static void *helper_main(void *arg) {
     }
 }
 
+static int pass_writer(const ValOptions *o) { return o->ranks < 2 || o->rank == 0; }
+
+// The pass's progress line after another batch (under p->mu): images done of this process's, their rate,
+// the time left; as yolov9's val bar, after the table's header.
+static void progress_line(Pass *p) {
+    const ValOptions *o = p->o;
+    double now = now_seconds(), dt = now - p->prog.t0;
+    if (!o->progress || !o->out || !pass_writer(o) || !progress_due(&p->prog, p->images_done, now)) return;
+    if (!p->prog.tty && p->images_done == p->images) return;   // the table follows at once
+    char bar[96], eta[16];
+    progress_bar(bar, sizeof bar, p->images_done, p->images);
+    progress_clock(eta, sizeof eta, p->images_done ? dt / p->images_done * (p->images - p->images_done) : 0);
+    fprintf(o->out, "%s%22s%11s%11s%11s%11s%11s%11s: %s %.1fimg/s ETA %s%s", p->prog.tty ? "\r" : "", "Class",
+            "Images", "Instances", "P", "R", "mAP50", "mAP50-95", bar, dt > 0 ? p->images_done / dt : 0, eta,
+            p->prog.tty ? "" : "\n");
+    fflush(o->out);
+    p->drawn = p->prog.tty;
+}
+
+// Start the progress bar: this process's images (its batches b = rank, rank + ranks, ...).
+static void progress_start(Pass *p) {
+    const ValOptions *o = p->o;
+    const ValPlan *pl = &p->plan;
+    for (int b = p->next; b < pl->n_batches; b += p->step)
+        p->images += (b + 1) * pl->batch < pl->n ? pl->batch : pl->n - b * pl->batch;
+    int tty = o->out && isatty(fileno(o->out));
+    progress_begin(&p->prog, tty, p->images, 0, now_seconds(), o->progress_quiet);
+}
+
 // Forward, detections and losses of one loaded slot (and its matching when the host decodes).
 static void run_batch(Worker *w, Slot *s) {
     Pass *p = w->p;
@@ -359,6 +393,8 @@ static void run_batch(Worker *w, Slot *s) {
     if (rc && !p->failed) p->failed = 1, p->err = err;
     p->dev_nms += s->dev_ok; p->dev_loss += w->vloss_ok && p->o->losses;
     p->ran++;
+    p->images_done += s->vb.n;
+    progress_line(p);
     pthread_mutex_unlock(&p->mu);
     if (!rc && !s->dev_ok) batch_stats(w, s);   // it reads w->head, which the next batch overwrites
 }
@@ -572,8 +608,6 @@ static void print_shares(const Pass *p, FILE *f) {
     fprintf(f, " of %d\n", p->plan.n_batches);
 }
 
-static int pass_writer(const ValOptions *o) { return o->ranks < 2 || o->rank == 0; }
-
 static void finish(Pass *p, int nb, ValResult *r, double t0) {
     const ValOptions *o = p->o;
     int writer = pass_writer(o);              // several processes: rank 0 prints and draws
@@ -618,10 +652,12 @@ static void run_pass(Pass *p, int n) {
     const ValOptions *o = p->o;
     plan_pass(p, n);
     p->out = xcalloc(p->plan.n_batches + 1, sizeof *p->out);
+    progress_start(p);
     int saving = o->save_json || o->save_txt;
     if (saving && val_save_open(&p->save, o->save_dir ? o->save_dir : ".", o->save_json, o->save_txt, &p->err)) p->failed = 1;
     p->save.conf = o->save_conf;
     if (!p->failed) run_workers(p, n);
+    if (p->drawn) fprintf(o->out, "\r\033[K");   // the terminal's bar gives way to the table (or a message)
     if (saving && val_save_close(&p->save, p->failed ? &(Err){ { 0 } } : &p->err)) p->failed = 1;
 }
 

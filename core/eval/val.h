@@ -20,6 +20,8 @@ struct Trainer;
 struct Drawer;
 typedef struct ValCache ValCache;
 
+#define VAL_PROGRESS_QUIET 5.0   // seconds a pass runs before its first line where out is not a terminal
+
 typedef struct {
     int        batch;     // N: images per validation batch (rect shapes follow it); each model runs
                           // a batch in chunks it was built for, so any N works with any model
@@ -33,6 +35,9 @@ typedef struct {
                           // the reference's validator uses the training hyperparameters
     int        verbose;   // 1: per-class rows in the table
     FILE      *out;       // where the table goes; NULL: nowhere
+    int        progress;  // 1: a progress bar on out while the pass runs (core/base/progress.h): redrawn in place
+                          //   on a terminal, erased before the table; elsewhere a line each tenth of the pass or
+    double     progress_quiet;   // PROGRESS_PERIOD seconds, from progress_quiet seconds into it (a short pass: none)
     const char *picture_dir;  // where val_batch0_labels.jpg / _pred.jpg go; NULL: no pictures
     const char *plots_dir;    // where the confusion matrix and the PR/F1/P/R curves go (core/eval/plots.h); NULL: none
     ValCache  *cache;         // keeps the loaded (letterboxed) batches between passes (val_cache_new; training):
@@ -61,7 +66,7 @@ typedef struct {
 } ValResult;
 
 // Defaults from a config: batch cfg->batch, cfg->workers, cfg->imgsz, rect with pad 0.5,
-// nms_val_options(), losses on, verbose off, out stdout.
+// nms_val_options(), losses on, verbose off, out stdout with progress (quiet for VAL_PROGRESS_QUIET seconds).
 ValOptions val_options(const Config *cfg);
 // What train.py's val loader uses during training: the same with batch 2 * cfg->batch.
 ValOptions val_options_train(const Config *cfg);

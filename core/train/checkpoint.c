@@ -29,10 +29,11 @@ int checkpoint_save(const Trainer *t, const RunPoint *p, const char *path, Err *
     snprintf(meta, sizeof meta,
              "{\"format\":\"%s\",\"epoch\":\"%d\",\"batch\":\"%d\",\"ema_updates\":\"%lld\",\"sgd_steps\":\"%lld\","
              "\"last_opt_step\":\"%lld\",\"bn_batches\":\"%lld\",\"best_fitness\":\"%.17g\",\"best_epoch\":\"%d\","
-             "\"box\":\"%.17g\",\"cls\":\"%.17g\",\"dfl\":\"%.17g\",\"n\":\"%d\"}",
+             "\"box\":\"%.17g\",\"cls\":\"%.17g\",\"dfl\":\"%.17g\",\"n\":\"%d\",\"elapsed_s\":\"%.3f\","
+             "\"elapsed_from\":\"%d\"}",
              FORMAT, p->epoch, p->batch, (long long)t->ema_updates, (long long)t->sgd.steps,
              (long long)t->sched.last_opt_step, (long long)m->bn_batches, p->best_fitness, p->best_epoch, p->box, p->cls,
-             p->dfl, p->n);
+             p->dfl, p->n, p->elapsed, p->elapsed_from);
     int rc = st_write(path, w, 4, meta, err);
     free(state); free(grad); free(ema); free(mom);
     return rc;
@@ -105,8 +106,13 @@ int checkpoint_load(Trainer *t, RunPoint *p, const char *path, Err *err) {
     static const char *keys[12] = { "epoch", "batch", "ema_updates", "sgd_steps", "last_opt_step", "bn_batches",
                                     "best_fitness", "best_epoch", "box", "cls", "dfl", "n" };
     for (int i = 0; i < 12 && !rc; i++) rc = meta_num(&st, keys[i], &v[i], err);
+    double el[2] = { -1, v[0] };             // saved without its time (an older yolotrain): unknown
+    if (!rc && st_meta(&st, "elapsed_s"))
+        for (int i = 0; i < 2 && !rc; i++) rc = meta_num(&st, i ? "elapsed_from" : "elapsed_s", &el[i], err);
+    if (!rc && st_meta(&st, "elapsed_s") && (!(el[0] >= 0) || el[1] < 0 || el[1] > v[0]))
+        rc = err_set(err, "%s: elapsed_s %g, elapsed_from %g: not the time of this state", path, el[0], el[1]);
     if (!rc) {
-        *p = (RunPoint){ (int)v[0], (int)v[1], v[6], (int)v[7], v[8], v[9], v[10], (int)v[11] };
+        *p = (RunPoint){ (int)v[0], (int)v[1], v[6], (int)v[7], v[8], v[9], v[10], (int)v[11], el[0], (int)el[1] };
         t->ema_updates = (int64_t)v[2];
         t->sgd.steps = (int64_t)v[3];
         t->sched.last_opt_step = (int64_t)v[4];

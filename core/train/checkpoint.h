@@ -10,6 +10,9 @@ typedef struct {             // where a run stands
     int    best_epoch;       // -1: none yet
     double box, cls, dfl;    // the epoch's running loss sums so far, over n batches
     int    n;
+    double elapsed;          // seconds the run has trained up to here, over every part before a resume,
+    int    elapsed_from;     //   counted from this epoch on (0: the whole run); loaded from a state saved
+                             //   without them (an older yolotrain): elapsed -1, elapsed_from its epoch
 } RunPoint;
 
 // Write the whole state to path (through path.tmp and a rename, see st_write): on failure path is

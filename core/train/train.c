@@ -27,6 +27,7 @@
 #include "core/devices/infer_devices.h"
 #include "core/spec/ops.h"
 #include "core/base/memlimit.h"
+#include "core/base/progress.h"
 #include "core/base/readfile.h"
 #include "core/base/runlock.h"
 #include "core/devices/multi.h"
@@ -122,22 +123,41 @@ static double mem_gb(const Trainer *t) {
 
 typedef struct { double box, cls, dfl; int n; } Running;
 
-// The reference's progress line; redrawn in place on a terminal, printed once per epoch otherwise.
-static void progress(const Config *cfg, const Trainer *t, int epoch, const Running *r, int inst, int S, int i,
-                     int nb, double t_epoch, int images, int final) {
+typedef struct {              // one epoch's progress line
+    Progress pg;              // when a line is due (core/base/progress.h)
+    int      epoch, nb, i0;   // the epoch, its batches, the batch this process began it at (a resumed one: > 0)
+    int      images, inst, size;   // images trained since i0, the last batch's instances and width
+    double   t0;              // when this process began the epoch
+} EpochLine;
+
+static int stdout_tty(void) {
     static int tty = -1;
-    if (!procs_writer()) return;                       // several processes: rank 0 reports
     if (tty < 0) tty = isatty(STDOUT_FILENO);
-    if (!final && !tty) return;
-    char ep[32], mem[16];
-    snprintf(ep, sizeof ep, "%d/%d", epoch, cfg->epochs - 1);
+    return tty;
+}
+
+static void epoch_line_begin(EpochLine *e, int epoch, int nb, int i0) {
+    *e = (EpochLine){ .epoch = epoch, .nb = nb, .i0 = i0, .t0 = now_seconds() };
+    progress_begin(&e->pg, stdout_tty(), nb, i0, e->t0, 0);
+}
+
+// The reference's progress line after batch i: redrawn in place on a terminal; elsewhere (a log file,
+// nohup) a line each tenth of the epoch or PROGRESS_PERIOD seconds, and one at its end (final). The rate
+// and the ETA are those of the batches this process ran: a resumed epoch's count from the resume.
+static void progress(const Config *cfg, const Trainer *t, EpochLine *e, const Running *r, int i, int final) {
+    if (!procs_writer()) return;                       // several processes: rank 0 reports
+    double now = now_seconds(), dt = now - e->t0;
+    if (!final && ((i == e->nb && !e->pg.tty) || !progress_due(&e->pg, i, now))) return;   // the end's own line follows
+    char ep[32], mem[16], bar[96], eta_s[16];
+    snprintf(ep, sizeof ep, "%d/%d", e->epoch, cfg->epochs - 1);
     snprintf(mem, sizeof mem, "%.3gG", mem_gb(t));
-    double ips = t_epoch > 0 ? images / t_epoch : 0, eta = i ? t_epoch / i * (nb - i) : 0;
-    int bar = 10 * i / nb;
-    printf("%s%11s%11s%11.4g%11.4g%11.4g%11d%11d: %3d%%|%.*s%.*s| %d/%d %.1fimg/s ETA %d:%02d", tty ? "\r" : "",
-           ep, mem, r->box / r->n, r->cls / r->n, r->dfl / r->n, inst, S, 100 * i / nb, bar * 3,
-           "██████████████████████████████", (10 - bar), "          ", i, nb, ips, (int)eta / 60, (int)eta % 60);
-    if (final) printf("\n");
+    int ran = i - e->i0;
+    double ips = dt > 0 ? e->images / dt : 0, eta = ran > 0 ? dt / ran * (e->nb - i) : 0;
+    progress_bar(bar, sizeof bar, i, e->nb);
+    progress_clock(eta_s, sizeof eta_s, eta);
+    printf("%s%11s%11s%11.4g%11.4g%11.4g%11d%11d: %s %.1fimg/s ETA %s%s", e->pg.tty ? "\r" : "", ep, mem,
+           r->box / r->n, r->cls / r->n, r->dfl / r->n, e->inst, e->size, bar, ips, eta_s,
+           final || !e->pg.tty ? "\n" : "");
     fflush(stdout);
 }
 
@@ -233,6 +253,9 @@ typedef struct {              // what the run keeps across epochs for validation
     ValCache      *val_cache;    // the validation batches as loaded, kept between passes (val_cache_new)
     double         val_seconds;  // the validation passes' wall time (EMA weights to the table), summed
     int            val_passes;
+    double         t_begin;      // when this process began training (the time of the parts before: start.elapsed)
+    int            epochs_done;  // epochs whose end was saved, over every part of the run
+    int            time_partial; // 1: resumed from a state without its time (an older yolotrain's)
 } RunState;
 
 // The validation batches kept between passes: up to val_cache_mb megabytes (0: none).
@@ -273,7 +296,8 @@ static int save_state(const Trainer *t, const RunState *rs, int epoch, int batch
     Err err;
     char path[CFG_PATH * 2 + 64];
     snprintf(path, sizeof path, "%s/weights/last_state.safetensors", rs->dir);
-    RunPoint p = { epoch, batch, rs->best_fitness, rs->best_epoch, r->box, r->cls, r->dfl, r->n };
+    RunPoint p = { epoch, batch, rs->best_fitness, rs->best_epoch, r->box, r->cls, r->dfl, r->n,
+                   rs->start.elapsed + (now_seconds() - rs->t_begin), rs->start.elapsed_from };
     if (checkpoint_save(t, &p, path, &err)) {
         fprintf(stderr, "yolotrain: %s; the previous state file, if any, is intact\n", err.msg);
         return -1;
@@ -562,8 +586,10 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
         Running r = { 0 };
         if (i == 0) model_zero_grad(&t->m);            // train.py zeroes at every epoch start
         else r = (Running){ rs->start.box, rs->start.cls, rs->start.dfl, rs->start.n };
-        double t0 = now_seconds(), tw = t0;
-        int images = 0, inst = 0, size = S;          // size: the last batch's width (the Size column)
+        EpochLine line;
+        epoch_line_begin(&line, epoch, nb, i);
+        line.size = S;                                 // the last batch's width (the Size column)
+        double tw = line.t0;
         // Two batches in hand: the next one's upload runs on the GPUs' copy streams behind this step.
         Batch *b = NULL, *next = NULL;
         if (loader_next(ld, &b)) multi_prefetch(t, b->images, b->n, b->h, b->w);
@@ -579,7 +605,7 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
             LossOut lo;                                // (several processes: this one's share of the batch)
             int bad = trainer_step(t, b->n, S, b->targets, b->nt, epoch, i, &lo, &err);
             t->input_u8 = NULL;                        // the batch goes back to the loader below
-            size = t->shape.w;                         // imgs.shape[-1], as the reference logs it
+            line.size = t->shape.w;                    // imgs.shape[-1], as the reference logs it
             t->shape = (StepShape){ 0 };
             if (bad) {
                 fprintf(stderr, "\nyolotrain: %s\n", err.msg);
@@ -600,15 +626,17 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
                 goto done;
             }
             r.box += lo.box; r.cls += lo.cls; r.dfl += lo.dfl; r.n++;
-            images += b->n; inst = b->nt;
+            line.images += b->n; line.inst = b->nt;
             loader_release(ld, b);                     // the step has waited for its copies on the GPU
-            progress(cfg, t, epoch, &r, inst, size, i + 1, nb, now_seconds() - t0, images, 0);
+            progress(cfg, t, &line, &r, i + 1, 0);
             if (rs->stop_after > 0 && steps == rs->stop_after) stop_requested = -1;
             halt = stop_agree();                       // several processes: all at once
             fault_signal_at("agreed");                 // (tests: a signal just after the agreement)
         }
         if (b) loader_release(ld, b);                  // stopped with the next batch in hand: resume remakes it
-        progress(cfg, t, epoch, &r, inst, size, i, nb, now_seconds() - t0, images, 1);
+        if (i > line.i0) progress(cfg, t, &line, &r, i, 1);
+        else if (i == nb && procs_writer())            // resumed after its batches: the line was printed then
+            printf("epoch %d: its %d batches ran before the stop; validating it again\n", epoch, nb);
         if (t->multi) {                                // per-device time split and memory, devices.csv
             snprintf(path, sizeof path, "%s/devices.csv", dir);
             FILE *dev_csv = procs_writer() ? fopen(path, "a") : NULL;
@@ -638,6 +666,7 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
         if (ended < 0 || (procs_writer() && save_state(t, rs, epoch + 1, 0, &(Running){ 0 }))) { rc = 1; goto done; }
         fail.saved_epoch = epoch + 1;
         fail.saved_batch = 0;
+        rs->epochs_done = epoch + 1;
         if (stopping(halt) && epoch + 1 < cfg->epochs) {   // while checkpointing: those files are whole
             if (procs_writer()) say_stopped(dir, epoch + 1, 0, "at the start of");
             stop_saved = 1;
@@ -781,6 +810,18 @@ int train_resume(Config *cfg, int argc, char **argv) {
 }
 
 static int train_run_(Config *cfg);
+
+// yolov9's closing line, "N epochs completed in X hours.", over every part of a resumed run: this part's
+// `seconds` and the time the state it resumed from had recorded.
+static void say_completed(const RunState *rs, double seconds) {
+    int n = rs->epochs_done;
+    double hours = (rs->start.elapsed + seconds) / 3600;
+    if (rs->start.elapsed_from > 0 || rs->time_partial)
+        printf("%d epoch%s completed; %.3f hours counted from epoch %d on (the time before it was not recorded)\n", n,
+               n == 1 ? "" : "s", hours, rs->start.elapsed_from);
+    else
+        printf("%d epoch%s completed in %.3f hours.\n", n, n == 1 ? "" : "s", hours);
+}
 
 // "Results saved to DIR (...)" naming the files of the run that exist.
 static void say_results(const char *dir) {
@@ -937,12 +978,20 @@ static int train_run_(Config *cfg) {
             printf("Resuming %s from epoch %d, batch %d\n", dir, rs.start.epoch, rs.start.batch);
             if (rs.start.batch > 0) trainer_lr_at(&t, rs.start.epoch, rs.start.batch - 1);
             if (procs_writer()) drop_results_from(dir, rs.start.epoch);
+            if (rs.start.elapsed < 0) {               // a state of an older yolotrain
+                printf("note: %s holds no training time (saved by an older yolotrain): the time is counted from "
+                       "epoch %d on\n", path, rs.start.epoch);
+                rs.start.elapsed = 0;
+                rs.time_partial = 1;
+            }
+            rs.epochs_done = rs.start.epoch;
         }
     }
     if (rc == 0 && procs_writer()) train_tb_open(&rs.tb, cfg, dir, t.m.reg_max, rs.start.epoch);
     if (rc == 0 && !cfg->resume[0]) procs_note_count(dir);
     stop_savable = 1;                                // from here a signal saves where the run stands
     double t0 = now_seconds();
+    rs.t_begin = t0;
     if (!rc) rc = train_epochs(cfg, &t, ld, &rs);
     if (rc == 0 && stop_requested && procs_writer()) draw_results(cfg, &rs, -1);   // a stopped run's epochs so far
     double t_loop = now_seconds() - t0;
@@ -952,9 +1001,10 @@ static int train_run_(Config *cfg) {
     if (rc != 2 && procs_writer()) {                 // 2: the run could not start
         double total = now_seconds() - t0;
         const PhaseTimes *p = &t.t;
-        printf("%.3f hours. Time per phase (device 0): data wait %.1f s, forward %.1f s, loss %.1f s, backward %.1f s, "
-               "gather %.1f s, optimizer %.1f s, broadcast %.1f s\n", total / 3600, p->data, p->forward, p->loss,
-               p->backward, p->gather, p->optim, p->broadcast);
+        say_completed(&rs, total);
+        printf("Time per phase (device 0%s): data wait %.1f s, forward %.1f s, loss %.1f s, backward %.1f s, "
+               "gather %.1f s, optimizer %.1f s, broadcast %.1f s\n", cfg->resume[0] ? ", since the resume" : "",
+               p->data, p->forward, p->loss, p->backward, p->gather, p->optim, p->broadcast);
         if (rs.val_passes) {                         // validation's share of the epochs' wall time
             printf("Validation: %.1f s of %.1f s (%.1f%%) in %d pass%s, %.2f s a pass", rs.val_seconds, t_loop,
                    100 * rs.val_seconds / (t_loop > 0 ? t_loop : 1), rs.val_passes, rs.val_passes > 1 ? "es" : "",
