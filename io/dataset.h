@@ -78,6 +78,7 @@ typedef struct {
     char **src[DS_N_SPLITS];        // folders or list files, resolved
     int    n_src[DS_N_SPLITS];
     Where  at[DS_N_SPLITS];         // where each split's key is written; line 0: absent
+    char  *images[DS_N_SPLITS];     // train_images: ...: the folder a COCO split's file_names resolve in, or NULL
     char  *download_note;           // for a download: key, the line saying what to fetch, or NULL
 } DataSpec;
 
