@@ -304,8 +304,8 @@ static void boxes_add(const char *json, const Coco *k, const IdIdx *ids, int nc,
         a->nbox++;
     }
     if (n_crowd)
-        strlist_push(&out->notes, str_fmt("%s: %d crowd annotations (iscrowd: 1) skipped, as Ultralytics' convert_coco "
-                                          "does", json, n_crowd));
+        strlist_push(&out->notes, str_fmt("%s: %d crowd annotation%s (iscrowd: 1) skipped, as Ultralytics' "
+                                          "convert_coco does", json, n_crowd, n_crowd == 1 ? "" : "s"));
     free(count); free(at); free(img);
 }
 

@@ -195,8 +195,8 @@ int voc_read(const char *src, const char *split, char *const *names, int nc, Ann
     if (!rc) rc = voc_ids(root, set, &ids, &n, err);
     for (int i = 0; !rc && i < n; i++) voc_entry(root, &ids[i], set, names, nc, out, &n_difficult);
     if (n_difficult)
-        strlist_push(&out->notes, str_fmt("%s: %d objects marked difficult skipped, as Ultralytics' VOC.yaml converts "
-                                          "VOC", set ? set : root, n_difficult));
+        strlist_push(&out->notes, str_fmt("%s: %d object%s marked difficult skipped, as Ultralytics' VOC.yaml "
+                                          "converts VOC", set ? set : root, n_difficult, n_difficult == 1 ? "" : "s"));
     ids_free(ids, n);
     free(jpeg); free(root); free(set);
     return rc;

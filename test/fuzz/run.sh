@@ -35,7 +35,7 @@ CFLAGS="-std=c11 -D_GNU_SOURCE -O1 -g -I. -pthread -Wall -Wextra -Wno-unused-par
 LIBS="-lpng -ljpeg -linih -lyaml -lz -lm"
 
 IMAGE="io/image.c io/image_jpeg.c io/image_png.c io/exif.c core/base/util.c core/base/readfile.c"
-DATASET="io/dataset.c io/data_yaml.c io/strlist.c $IMAGE"
+DATASET="io/dataset.c io/data_yaml.c io/annot.c io/coco.c io/voc.c io/json.c io/xml.c io/strlist.c $IMAGE"
 declare -A SRCS=(
     [fuzz_config]="cfg/config.c cfg/hyp_yaml.c cfg/layers.c cfg/schema.c $DATASET"
     [fuzz_datayaml]="$DATASET"
