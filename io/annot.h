@@ -3,8 +3,7 @@
 // with their boxes in pixels; io/dataset.c checks them as it checks YOLO labels, so train, val,
 // check and the caches see one Sample list whichever form the data has.
 #pragma once
-#include "io/dataset.h"
-#include "io/strlist.h"
+#include "io/strlist.h"   // (not io/dataset.h, which includes this: reasons are its DatasetReason values)
 
 typedef struct {
     int    cls;              // class index (valid unless why)

@@ -2,6 +2,7 @@
 // cursor (io/json.c), keeping of each image its id, file_name and size, of each category its id and
 // name, of each annotation its image, category, bbox and iscrowd; then the boxes are grouped by image.
 #include "io/annot.h"
+#include "io/dataset.h"
 
 #include <math.h>
 #include <stdlib.h>

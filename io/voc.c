@@ -3,6 +3,7 @@
 // named), else from every XML file of Annotations/. Boxes are read as Ultralytics' VOC.yaml converts
 // them (the centre moved by -1 pixel: VOC counts pixels from 1; objects marked difficult skipped).
 #include "io/annot.h"
+#include "io/dataset.h"
 
 #include <dirent.h>
 #include <errno.h>
