@@ -82,7 +82,9 @@ typedef struct {
     char  *download_note;           // for a download: key, the line saying what to fetch, or NULL
 } DataSpec;
 
-// Read a data.yaml (yaml != NULL), else cfg->data when set, else cfg's [data] keys. `names` may be
+// Read a data.yaml (yaml != NULL), else cfg->data when set, else cfg's [data] keys. A split may also
+// name a COCO .json or a VOC root (io/annot.h); without names: the classes come from those files
+// (COCO categories in id order, VOC object names sorted); train_images: etc. only beside a .json. `names` may be
 // a list or a {0: a, 1: b} mapping (an INI: "a, b" or "[a, b]", quoted as YAML quotes); `nc`, when given, must equal the
 // number of names; `train` and `val` are required; unknown yaml keys are ignored. A relative `path:`
 // resolves from the description's folder, and when no folder is there, from the current directory
@@ -95,7 +97,9 @@ void dataspec_free(DataSpec *d);
 // dataspec_read finds it, else the config's folder), absolute; NULL with err when it has no such folder.
 char *dataspec_root(const Config *cfg, Err *err);
 
-// List and validate one split ("train", "val" or "test"). Images: files with extensions bmp dng
+// List and validate one split ("train", "val" or "test"). A COCO .json or VOC source gives its images
+// and their boxes (io/coco.c, io/voc.c), checked as label rows are, each problem as "file:line: reason"
+// of the annotation file; the rest below is the YOLO layout. Images: files with extensions bmp dng
 // jpeg jpg mpo png tif tiff webp pfm (any case) found recursively in folders (hidden entries skipped,
 // symlinks followed, each folder once) and in list files; sorted by path (string order, like the
 // reference); a path listed twice is kept once. Each pairs with the label at its path with the last
