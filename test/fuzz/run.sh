@@ -11,6 +11,7 @@
 #   fuzz_datayaml     data.yaml text -> dataspec_read, then dataset_open inside a scratch dataset
 #   fuzz_labels       one label file -> dataset_open of a one-image scratch dataset
 #   fuzz_listfile     one image-list file (train: list.txt) -> dataset_open of a two-image scratch dataset
+#   fuzz_annot        a COCO .json or a VOC .xml (first byte picks) -> dataset_open of a one-image scratch dataset
 #   fuzz_image        JPEG/PNG bytes -> image_decode_mem and image_info
 #   fuzz_exif         an APP1 payload -> exif_orientation, exif_orient; spliced into a JPEG -> decode, info
 #   fuzz_safetensors  file bytes -> st_open, st_find, st_read_f32
@@ -41,15 +42,16 @@ declare -A SRCS=(
     [fuzz_datayaml]="$DATASET"
     [fuzz_labels]="$DATASET"
     [fuzz_listfile]="$DATASET"
+    [fuzz_annot]="$DATASET"
     [fuzz_image]="$IMAGE"
     [fuzz_exif]="$IMAGE"
     [fuzz_safetensors]="io/safetensors.c core/base/util.c core/base/readfile.c"
     [fuzz_pt]="io/pt.c io/zip.c io/safetensors.c core/base/util.c core/base/readfile.c"
 )
-declare -A MAX_LEN=([fuzz_config]=8192 [fuzz_datayaml]=2048 [fuzz_labels]=2048 [fuzz_listfile]=2048
+declare -A MAX_LEN=([fuzz_config]=8192 [fuzz_datayaml]=2048 [fuzz_labels]=2048 [fuzz_listfile]=2048 [fuzz_annot]=4096
                     [fuzz_image]=8192 [fuzz_exif]=1024 [fuzz_safetensors]=4096 [fuzz_pt]=4096)
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(fuzz_config fuzz_datayaml fuzz_labels fuzz_listfile fuzz_image fuzz_exif fuzz_safetensors fuzz_pt)
+[ ${#targets[@]} -gt 0 ] || targets=(fuzz_config fuzz_datayaml fuzz_labels fuzz_listfile fuzz_annot fuzz_image fuzz_exif fuzz_safetensors fuzz_pt)
 
 mkdir -p "$OUT/crashes"
 failed=0
