@@ -12,7 +12,7 @@
 #include "io/json.h"
 
 typedef struct { double id; char *file_name; double w, h; int line; } CocoImage;
-typedef struct { double id; char *name; int line; } CocoCat;
+typedef struct { double id; char *name, *super; int line; } CocoCat;
 typedef struct {
     double image_id, category_id, b[4];
     int    has_image, has_cat, nb, crowd, line;
@@ -27,7 +27,7 @@ typedef struct {
 
 static void coco_free(Coco *k) {
     for (int i = 0; i < k->n_im; i++) free(k->im[i].file_name);
-    for (int i = 0; i < k->n_cat; i++) free(k->cat[i].name);
+    for (int i = 0; i < k->n_cat; i++) free(k->cat[i].name), free(k->cat[i].super);
     free(k->im); free(k->cat); free(k->ann);
     memset(k, 0, sizeof *k);
 }
@@ -69,6 +69,10 @@ static int read_category(JsonCur *c, CocoCat *cat) {
         if (r < 0) return -1;
         if (!strcmp(key, "id")) { if (json_whole(c, "id", &cat->id)) return -1; has_id = 1; }
         else if (!strcmp(key, "name")) { free(cat->name); if (json_string(c, &cat->name)) return -1; }
+        else if (!strcmp(key, "supercategory") && json_peek(c) == '"') {
+            free(cat->super);
+            if (json_string(c, &cat->super)) return -1;
+        }
         else if (json_skip(c)) return -1;
     }
     if (!has_id || !cat->name)
@@ -178,6 +182,24 @@ static int cats_sort(const char *path, Coco *k, Err *err) {
     return 0;
 }
 
+// Roboflow's COCO export puts the dataset's own name first (id 0) as the supercategory of every real
+// category, and labels nothing with it: left out, so the classes are the real ones (as its users expect).
+// Returns the name left out (owned by the caller), or NULL.
+static char *roboflow_drop(Coco *k) {
+    if (k->n_cat < 2) return NULL;
+    const char *name = k->cat[0].name;
+    for (int i = 1; i < k->n_cat; i++)
+        if (!k->cat[i].super || strcmp(k->cat[i].super, name)) return NULL;
+    for (int j = 0; j < k->n_ann; j++)
+        if (k->ann[j].has_cat && k->ann[j].category_id == k->cat[0].id) return NULL;
+    char *dropped = str_fmt("%.0f '%s'", k->cat[0].id, name);
+    free(k->cat[0].name);
+    free(k->cat[0].super);
+    memmove(k->cat, k->cat + 1, (size_t)(k->n_cat - 1) * sizeof *k->cat);
+    k->n_cat--;
+    return dropped;
+}
+
 int coco_names(const char *json, StrList *names, Err *err) {
     Coco k;
     int hi = 0, ha = 0, hc = 0, *has[3] = {&hi, &ha, &hc};
@@ -185,8 +207,10 @@ int coco_names(const char *json, StrList *names, Err *err) {
     int rc = 0;
     if (!k.n_cat)
         rc = err_set(err, "%s: no \"categories\": the class names come from them, or from names: in data.yaml", json);
-    else if (!(rc = cats_sort(json, &k, err)))
+    else if (!(rc = cats_sort(json, &k, err))) {
+        free(roboflow_drop(&k));
         for (int i = 0; i < k.n_cat; i++) strlist_push(names, xstrdup(k.cat[i].name));
+    }
     coco_free(&k);
     return rc;
 }
@@ -315,6 +339,11 @@ int coco_read(const char *json, const char *images_dir, char *const *names, int 
     int hi = 0, ha = 0, hc = 0, *has[3] = {&hi, &ha, &hc};
     if (coco_parse(json, &k, has, err)) return -1;
     int rc = cats_sort(json, &k, err);
+    char *dropped = rc ? NULL : roboflow_drop(&k);
+    if (dropped)
+        strlist_push(&out->notes, str_fmt("%s: category %s is the supercategory of all the others and labels nothing "
+                                          "(Roboflow's export); it is not a class", json, dropped));
+    free(dropped);
     if (!rc && !hi) rc = err_set(err, "%s: no \"images\" list: a COCO instances file lists its images", json);
     if (!rc && k.n_cat != nc)
         rc = err_set(err, "%s:%d: %d categories, but the dataset has %d classes (names: %s%s); drop names from "

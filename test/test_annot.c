@@ -402,6 +402,31 @@ static void test_coco_problems(void) {
     opened_free(&o);
 }
 
+// Roboflow's export: category 0 is the dataset's name, the supercategory of the real ones, and labels nothing.
+static void test_roboflow_category(void) {
+    const char *d = test_tmpdir("annot-rf");
+    char path[4400];
+    put_png((snprintf(path, sizeof path, "%s/train/a.png", d), path), 40, 30);
+    FILE *f = create("%s/train/_annotations.coco.json", d);
+    fprintf(f, "{\"categories\": [{\"id\": 0, \"name\": \"cells\", \"supercategory\": \"none\"},\n"
+               " {\"id\": 1, \"name\": \"Platelets\", \"supercategory\": \"cells\"},\n"
+               " {\"id\": 2, \"name\": \"RBC\", \"supercategory\": \"cells\"}],\n"
+               " \"images\": [{\"id\": 0, \"file_name\": \"a.png\", \"width\": 40, \"height\": 30}],\n"
+               " \"annotations\": [{\"id\": 0, \"image_id\": 0, \"category_id\": 2, \"bbox\": [4, 3, 20, 15]}]}\n");
+    fclose(f);
+    f = create("%s/data.yaml", d);
+    fprintf(f, "train: train/_annotations.coco.json\nval: train/_annotations.coco.json\n");
+    fclose(f);
+    snprintf(path, sizeof path, "%s/data.yaml", d);
+    Opened o = open_split(path, "train");
+    CHECK(o.rc == 0, "%s\n%s", o.err.msg, o.report);
+    CHECK_HAS(o.report, "category 0 'cells' is the supercategory of all the others and labels nothing");
+    if (o.rc == 0)
+        CHECK(o.ds.nc == 2 && !strcmp(o.ds.names[0], "Platelets") && o.ds.n == 1 && o.ds.s[0].nbox == 1 &&
+              o.ds.s[0].box[0].cls == 1 && fabsf(o.ds.s[0].box[0].cx - 0.35f) < 1e-6f, "nc %d, %s", o.ds.nc, o.ds.names[0]);
+    opened_free(&o);
+}
+
 static void voc_xml(const char *d, const char *stem, const char *objects) {
     FILE *f = create("%s/VOC/Annotations/%s.xml", d, stem);
     fprintf(f, "<annotation>\n  <filename>%s.png</filename>\n  <size><width>40</width><height>30</height></size>\n%s"
@@ -528,6 +553,7 @@ int main(void) {
     RUN(test_json_reader);
     RUN(test_xml_reader);
     RUN(test_coco_problems);
+    RUN(test_roboflow_category);
     RUN(test_voc_problems);
     RUN(test_same_labels);
     RUN(test_check_cli);
