@@ -7,6 +7,7 @@
 
 #include <errno.h>
 
+#include "cfg/config.h"
 #include "io/annot.h"
 #include "io/dataset.h"
 #include "io/image.h"
@@ -488,6 +489,31 @@ static void test_voc_problems(void) {
     opened_free(&o);
 }
 
+// The same COCO form described by an INI [data] section (train_images there too) instead of a data.yaml.
+static void test_ini_data(void) {
+    if (forms_make()) SKIP("../shared/data/coco128 missing");
+    FILE *f = create("%s/coco/c.ini", tmp);
+    fprintf(f, "[model]\nnc = 80\n[backbone]\n0 = -1, 1, Conv, [16, 3, 2]\n[data]\n"
+               "train = annotations/instances_train2017.json\ntrain_images = train2017\n"
+               "val = annotations/instances_train2017.json\nval_images = train2017\n");
+    fclose(f);
+    char path[4400];
+    snprintf(path, sizeof path, "%s/coco/c.ini", tmp);
+    Config cfg;
+    Err err = {{0}};
+    int rc = config_load(path, 0, NULL, &cfg, &err);
+    CHECK(rc == 0, "%s", err.msg);
+    if (rc) return;
+    Dataset ds;
+    DatasetOptions opt = {.report = fopen("/dev/null", "w"), .quiet = 1};
+    rc = dataset_open(NULL, &cfg, "val", &opt, &ds, &err);
+    if (opt.report) fclose(opt.report);
+    CHECK(rc == 0, "%s", err.msg);
+    if (rc) return;
+    same_labels(path, &ds);
+    dataset_free(&ds);
+}
+
 // ---- the command line: check and val see the same data in every form ------------------------------
 static char out[1 << 16];
 
@@ -556,6 +582,7 @@ int main(void) {
     RUN(test_roboflow_category);
     RUN(test_voc_problems);
     RUN(test_same_labels);
+    RUN(test_ini_data);
     RUN(test_check_cli);
     RUN(test_val_same);
     if (yolo.n) dataset_free(&yolo);
