@@ -9,6 +9,8 @@ typedef struct {
     int    cls;              // class index (valid unless why)
     double x1, y1, x2, y2;   // corners in pixels of the declared size
     int    line;             // where the box is written
+    const char *kind;        // what it is, for messages: "annotation id" (COCO), "annotation" (COCO, an entry
+    double id;               //   without an id: its place in the list, from 1) or "object" (VOC, from 1), and id
     char  *why;              // non-NULL: the box is unusable, this says why (the image is excluded)
     int    reason;           // with why: its DatasetReason
 } AnnBox;

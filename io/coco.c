@@ -14,8 +14,8 @@
 typedef struct { double id; char *file_name; double w, h; int line; } CocoImage;
 typedef struct { double id; char *name, *super; int line; } CocoCat;
 typedef struct {
-    double image_id, category_id, b[4];
-    int    has_image, has_cat, nb, crowd, line;
+    double image_id, category_id, b[4], id;
+    int    has_image, has_cat, has_id, nb, crowd, line;
     int    reason;                 // -1, or why the bbox is unusable (DS_BAD_COUNT, DS_NOT_NUMBER)
 } CocoAnn;
 
@@ -108,6 +108,7 @@ static int read_annotation(JsonCur *c, CocoAnn *a) {
         else if (!strcmp(key, "category_id")) rc = json_whole(c, "category_id", &a->category_id), a->has_cat = 1;
         else if (!strcmp(key, "bbox")) rc = read_bbox(c, a);
         else if (!strcmp(key, "iscrowd")) rc = json_bool(c, &a->crowd);
+        else if (!strcmp(key, "id") && json_peek(c) == 'n') rc = json_number(c, &a->id), a->has_id = 1;
         else rc = json_skip(c);
         if (rc) return -1;
     }
@@ -274,9 +275,11 @@ static int images_add(const char *json, const char *images_dir, const Coco *k, I
     return 0;
 }
 
-static void box_set(AnnBox *b, const CocoAnn *a, const Coco *k, int nc, const char *json) {
+static void box_set(AnnBox *b, const CocoAnn *a, int place, const Coco *k, int nc, const char *json) {
     b->line = a->line;
     b->reason = -1;
+    b->kind = a->has_id ? "annotation id" : "annotation";
+    b->id = a->has_id ? a->id : place;
     if (a->reason == DS_BAD_COUNT || a->reason == DS_NOT_NUMBER) {
         b->reason = a->reason;
         b->why = xstrdup(a->reason == DS_BAD_COUNT ? "bbox is not [x, y, width, height] (4 numbers)"
@@ -325,7 +328,7 @@ static void boxes_add(const char *json, const Coco *k, const IdIdx *ids, int nc,
     for (int j = 0; j < k->n_ann; j++) {
         if (img[j] < 0) continue;
         AnnImage *a = &out->v[base + img[j]];
-        box_set(&a->box[at[img[j]]++], &k->ann[j], k, nc, json);
+        box_set(&a->box[at[img[j]]++], &k->ann[j], j + 1, k, nc, json);
         a->nbox++;
     }
     if (n_crowd)

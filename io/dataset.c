@@ -482,12 +482,12 @@ static int labels_load(Checker *c, const char *file, Sample *s, int *n_dup, int 
 // write it), checked as a label row is; -1 when good, ROW_DROPPED, else the reason (reported).
 static int ann_box(Checker *c, const AnnImage *a, const AnnBox *b, double W, double H, Row *out) {
     if (b->why) {
-        say(&c->r, SAY_EXCLUDE, a->file, b->line, "%s", b->why);
+        say(&c->r, SAY_EXCLUDE, a->file, b->line, "%s %.0f: %s", b->kind, b->id, b->why);
         return b->reason;
     }
     if (b->cls >= c->nc) {
-        say(&c->r, SAY_EXCLUDE, a->file, b->line, "class %d is outside 0..%d (nc = %d, from %s)", b->cls, c->nc - 1,
-            c->nc, c->nc_from);
+        say(&c->r, SAY_EXCLUDE, a->file, b->line, "%s %.0f: class %d is outside 0..%d (nc = %d, from %s)", b->kind,
+            b->id, b->cls, c->nc - 1, c->nc, c->nc_from);
         return DS_BAD_CLASS;
     }
     double v[4] = {(b->x1 + b->x2) / 2 / W, (b->y1 + b->y2) / 2 / H, (b->x2 - b->x1) / W, (b->y2 - b->y1) / H};
@@ -495,20 +495,21 @@ static int ann_box(Checker *c, const AnnImage *a, const AnnBox *b, double W, dou
     for (int i = 0; i < 4; i++) {
         static const char *const name[4] = {"cx", "cy", "w", "h"};
         if (!(v[i] >= -COORD_TOL && v[i] <= 1 + COORD_TOL)) {
-            say(&c->r, SAY_EXCLUDE, a->file, b->line, "box x1 y1 x2 y2 = %g %g %g %g pixels: %s = %g is outside [0, 1] "
-                "of the %gx%g image (by more than the %g tolerance)", b->x1, b->y1, b->x2, b->y2, name[i], v[i], W, H,
-                COORD_TOL);
+            say(&c->r, SAY_EXCLUDE, a->file, b->line, "%s %.0f: box x1 y1 x2 y2 = %g %g %g %g pixels: %s = %g is "
+                "outside [0, 1] of the %gx%g image (by more than the %g tolerance)", b->kind, b->id, b->x1, b->y1, b->x2,
+                b->y2, name[i], v[i], W, H, COORD_TOL);
             return DS_OUT_OF_BOUNDS;
         }
         if (v[i] < 0 || v[i] > 1) { v[i] = fmin(fmax(v[i], 0), 1); clipped = 1; }
     }
-    if (clipped) say(&c->r, SAY_WARN, a->file, b->line, "values up to %g outside [0, 1] clipped", COORD_TOL);
+    if (clipped)
+        say(&c->r, SAY_WARN, a->file, b->line, "%s %.0f: values up to %g outside [0, 1] clipped", b->kind, b->id, COORD_TOL);
     out->v[0] = (float)b->cls;
     for (int i = 0; i < 4; i++) out->v[1 + i] = (float)v[i];
     out->line = b->line;
     if (out->v[3] <= 0 || out->v[4] <= 0) {
-        say(&c->r, SAY_WARN, a->file, b->line, "zero-size box (w = %g, h = %g): the box is dropped, the image kept",
-            out->v[3], out->v[4]);
+        say(&c->r, SAY_WARN, a->file, b->line, "%s %.0f: zero-size box (w = %g, h = %g): the box is dropped, the image "
+            "kept", b->kind, b->id, out->v[3], out->v[4]);
         return ROW_DROPPED;
     }
     return -1;

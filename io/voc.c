@@ -97,25 +97,27 @@ static int voc_object(const XmlNode *o, int k, char *const *names, int nc, AnnBo
     double d = 0, v[4];
     b->line = o->line;
     b->reason = -1;
+    b->kind = "object";
+    b->id = k;
     if (diff && xml_number(diff, &d) == 0 && d == 1) return 0;
     static const char *const corner[4] = {"xmin", "ymin", "xmax", "ymax"};
     if (!name || !name->text[0]) {
         b->reason = DS_BAD_CLASS;
-        b->why = str_fmt("object %d: no <name>", k);
+        b->why = xstrdup("no <name>");
     } else if ((b->cls = name_index(names, nc, name->text)) < 0) {
         b->reason = DS_BAD_CLASS;
-        b->why = str_fmt("object %d: class '%.100s' is not among the dataset's %d names; add it to names: in data.yaml "
-                         "(or drop names to take the VOC files' classes)", k, name->text, nc);
+        b->why = str_fmt("class '%.100s' is not among the dataset's %d names; add it to names: in data.yaml (or drop "
+                         "names to take the VOC files' classes)", name->text, nc);
     } else if (!bb) {
         b->reason = DS_BAD_COUNT;
-        b->why = str_fmt("object %d (%.100s): no <bndbox>", k, name->text);
+        b->why = str_fmt("%.100s: no <bndbox>", name->text);
     }
     for (int i = 0; i < 4 && !b->why; i++)
         if (xml_number(bb ? xml_child(bb, corner[i]) : NULL, &v[i])) {
             const XmlNode *c = xml_child(bb, corner[i]);
             b->reason = c ? DS_NOT_NUMBER : DS_BAD_COUNT;
-            b->why = c ? str_fmt("object %d (%.100s): %s '%.40s' is not a number", k, name->text, corner[i], c->text)
-                       : str_fmt("object %d (%.100s): <bndbox> has no <%s>", k, name->text, corner[i]);
+            b->why = c ? str_fmt("%.100s: %s '%.40s' is not a number", name->text, corner[i], c->text)
+                       : str_fmt("%.100s: <bndbox> has no <%s>", name->text, corner[i]);
         }
     if (!b->why) {   // Ultralytics' convert_box: centre ((xmin + xmax) / 2 - 1), size xmax - xmin
         b->x1 = v[0] - 1; b->y1 = v[1] - 1;

@@ -340,7 +340,7 @@ static void test_coco_problems(void) {
                "{\"id\": 5, \"file_name\": \"e.png\", \"width\": 80, \"height\": 60}],\n"            // 7
                "\"annotations\": [\n"                                                                 // 8
                "{\"image_id\": 1, \"category_id\": 7, \"bbox\": [1, 1, 10, 10]},\n"                  // 9
-               "{\"image_id\": 2, \"category_id\": 3, \"bbox\": [30, 1, 30, 10]},\n"                 // 10
+               "{\"image_id\": 2, \"category_id\": 3, \"bbox\": [30, 1, 30, 10], \"id\": 12},\n"    // 10
                "{\"image_id\": 4, \"category_id\": 3, \"bbox\": [1, 1, \"10\", 10]},\n"              // 11
                "{\"image_id\": 4, \"category_id\": 1, \"bbox\": [1, 1, 10]},\n"                      // 12
                "{\"image_id\": 5, \"category_id\": 1, \"bbox\": [8, 6, 20, 20]},\n"                  // 13
@@ -354,14 +354,14 @@ static void test_coco_problems(void) {
     snprintf(yaml, sizeof yaml, "%s/data.yaml", d);
     Opened o = open_split(yaml, "train");
     CHECK(o.rc == 0, "%s\n%s", o.err.msg, o.report);
-    CHECK_HAS(o.report, "x.json:9: category_id 7 is not among the 2 categories");
-    CHECK_HAS(o.report, "x.json:10: box x1 y1 x2 y2 = 30 1 60 11 pixels: cx = 1.125 is outside [0, 1]");
+    CHECK_HAS(o.report, "x.json:9: annotation 1: category_id 7 is not among the 2 categories");
+    CHECK_HAS(o.report, "x.json:10: annotation id 12: box x1 y1 x2 y2 = 30 1 60 11 pixels: cx = 1.125 is outside [0, 1]");
     CHECK_HAS(o.report, "x.json:5: image id 3: 'gone.png' is in none of");
-    CHECK_HAS(o.report, "x.json:11: bbox holds a value that is not a number");
-    CHECK_HAS(o.report, "x.json:12: bbox is not [x, y, width, height] (4 numbers)");
+    CHECK_HAS(o.report, "x.json:11: annotation 3: bbox holds a value that is not a number");
+    CHECK_HAS(o.report, "x.json:12: annotation 4: bbox is not [x, y, width, height] (4 numbers)");
     CHECK_HAS(o.report, "x.json:7: ");
     CHECK_HAS(o.report, "is 40x30, the file says 80x60");
-    CHECK_HAS(o.report, "x.json:14: zero-size box");
+    CHECK_HAS(o.report, "x.json:14: annotation 6: zero-size box");
     CHECK_HAS(o.report, "x.json:16: image_id 9 is not among the images");
     CHECK_HAS(o.report, "1 crowd annotation (iscrowd: 1) skipped");
     if (o.rc == 0) {
@@ -467,7 +467,7 @@ static void test_voc_problems(void) {
     Opened o = open_split(yaml, "train");
     CHECK(o.rc == 0, "%s\n%s", o.err.msg, o.report);
     CHECK_HAS(o.report, "Annotations/b.xml:4: object 1: class 'horse' is not among the dataset's 2 names");
-    CHECK_HAS(o.report, "Annotations/c.xml:9: object 2 (cat): xmin 'x1' is not a number");
+    CHECK_HAS(o.report, "Annotations/c.xml:9: object 2: cat: xmin 'x1' is not a number");
     CHECK_HAS(o.report, "Annotations/g.xml:2: an end tag that does not match <object> (line 2)");
     CHECK_HAS(o.report, "ImageSets/Main/train.txt:6: 'missing' has no annotation file");
     CHECK_HAS(o.report, "1 object marked difficult skipped");
