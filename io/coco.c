@@ -349,8 +349,9 @@ int coco_read(const char *json, const char *images_dir, char *const *names, int 
     free(dropped);
     if (!rc && !hi) rc = err_set(err, "%s: no \"images\" list: a COCO instances file lists its images", json);
     if (!rc && k.n_cat != nc)
-        rc = err_set(err, "%s:%d: %d categories, but the dataset has %d classes (names: %s%s); drop names from "
-                     "data.yaml to take the file's, in id order, or make them agree", json, hc, k.n_cat, nc,
+        rc = err_set(err, "%s:%d: %d categor%s, but the dataset has %d classes (names: %s%s); drop names from "
+                     "data.yaml to take the file's, in id order, or make them agree", json, hc, k.n_cat,
+                     k.n_cat == 1 ? "y" : "ies", nc,
                      nc > 0 ? names[0] : "", nc > 1 ? ", ..." : "");
     if (!rc) {
         int base = out->n;

@@ -218,6 +218,8 @@ static int split_list(const DataSpec *d, int k, Lister *L, Err *err) {
         }
     }
     im->n = n;
+    if (n == 0 && d->n_src[k] == 1 && annot_kind(d->src[k][0]) != ANN_NONE)
+        return err_set(err, "%s:%d: %s: %s lists no images", at->file, at->line, dataset_split_key[k], d->src[k][0]);
     if (n == 0)
         return err_set(err, "%s:%d: %s: no images found in %s (formats: bmp dng jpeg jpg mpo png tif "
                        "tiff webp pfm)", at->file, at->line, dataset_split_key[k],

@@ -393,6 +393,14 @@ static void test_coco_problems(void) {
     o = open_split(yaml, "train");
     CHECK(o.rc == -1 && strstr(o.err.msg, "x.json:2: an entry of \"images\" without an id"), "%s", o.err.msg);
     opened_free(&o);
+    f = create("%s", json);
+    fprintf(f, "{\"images\": [], \"categories\": [{\"id\": 1, \"name\": \"a\"}, {\"id\": 2, \"name\": \"b\"}, "
+               "{\"id\": 3, \"name\": \"c\"}]}");
+    fclose(f);
+    o = open_split(yaml, "train");
+    CHECK(o.rc == -1 && strstr(o.err.msg, "data.yaml:1: train: ") && strstr(o.err.msg, "x.json lists no images"), "%s",
+          o.err.msg);
+    opened_free(&o);
     // train_images: only beside a .json
     f = create("%s/data.yaml", d);
     fprintf(f, "train: images\nval: images\ntrain_images: images\nnames: [a]\n");
