@@ -16,6 +16,7 @@ void annset_free(AnnSet *s) {
     free(s->v);
     strlist_free(&s->warnings);
     strlist_free(&s->notes);
+    free(s->category_id);
     memset(s, 0, sizeof *s);
 }
 

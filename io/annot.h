@@ -20,6 +20,8 @@ typedef struct {
     char   *file;            // the annotation file describing it (.json or .xml)
     int     line;            // where in it
     int     w, h;            // the declared size; 0: the image's own
+    int     has_id;          // COCO: 1, the image's id
+    long long id;
     int     nbox;
     AnnBox *box;             // (nbox) in file order
     char   *problem;         // non-NULL: the image is excluded ("file:line: ..."), with reason
@@ -31,6 +33,8 @@ typedef struct {
     int       n, cap;
     StrList   warnings;      // "file:line: ..." lines, counted as warnings
     StrList   notes;         // lines said once, not counted (skipped crowd or difficult objects)
+    long long *category_id;  // the first COCO file's category ids in class order (n_cat), else NULL
+    int       n_cat;
 } AnnSet;
 
 void      annset_free(AnnSet *s);

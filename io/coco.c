@@ -260,6 +260,8 @@ static int images_add(const char *json, const char *images_dir, const Coco *k, I
         char tried[2 * 4096 + 8];
         a->file = xstrdup(json);
         a->line = im->line;
+        a->has_id = 1;
+        a->id = (long long)im->id;
         a->w = im->w > 0 && im->w < 1e6 ? (int)im->w : 0;
         a->h = im->h > 0 && im->h < 1e6 ? (int)im->h : 0;
         a->image = image_find(dir, images_dir, im->file_name, tried, sizeof tried);
@@ -358,6 +360,11 @@ int coco_read(const char *json, const char *images_dir, char *const *names, int 
         IdIdx *ids = xmalloc((size_t)(k.n_im + 1) * sizeof *ids);
         rc = images_add(json, images_dir, &k, ids, out, err);
         if (!rc) boxes_add(json, &k, ids, nc, out, base);
+        if (!rc && !out->category_id) {
+            out->category_id = xmalloc((size_t)(k.n_cat + 1) * sizeof *out->category_id);
+            for (int i = 0; i < k.n_cat; i++) out->category_id[i] = (long long)k.cat[i].id;
+            out->n_cat = k.n_cat;
+        }
         free(ids);
     }
     coco_free(&k);

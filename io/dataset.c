@@ -661,7 +661,8 @@ static void dataset_push(Dataset *ds, const Sample *s) {
 // Validate one image and its labels; keep it in ds or count why not.
 static void validate_image(Checker *c, const char *path, int min_items, Dataset *ds) {
     const AnnImage *a = c->ann->n ? annset_find(c->ann, path) : NULL;
-    Sample s = {.image = xstrdup(path), .label = a ? xstrdup(a->file) : label_path(path)};
+    Sample s = {.image = xstrdup(path), .label = a ? xstrdup(a->file) : label_path(path), .has_id = a && a->has_id,
+                .id = a ? a->id : 0};
     int reason = -1;
     if (a && a->problem) say(&c->r, SAY_EXCLUDE, a->file, -1, "%s", a->problem), reason = a->reason;
     if (reason < 0) reason = image_check(c, path, &s);
@@ -826,6 +827,10 @@ int dataset_open(const char *yaml, const Config *cfg, const char *split,
         orphans_report(&c, &L, out);           // over the whole list: the images left out have their labels
         out->n_warnings = c.r.n_warnings;
         if (opt->single_cls) dataset_single_cls(out);
+        if (L.ann.category_id && L.ann.n_cat == out->nc && !opt->single_cls) {   // the classes are the categories
+            out->category_id = L.ann.category_id;
+            L.ann.category_id = NULL;
+        }
         dataset_count(out);
         if (!opt->quiet) summary_print(out, split, opt->min_items, c.r.f);
         if (k == DS_TRAIN) copy_paste_note(cfg, c.n_polygons, c.r.f);
@@ -848,5 +853,6 @@ void dataset_free(Dataset *ds) {
     for (int i = 0; ds->names && i < ds->nc; i++) free(ds->names[i]);
     free(ds->names);
     free(ds->class_count);
+    free(ds->category_id);
     memset(ds, 0, sizeof *ds);
 }

@@ -15,6 +15,8 @@ typedef struct {
     int   channels;     // colour components stored in the file (1 gray, 2 gray+alpha, 3, 4)
     int   nbox;
     Box  *box;          // (nbox): file order, or np.unique order when the file had duplicate rows
+    int   has_id;       // 1: the image's id in its COCO file is id (save_json writes it as the image_id)
+    long long id;
 } Sample;
 
 // Why an image was left out; each excluded image is counted under the first reason found.
@@ -41,6 +43,7 @@ typedef struct {
     int     n_listed;             // image files found, before validation
     int     n_instances;          // boxes over kept samples
     int    *class_count;          // (nc) instances per class over kept samples
+    long long *category_id;       // (nc) a COCO dataset's category id of each class (save_json), or NULL
     int     n_gray;               // kept samples whose file has one colour component
     int     n_orphan_labels;      // label files with no image (ignored, not a warning)
     int     n_duplicates;         // duplicate label rows dropped (each also a warning)

@@ -8,6 +8,7 @@
 #include <errno.h>
 
 #include "cfg/config.h"
+#include "core/eval/val.h"
 #include "io/annot.h"
 #include "io/dataset.h"
 #include "io/image.h"
@@ -497,6 +498,37 @@ static void test_voc_problems(void) {
     opened_free(&o);
 }
 
+// val save_json=1 on a COCO dataset writes the file's image and category ids, so its results score against
+// that file (pycocotools); other forms keep the file stem and the class index.
+static void test_save_json_ids(void) {
+    if (forms_make()) SKIP("../shared/data/coco128 missing");
+    const char *forms[] = {"coco/data.yaml", "voc/named.yaml"};
+    for (int k = 0; k < 2; k++) {
+        char yaml[4400], dir[4400];
+        snprintf(yaml, sizeof yaml, "%s/%s", tmp, forms[k]);
+        snprintf(dir, sizeof dir, "%s/save%d", tmp, k);
+        Opened o = open_split(yaml, "val");
+        CHECK(o.rc == 0, "%s", o.err.msg);
+        if (o.rc) { free(o.report); continue; }
+        CHECK(!k == !!o.ds.category_id, "%s: category ids %s", yaml, o.ds.category_id ? "kept" : "absent");
+        ValSave vs;
+        Err err = {{0}};
+        CHECK(val_save_open(&vs, dir, 1, 0, &err) == 0, "%s", err.msg);
+        vs.category_id = o.ds.category_id;
+        Det det = {1, 2, 11, 12, 0.5f, 3};
+        val_save_image(&vs, &o.ds.s[2], &det, 1);   // 000000000030.jpg, the third image: COCO id 12
+        CHECK(val_save_close(&vs, &err) == 0, "%s", err.msg);
+        char path[4500];
+        snprintf(path, sizeof path, "%s/predictions.json", dir);
+        size_t n;
+        char *text = slurp(path, &n);
+        const char *want = k ? "{\"image_id\": 30, \"category_id\": 3," : "{\"image_id\": 12, \"category_id\": 7,";
+        CHECK(text && strstr(text, want), "%s: '%s' missing from %s", yaml, want, text ? text : "(nothing)");
+        free(text);
+        opened_free(&o);
+    }
+}
+
 // The same COCO form described by an INI [data] section (train_images there too) instead of a data.yaml.
 static void test_ini_data(void) {
     if (forms_make()) SKIP("../shared/data/coco128 missing");
@@ -591,6 +623,7 @@ int main(void) {
     RUN(test_voc_problems);
     RUN(test_same_labels);
     RUN(test_ini_data);
+    RUN(test_save_json_ids);
     RUN(test_check_cli);
     RUN(test_val_same);
     if (yolo.n) dataset_free(&yolo);

@@ -620,6 +620,7 @@ static void run_pass(Pass *p, int n) {
     p->out = xcalloc(p->plan.n_batches + 1, sizeof *p->out);
     int saving = o->save_json || o->save_txt;
     if (saving && val_save_open(&p->save, o->save_dir ? o->save_dir : ".", o->save_json, o->save_txt, &p->err)) p->failed = 1;
+    p->save.category_id = p->ds->category_id;
     if (!p->failed) run_workers(p, n);
     if (saving && val_save_close(&p->save, p->failed ? &(Err){ { 0 } } : &p->err)) p->failed = 1;
 }
