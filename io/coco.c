@@ -339,6 +339,19 @@ static void boxes_add(const char *json, const Coco *k, const IdIdx *ids, int nc,
     free(count); free(at); free(img);
 }
 
+// data.yaml's names beside the categories they stand for: a name that differs is worth one warning (the
+// classes follow the id order whatever the names say).
+static void names_compare(const char *json, const Coco *k, char *const *names, AnnSet *out) {
+    int n_diff = 0, first = -1;
+    for (int i = 0; i < k->n_cat; i++)
+        if (strcmp(k->cat[i].name, names[i]) && n_diff++ == 0) first = i;
+    if (n_diff)
+        strlist_push(&out->warnings, str_fmt("%s:%d: %d categor%s named otherwise in data.yaml's names (the first: "
+                                             "category id %.0f '%s' is class %d, '%s' there); classes follow the id order",
+                                             json, k->cat[first].line, n_diff, n_diff == 1 ? "y is" : "ies are",
+                                             k->cat[first].id, k->cat[first].name, first, names[first]));
+}
+
 int coco_read(const char *json, const char *images_dir, char *const *names, int nc, AnnSet *out, Err *err) {
     Coco k;
     int hi = 0, ha = 0, hc = 0, *has[3] = {&hi, &ha, &hc};
@@ -355,6 +368,7 @@ int coco_read(const char *json, const char *images_dir, char *const *names, int 
                      "data.yaml to take the file's, in id order, or make them agree", json, hc, k.n_cat,
                      k.n_cat == 1 ? "y" : "ies", nc,
                      nc > 0 ? names[0] : "", nc > 1 ? ", ..." : "");
+    if (!rc) names_compare(json, &k, names, out);
     if (!rc) {
         int base = out->n;
         IdIdx *ids = xmalloc((size_t)(k.n_im + 1) * sizeof *ids);

@@ -401,6 +401,15 @@ static void test_coco_problems(void) {
     o = open_split(yaml, "train");
     CHECK(o.rc == -1 && strstr(o.err.msg, "data.yaml:1: train: ") && strstr(o.err.msg, "x.json lists no images"), "%s",
           o.err.msg);
+    CHECK(!strstr(o.report, "named otherwise"), "%s", o.report);
+    opened_free(&o);
+    f = create("%s", json);   // names that differ from the categories': one warning
+    fprintf(f, "{\"images\": [], \"categories\": [{\"id\": 1, \"name\": \"a\"}, {\"id\": 2, \"name\": \"x\"}, "
+               "{\"id\": 3, \"name\": \"c\"}]}");
+    fclose(f);
+    o = open_split(yaml, "train");
+    CHECK_HAS(o.report, "x.json:1: 1 category is named otherwise in data.yaml's names (the first: category id 2 'x' is "
+              "class 1, 'b' there)");
     opened_free(&o);
     // train_images: only beside a .json
     f = create("%s/data.yaml", d);
