@@ -493,6 +493,11 @@ static int ann_box(Checker *c, const AnnImage *a, const AnnBox *b, double W, dou
         return DS_BAD_CLASS;
     }
     double v[4] = {(b->x1 + b->x2) / 2 / W, (b->y1 + b->y2) / 2 / H, (b->x2 - b->x1) / W, (b->y2 - b->y1) / H};
+    if (!(v[2] > 0 && v[3] > 0)) {   // the converters skip a box of no (or negative) width or height
+        say(&c->r, SAY_WARN, a->file, b->line, "%s %.0f: zero-size box (w = %g, h = %g pixels): the box is dropped, the "
+            "image kept", b->kind, b->id, b->x2 - b->x1, b->y2 - b->y1);
+        return ROW_DROPPED;
+    }
     int clipped = 0;
     for (int i = 0; i < 4; i++) {
         static const char *const name[4] = {"cx", "cy", "w", "h"};

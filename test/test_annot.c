@@ -345,7 +345,7 @@ static void test_coco_problems(void) {
                "{\"image_id\": 4, \"category_id\": 3, \"bbox\": [1, 1, \"10\", 10]},\n"              // 11
                "{\"image_id\": 4, \"category_id\": 1, \"bbox\": [1, 1, 10]},\n"                      // 12
                "{\"image_id\": 5, \"category_id\": 1, \"bbox\": [8, 6, 20, 20]},\n"                  // 13
-               "{\"image_id\": 5, \"category_id\": 1, \"bbox\": [8, 6, 0, 20]},\n"                   // 14
+               "{\"image_id\": 5, \"category_id\": 1, \"bbox\": [8, 6, -4, 20]},\n"                  // 14
                "{\"image_id\": 5, \"category_id\": 3, \"bbox\": [0, 0, 80, 60], \"iscrowd\": 1},\n"  // 15
                "{\"image_id\": 9, \"category_id\": 1, \"bbox\": [1, 1, 1, 1]}]}\n");                 // 16
     fclose(f);
