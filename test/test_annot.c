@@ -584,6 +584,14 @@ static void cut(const char *start, const char *stop, char *dst, size_t n) {
     snprintf(dst, n, "%.*s", s ? (int)(e ? e - s : (int)strlen(s)) : 0, s ? s : "");
 }
 
+// `yolotrain train --help` says what a split of data= may be.
+static void test_help(void) {
+    if (access("./yolotrain", X_OK)) SKIP("./yolotrain is not built");
+    int rc = yt("train --help");
+    CHECK(rc == 0, "exit %d\n%s", rc, out);
+    CHECK_HAS(out, "(a split: image folder, .txt list, COCO .json or VOC root)");
+}
+
 static void test_check_cli(void) {
     if (access("./yolotrain", X_OK)) SKIP("./yolotrain is not built");
     if (forms_make()) SKIP("../shared/data/coco128 missing");
@@ -633,6 +641,7 @@ int main(void) {
     RUN(test_same_labels);
     RUN(test_ini_data);
     RUN(test_save_json_ids);
+    RUN(test_help);
     RUN(test_check_cli);
     RUN(test_val_same);
     if (yolo.n) dataset_free(&yolo);
