@@ -179,7 +179,7 @@ static int hex4(const char *s, unsigned *u) {
     return 0;
 }
 
-static size_t utf8_put(char *o, unsigned u) {
+size_t utf8_put(char *o, unsigned u) {
     if (u < 0x80) { o[0] = (char)u; return 1; }
     if (u < 0x800) { o[0] = (char)(0xC0 | u >> 6); o[1] = (char)(0x80 | (u & 63)); return 2; }
     if (u < 0x10000) {

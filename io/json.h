@@ -43,5 +43,7 @@ int json_bool(JsonCur *c, int *v);            // true/false, or a number (0 is f
 int json_skip(JsonCur *c);                    // any value
 // The end of the text: only white space may follow the top value. 0 or -1.
 int json_end(JsonCur *c);
+// The UTF-8 bytes of code point u (<= 0x10FFFF) into o[0..4); returns how many (io/xml.c uses it too).
+size_t utf8_put(char *o, unsigned u);
 // Report an error at the cursor ("file:line: (byte N) msg"); returns -1.
 int json_fail(JsonCur *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/json.h"   // utf8_put
+
 typedef struct {
     const char *file, *p, *end;
     int line;
@@ -81,17 +83,13 @@ static int entity(XmlCur *c, Buf *b) {
     if (*c->p == '#') {
         int hex = c->p + 1 < c->end && c->p[1] == 'x';
         char *end;
-        unsigned long u = strtoul(c->p + 1 + hex, &end, hex ? 16 : 10);
-        if (end == c->p + 1 + hex || end >= c->end || *end != ';' || u == 0 || u > 0x10FFFF)
+        const char *digits = c->p + 1 + hex;
+        unsigned long u = strtoul(digits, &end, hex ? 16 : 10);
+        if (!(*digits >= '0' && *digits <= '9') && !(hex && strchr("abcdefABCDEF", *digits) && *digits)) u = 0;
+        if (end == digits || end >= c->end || *end != ';' || u == 0 || u > 0x10FFFF)
             return fail(c, "a bad character reference");
         char o[4];
-        size_t k = u < 0x80 ? (o[0] = (char)u, 1)
-                 : u < 0x800 ? (o[0] = (char)(0xC0 | u >> 6), o[1] = (char)(0x80 | (u & 63)), 2)
-                 : u < 0x10000 ? (o[0] = (char)(0xE0 | u >> 12), o[1] = (char)(0x80 | ((u >> 6) & 63)),
-                                  o[2] = (char)(0x80 | (u & 63)), 3)
-                 : (o[0] = (char)(0xF0 | u >> 18), o[1] = (char)(0x80 | ((u >> 12) & 63)),
-                    o[2] = (char)(0x80 | ((u >> 6) & 63)), o[3] = (char)(0x80 | (u & 63)), 4);
-        buf_put(b, o, k);
+        buf_put(b, o, utf8_put(o, (unsigned)u));
         advance(c, (size_t)(end - c->p) + 1);
         return 0;
     }

@@ -123,7 +123,7 @@ static void test_json_reader(void) {
 static void test_xml_reader(void) {
     const char *text = "<?xml version=\"1.0\"?>\n<!-- a VOC file -->\n<annotation verified=\"no\">\n"
                        "  <filename>a&amp;b.jpg</filename>\n  <object><name><![CDATA[dog]]></name>\n"
-                       "    <bndbox><xmin>1</xmin><ymin>2</ymin><xmax>&#51;</xmax><ymax>4</ymax></bndbox>\n"
+                       "    <bndbox><xmin>1</xmin><ymin>2</ymin><xmax>&#51;</xmax><ymax>&#x34;&#xe9;</ymax></bndbox>\n"
                        "  </object>\n  <empty/>\n</annotation>\n";
     XmlNode root;
     Err err = {{0}};
@@ -135,12 +135,16 @@ static void test_xml_reader(void) {
     CHECK(fn && !strcmp(fn->text, "a&b.jpg"), "%s", fn ? fn->text : "no filename");
     CHECK(o && o->line == 5 && !strcmp(xml_child(o, "name")->text, "dog"), "object");
     CHECK(xmax && !strcmp(xmax->text, "3"), "%s", xmax ? xmax->text : "no xmax");
+    const XmlNode *ymax = bb ? xml_child(bb, "ymax") : NULL;
+    CHECK(ymax && !strcmp(ymax->text, "4\xC3\xA9"), "%s", ymax ? ymax->text : "no ymax");
     xml_free(&root);
     static const char *const bad[][2] = {
         {"<a>\n<b></c></a>", "a.xml:2: an end tag that does not match <b>"},
         {"<a>\n<b>", "a.xml:2: <b> (line 2) is never closed"},
         {"<a x=1></a>", "must be quoted"},
         {"<a>&nope;</a>", "unknown entity"},
+        {"<a>&# 5;</a>", "bad character reference"},
+        {"<a>&#x110000;</a>", "bad character reference"},
         {"<a></a><b/>", "text after the document element"},
         {"", "no element"},
     };
