@@ -11,9 +11,17 @@
 #include <yaml.h>
 
 #include "core/base/readfile.h"
+#include "io/annot.h"
 #include "io/strlist.h"
 
 const char *const dataset_split_key[DS_N_SPLITS] = {"train", "val", "test"};
+static const char *const images_key[DS_N_SPLITS] = {"train_images", "val_images", "test_images"};
+
+static int images_key_index(const char *key) {
+    for (int k = 0; k < DS_N_SPLITS; k++)
+        if (!strcmp(key, images_key[k])) return k;
+    return -1;
+}
 
 // The last part of a path ("../datasets/coco" -> "coco").
 static const char *last_part(const char *p) {
@@ -40,13 +48,15 @@ typedef struct {              // the keys as written, before paths are resolved
     StrList names;
     StrList src[DS_N_SPLITS];
     Where   src_at[DS_N_SPLITS];
+    char   *images[DS_N_SPLITS];     // train_images: ..., the folder of a COCO split's file_names, or NULL
+    Where   images_at[DS_N_SPLITS];
 } RawSpec;
 
 static void rawspec_free(RawSpec *r) {
     free(r->root);
     free(r->download);
     strlist_free(&r->names);
-    for (int k = 0; k < DS_N_SPLITS; k++) strlist_free(&r->src[k]);
+    for (int k = 0; k < DS_N_SPLITS; k++) strlist_free(&r->src[k]), free(r->images[k]);
 }
 
 int dataset_split_index(const char *key) {
@@ -135,6 +145,15 @@ static int yaml_key(yaml_document_t *doc, const char *file, yaml_node_t *k, yaml
     if (split >= 0) {
         raw->src_at[split] = at;
         return yaml_split(doc, v, &at, &raw->src[split], err);
+    }
+    int img = images_key_index(key);
+    if (img >= 0) {
+        if (!yscalar(v) || ynull(v))
+            return err_set(err, "%s:%d: %s: expected the folder holding the images of the %s .json", file, at.line,
+                           key, dataset_split_key[img]);
+        raw->images[img] = xstrdup(yscalar(v));
+        raw->images_at[img] = at;
+        return 0;
     }
     if (!strcmp(key, "path")) {
         if (!ynull(v) && !yscalar(v))
@@ -244,6 +263,11 @@ static int ini_read(const Config *cfg, RawSpec *raw, Err *err) {
             raw->src_at[split] = *at;
             strlist_free(&raw->src[split]);
             if (ini_list(value, quoted, 0, at, key, &raw->src[split], err)) return -1;
+        } else if (images_key_index(key) >= 0) {
+            int img = images_key_index(key);
+            free(raw->images[img]);
+            raw->images[img] = value[0] ? xstrdup(value) : NULL;
+            raw->images_at[img] = *at;
         } else if (!strcmp(key, "path")) {
             free(raw->root);
             raw->root = value[0] ? xstrdup(value) : NULL;
@@ -261,7 +285,7 @@ static int ini_read(const Config *cfg, RawSpec *raw, Err *err) {
             raw->download_at = *at;
         } else {
             return err_set(err, "%s:%d: [data]: unknown key '%s'; known: path, train, val, test, nc, "
-                           "names, download", at->file, at->line, key);
+                           "names, download, train_images, val_images, test_images", at->file, at->line, key);
         }
     }
     return 0;
@@ -312,26 +336,77 @@ static char *download_note(const RawSpec *raw, const char *root) {
                    n ? urls : "what it names", root);
 }
 
-// Names and nc agree; train and val are present; paths are resolved against `base` (or `path:`).
+// Without names:, the classes of the first split (train, val, test) whose sources are annotation files:
+// a COCO file's categories in id order, or the object names of every VOC source of the dataset, sorted.
+// 1 when found (into names), 0 when no source defines classes, -1 with err.
+static int annot_spec_names(const DataSpec *d, StrList *names, Err *err) {
+    AnnKind kind = ANN_NONE;
+    for (int k = 0; k < DS_N_SPLITS && kind == ANN_NONE; k++)
+        for (int i = 0; i < d->n_src[k] && kind == ANN_NONE; i++) {
+            kind = annot_kind(d->src[k][i]);
+            if (kind == ANN_COCO) return coco_names(d->src[k][i], names, err) ? -1 : 1;
+        }
+    if (kind == ANN_NONE) return 0;
+    StrList all = {0};
+    for (int k = 0; k < DS_N_SPLITS; k++)
+        for (int i = 0; i < d->n_src[k]; i++)
+            if (annot_kind(d->src[k][i]) == ANN_VOC && voc_names(d->src[k][i], dataset_split_key[k], &all, err)) {
+                strlist_free(&all);
+                return -1;
+            }
+    strlist_sort(&all);
+    for (int i = 0; i < all.n; i++)
+        if (!names->n || strcmp(names->v[names->n - 1], all.v[i])) strlist_push(names, xstrdup(all.v[i]));
+    strlist_free(&all);
+    return 1;
+}
+
+// The class names: names:, else those of the annotation files, else nc's class_N. nc must agree.
+static int spec_names(RawSpec *raw, const char *file, DataSpec *d, Err *err) {
+    if (raw->names_at.line && raw->names.n == 0)
+        return err_set(err, "%s:%d: names is empty", raw->names_at.file, raw->names_at.line);
+    int found = 0;
+    if (!raw->names_at.line && (found = annot_spec_names(d, &raw->names, err)) < 0) return -1;
+    if (found && !raw->names.n)
+        return err_set(err, "%s: no 'names' key and the annotation files name no class: add names: [a, b, ...]", file);
+    if (!found && !raw->names_at.line && !raw->nc_at.line)
+        return err_set(err, "%s: no 'names' key: add names: [a, b, ...] (or at least nc: N)", file);
+    if ((found || raw->names_at.line) && raw->nc_at.line && raw->nc != raw->names.n)
+        return err_set(err, "%s:%d: nc: %ld, but %s has %d entries; make them agree or drop nc", raw->nc_at.file,
+                       raw->nc_at.line, raw->nc, found ? "the annotation files' class list" : "names", raw->names.n);
+    if (!found && !raw->names_at.line)
+        for (long i = 0; i < raw->nc; i++) strlist_push(&raw->names, str_fmt("class_%ld", i));
+    d->nc = raw->names.n;
+    d->names = raw->names.v;
+    raw->names = (StrList){0};
+    return 0;
+}
+
+// A split's image folder (train_images: ...) only where the split names a COCO .json.
+static int spec_images(RawSpec *raw, const char *root, DataSpec *d, Err *err) {
+    for (int k = 0; k < DS_N_SPLITS; k++) {
+        if (!raw->images[k]) continue;
+        int coco = 0;
+        for (int i = 0; i < d->n_src[k]; i++) coco |= annot_kind(d->src[k][i]) == ANN_COCO;
+        if (!coco)
+            return err_set(err, "%s:%d: %s: only for a %s split that names a COCO .json (its file_names resolve in this "
+                           "folder)", raw->images_at[k].file, raw->images_at[k].line, images_key[k], dataset_split_key[k]);
+        d->images[k] = path_join(root, raw->images[k]);
+    }
+    return 0;
+}
+
+// Train and val are present; paths are resolved against `base` (or `path:`); names and nc agree.
 static int spec_finish(RawSpec *raw, const char *file, const char *base, DataSpec *d, Err *err) {
     if (!raw->src_at[DS_TRAIN].line || !raw->src_at[DS_VAL].line)
         return err_set(err, "%s: no '%s' key: train and val are required (each a folder, a .txt list "
-                       "of images, or a list of them)", file,
+                       "of images, a COCO .json, a VOC root, or a list of them)", file,
                        raw->src_at[DS_TRAIN].line ? "val" : "train");
-    if (raw->names_at.line && raw->names.n == 0)
-        return err_set(err, "%s:%d: names is empty", raw->names_at.file, raw->names_at.line);
-    if (!raw->names_at.line && !raw->nc_at.line)
-        return err_set(err, "%s: no 'names' key: add names: [a, b, ...] (or at least nc: N)", file);
     if (raw->names_at.line && raw->nc_at.line && raw->nc != raw->names.n)
         return err_set(err, "%s:%d: nc: %ld, but names (line %d) has %d entries; make them agree or "
                        "drop nc", raw->nc_at.file, raw->nc_at.line, raw->nc, raw->names_at.line,
                        raw->names.n);
-    if (!raw->names_at.line)
-        for (long i = 0; i < raw->nc; i++) strlist_push(&raw->names, str_fmt("class_%ld", i));
     d->file = xstrdup(file);
-    d->nc = raw->names.n;
-    d->names = raw->names.v;
-    raw->names = (StrList){0};
     char *root;
     if (resolve_root(raw, base, &root, err)) return -1;
     for (int k = 0; k < DS_N_SPLITS; k++) {
@@ -341,8 +416,9 @@ static int spec_finish(RawSpec *raw, const char *file, const char *base, DataSpe
         for (int i = 0; i < raw->src[k].n; i++) d->src[k][i] = path_join(root, raw->src[k].v[i]);
     }
     d->download_note = download_note(raw, root);
+    int rc = spec_images(raw, root, d, err);
     free(root);
-    return 0;
+    return rc ? -1 : spec_names(raw, file, d, err);
 }
 
 char *dataspec_root(const Config *cfg, Err *err) {
@@ -389,6 +465,7 @@ void dataspec_free(DataSpec *d) {
     for (int k = 0; k < DS_N_SPLITS; k++) {
         for (int i = 0; i < d->n_src[k]; i++) free(d->src[k][i]);
         free(d->src[k]);
+        free(d->images[k]);
     }
     free(d->file);
     free(d->download_note);

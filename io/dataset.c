@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "core/base/readfile.h"
+#include "io/annot.h"
 #include "io/image.h"
 #include "io/strlist.h"
 
@@ -96,6 +97,7 @@ typedef struct {
     StrList folders;          // folders listed (their labels folders are scanned for orphans)
     DirId  *seen;             // (n_seen) folders visited: a symlink loop ends at the second visit
     int     n_seen, cap_seen;
+    AnnSet  ann;              // images described by COCO or VOC files, with their boxes (io/annot.h)
     Report *r;
 } Lister;
 
@@ -157,6 +159,36 @@ static int list_file(Lister *L, const char *file, const Where *at, Err *err) {
     return 0;
 }
 
+// A COCO .json or a VOC root: its images join the list, their boxes L->ann (io/coco.c, io/voc.c).
+static int annot_list(Lister *L, const DataSpec *d, int k, const char *src, AnnKind kind, Err *err) {
+    int first = L->ann.n;
+    int rc = kind == ANN_COCO ? coco_read(src, d->images[k], d->names, d->nc, &L->ann, err)
+                              : voc_read(src, dataset_split_key[k], d->names, d->nc, &L->ann, err);
+    if (rc != 0) return -1;
+    for (int i = first; i < L->ann.n; i++) strlist_push(&L->images, xstrdup(L->ann.v[i].image));
+    return 0;
+}
+
+// The annotation sources' messages, then one entry per image file: a second description is ignored.
+static void annot_dedupe(Lister *L) {
+    AnnSet *a = &L->ann;
+    for (int i = 0; i < a->warnings.n; i++) say(L->r, SAY_WARN, a->warnings.v[i], -1, "%s", a->warnings.v[i]);
+    for (int i = 0; i < a->notes.n; i++) fprintf(L->r->f, "note: %s\n", a->notes.v[i]);
+    annset_sort(a);
+    int n = 0;
+    for (int i = 0; i < a->n; i++) {
+        if (n > 0 && !strcmp(a->v[n - 1].image, a->v[i].image)) {
+            say(L->r, SAY_WARN, a->v[i].file, a->v[i].line, "%s is also described at %s:%d; this description is "
+                "ignored", a->v[i].image, a->v[n - 1].file, a->v[n - 1].line);
+            for (int j = 0; j < a->v[i].nbox; j++) free(a->v[i].box[j].why);
+            free(a->v[i].box); free(a->v[i].image); free(a->v[i].file); free(a->v[i].problem);
+            continue;
+        }
+        a->v[n++] = a->v[i];
+    }
+    a->n = n;
+}
+
 // All images of split k, sorted by path (string order, like the reference), each path once.
 static int split_list(const DataSpec *d, int k, Lister *L, Err *err) {
     const Where *at = &d->at[k];
@@ -167,9 +199,13 @@ static int split_list(const DataSpec *d, int k, Lister *L, Err *err) {
             return err_set(err, "%s:%d: %s: %s: %s (relative paths resolve against the folder of %s, "
                            "or against its path: key)", at->file, at->line, dataset_split_key[k], src,
                            strerror(errno), d->file);
-        if (S_ISDIR(st.st_mode)) list_folder(L, src, &st);
+        AnnKind kind = annot_kind(src);
+        if (kind == ANN_COCO && S_ISDIR(st.st_mode)) kind = ANN_NONE;
+        if (kind != ANN_NONE) { if (annot_list(L, d, k, src, kind, err) != 0) return -1; }
+        else if (S_ISDIR(st.st_mode)) list_folder(L, src, &st);
         else if (list_file(L, src, at, err) != 0) return -1;
     }
+    annot_dedupe(L);
     StrList *im = &L->images;
     strlist_sort(im);
     int n = 0;
@@ -182,6 +218,8 @@ static int split_list(const DataSpec *d, int k, Lister *L, Err *err) {
         }
     }
     im->n = n;
+    if (n == 0 && d->n_src[k] == 1 && annot_kind(d->src[k][0]) != ANN_NONE)
+        return err_set(err, "%s:%d: %s: %s lists no images", at->file, at->line, dataset_split_key[k], d->src[k][0]);
     if (n == 0)
         return err_set(err, "%s:%d: %s: no images found in %s (formats: bmp dng jpeg jpg mpo png tif "
                        "tiff webp pfm)", at->file, at->line, dataset_split_key[k],
@@ -253,6 +291,7 @@ typedef struct {            // what checking one split needs
                             //   decodes (decode_all); i = the image being checked
     int     i;
     int     n_polygons;     // usable label files of polygons (read as their boxes)
+    const AnnSet *ann;      // the images described by COCO or VOC files (sorted), their boxes
 } Checker;
 
 static int row_count_ok(Checker *c, const char *file, const RowSpan *rs, int polygons) {
@@ -440,6 +479,75 @@ static int labels_load(Checker *c, const char *file, Sample *s, int *n_dup, int 
     return first;
 }
 
+// ---- boxes of COCO and VOC files -----------------------------------------------------------------
+// One box as a label row (class cx cy w h normalised by the size W x H, as the references' converters
+// write it), checked as a label row is; -1 when good, ROW_DROPPED, else the reason (reported).
+static int ann_box(Checker *c, const AnnImage *a, const AnnBox *b, double W, double H, Row *out) {
+    if (b->why) {
+        say(&c->r, SAY_EXCLUDE, a->file, b->line, "%s %.0f: %s", b->kind, b->id, b->why);
+        return b->reason;
+    }
+    if (b->cls >= c->nc) {
+        say(&c->r, SAY_EXCLUDE, a->file, b->line, "%s %.0f: class %d is outside 0..%d (nc = %d, from %s)", b->kind,
+            b->id, b->cls, c->nc - 1, c->nc, c->nc_from);
+        return DS_BAD_CLASS;
+    }
+    double v[4] = {(b->x1 + b->x2) / 2 / W, (b->y1 + b->y2) / 2 / H, (b->x2 - b->x1) / W, (b->y2 - b->y1) / H};
+    if (!(v[2] > 0 && v[3] > 0)) {   // the converters skip a box of no (or negative) width or height
+        say(&c->r, SAY_WARN, a->file, b->line, "%s %.0f: zero-size box (w = %g, h = %g pixels): the box is dropped, the "
+            "image kept", b->kind, b->id, b->x2 - b->x1, b->y2 - b->y1);
+        return ROW_DROPPED;
+    }
+    int clipped = 0;
+    for (int i = 0; i < 4; i++) {
+        static const char *const name[4] = {"cx", "cy", "w", "h"};
+        if (!(v[i] >= -COORD_TOL && v[i] <= 1 + COORD_TOL)) {
+            say(&c->r, SAY_EXCLUDE, a->file, b->line, "%s %.0f: box x1 y1 x2 y2 = %g %g %g %g pixels: %s = %g is "
+                "outside [0, 1] of the %gx%g image (by more than the %g tolerance)", b->kind, b->id, b->x1, b->y1, b->x2,
+                b->y2, name[i], v[i], W, H, COORD_TOL);
+            return DS_OUT_OF_BOUNDS;
+        }
+        if (v[i] < 0 || v[i] > 1) { v[i] = fmin(fmax(v[i], 0), 1); clipped = 1; }
+    }
+    if (clipped)
+        say(&c->r, SAY_WARN, a->file, b->line, "%s %.0f: values up to %g outside [0, 1] clipped", b->kind, b->id, COORD_TOL);
+    out->v[0] = (float)b->cls;
+    for (int i = 0; i < 4; i++) out->v[1 + i] = (float)v[i];
+    out->line = b->line;
+    if (out->v[3] <= 0 || out->v[4] <= 0) {
+        say(&c->r, SAY_WARN, a->file, b->line, "%s %.0f: zero-size box (w = %g, h = %g): the box is dropped, the image "
+            "kept", b->kind, b->id, out->v[3], out->v[4]);
+        return ROW_DROPPED;
+    }
+    return -1;
+}
+
+// The boxes of an annotated image into s->box, as labels_load reads a label file: -1 when usable, else
+// the first reason; every bad box is reported. Sizes: the file's (as the converters scale), else the image's.
+static int ann_load(Checker *c, const AnnImage *a, Sample *s, int *n_dup, int *n_zero) {
+    if (a->w > 0 && (a->w != s->w || a->h != s->h))
+        say(&c->r, SAY_WARN, a->file, a->line, "%s is %dx%d, the file says %dx%d; its boxes are scaled by the file's "
+            "size, as the references' converters do", s->image, s->w, s->h, a->w, a->h);
+    double W = a->w > 0 ? a->w : s->w, H = a->h > 0 ? a->h : s->h;
+    Row *rows = xmalloc((size_t)(a->nbox ? a->nbox : 1) * sizeof *rows);
+    int first = -1, n = 0;
+    for (int j = 0; j < a->nbox; j++) {
+        int reason = ann_box(c, a, &a->box[j], W, H, &rows[n]);
+        if (reason >= 0 && first < 0) first = reason;
+        if (reason == ROW_DROPPED) (*n_zero)++;
+        else if (reason < 0) n++;
+    }
+    if (first < 0) {
+        n = rows_dedupe(c, a->file, rows, n, n_dup);
+        s->nbox = n;
+        s->box = xmalloc((size_t)(n ? n : 1) * sizeof *s->box);
+        for (int i = 0; i < n; i++)
+            s->box[i] = (Box){(int)rows[i].v[0], rows[i].v[1], rows[i].v[2], rows[i].v[3], rows[i].v[4]};
+    }
+    free(rows);
+    return first;
+}
+
 // ---- images ------------------------------------------------------------------------------------
 // A JPEG whose last bytes are not the FFD9 end marker was cut short; the reference re-saves such a
 // file in place, we never write into a dataset (users.md E2), so it is only a warning.
@@ -557,9 +665,14 @@ static void dataset_push(Dataset *ds, const Sample *s) {
 
 // Validate one image and its labels; keep it in ds or count why not.
 static void validate_image(Checker *c, const char *path, int min_items, Dataset *ds) {
-    Sample s = {.image = xstrdup(path), .label = label_path(path)};
-    int reason = image_check(c, path, &s);
-    if (reason < 0) reason = labels_load(c, s.label, &s, &ds->n_duplicates, &ds->n_zero_boxes);
+    const AnnImage *a = c->ann->n ? annset_find(c->ann, path) : NULL;
+    Sample s = {.image = xstrdup(path), .label = a ? xstrdup(a->file) : label_path(path), .has_id = a && a->has_id,
+                .id = a ? a->id : 0};
+    int reason = -1;
+    if (a && a->problem) say(&c->r, SAY_EXCLUDE, a->file, -1, "%s", a->problem), reason = a->reason;
+    if (reason < 0) reason = image_check(c, path, &s);
+    if (reason < 0 && a) reason = ann_load(c, a, &s, &ds->n_duplicates, &ds->n_zero_boxes);
+    else if (reason < 0) reason = labels_load(c, s.label, &s, &ds->n_duplicates, &ds->n_zero_boxes);
     if (reason < 0 && s.nbox < min_items) reason = DS_MIN_ITEMS;
     if (reason >= 0) {
         ds->excluded_by[reason]++;
@@ -704,6 +817,7 @@ int dataset_open(const char *yaml, const Config *cfg, const char *split,
         snprintf(noted, sizeof noted, "%s", d.file);
     }
     Lister L = {.r = &c.r};
+    c.ann = &L.ann;
     int rc = split_list(&d, k, &L, err), keep = 0;
     if (rc == 0 && (keep = fraction_keep(L.images.n, opt->fraction, split, err)) < 0) rc = -1;
     if (rc == 0) {
@@ -718,6 +832,10 @@ int dataset_open(const char *yaml, const Config *cfg, const char *split,
         orphans_report(&c, &L, out);           // over the whole list: the images left out have their labels
         out->n_warnings = c.r.n_warnings;
         if (opt->single_cls) dataset_single_cls(out);
+        if (L.ann.category_id && L.ann.n_cat == out->nc && !opt->single_cls) {   // the classes are the categories
+            out->category_id = L.ann.category_id;
+            L.ann.category_id = NULL;
+        }
         dataset_count(out);
         if (!opt->quiet) summary_print(out, split, opt->min_items, c.r.f);
         if (k == DS_TRAIN) copy_paste_note(cfg, c.n_polygons, c.r.f);
@@ -726,6 +844,7 @@ int dataset_open(const char *yaml, const Config *cfg, const char *split,
     }
     strlist_free(&L.images);
     strlist_free(&L.folders);
+    annset_free(&L.ann);
     free(L.seen);
     dataspec_free(&d);
     return rc;
@@ -739,5 +858,6 @@ void dataset_free(Dataset *ds) {
     for (int i = 0; ds->names && i < ds->nc; i++) free(ds->names[i]);
     free(ds->names);
     free(ds->class_count);
+    free(ds->category_id);
     memset(ds, 0, sizeof *ds);
 }

@@ -15,6 +15,8 @@ typedef struct {
     int   channels;     // colour components stored in the file (1 gray, 2 gray+alpha, 3, 4)
     int   nbox;
     Box  *box;          // (nbox): file order, or np.unique order when the file had duplicate rows
+    int   has_id;       // 1: the image's id in its COCO file is id (save_json writes it as the image_id)
+    long long id;
 } Sample;
 
 // Why an image was left out; each excluded image is counted under the first reason found.
@@ -41,6 +43,7 @@ typedef struct {
     int     n_listed;             // image files found, before validation
     int     n_instances;          // boxes over kept samples
     int    *class_count;          // (nc) instances per class over kept samples
+    long long *category_id;       // (nc) a COCO dataset's category id of each class (save_json), or NULL
     int     n_gray;               // kept samples whose file has one colour component
     int     n_orphan_labels;      // label files with no image (ignored, not a warning)
     int     n_duplicates;         // duplicate label rows dropped (each also a warning)
@@ -78,10 +81,13 @@ typedef struct {
     char **src[DS_N_SPLITS];        // folders or list files, resolved
     int    n_src[DS_N_SPLITS];
     Where  at[DS_N_SPLITS];         // where each split's key is written; line 0: absent
+    char  *images[DS_N_SPLITS];     // train_images: ...: the folder a COCO split's file_names resolve in, or NULL
     char  *download_note;           // for a download: key, the line saying what to fetch, or NULL
 } DataSpec;
 
-// Read a data.yaml (yaml != NULL), else cfg->data when set, else cfg's [data] keys. `names` may be
+// Read a data.yaml (yaml != NULL), else cfg->data when set, else cfg's [data] keys. A split may also
+// name a COCO .json or a VOC root (io/annot.h); without names: the classes come from those files
+// (COCO categories in id order, VOC object names sorted); train_images: etc. only beside a .json. `names` may be
 // a list or a {0: a, 1: b} mapping (an INI: "a, b" or "[a, b]", quoted as YAML quotes); `nc`, when given, must equal the
 // number of names; `train` and `val` are required; unknown yaml keys are ignored. A relative `path:`
 // resolves from the description's folder, and when no folder is there, from the current directory
@@ -94,7 +100,9 @@ void dataspec_free(DataSpec *d);
 // dataspec_read finds it, else the config's folder), absolute; NULL with err when it has no such folder.
 char *dataspec_root(const Config *cfg, Err *err);
 
-// List and validate one split ("train", "val" or "test"). Images: files with extensions bmp dng
+// List and validate one split ("train", "val" or "test"). A COCO .json or VOC source gives its images
+// and their boxes (io/coco.c, io/voc.c), checked as label rows are, each problem as "file:line: reason"
+// of the annotation file; the rest below is the YOLO layout. Images: files with extensions bmp dng
 // jpeg jpg mpo png tif tiff webp pfm (any case) found recursively in folders (hidden entries skipped,
 // symlinks followed, each folder once) and in list files; sorted by path (string order, like the
 // reference); a path listed twice is kept once. Each pairs with the label at its path with the last

@@ -656,6 +656,7 @@ static void run_pass(Pass *p, int n) {
     int saving = o->save_json || o->save_txt;
     if (saving && val_save_open(&p->save, o->save_dir ? o->save_dir : ".", o->save_json, o->save_txt, &p->err)) p->failed = 1;
     p->save.conf = o->save_conf;
+    p->save.category_id = p->ds->category_id;
     if (!p->failed) run_workers(p, n);
     if (p->drawn) fprintf(o->out, "\r\033[K");   // the terminal's bar gives way to the table (or a message)
     if (saving && val_save_close(&p->save, p->failed ? &(Err){ { 0 } } : &p->err)) p->failed = 1;

@@ -199,7 +199,12 @@ void val_images_free(ValImages *v);
 void val_images_stats(ValImages *v, const ValImagesIn *in, MetricsStats *out);
 
 // ---- predictions.json and labels/*.txt (core/eval/val_save.c) --------------------------------------
-typedef struct { FILE *json; int first, txt, conf; char dir[4096]; } ValSave;
+typedef struct {
+    FILE *json;
+    int   first, txt, conf;         // conf: each labels/*.txt row ends with the score (save_conf)
+    char  dir[4096];
+    const long long *category_id;   // (nc) a COCO dataset's category ids (Dataset.category_id), or NULL
+} ValSave;
 // Create dir (and dir/labels when txt), open dir/predictions.json when json; -1 with err.
 int  val_save_open(ValSave *s, const char *dir, int json, int txt, Err *err);
 // One image's detections d (nd, original-image pixels).

@@ -1,6 +1,7 @@
 // val_save.c: the files `yolotrain val save_json=1 save_txt=1` writes, as YOLOv9's val.py --save-json
 // and --save-txt: predictions.json (COCO results: image_id the file stem, a number when it is one;
-// category_id the class index in the data.yaml order; bbox [x, y, w, h] in original-image pixels
+// category_id the class index in the data.yaml order; for a dataset read from a COCO file, its image ids
+// and category ids, so the results score against that file; bbox [x, y, w, h] in original-image pixels
 // rounded to 3 decimals; score rounded to 5) and labels/STEM.txt (class cx cy w h, normalised to the
 // original image, one detection a line; with save_conf=1 the score ends each line, as --save-conf).
 #include "core/eval/val.h"
@@ -69,9 +70,11 @@ void val_save_image(ValSave *s, const Sample *smp, const Det *d, int nd) {
     for (int i = 0; s->json && i < nd; i++) {
         fprintf(s->json, "%s\n {\"image_id\": ", s->first ? "" : ",");
         s->first = 0;
-        if (numeric(stem) && strlen(stem) < 18) fprintf(s->json, "%lld", strtoll(stem, NULL, 10));   // int(stem)
+        if (smp->has_id) fprintf(s->json, "%lld", smp->id);
+        else if (numeric(stem) && strlen(stem) < 18) fprintf(s->json, "%lld", strtoll(stem, NULL, 10));   // int(stem)
         else json_string(s->json, stem);
-        fprintf(s->json, ", \"category_id\": %d, \"bbox\": [%.10g, %.10g, %.10g, %.10g], \"score\": %.10g}", d[i].cls,
+        fprintf(s->json, ", \"category_id\": %lld, \"bbox\": [%.10g, %.10g, %.10g, %.10g], \"score\": %.10g}",
+                s->category_id ? s->category_id[d[i].cls] : d[i].cls,
                 round_to(d[i].x1, 1e3), round_to(d[i].y1, 1e3), round_to((double)d[i].x2 - d[i].x1, 1e3),
                 round_to((double)d[i].y2 - d[i].y1, 1e3), round_to(d[i].conf, 1e5));
     }

@@ -11,6 +11,7 @@
 #   fuzz_datayaml     data.yaml text -> dataspec_read, then dataset_open inside a scratch dataset
 #   fuzz_labels       one label file -> dataset_open of a one-image scratch dataset
 #   fuzz_listfile     one image-list file (train: list.txt) -> dataset_open of a two-image scratch dataset
+#   fuzz_annot        a COCO .json or a VOC .xml (first byte picks) -> dataset_open of a one-image scratch dataset
 #   fuzz_image        JPEG/PNG bytes -> image_decode_mem and image_info
 #   fuzz_exif         an APP1 payload -> exif_orientation, exif_orient; spliced into a JPEG -> decode, info
 #   fuzz_safetensors  file bytes -> st_open, st_find, st_read_f32
@@ -35,21 +36,22 @@ CFLAGS="-std=c11 -D_GNU_SOURCE -O1 -g -I. -pthread -Wall -Wextra -Wno-unused-par
 LIBS="-lpng -ljpeg -linih -lyaml -lz -lm"
 
 IMAGE="io/image.c io/image_jpeg.c io/image_png.c io/exif.c core/base/util.c core/base/readfile.c"
-DATASET="io/dataset.c io/data_yaml.c io/strlist.c $IMAGE"
+DATASET="io/dataset.c io/data_yaml.c io/annot.c io/coco.c io/voc.c io/json.c io/xml.c io/strlist.c $IMAGE"
 declare -A SRCS=(
     [fuzz_config]="cfg/config.c cfg/hyp_yaml.c cfg/layers.c cfg/schema.c $DATASET"
     [fuzz_datayaml]="$DATASET"
     [fuzz_labels]="$DATASET"
     [fuzz_listfile]="$DATASET"
+    [fuzz_annot]="$DATASET"
     [fuzz_image]="$IMAGE"
     [fuzz_exif]="$IMAGE"
     [fuzz_safetensors]="io/safetensors.c core/base/util.c core/base/readfile.c"
     [fuzz_pt]="io/pt.c io/zip.c io/safetensors.c core/base/util.c core/base/readfile.c"
 )
-declare -A MAX_LEN=([fuzz_config]=8192 [fuzz_datayaml]=2048 [fuzz_labels]=2048 [fuzz_listfile]=2048
+declare -A MAX_LEN=([fuzz_config]=8192 [fuzz_datayaml]=2048 [fuzz_labels]=2048 [fuzz_listfile]=2048 [fuzz_annot]=4096
                     [fuzz_image]=8192 [fuzz_exif]=1024 [fuzz_safetensors]=4096 [fuzz_pt]=4096)
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(fuzz_config fuzz_datayaml fuzz_labels fuzz_listfile fuzz_image fuzz_exif fuzz_safetensors fuzz_pt)
+[ ${#targets[@]} -gt 0 ] || targets=(fuzz_config fuzz_datayaml fuzz_labels fuzz_listfile fuzz_annot fuzz_image fuzz_exif fuzz_safetensors fuzz_pt)
 
 mkdir -p "$OUT/crashes"
 failed=0
