@@ -607,7 +607,7 @@ static void test_check_cli(void) {
         CHECK_HAS(out, "instances: 929");
         CHECK_HAS(out, "classes present: 71 of 80");
         char pic[4400];
-        snprintf(pic, sizeof pic, "%s/check%d/check_batch.jpg", tmp, k);
+        snprintf(pic, sizeof pic, "%s/check%d/exp/check_batch.jpg", tmp, k);
         CHECK(!access(pic, R_OK), "%s: no %s\n%s", forms[k], pic, out);
     }
 }
