@@ -22,7 +22,7 @@ int progress_due(Progress *p, int done, double now) {
 }
 
 int progress_bar(char *buf, size_t size, int done, int total) {
-    static const char full[] = "██████████████████████████████";   // ten cells of three bytes
+    static const char full[] = "██████████";   // ten cells of three bytes
     if (total < 1) total = 1;
     if (done > total) done = total;
     if (done < 0) done = 0;
