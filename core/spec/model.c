@@ -863,6 +863,7 @@ void model_free(Model *m) {
     if (!m->on_device) {
         free(m->state); free(m->grad);
         free(m->act); free(m->dact); free(m->stats); free(m->ws); free(m->tmp_a); free(m->tmp_b);
+        free(m->zre[0]); free(m->zre[1]);
     }
     free(m->params); free(m->values); free(m->nodes); free(m->layers); free(m->vh); free(m->vw);
     model_free_grad_plan(m);
@@ -889,7 +890,15 @@ int model_count_tensors(const Model *m) {
 }
 
 size_t model_host_bytes(const Model *m) {
-    return sizeof(float) * (2 * m->n_state + m->n_act + m->n_dact + m->n_stats + m->n_ws + 2 * m->n_tmp);
+    return sizeof(float) * (2 * m->n_state + m->n_act + m->n_dact + m->n_stats + m->n_ws + 2 * m->n_tmp + 2 * m->n_zre);
+}
+
+int model_reserve_act(Model *m) {
+    free(m->act); free(m->zre[0]); free(m->zre[1]);
+    m->act = calloc(m->n_act, sizeof(float));
+    m->zre[0] = m->n_zre ? calloc(m->n_zre, sizeof(float)) : NULL;
+    m->zre[1] = m->n_zre ? calloc(m->n_zre, sizeof(float)) : NULL;
+    return !m->act || (m->n_zre && (!m->zre[0] || !m->zre[1])) ? -1 : 0;
 }
 
 double model_flops(const Model *m, int imgsz) {
