@@ -11,7 +11,7 @@ static const struct { const char *name, *text; } key_help[] = {
     { "width_multiple", "scales the channel counts of the layer table" },
     { "max_channels",   "channel counts are capped at this before width scaling; 0: no cap" },
     { "reg_max",        "DFL bins of the head (16: DDetect; 1: YOLO26's Detect)" },
-    { "data",           "data.yaml of the dataset; empty: the built-in synthetic set" },
+    { "data",           "data.yaml of the dataset; empty: the built-in synthetic set; synth-small: its small-image set" },
     { "hyp",            "a hyp.scratch-high.yaml style file loaded over [hyp]" },
     { "weights",        "initial weights (.safetensors, or a yolov9 or Ultralytics .pt); empty: from scratch" },
     { "resume",         "a run folder to continue, or 1 (bare --resume): the latest run" },

@@ -123,9 +123,10 @@ static int cmd_info(int argc, char **argv, Config *cfg) {
 static int cmd_check(int argc, char **argv, Config *cfg) {
     if (load(argc, argv, cfg)) return 2;
     Err err;
-    if (!cfg->data[0] && !cfg->n_data_kv) {         // the built-in dataset, as training would use it
-        if (synth_ensure(SYNTH_DIR, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return 1; }
-        snprintf(cfg->data, sizeof cfg->data, "%s/data.yaml", SYNTH_DIR);
+    const char *synth = cfg->n_data_kv ? NULL : synth_builtin_dir(cfg->data);
+    if (synth) {                                     // the built-in dataset, as training would use it
+        if (synth_ensure(synth, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return 1; }
+        snprintf(cfg->data, sizeof cfg->data, "%s/data.yaml", synth);
     }
     char picture[CFG_PATH + 64];
     snprintf(picture, sizeof picture, "%s/check_batch.jpg", cfg->project);

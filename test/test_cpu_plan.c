@@ -174,7 +174,8 @@ static void test_quick_recipe_trains(void) {
     if (access("./yolotrain", X_OK)) SKIP("./yolotrain is not built");
     snprintf(cmd, sizeof cmd, "YT_STOP_AFTER_STEPS=3 ./yolotrain cfg/quick.ini project=%s", tmp);
     int rc = test_shell(cmd, out, sizeof out);
-    CHECK(rc == 0 && strstr(out, "model: cfg/quick.ini") && strstr(out, "Starting training for"),
+    CHECK(rc == 0 && strstr(out, "model: cfg/quick.ini") && strstr(out, "data/synth-small/data.yaml") &&
+          strstr(out, "train: images 512") && strstr(out, "Starting training for"),
           "cfg/quick.ini: exit %d:\n%s", rc, out);
     const char *cost = strstr(out, "CPU: ");
     CHECK(cost && strstr(cost, "images/s: an epoch takes about") && strstr(cost, "the rest of the run's 24 epochs"),
@@ -186,12 +187,25 @@ static void test_quick_recipe_trains(void) {
           "cfg/t.ini: exit %d, the speed line does not name the quick recipe:\n%s", rc, out);
 }
 
+// cfg/quick.ini is the run test_learn_map holds to mAP50 >= 0.30: its settings and set are the test's overrides.
+static void test_quick_recipe_is_the_learning_test(void) {
+    static Config cfg;
+    Err err;
+    if (config_load("cfg/quick.ini", 0, NULL, &cfg, &err)) { CHECK(0, "%s", err.msg); return; }
+    CHECK(!strcmp(cfg.data, "synth-small") && cfg.imgsz == 96 && cfg.epochs == 24 && cfg.batch == 8 &&
+          cfg.close_mosaic == 8 && cfg.hyp.warmup_epochs == 20 && cfg.hyp.lr0 == 0.08 && cfg.hyp.scale == 0.5 && cfg.hyp.mixup == 0 &&
+          cfg.seed == 0, "cfg/quick.ini: data=%s imgsz=%d epochs=%d batch=%d close_mosaic=%d warmup_epochs=%g lr0=%g "
+          "scale=%g mixup=%g seed=%d, not test_learn_map's run", cfg.data, cfg.imgsz, cfg.epochs, cfg.batch,
+          cfg.close_mosaic, cfg.hyp.warmup_epochs, cfg.hyp.lr0, cfg.hyp.scale, cfg.hyp.mixup, cfg.seed);
+}
+
 int main(void) {
     RUN(test_gelan_same_bits);
     RUN(test_dual_same_bits);
     RUN(test_yolo26_same_bits);
     RUN(test_plan_fits_budget);
     RUN(test_trainer_plans);
+    RUN(test_quick_recipe_is_the_learning_test);
     RUN(test_quick_recipe_trains);
     return test_summary();
 }

@@ -174,12 +174,15 @@ static int count_shapes(const ValPlan *p) {
 }
 
 static int open_data(Config *cfg, Dataset *ds, Err *err) {
-    if (!cfg->data[0] && !cfg->n_data_kv) {
-        int bad = procs_writer() && synth_ensure(SYNTH_DIR, err);   // several processes: rank 0 makes it
+    const char *synth = cfg->n_data_kv ? NULL : synth_builtin_dir(cfg->data);
+    if (synth) {
+        int bad = procs_writer() && synth_ensure(synth, err);   // several processes: rank 0 makes it
         if (procs_active() && procs_any(bad) && !bad) return err_set(err, "rank 0 could not make the synthetic dataset");
         if (bad) return -1;
-        snprintf(cfg->data, sizeof cfg->data, "%s/data.yaml", SYNTH_DIR);
-        printf("data: the built-in synthetic dataset (%s; `yolotrain synth` regenerates it)\n", cfg->data);
+        int small = strcmp(synth, SYNTH_DIR) != 0;
+        snprintf(cfg->data, sizeof cfg->data, "%s/data.yaml", synth);
+        printf("data: the built-in synthetic dataset%s (%s; %s)\n", small ? "'s small-image set" : "", cfg->data,
+               small ? "remove the folder to remake it" : "`yolotrain synth` regenerates it");
     }
     DatasetOptions opt = { .strict = cfg->strict, .min_items = cfg->min_items, .report = stderr,
                            .single_cls = cfg->single_cls, .fraction = cfg->fraction };
