@@ -125,12 +125,12 @@ static void test_plan_fits_budget(void) {
         return;
     }
     size_t all = m.n_act;
-    CHECK(model_plan_recompute(&m, all) == 0 && m.n_act == all && m.n_zre == 0,
-          "a budget of the stored plan's %zu floats: %zu floats planned, %zu in zre", all, m.n_act, m.n_zre);
+    CHECK(model_plan_recompute(&m, all) == 0 && m.n_act == all && m.n_zre[0] + m.n_zre[1] == 0,
+          "a budget of the stored plan's %zu floats: %zu floats planned, %zu in zre", all, m.n_act, m.n_zre[0]);
     size_t budget = all * 2 / 3;
     int k = model_plan_recompute(&m, budget);
-    CHECK(k > 0 && m.n_act + 2 * m.n_zre <= budget, "budget %zu floats: %d recomputed, %zu + 2 x %zu floats", budget,
-          k, m.n_act, m.n_zre);
+    CHECK(k > 0 && m.n_act + m.n_zre[0] + m.n_zre[1] <= budget, "budget %zu floats: %d recomputed, %zu + %zu + %zu "
+          "floats", budget, k, m.n_act, m.n_zre[0], m.n_zre[1]);
     double *cost = xmalloc(2 * m.n_nodes * sizeof *cost);
     int *again = xmalloc(2 * m.n_nodes * sizeof *again), n = units(&m, cost, again), wrong = 0, stored = 0;
     for (int i = 0; i < n; i++) {

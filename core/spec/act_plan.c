@@ -162,14 +162,14 @@ int model_plan_recompute(Model *m, size_t max_floats) {
     for (int k = 0; k < n; k++) z[k].u->z_recompute = 0;
     size_t act = at_planned_size(m, 0);
     qsort(z, n, sizeof *z, by_cost);
-    m->n_zre = 0;
-    for (int k = 0; k < n && act + 2 * m->n_zre > max_floats; k++, chosen++) {
+    m->n_zre[0] = m->n_zre[1] = 0;
+    for (int k = 0; k < n && act + m->n_zre[0] + m->n_zre[1] > max_floats; k++, chosen++) {
         ConvUnit *u = z[k].u;
         int second = 0;                             // a RepConv's 1x1 branch: its z is needed beside the 3x3's
         for (int i = 0; i < m->n_nodes; i++) second |= u == &m->nodes[i].cv2;
         u->z_recompute = second ? 2 : 1;
         act -= z[k].floats;
-        m->n_zre = m->n_tmp;                        // the largest conv output
+        if (z[k].floats > m->n_zre[second]) m->n_zre[second] = z[k].floats;   // each buffer: its largest z
     }
     free(z);
     m->n_act = at_planned_size(m, 1);

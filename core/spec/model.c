@@ -890,15 +890,14 @@ int model_count_tensors(const Model *m) {
 }
 
 size_t model_host_bytes(const Model *m) {
-    return sizeof(float) * (2 * m->n_state + m->n_act + m->n_dact + m->n_stats + m->n_ws + 2 * m->n_tmp + 2 * m->n_zre);
+    return sizeof(float) * (2 * m->n_state + m->n_act + m->n_dact + m->n_stats + m->n_ws + 2 * m->n_tmp + m->n_zre[0] + m->n_zre[1]);
 }
 
 int model_reserve_act(Model *m) {
     free(m->act); free(m->zre[0]); free(m->zre[1]);
     m->act = calloc(m->n_act, sizeof(float));
-    m->zre[0] = m->n_zre ? calloc(m->n_zre, sizeof(float)) : NULL;
-    m->zre[1] = m->n_zre ? calloc(m->n_zre, sizeof(float)) : NULL;
-    return !m->act || (m->n_zre && (!m->zre[0] || !m->zre[1])) ? -1 : 0;
+    for (int k = 0; k < 2; k++) m->zre[k] = m->n_zre[k] ? calloc(m->n_zre[k], sizeof(float)) : NULL;
+    return !m->act || (m->n_zre[0] && !m->zre[0]) || (m->n_zre[1] && !m->zre[1]) ? -1 : 0;
 }
 
 double model_flops(const Model *m, int imgsz) {

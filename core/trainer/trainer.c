@@ -49,11 +49,11 @@ static void cpu_print_plan(const Model *m, double need, MemBudget have) {
             if (u->w < 0 || u->bn_w < 0 || (m->nodes[i].op != OP_CONV && m->nodes[i].op != OP_REPCONV)) continue;
             units++, again += u->z_recompute > 0;
         }
-    double g = 1e9, f = sizeof(float);
+    double g = 1e9, f = sizeof(float), temps = m->n_stats + m->n_ws + 2.0 * m->n_tmp + m->n_zre[0] + m->n_zre[1];
     printf("CPU memory plan: weights and gradients %.2f GB, activations %.2f GB (+ their gradients %.2f GB, "
            "temporaries %.2f GB), the rest (optimizer, EMA, input, stacks) %.2f GB; total %.2f GB of %.1f GB available",
            2 * f * m->n_state / g, f * m->n_act / g, f * m->n_dact / g,
-           f * (m->n_stats + m->n_ws + 2.0 * m->n_tmp + 2.0 * m->n_zre) / g, (need - model_host_bytes(m)) / g, need / g,
+           f * temps / g, (need - model_host_bytes(m)) / g, need / g,
            have.bytes / g);
     if (again) printf("; %d of %d pre-BN maps recomputed in the backward instead of stored (+%.0f%% multiply-adds a "
                       "step, the same results)", again, units, 100 * model_recompute_share(m));
