@@ -150,7 +150,8 @@ static int z_units(Model *m, ZUnit *out) {
             ConvUnit *u = k ? &nd->cv2 : &nd->cv;
             if (u->w < 0 || u->bn_w < 0) continue;
             const ConvDims *d = &u->d;
-            out[n++] = (ZUnit){ u, (double)d->C / d->groups * d->R * d->S, room((size_t)m->max_n * d->P * d->Q * d->K, 0) };
+            size_t floats = room((size_t)m->max_n * d->P * d->Q * d->K, 0);
+            out[n++] = (ZUnit){ u, (double)d->C / d->groups * d->R * d->S, floats };
         }
     }
     return n;

@@ -890,7 +890,8 @@ int model_count_tensors(const Model *m) {
 }
 
 size_t model_host_bytes(const Model *m) {
-    return sizeof(float) * (2 * m->n_state + m->n_act + m->n_dact + m->n_stats + m->n_ws + 2 * m->n_tmp + m->n_zre[0] + m->n_zre[1]);
+    return sizeof(float) * (2 * m->n_state + m->n_act + m->n_dact + m->n_stats + m->n_ws + 2 * m->n_tmp + m->n_zre[0] +
+                            m->n_zre[1]);
 }
 
 int model_reserve_act(Model *m) {

@@ -41,6 +41,7 @@ static int to_gpu(Trainer *t, const Config *cfg, int id, Err *err) {
     return 0;
 }
 
+// The CPU's plan as the GPU's is printed (gpu/model_gpu.c): the arenas, the rest, and what is recomputed.
 static void cpu_print_plan(const Model *m, double need, MemBudget have) {
     int units = 0, again = 0;
     for (int i = 0; i < m->n_nodes; i++)
@@ -52,9 +53,8 @@ static void cpu_print_plan(const Model *m, double need, MemBudget have) {
     double g = 1e9, f = sizeof(float), temps = m->n_stats + m->n_ws + 2.0 * m->n_tmp + m->n_zre[0] + m->n_zre[1];
     printf("CPU memory plan: weights and gradients %.2f GB, activations %.2f GB (+ their gradients %.2f GB, "
            "temporaries %.2f GB), the rest (optimizer, EMA, input, stacks) %.2f GB; total %.2f GB of %.1f GB available",
-           2 * f * m->n_state / g, f * m->n_act / g, f * m->n_dact / g,
-           f * temps / g, (need - model_host_bytes(m)) / g, need / g,
-           have.bytes / g);
+           2 * f * m->n_state / g, f * m->n_act / g, f * m->n_dact / g, f * temps / g, (need - model_host_bytes(m)) / g,
+           need / g, have.bytes / g);
     if (again) printf("; %d of %d pre-BN maps recomputed in the backward instead of stored (+%.0f%% multiply-adds a "
                       "step, the same results)", again, units, 100 * model_recompute_share(m));
     printf("\n");
@@ -66,7 +66,7 @@ static void cpu_print_plan(const Model *m, double need, MemBudget have) {
 // fit); where it does not fit, the pre-BN maps that cost least to recompute are recomputed by the backward
 // instead of stored (core/spec/act_plan.c: the same bits, more time), as few as fit. Says the plan.
 static int cpu_plan(Model *m, const Family *fam, const Config *cfg, int plan, int master, Err *err) {
-    double states = fam->host_states;        // YOLO26: two optimizer states (MuSGD s, m; AdamW m, v)
+    double states = fam->host_states;                  // YOLO26: two optimizer states (MuSGD s, m; AdamW m, v)
     if (m->opt_block && states < 4) states = 4;        // gelan's Adam: EMA, receive, m, v
     double stacks = (cfg->workers + 4.0) * (8 << 20);  // loader and BLAS threads' stacks (address space)
     double other = stacks + sizeof(float) * (states * m->n_state + (double)cfg->batch * plan * plan * 3);
