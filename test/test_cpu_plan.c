@@ -187,6 +187,18 @@ static void test_quick_recipe_trains(void) {
           "cfg/t.ini: exit %d, the speed line does not name the quick recipe:\n%s", rc, out);
 }
 
+// data=synth-small names the small-image set for check (and val) as for training: 512 train and 64 val images.
+static void test_small_set_checks(void) {
+    char cmd[8192], out[16384];
+    const char *tmp = test_tmpdir("cpu-check");
+    if (access("./yolotrain", X_OK)) SKIP("./yolotrain is not built");
+    snprintf(cmd, sizeof cmd, "./yolotrain check data=synth-small project=%s", tmp);
+    int rc = test_shell(cmd, out, sizeof out);
+    const char *val = strstr(out, "== val");
+    CHECK(rc == 0 && strstr(out, "images: 512 (of 512 found)") && val && strstr(val, "images: 64 (of 64 found)"),
+          "check data=synth-small: exit %d:\n%s", rc, out);
+}
+
 // cfg/quick.ini is the run test_learn_map holds to mAP50 >= 0.30: its settings and set are the test's overrides.
 static void test_quick_recipe_is_the_learning_test(void) {
     static Config cfg;
@@ -207,5 +219,6 @@ int main(void) {
     RUN(test_trainer_plans);
     RUN(test_quick_recipe_is_the_learning_test);
     RUN(test_quick_recipe_trains);
+    RUN(test_small_set_checks);
     return test_summary();
 }
