@@ -4,7 +4,7 @@
 // depthwise convs and attention); the plan recomputes the cheapest first and only as many as the budget asks; and
 // the trainer plans so on its own when the memory is short (YT_MEM_AVAILABLE_MB), says so at start, and refuses
 // with what to change when even that does not fit. The quick recipe's config trains, and a CPU run says its speed
-// and time after its second step.
+// and time after its second step. And the Makefile compiles on every core by default.
 #include "test/test.h"
 
 #include "cfg/config.h"
@@ -199,6 +199,21 @@ static void test_small_set_checks(void) {
           "check data=synth-small: exit %d:\n%s", rc, out);
 }
 
+// The Makefile compiles on every core when no -j is given (the CUDA build file by file took minutes), and keeps a -j
+// that is. make -p -q only prints its database: nothing is built. A parent make's flags are left out.
+static void test_make_uses_every_core(void) {
+    char out[16384], want[32];
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (access("Makefile", R_OK) || system("command -v make >/dev/null 2>&1")) SKIP("no Makefile or make here");
+    test_shell("env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -p -q NVCC= yolotrain 2>/dev/null | grep '^MAKEFLAGS'", out,
+               sizeof out);
+    snprintf(want, sizeof want, "-j%ld", cores);
+    CHECK(strstr(out, want) != NULL, "plain make: MAKEFLAGS without %s: %s", want, out);
+    test_shell("env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -j1 -p -q NVCC= yolotrain 2>/dev/null | grep '^MAKEFLAGS'",
+               out, sizeof out);
+    CHECK(strstr(out, "-j1") != NULL && (cores == 1 || !strstr(out, want)), "make -j1: %s", out);
+}
+
 // cfg/quick.ini is the run test_learn_map holds to mAP50 >= 0.30: its settings and set are the test's overrides.
 static void test_quick_recipe_is_the_learning_test(void) {
     static Config cfg;
@@ -220,5 +235,6 @@ int main(void) {
     RUN(test_quick_recipe_is_the_learning_test);
     RUN(test_quick_recipe_trains);
     RUN(test_small_set_checks);
+    RUN(test_make_uses_every_core);
     return test_summary();
 }
