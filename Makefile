@@ -2,6 +2,12 @@
 # `make NVCC=` forces CPU-only, `make STATIC=1` links third-party libraries statically,
 # `make test` builds and runs every test, `make deps` installs the build dependencies.
 
+# Every core by default: a make without -j (or MAKEFLAGS=-jN) compiles one file at a time, minutes for the
+# CUDA build. `make -j1` still builds serially.
+ifeq ($(filter -j%,$(MAKEFLAGS)),)
+  MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1)
+endif
+
 CC      ?= gcc
 NVCC    ?= $(shell command -v nvcc 2>/dev/null)
 CFLAGS  ?= -O2 -g

@@ -48,7 +48,7 @@ const Key cfg_keys[] = {
          "DFL bins of the head (16: DDetect; 1: YOLO26's Detect)"),
 
     STR ("train", "data",         data,         NULL, "",
-         "data.yaml of the dataset (a split: image folder, .txt list, COCO .json or VOC root); empty: the built-in synthetic set"),
+         "data.yaml of the dataset (a split: image folder, .txt list, COCO .json or VOC root); empty: the built-in synthetic set; synth-small: its small-image set"),
     STR ("train", "hyp",          hyp_file,     NULL, "",
          "a hyp.scratch-high.yaml style file loaded over [hyp]"),
     STR ("train", "weights",      weights,      NULL, "",

@@ -140,9 +140,10 @@ static int check_picture_path(const Config *cfg, char *path, size_t n, Err *err)
 static int cmd_check(int argc, char **argv, Config *cfg) {
     if (load(argc, argv, cfg)) return 2;
     Err err;
-    if (!cfg->data[0] && !cfg->n_data_kv) {         // the built-in dataset, as training would use it
-        if (synth_ensure(SYNTH_DIR, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return 1; }
-        snprintf(cfg->data, sizeof cfg->data, "%s/data.yaml", SYNTH_DIR);
+    const char *synth = cfg->n_data_kv ? NULL : synth_builtin_dir(cfg->data);
+    if (synth) {                                     // the built-in dataset, as training would use it
+        if (synth_ensure(synth, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return 1; }
+        snprintf(cfg->data, sizeof cfg->data, "%s/data.yaml", synth);
     }
     eval_outdir_keys(cfg);
     if (check_run(cfg, stdout, check_picture_path, &err)) { fprintf(stderr, "yolotrain check: %s\n", err.msg); return 2; }

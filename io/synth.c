@@ -39,6 +39,17 @@ SynthConfig synth_defaults(void) {
     return c;
 }
 
+SynthConfig synth_small(void) {
+    SynthConfig c = synth_defaults();
+    c.n_train = 512, c.n_val = 64, c.min_side = 128, c.max_side = 160;
+    c.max_objects = 4, c.min_diameter = 20;
+    return c;
+}
+
+const char *synth_builtin_dir(const char *data) {
+    return !data[0] ? SYNTH_DIR : !strcmp(data, SYNTH_SMALL_NAME) ? SYNTH_SMALL_DIR : NULL;
+}
+
 // ---- geometry ----
 
 static void shape_outline(Shape *s) {
@@ -452,6 +463,6 @@ int synth_ensure(const char *dir, Err *err) {
     char marker[PATH_MAX];
     snprintf(marker, sizeof marker, "%s/" MARKER, dir);
     if (access(marker, F_OK) == 0) return 0;
-    SynthConfig c = synth_defaults();
+    SynthConfig c = strcmp(dir, SYNTH_SMALL_DIR) ? synth_defaults() : synth_small();
     return synth_generate(dir, &c, err);
 }

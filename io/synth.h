@@ -6,6 +6,8 @@
 #include "io/image.h"
 
 #define SYNTH_DIR         "data/synth"         // default folder, relative to the working directory
+#define SYNTH_SMALL_NAME  "synth-small"        // data= naming the small-image set ...
+#define SYNTH_SMALL_DIR   "data/synth-small"   // ... made here
 #define SYNTH_NC          6
 #define SYNTH_MAX_OBJECTS 8                    // at most placed per image (some may be dropped as hidden)
 
@@ -26,6 +28,12 @@ typedef struct {
 typedef struct { int cls; uint8_t rgb[3]; int x1, y1, x2, y2; } SynthObject;
 
 SynthConfig synth_defaults(void);
+// The small-image set (data=synth-small: cfg/quick.ini, test_learn_map): 512 train and 64 val images of 128-160 px,
+// up to 4 shapes of 20 px and up, so that at imgsz 96 the smallest are still 12 px.
+SynthConfig synth_small(void);
+// The folder of the built-in set data= names: "" the default set (SYNTH_DIR), "synth-small" the small one
+// (SYNTH_SMALL_DIR); NULL for any other value (a data.yaml).
+const char *synth_builtin_dir(const char *data);
 // Render image `index` of split 0 (train) or 1 (val) in memory, before JPEG encoding: *out gets a new
 // image (image_free it), obj[] its labelled objects in label-file order; returns their count.
 int synth_render(const SynthConfig *c, int split, int index, Image *out,
@@ -34,5 +42,6 @@ int synth_render(const SynthConfig *c, int split, int index, Image *out,
 // data.yaml and a completion marker written last. Our own numbered files beyond the new counts
 // are removed. Returns 0, or -1 with err naming the path that could not be written.
 int synth_generate(const char *dir, const SynthConfig *c, Err *err);
-// Generate with synth_defaults() unless dir already holds a completed dataset. Returns 0 or -1.
+// Generate a built-in set's folder (synth_small() for SYNTH_SMALL_DIR, else synth_defaults()) unless it already
+// holds a completed dataset. Returns 0 or -1.
 int synth_ensure(const char *dir, Err *err);

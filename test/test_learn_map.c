@@ -25,14 +25,9 @@ static const char *const overrides[] = {
 };
 enum { N_OVERRIDES = sizeof overrides / sizeof overrides[0] };
 
-// The built-in generator sized for 96 px: images of 128-160 px (scaled by 0.6-0.75) hold up to
-// 4 shapes of 20 px and up, so the smallest are still 12 px at the model's input.
-static SynthConfig learn_set(void) {
-    SynthConfig c = synth_defaults();
-    c.n_train = 512, c.n_val = 64, c.min_side = 128, c.max_side = 160;
-    c.max_objects = 4, c.min_diameter = 20;
-    return c;
-}
+// The built-in generator sized for 96 px (data=synth-small, cfg/quick.ini's set): images of 128-160 px (scaled by
+// 0.6-0.75) hold up to 4 shapes of 20 px and up, so the smallest are still 12 px at the model's input.
+static SynthConfig learn_set(void) { return synth_small(); }
 
 // metrics/mAP_0.5 (column 7) of every row of results.csv into map[]; returns the row count.
 static int read_map50(const char *csv, double *map, int max) {

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "core/base/switches.h"
+
 static unsigned long long read_number(const char *path) {   // 0 when absent or "max"
     FILE *f = fopen(path, "r");
     unsigned long long v = 0;
@@ -48,8 +50,16 @@ static size_t address_room(size_t reserved) {
     return r.rlim_cur > used ? (size_t)(r.rlim_cur - used) : 1;
 }
 
+// MemAvailable, or what YT_MEM_AVAILABLE_MB stands in for it (tests of the CPU's memory plan)
+static size_t available(void) {
+    const char *fake = switch_str(SW_MEM_AVAILABLE_MB);
+    char *end;
+    double mb = fake ? strtod(fake, &end) : 0;
+    return fake && end != fake && mb > 0 ? (size_t)(mb * 1e6) : mem_available_bytes();
+}
+
 MemBudget mem_budget(size_t reserved) {
-    MemBudget b = { mem_available_bytes(), "available memory (MemAvailable)" };
+    MemBudget b = { available(), "available memory (MemAvailable)" };
     size_t cg = cgroup_room(), as = address_room(reserved);
     if (cg && (!b.bytes || cg < b.bytes)) b = (MemBudget){ cg, "the cgroup's memory limit less its usage" };
     if (as && (!b.bytes || as < b.bytes)) b = (MemBudget){ as, "the address-space limit (ulimit -v) less what is mapped" };

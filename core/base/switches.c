@@ -68,6 +68,8 @@ static const SwitchInfo table[] = {
         "1: device=0,0 gives two devices on one GPU (cfg/devices.c)", "test_gpu_multi" },
     [SW_ONNX_RUNTIME] = { "YT_ONNX_RUNTIME", SWITCH_TEST_HOOK, "numpy, test_onnx runs the exports with its own evaluator",
         "ort: with onnxruntime", "test_onnx" },
+    [SW_MEM_AVAILABLE_MB] = { "YT_MEM_AVAILABLE_MB", SWITCH_TEST_HOOK, "/proc/meminfo's MemAvailable",
+        "N: N MB stand in for the available memory a CPU run plans for (core/base/memlimit.c)", "test_cpu_plan" },
 
     [SW_FONT] = { "YT_FONT", SWITCH_USER, "fontconfig, then the usual font paths",
         "FILE: that font first; none: the built-in 5x7 font (io/text.c)", "test_plot" },

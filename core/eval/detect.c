@@ -224,7 +224,7 @@ static int weights_nc(const char *path, int *nc, Err *err) {
 // nc names: the dataset's (when configured), the synthetic dataset's (nc 6), or class0.. .
 static char **class_names(const Config *cfg, int nc, Err *err) {
     char **names = xcalloc(nc, sizeof *names);
-    if (cfg->data[0] || cfg->n_data_kv) {
+    if ((cfg->data[0] && !synth_builtin_dir(cfg->data)) || cfg->n_data_kv) {   // synth-small: the shapes' names
         DataSpec spec;
         if (dataspec_read(NULL, cfg, &spec, err)) { free(names); return NULL; }
         int ok = spec.nc == nc;

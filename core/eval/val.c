@@ -694,9 +694,10 @@ int val_evaluate(Model *m, const Dataset *ds, const ValOptions *o, ValResult *r,
 
 // The val split of cfg's dataset (the built-in one when none is configured, as train.c picks it).
 static int open_val_data(Config *cfg, Dataset *ds, Err *err) {
-    if (!cfg->data[0] && !cfg->n_data_kv) {
-        if (synth_ensure(SYNTH_DIR, err)) return -1;
-        snprintf(cfg->data, sizeof cfg->data, "%s/data.yaml", SYNTH_DIR);
+    const char *synth = cfg->n_data_kv ? NULL : synth_builtin_dir(cfg->data);
+    if (synth) {
+        if (synth_ensure(synth, err)) return -1;
+        snprintf(cfg->data, sizeof cfg->data, "%s/data.yaml", synth);
     }
     DatasetOptions opt = { .strict = cfg->strict, .report = stderr, .single_cls = cfg->single_cls };   // val.py too
     if (dataset_open(NULL, cfg, cfg->val_split[0] ? cfg->val_split : "val", &opt, ds, err)) return -1;

@@ -77,7 +77,7 @@ static size_t layout(Model *m, int assign) {
         Node *nd = &m->nodes[i];
         for (int k = 0; k < 2; k++) {
             ConvUnit *u = k ? &nd->cv2 : &nd->cv;
-            if (u->w < 0 || u->bn_w < 0 || (nd->op != OP_CONV && nd->op != OP_REPCONV)) continue;
+            if (u->w < 0 || u->bn_w < 0 || (nd->op != OP_CONV && nd->op != OP_REPCONV) || u->z_recompute) continue;
             if (assign) u->z = end;
             end += room((size_t)m->max_n * u->d.P * u->d.Q * u->d.K, u->z_bf16);
         }
@@ -128,4 +128,68 @@ size_t model_act_floats(const Model *m, int bf16) {
     size_t n = at_planned_size(&copy, 0);
     free(copy.values); free(copy.nodes); free(copy.vh); free(copy.vw);
     return n;
+}
+
+// ---- the CPU's plan: recompute z instead of storing it ---------------------------------------------
+
+typedef struct { ConvUnit *u; double cost; size_t floats; } ZUnit;   // multiply-adds per float of z; z's floats
+
+static int by_cost(const void *a, const void *b) {   // ties keep node order (the units sit in node order)
+    const ZUnit *x = a, *y = b;
+    if (x->cost != y->cost) return x->cost < y->cost ? -1 : 1;
+    return (x->u > y->u) - (x->u < y->u);
+}
+
+// The units with a stored z (a BN after the conv), with their cost and size at the planned size.
+static int z_units(Model *m, ZUnit *out) {
+    int n = 0;
+    for (int i = 0; i < m->n_nodes; i++) {
+        Node *nd = &m->nodes[i];
+        if (nd->op != OP_CONV && nd->op != OP_REPCONV) continue;
+        for (int k = 0; k < 2; k++) {
+            ConvUnit *u = k ? &nd->cv2 : &nd->cv;
+            if (u->w < 0 || u->bn_w < 0) continue;
+            const ConvDims *d = &u->d;
+            size_t floats = room((size_t)m->max_n * d->P * d->Q * d->K, 0);
+            out[n++] = (ZUnit){ u, (double)d->C / d->groups * d->R * d->S, floats };
+        }
+    }
+    return n;
+}
+
+int model_plan_recompute(Model *m, size_t max_floats) {
+    ZUnit *z = xmalloc(2 * (size_t)m->n_nodes * sizeof *z + 1);
+    int n = z_units(m, z), chosen = 0;
+    for (int k = 0; k < n; k++) z[k].u->z_recompute = 0;
+    size_t act = at_planned_size(m, 0);
+    qsort(z, n, sizeof *z, by_cost);
+    m->n_zre[0] = m->n_zre[1] = 0;
+    for (int k = 0; k < n && act + m->n_zre[0] + m->n_zre[1] > max_floats; k++, chosen++) {
+        ConvUnit *u = z[k].u;
+        int second = 0;                             // a RepConv's 1x1 branch: its z is needed beside the 3x3's
+        for (int i = 0; i < m->n_nodes; i++) second |= u == &m->nodes[i].cv2;
+        u->z_recompute = second ? 2 : 1;
+        act -= z[k].floats;
+        if (z[k].floats > m->n_zre[second]) m->n_zre[second] = z[k].floats;   // each buffer: its largest z
+    }
+    free(z);
+    m->n_act = at_planned_size(m, 1);
+    return chosen;
+}
+
+double model_recompute_share(const Model *m) {
+    double all = 0, again = 0;
+    for (int i = 0; i < m->n_nodes; i++) {
+        const Node *nd = &m->nodes[i];
+        if (nd->op != OP_CONV && nd->op != OP_REPCONV) continue;
+        for (int k = 0; k < 2; k++) {
+            const ConvUnit *u = k ? &nd->cv2 : &nd->cv;
+            if (u->w < 0) continue;
+            const ConvDims *d = &u->d;
+            double macs = (double)d->P * d->Q * d->K * d->C / d->groups * d->R * d->S;
+            all += 3 * macs;                         // forward, data and weight gradients
+            if (u->z_recompute) again += macs;
+        }
+    }
+    return all > 0 ? again / all : 0;
 }

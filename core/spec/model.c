@@ -863,6 +863,7 @@ void model_free(Model *m) {
     if (!m->on_device) {
         free(m->state); free(m->grad);
         free(m->act); free(m->dact); free(m->stats); free(m->ws); free(m->tmp_a); free(m->tmp_b);
+        free(m->zre[0]); free(m->zre[1]);
     }
     free(m->params); free(m->values); free(m->nodes); free(m->layers); free(m->vh); free(m->vw);
     model_free_grad_plan(m);
@@ -889,7 +890,15 @@ int model_count_tensors(const Model *m) {
 }
 
 size_t model_host_bytes(const Model *m) {
-    return sizeof(float) * (2 * m->n_state + m->n_act + m->n_dact + m->n_stats + m->n_ws + 2 * m->n_tmp);
+    return sizeof(float) * (2 * m->n_state + m->n_act + m->n_dact + m->n_stats + m->n_ws + 2 * m->n_tmp + m->n_zre[0] +
+                            m->n_zre[1]);
+}
+
+int model_reserve_act(Model *m) {
+    free(m->act); free(m->zre[0]); free(m->zre[1]);
+    m->act = calloc(m->n_act, sizeof(float));
+    for (int k = 0; k < 2; k++) m->zre[k] = m->n_zre[k] ? calloc(m->n_zre[k], sizeof(float)) : NULL;
+    return !m->act || (m->n_zre[0] && !m->zre[0]) || (m->n_zre[1] && !m->zre[1]) ? -1 : 0;
 }
 
 double model_flops(const Model *m, int imgsz) {

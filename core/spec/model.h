@@ -72,6 +72,8 @@ typedef struct {        // one conv + optional BN; parameter indices into Model.
     size_t z;            // offset of the pre-BN output (kept for backward) in the activation arena
     size_t stats;        // offset of 2*K floats (batch mean, invstd) in the stats arena
     int z_bf16;          // z stored as bfloat16 (core/spec/act_plan.c)
+    int z_recompute;     // 0: z stored at z; 1, 2: not stored: the forward writes it into Model.zre[z_recompute - 1]
+                         // and the backward computes it there again (core/spec/act_plan.c model_plan_recompute)
     int bn_frozen;       // BN in evaluation mode in training too (a frozen YOLO26 layer: freeze_apply)
 } ConvUnit;
 
@@ -142,6 +144,8 @@ typedef struct Model {
     // activations: arenas sized for (max_n, imgsz), in the backend's memory like state and grad
     float     *act, *dact, *stats, *ws, *tmp_a, *tmp_b;
     size_t     n_act, n_stats, n_ws, n_tmp;   // tmp: two maps the size of the largest conv output
+    float     *zre[2];             // where the units that recompute z keep it (n_zre[k] floats; 0: none does): [1]
+    size_t     n_zre[2];           // for a RepConv's 1x1 branch (needed beside its 3x3 branch's), [0] for the rest
     // activation gradients (core/spec/grad_plan.c): an owned value's gradient sits at grad_offset[v] in
     // dact (n_dact floats), shared with gradients never live at the same time; the buffers whose
     // life starts at backward time T (node n_nodes-1-T; T = -1: the loss) are zero_list[zero_first[T+1]
@@ -192,6 +196,8 @@ size_t model_count_params(const Model *m);     // as PyTorch counts: trainable +
 int    model_count_tensors(const Model *m);    // the state dict's entries: parameters, BN buffers and
                                                // each BN's num_batches_tracked
 size_t model_host_bytes(const Model *m);       // the arenas model_build reserves (touched when run on the CPU)
+int    model_reserve_act(Model *m);            // the host activation arena and zre again, for n_act and n_zre
+                                               // (after model_plan_recompute); -1 when they cannot be reserved
 double model_flops(const Model *m, int imgsz); // 2 x MACs for one image of imgsz x imgsz
 void model_print_info(const Model *m, const Config *cfg, FILE *f);
 
@@ -209,6 +215,14 @@ int  model_check_finite(const Model *m, const float *v, size_t n, const char *pa
 // is the layout model_build made (everything fp32). model_act_floats: n_act that layout would need.
 void   model_plan_storage(Model *m, int bf16);
 size_t model_act_floats(const Model *m, int bf16);
+// The CPU's plan (its maps stay fp32: it is the reference). When n_act + n_zre[0] + n_zre[1] would pass
+// max_floats, the pre-BN maps z of conv units are recomputed by the backward (one more convolution forward each,
+// the same bits) instead of stored, the cheapest first (fewest multiply-adds per float of z: C/groups x R x S),
+// until the arena fits or every z is recomputed. Sets the units' z_recompute, n_act (with the offsets) and n_zre;
+// returns how many units recompute. The caller reserves the arenas again (model_reserve_act).
+int    model_plan_recompute(Model *m, size_t max_floats);
+// The fraction of a training step's multiply-adds the recomputation adds (0: none planned).
+double model_recompute_share(const Model *m);
 
 // Set the input size (h, w multiples of 32, at most imgsz) and propagate every value's size.
 void model_set_size(Model *m, int h, int w);

@@ -47,9 +47,9 @@ static ConvDims unit_dims(const Model *m, const ConvUnit *u, int in, int n) {
     return conv_dims(n, u->d.C, m->vh[in], m->vw[in], u->d.K, u->d.R, u->d.stride, u->d.pad, u->d.groups);
 }
 
-// z (pre-BN conv output) of a unit, contiguous (N,P,Q,K)
+// z (pre-BN conv output) of a unit, contiguous (N,P,Q,K): stored, or in its recompute buffer
 static Map unit_z(const Model *m, const ConvUnit *u, const ConvDims *d) {
-    Map z = map_make(m->act + u->z, d->N, d->P, d->Q, d->K);
+    Map z = map_make(u->z_recompute ? m->zre[u->z_recompute - 1] : m->act + u->z, d->N, d->P, d->Q, d->K);
     z.bf16 = u->z_bf16;
     return z;
 }
@@ -398,6 +398,13 @@ static Map act_grad(Model *m, const Node *nd, Map dy, int n) {
     return u;
 }
 
+// A unit whose z the plan does not store (model_plan_recompute): the forward's convolution again, the same bits.
+static void z_again(Model *m, const ConvUnit *cu, int in, int n) {
+    if (!cu->z_recompute) return;
+    ConvDims d = unit_dims(m, cu, in, n);
+    unit_conv(m, cu, &d, model_value(m, in, n), NULL, unit_z(m, cu, &d));
+}
+
 static void node_backward(Model *m, const Node *nd, int n) {
     const Backend *be = m->be;
     void *ctx = m->be_ctx;
@@ -414,6 +421,8 @@ static void node_backward(Model *m, const Node *nd, int n) {
     {
         switch (nd->op) {
         case OP_CONV: case OP_REPCONV: {
+            z_again(m, &nd->cv, nd->in, n);
+            if (nd->op == OP_REPCONV) z_again(m, &nd->cv2, nd->in, n);
             if (!nd->act) { unit_backward(m, &nd->cv, nd->in, dy, n, fresh & FRESH_IN); break; }
             if (nd->op == OP_CONV && nd->cv.bn_w >= 0 && !unit_is_dw(&nd->cv) && !nd->cv.bn_frozen &&
                 m->be->unit.conv_bn_silu_backward) {

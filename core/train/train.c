@@ -161,6 +161,28 @@ static void progress(const Config *cfg, const Trainer *t, EpochLine *e, const Ru
     fflush(stdout);
 }
 
+// A duration as people say it: seconds, minutes or hours
+static void duration_text(double s, char *out, size_t size) {
+    if (s < 90) snprintf(out, size, "%.0f s", s);
+    else if (s < 90 * 60) snprintf(out, size, "%.0f min", s / 60);
+    else snprintf(out, size, "%.1f hours", s / 3600);
+}
+
+// On the CPU, once, after the run's second step (the first warms OpenBLAS and the arenas up): the speed that
+// step measured and what the rest of the run will take at it, with the recipe that shows a model learning in
+// minutes. `left`: the training images still to go in the run.
+static void say_cpu_cost(const Config *cfg, double images_per_s, double left, int nb, int batch) {
+    char epoch[32], run[32];
+    duration_text(nb * (double)batch / images_per_s, epoch, sizeof epoch);
+    duration_text(left / images_per_s, run, sizeof run);
+    const char *base = strrchr(cfg->file, '/') ? strrchr(cfg->file, '/') + 1 : cfg->file;
+    printf("%sCPU: %.1f images/s: an epoch takes about %s, the rest of the run's %d epochs about %s plus validation%s\n",
+           isatty(STDOUT_FILENO) ? "\n" : "", images_per_s, epoch, cfg->epochs, run,
+           strcmp(base, "quick.ini") ? "; for a model that learns in minutes on a CPU: ./yolotrain cfg/quick.ini "
+           "(README.md, Quick recipe)" : "");
+    fflush(stdout);
+}
+
 static int count_shapes(const ValPlan *p) {
     int n = 0;
     for (int b = 0; b < p->n_batches; b++) {
@@ -172,12 +194,15 @@ static int count_shapes(const ValPlan *p) {
 }
 
 static int open_data(Config *cfg, Dataset *ds, Err *err) {
-    if (!cfg->data[0] && !cfg->n_data_kv) {
-        int bad = procs_writer() && synth_ensure(SYNTH_DIR, err);   // several processes: rank 0 makes it
+    const char *synth = cfg->n_data_kv ? NULL : synth_builtin_dir(cfg->data);
+    if (synth) {
+        int bad = procs_writer() && synth_ensure(synth, err);   // several processes: rank 0 makes it
         if (procs_active() && procs_any(bad) && !bad) return err_set(err, "rank 0 could not make the synthetic dataset");
         if (bad) return -1;
-        snprintf(cfg->data, sizeof cfg->data, "%s/data.yaml", SYNTH_DIR);
-        printf("data: the built-in synthetic dataset (%s; `yolotrain synth` regenerates it)\n", cfg->data);
+        int small = strcmp(synth, SYNTH_DIR) != 0;
+        snprintf(cfg->data, sizeof cfg->data, "%s/data.yaml", synth);
+        printf("data: the built-in synthetic dataset%s (%s; %s)\n", small ? "'s small-image set" : "", cfg->data,
+               small ? "remove the folder to remake it" : "`yolotrain synth` regenerates it");
     }
     DatasetOptions opt = { .strict = cfg->strict, .min_items = cfg->min_items, .report = stderr,
                            .single_cls = cfg->single_cls, .fraction = cfg->fraction };
@@ -577,6 +602,7 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
     if (t->m.on_device && be->dev.host_pin) loader_pin_buffers(ld, &(LoaderPinning){ be->dev.host_pin, be->dev.host_unpin, NULL });   // async uploads
     printf("%11s%11s%11s%11s%11s%11s%11s\n", "Epoch", "mem", "box_loss", "cls_loss", "dfl_loss", "Instances", "Size");
     int steps = 0, halt = 0;                        // halt: the processes' agreed stop (stop_agree)
+    double t_step1 = 0;                             // when the run's first step ended (say_cpu_cost)
     for (int epoch = rs->start.epoch; epoch < cfg->epochs && !stopping(halt); epoch++) {
         int mosaic_on = epoch_mosaic_on(epoch, cfg->epochs, cfg->close_mosaic);   // the first closed epoch says so
         if (!mosaic_on && (epoch == rs->start.epoch || epoch_mosaic_on(epoch - 1, cfg->epochs, cfg->close_mosaic)))
@@ -627,7 +653,13 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
             }
             r.box += lo.box; r.cls += lo.cls; r.dfl += lo.dfl; r.n++;
             line.images += b->n; line.inst = b->nt;
+            int b_n = b->n;
             loader_release(ld, b);                     // the step has waited for its copies on the GPU
+            if (steps == 1) t_step1 = now_seconds();
+            if (steps == 2 && !t->m.on_device && procs_writer()) {
+                double left = ((double)(cfg->epochs - epoch) * nb - (i + 1)) * cfg->batch;
+                say_cpu_cost(cfg, b_n / (now_seconds() - t_step1), left, nb, cfg->batch);
+            }
             progress(cfg, t, &line, &r, i + 1, 0);
             if (rs->stop_after > 0 && steps == rs->stop_after) stop_requested = -1;
             halt = stop_agree();                       // several processes: all at once

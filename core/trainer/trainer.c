@@ -41,6 +41,55 @@ static int to_gpu(Trainer *t, const Config *cfg, int id, Err *err) {
     return 0;
 }
 
+// The CPU's plan as the GPU's is printed (gpu/model_gpu.c): the arenas, the rest, and what is recomputed.
+static void cpu_print_plan(const Model *m, double need, MemBudget have) {
+    int units = 0, again = 0;
+    for (int i = 0; i < m->n_nodes; i++)
+        for (int k = 0; k < 2; k++) {
+            const ConvUnit *u = k ? &m->nodes[i].cv2 : &m->nodes[i].cv;
+            if (u->w < 0 || u->bn_w < 0 || (m->nodes[i].op != OP_CONV && m->nodes[i].op != OP_REPCONV)) continue;
+            units++, again += u->z_recompute > 0;
+        }
+    double g = 1e9, f = sizeof(float), temps = m->n_stats + m->n_ws + 2.0 * m->n_tmp + m->n_zre[0] + m->n_zre[1];
+    printf("CPU memory plan: weights and gradients %.2f GB, activations %.2f GB (+ their gradients %.2f GB, "
+           "temporaries %.2f GB), the rest (optimizer, EMA, input, stacks) %.2f GB; total %.2f GB of %.1f GB available",
+           2 * f * m->n_state / g, f * m->n_act / g, f * m->n_dact / g, f * temps / g, (need - model_host_bytes(m)) / g,
+           need / g, have.bytes / g);
+    if (again) printf("; %d of %d pre-BN maps recomputed in the backward instead of stored (+%.0f%% multiply-adds a "
+                      "step, the same results)", again, units, 100 * model_recompute_share(m));
+    printf("\n");
+}
+
+// The CPU's memory plan, as a GPU's: the arenas are reserved but not yet touched, so refuse now rather than be
+// killed mid-epoch. The run's need (arenas, optimizer states, the input batch, thread stacks) against the least of
+// MemAvailable, the cgroup limit and ulimit -v (OpenBLAS's buffers taken first: it would spin where they do not
+// fit); where it does not fit, the pre-BN maps that cost least to recompute are recomputed by the backward
+// instead of stored (core/spec/act_plan.c: the same bits, more time), as few as fit. Says the plan.
+static int cpu_plan(Model *m, const Family *fam, const Config *cfg, int plan, int master, Err *err) {
+    double states = fam->host_states;                  // YOLO26: two optimizer states (MuSGD s, m; AdamW m, v)
+    if (m->opt_block && states < 4) states = 4;        // gelan's Adam: EMA, receive, m, v
+    double stacks = (cfg->workers + 4.0) * (8 << 20);  // loader and BLAS threads' stacks (address space)
+    double other = stacks + sizeof(float) * (states * m->n_state + (double)cfg->batch * plan * plan * 3);
+    MemBudget have = mem_budget(model_host_bytes(m));   // the arenas are mapped, not yet touched
+    double room = 0.9 * have.bytes, all_stored = model_host_bytes(m) + other;
+    if (have.bytes > 0 && all_stored > room) {
+        double fixed = model_host_bytes(m) - sizeof(float) * (double)m->n_act;   // all but the activations
+        double fit = (room - other - fixed) / sizeof(float);
+        model_plan_recompute(m, fit > 0 ? (size_t)fit : 0);
+        if (model_reserve_act(m))
+            return err_set(err, "training on the CPU at batch %d and imgsz %d: the activations (%.1f GB) cannot be "
+                           "reserved; lower batch or imgsz", m->max_n, cfg->imgsz, sizeof(float) * m->n_act / 1e9);
+    }
+    double need = model_host_bytes(m) + other;
+    if (have.bytes > 0 && need > room)
+        return err_set(err, "training on the CPU at batch %d and imgsz %d%s needs %.1f GB of memory (with every pre-BN "
+                       "map recomputed instead of stored), %.1f GB are available (%s); lower batch or imgsz "
+                       "(cfg/quick.ini is a quick CPU run), raise the limit, or train on a GPU", m->max_n, cfg->imgsz,
+                       plan > cfg->imgsz ? " (multi_scale: up to 1.5x)" : "", need / 1e9, have.bytes / 1e9, have.what);
+    if (master) cpu_print_plan(m, need, have);
+    return 0;
+}
+
 // The device's memory (the model's included; model_free does the host side).
 static void device_release(Trainer *t) {
     const Backend *be = t->m.be;
@@ -79,23 +128,7 @@ static int trainer_setup(Trainer *t, const Config *cfg, int gpu, int master, int
     }
     t->master = master;
     if (gpu < 0) {
-        // The arenas are reserved but not yet touched: refuse now rather than be killed mid-epoch.
-        // OpenBLAS's buffers first (it would spin where they do not fit), then the run's own need
-        // against the least of MemAvailable, the cgroup limit and ulimit -v.
-        if (blas_reserve(err)) { model_free(m); return -1; }
-        double states = t->fam->host_states;           // YOLO26: two optimizer states (MuSGD s, m; AdamW m, v)
-        if (m->opt_block && states < 4) states = 4;    // gelan's Adam: EMA, receive, m, v
-        double stacks = (cfg->workers + 4.0) * (8 << 20);   // loader and BLAS threads' stacks (address space)
-        double need = model_host_bytes(m) + stacks +
-                      sizeof(float) * (states * m->n_state + (double)cfg->batch * plan * plan * 3);
-        MemBudget have = mem_budget(model_host_bytes(m));   // the arenas are mapped, not yet touched
-        if (have.bytes > 0 && need > 0.9 * have.bytes) {
-            model_free(m);
-            return err_set(err, "training on the CPU at batch %d and imgsz %d%s needs %.1f GB of memory, %.1f GB are "
-                           "available (%s); lower batch or imgsz (cfg/t.ini is set up for CPU runs), raise the "
-                           "limit, or train on a GPU", micro, cfg->imgsz, plan > cfg->imgsz ? " (multi_scale: up to "
-                           "1.5x)" : "", need / 1e9, have.bytes / 1e9, have.what);
-        }
+        if (blas_reserve(err) || cpu_plan(m, t->fam, cfg, plan, master, err)) { model_free(m); return -1; }
         if (master) {
             t->ema = xmalloc(m->n_state * sizeof(float));
             memcpy(t->ema, m->state, m->n_state * sizeof(float));
