@@ -49,6 +49,43 @@ int augment_train_sample_into(const AugParams *p, const SampleSource *src, int i
                               AugScratch *scratch, Image *out, Box **boxes, int *n, Err *err);
 void augment_scratch_free(AugScratch *scratch);
 
+// ---- a training sample as draws and their application ----------------------------------------------
+// augment_train_sample is augment_draw (every random draw, in the reference's order, into a plain recipe)
+// then augment_apply (no randomness: the recipe and the source images give the bytes and boxes). The
+// recipe is what a device needs to make the sample from the decoded sources (issue 37).
+typedef struct {
+    int    idx[4];                    // sources: a mosaic's 4 tiles (quadrants 0..3), a letterbox's idx[0]
+    int    xc, yc;                    // mosaic centre on the 2s×2s canvas
+    double M[9], scale;               // random_perspective's forward matrix (row-major) and drawn scale
+} AugWarp;
+
+typedef struct {
+    int     s, w, h;                  // img_size; output width and height
+    int     mosaic, mixup;            // mixup (only inside mosaic): blend with a second mosaic, warp[1]
+    AugWarp warp[2];
+    double  mix_r;                    // mixup's ratio: out = trunc(a·r + b·(1 − r))
+    int     hsv;                      // 1: augment_hsv_apply with hsv_r
+    double  hsv_r[3];
+    int     flipud, fliplr;
+} AugRecipe;
+
+// The draws of a training sample `index` of a source of n_src samples, for a w×h output (s×s, or with
+// p->rect the batch shape): exactly those augment_train_sample makes, in its order.
+void augment_draw(const AugParams *p, int n_src, int index, int w, int h, Rng *rng, AugRecipe *r);
+// The sources a recipe reads, in order (a mosaic's 4 tiles, then the mixup partner's 4): returns the count.
+int  augment_recipe_sources(const AugRecipe *r, int idx[8]);
+// The pixels alone: tiles[k] is the image src->get gives for source k of augment_recipe_sources. out is
+// r->w × r->h, the caller's memory; scratch holds the mixup partner.
+void augment_apply_pixels(const AugRecipe *r, const Image *tiles, AugScratch *scratch, Image *out);
+// The boxes alone (normalised to the output, flipped as the pixels): from each tile's size and boxes
+// (tb[k], nb[k] of source k). *boxes (*n entries, NULL when 0) belongs to the caller (free).
+void augment_apply_boxes(const AugRecipe *r, const Image *tiles, Box *const *tb, const int *nb,
+                         Box **boxes, int *n);
+// Both, getting the sources from src (and putting them back). out as augment_train_sample_into, or with
+// out->px NULL allocated (image_free). Returns 0, or -1 with err from src->get.
+int  augment_apply(const AugRecipe *r, const SampleSource *src, AugScratch *scratch, Image *out,
+                   Box **boxes, int *n, Err *err);
+
 // Letterbox geometry: the scale r, the float half-paddings the labels move by, and the integer borders.
 typedef struct { double r, padw, padh; int top, bottom, left, right; } LetterboxInfo;
 
@@ -129,5 +166,6 @@ void augment_flip_ud(Image *im, Box *b, int n);
 
 // mixup: im = trunc(im·r + im2·(1−r)) with r ~ Beta(32,32) drawn here and returned; same-size images.
 double augment_mixup(Image *im, const Image *im2, Rng *rng);
+void   augment_mixup_apply(Image *im, const Image *im2, double r);    // the blend alone, for a given r
 // Beta(a, b) from two Marsaglia–Tsang gamma draws (a, b ≥ 1).
 double augment_beta(Rng *rng, double a, double b);
