@@ -399,32 +399,50 @@ static LetterboxInfo recipe_letterbox(const AugRecipe *r, const Image *img, int 
     return lb;
 }
 
+void augment_recipe_size(const AugRecipe *r, int *w, int *h) {
+    *w = r->mosaic ? mosaic_side(r->s) : r->w;
+    *h = r->mosaic ? mosaic_side(r->s) : r->h;
+}
+
+void augment_recipe_body(const AugRecipe *r, const Image *tile, int *uw, int *uh) {
+    recipe_letterbox(r, tile, uw, uh);
+}
+
+Plane augment_recipe_plane(const AugRecipe *r, int k, const Image *tiles) {
+    if (r->mosaic) return mosaic_plane(r->s, &r->warp[k], tiles + 4 * k);
+    int uw = tiles[0].w, uh = tiles[0].h;
+    // the body's offsets are those of the source it was resized from: the same r->w × r->h letterbox
+    int dw = r->w - uw, dh = r->h - uh, left = round_even(dw / 2.0 - 0.1), top = round_even(dh / 2.0 - 0.1);
+    Plane pl = { .w = r->w, .h = r->h };
+    augment_plane_add(&pl, tiles[0].px, (size_t)uw * 3, left, top, left + uw, top + uh);
+    return pl;
+}
+
 // Warp k of the recipe (its mosaic, or the letterbox of tiles[0]) into out. The letterbox is not
 // painted: the warp reads its body through a Plane.
 static void warp_pixels(const AugRecipe *r, int k, const Image *tiles, Image *out) {
-    const AugWarp *w = &r->warp[k];
     if (r->mosaic) {
-        Plane pl = mosaic_plane(r->s, w, tiles);
-        augment_warp_plane(&pl, w->M, out);
+        Plane pl = augment_recipe_plane(r, k, tiles);
+        augment_warp_plane(&pl, r->warp[k].M, out);
         return;
     }
     int uw, uh;
-    LetterboxInfo lb = recipe_letterbox(r, &tiles[0], &uw, &uh);
+    augment_recipe_body(r, &tiles[0], &uw, &uh);
     Image body = (uw == tiles[0].w && uh == tiles[0].h) ? tiles[0] : image_resize(&tiles[0], uw, uh, 0);
-    Plane pl = { .w = r->w, .h = r->h };
-    augment_plane_add(&pl, body.px, (size_t)uw * 3, lb.left, lb.top, lb.left + uw, lb.top + uh);
-    augment_warp_plane(&pl, w->M, out);
+    Plane pl = augment_recipe_plane(r, 0, &body);
+    augment_warp_plane(&pl, r->warp[0].M, out);
     if (body.px != tiles[0].px) image_free(&body);
 }
 
 void augment_apply_pixels(const AugRecipe *r, const Image *tiles, AugScratch *scratch, Image *out) {
-    int W = r->mosaic ? mosaic_side(r->s) : r->w, H = r->mosaic ? W : r->h;
+    int W, H;
+    augment_recipe_size(r, &W, &H);
     out_prepare(out, W, H);
     warp_pixels(r, 0, tiles, out);
     if (r->mixup) {
         Image *im2 = &scratch->mix;
         if (im2->w != W || im2->h != H) image_free(im2), *im2 = image_new(W, H, 0);
-        warp_pixels(r, 1, tiles + 4, im2);
+        warp_pixels(r, 1, tiles, im2);
         augment_mixup_apply(out, im2, r->mix_r);
     }
     if (r->hsv) augment_hsv_apply(out, r->hsv_r);

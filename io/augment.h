@@ -148,6 +148,17 @@ Plane augment_plane_of(const Image *im);          // one piece: the whole image
 void  augment_plane_add(Plane *pl, const uint8_t *px, size_t stride, int x0, int y0, int x1, int y1);
 // augment_warp of a plane into out (its w×h the output size; memory the caller's).
 void  augment_warp_plane(const Plane *pl, const double M[9], Image *out);
+// The pieces of augment_apply_pixels, for its device twin (gpu/augment.cu), which must compute the same:
+// the output size (*w, *h); the letterbox body size of tiles[0] (*uw, *uh: a resize with image_resize's
+// INTER_LINEAR when they differ from its size); and the Plane warp k reads (a mosaic's 4 tiles from
+// tiles[4k], or the letterbox body `tiles[0]` already resized to *uw × *uh). The plane is built with
+// pointer arithmetic alone: the images' px may be device memory.
+void  augment_recipe_size(const AugRecipe *r, int *w, int *h);
+void  augment_recipe_body(const AugRecipe *r, const Image *tile, int *uw, int *uh);
+Plane augment_recipe_plane(const AugRecipe *r, int k, const Image *tiles);
+// The warp's inverse as augment_warp_plane computes it (affine: OpenCV's invertAffineTransform, else the
+// 3×3 inverse); returns 1 when M is affine.
+int   augment_warp_inverse(const double M[9], double Mi[9]);
 // box_candidates with wh_thr 2, ar_thr 100, area_thr 0.1, eps 1e-16, strict comparisons. w1, h1: the
 // pre-warp size times the drawn scale (float32 as the reference computes it); w2, h2: after the warp.
 int augment_box_candidate(float w1, float h1, double w2, double h2);
@@ -159,6 +170,14 @@ void augment_hsv(Image *im, double hgain, double sgain, double vgain, Rng *rng);
 // HSV→RGB, in place.
 void augment_hsv_apply(Image *im, const double r[3]);
 void augment_hsv_luts(const double r[3], uint8_t lut[3][256]);
+// The tables augment_hsv_apply uses for gains r (its device twin reads them): the forward's division
+// tables, and the backward folded with the LUTs (see io/augment_hsv.c).
+typedef struct {
+    int      sdiv[256], hdiv[256];
+    float    v[256], s[256], one_minus_s[256], x[256];
+    uint8_t  v255[256], shift[256][3];
+} AugHsvTables;
+void augment_hsv_tables(const double r[3], AugHsvTables *t);
 
 // Flips in place; boxes are normalised (cx → 1−cx, cy → 1−cy).
 void augment_flip_lr(Image *im, Box *b, int n);
