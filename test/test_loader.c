@@ -14,6 +14,7 @@
 #define SIDE     96
 #define PIN_SYNTH 0xbf03a806194f3ec1ull         // test_pinned_batches
 #define PIN_COCO  0x0d9dc930771eb016ull
+#define PIN_RECT  0x163e4d3ca2dd9df7ull
 
 static Dataset ds;
 static char data_dir[PATH_MAX];
@@ -343,6 +344,31 @@ static void test_pinned_batches(void) {
     dataset_free(&coco);
 }
 
+// Rect training (aug.rect: no mosaic, each batch letterboxed to its shape, a resized body) pinned likewise.
+static void test_pinned_rect_batches(void) {
+    LoaderConfig c = config_all();
+    static const int shape[4][2] = { { 64, 96 }, { 96, 64 }, { 32, 96 }, { 96, 96 } };
+    int order[N_IMAGES];
+    for (int i = 0; i < N_IMAGES; i++) order[i] = N_IMAGES - 1 - i;
+    c.aug.rect = 1, c.rect_order = order, c.rect_shape = shape;
+    Loader *l;
+    Err err;
+    CHECK(loader_open(&c, &ds, &l, &err) == 0, "%s", err.msg);
+    uint64_t h = 0xcbf29ce484222325ull;
+    loader_start_epoch(l, 0, 1);
+    Batch *b;
+    while (loader_next(l, &b)) {
+        h = fnv(h, &b->h, sizeof b->h), h = fnv(h, &b->w, sizeof b->w), h = fnv(h, &b->nt, sizeof b->nt);
+        h = fnv(h, b->images, (size_t)b->n * b->h * b->w * 3);
+        h = fnv(h, b->targets, (size_t)b->nt * 6 * sizeof(float));
+        loader_release(l, b);
+    }
+    loader_close(l);
+    printf("    rect: %016llx\n", (unsigned long long)h);
+    CHECK(h == PIN_RECT, "rect batches hash %016llx, pinned %016llx: augmentation changed their bytes",
+          (unsigned long long)h, (unsigned long long)PIN_RECT);
+}
+
 int main(void) {
     alarm(120);   // a hang (a worker never joined) fails the run instead of stalling CI
     if (make_dataset()) return 1;
@@ -355,6 +381,7 @@ int main(void) {
     RUN(test_picture);
     RUN(test_coco128);
     RUN(test_pinned_batches);
+    RUN(test_pinned_rect_batches);
     RUN(test_bad_image_mid_run);   // last: it breaks an image file
     return test_summary();
 }
