@@ -149,6 +149,9 @@ static void upload(void *ctx, float *dst, const float *src, size_t n) {
     device_sync(DEV);    // src may be reused by the caller at once
 }
 static void upload_u8(void *ctx, float *dst, const uint8_t *src, size_t n) { upload_u8_gpu(DEV, dst, src, n); }
+static void augment(void *ctx, const AugRecipe *r, const Image *tiles, uint8_t *host_out) {
+    augment_pixels_gpu(DEV, r, tiles, host_out);
+}
 static void download(void *ctx, float *dst, const float *src, size_t n) {
     checkCuda(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, DEV->stream));
     device_sync(DEV);
@@ -397,7 +400,7 @@ const Backend backend_gpu = {
         .repconv_bn_backward = repconv_bn_bwd, .bn_silu_add_forward_train = bn_silu_add_train,
     },
     .dev = {
-        .sync = sync, .bind = bind, .pull = pull, .zero = zero, .upload = upload, .upload_u8 = upload_u8,
+        .sync = sync, .bind = bind, .pull = pull, .zero = zero, .upload = upload, .upload_u8 = upload_u8, .augment = augment,
         .download = download,
         .event_new = event_new, .event_free = event_free, .event_record = event_record, .event_wait = event_wait,
         .timer_new = timer_new, .timer_free = timer_free, .timer_record = timer_record,

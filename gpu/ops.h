@@ -8,6 +8,7 @@
 extern "C" {
 #endif
 #include "core/spec/ops.h"
+#include "io/augment.h"
 
 // ---- convolution (gpu/conv.cu): im2col + cuBLAS, or one GEMM for a 1x1 stride-1 conv ---------
 // Scratch bytes conv_forward_gpu/conv_backward_gpu need on `dev` (its precision and im2col cap).
@@ -130,6 +131,14 @@ void upsample_forward_gpu(Device *dev, Map x, int factor, Map y);
 void upsample_backward_gpu(Device *dev, int factor, Map dy, Map dx);
 // bilinear resize of fp32 maps (gpu/resize.cu): core/spec/resize.c's resize_bilinear_cpu, bit for bit
 void resize_bilinear_gpu(Device *dev, Map x, Map y);
+
+// ---- augmentation (gpu/augment.cu, issue 37): io/augment.h's augment_apply_pixels on the device -----
+// out (device memory, augment_recipe_size of r, (H,W,3) uint8) = the sample of recipe r made from its
+// decoded sources tiles[0..augment_recipe_sources) (host memory; uploaded into dev->scratch, given back
+// before returning); queued on dev->stream, the host memory free to reuse at once.
+void augment_apply_gpu(Device *dev, const AugRecipe *r, const Image *tiles, uint8_t *out);
+// The same into host memory, waited for (the backend table's dev.augment).
+void augment_pixels_gpu(Device *dev, const AugRecipe *r, const Image *tiles, uint8_t *host_out);
 
 #ifdef __cplusplus
 }

@@ -208,44 +208,75 @@ static void source_put(const SampleSource *src, int index, Image *img, Box *boxe
     free(boxes);
 }
 
-// load_mosaic into out (see out_prepare). The canvas is never painted: the warp reads the 4 tiles
-// through a Plane, so all 4 are held until it is done.
-static int load_mosaic(const AugParams *p, const SampleSource *src, int index, Rng *rng,
-                       Image *out, BoxXyxy **boxes, int *n, Err *err) {
-    int s = p->img_size, xc, yc, idx[4] = { index };
-    augment_mosaic_centre(rng, s, &xc, &yc);
-    for (int i = 1; i < 4; i++) idx[i] = rng_int(rng, src->n);
+// load_mosaic's draws: the centre, 3 partners, their shuffle, then random_perspective's matrix for the
+// 2s×2s canvas warped with border −s/2.
+static void draw_mosaic(const AugParams *p, int n_src, int index, Rng *rng, AugWarp *w) {
+    int s = p->img_size;
+    *w = (AugWarp){ .idx = { index } };
+    augment_mosaic_centre(rng, s, &w->xc, &w->yc);
+    for (int i = 1; i < 4; i++) w->idx[i] = rng_int(rng, n_src);
     for (int i = 3; i > 0; i--) {                  // random.shuffle: Fisher-Yates from the end
-        int j = rng_int(rng, i + 1), t = idx[i];
-        idx[i] = idx[j]; idx[j] = t;
+        int j = rng_int(rng, i + 1), t = w->idx[i];
+        w->idx[i] = w->idx[j]; w->idx[j] = t;
     }
+    int W = 2 * s + 2 * (-s / 2);
+    perspective_matrix(p, 2 * s, 2 * s, W, W, rng, w->M, &w->scale);
+}
+
+static int mosaic_side(int s) { return 2 * s + 2 * (-s / 2); }
+
+// Get n sources; on failure put back those got and return -1.
+static int sources_get(const SampleSource *src, const int *idx, int n, Image *img, Box **b, int *nb, Err *err) {
+    for (int k = 0; k < n; k++)
+        if (src->get(src->ctx, idx[k], &img[k], &b[k], &nb[k], err)) {
+            while (k-- > 0) source_put(src, idx[k], &img[k], b[k]);
+            return -1;
+        }
+    return 0;
+}
+
+static void sources_put(const SampleSource *src, const int *idx, int n, Image *img, Box **b) {
+    for (int k = 0; k < n; k++) source_put(src, idx[k], &img[k], b[k]);
+}
+
+// The mosaic of warp w as a Plane over its 4 tiles (the canvas is never painted).
+static Plane mosaic_plane(int s, const AugWarp *w, const Image *tiles) {
     Plane pl = { .w = 2 * s, .h = 2 * s };
-    Image tile[4]; Box *tb[4];
-    BoxXyxy *all = NULL;
-    int total = 0, got = 0;
-    for (; got < 4; got++) {
-        int nb;
-        if (src->get(src->ctx, idx[got], &tile[got], &tb[got], &nb, err)) break;
-        const Image *t = &tile[got];
-        MosaicRect r = mosaic_rect(t->w, t->h, 2 * s, got, xc, yc);
+    for (int q = 0; q < 4; q++) {
+        const Image *t = &tiles[q];
+        MosaicRect r = mosaic_rect(t->w, t->h, 2 * s, q, w->xc, w->yc);
         augment_plane_add(&pl, t->px + ((size_t)r.y1b * t->w + r.x1b) * 3, (size_t)t->w * 3,
                           r.x1a, r.y1a, r.x1a + r.cw, r.y1a + r.ch);
-        all = xrealloc(all, sizeof *all * (size_t)imax(total + nb, 1));
-        mosaic_boxes(tb[got], nb, t->w, t->h, r, 2 * s, all + total);
-        total += nb;
     }
-    if (got == 4) random_perspective_plane(&pl, all, &total, p, -s / 2, rng, out);
-    for (int q = 0; q < got; q++) source_put(src, idx[q], &tile[q], tb[q]);
-    if (got < 4) { free(all); return -1; }
-    *boxes = all;
-    *n = total;
-    return 0;
+    return pl;
+}
+
+// The mosaic's boxes in output pixels: shifted with their tiles, warped, filtered (into all, *n kept).
+static void mosaic_boxes_warped(int s, const AugWarp *w, const Image *tiles, Box *const *tb, const int *nb,
+                                BoxXyxy *all, int *n) {
+    int total = 0, W = mosaic_side(s);
+    for (int q = 0; q < 4; q++) {
+        MosaicRect r = mosaic_rect(tiles[q].w, tiles[q].h, 2 * s, q, w->xc, w->yc);
+        mosaic_boxes(tb[q], nb[q], tiles[q].w, tiles[q].h, r, 2 * s, all + total);
+        total += nb[q];
+    }
+    *n = transform_boxes(all, total, w->M, w->scale, W, W);
 }
 
 int augment_load_mosaic(const AugParams *p, const SampleSource *src, int index, Rng *rng,
                         Image *out, BoxXyxy **boxes, int *n, Err *err) {
-    *out = (Image){ 0 };
-    return load_mosaic(p, src, index, rng, out, boxes, n, err);
+    AugWarp w;
+    Image tile[4]; Box *tb[4]; int nb[4];
+    draw_mosaic(p, src->n, index, rng, &w);
+    if (sources_get(src, w.idx, 4, tile, tb, nb, err)) return -1;
+    int W = mosaic_side(p->img_size);
+    *out = image_new(W, W, 0);
+    Plane pl = mosaic_plane(p->img_size, &w, tile);
+    augment_warp_plane(&pl, w.M, out);
+    *boxes = xmalloc(sizeof **boxes * (size_t)imax(nb[0] + nb[1] + nb[2] + nb[3], 1));
+    mosaic_boxes_warped(p->img_size, &w, tile, tb, nb, *boxes, n);
+    sources_put(src, w.idx, 4, tile, tb);
+    return 0;
 }
 
 // ---- flips and mixup -----------------------------------------------------------------------------------
@@ -292,13 +323,18 @@ double augment_beta(Rng *rng, double a, double b) {
 
 // The blend depends only on the two bytes: a 256×256 table costs 65,536 evaluations, not 3 per pixel.
 double augment_mixup(Image *im, const Image *im2, Rng *rng) {
-    double r = augment_beta(rng, 32, 32), q = 1 - r;
+    double r = augment_beta(rng, 32, 32);
+    augment_mixup_apply(im, im2, r);
+    return r;
+}
+
+void augment_mixup_apply(Image *im, const Image *im2, double r) {
+    double q = 1 - r;
     uint8_t *blend = xmalloc(256 * 256);         // (a, b) at a·256 + b
     for (int a = 0; a < 256; a++)
         for (int b = 0; b < 256; b++) blend[a << 8 | b] = (uint8_t)(a * r + b * q);
     for (size_t i = 0, n = (size_t)im->w * im->h * 3; i < n; i++) im->px[i] = blend[im->px[i] << 8 | im2->px[i]];
     free(blend);
-    return r;
 }
 
 // ---- the samples ----------------------------------------------------------------------------------------
@@ -316,65 +352,149 @@ static Box *boxes_normalise(const BoxXyxy *in, int n, int W, int H) {
     return out;
 }
 
-// load_image → letterbox to s×s (rect: to out's shape, the batch's; scaleup on either way, as
-// letterbox(img, shape, auto=False, scaleup=self.augment)) → random_perspective with border 0, into
-// out (see out_prepare). The letterbox is not painted: the warp reads its body through a Plane.
-static int load_letterboxed(const AugParams *p, const SampleSource *src, int index, Rng *rng,
-                            Image *out, BoxXyxy **boxes, int *n, Err *err) {
-    Image img; Box *b; int nb, uw, uh;
-    int new_w = p->rect && out->px ? out->w : p->img_size, new_h = p->rect && out->px ? out->h : p->img_size;
-    if (src->get(src->ctx, index, &img, &b, &nb, err)) return -1;
-    LetterboxInfo lb = letterbox_geometry(img.w, img.h, new_w, new_h, 1, 0, &uw, &uh);
-    Image body = (uw == img.w && uh == img.h) ? img : image_resize(&img, uw, uh, 0);
-    Plane pl = { .w = uw + lb.left + lb.right, .h = uh + lb.top + lb.bottom };
-    augment_plane_add(&pl, body.px, (size_t)uw * 3, lb.left, lb.top, lb.left + uw, lb.top + uh);
-    BoxXyxy *px = xmalloc(sizeof *px * (size_t)imax(nb, 1));
-    augment_boxes_to_pixels(b, nb, lb.r * img.w, lb.r * img.h, lb.padw, lb.padh, px);
-    random_perspective_plane(&pl, px, &nb, p, 0, rng, out);
-    if (body.px != img.px) image_free(&body);
-    source_put(src, index, &img, b);
-    *boxes = px;
-    *n = nb;
-    return 0;
+// ---- draws: the recipe -----------------------------------------------------------------------------
+
+void augment_draw(const AugParams *p, int n_src, int index, int w, int h, Rng *rng, AugRecipe *r) {
+    *r = (AugRecipe){ .s = p->img_size, .w = w, .h = h };
+    // no draw once mosaic is closed, or under rect (self.mosaic = augment and not rect)
+    r->mosaic = !p->rect && !p->close_mosaic && rng_uniform(rng, 0, 1) < p->mosaic;
+    if (r->mosaic) {
+        draw_mosaic(p, n_src, index, rng, &r->warp[0]);
+        r->mixup = rng_uniform(rng, 0, 1) < p->mixup;
+        if (r->mixup) {
+            int partner = rng_int(rng, n_src);
+            draw_mosaic(p, n_src, partner, rng, &r->warp[1]);
+            r->mix_r = augment_beta(rng, 32, 32);
+        }
+    } else {                                        // letterbox to w×h (a plane of w×h), border 0
+        r->warp[0].idx[0] = index;
+        perspective_matrix(p, w, h, w, h, rng, r->warp[0].M, &r->warp[0].scale);
+    }
+    r->hsv = p->hsv_h || p->hsv_s || p->hsv_v;      // augment_hsv's draws
+    if (r->hsv) {
+        r->hsv_r[0] = rng_uniform(rng, -1, 1) * p->hsv_h + 1;
+        r->hsv_r[1] = rng_uniform(rng, -1, 1) * p->hsv_s + 1;
+        r->hsv_r[2] = rng_uniform(rng, -1, 1) * p->hsv_v + 1;
+    }
+    r->flipud = rng_uniform(rng, 0, 1) < p->flipud;
+    r->fliplr = rng_uniform(rng, 0, 1) < p->fliplr;
 }
 
-// A mosaic, then maybe mixup with a second mosaic of a random index (labels concatenated), made in
-// scratch->mix.
-static int load_mosaic_mixup(const AugParams *p, const SampleSource *src, int index, Rng *rng,
-                             AugScratch *scratch, Image *out, BoxXyxy **boxes, int *n, Err *err) {
-    if (load_mosaic(p, src, index, rng, out, boxes, n, err)) return -1;
-    if (!(rng_uniform(rng, 0, 1) < p->mixup)) return 0;
-    Image *im2 = &scratch->mix;
-    if (im2->w != out->w || im2->h != out->h) image_free(im2), *im2 = image_new(out->w, out->h, 0);
-    BoxXyxy *b2; int n2;
-    if (load_mosaic(p, src, rng_int(rng, src->n), rng, im2, &b2, &n2, err)) {
-        free(*boxes);
-        return -1;
+int augment_recipe_sources(const AugRecipe *r, int idx[8]) {
+    if (!r->mosaic) { idx[0] = r->warp[0].idx[0]; return 1; }
+    memcpy(idx, r->warp[0].idx, sizeof r->warp[0].idx);
+    if (r->mixup) memcpy(idx + 4, r->warp[1].idx, sizeof r->warp[1].idx);
+    return r->mixup ? 8 : 4;
+}
+
+// ---- apply: pixels --------------------------------------------------------------------------------
+
+// The letterbox of img to the recipe's w×h (scaleup on, as letterbox(img, shape, auto=False,
+// scaleup=self.augment)): *lb and the body size; the plane is w×h.
+static LetterboxInfo recipe_letterbox(const AugRecipe *r, const Image *img, int *uw, int *uh) {
+    LetterboxInfo lb = letterbox_geometry(img->w, img->h, r->w, r->h, 1, 0, uw, uh);
+    if (*uw + lb.left + lb.right != r->w || *uh + lb.top + lb.bottom != r->h)
+        die("augment: a %dx%d image letterboxes to %dx%d, not %dx%d", img->w, img->h, *uw + lb.left + lb.right,
+            *uh + lb.top + lb.bottom, r->w, r->h);
+    return lb;
+}
+
+void augment_recipe_size(const AugRecipe *r, int *w, int *h) {
+    *w = r->mosaic ? mosaic_side(r->s) : r->w;
+    *h = r->mosaic ? mosaic_side(r->s) : r->h;
+}
+
+void augment_recipe_body(const AugRecipe *r, const Image *tile, int *uw, int *uh) {
+    recipe_letterbox(r, tile, uw, uh);
+}
+
+Plane augment_recipe_plane(const AugRecipe *r, int k, const Image *tiles) {
+    if (r->mosaic) return mosaic_plane(r->s, &r->warp[k], tiles + 4 * k);
+    int uw = tiles[0].w, uh = tiles[0].h;
+    // the body's offsets are those of the source it was resized from: the same r->w × r->h letterbox
+    int dw = r->w - uw, dh = r->h - uh, left = round_even(dw / 2.0 - 0.1), top = round_even(dh / 2.0 - 0.1);
+    Plane pl = { .w = r->w, .h = r->h };
+    augment_plane_add(&pl, tiles[0].px, (size_t)uw * 3, left, top, left + uw, top + uh);
+    return pl;
+}
+
+// Warp k of the recipe (its mosaic, or the letterbox of tiles[0]) into out. The letterbox is not
+// painted: the warp reads its body through a Plane.
+static void warp_pixels(const AugRecipe *r, int k, const Image *tiles, Image *out) {
+    if (r->mosaic) {
+        Plane pl = augment_recipe_plane(r, k, tiles);
+        augment_warp_plane(&pl, r->warp[k].M, out);
+        return;
     }
-    augment_mixup(out, im2, rng);
-    *boxes = xrealloc(*boxes, sizeof **boxes * (size_t)imax(*n + n2, 1));
-    memcpy(*boxes + *n, b2, sizeof *b2 * (size_t)n2);
-    *n += n2;
-    free(b2);
+    int uw, uh;
+    augment_recipe_body(r, &tiles[0], &uw, &uh);
+    Image body = (uw == tiles[0].w && uh == tiles[0].h) ? tiles[0] : image_resize(&tiles[0], uw, uh, 0);
+    Plane pl = augment_recipe_plane(r, 0, &body);
+    augment_warp_plane(&pl, r->warp[0].M, out);
+    if (body.px != tiles[0].px) image_free(&body);
+}
+
+void augment_apply_pixels(const AugRecipe *r, const Image *tiles, AugScratch *scratch, Image *out) {
+    int W, H;
+    augment_recipe_size(r, &W, &H);
+    out_prepare(out, W, H);
+    warp_pixels(r, 0, tiles, out);
+    if (r->mixup) {
+        Image *im2 = &scratch->mix;
+        if (im2->w != W || im2->h != H) image_free(im2), *im2 = image_new(W, H, 0);
+        warp_pixels(r, 1, tiles, im2);
+        augment_mixup_apply(out, im2, r->mix_r);
+    }
+    if (r->hsv) augment_hsv_apply(out, r->hsv_r);
+    if (r->flipud) augment_flip_ud(out, NULL, 0);
+    if (r->fliplr) augment_flip_lr(out, NULL, 0);
+}
+
+// ---- apply: boxes ---------------------------------------------------------------------------------
+
+void augment_apply_boxes(const AugRecipe *r, const Image *tiles, Box *const *tb, const int *nb,
+                         Box **boxes, int *n) {
+    int total = 0, kept, W = r->mosaic ? mosaic_side(r->s) : r->w, H = r->mosaic ? W : r->h;
+    for (int k = 0, m = r->mosaic ? (r->mixup ? 8 : 4) : 1; k < m; k++) total += nb[k];
+    BoxXyxy *px = xmalloc(sizeof *px * (size_t)imax(total, 1));
+    if (r->mosaic) {
+        mosaic_boxes_warped(r->s, &r->warp[0], tiles, tb, nb, px, &kept);
+        if (r->mixup) {                             // the partner's boxes follow the sample's
+            int kept2;
+            mosaic_boxes_warped(r->s, &r->warp[1], tiles + 4, tb + 4, nb + 4, px + kept, &kept2);
+            kept += kept2;
+        }
+    } else {
+        int uw, uh;
+        LetterboxInfo lb = recipe_letterbox(r, &tiles[0], &uw, &uh);
+        augment_boxes_to_pixels(tb[0], nb[0], lb.r * tiles[0].w, lb.r * tiles[0].h, lb.padw, lb.padh, px);
+        kept = transform_boxes(px, nb[0], r->warp[0].M, r->warp[0].scale, W, H);
+    }
+    *boxes = boxes_normalise(px, kept, W, H);
+    *n = kept;
+    free(px);
+    for (int i = 0; i < kept && r->flipud; i++) (*boxes)[i].cy = 1 - (*boxes)[i].cy;
+    for (int i = 0; i < kept && r->fliplr; i++) (*boxes)[i].cx = 1 - (*boxes)[i].cx;
+}
+
+int augment_apply(const AugRecipe *r, const SampleSource *src, AugScratch *scratch, Image *out,
+                  Box **boxes, int *n, Err *err) {
+    int idx[8], nb[8], m = augment_recipe_sources(r, idx);
+    Image tile[8]; Box *tb[8];
+    if (sources_get(src, idx, m, tile, tb, nb, err)) return -1;
+    augment_apply_pixels(r, tile, scratch, out);
+    augment_apply_boxes(r, tile, tb, nb, boxes, n);
+    sources_put(src, idx, m, tile, tb);
     return 0;
 }
 
 // The whole sample into out (see out_prepare); on error out may hold a buffer the caller frees.
 static int train_sample(const AugParams *p, const SampleSource *src, int index, Rng *rng, AugScratch *scratch,
                         Image *out, Box **boxes, int *n, Err *err) {
-    // no draw once mosaic is closed, or under rect (self.mosaic = augment and not rect)
-    int mosaic = !p->rect && !p->close_mosaic && rng_uniform(rng, 0, 1) < p->mosaic;
-    BoxXyxy *px; int np;
-    int rc = mosaic ? load_mosaic_mixup(p, src, index, rng, scratch, out, &px, &np, err)
-                    : load_letterboxed(p, src, index, rng, out, &px, &np, err);
-    if (rc) return -1;
-    *boxes = boxes_normalise(px, np, out->w, out->h);
-    *n = np;
-    free(px);
-    augment_hsv(out, p->hsv_h, p->hsv_s, p->hsv_v, rng);
-    if (rng_uniform(rng, 0, 1) < p->flipud) augment_flip_ud(out, *boxes, *n);
-    if (rng_uniform(rng, 0, 1) < p->fliplr) augment_flip_lr(out, *boxes, *n);
-    return 0;
+    AugRecipe r;
+    int w = p->rect && out->px ? out->w : p->img_size, h = p->rect && out->px ? out->h : p->img_size;
+    augment_draw(p, src->n, index, w, h, rng, &r);
+    return augment_apply(&r, src, scratch, out, boxes, n, err);
 }
 
 int augment_train_sample(const AugParams *p, const SampleSource *src, int index, Rng *rng,

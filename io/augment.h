@@ -49,6 +49,43 @@ int augment_train_sample_into(const AugParams *p, const SampleSource *src, int i
                               AugScratch *scratch, Image *out, Box **boxes, int *n, Err *err);
 void augment_scratch_free(AugScratch *scratch);
 
+// ---- a training sample as draws and their application ----------------------------------------------
+// augment_train_sample is augment_draw (every random draw, in the reference's order, into a plain recipe)
+// then augment_apply (no randomness: the recipe and the source images give the bytes and boxes). The
+// recipe is what a device needs to make the sample from the decoded sources (issue 37).
+typedef struct {
+    int    idx[4];                    // sources: a mosaic's 4 tiles (quadrants 0..3), a letterbox's idx[0]
+    int    xc, yc;                    // mosaic centre on the 2s×2s canvas
+    double M[9], scale;               // random_perspective's forward matrix (row-major) and drawn scale
+} AugWarp;
+
+typedef struct {
+    int     s, w, h;                  // img_size; output width and height
+    int     mosaic, mixup;            // mixup (only inside mosaic): blend with a second mosaic, warp[1]
+    AugWarp warp[2];
+    double  mix_r;                    // mixup's ratio: out = trunc(a·r + b·(1 − r))
+    int     hsv;                      // 1: augment_hsv_apply with hsv_r
+    double  hsv_r[3];
+    int     flipud, fliplr;
+} AugRecipe;
+
+// The draws of a training sample `index` of a source of n_src samples, for a w×h output (s×s, or with
+// p->rect the batch shape): exactly those augment_train_sample makes, in its order.
+void augment_draw(const AugParams *p, int n_src, int index, int w, int h, Rng *rng, AugRecipe *r);
+// The sources a recipe reads, in order (a mosaic's 4 tiles, then the mixup partner's 4): returns the count.
+int  augment_recipe_sources(const AugRecipe *r, int idx[8]);
+// The pixels alone: tiles[k] is the image src->get gives for source k of augment_recipe_sources. out is
+// r->w × r->h, the caller's memory; scratch holds the mixup partner.
+void augment_apply_pixels(const AugRecipe *r, const Image *tiles, AugScratch *scratch, Image *out);
+// The boxes alone (normalised to the output, flipped as the pixels): from each tile's size and boxes
+// (tb[k], nb[k] of source k). *boxes (*n entries, NULL when 0) belongs to the caller (free).
+void augment_apply_boxes(const AugRecipe *r, const Image *tiles, Box *const *tb, const int *nb,
+                         Box **boxes, int *n);
+// Both, getting the sources from src (and putting them back). out as augment_train_sample_into, or with
+// out->px NULL allocated (image_free). Returns 0, or -1 with err from src->get.
+int  augment_apply(const AugRecipe *r, const SampleSource *src, AugScratch *scratch, Image *out,
+                   Box **boxes, int *n, Err *err);
+
 // Letterbox geometry: the scale r, the float half-paddings the labels move by, and the integer borders.
 typedef struct { double r, padw, padh; int top, bottom, left, right; } LetterboxInfo;
 
@@ -111,6 +148,17 @@ Plane augment_plane_of(const Image *im);          // one piece: the whole image
 void  augment_plane_add(Plane *pl, const uint8_t *px, size_t stride, int x0, int y0, int x1, int y1);
 // augment_warp of a plane into out (its w×h the output size; memory the caller's).
 void  augment_warp_plane(const Plane *pl, const double M[9], Image *out);
+// The pieces of augment_apply_pixels, for its device twin (gpu/augment.cu), which must compute the same:
+// the output size (*w, *h); the letterbox body size of tiles[0] (*uw, *uh: a resize with image_resize's
+// INTER_LINEAR when they differ from its size); and the Plane warp k reads (a mosaic's 4 tiles from
+// tiles[4k], or the letterbox body `tiles[0]` already resized to *uw × *uh). The plane is built with
+// pointer arithmetic alone: the images' px may be device memory.
+void  augment_recipe_size(const AugRecipe *r, int *w, int *h);
+void  augment_recipe_body(const AugRecipe *r, const Image *tile, int *uw, int *uh);
+Plane augment_recipe_plane(const AugRecipe *r, int k, const Image *tiles);
+// The warp's inverse as augment_warp_plane computes it (affine: OpenCV's invertAffineTransform, else the
+// 3×3 inverse); returns 1 when M is affine.
+int   augment_warp_inverse(const double M[9], double Mi[9]);
 // box_candidates with wh_thr 2, ar_thr 100, area_thr 0.1, eps 1e-16, strict comparisons. w1, h1: the
 // pre-warp size times the drawn scale (float32 as the reference computes it); w2, h2: after the warp.
 int augment_box_candidate(float w1, float h1, double w2, double h2);
@@ -122,6 +170,14 @@ void augment_hsv(Image *im, double hgain, double sgain, double vgain, Rng *rng);
 // HSV→RGB, in place.
 void augment_hsv_apply(Image *im, const double r[3]);
 void augment_hsv_luts(const double r[3], uint8_t lut[3][256]);
+// The tables augment_hsv_apply uses for gains r (its device twin reads them): the forward's division
+// tables, and the backward folded with the LUTs (see io/augment_hsv.c).
+typedef struct {
+    int      sdiv[256], hdiv[256];
+    float    v[256], s[256], one_minus_s[256], x[256];
+    uint8_t  v255[256], shift[256][3];
+} AugHsvTables;
+void augment_hsv_tables(const double r[3], AugHsvTables *t);
 
 // Flips in place; boxes are normalised (cx → 1−cx, cy → 1−cy).
 void augment_flip_lr(Image *im, Box *b, int n);
@@ -129,5 +185,6 @@ void augment_flip_ud(Image *im, Box *b, int n);
 
 // mixup: im = trunc(im·r + im2·(1−r)) with r ~ Beta(32,32) drawn here and returned; same-size images.
 double augment_mixup(Image *im, const Image *im2, Rng *rng);
+void   augment_mixup_apply(Image *im, const Image *im2, double r);    // the blend alone, for a given r
 // Beta(a, b) from two Marsaglia–Tsang gamma draws (a, b ≥ 1).
 double augment_beta(Rng *rng, double a, double b);

@@ -40,12 +40,10 @@ static void hsv_tables(int sdiv[256], int hdiv[256]) {
 // (H', S', V') (test_hsv_backward_never_clamps), so the cast alone gives the same bytes.
 // Folding the LUTs in, every factor is a table over the forward's H, S or V (256 entries each), so a
 // pixel costs the integer forward conversion, five float products and three shifts.
-typedef struct {
-    float    v[256], s[256], one_minus_s[256];  // by V: V'/255; by S: S'/255 and 1 − S'/255 (float, as OpenCV)
-    uint8_t  v255[256];                         // by V: trunc(V'/255 · 255)
-    float    x[256];                            // by H: h for odd sectors, 1 − h for even ones
-    uint8_t  shift[256][3];                     // by H: where r, g, b sit in (v255 | p << 8 | q_or_t << 16)
-} HsvFold;
+// The folded tables (AugHsvTables, io/augment.h): by V, v = V'/255 and v255 = trunc(V'/255 · 255); by S,
+// s = S'/255 and one_minus_s = 1 − S'/255 (float, as OpenCV); by H, x = h for odd sectors, 1 − h for even
+// ones, and shift: where r, g, b sit in (v255 | p << 8 | q_or_t << 16).
+typedef AugHsvTables HsvFold;
 
 static void hsv_fold(const uint8_t lut[3][256], HsvFold *f) {
     // candidate slots: 0 v, 8 p, 16 q-or-t; per sector, the slot of r, g and b
@@ -89,13 +87,18 @@ void augment_hsv_luts(const double r[3], uint8_t lut[3][256]) {
     }
 }
 
-void augment_hsv_apply(Image *im, const double r[3]) {
-    int sdiv[256], hdiv[256];
+void augment_hsv_tables(const double r[3], AugHsvTables *t) {
     uint8_t lut[3][256];
-    HsvFold fold;
-    hsv_tables(sdiv, hdiv);
+    hsv_tables(t->sdiv, t->hdiv);
     augment_hsv_luts(r, lut);
-    hsv_fold(lut, &fold);
+    hsv_fold(lut, t);
+}
+
+void augment_hsv_apply(Image *im, const double r[3]) {
+    AugHsvTables t;
+    augment_hsv_tables(r, &t);
+    const int *sdiv = t.sdiv, *hdiv = t.hdiv;
+    const HsvFold fold = t;
     // Grey pixels (r = g = b: the mosaic's and the warp's 114 borders, often a fifth of a sample) have
     // h = s = 0, so their colour depends on v alone: convert each grey once.
     uint8_t grey[256][3];

@@ -160,6 +160,13 @@ static void sample_row(const Plane *pl, const int *X, const int *Y, int x0, int 
     }
 }
 
+int augment_warp_inverse(const double M[9], double Mi[9]) {
+    int affine = M[6] == 0 && M[7] == 0 && M[8] == 1;
+    if (affine) affine_invert(M, Mi);
+    else        mat3_invert(M, Mi);
+    return affine;
+}
+
 void augment_warp_plane(const Plane *plane, const double M[9], Image *out) {
     int W = out->w, H = out->h;
     if (plane->n == 0) {                    // nothing to show: all PAD_VALUE, as a blank canvas warps
@@ -167,9 +174,7 @@ void augment_warp_plane(const Plane *plane, const double M[9], Image *out) {
         return;
     }
     double Mi[9];
-    int affine = M[6] == 0 && M[7] == 0 && M[8] == 1;
-    if (affine) affine_invert(M, Mi);
-    else        mat3_invert(M, Mi);
+    int affine = augment_warp_inverse(M, Mi);
     int *buf = xmalloc(sizeof(int) * 4 * (size_t)W);
     int *X = buf, *Y = buf + W, *adelta = buf + 2 * W, *bdelta = buf + 3 * W;   // (W) each
     for (int x = 0; x < W && affine; x++) {

@@ -734,6 +734,45 @@ static void test_train_sample_into(void) {
     for (int i = 0; i < 8; i++) image_free(&z.img[i]);
 }
 
+// A training sample is its draws (augment_draw) then their application (augment_apply): the same bytes,
+// boxes and rng state as augment_train_sample, with the draws all made before any source is read; the
+// pixels and the boxes each come from the recipe and the tiles alone.
+static void test_recipe_draw_then_apply(void) {
+    Rng g = rng_for(5, 5, 5);
+    int s = 64, bad = 0, kinds[3] = { 0 };
+    Noise z;
+    noise_make(&z, s, &g);
+    SampleSource src = { .n = 8, .ctx = &z, .get = noise_get, .put = noise_put };
+    AugScratch scratch = { 0 };
+    for (int k = 0; k < 60; k++) {
+        AugParams p = { .img_size = s, .hsv_h = 0.015, .hsv_s = 0.7, .hsv_v = 0.4, .translate = 0.1, .scale = 0.9,
+                        .degrees = k % 3 ? 10 : 0, .shear = k % 4 ? 2 : 0, .perspective = k % 5 ? 0 : 1e-3,
+                        .fliplr = 0.5, .flipud = 0.5, .mosaic = 0.7, .mixup = 0.5, .close_mosaic = k % 7 == 6 };
+        Rng a = rng_for(3, 1, (uint64_t)k), b = a;
+        Image want, got = { 0 }, again = { 0 }; Box *bw, *bg, *bp; int nw, ng, np; Err err;
+        augment_train_sample(&p, &src, k % 8, &a, &want, &bw, &nw, &err);
+        AugRecipe r;
+        augment_draw(&p, src.n, k % 8, s, s, &b, &r);
+        bad += a.s[0] != b.s[0] || a.s[1] != b.s[1];          // every draw, and only those
+        kinds[r.mosaic + r.mixup]++;
+        augment_apply(&r, &src, &scratch, &got, &bg, &ng, &err);
+        bad += count_diff(&want, &got) != 0 || nw != ng || (nw && memcmp(bw, bg, sizeof *bw * (size_t)nw) != 0);
+        int idx[8], nb[8], m = augment_recipe_sources(&r, idx);
+        bad += m != (r.mosaic ? (r.mixup ? 8 : 4) : 1) || idx[0] != (r.mosaic ? r.warp[0].idx[0] : k % 8);
+        Image tiles[8]; Box *tb[8];
+        for (int i = 0; i < m; i++) tiles[i] = z.img[idx[i]], tb[i] = z.box[idx[i]], nb[i] = 2;
+        augment_apply_pixels(&r, tiles, &scratch, &again);
+        augment_apply_boxes(&r, tiles, tb, nb, &bp, &np);
+        bad += count_diff(&want, &again) != 0 || np != nw || (nw && memcmp(bw, bp, sizeof *bw * (size_t)nw) != 0);
+        free(bw); free(bg); free(bp); image_free(&want); image_free(&got); image_free(&again);
+    }
+    CHECK(bad == 0, "%d differences between augment_train_sample and augment_draw + augment_apply", bad);
+    CHECK(kinds[0] && kinds[1] && kinds[2], "letterbox %d, mosaic %d, mixup %d: a kind never came", kinds[0],
+          kinds[1], kinds[2]);
+    augment_scratch_free(&scratch);
+    for (int i = 0; i < 8; i++) image_free(&z.img[i]);
+}
+
 int main(void) {
     (void)shared_dir;   // test.h defines it static (not inline); these tests make their own images
     RUN(test_letterbox_reference_numbers);
@@ -765,5 +804,6 @@ int main(void) {
     RUN(test_hsv_backward_never_clamps);
     RUN(test_mosaic_and_letterbox_planes_match_painting);
     RUN(test_train_sample_into);
+    RUN(test_recipe_draw_then_apply);
     return test_summary();
 }

@@ -12,6 +12,9 @@
 
 #define N_IMAGES 20
 #define SIDE     96
+#define PIN_SYNTH 0xbf03a806194f3ec1ull         // test_pinned_batches
+#define PIN_COCO  0x0d9dc930771eb016ull
+#define PIN_RECT  0x163e4d3ca2dd9df7ull
 
 static Dataset ds;
 static char data_dir[PATH_MAX];
@@ -287,6 +290,85 @@ static void test_coco128(void) {
     dataset_free(&coco);
 }
 
+// Pinned batches: the bytes and targets of every batch of a few epochs (mosaic, mixup, every
+// geometric and colour augmentation, then mosaic closed: the letterbox path), hashed together. The
+// values were recorded before augmentation was split into draws (augment_draw) and their application
+// (augment_apply): they prove the split changed no byte. coco128 decodes with libjpeg-turbo, so its
+// value holds for the decoder the project builds with.
+static LoaderConfig config_all(void) {
+    LoaderConfig c = config(2, 1);
+    c.aug.degrees = 10, c.aug.shear = 2, c.aug.perspective = 2e-4, c.aug.flipud = 0.5;
+    return c;
+}
+
+static uint64_t epochs_hash(const LoaderConfig *c, const Dataset *d, int n_epochs, int max_batches) {
+    Loader *l;
+    Err err;
+    if (loader_open(c, d, &l, &err)) { printf("    %s\n", err.msg); return 0; }
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int e = 0; e < n_epochs; e++) {
+        loader_start_epoch(l, e, e < n_epochs - 1);
+        Batch *b;
+        for (int k = 0; loader_next(l, &b); k++) {
+            if (k < max_batches) { uint64_t bh = batch_hash(b); h = fnv(h, &bh, sizeof bh); }
+            loader_release(l, b);
+        }
+    }
+    loader_close(l);
+    return h;
+}
+
+static void test_pinned_batches(void) {
+    LoaderConfig c = config_all();
+    uint64_t h = epochs_hash(&c, &ds, 3, 100);
+    printf("    synthetic: %016llx\n", (unsigned long long)h);
+    CHECK(h == PIN_SYNTH, "synthetic batches hash %016llx, pinned %016llx: augmentation changed its bytes",
+          (unsigned long long)h, (unsigned long long)PIN_SYNTH);
+    const char *shared = shared_dir();
+    if (!shared) SKIP("no shared folder (set YT_SHARED) for coco128");
+    char yaml[PATH_MAX + 64];
+    snprintf(yaml, sizeof yaml, "%s/data/coco128/data.yaml", shared);
+    if (access(yaml, R_OK) != 0) SKIP("no data/coco128/data.yaml in the shared folder");
+    Dataset coco;
+    Err err;
+    DatasetOptions opt = { .quiet = 1, .report = tmpfile() };
+    CHECK(dataset_open(yaml, NULL, "train", &opt, &coco, &err) == 0, "%s", err.msg);
+    fclose(opt.report);
+    if (t_failed_now) return;
+    c.batch = 8;
+    c.aug.img_size = 320;
+    h = epochs_hash(&c, &coco, 2, 4);
+    printf("    coco128: %016llx\n", (unsigned long long)h);
+    CHECK(h == PIN_COCO, "coco128 batches hash %016llx, pinned %016llx: augmentation (or the JPEG decoder) changed "
+          "their bytes", (unsigned long long)h, (unsigned long long)PIN_COCO);
+    dataset_free(&coco);
+}
+
+// Rect training (aug.rect: no mosaic, each batch letterboxed to its shape, a resized body) pinned likewise.
+static void test_pinned_rect_batches(void) {
+    LoaderConfig c = config_all();
+    static const int shape[4][2] = { { 64, 96 }, { 96, 64 }, { 32, 96 }, { 96, 96 } };
+    int order[N_IMAGES];
+    for (int i = 0; i < N_IMAGES; i++) order[i] = N_IMAGES - 1 - i;
+    c.aug.rect = 1, c.rect_order = order, c.rect_shape = shape;
+    Loader *l;
+    Err err;
+    CHECK(loader_open(&c, &ds, &l, &err) == 0, "%s", err.msg);
+    uint64_t h = 0xcbf29ce484222325ull;
+    loader_start_epoch(l, 0, 1);
+    Batch *b;
+    while (loader_next(l, &b)) {
+        h = fnv(h, &b->h, sizeof b->h), h = fnv(h, &b->w, sizeof b->w), h = fnv(h, &b->nt, sizeof b->nt);
+        h = fnv(h, b->images, (size_t)b->n * b->h * b->w * 3);
+        h = fnv(h, b->targets, (size_t)b->nt * 6 * sizeof(float));
+        loader_release(l, b);
+    }
+    loader_close(l);
+    printf("    rect: %016llx\n", (unsigned long long)h);
+    CHECK(h == PIN_RECT, "rect batches hash %016llx, pinned %016llx: augmentation changed their bytes",
+          (unsigned long long)h, (unsigned long long)PIN_RECT);
+}
+
 int main(void) {
     alarm(120);   // a hang (a worker never joined) fails the run instead of stalling CI
     if (make_dataset()) return 1;
@@ -298,6 +380,8 @@ int main(void) {
     RUN(test_close_mid_epoch);
     RUN(test_picture);
     RUN(test_coco128);
+    RUN(test_pinned_batches);
+    RUN(test_pinned_rect_batches);
     RUN(test_bad_image_mid_run);   // last: it breaks an image file
     return test_summary();
 }

@@ -80,6 +80,13 @@ static void download(void *c, float *dst, const float *src, size_t n) {
 static void upload_u8(void *c, float *dst, const uint8_t *src, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = src[i] / 255.0f;
 }
+static void augment(void *c, const AugRecipe *r, const Image *tiles, uint8_t *host_out) {
+    Image out = { 0, 0, host_out };
+    augment_recipe_size(r, &out.w, &out.h);
+    AugScratch scratch = { 0 };
+    augment_apply_pixels(r, tiles, &scratch, &out);
+    augment_scratch_free(&scratch);
+}
 
 // Several processes, the gradient buckets' sums begun during the backward (core/procs/procs.c): the CPU queues
 // them (one list: the process has one transport) and does them at the end, in the order begun, through the
@@ -372,7 +379,7 @@ const Backend backend_cpu = {
         .dwconv_forward = dw_fwd, .dwconv_backward = dw_bwd, .attn_forward = attn_fwd, .attn_backward = attn_bwd,
     },
     .dev = {
-        .sync = sync, .bind = bind, .pull = pull, .zero = zero, .upload = upload, .upload_u8 = upload_u8,
+        .sync = sync, .bind = bind, .pull = pull, .zero = zero, .upload = upload, .upload_u8 = upload_u8, .augment = augment,
         .download = download,
         .event_new = event_new, .event_free = event_free, .event_record = event_record, .event_wait = event_wait,
         .timer_new = timer_new, .timer_free = timer_free, .timer_record = timer_record,

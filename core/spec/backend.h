@@ -14,6 +14,7 @@
 #include "core/spec/ops.h"
 #include "core/spec/ops26.h"
 #include "core/base/util.h"   // Err
+#include "io/augment.h"       // AugRecipe, Image
 
 // A trainable tensor as the optimizer sees it: weights, gradients, element count, and its group:
 // 0 biases (no decay), 1 conv weights (decay), 2 BN weights (no decay), -1 fixed (the DFL
@@ -155,6 +156,11 @@ typedef struct BackendDev {
     // dst = n bytes of host memory / 255.0f: a uint8 batch becomes the model's input on the device,
     // a quarter of the float bytes to copy
     void (*upload_u8)(void *ctx, float *dst, const uint8_t *host, size_t n);
+    // Augmentation (issue 37): host_out ((h,w,3) uint8 host memory, augment_recipe_size of r) = io/augment.h's
+    // augment_apply_pixels of recipe r on its decoded sources `tiles` (host memory), byte for byte. The CPU
+    // runs it; a GPU uploads the tiles and makes the sample on the device (gpu/augment.cu, in its scratch
+    // arena) and waits for the bytes.
+    void (*augment)(void *ctx, const AugRecipe *r, const Image *tiles, uint8_t *host_out);
     void (*download)(void *ctx, float *host, const float *src, size_t n);
     // Order between devices without a host wait (the bucketed gradient exchange): an event marks the
     // work queued on ctx so far (record); another device's queue waits for it (wait). The CPU's work
