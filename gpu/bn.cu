@@ -206,15 +206,29 @@ lane_sums_kernel(SumJob j0, SumJob j1, unsigned nx0) {
             for (int j = 0; j < V; j++) s0[j] += (double)e0[j], s1[j] += (double)e1[j];
         }
     }
-    // lane 0 adds the block's lanes in lane order (a five-step tree with every lane busy was slower:
-    // bench/RESULTS.md)
+    // The block's lanes added in lane order: each of the block's 2·width sums is a chain of LANES additions.
+    // MOMENTS: every chain on a thread of its own, side by side; the gradient kinds: lane 0 adding all of
+    // them (a five-step tree with every lane busy was slower: bench/RESULTS.md; their chains side by side
+    // are in bench/lost/bn_backward_batches.patch, unmeasured)
     for (int j = 0; j < V; j++) sh0[x + j] = s0[j], sh1[x + j] = s1[j];
     __syncthreads();
-    if (lane != 0 || c >= a.C) return;
-    for (int j = 0; j < V; j++) {
-        for (int l = 1; l < LANES; l++) s0[j] += sh0[l * width + x + j], s1[j] += sh1[l * width + x + j];
-        part0[(size_t)(c + j) * gridDim.y + blockIdx.y] = s0[j];
-        part1[(size_t)(c + j) * gridDim.y + blockIdx.y] = s1[j];
+    if constexpr (KIND == MOMENTS) {
+        int cb = bx * width;   // the block's first channel
+        for (int t = threadIdx.y * blockDim.x + threadIdx.x; t < 2 * width; t += blockDim.x * LANES) {
+            int k = t % width;
+            if (cb + k >= a.C) continue;
+            const double *col = sh + (t < width ? 0 : LANES * width) + k;
+            double acc = col[0];
+            for (int l = 1; l < LANES; l++) acc += col[l * width];
+            (t < width ? part0 : part1)[(size_t)(cb + k) * gridDim.y + blockIdx.y] = acc;
+        }
+    } else {
+        if (lane != 0 || c >= a.C) return;
+        for (int j = 0; j < V; j++) {
+            for (int l = 1; l < LANES; l++) s0[j] += sh0[l * width + x + j], s1[j] += sh1[l * width + x + j];
+            part0[(size_t)(c + j) * gridDim.y + blockIdx.y] = s0[j];
+            part1[(size_t)(c + j) * gridDim.y + blockIdx.y] = s1[j];
+        }
     }
 }
 
@@ -317,21 +331,26 @@ __global__ void normalise_kernel(size_t M, Map z, const float *shift, const floa
     if (c >= z.C) return;
     Vec<V> sh = vec_channels<V>(shift, c), sc = vec_channels<V>(scale, c);
     Vec<V> be = vec_channels<V>(beta, c);
-    PIXEL_LOOP(Pix, p, M) {
-        Vec<V> v = map_vget<V>(z, pixel_off(z, p, c));
+    Vec<V> zs[PIXEL_BATCH], as[PIXEL_BATCH];
+    auto load = [&](Pix p, int i) {
+        zs[i] = map_vget<V>(z, pixel_off(z, p, c));
+        if (a.data) as[i] = map_vget<V>(a, pixel_off(a, p, c));
+    };
+    pixel_batches<PIXEL_BATCH, Pix>(M, load, [&](Pix p, int i) {
+        Vec<V> v = zs[i];
         for (int k = 0; k < V; k++) v.v[k] = (v.v[k] - sh.v[k]) * sc.v[k] + be.v[k];
         if (u.data) map_vput<V>(u, pixel_off(u, p, c), v);
         if (y.data) {
             for (int k = 0; k < V; k++)   // as silu_fwd_kernel
                 v.v[k] = v.v[k] / (1.0f + expf(-v.v[k]));
             if (a.data) {
-                Vec<V> w = map_vget<V>(a, pixel_off(a, p, c));
+                Vec<V> w = as[i];
                 for (int k = 0; k < V; k++)
                     v.v[k] = __fadd_rn(w.v[k], round_silu ? __bfloat162float(__float2bfloat16(v.v[k])) : v.v[k]);
             }
             map_vput<V>(y, pixel_off(y, p, c), v);
         }
-    }
+    });
 }
 
 // A RepConv's y = silu(u1 + u2), u_i = (z_i - shift_i) * scale_i + beta_i as normalise_kernel, added as
@@ -344,15 +363,19 @@ __global__ void normalise_pair_kernel(size_t M, Map z1, const float *shift1, con
     if (c >= z1.C) return;
     Vec<V> sh1 = vec_channels<V>(shift1, c), sc1 = vec_channels<V>(scale1, c), be1 = vec_channels<V>(beta1, c);
     Vec<V> sh2 = vec_channels<V>(shift2, c), sc2 = vec_channels<V>(scale2, c), be2 = vec_channels<V>(beta2, c);
-    PIXEL_LOOP(Pix, p, M) {
-        Vec<V> v = map_vget<V>(z1, pixel_off(z1, p, c)), w = map_vget<V>(z2, pixel_off(z2, p, c));
+    Vec<V> v1s[PIXEL_BATCH], v2s[PIXEL_BATCH];
+    auto load = [&](Pix p, int i) {
+        v1s[i] = map_vget<V>(z1, pixel_off(z1, p, c)), v2s[i] = map_vget<V>(z2, pixel_off(z2, p, c));
+    };
+    pixel_batches<PIXEL_BATCH, Pix>(M, load, [&](Pix p, int i) {
+        Vec<V> v = v1s[i], w = v2s[i];
         for (int k = 0; k < V; k++) {
             float a = (v.v[k] - sh1.v[k]) * sc1.v[k] + be1.v[k], b = (w.v[k] - sh2.v[k]) * sc2.v[k] + be2.v[k];
             float u = __fadd_rn(a, b);
             v.v[k] = u / (1.0f + expf(-u));   // as silu_fwd_kernel
         }
         map_vput<V>(y, pixel_off(y, p, c), v);
-    }
+    });
 }
 
 // dz = gamma·invstd · (du - Σdu/M - xhat·Σ(du·xhat)/M), with du = g, or g·silu'(u) (SILU: g is
@@ -360,7 +383,8 @@ __global__ void normalise_pair_kernel(size_t M, Map z1, const float *shift1, con
 // packed (M, C) and rounded to bf16: the operand the conv's backward GEMMs read.
 // mdu, mdux: the two means, divided once per channel (the same doubles as dividing here).
 // At most 64 registers (4 blocks of THREADS per SM): V = 4 with SILU needs 70 otherwise, and the
-// lower occupancy would leave fewer loads in flight.
+// lower occupancy would leave fewer loads in flight. Its pixels go one at a time: in batches
+// (pixel_batches) V = 4 spills under that cap.
 template <int V, typename Pix, bool SILU>
 __global__ void __launch_bounds__(THREADS, 4)
 bn_dz_kernel(size_t M, Map z, BnSaved p, const double *mdu, const double *mdux, Map g, Map dz,

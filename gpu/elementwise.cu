@@ -13,11 +13,12 @@ __global__ void silu_fwd_kernel(size_t M, Map u, Map y) {
     pdl_entry();
     int c = vec_channel<V>();
     if (c >= u.C) return;
-    PIXEL_LOOP(Pix, p, M) {
-        Vec<V> a = map_vget<V>(u, pixel_off(u, p, c));
+    Vec<V> us[PIXEL_BATCH];
+    pixel_batches<PIXEL_BATCH, Pix>(M, [&](Pix p, int i) { us[i] = map_vget<V>(u, pixel_off(u, p, c)); }, [&](Pix p, int i) {
+        Vec<V> a = us[i];
         for (int k = 0; k < V; k++) a.v[k] = a.v[k] / (1.0f + expf(-a.v[k]));
         map_vput<V>(y, pixel_off(y, p, c), a);
-    }
+    });
 }
 
 // silu'(u) = s·(1 + u·(1 - s)) with s = sigmoid(u)
@@ -42,11 +43,15 @@ __global__ void add_kernel(size_t M, Map a, Map b, Map y) {
     pdl_entry();
     int c = vec_channel<V>();
     if (c >= a.C) return;
-    PIXEL_LOOP(Pix, p, M) {
-        Vec<V> x = map_vget<V>(a, pixel_off(a, p, c)), z = map_vget<V>(b, pixel_off(b, p, c));
-        for (int k = 0; k < V; k++) x.v[k] = x.v[k] + z.v[k];
+    Vec<V> xs[PIXEL_BATCH], zs[PIXEL_BATCH];
+    auto load = [&](Pix p, int i) {
+        xs[i] = map_vget<V>(a, pixel_off(a, p, c)), zs[i] = map_vget<V>(b, pixel_off(b, p, c));
+    };
+    pixel_batches<PIXEL_BATCH, Pix>(M, load, [&](Pix p, int i) {
+        Vec<V> x = xs[i];
+        for (int k = 0; k < V; k++) x.v[k] = x.v[k] + zs[i].v[k];
         map_vput<V>(y, pixel_off(y, p, c), x);
-    }
+    });
 }
 
 template <int V, typename Pix>

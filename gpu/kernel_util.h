@@ -129,6 +129,27 @@ template <typename Pix> __device__ static inline size_t pixel_off(Map m, Pix p, 
     for (Pix p = blockIdx.y * (Pix)blockDim.y + threadIdx.y, p##_end = (Pix)(M); p < p##_end; \
          p += (Pix)gridDim.y * blockDim.y)
 
+// The same pixels as PIXEL_LOOP, PIXEL_BATCH at a time: load(p, i) for each pixel of a batch (slot i),
+// then body(p, i) for each, so a batch's loads are in flight together (the compiler, which must assume
+// that a store may alias the next pixel's loads, issues one pixel's loads at a time otherwise). A pixel's
+// arithmetic is unchanged; only the order in which a thread's pixels are visited within a batch differs.
+enum { PIXEL_BATCH = 4 };
+template <int PB, typename Pix, typename Load, typename Body>
+__device__ static inline void pixel_batches(size_t M, Load load, Body body) {
+    static_assert(PB >= 1 && PB <= PIXEL_BATCH, "channel_grid's pix32 allows PIXEL_BATCH strides");
+    Pix step = (Pix)gridDim.y * blockDim.y, end = (Pix)M, p = blockIdx.y * (Pix)blockDim.y + threadIdx.y;
+    for (; end > (PB - 1) * step && p < end - (PB - 1) * step; p += PB * step) {
+#pragma unroll
+        for (int i = 0; i < PB; i++) load(p + i * step, i);
+#pragma unroll
+        for (int i = 0; i < PB; i++) body(p + i * step, i);
+    }
+    for (; p < end; p += step) {
+        load(p, 0);
+        body(p, 0);
+    }
+}
+
 // the widest V (4, 2, 1) a map allows: C, ld and its first element's address multiples of V
 // elements (data NULL, an absent map: any)
 static inline int map_vec_width(Map m) {
@@ -157,7 +178,7 @@ static inline ChannelGrid channel_grid(int C, size_t M, int V) {
     g.grid = dim3(nx, rows < 1 ? 1u : rows > 65535 ? 65535u : (unsigned)rows);
     g.V = V;
     g.M = M;
-    g.pix32 = M + (size_t)g.grid.y * by <= 0xffffffffu;   // p + stride never wraps
+    g.pix32 = M + (size_t)PIXEL_BATCH * g.grid.y * by <= 0xffffffffu;   // p + a batch's strides never wrap
     return g;
 }
 // kernel<V, Pix, extra template arguments...> for grid g, as a pointer to launch with <<< >>>
