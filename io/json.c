@@ -18,9 +18,14 @@ int json_file_read(const char *path, char **buf, size_t *n, Err *err) {
     int fd = rf_open(path, "annotation file", err);
     if (fd < 0) return -1;
     struct stat st;
-    if (fstat(fd, &st) != 0 || st.st_size < 0 || (size_t)st.st_size > JSON_MAX_BYTES) {
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
         close(fd);
-        return err_set(err, "%s: %s", path, st.st_size < 0 ? strerror(errno) : "larger than 4 GB; not an annotation file");
+        return err_set(err, "%s: %s", path, strerror(e));
+    }
+    if (st.st_size < 0 || (size_t)st.st_size > JSON_MAX_BYTES) {
+        close(fd);
+        return err_set(err, "%s: larger than 4 GB; not an annotation file", path);
     }
     size_t size = (size_t)st.st_size, got = 0;
     char *b = xmalloc(size + 1);
