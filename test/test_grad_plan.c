@@ -11,6 +11,7 @@
 #include "cfg/config.h"
 #include "core/spec/backend.h"
 #include "core/spec/model.h"
+#include "test/model_grads.h"
 
 enum { N = 2, S = 64 };
 
@@ -43,15 +44,7 @@ static int run(const char *cfg_path, int fresh, int alias, Run *out) {
     for (size_t i = 0; i < n_img; i++) img[i] = (float)rng_uniform(&r, 0, 1);
     for (size_t i = 0; i < m.n_dact; i++) m.dact[i] = NAN;   // what an unplanned read would find
     model_forward(&m, img, N, S, S, 1);                     // zeroes the head maps' gradients
-    for (int l = 0; l < m.n_levels; l++) {                   // the loss's part: any gradient will do
-        int heads[2] = { m.head[l], m.n_aux ? m.aux[l] : -1 };
-        for (int k = 0; k < 2; k++) {
-            if (heads[k] < 0) continue;
-            Map g = model_grad(&m, heads[k], N);
-            for (size_t p = 0; p < map_pixels(g); p++)
-                for (int c = 0; c < g.C; c++) g.data[p * g.ld + c] = (float)rng_uniform(&r, -1, 1);
-        }
-    }
+    random_head_grads(&m, N, &r);                          // the loss's part: any gradient will do
     model_zero_grad(&m);
     model_backward(&m, N);
     out->n = m.n_state;
