@@ -65,6 +65,14 @@ static inline const char *shared_dir(void) {
     return stat(buf, &st) == 0 && S_ISDIR(st.st_mode) ? buf : NULL;
 }
 
+// yaml = the shared folder's data/coco128/data.yaml (a char array), or the test skips, saying what is missing.
+#define NEED_COCO128(yaml) do { \
+        if (!shared_dir()) SKIP("no shared folder (set YT_SHARED)"); \
+        if (snprintf(yaml, sizeof yaml, "%s/data/coco128/data.yaml", shared_dir()) >= (int)sizeof yaml || \
+            access(yaml, R_OK) != 0) \
+            SKIP("no data/coco128/data.yaml in the shared folder"); \
+    } while (0)
+
 // A scratch folder for files a test writes: $TMPDIR/yt-test-<pid>-<tag>, created fresh. The folders
 // are removed when the binary exits with every test passed; after a failure (or with YT_KEEP_TMP=1) they
 // stay, and their paths are printed, for a look at what the test wrote.

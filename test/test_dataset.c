@@ -544,11 +544,8 @@ static void test_check_run(void) {
 
 // ---- coco128 -------------------------------------------------------------------------------------
 static void test_coco128(void) {
-    if (!shared_dir()) SKIP("no shared folder (set YT_SHARED)");
     char yaml[CFG_PATH];
-    if (snprintf(yaml, sizeof yaml, "%s/data/coco128/data.yaml", shared_dir()) >= (int)sizeof yaml ||
-        access(yaml, R_OK) != 0)
-        SKIP("no data/coco128/data.yaml in the shared folder");
+    NEED_COCO128(yaml);
     Opened o = open_split(yaml, NULL, "train", (DatasetOptions){.strict = 1});
     CHECK(o.rc == 0, "%s", o.err.msg);
     if (o.rc != 0) { opened_free(&o); return; }

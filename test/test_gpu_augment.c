@@ -183,11 +183,8 @@ static void test_backend_slot(void) {
 // 64 training samples with hyp.scratch-high's augmentation plus rotation, shear and perspective.
 static void test_coco128_samples(void) {
     NEED_GPU();
-    const char *shared = shared_dir();
-    if (!shared) SKIP("no shared folder (set YT_SHARED)");
     char yaml[PATH_MAX + 64];
-    snprintf(yaml, sizeof yaml, "%s/data/coco128/data.yaml", shared);
-    if (access(yaml, R_OK) != 0) SKIP("no data/coco128/data.yaml in the shared folder");
+    NEED_COCO128(yaml);
     Dataset coco;
     Err err;
     DatasetOptions opt = { .quiet = 1, .report = tmpfile() };

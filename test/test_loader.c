@@ -261,11 +261,8 @@ static void test_picture(void) {
 // Real JPEGs of many sizes (coco128 through dataset_open): full batches with plausible targets,
 // then close while the workers are still busy.
 static void test_coco128(void) {
-    const char *shared = shared_dir();
-    if (!shared) SKIP("no shared folder (set YT_SHARED)");
     char yaml[PATH_MAX + 64];
-    snprintf(yaml, sizeof yaml, "%s/data/coco128/data.yaml", shared);
-    if (access(yaml, R_OK) != 0) SKIP("no data/coco128/data.yaml in the shared folder");
+    NEED_COCO128(yaml);
     Dataset coco;
     Err err;
     DatasetOptions opt = { .quiet = 1, .report = tmpfile() };
@@ -324,11 +321,8 @@ static void test_pinned_batches(void) {
     printf("    synthetic: %016llx\n", (unsigned long long)h);
     CHECK(h == PIN_SYNTH, "synthetic batches hash %016llx, pinned %016llx: augmentation changed its bytes",
           (unsigned long long)h, (unsigned long long)PIN_SYNTH);
-    const char *shared = shared_dir();
-    if (!shared) SKIP("no shared folder (set YT_SHARED) for coco128");
     char yaml[PATH_MAX + 64];
-    snprintf(yaml, sizeof yaml, "%s/data/coco128/data.yaml", shared);
-    if (access(yaml, R_OK) != 0) SKIP("no data/coco128/data.yaml in the shared folder");
+    NEED_COCO128(yaml);
     Dataset coco;
     Err err;
     DatasetOptions opt = { .quiet = 1, .report = tmpfile() };
