@@ -11,29 +11,15 @@
 
 #include "io/dataset.h"
 #include "io/image.h"
+#include "test/fuzz/scratch.h"
 
-static char root[4096], yaml[4200], list[4200];
-static FILE *sink;                      // the report stream: /dev/null
+static char yaml[4200], list[4200];
 
-static void root_remove(void) {
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", root);
-}
-
-static void put(const char *path, const void *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(data, 1, n, f) != n || fclose(f) != 0) { perror(path); abort(); }
-}
-
-// root/{data.yaml, images/a.png, images/b.png}, made once per process and removed at exit.
+// fuzz_root/{data.yaml, images/a.png, images/b.png}, made once per process and removed at exit.
 static void dataset_make(void) {
-    const char *t = getenv("TMPDIR");
-    snprintf(root, sizeof root, "%s/fuzz_listfile-XXXXXX", t && *t ? t : "/tmp");
-    if (!mkdtemp(root)) { perror(root); abort(); }
-    atexit(root_remove);
+    fuzz_scratch("fuzz_listfile");
     char dir[4200], png[4300];
-    snprintf(dir, sizeof dir, "%s/images", root);
+    snprintf(dir, sizeof dir, "%s/images", fuzz_root);
     mkdir(dir, 0755);
     Image im = image_new(16, 16, 90);
     Err err;
@@ -42,18 +28,16 @@ static void dataset_make(void) {
         if (image_save_png(png, &im, &err) != 0) { fprintf(stderr, "%s\n", err.msg); abort(); }
     }
     image_free(&im);
-    snprintf(list, sizeof list, "%s/list.txt", root);
-    snprintf(yaml, sizeof yaml, "%s/data.yaml", root);
+    snprintf(list, sizeof list, "%s/list.txt", fuzz_root);
+    snprintf(yaml, sizeof yaml, "%s/data.yaml", fuzz_root);
     const char *text = "train: list.txt\nval: list.txt\nnames: [a, b, c]\n";
-    put(yaml, text, strlen(text));
-    sink = fopen("/dev/null", "w");
-    if (!sink) abort();
+    fuzz_put(yaml, text, strlen(text));
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    if (!root[0]) dataset_make();
-    put(list, data, size);
-    DatasetOptions opt = {.report = sink, .quiet = size % 2};
+    if (!fuzz_root[0]) dataset_make();
+    fuzz_put(list, data, size);
+    DatasetOptions opt = {.report = fuzz_sink, .quiet = size % 2};
     Dataset ds;
     Err err;
     if (dataset_open(yaml, NULL, "train", &opt, &ds, &err) == 0) {
