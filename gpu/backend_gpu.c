@@ -54,6 +54,10 @@ static void bn_silu_train(void *ctx, Map z, const float *g, const float *b, floa
     Map none = { 0 };
     bn_silu_forward_train_gpu(DEV, z, g, b, eps, mom, rm, rv, mean, invstd, none, y);
 }
+static void conv_bn_silu_train(void *ctx, const ConvDims *d, Map x, const float *w, Map z, const BnTrain *bn,
+                               float eps, float mom, Map y, float *ws) {
+    conv_bn_silu_forward_train_gpu(DEV, d, x, w, z, bn, eps, mom, y);
+}
 static void conv_bn_silu_bwd(void *ctx, const ConvDims *d, Map x, const float *w, Map z, const BnSaved *bn,
                              Map dy, Map tmp, Map dz, Map dx, float *dw, float *ws) {
     if (DEV->precision == GPU_BF16) {   // dz as the bf16 GEMM operand, in dz's own memory
@@ -393,7 +397,7 @@ const Backend backend_gpu = {
     },
     .unit = {
         .bn_silu_forward_train = bn_silu_train, .bn_silu_forward_eval = bn_silu_eval,
-        .conv_bn_silu_backward = conv_bn_silu_bwd, .conv_bn_backward = conv_bn_bwd,
+        .conv_bn_silu_forward_train = conv_bn_silu_train, .conv_bn_silu_backward = conv_bn_silu_bwd, .conv_bn_backward = conv_bn_bwd,
     },
     .fused = {
         .repconv_forward_train = repconv_train, .repconv_silu_backward = repconv_silu_bwd,

@@ -601,6 +601,17 @@ extern "C" void bn_silu_forward_train_gpu(Device *dev, Map z, const float *gamma
     bn_train(dev, z, gamma, beta, eps, momentum, running_mean, running_var, mean, invstd, u, y);
 }
 
+// y = silu((z - shift)·scale + beta) (=): bn_silu_forward_train_gpu's normalising pass from a shift and scale
+// made elsewhere (gpu/conv_bn.cu's statistics from the convolution's epilogue)
+extern "C" void bn_silu_normalise_gpu(Device *dev, Map z, const float *shift, const float *scale, const float *beta,
+                                      Map y) {
+    bn_check(z, y, "bn_silu_normalise_gpu");
+    Sums s = {};
+    s.shift = (float *)shift, s.scale = (float *)scale;
+    Map none = { NULL, 0, 0, 0, 0, 0, 0, 0 };
+    normalise(dev, z, &s, beta, none, y);
+}
+
 // Evaluation: u = BN(z) with the running statistics when u.data, and y = silu(u) when y.data.
 static void bn_eval(Device *dev, Map z, const float *gamma, const float *beta, float eps, const float *running_mean,
                     const float *running_var, Map u, Map y) {

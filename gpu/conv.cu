@@ -476,6 +476,13 @@ extern "C" void conv_prepare_weights_gpu(Device *dev, const float *state, size_t
     dev->wbf16_n = n;
 }
 
+// A pointwise conv's weights (K, C) in the pass's bf16 copy, or NULL where it does not hold them (gpu/conv_bn.cu)
+extern "C" const void *conv_prepared_weights_gpu(const Device *dev, const ConvDims *d, const float *w) {
+    size_t n = (size_t)d->K * crs_of(d) / d->groups;
+    if (dev->precision != GPU_BF16 || needs_permute(d) || !weights_prepared(dev, w, n, false)) return NULL;
+    return (const bf16 *)dev->wbf16 + (w - dev->wbf16_src);
+}
+
 // The weight operand (K, Cg·R·S) in the columns' order: the pass's bf16 copy when it holds w in that
 // order (conv_prepare_weights_gpu), else made for this call when it is permuted or converted to bf16.
 static Operand weight_operand(Device *dev, const ConvDims *d, const float *w) {

@@ -59,6 +59,10 @@ GpuPlan model_gpu_plan(const Model *m, GpuPrecision prec, int optim_states) {
             size_t c = unit_is_dw(cu) ? dwconv_workspace_bytes_gpu(&dd) : conv_workspace_bytes_gpu(&probe, d);
             Map z = map_make(NULL, cu->d.N, cu->d.P, cu->d.Q, cu->d.K);
             size_t b = bn_workspace_bytes_gpu(z) * (nd->op == OP_REPCONV ? 2 : 1);   // both branches' at once
+            if (cu->bn_w >= 0 && d->R == 1 && d->S == 1 && d->stride == 1) {   // gpu/conv_bn.cu's partials
+                size_t f = conv_bn_workspace_bytes_gpu(d) + b;
+                if (f > scratch) scratch = f;
+            }
             if (c > scratch) scratch = c;
             if (b > scratch) scratch = b;
         }

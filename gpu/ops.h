@@ -20,6 +20,8 @@ void conv_prepare_weights_gpu(Device *dev, const float *state, size_t n);
 void conv_forward_gpu(Device *dev, const ConvDims *d, Map x, const float *w, const float *b, Map y);
 void conv_backward_gpu(Device *dev, const ConvDims *d, Map x, const float *w, Map dy, Map dx,
                        float *dw, float *db);   // dx, dw, db +=
+// A pointwise conv's weights (K, C) as the pass's bf16 copy holds them (conv_prepare_weights_gpu), or NULL
+const void *conv_prepared_weights_gpu(const Device *dev, const ConvDims *d, const float *w);
 // The stem (3 channels in, 3x3, groups 1, K 16/32/64) runs as a direct convolution (gpu/conv_stem.cu):
 // conv_forward_gpu and conv_backward_gpu's weight gradient take that path by themselves.
 int    conv_stem_fits(const ConvDims *d);
@@ -32,6 +34,16 @@ int conv_dgrad_bf16_gpu(const ConvDims *d);
 // conv_backward_gpu without a bias, under GPU_BF16, with dy given as packed (N*P*Q, K) bf16 values
 void conv_backward_bf16dy_gpu(Device *dev, const ConvDims *d, Map x, const float *w,
                               const void *dy16, Map dx, float *dw);
+
+// ---- a 1x1 convolution with its BN statistics in the epilogue (gpu/conv_bn.cu, issue 34) ---------------
+// Backend.unit.conv_bn_silu_forward_train: z = conv(x, w) (=, bf16), the BN statistics of the stored z from the
+// convolution's tiles (saved and running ones updated), y = silu(BN(z)) (=). Where conv_bn_fits_gpu is 0 (not
+// bf16 maps under GPU_BF16, not a 1x1 stride-1 conv of groups 1, C or K not a multiple of 8, unaligned maps),
+// conv_forward_gpu then bn_silu_forward_train_gpu.
+int conv_bn_fits_gpu(const Device *dev, const ConvDims *d, Map x, Map z);
+size_t conv_bn_workspace_bytes_gpu(const ConvDims *d);   // scratch of the fused path for conv d
+void conv_bn_silu_forward_train_gpu(Device *dev, const ConvDims *d, Map x, const float *w, Map z, const BnTrain *bn,
+                                    float eps, float momentum, Map y);
 
 // ---- batch normalisation (gpu/bn.cu): statistics in double, deterministic ----------------------
 size_t bn_workspace_bytes_gpu(Map z);   // scratch the three BN twins need for this map
@@ -53,6 +65,9 @@ void repconv_forward_train_gpu(Device *dev, Map z1, const BnTrain *bn1, Map z2, 
 // into y, then add_forward_gpu(a, y, out).
 void bn_silu_add_forward_train_gpu(Device *dev, Map z, const BnTrain *bn, float eps, float momentum, Map a, Map y,
                                    Map out);
+// y = silu((z - shift)·scale + beta) (=): the normalising pass of bn_silu_forward_train_gpu from a per-channel
+// shift and scale made elsewhere (gpu/conv_bn.cu)
+void bn_silu_normalise_gpu(Device *dev, Map z, const float *shift, const float *scale, const float *beta, Map y);
 void bn_forward_eval_gpu(Device *dev, Map z, const float *gamma, const float *beta, float eps,
                          const float *running_mean, const float *running_var, Map u);
 // The same fused with SiLU in one pass: y = silu(u), u never stored (bit for bit the two launches).

@@ -662,6 +662,31 @@ static void case_bn_silu_forward_eval(const Target *tg, Rng *g, int i) {
     set_free(&s);
 }
 
+// A conv + BN + SiLU unit's forward in training: x (N,H,W,C) -> z (N,P,Q,K) -> y = silu(BN_train(z)), the batch
+// statistics saved and the running ones updated; against conv_forward then the BN + SiLU composition
+static void case_conv_bn_silu_forward_train(const Target *tg, Rng *g, int i) {
+    ConvCase c = conv_case_at(i, g);
+    ConvDims d = conv_dims(c.N, c.C, c.H, c.W, c.K, c.k, c.stride, c.pad, c.groups);
+    size_t nw = (size_t)d.K * (d.C / d.groups) * d.R * d.S;
+    Shape sh = { d.N, d.P, d.Q, d.K, 0 }, sx = { d.N, d.H, d.W, d.C, c.x_extra };
+    const char *op = "conv_bn_silu_forward_train";
+    Set s = { .tg = tg };
+    Bn b = bn_inputs(&s, sh, g);                   // its z is a prior the conv overwrites
+    T x = map_of(sx, c.x_extra), w = t_vec((int)nw);
+    t_rand(x, g, -1, 1); t_rand(w, g, -0.5, 0.5);
+    int ix = set_add(&s, x), iw = set_add(&s, w), y = out_map(&s, sh, c.y_extra, g);
+    float *ws = xmalloc((conv_workspace_floats(&d) + 1) * sizeof(float));
+    BnTrain bh = bn_train_of(&s, b, 0), bd = bn_train_of(&s, b, 1);
+    conv_forward_cpu(&d, H(ix), HP(iw), NULL, H(b.z), ws);
+    compose_bn_silu_train(&REF, H(b.z), &bh, H(y));
+    OP_RUN(tg, tg->be->unit.conv_bn_silu_forward_train(tg->ctx, &d, D(ix), DP(iw), D(b.z), &bd, EPS, MOMENTUM, D(y),
+                                                        ws));
+    CHECK_OUT(b.z, "z", FP32); CHECK_OUT(y, "y", FP32);
+    check_bn_stats(tg, &s, op, sh, b, !perf_reps);
+    free(ws);
+    set_free(&s);
+}
+
 // A conv + BN unit's backward: x (N,H,W,C) -> z (N,P,Q,K) with saved statistics; from dy at the SiLU (silu) or
 // du at the BN: dx, dw, dgamma, dbeta (+= priors)
 static void conv_bn_case(const Target *tg, Rng *g, int i, int silu) {
@@ -806,7 +831,8 @@ static const Entry ENTRIES[] = {
     { "prepare_weights", 'o', offsetof(BackendOps, prepare_weights), NULL,
       "no output of its own: the bf16 weights it rounds are checked through the convolutions by test_gpu_bf16 "
       "and test_determinism (YT_WEIGHTS_ONCE=0)" },
-    UNIT(bn_silu_forward_train), UNIT(bn_silu_forward_eval), UNIT(conv_bn_silu_backward), UNIT(conv_bn_backward),
+    UNIT(bn_silu_forward_train), UNIT(bn_silu_forward_eval), UNIT(conv_bn_silu_forward_train), UNIT(conv_bn_silu_backward),
+    UNIT(conv_bn_backward),
     FUSED(repconv_forward_train), FUSED(repconv_silu_backward), FUSED(repconv_bn_backward),
     FUSED(bn_silu_add_forward_train),
 };

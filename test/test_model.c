@@ -1,7 +1,8 @@
 // test_model.c: the gelan-s graph built from cfg/s.ini: parameter count and FLOPs of the reference,
 // build errors that name the config line, weights round trip, and the forward pass against the
 // PyTorch fixture (outputs and BN running statistics after one training-mode forward); which passes
-// core/spec/model_run.c records (a recording backend faked over the CPU's ops).
+// core/spec/model_run.c records (a recording backend faked over the CPU's ops), and that it takes conv + BN + SiLU
+// units to a backend's fused slot (faked likewise).
 #include "test/test.h"
 
 #include "cfg/config.h"
@@ -221,6 +222,65 @@ static int slots_of(const Model *m, int kind) {
 // training's are; each group has its own slots (MODEL_RECS_EVAL, MODEL_RECS_TRAIN), so many evaluation
 // shapes (validation's rect batches) leave training its slots, and many training shapes (rect,
 // multi_scale) leave evaluation its; forward and evaluation of one shape are two recordings.
+// A backend's conv_bn_silu_forward_train slot (Backend.unit): the CPU's ops composed as the executor composes
+// them, counting its calls
+static int fake_units;
+static void fake_conv_bn_silu(void *ctx, const ConvDims *d, Map x, const float *w, Map z, const BnTrain *b, float eps,
+                              float mom, Map y, float *ws) {
+    fake_units++;
+    backend_cpu.ops.conv_forward(ctx, d, x, w, NULL, z, ws);
+    backend_cpu.ops.bn_forward_train(ctx, z, b->gamma, b->beta, eps, mom, b->running_mean, b->running_var, b->mean,
+                                     b->invstd, y);
+    backend_cpu.ops.silu_forward(ctx, y, y);
+}
+
+// One training forward of gelan-t (N 2, 64 px) into copies of its maps, statistics and state, through be
+// (NULL: the CPU's table); returns the number of conv + BN + SiLU units whose BN trains, or -1
+static int unit_forward_run(const Backend *be, float **act, float **stats, float **state, size_t n[3]) {
+    static Config cfg;
+    Model m;
+    Err err;
+    if (load_cfg("cfg/t.ini", &cfg)) return -1;
+    if (model_build(&cfg, 2, 64, &m, &err)) { printf("    %s\n", err.msg); return -1; }
+    if (be) m.be = be;
+    model_init_weights(&m, 5);
+    size_t n_img = (size_t)2 * 64 * 64 * 3;
+    float *img = xmalloc(n_img * sizeof(float));
+    Rng r = rng_for(3, 4, 5);
+    for (size_t i = 0; i < n_img; i++) img[i] = (float)rng_uniform(&r, 0, 1);
+    model_forward(&m, img, 2, 64, 64, 1);
+    int units = 0;
+    for (int i = 0; i < m.n_nodes; i++) units += m.nodes[i].op == OP_CONV && m.nodes[i].act && unit_bn_trains(&m.nodes[i].cv);
+    n[0] = m.n_act, n[1] = m.n_stats, n[2] = m.n_state;
+    *act = xmalloc(n[0] * sizeof(float)), *stats = xmalloc(n[1] * sizeof(float)), *state = xmalloc(n[2] * sizeof(float));
+    memcpy(*act, m.act, n[0] * sizeof(float));
+    memcpy(*stats, m.stats, n[1] * sizeof(float));
+    memcpy(*state, m.state, n[2] * sizeof(float));
+    free(img);
+    model_free(&m);
+    return units;
+}
+
+// The executor takes every training conv + BN + SiLU unit to the backend's slot where it has one, with the
+// maps, saved statistics and running ones of its own composition (core/spec/model_run.c unit_forward)
+static void test_unit_forward_slot(void) {
+    static Backend be;
+    be = backend_cpu;
+    be.unit.conv_bn_silu_forward_train = fake_conv_bn_silu;
+    float *a[2], *s[2], *w[2];
+    size_t n[2][3];
+    fake_units = 0;
+    int units = unit_forward_run(NULL, &a[0], &s[0], &w[0], n[0]);
+    CHECK(fake_units == 0, "the CPU's table has no such slot, yet it was called %d times", fake_units);
+    int units2 = unit_forward_run(&be, &a[1], &s[1], &w[1], n[1]);
+    if (units < 0 || units2 < 0) { CHECK(0, "cfg/t.ini: no model"); return; }
+    CHECK(units > 0 && fake_units == units, "the slot ran %d times for %d units", fake_units, units);
+    CHECK(!memcmp(a[0], a[1], n[0][0] * sizeof(float)), "the maps differ from the composition's");
+    CHECK(!memcmp(s[0], s[1], n[0][1] * sizeof(float)), "the saved statistics differ from the composition's");
+    CHECK(!memcmp(w[0], w[1], n[0][2] * sizeof(float)), "the state (running statistics) differs from the composition's");
+    for (int k = 0; k < 2; k++) free(a[k]), free(s[k]), free(w[k]);
+}
+
 static void test_eval_recordings(void) {
     static Config cfg;
     static Backend be;
@@ -279,5 +339,6 @@ int main(void) {
     RUN(test_fixture_forward);
     RUN(test_u8_input_matches_float);
     RUN(test_eval_recordings);
+    RUN(test_unit_forward_slot);
     return test_summary();
 }

@@ -19,7 +19,7 @@ typedef enum {
 // One name per YT_ variable, in the table's order (core/base/switches.c); a misspelt one does not compile.
 typedef enum {
     // variants
-    SW_FUSE, SW_GRAD_FRESH, SW_GRAD_ALIAS, SW_GRAD_BF16, SW_WEIGHTS_ONCE, SW_PDL, SW_GRAPHS, SW_NCCL_OVERLAP,
+    SW_FUSE, SW_CONV_STATS, SW_GRAD_FRESH, SW_GRAD_ALIAS, SW_GRAD_BF16, SW_WEIGHTS_ONCE, SW_PDL, SW_GRAPHS, SW_NCCL_OVERLAP,
     SW_DRAW_SYNC,
     // diagnostics
     SW_CUDNN_VERBOSE, SW_PDL_REPORT, SW_GPU_HANG_AT, SW_PROFILE, SW_VERBOSE, SW_KEEP_TMP,

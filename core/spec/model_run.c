@@ -63,6 +63,11 @@ static void unit_conv(Model *m, const ConvUnit *cu, const ConvDims *d, Map x, co
     m->be->ops.dwconv_forward(m->be_ctx, &dd, x, P(m, cu->w), b, y);
 }
 
+static BnTrain unit_bn_train(Model *m, const ConvUnit *cu) {
+    float *mean = m->stats + cu->stats;
+    return (BnTrain){ P(m, cu->bn_w), P(m, cu->bn_b), P(m, cu->bn_mean), P(m, cu->bn_var), mean, mean + cu->d.K };
+}
+
 // conv, then BN (train or eval) into out; without BN the conv (with bias) writes out directly. act: SiLU
 // follows, in the backend's fused unit form where it has one (Backend.unit), else composed here: BN into
 // out (into fp32 scratch when out is bf16, so the SiLU rounds once), then the SiLU; returns whether it was
@@ -73,6 +78,11 @@ static int unit_forward(Model *m, const ConvUnit *cu, int in, Map out, int n, in
     const Backend *be = m->be;
     if (cu->bn_w < 0) { unit_conv(m, cu, &d, x, P(m, cu->b), out); return 0; }
     Map z = unit_z(m, cu, &d);
+    if (train && act && unit_bn_trains(cu) && be->unit.conv_bn_silu_forward_train) {
+        BnTrain b = unit_bn_train(m, cu);   // the conv and its BN + SiLU in the backend's one form
+        be->unit.conv_bn_silu_forward_train(m->be_ctx, &d, x, P(m, cu->w), z, &b, BN_EPS, BN_MOMENTUM, out, m->ws);
+        return 1;
+    }
     unit_conv(m, cu, &d, x, NULL, z);
     if (!train && act && be->unit.bn_silu_forward_eval) {   // one pass; a bf16 output is rounded once
         be->unit.bn_silu_forward_eval(m->be_ctx, z, P(m, cu->bn_w), P(m, cu->bn_b), BN_EPS, P(m, cu->bn_mean),
@@ -100,11 +110,6 @@ static int unit_forward(Model *m, const ConvUnit *cu, int in, Map out, int n, in
     if (!act) return 0;
     be->ops.silu_forward(m->be_ctx, u, out);
     return 1;
-}
-
-static BnTrain unit_bn_train(Model *m, const ConvUnit *cu) {
-    float *mean = m->stats + cu->stats;
-    return (BnTrain){ P(m, cu->bn_w), P(m, cu->bn_b), P(m, cu->bn_mean), P(m, cu->bn_var), mean, mean + cu->d.K };
 }
 
 // A RepConv in training with the backend's fused form: both convs, then y = silu(BN1(z1) + BN2(z2)) (u and

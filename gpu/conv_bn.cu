@@ -1,0 +1,251 @@
+// conv_bn.cu: a 1x1 convolution that emits its BN statistics in its epilogue (issue 34, first stage), the GPU
+// form of Backend.unit.conv_bn_silu_forward_train under bf16: z = x·W^T written bf16 (=), each tile's per-channel
+// count, mean and M2 of the stored z beside it, a finish that combines the tiles in a fixed order into the saved
+// and running statistics, then bn.cu's normalise + SiLU pass (=). No pass re-reads z for its statistics.
+// Shapes it does not take (another kernel size, stride or groups, C or K not a multiple of 8, fp32 maps or
+// precision) run the composition: conv_forward_gpu, then bn_silu_forward_train_gpu.
+// Legend: N batch, C channels in, K channels out, P = N·H·W pixels (stride 1: the same in and out), T pixel
+// tiles, ld pixel stride of a map (a channel slice of a concat buffer: ld > C).
+#include <cuda_bf16.h>
+#include <mma.h>
+
+#include "gpu/kernel_util.h"
+
+typedef __nv_bfloat16 bf16;
+
+// ---- the tiling ------------------------------------------------------------------------------------------
+// In NHWC a 1x1 stride-1 conv is the GEMM Z[P, K] = X[P, C]·W[K, C]^T. A block of 4 warps makes a tile of
+// BM = 64 pixels by BN = 64 output channels (grid: x the pixel tiles, y the 64-channel slices of K), stepping
+// through C in slices of BK = 32 channels: each step brings the X slice (64 x 32 bf16, 4 KiB) and the W slice
+// (64 x 32 bf16, 4 KiB) into shared memory with cp.async (16 bytes a copy, zero-filled past P, C or K), the
+// next slice's copies in flight while this one multiplies (two buffers). Each warp multiplies a 32 x 32
+// quarter of the tile as 2 x 2 WMMA bf16 16x16x16 fragments with fp32 accumulators, two k-steps a slice.
+// Epilogue: the fp32 tile goes through shared memory; each value is rounded to bf16 once (as cuBLAS and cuDNN
+// write a bf16 output) and stored to z, and for each of its channels the tile's mean and M2 = Σ (z - mean)² of
+// the rounded values are written to the partials (T, K), each operation rounded alone (no FMA contraction), so
+// the partials are the same bits on every GPU given the same z.
+// Per tile: reads 64·C·2 bytes of X and 64·C·2 of W (from L2 after the first tile), writes 64·64·2 of z and
+// 64·8 of partials; 2·64·64·C FLOPs. For K <= 64 every X tile is read once; a larger K reads it once per
+// 64-channel slice (grid.y), mostly from L2.
+enum { BM = 64, BN = 64, BK = 32, LDS = BK + 8, LDC = BN + 4, WARPS = 4, TILE_THREADS = 32 * WARPS };
+enum { FINISH_THREADS = 128 };   // a block per channel in the finish
+
+// The partial statistics in scratch: (T, K) floats twice, then the normalising pass's shift and scale (K).
+struct TileStats { float *mean, *m2, *shift, *scale; int T; };
+
+static int tiles_of(size_t P) { return (int)((P + BM - 1) / BM); }
+
+extern "C" size_t conv_bn_workspace_bytes_gpu(const ConvDims *d) {
+    size_t P = (size_t)d->N * d->P * d->Q, T = (size_t)tiles_of(P), K = (size_t)d->K;
+    return 2 * sizeof(float) * T * K + 2 * sizeof(float) * K + sizeof(bf16) * K * d->C + 4 * 256;
+}
+
+// ---- kernels ---------------------------------------------------------------------------------------------
+
+// 16 bytes global -> shared, asynchronous; with valid false the 16 bytes are zeros and nothing is read (src
+// must still be a mapped address: the callers pass the tensor's base)
+__device__ static inline void cp_async16(void *dst, const void *src, bool valid) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    int n = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(n));
+}
+__device__ static inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ static inline void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;\n" ::); }
+
+// The X and W slices of channels c0 .. c0+BK-1 into one buffer: BM (BN) rows of BK/8 16-byte runs each, two
+// runs a thread for each. C, ld and the bases are multiples of 8 elements (the launcher checks), so a run is
+// wholly inside or wholly past C.
+__device__ static inline void load_slice(const bf16 *x, int ldx, const bf16 *w, int C, int K, size_t P, size_t p0,
+                                         int k0, int c0, bf16 (*as)[LDS], bf16 (*bs)[LDS]) {
+    for (int q = threadIdx.x; q < BM * BK / 8; q += TILE_THREADS) {
+        int row = q / (BK / 8), c = c0 + q % (BK / 8) * 8;
+        bool ok = p0 + row < P && c < C;
+        cp_async16(&as[row][q % (BK / 8) * 8], ok ? x + (p0 + row) * ldx + c : x, ok);
+    }
+    for (int q = threadIdx.x; q < BN * BK / 8; q += TILE_THREADS) {
+        int row = q / (BK / 8), c = c0 + q % (BK / 8) * 8;
+        bool ok = k0 + row < K && c < C;
+        cp_async16(&bs[row][q % (BK / 8) * 8], ok ? w + (size_t)(k0 + row) * C + c : w, ok);
+    }
+}
+
+// z (P, K) bf16 with pixel stride ldz = x (P, C) bf16 with pixel stride ldx, times w (K, C) bf16 transposed,
+// and the tile partials (T, K): part_mean, part_m2.
+__global__ void __launch_bounds__(TILE_THREADS)
+conv1x1_stats_kernel(const bf16 *x, int ldx, const bf16 *w, int C, int K, size_t P, bf16 *z, int ldz,
+                     float *part_mean, float *part_m2) {
+    pdl_entry();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    __trap();   // bf16 WMMA and cp.async need sm_80; the launcher never sends older GPUs here
+#else
+    using namespace nvcuda;
+    __shared__ __align__(128) bf16 as[2][BM][LDS];
+    __shared__ __align__(128) bf16 bs[2][BN][LDS];
+    __shared__ __align__(128) float cs[BM][LDC];
+    size_t p0 = (size_t)blockIdx.x * BM;
+    int k0 = blockIdx.y * BN, warp = threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++) wmma::fill_fragment(acc[i][j], 0.0f);
+    int slices = (C + BK - 1) / BK;
+    load_slice(x, ldx, w, C, K, P, p0, k0, 0, as[0], bs[0]);
+    cp_async_commit();
+    for (int s = 0; s < slices; s++) {
+        int buf = s & 1;
+        if (s + 1 < slices) load_slice(x, ldx, w, C, K, P, p0, k0, (s + 1) * BK, as[buf ^ 1], bs[buf ^ 1]);
+        cp_async_commit();       // a group every step (maybe empty), so "all but the newest" is slice s
+        cp_async_wait_one();
+        __syncthreads();
+        for (int kk = 0; kk < BK; kk += 16) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a[2];
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> b[2];   // W^T: (c, k) at bs[k][c]
+            for (int i = 0; i < 2; i++) wmma::load_matrix_sync(a[i], &as[buf][wm * 32 + i * 16][kk], LDS);
+            for (int j = 0; j < 2; j++) wmma::load_matrix_sync(b[j], &bs[buf][wn * 32 + j * 16][kk], LDS);
+            for (int i = 0; i < 2; i++)
+                for (int j = 0; j < 2; j++) wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
+        }
+        __syncthreads();         // every warp is done with buf before step s + 1 copies into it
+    }
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++)
+            wmma::store_matrix_sync(&cs[wm * 32 + i * 16][wn * 32 + j * 16], acc[i][j], LDC, wmma::mem_row_major);
+    __syncthreads();
+    // z: each value rounded once, 8 channels (16 bytes) a store; the tile keeps the rounded values
+    for (int q = threadIdx.x; q < BM * BN / 8; q += TILE_THREADS) {
+        int row = q / (BN / 8), col = q % (BN / 8) * 8;
+        __align__(16) bf16 v[8];
+        for (int e = 0; e < 8; e++) {
+            v[e] = __float2bfloat16(cs[row][col + e]);
+            cs[row][col + e] = __bfloat162float(v[e]);
+        }
+        if (p0 + row < P && k0 + col < K) *(uint4 *)(z + (p0 + row) * ldz + k0 + col) = *(const uint4 *)v;
+    }
+    __syncthreads();
+    // the tile's statistics of each channel: mean, then M2 about it (two passes over the tile in shared memory)
+    int col = threadIdx.x;
+    if (col >= BN || k0 + col >= K) return;
+    int rows = P - p0 < (size_t)BM ? (int)(P - p0) : BM;
+    float sum = 0.0f;
+    for (int r = 0; r < rows; r++) sum = __fadd_rn(sum, cs[r][col]);
+    float mean = __fdiv_rn(sum, (float)rows), m2 = 0.0f;
+    for (int r = 0; r < rows; r++) {
+        float e = __fsub_rn(cs[r][col], mean);
+        m2 = __fadd_rn(m2, __fmul_rn(e, e));
+    }
+    part_mean[(size_t)blockIdx.x * K + k0 + col] = mean;
+    part_m2[(size_t)blockIdx.x * K + k0 + col] = m2;
+#endif
+}
+
+// A set of n values by its count, mean and M2 = Σ (v - mean)², combined by Chan's formula: robust where the
+// mean is large against the spread (no Σv² - (Σv)²/n). Each operation rounded alone (no FMA contraction).
+struct Moments { double n, mean, m2; };
+__device__ static inline Moments moments_join(Moments a, Moments b) {
+    if (b.n == 0.0) return a;
+    if (a.n == 0.0) return b;
+    double n = __dadd_rn(a.n, b.n), d = __dsub_rn(b.mean, a.mean), f = __ddiv_rn(b.n, n);
+    Moments r = { n, __dadd_rn(a.mean, __dmul_rn(d, f)),
+                  __dadd_rn(__dadd_rn(a.m2, b.m2), __dmul_rn(__dmul_rn(d, d), __dmul_rn(a.n, f))) };
+    return r;
+}
+
+// A block per channel k: thread t joins tiles t, t + FINISH_THREADS, ... in order, then the threads' moments
+// in a fixed tree (t with t + s, s = 64, 32, ..., 1); the order depends on T alone, so the result does not vary
+// from run to run or GPU to GPU. Then, as bn.cu's stats_finish: the saved statistics (mean, invstd), the running
+// ones (unbiased variance) and the normalising pass's shift and scale.
+__global__ void __launch_bounds__(FINISH_THREADS)
+conv_bn_finish_kernel(const float *part_mean, const float *part_m2, int T, int K, size_t P, BnTrain bn, float eps,
+                      float momentum, float *shift, float *scale) {
+    pdl_entry();
+    __shared__ Moments sh[FINISH_THREADS];
+    int k = blockIdx.x, t = threadIdx.x;
+    Moments acc = { 0.0, 0.0, 0.0 };
+    for (int i = t; i < T; i += FINISH_THREADS) {
+        size_t left = P - (size_t)i * BM;
+        Moments m = { (double)(left < (size_t)BM ? left : BM), part_mean[(size_t)i * K + k], part_m2[(size_t)i * K + k] };
+        acc = moments_join(acc, m);
+    }
+    sh[t] = acc;
+    __syncthreads();
+    for (int s = FINISH_THREADS / 2; s > 0; s /= 2) {
+        if (t < s) sh[t] = moments_join(sh[t], sh[t + s]);
+        __syncthreads();
+    }
+    if (t != 0) return;
+    double mu = sh[0].mean, var = fmax(sh[0].m2 / (double)P, 0.0), unbias = P > 1 ? (double)P / (double)(P - 1) : 1.0;
+    double is = 1.0 / sqrt(var + eps), keep = 1.0 - momentum;
+    shift[k] = (float)mu;
+    scale[k] = (float)(bn.gamma[k] * is);
+    if (bn.mean) bn.mean[k] = (float)mu;
+    if (bn.invstd) bn.invstd[k] = (float)is;
+    if (bn.running_mean) bn.running_mean[k] = (float)(keep * bn.running_mean[k] + momentum * mu);
+    if (bn.running_var) bn.running_var[k] = (float)(keep * bn.running_var[k] + momentum * var * unbias);
+}
+
+// w (n floats) rounded to bf16 (as conv_prepare_weights_gpu rounds them)
+__global__ void weights_bf16_kernel(const float *w, size_t n, bf16 *out) {
+    pdl_entry();
+    GRID_STRIDE(i, n) out[i] = __float2bfloat16(w[i]);
+}
+
+// ---- launchers -------------------------------------------------------------------------------------------
+
+static bool aligned16(const void *p) { return (size_t)p % 16 == 0; }
+
+extern "C" int conv_bn_fits_gpu(const Device *dev, const ConvDims *d, Map x, Map z) {
+    bool pointwise = d->R == 1 && d->S == 1 && d->stride == 1 && d->pad == 0 && d->groups == 1;
+    return dev->precision == GPU_BF16 && pointwise && d->C % 8 == 0 && d->K % 8 == 0 && x.bf16 && z.bf16 &&
+           x.ld % 8 == 0 && z.ld % 8 == 0 && aligned16(x.data) && aligned16(z.data) &&
+           (size_t)d->N * d->P * d->Q < ((size_t)1 << 31);
+}
+
+// The weight operand (K, C) bf16, 16-byte aligned: the pass's prepared copy where it holds w, else rounded here
+// into scratch (the caller gives the scratch back).
+static const bf16 *weights_bf16(Device *dev, const ConvDims *d, const float *w) {
+    const bf16 *p = (const bf16 *)conv_prepared_weights_gpu(dev, d, w);
+    if (p && aligned16(p)) return p;
+    size_t n = (size_t)d->K * d->C;
+    bf16 *out = (bf16 *)scratch_take(dev, sizeof(bf16) * n);
+    weights_bf16_kernel<<<blocks_for(n), THREADS, 0, dev->stream>>>(w, n, out);
+    checkLaunch(dev);
+    return out;
+}
+
+// The convolution and the tile partials, then the finish: the statistics into bn, shift and scale into s.
+static void conv_stats(Device *dev, const ConvDims *d, Map x, const float *w, Map z, const BnTrain *bn, float eps,
+                       float momentum, const TileStats &s) {
+    size_t P = (size_t)d->N * d->P * d->Q;
+    const bf16 *w16 = weights_bf16(dev, d, w);
+    dim3 grid((unsigned)s.T, (unsigned)((d->K + BN - 1) / BN));
+    conv1x1_stats_kernel<<<grid, TILE_THREADS, 0, dev->stream>>>((const bf16 *)x.data, x.ld, w16, d->C, d->K, P,
+                                                                 (bf16 *)z.data, z.ld, s.mean, s.m2);
+    checkLaunch(dev);
+    conv_bn_finish_kernel<<<d->K, FINISH_THREADS, 0, dev->stream>>>(s.mean, s.m2, s.T, d->K, P, *bn, eps, momentum,
+                                                                     s.shift, s.scale);
+    checkLaunch(dev);
+}
+
+extern "C" void conv_bn_silu_forward_train_gpu(Device *dev, const ConvDims *d, Map x, const float *w, Map z,
+                                               const BnTrain *bn, float eps, float momentum, Map y) {
+    Map none = { NULL, 0, 0, 0, 0, 0, 0, 0 };
+    if (!conv_bn_fits_gpu(dev, d, x, z)) {   // the composition, as the executor runs it without this slot
+        conv_forward_gpu(dev, d, x, w, NULL, z);
+        bn_silu_forward_train_gpu(dev, z, bn->gamma, bn->beta, eps, momentum, bn->running_mean, bn->running_var,
+                                  bn->mean, bn->invstd, none, y);
+        return;
+    }
+    if (x.N != d->N || x.H != d->H || x.W != d->W || x.C != d->C || z.N != d->N || z.H != d->P || z.W != d->Q ||
+        z.C != d->K)
+        die("conv_bn_silu_forward_train_gpu: maps %dx%dx%dx%d -> %dx%dx%dx%d do not match conv N=%d H=%d W=%d C=%d K=%d",
+            x.N, x.H, x.W, x.C, z.N, z.H, z.W, z.C, d->N, d->H, d->W, d->C, d->K);
+    size_t mark = dev->scratch.used, P = (size_t)d->N * d->P * d->Q;
+    TileStats s;
+    s.T = tiles_of(P);
+    s.mean = (float *)scratch_take(dev, sizeof(float) * s.T * d->K);
+    s.m2 = (float *)scratch_take(dev, sizeof(float) * s.T * d->K);
+    s.shift = (float *)scratch_take(dev, sizeof(float) * d->K);
+    s.scale = (float *)scratch_take(dev, sizeof(float) * d->K);
+    conv_stats(dev, d, x, w, z, bn, eps, momentum, s);
+    bn_silu_normalise_gpu(dev, z, s.shift, s.scale, bn->beta, y);
+    dev->scratch.used = mark;
+}
