@@ -172,14 +172,18 @@ conv_bn_finish_kernel(const float *part_mean, const float *part_m2, int T, int K
         __syncthreads();
     }
     if (t != 0) return;
-    double mu = sh[0].mean, var = fmax(sh[0].m2 / (double)P, 0.0), unbias = P > 1 ? (double)P / (double)(P - 1) : 1.0;
-    double is = 1.0 / sqrt(var + eps), keep = 1.0 - momentum;
+    double mu = sh[0].mean, var = fmax(__ddiv_rn(sh[0].m2, (double)P), 0.0);
+    double unbias = P > 1 ? __ddiv_rn((double)P, (double)(P - 1)) : 1.0;
+    double is = __ddiv_rn(1.0, __dsqrt_rn(__dadd_rn(var, (double)eps))), keep = __dsub_rn(1.0, (double)momentum);
     shift[k] = (float)mu;
-    scale[k] = (float)(bn.gamma[k] * is);
+    scale[k] = (float)__dmul_rn((double)bn.gamma[k], is);
     if (bn.mean) bn.mean[k] = (float)mu;
     if (bn.invstd) bn.invstd[k] = (float)is;
-    if (bn.running_mean) bn.running_mean[k] = (float)(keep * bn.running_mean[k] + momentum * mu);
-    if (bn.running_var) bn.running_var[k] = (float)(keep * bn.running_var[k] + momentum * var * unbias);
+    if (bn.running_mean)
+        bn.running_mean[k] = (float)__dadd_rn(__dmul_rn(keep, (double)bn.running_mean[k]), __dmul_rn((double)momentum, mu));
+    if (bn.running_var)
+        bn.running_var[k] = (float)__dadd_rn(__dmul_rn(keep, (double)bn.running_var[k]),
+                                             __dmul_rn(__dmul_rn((double)momentum, var), unbias));
 }
 
 // w (n floats) rounded to bf16 (as conv_prepare_weights_gpu rounds them)
