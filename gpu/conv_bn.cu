@@ -9,6 +9,9 @@
 #include <cuda_bf16.h>
 #include <mma.h>
 
+#include <stdio.h>
+
+#include "core/base/switches.h"
 #include "gpu/kernel_util.h"
 
 typedef __nv_bfloat16 bf16;
@@ -196,11 +199,26 @@ __global__ void weights_bf16_kernel(const float *w, size_t n, bf16 *out) {
 
 static bool aligned16(const void *p) { return (size_t)p % 16 == 0; }
 
-extern "C" int conv_bn_fits_gpu(const Device *dev, const ConvDims *d, Map x, Map z) {
-    bool pointwise = d->R == 1 && d->S == 1 && d->stride == 1 && d->pad == 0 && d->groups == 1;
-    return dev->precision == GPU_BF16 && pointwise && d->C % 8 == 0 && d->K % 8 == 0 && x.bf16 && z.bf16 &&
-           x.ld % 8 == 0 && z.ld % 8 == 0 && aligned16(x.data) && aligned16(z.data) &&
-           (size_t)d->N * d->P * d->Q < ((size_t)1 << 31);
+// Why the kernel does not take conv d from x into z, or NULL when it does
+static const char *refusal(const Device *dev, const ConvDims *d, Map x, Map z) {
+    if (dev->precision != GPU_BF16) return "not bf16 precision";
+    if (d->R != 1 || d->S != 1 || d->stride != 1 || d->pad != 0 || d->groups != 1) return "not a 1x1 stride-1 conv of groups 1";
+    if (d->C % 8 || d->K % 8) return "C or K not a multiple of 8";
+    if (!x.bf16 || !z.bf16) return "an fp32-stored x or z";
+    if (x.ld % 8 || z.ld % 8 || !aligned16(x.data) || !aligned16(z.data)) return "x or z not 16-byte aligned";
+    if ((size_t)d->N * d->P * d->Q >= ((size_t)1 << 31)) return "2^31 pixels or more";
+    return NULL;
+}
+
+extern "C" int conv_bn_fits_gpu(const Device *dev, const ConvDims *d, Map x, Map z) { return !refusal(dev, d, x, z); }
+
+// YT_CUDNN_VERBOSE: which path each call took (the first passes of a shape; recorded passes replay without a call)
+static void say(const Device *dev, const ConvDims *d, Map x, Map z) {
+    if (!switch_str(SW_CUDNN_VERBOSE)) return;
+    const char *why = refusal(dev, d, x, z);
+    fprintf(stderr, "conv_bn: %dx%dx%dx%d (ld %d) -> K %d: %s%s\n", d->N, d->H, d->W, d->C, x.ld, d->K,
+            why ? "conv_forward_gpu + bn_silu_forward_train_gpu: " : "BN statistics in the convolution's epilogue",
+            why ? why : "");
 }
 
 // The weight operand (K, C) bf16, 16-byte aligned: the pass's prepared copy where it holds w, else rounded here
@@ -232,6 +250,7 @@ static void conv_stats(Device *dev, const ConvDims *d, Map x, const float *w, Ma
 extern "C" void conv_bn_silu_forward_train_gpu(Device *dev, const ConvDims *d, Map x, const float *w, Map z,
                                                const BnTrain *bn, float eps, float momentum, Map y) {
     Map none = { NULL, 0, 0, 0, 0, 0, 0, 0 };
+    say(dev, d, x, z);
     if (!conv_bn_fits_gpu(dev, d, x, z)) {   // the composition, as the executor runs it without this slot
         conv_forward_gpu(dev, d, x, w, NULL, z);
         bn_silu_forward_train_gpu(dev, z, bn->gamma, bn->beta, eps, momentum, bn->running_mean, bn->running_var,

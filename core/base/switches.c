@@ -36,7 +36,8 @@ static const SwitchInfo table[] = {
         "1: drawn on the run's own thread (core/eval/drawer.c)", "test_drawer, test_train_options" },
 
     [SW_CUDNN_VERBOSE] = { "YT_CUDNN_VERBOSE", SWITCH_DIAGNOSTIC, "quiet",
-        "set: each convolution shape's cuDNN plan (engine, workspace), or why it fell back, on stderr", "" },
+        "set: each convolution shape's cuDNN plan (engine, workspace), or why it fell back, and each 1x1 conv + BN unit's "
+        "path (gpu/conv_bn.cu), on stderr", "" },
     [SW_PDL_REPORT] = { "YT_PDL_REPORT", SWITCH_DIAGNOSTIC, "0, quiet",
         "1: per recording, its nodes, kernels and programmatic edges on stderr", "" },
     [SW_GPU_HANG_AT] = { "YT_GPU_HANG_AT", SWITCH_DIAGNOSTIC, "none",
