@@ -17,30 +17,59 @@
 typedef __nv_bfloat16 bf16;
 
 // ---- the tiling ------------------------------------------------------------------------------------------
-// In NHWC a 1x1 stride-1 conv is the GEMM Z[P, K] = X[P, C]·W[K, C]^T. A block of 4 warps makes a tile of
-// BM = 64 pixels by BN = 64 output channels (grid: x the pixel tiles, y the 64-channel slices of K), stepping
-// through C in slices of BK = 32 channels: each step brings the X slice (64 x 32 bf16, 4 KiB) and the W slice
-// (64 x 32 bf16, 4 KiB) into shared memory with cp.async (16 bytes a copy, zero-filled past P, C or K), the
-// next slice's copies in flight while this one multiplies (two buffers). Each warp multiplies a 32 x 32
-// quarter of the tile as 2 x 2 WMMA bf16 16x16x16 fragments with fp32 accumulators, two k-steps a slice.
-// Epilogue: the fp32 tile goes through shared memory; each value is rounded to bf16 once (as cuBLAS and cuDNN
-// write a bf16 output) and stored to z, and for each of its channels the tile's mean and M2 = Σ (z - mean)² of
-// the rounded values are written to the partials (T, K), each operation rounded alone (no FMA contraction), so
-// the partials are the same bits on every GPU given the same z.
-// Per tile: reads 64·C·2 bytes of X and 64·C·2 of W (from L2 after the first tile), writes 64·64·2 of z and
-// 64·8 of partials; 2·64·64·C FLOPs. For K <= 64 every X tile is read once; a larger K reads it once per
-// 64-channel slice (grid.y), mostly from L2.
+// In NHWC a 1x1 stride-1 conv is the GEMM Z[P, K] = X[P, C]·W[K, C]^T. A block of 4 warps makes tiles of
+// BM = 64 pixels by BN = 64 output channels (grid: x the groups of TB consecutive pixel tiles, y the 64-channel
+// slices of K), stepping through C in slices of BK = 32 channels: each step brings the X slice (64 x 32 bf16,
+// 4 KiB) and the W slice (64 x 32 bf16, 4 KiB) into shared memory with cp.async (16 bytes a copy, zero-filled
+// past P, C or K), the next slice's copies in flight while this one multiplies (two buffers). Each warp
+// multiplies a 32 x 32 quarter of the tile as 2 x 2 WMMA bf16 16x16x16 fragments with fp32 accumulators, two
+// k-steps a slice.
+// Epilogue of a tile: the fp32 tile goes through shared memory; each value is rounded to bf16 once (as cuBLAS
+// and cuDNN write a bf16 output) and stored to z, and for each channel the tile's mean and M2 = Σ (z - mean)² of
+// the rounded values (fp32, 64 values) are joined into the block's running count, mean and M2 (double, Chan's
+// formula); after its TB tiles the block writes them to the partials (G, K). TB depends on P alone (at most
+// MAX_GROUPS groups), so the partials, and the finish's order over them, are the same on every GPU; each
+// operation is rounded alone (no FMA contraction) for the same reason.
+// Per tile: reads 64·C·2 bytes of X and 64·C·2 of W (from L2 after the first tile), writes 64·64·2 of z;
+// 2·64·64·C FLOPs; per group 64·16 bytes of partials. For K <= 64 every X tile is read once; a larger K reads
+// it once per 64-channel slice (grid.y), mostly from L2.
 enum { BM = 64, BN = 64, BK = 32, LDS = BK + 8, LDC = BN + 4, WARPS = 4, TILE_THREADS = 32 * WARPS };
-enum { FINISH_THREADS = 128 };   // a block per channel in the finish
+enum { MAX_GROUPS = 4096, FINISH_THREADS = 128 };   // tile groups along P; a block per channel in the finish
 
-// The partial statistics in scratch: (T, K) floats twice, then the normalising pass's shift and scale (K).
-struct TileStats { float *mean, *m2, *shift, *scale; int T; };
+// How P pixels are dealt: T tiles of BM, in G groups of TB consecutive tiles (the last may have fewer)
+struct Tiling { int T, TB, G; };
+static Tiling tiling_of(size_t P) {
+    Tiling t;
+    t.T = (int)((P + BM - 1) / BM);
+    t.TB = (t.T + MAX_GROUPS - 1) / MAX_GROUPS;
+    t.G = (t.T + t.TB - 1) / t.TB;
+    return t;
+}
 
-static int tiles_of(size_t P) { return (int)((P + BM - 1) / BM); }
+// The partial statistics in scratch: (G, K) doubles twice, then the normalising pass's shift and scale (K).
+struct GroupStats { double *mean, *m2; float *shift, *scale; Tiling t; };
 
 extern "C" size_t conv_bn_workspace_bytes_gpu(const ConvDims *d) {
-    size_t P = (size_t)d->N * d->P * d->Q, T = (size_t)tiles_of(P), K = (size_t)d->K;
-    return 2 * sizeof(float) * T * K + 2 * sizeof(float) * K + sizeof(bf16) * K * d->C + 4 * 256;
+    size_t P = (size_t)d->N * d->P * d->Q, G = (size_t)tiling_of(P).G, K = (size_t)d->K;
+    return 2 * sizeof(double) * G * K + 2 * sizeof(float) * K + sizeof(bf16) * K * d->C + 4 * 256;
+}
+
+// A set of n values by its count, mean and M2 = Σ (v - mean)², joined by Chan's formula: robust where the
+// mean is large against the spread (no Σv² - (Σv)²/n). Each operation rounded alone (no FMA contraction).
+struct Moments { double n, mean, m2; };
+__device__ static inline Moments moments_join(Moments a, Moments b) {
+    if (b.n == 0.0) return a;
+    if (a.n == 0.0) return b;
+    double n = __dadd_rn(a.n, b.n), d = __dsub_rn(b.mean, a.mean), f = __ddiv_rn(b.n, n);
+    Moments r = { n, __dadd_rn(a.mean, __dmul_rn(d, f)),
+                  __dadd_rn(__dadd_rn(a.m2, b.m2), __dmul_rn(__dmul_rn(d, d), __dmul_rn(a.n, f))) };
+    return r;
+}
+
+// Pixels of tile group g: from g·TB·BM to the next group's start or P
+__host__ __device__ static inline size_t group_pixels(size_t P, int TB, int g) {
+    size_t a = (size_t)g * TB * BM, b = a + (size_t)TB * BM;
+    return (b < P ? b : P) - a;
 }
 
 // ---- kernels ---------------------------------------------------------------------------------------------
@@ -72,11 +101,11 @@ __device__ static inline void load_slice(const bf16 *x, int ldx, const bf16 *w, 
     }
 }
 
-// z (P, K) bf16 with pixel stride ldz = x (P, C) bf16 with pixel stride ldx, times w (K, C) bf16 transposed,
-// and the tile partials (T, K): part_mean, part_m2.
+// z (P, K) bf16 with pixel stride ldz = x (P, C) bf16 with pixel stride ldx, times w (K, C) bf16 transposed;
+// each tile group's moments of each channel into part_mean, part_m2 (G, K).
 __global__ void __launch_bounds__(TILE_THREADS)
-conv1x1_stats_kernel(const bf16 *x, int ldx, const bf16 *w, int C, int K, size_t P, bf16 *z, int ldz,
-                     float *part_mean, float *part_m2) {
+conv1x1_stats_kernel(const bf16 *x, int ldx, const bf16 *w, int C, int K, size_t P, Tiling tl, bf16 *z, int ldz,
+                     double *part_mean, double *part_m2) {
     pdl_entry();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     __trap();   // bf16 WMMA and cp.async need sm_80; the launcher never sends older GPUs here
@@ -85,87 +114,80 @@ conv1x1_stats_kernel(const bf16 *x, int ldx, const bf16 *w, int C, int K, size_t
     __shared__ __align__(128) bf16 as[2][BM][LDS];
     __shared__ __align__(128) bf16 bs[2][BN][LDS];
     __shared__ __align__(128) float cs[BM][LDC];
-    size_t p0 = (size_t)blockIdx.x * BM;
-    int k0 = blockIdx.y * BN, warp = threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
-    for (int i = 0; i < 2; i++)
-        for (int j = 0; j < 2; j++) wmma::fill_fragment(acc[i][j], 0.0f);
-    int slices = (C + BK - 1) / BK;
-    load_slice(x, ldx, w, C, K, P, p0, k0, 0, as[0], bs[0]);
-    cp_async_commit();
-    for (int s = 0; s < slices; s++) {
-        int buf = s & 1;
-        if (s + 1 < slices) load_slice(x, ldx, w, C, K, P, p0, k0, (s + 1) * BK, as[buf ^ 1], bs[buf ^ 1]);
-        cp_async_commit();       // a group every step (maybe empty), so "all but the newest" is slice s
-        cp_async_wait_one();
+    int g = blockIdx.x, k0 = blockIdx.y * BN, warp = threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
+    int col = threadIdx.x, slices = (C + BK - 1) / BK, first = g * tl.TB, last = min(first + tl.TB, tl.T);
+    bool stats = col < BN && k0 + col < K;   // the threads that keep a channel's moments
+    Moments run = { 0.0, 0.0, 0.0 };
+    for (int tile = first; tile < last; tile++) {
+        size_t p0 = (size_t)tile * BM;
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+        for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 2; j++) wmma::fill_fragment(acc[i][j], 0.0f);
+        load_slice(x, ldx, w, C, K, P, p0, k0, 0, as[0], bs[0]);
+        cp_async_commit();
+        for (int s = 0; s < slices; s++) {
+            int buf = s & 1;
+            if (s + 1 < slices) load_slice(x, ldx, w, C, K, P, p0, k0, (s + 1) * BK, as[buf ^ 1], bs[buf ^ 1]);
+            cp_async_commit();   // a group every step (maybe empty), so "all but the newest" is slice s
+            cp_async_wait_one();
+            __syncthreads();
+            for (int kk = 0; kk < BK; kk += 16) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a[2];
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> b[2];   // W^T: (c, k) at bs[k][c]
+                for (int i = 0; i < 2; i++) wmma::load_matrix_sync(a[i], &as[buf][wm * 32 + i * 16][kk], LDS);
+                for (int j = 0; j < 2; j++) wmma::load_matrix_sync(b[j], &bs[buf][wn * 32 + j * 16][kk], LDS);
+                for (int i = 0; i < 2; i++)
+                    for (int j = 0; j < 2; j++) wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
+            }
+            __syncthreads();     // every warp is done with buf before step s + 1 copies into it
+        }
+        for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 2; j++)
+                wmma::store_matrix_sync(&cs[wm * 32 + i * 16][wn * 32 + j * 16], acc[i][j], LDC, wmma::mem_row_major);
         __syncthreads();
-        for (int kk = 0; kk < BK; kk += 16) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a[2];
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> b[2];   // W^T: (c, k) at bs[k][c]
-            for (int i = 0; i < 2; i++) wmma::load_matrix_sync(a[i], &as[buf][wm * 32 + i * 16][kk], LDS);
-            for (int j = 0; j < 2; j++) wmma::load_matrix_sync(b[j], &bs[buf][wn * 32 + j * 16][kk], LDS);
-            for (int i = 0; i < 2; i++)
-                for (int j = 0; j < 2; j++) wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
+        // z: each value rounded once, 8 channels (16 bytes) a store; the tile keeps the rounded values
+        for (int q = threadIdx.x; q < BM * BN / 8; q += TILE_THREADS) {
+            int row = q / (BN / 8), c8 = q % (BN / 8) * 8;
+            __align__(16) bf16 v[8];
+            for (int e = 0; e < 8; e++) {
+                v[e] = __float2bfloat16(cs[row][c8 + e]);
+                cs[row][c8 + e] = __bfloat162float(v[e]);
+            }
+            if (p0 + row < P && k0 + c8 < K) *(uint4 *)(z + (p0 + row) * ldz + k0 + c8) = *(const uint4 *)v;
         }
-        __syncthreads();         // every warp is done with buf before step s + 1 copies into it
-    }
-    for (int i = 0; i < 2; i++)
-        for (int j = 0; j < 2; j++)
-            wmma::store_matrix_sync(&cs[wm * 32 + i * 16][wn * 32 + j * 16], acc[i][j], LDC, wmma::mem_row_major);
-    __syncthreads();
-    // z: each value rounded once, 8 channels (16 bytes) a store; the tile keeps the rounded values
-    for (int q = threadIdx.x; q < BM * BN / 8; q += TILE_THREADS) {
-        int row = q / (BN / 8), col = q % (BN / 8) * 8;
-        __align__(16) bf16 v[8];
-        for (int e = 0; e < 8; e++) {
-            v[e] = __float2bfloat16(cs[row][col + e]);
-            cs[row][col + e] = __bfloat162float(v[e]);
+        __syncthreads();
+        if (stats) {   // the tile's mean, then M2 about it, joined into the group's
+            int rows = P - p0 < (size_t)BM ? (int)(P - p0) : BM;
+            float sum = 0.0f;
+            for (int r = 0; r < rows; r++) sum = __fadd_rn(sum, cs[r][col]);
+            float mean = __fdiv_rn(sum, (float)rows), m2 = 0.0f;
+            for (int r = 0; r < rows; r++) {
+                float e = __fsub_rn(cs[r][col], mean);
+                m2 = __fadd_rn(m2, __fmul_rn(e, e));
+            }
+            run = moments_join(run, Moments{ (double)rows, (double)mean, (double)m2 });
         }
-        if (p0 + row < P && k0 + col < K) *(uint4 *)(z + (p0 + row) * ldz + k0 + col) = *(const uint4 *)v;
+        __syncthreads();         // cs read before the next tile's fragments overwrite it
     }
-    __syncthreads();
-    // the tile's statistics of each channel: mean, then M2 about it (two passes over the tile in shared memory)
-    int col = threadIdx.x;
-    if (col >= BN || k0 + col >= K) return;
-    int rows = P - p0 < (size_t)BM ? (int)(P - p0) : BM;
-    float sum = 0.0f;
-    for (int r = 0; r < rows; r++) sum = __fadd_rn(sum, cs[r][col]);
-    float mean = __fdiv_rn(sum, (float)rows), m2 = 0.0f;
-    for (int r = 0; r < rows; r++) {
-        float e = __fsub_rn(cs[r][col], mean);
-        m2 = __fadd_rn(m2, __fmul_rn(e, e));
-    }
-    part_mean[(size_t)blockIdx.x * K + k0 + col] = mean;
-    part_m2[(size_t)blockIdx.x * K + k0 + col] = m2;
+    if (!stats) return;
+    part_mean[(size_t)g * K + k0 + col] = run.mean;
+    part_m2[(size_t)g * K + k0 + col] = run.m2;
 #endif
 }
 
-// A set of n values by its count, mean and M2 = Σ (v - mean)², combined by Chan's formula: robust where the
-// mean is large against the spread (no Σv² - (Σv)²/n). Each operation rounded alone (no FMA contraction).
-struct Moments { double n, mean, m2; };
-__device__ static inline Moments moments_join(Moments a, Moments b) {
-    if (b.n == 0.0) return a;
-    if (a.n == 0.0) return b;
-    double n = __dadd_rn(a.n, b.n), d = __dsub_rn(b.mean, a.mean), f = __ddiv_rn(b.n, n);
-    Moments r = { n, __dadd_rn(a.mean, __dmul_rn(d, f)),
-                  __dadd_rn(__dadd_rn(a.m2, b.m2), __dmul_rn(__dmul_rn(d, d), __dmul_rn(a.n, f))) };
-    return r;
-}
-
-// A block per channel k: thread t joins tiles t, t + FINISH_THREADS, ... in order, then the threads' moments
-// in a fixed tree (t with t + s, s = 64, 32, ..., 1); the order depends on T alone, so the result does not vary
+// A block per channel k: thread t joins groups t, t + FINISH_THREADS, ... in order, then the threads' moments
+// in a fixed tree (t with t + s, s = 64, 32, ..., 1); the order depends on P alone, so the result does not vary
 // from run to run or GPU to GPU. Then, as bn.cu's stats_finish: the saved statistics (mean, invstd), the running
 // ones (unbiased variance) and the normalising pass's shift and scale.
 __global__ void __launch_bounds__(FINISH_THREADS)
-conv_bn_finish_kernel(const float *part_mean, const float *part_m2, int T, int K, size_t P, BnTrain bn, float eps,
-                      float momentum, float *shift, float *scale) {
+conv_bn_finish_kernel(const double *part_mean, const double *part_m2, Tiling tl, int K, size_t P, BnTrain bn,
+                      float eps, float momentum, float *shift, float *scale) {
     pdl_entry();
     __shared__ Moments sh[FINISH_THREADS];
     int k = blockIdx.x, t = threadIdx.x;
     Moments acc = { 0.0, 0.0, 0.0 };
-    for (int i = t; i < T; i += FINISH_THREADS) {
-        size_t left = P - (size_t)i * BM;
-        Moments m = { (double)(left < (size_t)BM ? left : BM), part_mean[(size_t)i * K + k], part_m2[(size_t)i * K + k] };
+    for (int i = t; i < tl.G; i += FINISH_THREADS) {
+        Moments m = { (double)group_pixels(P, tl.TB, i), part_mean[(size_t)i * K + k], part_m2[(size_t)i * K + k] };
         acc = moments_join(acc, m);
     }
     sh[t] = acc;
@@ -233,16 +255,16 @@ static const bf16 *weights_bf16(Device *dev, const ConvDims *d, const float *w) 
     return out;
 }
 
-// The convolution and the tile partials, then the finish: the statistics into bn, shift and scale into s.
+// The convolution and the groups' partials, then the finish: the statistics into bn, shift and scale into s.
 static void conv_stats(Device *dev, const ConvDims *d, Map x, const float *w, Map z, const BnTrain *bn, float eps,
-                       float momentum, const TileStats &s) {
+                       float momentum, const GroupStats &s) {
     size_t P = (size_t)d->N * d->P * d->Q;
     const bf16 *w16 = weights_bf16(dev, d, w);
-    dim3 grid((unsigned)s.T, (unsigned)((d->K + BN - 1) / BN));
-    conv1x1_stats_kernel<<<grid, TILE_THREADS, 0, dev->stream>>>((const bf16 *)x.data, x.ld, w16, d->C, d->K, P,
+    dim3 grid((unsigned)s.t.G, (unsigned)((d->K + BN - 1) / BN));
+    conv1x1_stats_kernel<<<grid, TILE_THREADS, 0, dev->stream>>>((const bf16 *)x.data, x.ld, w16, d->C, d->K, P, s.t,
                                                                  (bf16 *)z.data, z.ld, s.mean, s.m2);
     checkLaunch(dev);
-    conv_bn_finish_kernel<<<d->K, FINISH_THREADS, 0, dev->stream>>>(s.mean, s.m2, s.T, d->K, P, *bn, eps, momentum,
+    conv_bn_finish_kernel<<<d->K, FINISH_THREADS, 0, dev->stream>>>(s.mean, s.m2, s.t, d->K, P, *bn, eps, momentum,
                                                                      s.shift, s.scale);
     checkLaunch(dev);
 }
@@ -262,10 +284,10 @@ extern "C" void conv_bn_silu_forward_train_gpu(Device *dev, const ConvDims *d, M
         die("conv_bn_silu_forward_train_gpu: maps %dx%dx%dx%d -> %dx%dx%dx%d do not match conv N=%d H=%d W=%d C=%d K=%d",
             x.N, x.H, x.W, x.C, z.N, z.H, z.W, z.C, d->N, d->H, d->W, d->C, d->K);
     size_t mark = dev->scratch.used, P = (size_t)d->N * d->P * d->Q;
-    TileStats s;
-    s.T = tiles_of(P);
-    s.mean = (float *)scratch_take(dev, sizeof(float) * s.T * d->K);
-    s.m2 = (float *)scratch_take(dev, sizeof(float) * s.T * d->K);
+    GroupStats s;
+    s.t = tiling_of(P);
+    s.mean = (double *)scratch_take(dev, sizeof(double) * s.t.G * d->K);
+    s.m2 = (double *)scratch_take(dev, sizeof(double) * s.t.G * d->K);
     s.shift = (float *)scratch_take(dev, sizeof(float) * d->K);
     s.scale = (float *)scratch_take(dev, sizeof(float) * d->K);
     conv_stats(dev, d, x, w, z, bn, eps, momentum, s);

@@ -1,7 +1,8 @@
 // test_gpu_conv_bn.c: gpu/conv_bn.cu, a 1x1 convolution that emits its BN statistics in its epilogue (issue 34),
 // the GPU's Backend.unit.conv_bn_silu_forward_train under bf16. On 1x1 shapes with pixel counts that are not
-// multiples of the 64-pixel tile, channel slices (ld > C), C not a multiple of the 32-channel slice and K from 16
-// to 256 (partial and several 64-channel tiles), and a map whose mean is far from zero:
+// multiples of the 64-pixel tile (and more than 4096 tiles, so a block takes two), channel slices (ld > C), C not
+// a multiple of the 32-channel slice, K from 16 to 256 (partial and several 64-channel tiles), and a map whose
+// mean is far from zero:
 // - z within 1 bf16 unit of the unfused GPU path's (cuBLAS's bf16 GEMM, which may add in another order) and of
 //   the CPU's fp32 convolution of the same bf16 operands rounded once;
 // - the saved statistics (mean, invstd) and the running ones within a tolerance of those the CPU composition
@@ -43,7 +44,8 @@ static const Case CASES[] = {
     { 2, 17, 19, 40, 256, 16, -2, 2, -0.5f, 0.5f, "C 40 (a partial C slice), K 256, slice ld 72" },
     { 4, 40, 40, 128, 64, 0, -2, 2, -0.2f, 0.2f, "P 6400: whole tiles, C 128" },
     { 2, 31, 33, 32, 48, 0, 2, 3, 0.0f, 0.1f, "mean far from zero (cancellation)" },
-    { 8, 80, 80, 64, 32, 0, -2, 2, -0.5f, 0.5f, "P 51200: 800 tiles, more than a finish thread each" },
+    { 8, 80, 80, 64, 32, 0, -2, 2, -0.5f, 0.5f, "P 51200: 800 tile groups, several a finish thread" },
+    { 3, 300, 300, 16, 16, 0, -2, 2, -0.5f, 0.5f, "P 270000: 2 tiles a group, a last group of 1 tile" },
 };
 enum { N_CASES = sizeof CASES / sizeof *CASES };
 
