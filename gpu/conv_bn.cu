@@ -1,11 +1,12 @@
 // conv_bn.cu: a 1x1 convolution that emits its BN statistics in its epilogue (issue 34, first stage), the GPU
-// form of Backend.unit.conv_bn_silu_forward_train under bf16: z = x·W^T written bf16 (=), each tile's per-channel
-// count, mean and M2 of the stored z beside it, a finish that combines the tiles in a fixed order into the saved
-// and running statistics, then bn.cu's normalise + SiLU pass (=). No pass re-reads z for its statistics.
+// form of Backend.unit.conv_bn_silu_forward_train under bf16: z = x·W^T written bf16 (=), the per-channel count,
+// mean and M2 of the stored z of each group of pixel tiles beside it, a finish that joins the groups in a fixed
+// order into the saved and running statistics, then bn.cu's normalise + SiLU pass (=). No pass re-reads z for its
+// statistics.
 // Shapes it does not take (another kernel size, stride or groups, C or K not a multiple of 8, fp32 maps or
 // precision) run the composition: conv_forward_gpu, then bn_silu_forward_train_gpu.
 // Legend: N batch, C channels in, K channels out, P = N·H·W pixels (stride 1: the same in and out), T pixel
-// tiles, ld pixel stride of a map (a channel slice of a concat buffer: ld > C).
+// tiles, G groups of TB tiles, ld pixel stride of a map (a channel slice of a concat buffer: ld > C).
 #include <cuda_bf16.h>
 #include <mma.h>
 
@@ -79,10 +80,10 @@ __host__ __device__ static inline size_t group_pixels(size_t P, int TB, int g) {
 __device__ static inline void cp_async16(void *dst, const void *src, bool valid) {
     unsigned s = (unsigned)__cvta_generic_to_shared(dst);
     int n = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(n));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(n) : "memory");
 }
-__device__ static inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ static inline void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;\n" ::); }
+__device__ static inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ static inline void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
 // The X and W slices of channels c0 .. c0+BK-1 into one buffer: BM (BN) rows of BK/8 16-byte runs each, two
 // runs a thread for each. C, ld and the bases are multiples of 8 elements (the launcher checks), so a run is
@@ -205,7 +206,8 @@ conv_bn_finish_kernel(const double *part_mean, const double *part_m2, Tiling tl,
     if (bn.mean) bn.mean[k] = (float)mu;
     if (bn.invstd) bn.invstd[k] = (float)is;
     if (bn.running_mean)
-        bn.running_mean[k] = (float)__dadd_rn(__dmul_rn(keep, (double)bn.running_mean[k]), __dmul_rn((double)momentum, mu));
+        bn.running_mean[k] = (float)__dadd_rn(__dmul_rn(keep, (double)bn.running_mean[k]),
+                                              __dmul_rn((double)momentum, mu));
     if (bn.running_var)
         bn.running_var[k] = (float)__dadd_rn(__dmul_rn(keep, (double)bn.running_var[k]),
                                              __dmul_rn(__dmul_rn((double)momentum, var), unbias));
@@ -224,7 +226,8 @@ static bool aligned16(const void *p) { return (size_t)p % 16 == 0; }
 // Why the kernel does not take conv d from x into z, or NULL when it does
 static const char *refusal(const Device *dev, const ConvDims *d, Map x, Map z) {
     if (dev->precision != GPU_BF16) return "not bf16 precision";
-    if (d->R != 1 || d->S != 1 || d->stride != 1 || d->pad != 0 || d->groups != 1) return "not a 1x1 stride-1 conv of groups 1";
+    if (d->R != 1 || d->S != 1 || d->stride != 1 || d->pad != 0 || d->groups != 1)
+        return "not a 1x1 stride-1 conv of groups 1";
     if (d->C % 8 || d->K % 8) return "C or K not a multiple of 8";
     if (!x.bf16 || !z.bf16) return "an fp32-stored x or z";
     if (x.ld % 8 || z.ld % 8 || !aligned16(x.data) || !aligned16(z.data)) return "x or z not 16-byte aligned";
@@ -281,8 +284,8 @@ extern "C" void conv_bn_silu_forward_train_gpu(Device *dev, const ConvDims *d, M
     }
     if (x.N != d->N || x.H != d->H || x.W != d->W || x.C != d->C || z.N != d->N || z.H != d->P || z.W != d->Q ||
         z.C != d->K)
-        die("conv_bn_silu_forward_train_gpu: maps %dx%dx%dx%d -> %dx%dx%dx%d do not match conv N=%d H=%d W=%d C=%d K=%d",
-            x.N, x.H, x.W, x.C, z.N, z.H, z.W, z.C, d->N, d->H, d->W, d->C, d->K);
+        die("conv_bn_silu_forward_train_gpu: maps %dx%dx%dx%d -> %dx%dx%dx%d do not match conv N=%d H=%d W=%d "
+            "C=%d K=%d", x.N, x.H, x.W, x.C, z.N, z.H, z.W, z.C, d->N, d->H, d->W, d->C, d->K);
     size_t mark = dev->scratch.used, P = (size_t)d->N * d->P * d->Q;
     GroupStats s;
     s.t = tiling_of(P);
