@@ -11,7 +11,8 @@
 // - two runs the same bits; a shape it does not take (C 12) is the unfused composition bit for bit;
 // - YT_CONV_STATS=0 takes the slot out of the GPU's table (core/devices/backends.c), so the executor runs the
 //   unfused launches.
-// Failures print the case, the tensor, the worst index and both values.
+// A guard band after z and y must stay as it was. Failures print the case, the tensor, the worst index and both
+// values.
 // Legend: N batch, H,W size, C channels in, K channels out, P = N·H·W pixels, ld pixel stride.
 #include <math.h>
 #include <stdint.h>
@@ -34,6 +35,7 @@
 #ifdef USE_CUDA
 
 static const float EPS = 1e-3f, MOMENTUM = 0.03f;
+enum { GUARD_N = 4096, GUARD_BITS = 0x7f81 };   // bf16 values after z and y (a NaN no op writes) that must stay
 
 // x: values in [lo, hi); w: in [wlo, whi). extra: x is the channel slice [extra, extra + C) of ld = C + 2·extra
 typedef struct { int N, H, W, C, K, extra; float lo, hi, wlo, whi; const char *what; } Case;
@@ -140,7 +142,11 @@ static Out run_gpu(const Inputs *in, int fused) {
     const ConvDims *d = &in->d;
     size_t n = in->P * d->K, K = d->K;
     Out o = out_new(d->K, in->P);
-    uint16_t *zb = arena_take(&dev.acts, n * 2, 256), *yb = arena_take(&dev.acts, n * 2, 256);
+    uint16_t *zb = arena_take(&dev.acts, (n + GUARD_N) * 2, 256), *yb = arena_take(&dev.acts, (n + GUARD_N) * 2, 256);
+    uint16_t *guard = xmalloc(GUARD_N * 2);
+    for (int i = 0; i < GUARD_N; i++) guard[i] = GUARD_BITS;
+    checkCuda(cudaMemcpy(zb + n, guard, GUARD_N * 2, cudaMemcpyHostToDevice));
+    checkCuda(cudaMemcpy(yb + n, guard, GUARD_N * 2, cudaMemcpyHostToDevice));
     float *st = arena_take(&dev.acts, 4 * K * sizeof(float), 256);
     checkCuda(cudaMemcpy(st + 2 * K, in->rm, K * sizeof(float), cudaMemcpyHostToDevice));
     checkCuda(cudaMemcpy(st + 3 * K, in->rv, K * sizeof(float), cudaMemcpyHostToDevice));
@@ -155,7 +161,15 @@ static Out run_gpu(const Inputs *in, int fused) {
         bn_silu_forward_train_gpu(&dev, z, bn.gamma, bn.beta, EPS, MOMENTUM, bn.running_mean, bn.running_var, bn.mean,
                                   bn.invstd, none, y);
     }
-    uint16_t *h = xmalloc(n * 2);
+    uint16_t *h = xmalloc((n + GUARD_N) * 2);
+    for (int k = 0; k < 2; k++) {   // nothing written past z or y
+        from_dev(h, (k ? yb : zb) + n, GUARD_N * 2);
+        int kept = 0;
+        for (int i = 0; i < GUARD_N; i++) kept += h[i] == GUARD_BITS;
+        CHECK(kept == GUARD_N, "%s: %d of the %d guard values after %s overwritten", fused ? "fused" : "unfused",
+              GUARD_N - kept, GUARD_N, k ? "y" : "z");
+    }
+    free(guard);
     from_dev(h, zb, n * 2);
     for (size_t i = 0; i < n; i++) o.z[i] = from_bits(h[i]);
     from_dev(h, yb, n * 2);
