@@ -60,7 +60,7 @@ GpuPlan model_gpu_plan(const Model *m, GpuPrecision prec, int optim_states) {
             Map z = map_make(NULL, cu->d.N, cu->d.P, cu->d.Q, cu->d.K);
             size_t b = bn_workspace_bytes_gpu(z) * (nd->op == OP_REPCONV ? 2 : 1);   // both branches' at once
             if (cu->bn_w >= 0 && d->R == 1 && d->S == 1 && d->stride == 1) {   // gpu/conv_bn.cu's partials
-                size_t f = conv_bn_workspace_bytes_gpu(d) + b;
+                size_t f = conv_bn_workspace_bytes_gpu(d);
                 if (f > scratch) scratch = f;
             }
             if (c > scratch) scratch = c;
