@@ -63,7 +63,7 @@ GpuPlan model_gpu_plan(const Model *m, GpuPrecision prec, int optim_states) {
             if (b > scratch) scratch = b;
         }
     }
-    GpuPlan p = { { 0 }, fl(model_act_floats(m, prec == GPU_BF16)), fl(m->n_dact + 1), fl(m->n_stats + 1), 2 * fl(m->n_tmp + 1) };
+    GpuPlan p = { { 0 }, fl(model_act_floats(m, prec == GPU_BF16)), fl(m->n_dact + 1), fl(m->n_stats + 1), 2 * fl(m->n_tmp + 1), 0 };
     // + the bf16 copy and its permuted segments' table
     p.arena[ARENA_PARAMS] = fl(m->n_state) + (prec == GPU_BF16 ? fl((m->n_state + 1) / 2) + fl(4 * permuted_weights(m, NULL) + 1) : 0);
     p.arena[ARENA_GRADS] = fl(m->n_state);
