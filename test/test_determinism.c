@@ -111,7 +111,8 @@ static void same_as(const char *ref, const char *name, int workers, const char *
 
 // augment=gpu (issue 37): the workers only decode and draw, the step makes the pixels through the backend's
 // augment_batch (the CPU backend: augment_apply_pixels): the results of augment=cpu to the bit, for one worker
-// or three, with the sources in each batch slot's buffers or in the RAM cache; and on coco128's first 8
+// or three, with the sources in each batch slot's buffers or in the RAM cache, on two CPU devices; the
+// train_batch0 picture the same bytes; and on coco128's first 8
 // images (long-side resizes from 640 px, mixup partners among them) when ../shared is there.
 static void test_augment_gpu_same_bits(void) {
     if (make_data()) { CHECK(0, "no data"); return; }
@@ -119,6 +120,13 @@ static void test_augment_gpu_same_bits(void) {
     same_as("aug_ref", "aug_w1", 1, "cpu", "augment=gpu", NULL);
     same_as("aug_ref", "aug_w3", 3, "cpu", "augment=gpu", NULL);
     same_as("aug_ref", "aug_w3_ram", 3, "cpu", "augment=gpu", "cache=ram");
+    char x[P + 128], y[P + 128];                   // train_batch0.jpg: made on the host from the recipes
+    snprintf(x, sizeof x, "%s/runs/aug_ref/train_batch0.jpg", root);
+    snprintf(y, sizeof y, "%s/runs/aug_w3/train_batch0.jpg", root);
+    CHECK(same_file(x, y), "train_batch0.jpg differs between augment=cpu and augment=gpu");
+    // two CPU devices: each makes its micro-batch's pixels (core/devices/multi.c gives each its samples)
+    if (train_in_child("aug_cpu2_ref", 1, "cpu:2")) CHECK(0, "the cpu:2 augment=cpu run failed");
+    else same_as("aug_cpu2_ref", "aug_cpu2", 3, "cpu:2", "augment=gpu", NULL);
     static char coco[P + 64];
     NEED_COCO128(coco);
     child_data = coco;
