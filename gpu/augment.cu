@@ -229,8 +229,8 @@ extern "C" void augment_apply_gpu(Device *dev, const AugRecipe *r, const Image *
     apply_into(dev, r, tiles, out, NULL);
 }
 
-// A grey sample (the loader's stand-in when no image loads): a warp of an empty plane shows only
-// PAD_VALUE; the identity's zero inverse keeps every tap in the pad.
+// A grey sample (the loader's stand-in when no image loads): an affine warp of an empty (0x0) plane, its
+// inverse all zeros, puts every tap at (0, 0), outside the plane: PAD_VALUE everywhere.
 static void grey_into(Device *dev, int W, int H, float *outf) {
     DevAug a;
     memset(&a, 0, sizeof a);

@@ -111,7 +111,8 @@ static void same_as(const char *ref, const char *name, int workers, const char *
 
 // augment=gpu (issue 37): the workers only decode and draw, the step makes the pixels through the backend's
 // augment_batch (the CPU backend: augment_apply_pixels): the results of augment=cpu to the bit, for one worker
-// or three, with the sources in each batch slot's buffers or in the RAM cache, on two CPU devices; the
+// or three, with the sources in each batch slot's buffers or in the RAM cache, on two CPU devices, under
+// multi_scale and rect; the
 // train_batch0 picture the same bytes; and on coco128's first 8
 // images (long-side resizes from 640 px, mixup partners among them) when ../shared is there.
 static void test_augment_gpu_same_bits(void) {
@@ -127,6 +128,17 @@ static void test_augment_gpu_same_bits(void) {
     // two CPU devices: each makes its micro-batch's pixels (core/devices/multi.c gives each its samples)
     if (train_in_child("aug_cpu2_ref", 1, "cpu:2")) CHECK(0, "the cpu:2 augment=cpu run failed");
     else same_as("aug_cpu2_ref", "aug_cpu2", 3, "cpu:2", "augment=gpu", NULL);
+    // multi_scale (the samples made into the raw input, then resized) and rect (letterboxed batch shapes)
+    static char *modes[] = { "multi_scale=1", "rect=1" };
+    for (int k = 0; k < 2; k++) {
+        char ref[32], name[32];
+        snprintf(ref, sizeof ref, "aug_ref_%d", k), snprintf(name, sizeof name, "aug_mode_%d", k);
+        child_more[0] = modes[k];
+        int rc = train_in_child(ref, 1, "cpu");
+        child_more[0] = NULL;
+        if (rc) CHECK(0, "the %s augment=cpu run failed: status %d", modes[k], rc);
+        else same_as(ref, name, 3, "cpu", modes[k], "augment=gpu");
+    }
     static char coco[P + 64];
     NEED_COCO128(coco);
     child_data = coco;
@@ -175,6 +187,11 @@ static void test_same_seed_same_bits_gpu(void) {
     // augment=gpu: each step's pixels made on the GPU (gpu/augment.cu) from the workers' recipes
     same_as("gpu1", "gpu_augment", 1, "0", "augment=gpu", NULL);
     same_as("gpu1", "gpu_augment_w3_ram", 3, "0", "augment=gpu", "cache=ram");
+    child_more[0] = "multi_scale=1";               // the samples made into the raw input, resized on the GPU
+    int ms = train_in_child("gpu_ms", 1, "0");
+    child_more[0] = NULL;
+    if (ms) CHECK(0, "the GPU multi_scale run failed: status %d", ms);
+    else same_as("gpu_ms", "gpu_ms_augment", 1, "0", "multi_scale=1", "augment=gpu");
     // YOLO26-n: depthwise convs (fresh too), attention, the detached one-to-one head, MuSGD; YT_FUSE=0 for its
     // bottlenecks' residual additions
     child_cfg = "cfg/yolo26n.ini";
