@@ -217,8 +217,9 @@ static int run_steps(const Options *o, const Setup *s, Trainer *t, const DeviceL
             Batch *b = feed_next(feed);
             if (i >= warm) wait += now_seconds() - tw;
             t->input_u8 = b->images;
+            t->input_aug = b->aug;                 // augment=gpu: each device makes its share's pixels
             rc = trainer_step(t, b->n, S, b->targets, b->nt, 0, i, &lo, err);
-            t->input_u8 = NULL;
+            t->input_u8 = NULL, t->input_aug = NULL;
             images += i >= warm ? b->n : 0;
             loader_release(feed->ld, b);
         } else {

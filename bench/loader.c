@@ -1,11 +1,13 @@
 // bench/loader.c: augmented training samples per second of io/loader against worker count, with and
 // without cache=ram, and (profile=1) the single-thread CPU cost of each stage of one sample.
 //   make benches && ./bench/loader [data=FILE.yaml] [imgsz=640] [batch=16] [epochs=3] [workers=1,2,4,...]
-//                                  [cache=off,ram] [repeat=1] [profile=1]
+//                                  [cache=off,ram] [augment=cpu,gpu] [repeat=1] [profile=1]
 //   defaults: data=../shared/data/coco128/data.yaml, workers 1,2,4,.. up to the CPU count, both caches;
 //   hyp.scratch-high (mosaic 1, mixup 0.15). The consumer does no work, so this is the loader's ceiling.
 //   repeat=K lists every image K times (an epoch of coco128 is 4 samples per worker on 32 cores: its
 //   start and drain would dominate). Bare arguments are read as data, imgsz, batch, epochs.
+//   augment=gpu: the workers only decode and draw (the loader's defer_pixels, train's augment=gpu): what
+//   they cost when a device makes the pixels (the consumer makes none, so this is their ceiling too).
 // CPU ms per sample (process CPU time of later epochs / samples) holds even on a busy machine: 1000 / it
 // per core. The profile times with the thread's CPU clock, so it too is robust to other load.
 #include <stdio.h>
@@ -24,6 +26,7 @@ typedef struct {
     int img_size, batch, epochs, profile, repeat;
     int workers[32], n_workers;          // n_workers 0: 1, 2, 4, ... and the CPU count
     int cache[2], n_cache;
+    int augment[2], n_augment;           // 0 cpu: workers make the pixels; 1 gpu: they decode and draw
 } Options;
 
 static double cpu_seconds(void) {
@@ -45,9 +48,9 @@ static AugParams scratch_high(int img_size) {
 
 // ---- throughput of the threaded loader ----
 
-static int measure(const Dataset *ds, int workers, int cache, const Options *o, Result *r) {
+static int measure(const Dataset *ds, int workers, int cache, int defer, const Options *o, Result *r) {
     LoaderConfig c = { .batch = o->batch, .workers = workers, .train = 1, .cache_ram = cache,
-                       .aug = scratch_high(o->img_size) };
+                       .defer_pixels = defer, .aug = scratch_high(o->img_size) };
     Loader *l;
     Err err;
     if (loader_open(&c, ds, &l, &err)) { fprintf(stderr, "%s\n", err.msg); return -1; }
@@ -70,16 +73,17 @@ static int measure(const Dataset *ds, int workers, int cache, const Options *o, 
 }
 
 static int throughput(const Dataset *ds, const Options *o) {
-    printf("| workers | cache | samples/s epoch 1 | samples/s later | wait per batch (ms) | CPU ms per sample |\n");
-    printf("|--------:|:------|------------------:|----------------:|--------------------:|------------------:|\n");
-    for (int c = 0; c < o->n_cache; c++)
-        for (int i = 0; i < o->n_workers; i++) {
-            Result r = { 0 };
-            if (measure(ds, o->workers[i], o->cache[c], o, &r)) return 1;
-            printf("| %7d | %-5s | %17.1f | %15.1f | %19.1f | %17.1f |\n", o->workers[i],
-                   o->cache[c] ? "ram" : "off", r.first, r.rest, r.wait_ms, r.cpu_ms);
-            fflush(stdout);
-        }
+    printf("| augment | workers | cache | samples/s epoch 1 | samples/s later | wait per batch (ms) | CPU ms per sample |\n");
+    printf("|:--------|--------:|:------|------------------:|----------------:|--------------------:|------------------:|\n");
+    for (int a = 0; a < o->n_augment; a++)
+        for (int c = 0; c < o->n_cache; c++)
+            for (int i = 0; i < o->n_workers; i++) {
+                Result r = { 0 };
+                if (measure(ds, o->workers[i], o->cache[c], o->augment[a], o, &r)) return 1;
+                printf("| %-7s | %7d | %-5s | %17.1f | %15.1f | %19.1f | %17.1f |\n", o->augment[a] ? "gpu" : "cpu",
+                       o->workers[i], o->cache[c] ? "ram" : "off", r.first, r.rest, r.wait_ms, r.cpu_ms);
+                fflush(stdout);
+            }
     return 0;
 }
 
@@ -167,7 +171,7 @@ static int parse_list(const char *v, int *out, int max) {
 
 static int parse(int argc, char **argv, Options *o) {
     *o = (Options){ .data = "../shared/data/coco128/data.yaml", .img_size = 640, .batch = 16, .epochs = 3,
-                    .cache = { 0, 1 }, .n_cache = 2, .repeat = 1 };
+                    .cache = { 0, 1 }, .n_cache = 2, .augment = { 0, 1 }, .n_augment = 2, .repeat = 1 };
     static const char *positional[] = { "data", "imgsz", "batch", "epochs" };
     for (int i = 1, bare = 0; i < argc; i++) {
         char *v = strchr(argv[i], '=');
@@ -186,6 +190,12 @@ static int parse(int argc, char **argv, Options *o) {
             o->n_cache = 0;
             for (char *t = strtok(v, ","); t; t = strtok(NULL, ","))
                 if (o->n_cache < 2) o->cache[o->n_cache++] = !strcmp(t, "ram");
+        } else if (!strcmp(argv[i], "augment")) {
+            o->n_augment = 0;
+            for (char *t = strtok(v, ","); t; t = strtok(NULL, ",")) {
+                if (strcmp(t, "cpu") && strcmp(t, "gpu")) { fprintf(stderr, "augment=%s: cpu, gpu or both\n", t); return -1; }
+                if (o->n_augment < 2) o->augment[o->n_augment++] = !strcmp(t, "gpu");
+            }
         } else { fprintf(stderr, "unknown key %s\n", argv[i]); return -1; }
     }
     if (o->n_workers == 0) {

@@ -60,6 +60,7 @@ typedef struct {
     char   device[256];              // "", "cpu", "cpu:2", "0", "0,1", "[0,1]"
     char   precision[16];            // bf16 | tf32 | fp32
     char   cache[16];                // "" | ram
+    char   augment[8];               // cpu | gpu: where training pixels are made (issue 37)
     char   project[CFG_PATH], name[256];
     char   optimizer[16];            // auto | SGD | MuSGD | AdamW | Adam (gelan: auto = SGD, Adam/AdamW as
                                      // train.py smart_optimizer; YOLO26: core/trainer/family_yolo26.c)

@@ -102,8 +102,9 @@ __device__ static inline void hsv_pixel_d(int c[3], const AugHsvTables *t) {
 }
 
 // One output pixel: the flips say which pre-flip pixel it shows; that pixel is warp 0 (mixed with warp
-// 1), then HSV.
-__global__ void augment_sample_kernel(DevAug a, uint8_t *out) {
+// 1), then HSV. Into bytes (out), or into the model's input as byte / 255.0f (outf: gpu/input.cu's
+// conversion, the CPU's x / 255.0f).
+__global__ void augment_sample_kernel(DevAug a, uint8_t *out, float *outf) {
     pdl_entry();
     GRID_STRIDE(i, (size_t)a.W * a.H) {
         int x = (int)(i % a.W), y = (int)(i / a.W);
@@ -117,7 +118,10 @@ __global__ void augment_sample_kernel(DevAug a, uint8_t *out) {
                 c[k] = (uint8_t)__double2int_rz(__dadd_rn(__dmul_rn((double)c[k], a.mix_r), __dmul_rn((double)d[k], a.mix_q)));
         }
         if (a.hsv) hsv_pixel_d(c, a.t);
-        for (int k = 0; k < 3; k++) out[3 * i + k] = (uint8_t)c[k];
+        for (int k = 0; k < 3; k++) {
+            if (outf) outf[3 * i + k] = __fdiv_rn((float)(uint8_t)c[k], 255.0f);
+            else out[3 * i + k] = (uint8_t)c[k];
+        }
     }
 }
 
@@ -176,10 +180,10 @@ static uint8_t *upload_take(Device *dev, const void *host, size_t n) {
     return d;
 }
 
-// out (device memory, the recipe's augment_recipe_size, (H,W,3)) = augment_apply_pixels(r, tiles): the
-// tiles (host memory) are uploaded into dev's scratch, which is given back before returning (the work
-// stays queued on dev->stream; the host memory may be reused at once).
-extern "C" void augment_apply_gpu(Device *dev, const AugRecipe *r, const Image *tiles, uint8_t *out) {
+// The sample of recipe r into out (bytes) or outf (floats / 255), both device memory of the recipe's
+// augment_recipe_size, (H,W,3): the tiles (host memory) are uploaded into dev's scratch, which is given
+// back before returning (the work stays queued on dev->stream; the host memory may be reused at once).
+static void apply_into(Device *dev, const AugRecipe *r, const Image *tiles, uint8_t *out, float *outf) {
     size_t mark = dev->scratch.used;
     int idx[8], m = augment_recipe_sources(r, idx);
     Image dt[8];                                  // the tiles in device memory
@@ -216,9 +220,40 @@ extern "C" void augment_apply_gpu(Device *dev, const AugRecipe *r, const Image *
         a.t = (const AugHsvTables *)upload_take(dev, &t, sizeof t);
     }
     size_t n = (size_t)a.W * a.H;
-    augment_sample_kernel<<<blocks_for(n), THREADS, 0, dev->stream>>>(a, out);
+    augment_sample_kernel<<<blocks_for(n), THREADS, 0, dev->stream>>>(a, out, outf);
     checkLaunch(dev);
     dev->scratch.used = mark;
+}
+
+extern "C" void augment_apply_gpu(Device *dev, const AugRecipe *r, const Image *tiles, uint8_t *out) {
+    apply_into(dev, r, tiles, out, NULL);
+}
+
+// A grey sample (the loader's stand-in when no image loads): an affine warp of an empty (0x0) plane, its
+// inverse all zeros, puts every tap at (0, 0), outside the plane: PAD_VALUE everywhere.
+static void grey_into(Device *dev, int W, int H, float *outf) {
+    DevAug a;
+    memset(&a, 0, sizeof a);
+    a.W = W, a.H = H, a.warp[0].affine = 1;
+    size_t n = (size_t)W * H;
+    augment_sample_kernel<<<blocks_for(n), THREADS, 0, dev->stream>>>(a, NULL, outf);
+    checkLaunch(dev);
+}
+
+extern "C" void augment_batch_gpu(Device *dev, const AugSample *s, int n, int H, int W, float *dst) {
+    size_t px = (size_t)H * W * 3;
+    for (int i = 0; i < n; i++) {
+        int w = W, h = H;
+        if (!s[i].grey) augment_recipe_size(&s[i].r, &w, &h);
+        if (w != W || h != H) die("augment_batch_gpu: sample %d's recipe makes %dx%d, the batch is %dx%d", i, w, h, W, H);
+        if (s[i].grey) grey_into(dev, W, H, dst + i * px);
+        else apply_into(dev, &s[i].r, s[i].tiles, NULL, dst + i * px);
+    }
+}
+
+extern "C" size_t augment_scratch_bytes_gpu(int S) {
+    size_t image = ((size_t)S * S * 3 + 255) & ~(size_t)255;
+    return (8 + 1 + 1) * image + ((sizeof(AugHsvTables) + 255) & ~(size_t)255);   // tiles, body, out; tables
 }
 
 // The same into host memory (the backend table's augment slot): waits for the bytes.

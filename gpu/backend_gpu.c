@@ -156,6 +156,9 @@ static void upload_u8(void *ctx, float *dst, const uint8_t *src, size_t n) { upl
 static void augment(void *ctx, const AugRecipe *r, const Image *tiles, uint8_t *host_out) {
     augment_pixels_gpu(DEV, r, tiles, host_out);
 }
+static void augment_batch(void *ctx, const AugSample *s, int n, int h, int w, float *dst) {
+    augment_batch_gpu(DEV, s, n, h, w, dst);
+}
 static void download(void *ctx, float *dst, const float *src, size_t n) {
     checkCuda(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, DEV->stream));
     device_sync(DEV);
@@ -405,6 +408,7 @@ const Backend backend_gpu = {
     },
     .dev = {
         .sync = sync, .bind = bind, .pull = pull, .zero = zero, .upload = upload, .upload_u8 = upload_u8, .augment = augment,
+        .augment_batch = augment_batch,
         .download = download,
         .event_new = event_new, .event_free = event_free, .event_record = event_record, .event_wait = event_wait,
         .timer_new = timer_new, .timer_free = timer_free, .timer_record = timer_record,

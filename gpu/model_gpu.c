@@ -67,13 +67,16 @@ GpuPlan model_gpu_plan(const Model *m, GpuPrecision prec, int optim_states) {
             if (b > scratch) scratch = b;
         }
     }
-    GpuPlan p = { { 0 }, fl(model_act_floats(m, prec == GPU_BF16)), fl(m->n_dact + 1), fl(m->n_stats + 1), 2 * fl(m->n_tmp + 1) };
+    GpuPlan p = { { 0 }, fl(model_act_floats(m, prec == GPU_BF16)), fl(m->n_dact + 1), fl(m->n_stats + 1), 2 * fl(m->n_tmp + 1), 0 };
     // + the bf16 copy and its permuted segments' table
     p.arena[ARENA_PARAMS] = fl(m->n_state) + (prec == GPU_BF16 ? fl((m->n_state + 1) / 2) + fl(4 * permuted_weights(m, NULL) + 1) : 0);
     p.arena[ARENA_GRADS] = fl(m->n_state);
     p.arena[ARENA_OPTIM] = optim_states ? optim_states * fl(m->n_state) + ((size_t)1 << 20) : 0;
     p.arena[ARENA_ACTS] = p.acts + p.grads_of_acts + p.stats + p.temps;
-    p.arena[ARENA_SCRATCH] = scratch + ((size_t)64 << 20);   // + room for the loss and small reductions
+    // + room for the loss and small reductions, and for augment=gpu's samples (made before the forward, one
+    // at a time, so never beside an op's scratch; counted on top all the same: the plan stays a plain sum)
+    p.augment = augment_scratch_bytes_gpu(m->imgsz);
+    p.arena[ARENA_SCRATCH] = scratch + ((size_t)64 << 20) + p.augment;
     p.arena[ARENA_INPUT] = device_input_arena_bytes((size_t)m->max_n * m->imgsz * m->imgsz * 3);   // two uint8 batches in flight
     return p;
 }
@@ -86,10 +89,10 @@ void model_gpu_print_plan(const GpuPlan *p, int id, FILE *f) {
     double g = 1 << 30, total = 0;
     for (int k = 0; k < ARENA_COUNT; k++) total += p->arena[k];
     fprintf(f, "GPU %d memory plan: weights %.2f GiB, grads %.2f GiB, optimizer+EMA %.2f GiB, activations %.2f GiB "
-               "(+ their gradients %.2f GiB, BN stats and temporaries %.2f GiB), op scratch %.2f GiB, input staging %.2f GiB; "
-               "total %.2f GiB\n",
+               "(+ their gradients %.2f GiB, BN stats and temporaries %.2f GiB), op scratch %.2f GiB (augmentation %.3f GiB of it), "
+               "input staging %.2f GiB; total %.2f GiB\n",
             id, p->arena[ARENA_PARAMS] / g, p->arena[ARENA_GRADS] / g, p->arena[ARENA_OPTIM] / g, p->acts / g,
-            p->grads_of_acts / g, (p->stats + p->temps) / g, p->arena[ARENA_SCRATCH] / g,
+            p->grads_of_acts / g, (p->stats + p->temps) / g, p->arena[ARENA_SCRATCH] / g, p->augment / g,
             p->arena[ARENA_INPUT] / g, total / g);
 }
 

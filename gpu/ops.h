@@ -154,6 +154,12 @@ void resize_bilinear_gpu(Device *dev, Map x, Map y);
 void augment_apply_gpu(Device *dev, const AugRecipe *r, const Image *tiles, uint8_t *out);
 // The same into host memory, waited for (the backend table's dev.augment).
 void augment_pixels_gpu(Device *dev, const AugRecipe *r, const Image *tiles, uint8_t *host_out);
+// augment=gpu's batch (the backend table's dev.augment_batch): dst (device, (n,H,W,3) floats, the model's
+// input) = each sample's bytes / 255.0f, queued on dev->stream, one sample at a time through dev->scratch.
+void augment_batch_gpu(Device *dev, const AugSample *s, int n, int H, int W, float *dst);
+// The scratch one sample takes at img_size S at most (its 8 tiles, a letterbox body, the bytes of
+// augment_pixels_gpu, the HSV tables): the memory plan's room for augmentation.
+size_t augment_scratch_bytes_gpu(int S);
 
 #ifdef __cplusplus
 }

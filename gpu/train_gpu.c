@@ -38,7 +38,7 @@ static GpuPlan training_plan(const Model *m, GpuPrecision prec, int master) {
     GpuPlan plan = model_gpu_plan(m, prec, master ? 3 : 0);
     if (m->opt_block && master) plan.arena[ARENA_OPTIM] += optim26_bytes(m);   // gelan's Adam too
     if (m->end2end && master) {
-        size_t ns = scratch26_bytes(m) + ((size_t)64 << 20);
+        size_t ns = scratch26_bytes(m) + ((size_t)64 << 20) + plan.augment;   // as model_gpu_plan
         if (plan.arena[ARENA_SCRATCH] < ns) plan.arena[ARENA_SCRATCH] = ns;
     }
     return plan;

@@ -488,6 +488,15 @@ int augment_apply(const AugRecipe *r, const SampleSource *src, AugScratch *scrat
     return 0;
 }
 
+void augment_sample_pixels(const AugSample *s, AugScratch *scratch, Image *out) {
+    int w, h;
+    augment_recipe_size(&s->r, &w, &h);
+    if (!s->grey && (out->w != w || out->h != h))
+        die("augment_sample_pixels: the recipe makes %dx%d, the output is %dx%d", w, h, out->w, out->h);
+    if (s->grey) memset(out->px, 114, (size_t)out->w * out->h * 3);
+    else augment_apply_pixels(&s->r, s->tiles, scratch, out);
+}
+
 // The whole sample into out (see out_prepare); on error out may hold a buffer the caller frees.
 static int train_sample(const AugParams *p, const SampleSource *src, int index, Rng *rng, AugScratch *scratch,
                         Image *out, Box **boxes, int *n, Err *err) {

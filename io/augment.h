@@ -86,6 +86,15 @@ void augment_apply_boxes(const AugRecipe *r, const Image *tiles, Box *const *tb,
 int  augment_apply(const AugRecipe *r, const SampleSource *src, AugScratch *scratch, Image *out,
                    Box **boxes, int *n, Err *err);
 
+// A training sample whose pixels are made later, by a device (augment=gpu, issue 37): its recipe and its
+// decoded sources (tiles[k] is source k of augment_recipe_sources, n_tiles of them; host memory that lives
+// as long as the batch holding it). grey: no source could be loaded, the sample is grey 114 (the loader's
+// stand-in) and has no tiles.
+typedef struct { AugRecipe r; const Image *tiles; int n_tiles, grey; } AugSample;
+// Its pixels on the host into out (w×h the recipe's size: a mismatch is a bug and dies): grey, or
+// augment_apply_pixels; scratch as there.
+void augment_sample_pixels(const AugSample *s, AugScratch *scratch, Image *out);
+
 // Letterbox geometry: the scale r, the float half-paddings the labels move by, and the integer borders.
 typedef struct { double r, padw, padh; int top, bottom, left, right; } LetterboxInfo;
 

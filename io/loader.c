@@ -14,6 +14,7 @@
 
 #define CACHE_MARGIN 0.10   // YOLOv9's: refuse unless bytes * (1 + margin) < available
 #define PAGE         4096
+#define AUG_TILES    8      // a recipe's sources at most: a mosaic's 4 and its mixup partner's 4
 
 typedef struct {
     Batch  b;
@@ -24,6 +25,12 @@ typedef struct {
     int   *stage_n;         // (N)
     int    pinned;          // b.images is page-locked (loader_pin_buffers)
     int    first;           // cfg.share: the batch position of b's first image (else 0)
+    // cfg.defer_pixels: b.aug's samples, their tiles (N, AUG_TILES) and, without the RAM cache, each
+    // sample's copy of its decoded sources (grown to the largest it held: at most AUG_TILES S x S images)
+    AugSample *aug;
+    Image     *tiles;
+    uint8_t  **tile_buf;    // (N)
+    size_t    *tile_cap;    // (N)
 } Slot;
 
 typedef struct {            // decode + long-side resize once per image, by whichever worker needs it first
@@ -159,6 +166,48 @@ static void cache_free(Cache *c, int n) {
 
 // ---- one sample ----
 
+// defer_pixels without the RAM cache: the m decoded tiles move into sample i's own buffer (the decoder's
+// images are given back), so they live as long as the batch.
+static void keep_tiles(Loader *l, Slot *s, int i, Image *tile, const int *idx, int m) {
+    size_t need = 0;
+    for (int k = 0; k < m; k++) need += (size_t)tile[k].w * tile[k].h * 3;
+    if (need > s->tile_cap[i]) {
+        free(s->tile_buf[i]);
+        s->tile_buf[i] = xmalloc(need);
+        s->tile_cap[i] = need;
+    }
+    uint8_t *p = s->tile_buf[i];
+    for (int k = 0; k < m; k++) {
+        size_t bytes = (size_t)tile[k].w * tile[k].h * 3;
+        Image kept = { tile[k].w, tile[k].h, p };
+        memcpy(p, tile[k].px, bytes);
+        l->src.put(l, idx[k], &tile[k], NULL);   // frees (and clears) the decoder's image
+        tile[k] = kept;
+        p += bytes;
+    }
+}
+
+// defer_pixels: sample `index`'s draws (those augment_train_sample_into makes, in its order), its sources
+// kept with the batch and its boxes (augment_apply_boxes); the pixels are left to a device. -1 with err
+// when a source cannot be loaded (nothing kept).
+static int defer_sample(Loader *l, Slot *s, int i, int index, Rng *rng, Box **box, int *n, Err *err) {
+    AugSample *a = &s->aug[i];
+    Image *tile = s->tiles + (size_t)i * AUG_TILES;
+    int idx[AUG_TILES], nb[AUG_TILES];
+    Box *tb[AUG_TILES];
+    augment_draw(&l->cfg.aug, l->src.n, index, s->b.w, s->b.h, rng, &a->r);
+    int m = augment_recipe_sources(&a->r, idx);
+    for (int k = 0; k < m; k++)
+        if (l->src.get(l, idx[k], &tile[k], &tb[k], &nb[k], err)) {
+            while (k-- > 0) l->src.put(l, idx[k], &tile[k], NULL);
+            return -1;
+        }
+    augment_apply_boxes(&a->r, tile, tb, nb, box, n);
+    if (!l->cache) keep_tiles(l, s, i, tile, idx, m);   // cached tiles are the cache's, kept for the run
+    a->tiles = tile, a->n_tiles = m, a->grey = 0;
+    return 0;
+}
+
 // Write sample `index` into image slot i of s: pixels, staged boxes and letterbox info. Training samples
 // are made in place (no copy; scratch: the worker's reusable buffers). A sample that cannot be made at
 // all (no image of the dataset loads) becomes a grey image without boxes.
@@ -171,13 +220,18 @@ static void make_sample(Loader *l, Slot *s, int i, int index, int epoch, AugScra
     LetterboxInfo info = { 0 };
     Rng rng = rng_for(l->cfg.seed, (uint64_t)epoch, (uint64_t)index + 1);
     // validation letterboxes to the square S x S; rect batch shapes (§3.9) are a later refinement
-    int rc = l->cfg.train
+    int defer = s->aug != NULL;
+    int rc = defer ? defer_sample(l, s, i, index, &rng, &box, &n, &e)
+           : l->cfg.train
            ? augment_train_sample_into(&l->cfg.aug, &l->src, index, &rng, scratch, &out, &box, &n, &e)
            : augment_val_sample(&l->src, index, S, S, &out, &box, &n, &info, &e);
     if (rc) {
         fprintf(l->cfg.report ? l->cfg.report : stderr, "warning: sample %d: %s\n", index, e.msg);
         memset(dst, 114, (size_t)H * W * 3);
         n = 0;
+        if (defer) s->aug[i] = (AugSample){ .grey = 1 };
+    } else if (defer) {
+        if (n > l->t_max) die("loader: sample %d came with %d boxes (at most %d)", index, n, l->t_max);
     } else {
         if (out.w != W || out.h != H || n > l->t_max)
             die("loader: sample %d came out %dx%d with %d boxes (expected %dx%d, at most %d)",
@@ -305,6 +359,11 @@ static void slots_alloc(Loader *l) {
         s->b.info = xcalloc(N, sizeof *s->b.info);
         s->stage = xmalloc((size_t)N * l->t_max * 5 * sizeof(float));
         s->stage_n = xcalloc(N, sizeof *s->stage_n);
+        if (!l->cfg.train || !l->cfg.defer_pixels) continue;
+        s->b.aug = s->aug = xcalloc(N, sizeof *s->aug);
+        s->tiles = xcalloc((size_t)N * AUG_TILES, sizeof *s->tiles);
+        s->tile_buf = xcalloc(N, sizeof *s->tile_buf);
+        s->tile_cap = xcalloc(N, sizeof *s->tile_cap);
     }
 }
 
@@ -404,6 +463,8 @@ void loader_close(Loader *l) {
         if (s->pinned) l->pinning.unpin(s->b.images, l->pinning.arg);
         free(s->b.images), free(s->b.targets), free(s->b.index), free(s->b.info);
         free(s->stage), free(s->stage_n);
+        for (int i = 0; s->tile_buf && i < l->cfg.batch; i++) free(s->tile_buf[i]);
+        free(s->aug), free(s->tiles), free(s->tile_buf), free(s->tile_cap);
     }
     cache_free(l->cache, l->ds->n);
     pthread_cond_destroy(&l->done), pthread_cond_destroy(&l->work), pthread_mutex_destroy(&l->mu);
@@ -501,7 +562,8 @@ void loader_batch_to_float(const Batch *b, float *nhwc_out) {
 LoaderConfig loader_config(const Config *cfg, int train) {
     const Hyp *h = &cfg->hyp;
     LoaderConfig lc = { .batch = cfg->batch, .workers = cfg->workers, .seed = (uint64_t)cfg->seed,
-                        .train = train, .cache_ram = !strcmp(cfg->cache, "ram") };
+                        .train = train, .cache_ram = !strcmp(cfg->cache, "ram"),
+                        .defer_pixels = train && !strcmp(cfg->augment, "gpu") };
     lc.aug = (AugParams){ .img_size = cfg->imgsz, .hsv_h = h->hsv_h, .hsv_s = h->hsv_s, .hsv_v = h->hsv_v,
                           .degrees = h->degrees, .translate = h->translate, .scale = h->scale, .shear = h->shear,
                           .perspective = h->perspective, .flipud = h->flipud, .fliplr = h->fliplr,

@@ -20,6 +20,8 @@ typedef struct {
     int       train;          // 1: shuffled, augmented (aug); 0: validation, in order, letterbox only
     AugParams aug;            // aug.img_size is S in both modes; the rest is read when train = 1
     int       cache_ram;      // 1: decode and resize each image once, keep it for every epoch
+    int       defer_pixels;   // train = 1 (augment=gpu, issue 37): workers only decode and draw; each
+                              // batch carries its samples' recipes and sources (Batch.aug), not pixels
     size_t    mem_available;  // bytes the RAM cache may use; 0 = MemAvailable of /proc/meminfo
     FILE     *report;         // where unreadable images are reported; NULL = stderr
     // rect training (train = 1, aug.rect; core/train/train.c fills both from val_plan with pad 0): every
@@ -47,6 +49,9 @@ typedef struct {
     int           *index;     // (n) dataset index of each image
     LetterboxInfo *info;      // (n) validation: letterbox of the long-side-resized image (see
                               // augment_val_sample); training: zeros
+    const AugSample *aug;     // (n) defer_pixels: each image's recipe and decoded sources (in the RAM
+                              // cache, else in the batch slot's own buffers), its pixels not in images
+                              // (a device makes them: Backend.dev.augment_batch); NULL: images holds them
     int            epoch, number;   // number: 0.. within the epoch
     int            slot;      // private to the loader
 } Batch;

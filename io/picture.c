@@ -111,6 +111,7 @@ int picture_augmented(const Config *cfg, const Dataset *train, const char *path,
     LoaderConfig lc = loader_config(cfg, 1);
     lc.batch = train->n < 16 ? train->n : 16;
     lc.cache_ram = 0;
+    lc.defer_pixels = 0;                         // the picture needs the pixels here, whatever augment= says
     Loader *ld;
     if (loader_open(&lc, train, &ld, err)) return -1;
     loader_start_epoch(ld, 0, 1);

@@ -97,6 +97,10 @@ static void test_modes_and_errors(void) {
     CHECK(rc == 2 && strstr(out, "unknown key") && strstr(out, "exist_ok"), "exit %d %s", rc, out);
     rc = yt("predict cfg/s.ini source=/nonexistent/x.jpg");
     CHECK(rc == 2, "predict is detect: exit %d %s", rc, out);
+    rc = yt("cfg/t.ini augment=tpu device=cpu");
+    CHECK(rc == 2 && strstr(out, "augment = tpu") && strstr(out, "allowed: cpu, gpu"), "augment=tpu: exit %d %s", rc, out);
+    rc = yt("cfg/t.ini augment=gpu device=cpu data=/nonexistent/d.yaml");   // the note comes before the data
+    CHECK(rc == 2 && strstr(out, "note: augment=gpu on the CPU"), "augment=gpu on the CPU: exit %d %s", rc, out);
 }
 
 // stdout is line-buffered: piped into one log with stderr, `detect`'s line for a good image comes

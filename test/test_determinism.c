@@ -26,6 +26,8 @@ static char root[P], data_yaml[P + 32];
 // also keeps CUDA out of this process, where it would not survive the next fork.
 static const char *child_env;   // "NAME=value" set in the child (a fast path's switch); NULL: none
 static const char *child_cfg = "cfg/t.ini";
+static const char *child_data;  // data= of the child: NULL, the synthetic set of make_data
+static char *child_more[3];     // further overrides ("augment=gpu", ...), NULL-ended
 
 static int train_in_child(const char *name, int workers, const char *device) {
     fflush(stdout);
@@ -38,13 +40,15 @@ static int train_in_child(const char *name, int workers, const char *device) {
         static Config cfg;
         Err err;
         char d[P + 64], p[P + 64], n[300], w[32], dev[64];
-        snprintf(d, sizeof d, "data=%s", data_yaml);
+        snprintf(d, sizeof d, "data=%s", child_data ? child_data : data_yaml);
         snprintf(p, sizeof p, "project=%s/runs", root);
         snprintf(n, sizeof n, "name=%s", name);
         snprintf(w, sizeof w, "workers=%d", workers);
         snprintf(dev, sizeof dev, "device=%s", device);
-        char *ov[] = { d, p, n, w, dev, "imgsz=64", "batch=4", "epochs=2", "close_mosaic=1", "seed=3" };
-        if (config_load(child_cfg, 10, ov, &cfg, &err)) _exit(97);
+        char *ov[13] = { d, p, n, w, dev, "imgsz=64", "batch=4", "epochs=2", "close_mosaic=1", "seed=3" };
+        int n_ov = 10;
+        for (int k = 0; k < 3 && child_more[k]; k++) ov[n_ov++] = child_more[k];
+        if (config_load(child_cfg, n_ov, ov, &cfg, &err)) _exit(97);
         _exit(train_run(&cfg));
     }
     int status;
@@ -96,6 +100,56 @@ static void test_same_seed_same_bits(void) {
     compare("w1", "w3");                           // one loader worker or three
 }
 
+// A run of `workers` with the overrides a, b (NULL: none) as `name`, compared with the run `ref`.
+static void same_as(const char *ref, const char *name, int workers, const char *device, char *a, char *b) {
+    child_more[0] = a, child_more[1] = b, child_more[2] = NULL;
+    int rc = train_in_child(name, workers, device);
+    child_more[0] = child_more[1] = NULL;
+    if (rc) { CHECK(0, "the run %s (%s %s, %d workers) failed: status %d", name, a, b ? b : "", workers, rc); return; }
+    compare(ref, name);
+}
+
+// augment=gpu (issue 37): the workers only decode and draw, the step makes the pixels through the backend's
+// augment_batch (the CPU backend: augment_apply_pixels): the results of augment=cpu to the bit, for one worker
+// or three, with the sources in each batch slot's buffers or in the RAM cache, on two CPU devices, under
+// multi_scale and rect; the
+// train_batch0 picture the same bytes; and on coco128's first 8
+// images (long-side resizes from 640 px, mixup partners among them) when ../shared is there.
+static void test_augment_gpu_same_bits(void) {
+    if (make_data()) { CHECK(0, "no data"); return; }
+    if (train_in_child("aug_ref", 1, "cpu")) { CHECK(0, "the augment=cpu run failed"); return; }
+    same_as("aug_ref", "aug_w1", 1, "cpu", "augment=gpu", NULL);
+    same_as("aug_ref", "aug_w3", 3, "cpu", "augment=gpu", NULL);
+    same_as("aug_ref", "aug_w3_ram", 3, "cpu", "augment=gpu", "cache=ram");
+    char x[P + 128], y[P + 128];                   // train_batch0.jpg: made on the host from the recipes
+    snprintf(x, sizeof x, "%s/runs/aug_ref/train_batch0.jpg", root);
+    snprintf(y, sizeof y, "%s/runs/aug_w3/train_batch0.jpg", root);
+    CHECK(same_file(x, y), "train_batch0.jpg differs between augment=cpu and augment=gpu");
+    // two CPU devices: each makes its micro-batch's pixels (core/devices/multi.c gives each its samples)
+    if (train_in_child("aug_cpu2_ref", 1, "cpu:2")) CHECK(0, "the cpu:2 augment=cpu run failed");
+    else same_as("aug_cpu2_ref", "aug_cpu2", 3, "cpu:2", "augment=gpu", NULL);
+    // multi_scale (the samples made into the raw input, then resized) and rect (letterboxed batch shapes)
+    static char *modes[] = { "multi_scale=1", "rect=1" };
+    for (int k = 0; k < 2; k++) {
+        char ref[32], name[32];
+        snprintf(ref, sizeof ref, "aug_ref_%d", k), snprintf(name, sizeof name, "aug_mode_%d", k);
+        child_more[0] = modes[k];
+        int rc = train_in_child(ref, 1, "cpu");
+        child_more[0] = NULL;
+        if (rc) CHECK(0, "the %s augment=cpu run failed: status %d", modes[k], rc);
+        else same_as(ref, name, 3, "cpu", modes[k], "augment=gpu");
+    }
+    static char coco[P + 64];
+    NEED_COCO128(coco);
+    child_data = coco;
+    child_more[0] = "fraction=0.0625";
+    int rc = train_in_child("coco_ref", 1, "cpu");
+    child_more[0] = NULL;
+    if (rc) CHECK(0, "the coco128 augment=cpu run failed: status %d", rc);
+    else same_as("coco_ref", "coco_aug_w3", 3, "cpu", "fraction=0.0625", "augment=gpu");
+    child_data = NULL;
+}
+
 // The GPU kernels add floats in a fixed order (integer atomics only, in the loss's assignment), and
 // cuBLAS gives the same bits run to run on one GPU model: GPU runs repeat to the bit too.
 static void test_same_seed_same_bits_gpu(void) {
@@ -130,6 +184,14 @@ static void test_same_seed_same_bits_gpu(void) {
     // gradients stored as bf16 where they are bf16 values anyway (core/spec/grad_plan.c plan_grad_types) against
     // every gradient fp32
     if (same_with("YT_GRAD_BF16=0", "gpu_grads_fp32", "gpu1")) return;
+    // augment=gpu: each step's pixels made on the GPU (gpu/augment.cu) from the workers' recipes
+    same_as("gpu1", "gpu_augment", 1, "0", "augment=gpu", NULL);
+    same_as("gpu1", "gpu_augment_w3_ram", 3, "0", "augment=gpu", "cache=ram");
+    child_more[0] = "multi_scale=1";               // the samples made into the raw input, resized on the GPU
+    int ms = train_in_child("gpu_ms", 1, "0");
+    child_more[0] = NULL;
+    if (ms) CHECK(0, "the GPU multi_scale run failed: status %d", ms);
+    else same_as("gpu_ms", "gpu_ms_augment", 1, "0", "multi_scale=1", "augment=gpu");
     // YOLO26-n: depthwise convs (fresh too), attention, the detached one-to-one head, MuSGD; YT_FUSE=0 for its
     // bottlenecks' residual additions
     child_cfg = "cfg/yolo26n.ini";
@@ -143,6 +205,7 @@ static void test_same_seed_same_bits_gpu(void) {
 
 int main(void) {
     RUN(test_same_seed_same_bits);
+    RUN(test_augment_gpu_same_bits);
     RUN(test_same_seed_same_bits_gpu);
     return test_summary();
 }

@@ -11,14 +11,17 @@
 #include "io/augment.h"
 #include "io/dataset.h"
 #include "io/image.h"
+#include "io/loader.h"
+#include "test/synth_batch.h"
 #include "test/test.h"
 #ifdef USE_CUDA
 #include "gpu/ops.h"
 #endif
 
-#define CPU_TESTS(X) X(test_cpu_slot_is_apply)
-#define GPU_TESTS(X) X(test_random_recipes) X(test_letterbox_bodies) X(test_backend_slot) X(test_coco128_samples)
-#define GPU_ARENAS { 0, 0, 0, 0, (size_t)256 << 20 }
+#define CPU_TESTS(X) X(test_cpu_slot_is_apply) X(test_cpu_batch_slot)
+#define GPU_TESTS(X) X(test_random_recipes) X(test_letterbox_bodies) X(test_backend_slot) X(test_coco128_samples) \
+                     X(test_batch_synthetic) X(test_batch_coco128)
+#define GPU_ARENAS { 0, 0, 0, (size_t)64 << 20, (size_t)256 << 20 }   // acts: the batch tests' input
 
 // ---- shared by both builds ---------------------------------------------------------------------------
 
@@ -88,6 +91,67 @@ static void test_cpu_slot_is_apply(void) {
     }
     CHECK(bad == 0, "%d of 40 samples differ between the CPU slot and augment_apply_pixels", bad);
     for (int i = 0; i < N_TILES; i++) image_free(&all[i]);
+}
+
+// ---- augment=gpu's batches (the loader's defer_pixels) ----------------------------------------------
+
+// The loader's augment=gpu batches: hyp.scratch-high plus rotation, shear, perspective and flips up-down,
+// mixup at 0.5 so it comes often; batch 6 of side s.
+static LoaderConfig batch_config(int s, int cache) {
+    LoaderConfig c = { .batch = 6, .workers = 2, .seed = 11, .train = 1, .defer_pixels = 1, .cache_ram = cache,
+                       .mem_available = (size_t)1 << 30 };
+    c.aug = (AugParams){ .img_size = s, .hsv_h = 0.015, .hsv_s = 0.7, .hsv_v = 0.4, .degrees = 10, .translate = 0.1,
+                         .scale = 0.9, .shear = 2, .perspective = 2e-4, .flipud = 0.5, .fliplr = 0.5, .mosaic = 1,
+                         .mixup = 0.5 };
+    return c;
+}
+
+// The synthetic set of test_loader (20 images of 60-180 px) in a scratch folder; 0 or -1.
+static int synth_set(Dataset *ds) {
+    SynthConfig c = synth_defaults();
+    c.n_train = 20, c.n_val = 0, c.min_side = 60, c.max_side = 180, c.seed = 3;
+    return synth_dataset(test_tmpdir("gpu_augment"), &c, ds);
+}
+
+static void synth_free(Dataset *ds) {          // synth_dataset's arrays (its names are static)
+    for (int i = 0; i < ds->n; i++) free(ds->s[i].image), free(ds->s[i].box);
+    free(ds->s);
+}
+
+// The CPU backend's augment_batch: each sample's bytes (augment_sample_pixels, a grey one included) / 255.0f,
+// as upload_u8 of the bytes the loader would have made.
+static void test_cpu_batch_slot(void) {
+    Dataset ds;
+    if (synth_set(&ds)) { CHECK(0, "no synthetic set"); return; }
+    LoaderConfig c = batch_config(96, 0);
+    Loader *l;
+    Err err;
+    CHECK(loader_open(&c, &ds, &l, &err) == 0, "%s", err.msg);
+    if (t_failed_now) { synth_free(&ds); return; }
+    loader_start_epoch(l, 0, 1);
+    Batch *b;
+    CHECK(loader_next(l, &b) && b->aug, "no batch with recipes");
+    if (!t_failed_now) {
+        AugSample s[7];
+        memcpy(s, b->aug, 6 * sizeof *s);
+        s[6] = (AugSample){ .grey = 1 };
+        size_t px = (size_t)96 * 96 * 3;
+        float *got = xmalloc(7 * px * sizeof(float)), *want = xmalloc(7 * px * sizeof(float));
+        uint8_t *u = xmalloc(px);
+        backend_cpu.dev.augment_batch(NULL, s, 7, 96, 96, got);
+        AugScratch scratch = { 0 };
+        for (int i = 0; i < 7; i++) {
+            augment_sample_pixels(&s[i], &scratch, &(Image){ 96, 96, u });
+            for (size_t k = 0; k < px; k++) want[i * px + k] = u[k] / 255.0f;
+            CHECK(i < 6 || u[0] == 114, "the grey sample's first byte is %d", u[0]);
+        }
+        augment_scratch_free(&scratch);
+        CHECK(memcmp(got, want, 7 * px * sizeof(float)) == 0, "the CPU backend's augment_batch differs from the samples' bytes / 255");
+        free(got), free(want), free(u);
+        loader_release(l, b);
+    }
+    loader_close(l);
+    synth_free(&ds);
 }
 
 #include "test/gpu_harness.h"
@@ -215,6 +279,89 @@ static void test_coco128_samples(void) {
     }
     CHECK(bad == 0, "%d of %d coco128 samples differ between the device and the CPU", bad, 2 * n);
     for (int i = 0; i < n; i++) image_free(&all[i]);
+    dataset_free(&coco);
+}
+
+// Every batch of `epochs` epochs (the last with mosaic closed: the letterbox path) made by the GPU's
+// augment_batch into a device input, against the CPU backend's, float for float; a grey sample added to
+// the first. Returns the samples that differ (printing the first byte of each).
+static int batches_differ(const Dataset *ds, const LoaderConfig *c, int epochs, const char *what) {
+    Loader *l;
+    Err err;
+    if (loader_open(c, ds, &l, &err)) { CHECK(0, "%s: %s", what, err.msg); return 1; }
+    int bad = 0, batches = 0;
+    size_t cap = (size_t)(c->batch + 1) * c->aug.img_size * c->aug.img_size * 3;
+    float *want = xmalloc(cap * sizeof(float)), *got = xmalloc(cap * sizeof(float));
+    float *d = (float *)arena_take(&dev.acts, cap * sizeof(float), 256);
+    AugSample *s = xmalloc((c->batch + 1) * sizeof *s);
+    for (int e = 0; e < epochs; e++) {
+        loader_start_epoch(l, e, e < epochs - 1);
+        Batch *b;
+        while (loader_next(l, &b)) {
+            int n = b->n;
+            memcpy(s, b->aug, n * sizeof *s);
+            if (batches == 0) s[n++] = (AugSample){ .grey = 1 };
+            size_t px = (size_t)b->h * b->w * 3;
+            backend_cpu.dev.augment_batch(NULL, s, n, b->h, b->w, want);
+            augment_batch_gpu(&dev, s, n, b->h, b->w, d);
+            device_sync(&dev);
+            checkCuda(cudaMemcpy(got, d, n * px * sizeof(float), cudaMemcpyDeviceToHost));
+            for (int i = 0; i < n; i++) {
+                size_t k = 0;
+                while (k < px && want[i * px + k] == got[i * px + k]) k++;
+                if (k == px) continue;
+                const AugRecipe *r = &s[i].r;
+                if (bad++ < 5)
+                    printf("    %s epoch %d batch %d sample %d (grey %d mosaic %d mixup %d hsv %d flips %d%d, %dx%d): "
+                           "float %zu (x %zu, y %zu) is %.9g, the CPU's %.9g\n", what, e, b->number, i, s[i].grey,
+                           r->mosaic, r->mixup, r->hsv, r->flipud, r->fliplr, b->w, b->h, k, k / 3 % b->w,
+                           k / 3 / b->w, got[i * px + k], want[i * px + k]);
+            }
+            batches++;
+            loader_release(l, b);
+        }
+    }
+    printf("    %s: %d batches compared\n", what, batches);
+    loader_close(l);
+    free(want), free(got), free(s);
+    arena_reset(&dev.acts);
+    return bad;
+}
+
+// The synthetic set: sources in the batch slots' buffers and in the RAM cache, square and rect batches
+// (letterboxed to their shapes: resized bodies).
+static void test_batch_synthetic(void) {
+    NEED_GPU();
+    Dataset ds;
+    if (synth_set(&ds)) { CHECK(0, "no synthetic set"); return; }
+    for (int cache = 0; cache < 2; cache++) {
+        LoaderConfig c = batch_config(96, cache);
+        CHECK(batches_differ(&ds, &c, 2, cache ? "synthetic, cache=ram" : "synthetic") == 0,
+              "samples differ between the GPU's augment_batch and the CPU's (cache %d)", cache);
+    }
+    static const int shape[4][2] = { { 64, 96 }, { 96, 64 }, { 32, 96 }, { 96, 96 } };
+    int order[20];
+    for (int i = 0; i < 20; i++) order[i] = 19 - i;
+    LoaderConfig c = batch_config(96, 0);
+    c.aug.rect = 1, c.rect_order = order, c.rect_shape = shape;
+    CHECK(batches_differ(&ds, &c, 1, "synthetic, rect") == 0, "rect samples differ between the GPU and the CPU");
+    synth_free(&ds);
+}
+
+// coco128 at 320 (long-side resizes of real photographs), two epochs of 8-image batches.
+static void test_batch_coco128(void) {
+    NEED_GPU();
+    char yaml[PATH_MAX + 64];
+    NEED_COCO128(yaml);
+    Dataset coco;
+    Err err;
+    DatasetOptions opt = { .quiet = 1, .report = tmpfile() };
+    CHECK(dataset_open(yaml, NULL, "train", &opt, &coco, &err) == 0, "%s", err.msg);
+    fclose(opt.report);
+    if (t_failed_now) return;
+    LoaderConfig c = batch_config(320, 0);
+    c.batch = 8;
+    CHECK(batches_differ(&coco, &c, 2, "coco128") == 0, "coco128 samples differ between the GPU and the CPU");
     dataset_free(&coco);
 }
 

@@ -247,6 +247,14 @@ static void test_check_folder(void) {
         CHECK(rc == 0 && exists(path) && strstr(out, i ? "runs/check/exp2/check_batch.jpg" : "runs/check/exp/check_batch.jpg"),
               "check %d: exit %d, %s %s\n%s", i + 1, rc, path, exists(path) ? "made" : "missing", out);
     }
+    // augment=gpu leaves training's pixels to the devices; check's picture still has them: the same bytes
+    snprintf(args, sizeof args, "cd %s/empty && %s/yolotrain check data=%s/synth/data.yaml imgsz=64 workers=1 augment=gpu",
+             dir, cwd, dir);
+    rc = test_shell(args, out, sizeof out);
+    char first[4400];
+    snprintf(first, sizeof first, "%s/empty/runs/check/exp/check_batch.jpg", dir);
+    snprintf(path, sizeof path, "%s/empty/runs/check/exp3/check_batch.jpg", dir);
+    CHECK(rc == 0 && same_file(first, path), "check augment=gpu: exit %d, %s differs from %s\n%s", rc, path, first, out);
     snprintf(path, sizeof path, "%s/empty/runs/train", dir);
     CHECK(!exists(path), "check made %s", path);
 }

@@ -292,10 +292,27 @@ static void test_coco128(void) {
 // values were recorded before augmentation was split into draws (augment_draw) and their application
 // (augment_apply): they prove the split changed no byte. coco128 decodes with libjpeg-turbo, so its
 // value holds for the decoder the project builds with.
+static int pin_defer, pin_cache, pin_deferred;   // test_pinned_deferred: defer_pixels, cache_ram; batches seen so
+
 static LoaderConfig config_all(void) {
     LoaderConfig c = config(2, 1);
     c.aug.degrees = 10, c.aug.shear = 2, c.aug.perspective = 2e-4, c.aug.flipud = 0.5;
+    c.defer_pixels = pin_defer, c.cache_ram = pin_cache;
+    c.mem_available = (size_t)1 << 30;           // the cache's budget: coco128 at 320 takes 30 MB
     return c;
+}
+
+// defer_pixels: the batch holds recipes and sources, not pixels; make them on the host (as the CPU
+// backend's augment_batch does, and a device must) into its image buffer, cleared first.
+static void pixels_of(Batch *b) {
+    if (!pin_defer) return;
+    if (!b->aug) { CHECK(0, "batch %d of epoch %d: no recipes with defer_pixels", b->number, b->epoch); return; }
+    pin_deferred++;
+    size_t px = (size_t)b->h * b->w * 3;
+    memset(b->images, 0, px * b->n);
+    AugScratch scratch = { 0 };
+    for (int i = 0; i < b->n; i++) augment_sample_pixels(&b->aug[i], &scratch, &(Image){ b->w, b->h, b->images + i * px });
+    augment_scratch_free(&scratch);
 }
 
 static uint64_t epochs_hash(const LoaderConfig *c, const Dataset *d, int n_epochs, int max_batches) {
@@ -307,7 +324,7 @@ static uint64_t epochs_hash(const LoaderConfig *c, const Dataset *d, int n_epoch
         loader_start_epoch(l, e, e < n_epochs - 1);
         Batch *b;
         for (int k = 0; loader_next(l, &b); k++) {
-            if (k < max_batches) { uint64_t bh = batch_hash(b); h = fnv(h, &bh, sizeof bh); }
+            if (k < max_batches) { pixels_of(b); uint64_t bh = batch_hash(b); h = fnv(h, &bh, sizeof bh); }
             loader_release(l, b);
         }
     }
@@ -352,6 +369,7 @@ static void test_pinned_rect_batches(void) {
     loader_start_epoch(l, 0, 1);
     Batch *b;
     while (loader_next(l, &b)) {
+        pixels_of(b);
         h = fnv(h, &b->h, sizeof b->h), h = fnv(h, &b->w, sizeof b->w), h = fnv(h, &b->nt, sizeof b->nt);
         h = fnv(h, b->images, (size_t)b->n * b->h * b->w * 3);
         h = fnv(h, b->targets, (size_t)b->nt * 6 * sizeof(float));
@@ -361,6 +379,21 @@ static void test_pinned_rect_batches(void) {
     printf("    rect: %016llx\n", (unsigned long long)h);
     CHECK(h == PIN_RECT, "rect batches hash %016llx, pinned %016llx: augmentation changed their bytes",
           (unsigned long long)h, (unsigned long long)PIN_RECT);
+}
+
+// augment=gpu's batches (defer_pixels: the workers decode and draw, the sources kept with the batch or in
+// the RAM cache) made on the host from their recipes: the pinned bytes and targets, every worker count's.
+static void test_pinned_deferred(void) {
+    pin_defer = 1, pin_deferred = 0;
+    for (pin_cache = 0; pin_cache < 2; pin_cache++) {
+        printf("    cache_ram=%d\n", pin_cache);
+        test_pinned_rect_batches();
+        test_pinned_batches();                   // coco128 last: it may skip
+    }
+    pin_defer = pin_cache = 0;
+    if (t_skip_reason[0]) printf("    the coco128 part skipped: %s\n", t_skip_reason);
+    t_skip_reason[0] = 0;                        // the synthetic and rect parts ran
+    CHECK(pin_deferred > 0, "no deferred batch was seen");
 }
 
 int main(void) {
@@ -376,6 +409,7 @@ int main(void) {
     RUN(test_coco128);
     RUN(test_pinned_batches);
     RUN(test_pinned_rect_batches);
+    RUN(test_pinned_deferred);
     RUN(test_bad_image_mid_run);   // last: it breaks an image file
     return test_summary();
 }

@@ -88,6 +88,18 @@ static void augment(void *c, const AugRecipe *r, const Image *tiles, uint8_t *ho
     augment_scratch_free(&scratch);
 }
 
+static void augment_batch(void *c, const AugSample *s, int n, int h, int w, float *dst) {
+    size_t px = (size_t)h * w * 3;
+    Image out = { w, h, xmalloc(px) };
+    AugScratch scratch = { 0 };
+    for (int i = 0; i < n; i++) {
+        augment_sample_pixels(&s[i], &scratch, &out);
+        upload_u8(c, dst + i * px, out.px, px);
+    }
+    augment_scratch_free(&scratch);
+    free(out.px);
+}
+
 // Several processes, the gradient buckets' sums begun during the backward (core/procs/procs.c): the CPU queues
 // them (one list: the process has one transport) and does them at the end, in the order begun, through the
 // process transport (rank order: the floats of one whole-arena sum). A begin may come from device 0's
@@ -380,6 +392,7 @@ const Backend backend_cpu = {
     },
     .dev = {
         .sync = sync, .bind = bind, .pull = pull, .zero = zero, .upload = upload, .upload_u8 = upload_u8, .augment = augment,
+        .augment_batch = augment_batch,
         .download = download,
         .event_new = event_new, .event_free = event_free, .event_record = event_record, .event_wait = event_wait,
         .timer_new = timer_new, .timer_free = timer_free, .timer_record = timer_record,

@@ -78,7 +78,8 @@ static void forward_only(Multi *mt, Job *j) {
     Model *m = &j->t->m;
     trainer_mark(j->t, TM_F0);
     const StepShape *s = &mt->shape;
-    if (j->images_u8) model_forward_u8_resized(m, j->images_u8, j->n, s->H, s->W, s->h, s->w, 1);
+    if (j->t->input_aug) model_forward_aug(m, j->t->input_aug, j->n, s->H, s->W, s->h, s->w, 1);
+    else if (j->images_u8) model_forward_u8_resized(m, j->images_u8, j->n, s->H, s->W, s->h, s->w, 1);
     else model_forward(m, j->images, j->n, s->h, s->w, 1);   // images NULL: already on the device
     trainer_mark(j->t, TM_F1);
 }
@@ -279,6 +280,7 @@ static void scatter(Multi *mt, const float *targets, int nt) {
         j->images = u8 || !mt->images ? NULL : mt->images + first * floats;
         j->images_u8 = u8 ? u8 + first * bytes : NULL;
         j->t->shape = mt->shape;                   // each device's trainer_phase_forward reads it
+        j->t->input_aug = mt->images_aug ? mt->images_aug + first : NULL;   // augment=gpu: its samples
         j->nt = 0;
         for (int r = 0; r < nt; r++) {
             int img = (int)targets[6 * r];
@@ -375,6 +377,7 @@ int multi_forward_backward(Multi *mt, int n, int S, const float *targets, int nt
     double t0 = now_seconds();
     mt->images_u8 = mt->master->input_u8;
     mt->images = mt->images_u8 ? NULL : mt->master->input;
+    mt->images_aug = mt->master->input_aug;
     mt->procs_reduce = 1;
     if (forward_backward(mt, n, S, targets, nt, err)) return settle(mt);
     finish_step(mt, mt->sharded ? EV_REDUCED : EV_DONE, t0, out);
@@ -401,6 +404,7 @@ int multi_step(Multi *mt, const float *images, const uint8_t *images_u8, int n, 
     double t0 = now_seconds();
     mt->images = images;
     mt->images_u8 = images_u8;
+    mt->images_aug = mt->master->input_aug;       // augment=gpu (core/train/train.c sets it as input_u8)
     mt->zero_first = i == 0;                       // train.py zeroes the gradients at each epoch start
     mt->procs_reduce = mt->procs && procs_will_step(mt->master, epoch, i);   // accumulated until the step
     if (forward_backward(mt, n, S, targets, nt, err)) return settle(mt);

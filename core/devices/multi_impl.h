@@ -82,6 +82,7 @@ struct Multi {
     StepShape        shape;                    // the step's: images H x W, the model at h x w
     const float     *images;                   // the step's batch: floats, or bytes (images_u8), or neither
     const uint8_t   *images_u8;                //   (each device's share is still on it: benchmarks)
+    const AugSample *images_aug;               // augment=gpu: the batch's samples, made by each device
     double           batch_mult, ema_d;
     OptStep          st;
     void            *ev[MULTI_MAX][EV_COUNT];  // device k's events (EV_*; NULL on CPU devices)

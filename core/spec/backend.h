@@ -169,6 +169,11 @@ typedef struct BackendDev {
     // runs it; a GPU uploads the tiles and makes the sample on the device (gpu/augment.cu, in its scratch
     // arena) and waits for the bytes.
     void (*augment)(void *ctx, const AugRecipe *r, const Image *tiles, uint8_t *host_out);
+    // augment=gpu (issue 37): dst ((n,h,w,3) floats in ctx's memory: the model's input) = the bytes of
+    // samples s[0..n) (io/augment.h's augment_sample_pixels, each h×w) / 255.0f, as upload_u8 of those bytes
+    // gives; queued on ctx's stream (the tiles' host memory stays unchanged until the step's wait). The CPU
+    // makes them with augment_sample_pixels; a GPU uploads each sample's tiles and writes dst directly.
+    void (*augment_batch)(void *ctx, const AugSample *s, int n, int h, int w, float *dst);
     void (*download)(void *ctx, float *host, const float *src, size_t n);
     // Order between devices without a host wait (the bucketed gradient exchange): an event marks the
     // work queued on ctx so far (record); another device's queue waits for it (wait). The CPU's work

@@ -242,6 +242,9 @@ void model_forward_u8(Model *m, const uint8_t *images_nhwc, int n, int h, int w,
 // F.interpolate bilinear, core/spec/resize.c) before the forward; H x W = h x w is model_forward_u8. The
 // bytes become floats in tmp_a first: model_resize_fits says whether n images of H x W fit there.
 void model_forward_u8_resized(Model *m, const uint8_t *images_nhwc, int n, int H, int W, int h, int w, int train);
+// The same from n training samples made by the backend (augment=gpu: Backend.dev.augment_batch writes
+// their pixels into the input, H x W, resized to h x w when they differ), the bytes of making them on the host.
+void model_forward_aug(Model *m, const AugSample *aug, int n, int H, int W, int h, int w, int train);
 int  model_resize_fits(const Model *m, int n, int H, int W);
 // d loss / d head maps must be in model_grad(head[i]) (and model_grad(aux[i])); accumulates parameter
 // gradients into m->grad (callers zero it per optimizer step) and writes input gradients nowhere.

@@ -364,18 +364,28 @@ void model_forward_u8(Model *m, const uint8_t *images, int n, int h, int w, int 
 
 int model_resize_fits(const Model *m, int n, int H, int W) { return (size_t)n * H * W * 3 <= m->n_tmp; }
 
-void model_forward_u8_resized(Model *m, const uint8_t *images, int n, int H, int W, int h, int w, int train) {
+// The input from n images of H x W as floats, by the bytes' upload (images) or the device's augmentation
+// (aug), resized to the model's h x w when they differ.
+static void input_from(Model *m, const uint8_t *images, const AugSample *aug, int n, int H, int W, int h, int w) {
     model_set_size(m, h, w);
-    Map in = model_value(m, m->input, n);
-    if (H == h && W == w) {
-        m->be->dev.upload_u8(m->be_ctx, in.data, images, map_floats(in));
-    } else {                                       // tmp_a is free until the first node runs
+    Map in = model_value(m, m->input, n), raw = in;
+    if (H != h || W != w) {                        // tmp_a is free until the first node runs
         if (!model_resize_fits(m, n, H, W))
-            die("model_forward_u8_resized: %d images of %dx%d do not fit the %zu floats of tmp_a", n, H, W, m->n_tmp);
-        Map raw = map_make(m->tmp_a, n, H, W, 3);
-        m->be->dev.upload_u8(m->be_ctx, raw.data, images, map_floats(raw));
-        m->be->ops.resize_bilinear(m->be_ctx, raw, in);
+            die("the model input: %d images of %dx%d do not fit the %zu floats of tmp_a", n, H, W, m->n_tmp);
+        raw = map_make(m->tmp_a, n, H, W, 3);
     }
+    if (aug) m->be->dev.augment_batch(m->be_ctx, aug, n, H, W, raw.data);
+    else m->be->dev.upload_u8(m->be_ctx, raw.data, images, map_floats(raw));
+    if (raw.data != in.data) m->be->ops.resize_bilinear(m->be_ctx, raw, in);
+}
+
+void model_forward_u8_resized(Model *m, const uint8_t *images, int n, int H, int W, int h, int w, int train) {
+    input_from(m, images, NULL, n, H, W, h, w);
+    forward_nodes(m, n, train);
+}
+
+void model_forward_aug(Model *m, const AugSample *aug, int n, int H, int W, int h, int w, int train) {
+    input_from(m, NULL, aug, n, H, W, h, w);
     forward_nodes(m, n, train);
 }
 

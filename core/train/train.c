@@ -420,7 +420,14 @@ static void queue_step_picture(RunState *rs, const Batch *b, StepShape s) {
     size_t px = (size_t)(b->h ? b->h : b->S) * (b->w ? b->w : b->S) * 3;
     j->b = (Batch){ .n = n, .S = b->S, .h = b->h, .w = b->w };
     j->b.images = xmalloc(px * n + 1);
-    memcpy(j->b.images, b->images, px * n);
+    if (b->aug) {                             // augment=gpu: these few on the host, from the same recipes
+        AugScratch scratch = { 0 };
+        for (int i = 0; i < n; i++)
+            augment_sample_pixels(&b->aug[i], &scratch, &(Image){ b->w, b->h, j->b.images + i * px });
+        augment_scratch_free(&scratch);
+    } else {
+        memcpy(j->b.images, b->images, px * n);
+    }
     j->b.targets = xmalloc(sizeof(float) * 6 * (b->nt + 1));
     for (int k = 0; k < b->nt; k++)           // rows of images past the 16 drawn are not drawn
         if ((int)b->targets[6 * k] < n) memcpy(j->b.targets + 6 * j->b.nt++, b->targets + 6 * k, sizeof(float) * 6);
@@ -618,19 +625,20 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
         double tw = line.t0;
         // Two batches in hand: the next one's upload runs on the GPUs' copy streams behind this step.
         Batch *b = NULL, *next = NULL;
-        if (loader_next(ld, &b)) multi_prefetch(t, b->images, b->n, b->h, b->w);
+        if (loader_next(ld, &b) && !b->aug) multi_prefetch(t, b->images, b->n, b->h, b->w);
         for (t->t.data += now_seconds() - tw; !stopping(halt) && b; b = next, i++) {
             tw = now_seconds();
-            if (loader_next(ld, &next)) multi_prefetch(t, next->images, next->n, next->h, next->w);
-            else next = NULL;
+            if (!loader_next(ld, &next)) next = NULL;
+            else if (!next->aug) multi_prefetch(t, next->images, next->n, next->h, next->w);   // augment=gpu: no bytes
             t->t.data += now_seconds() - tw;
             fault_before_step(t, ++steps);              // YT_FAIL_CUDA, YT_NAN_AT_STEP (tests)
             t->input_u8 = b->images;                   // converted on the device: a quarter of the bytes
+            t->input_aug = b->aug;                     // augment=gpu: the device makes the pixels
             t->shape = batch_shape(cfg, b, epoch, i);
             if (epoch == 0 && i == 0 && !cfg->noplots && procs_writer()) queue_step_picture(rs, b, t->shape);
             LossOut lo;                                // (several processes: this one's share of the batch)
             int bad = trainer_step(t, b->n, S, b->targets, b->nt, epoch, i, &lo, &err);
-            t->input_u8 = NULL;                        // the batch goes back to the loader below
+            t->input_u8 = NULL, t->input_aug = NULL;   // the batch goes back to the loader below
             line.size = t->shape.w;                    // imgs.shape[-1], as the reference logs it
             t->shape = (StepShape){ 0 };
             if (bad) {
@@ -948,6 +956,9 @@ static int train_run_(Config *cfg) {
     if (comm_init(&err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return 2; }   // mpirun/srun: join
     int gpu = devs.gpu[0];
     note_unbuilt_keys(cfg);
+    if (!strcmp(cfg->augment, "gpu") && gpu < 0)
+        printf("note: augment=gpu on the CPU: the workers decode and draw, and each step makes its pixels on the host "
+               "(the bytes of augment=cpu, in one thread: slower)\n");
     Dataset ds;
     fault_signal_at("startup");
     if (open_data(cfg, &ds, &err)) { fprintf(stderr, "yolotrain: %s\n", err.msg); return 2; }

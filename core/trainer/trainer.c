@@ -252,7 +252,8 @@ int trainer_phase_forward(Trainer *t, int n, int S, const float *images, const u
                           const float *targets, int nt, Err *err) {
     StepShape s = trainer_shape(t, S);             // targets are normalised: a resize leaves them as they are
     trainer_mark(t, TM_F0);
-    if (images_u8) model_forward_u8_resized(&t->m, images_u8, n, s.H, s.W, s.h, s.w, 1);
+    if (t->input_aug) model_forward_aug(&t->m, t->input_aug, n, s.H, s.W, s.h, s.w, 1);
+    else if (images_u8) model_forward_u8_resized(&t->m, images_u8, n, s.H, s.W, s.h, s.w, 1);
     else model_forward(&t->m, images, n, s.h, s.w, 1);   // floats: at the model's size; NULL: on the device
     trainer_mark(t, TM_F1);
     loss_batch(t, n, s.h, s.w, targets, nt);

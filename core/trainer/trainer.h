@@ -54,6 +54,8 @@ typedef struct Trainer {
     void       *loss;            // the loss work of the main head (m.be->loss.loss_new; NULL for YOLO26)
     float      *input;           // (max_n, S, S, 3) the batch as floats in [0,1]
     const uint8_t *input_u8;     // or, when set, the loader's uint8 batch (converted on the device)
+    const AugSample *input_aug;  // or, before both, the loader's recipes and sources (augment=gpu): the device
+                                 // makes the pixels (set as input_u8; a multi-device step gives each its share)
     StepShape   shape;           // the next step's shape when not S x S (core/train/train.c sets it before each
                                  // step, as input_u8; a multi-device step gives it to every device)
     PhaseTimes  t;
