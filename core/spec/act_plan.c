@@ -317,9 +317,10 @@ static int by_cheapest(const void *a, const void *b) {   // ties: the larger fir
     return x->v - y->v;
 }
 
-// The owned values the backward may compute again: written only by replayable nodes, not the images, not a
-// head map the loss reads; with what that costs (nothing where no backward reads them).
-static int candidates(Model *m, Candidate *c) {
+// The owned values the backward may compute again, not checkpointed yet: written only by replayable nodes, not
+// the images, not a head map the loss reads; with what that costs (nothing where no backward reads them).
+// unread: only those no backward reads (they need no running again at all).
+static int candidates(Model *m, Candidate *c, int unread) {
     unsigned char *ok = xcalloc(m->n_values, 1);
     double *macs = xcalloc(m->n_values, sizeof *macs);
     for (int i = 0; i < m->n_nodes; i++) ok[owner(m, m->nodes[i].out)] = 1;
@@ -339,7 +340,7 @@ static int candidates(Model *m, Candidate *c) {
     model_set_size(m, m->imgsz, m->imgsz);
     Life *L = lives(m);
     for (int v = 0; v < m->n_values; v++) {
-        if (!ok[v] || m->values[v].parent >= 0) continue;
+        if (!ok[v] || m->values[v].parent >= 0 || m->values[v].regen || (unread && L[v].base_bs >= 0)) continue;
         double per_image = (double)m->vh[v] * m->vw[v] * m->values[v].C;
         c[n++] = (Candidate){ v, L[v].base_bs >= 0 ? macs[v] / per_image : 0, L[v].floats };
     }
@@ -349,10 +350,11 @@ static int candidates(Model *m, Candidate *c) {
     return n;
 }
 
-// Checkpoint the cheapest values, each only where it does not raise the plan, until it fits max_floats (less the zre).
-static void checkpoint(Model *m, size_t max_floats) {
+// Checkpoint the cheapest values, each only where it does not raise the plan, until it fits max_floats (less the
+// zre); unread: only values no backward reads. Returns the arena's floats.
+static size_t checkpoint(Model *m, size_t max_floats, int unread) {
     Candidate *c = xmalloc((m->n_values + 1) * sizeof *c);
-    int n = candidates(m, c);
+    int n = candidates(m, c, unread);
     size_t zre = m->n_zre[0] + m->n_zre[1], best = at_planned_size(m, 0) + zre;
     for (int k = 0; k < n && best > max_floats; k++) {
         m->values[c[k].v].regen = 1, m->n_regen++;
@@ -361,6 +363,7 @@ static void checkpoint(Model *m, size_t max_floats) {
         else m->values[c[k].v].regen = 0, m->n_regen--;
     }
     free(c);
+    return best - zre;
 }
 
 int model_plan_recompute(Model *m, size_t max_floats) {
@@ -372,6 +375,7 @@ int model_plan_recompute(Model *m, size_t max_floats) {
     free(m->replay_first); free(m->replay_nodes);
     m->replay_first = m->replay_nodes = NULL;
     size_t act = at_planned_size(m, 0);
+    if (act > max_floats) act = checkpoint(m, max_floats, 1);   // first what no backward reads: nothing runs again
     qsort(z, n, sizeof *z, by_cost);
     m->n_zre[0] = m->n_zre[1] = 0;
     for (int k = 0; k < n && act + m->n_zre[0] + m->n_zre[1] > max_floats; k++, chosen++) {
@@ -383,7 +387,7 @@ int model_plan_recompute(Model *m, size_t max_floats) {
         if (z[k].floats > m->n_zre[second]) m->n_zre[second] = z[k].floats;   // each buffer: its largest z
     }
     free(z);
-    if (act + m->n_zre[0] + m->n_zre[1] > max_floats) checkpoint(m, max_floats);
+    if (act + m->n_zre[0] + m->n_zre[1] > max_floats) checkpoint(m, max_floats, 0);
     m->n_act = at_planned_size(m, 1);
     return chosen;
 }

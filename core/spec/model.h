@@ -225,7 +225,8 @@ size_t model_act_floats(const Model *m, int bf16);
 // The CPU's plan (its maps stay fp32: it is the reference). When n_act + n_zre[0] + n_zre[1] would pass
 // max_floats, the pre-BN maps z of conv units are recomputed by the backward (one more convolution forward each,
 // the same bits) instead of stored, the cheapest first (fewest multiply-adds per float of z: C/groups x R x S),
-// until the arena fits or every z is recomputed. Where even that does not fit, values are checkpointed
+// until the arena fits or every z is recomputed; before them the values no backward reads are not kept (they
+// share a region by their forward lives: nothing runs again). Where even that does not fit, values are checkpointed
 // (Value.regen: not kept; the backward runs their writers again from the nearest kept values, once each), the
 // cheapest per float first, while each lowers the plan, until it fits or none is left. Sets the units'
 // z_recompute, the values' regen, the replay lists, n_act (with the offsets) and n_zre; returns how many units

@@ -494,6 +494,7 @@ static void node_replay(Model *m, const Node *nd, int n) {
 
 static void replay_at(Model *m, int t, int n) {
     if (!m->replay_first) return;
+    if (m->on_device) die("replay_at: checkpointing is the CPU's plan; a device's plan never asks for it");
     for (int k = m->replay_first[t]; k < m->replay_first[t + 1]; k++) node_replay(m, &m->nodes[m->replay_nodes[k]], n);
 }
 

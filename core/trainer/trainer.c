@@ -55,13 +55,19 @@ static void cpu_print_plan(const Model *m, double need, MemBudget have) {
            "temporaries %.2f GB), the rest (optimizer, EMA, input, stacks) %.2f GB; total %.2f GB of %.1f GB available",
            2 * f * m->n_state / g, f * m->n_act / g, f * m->n_dact / g, f * temps / g, (need - model_host_bytes(m)) / g,
            need / g, have.bytes / g);
-    if (again && !m->n_regen)
-        printf("; %d of %d pre-BN maps recomputed in the backward instead of stored (+%.0f%% multiply-adds a step, "
-               "the same results)", again, units, 100 * model_recompute_share(m));
-    if (m->n_regen)
-        printf("; %d of %d pre-BN maps recomputed in the backward instead of stored, and %d maps checkpointed (%d "
-               "layers' forward run again by the backward) (+%.0f%% multiply-adds a step, the same results)", again,
-               units, m->n_regen, m->replay_first[m->n_nodes], 100 * model_recompute_share(m));
+    int replayed = m->replay_first ? m->replay_first[m->n_nodes] : 0, again_v = 0;
+    unsigned char *run_again = xcalloc(m->n_values, 1);   // the values whose writers the backward runs again
+    for (int k = 0; k < replayed; k++) {
+        int v = m->nodes[m->replay_nodes[k]].out;
+        run_again[m->values[v].parent < 0 ? v : m->values[v].parent] = 1;
+    }
+    for (int v = 0; v < m->n_values; v++) again_v += run_again[v];
+    free(run_again);
+    if (again) printf("; %d of %d pre-BN maps recomputed in the backward instead of stored", again, units);
+    if (m->n_regen && !again_v) printf("; %d maps not kept for the backward (none is read there)", m->n_regen);
+    if (again_v) printf("; %d maps not kept for the backward (%d of them checkpointed: %d layers' forward run again by "
+                        "the backward)", m->n_regen, again_v, replayed);
+    if (again || m->n_regen) printf(" (+%.0f%% multiply-adds a step, the same results)", 100 * model_recompute_share(m));
     printf("\n");
 }
 
