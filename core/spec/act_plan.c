@@ -3,7 +3,8 @@
 // convs, BN and the data-movement ops (pools, upsample, copy, add) touch can be stored rounded: half the
 // memory and half the traffic of every kernel that reads or writes it. The images, the head maps the
 // loss reads, and maps that an op without bf16 support (attention, detach, a conv with a bias) reads or
-// writes stay fp32.
+// writes stay fp32. The CPU's plan (model_plan_recompute) stays fp32 and fits a memory budget instead: values
+// no backward reads left unkept, then pre-BN maps recomputed, then values checkpointed.
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,27 +87,31 @@ static int replayable(const Node *nd) {
 
 typedef struct { int fs, fe, bs, be, base_bs, base_be; size_t floats, at; } Life;   // forward nodes, backward times
 
+// Whether node i, a writer of a checkpointed value run again at backward time *t, reads checkpointed value x
+// (its input k): then x must be there at *t.
+static int replay_reads(const Model *m, const Life *L, int i, int k, int *x, int *t) {
+    const Node *nd = &m->nodes[i];
+    int o = owner(m, nd->out);
+    *t = L[o].bs;
+    *x = owner(m, k ? nd->in2 : nd->in);
+    return m->values[o].regen && *t >= 0 && *x >= 0 && m->values[*x].regen;
+}
+
 // The backward times of each checkpointed value: those of the nodes reading it, and those at which the
-// values whose writers read it run again. Its first time is a fixed point (it only moves earlier), its last
+// values whose writers read it run again. Its first time is a fixed point (it only moves earlier); its last
 // follows from the first times found.
 static void backward_lives(const Model *m, Life *L) {
+    int x, t;
     for (int v = 0; v < m->n_values; v++) L[v].bs = L[v].base_bs, L[v].be = L[v].base_be;
-    for (int pass = 0; pass < 2; pass++)
-        for (int changed = 1; changed;) {
-            changed = 0;
-            for (int i = 0; i < m->n_nodes; i++) {
-                const Node *nd = &m->nodes[i];
-                int o = owner(m, nd->out), t = L[o].bs;
-                if (!m->values[o].regen || t < 0) continue;
-                for (int k = 0; k < 2; k++) {
-                    int x = owner(m, k ? nd->in2 : nd->in);
-                    if (x < 0 || !m->values[x].regen) continue;
-                    if (!pass && (L[x].bs < 0 || t < L[x].bs)) L[x].bs = t, changed = 1;
-                    if (pass && t > L[x].be) L[x].be = t;
-                }
-            }
-            if (pass) break;
-        }
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int i = 0; i < m->n_nodes; i++)
+            for (int k = 0; k < 2; k++)
+                if (replay_reads(m, L, i, k, &x, &t) && (L[x].bs < 0 || t < L[x].bs)) L[x].bs = t, changed = 1;
+    }
+    for (int i = 0; i < m->n_nodes; i++)
+        for (int k = 0; k < 2; k++)
+            if (replay_reads(m, L, i, k, &x, &t) && t > L[x].be) L[x].be = t;
 }
 
 static Life *lives(const Model *m) {

@@ -1,7 +1,8 @@
 // model_run.c: runs the model's node list on its backend (the CPU reference ops or the CUDA twins),
 // forward (training or evaluation BN; a unit with bn_frozen keeps evaluation BN in training, its
 // running statistics saved as the batch ones would be) and backward. Backward recomputes each BN output and its SiLU from the stored pre-BN map z instead of
-// keeping them (less activation memory). Every gradient accumulates (+=), so slices and values read
+// keeping them (less activation memory); under the CPU's checkpointing plan it also runs the writers of the
+// values not kept again (replay_at). Every gradient accumulates (+=), so slices and values read
 // by several nodes just work.
 #include <string.h>
 
