@@ -1,9 +1,11 @@
 // test_cpu_plan.c: the CPU's activation plan (core/spec/act_plan.c model_plan_recompute): pre-BN maps recomputed by
 // the backward instead of stored give the same head maps, parameter gradients and BN running statistics as the plan
 // that stores them all, to the bit (gelan-t; yolov9-t, whose RepConvs need both branches' maps at once; YOLO26-n,
-// depthwise convs and attention); the plan recomputes the cheapest first and only as many as the budget asks; and
-// the trainer plans so on its own when the memory is short (YT_MEM_AVAILABLE_MB), says so at start, and refuses
-// with what to change when even that does not fit. The quick recipe's config trains, and a CPU run says its speed
+// depthwise convs and attention), and so do values left unkept and checkpointed (their writers run again by the
+// backward); the plan recomputes the cheapest first and only as many as the budget asks, checkpointing only where
+// every pre-BN map recomputed does not fit; and the trainer plans so on its own when the memory is short
+// (YT_MEM_AVAILABLE_MB), says so at start, trains to the full-memory run's bits, and refuses with what to change
+// when even that does not fit. The quick recipe's config trains, and a CPU run says its speed
 // and time after its second step. And the Makefile compiles on every core by default.
 #include "test/test.h"
 
