@@ -1,9 +1,11 @@
 // test_cpu_plan.c: the CPU's activation plan (core/spec/act_plan.c model_plan_recompute): pre-BN maps recomputed by
 // the backward instead of stored give the same head maps, parameter gradients and BN running statistics as the plan
 // that stores them all, to the bit (gelan-t; yolov9-t, whose RepConvs need both branches' maps at once; YOLO26-n,
-// depthwise convs and attention); the plan recomputes the cheapest first and only as many as the budget asks; and
-// the trainer plans so on its own when the memory is short (YT_MEM_AVAILABLE_MB), says so at start, and refuses
-// with what to change when even that does not fit. The quick recipe's config trains, and a CPU run says its speed
+// depthwise convs and attention), and so do values left unkept and checkpointed (their writers run again by the
+// backward); the plan recomputes the cheapest first and only as many as the budget asks, checkpointing only where
+// every pre-BN map recomputed does not fit; and the trainer plans so on its own when the memory is short
+// (YT_MEM_AVAILABLE_MB), says so at start, trains to the full-memory run's bits, and refuses with what to change
+// when even that does not fit. The quick recipe's config trains, and a CPU run says its speed
 // and time after its second step. And the Makefile compiles on every core by default.
 #include "test/test.h"
 
@@ -15,8 +17,8 @@ enum { N = 2, S = 64 };
 
 typedef struct {
     float *head, *grad, *state;   // the head maps after the forward; gradients and state after the backward
-    size_t n_head, n;
-    int recomputed;
+    size_t n_head, n, n_act;      // n_act: the plan's floats (arena and zre)
+    int recomputed, regen, replayed;   // pre-BN maps recomputed, values checkpointed, nodes the backward runs again
 } Run;
 
 static size_t head_floats(Model *m) {
@@ -36,6 +38,9 @@ static int run(const char *cfg_path, size_t budget, Run *out) {
         return -1;
     }
     out->recomputed = budget == SIZE_MAX ? 0 : model_plan_recompute(&m, budget);
+    out->regen = m.n_regen;
+    out->replayed = m.replay_first ? m.replay_first[m.n_nodes] : 0;
+    out->n_act = m.n_act + m.n_zre[0] + m.n_zre[1];
     if (model_reserve_act(&m)) { printf("    no memory for the activations\n"); model_free(&m); return -1; }
     model_init_weights(&m, 7);
     size_t n_img = (size_t)N * S * S * 3;
@@ -72,22 +77,41 @@ static size_t differ(const float *a, const float *b, size_t n, size_t *first) {
 
 static void run_free(Run *r) { free(r->head); free(r->grad); free(r->state); }
 
-static void same_bits(const char *cfg_path) {
-    Run stored, again;
-    if (run(cfg_path, SIZE_MAX, &stored) || run(cfg_path, 0, &again)) { CHECK(0, "%s: no model", cfg_path); return; }
+// again against stored, to the bit: the head maps, the parameter gradients, the state (BN running statistics)
+static void compare(const char *cfg_path, const Run *stored, const Run *again) {
     size_t first = 0, bad;
-    CHECK(again.recomputed > 0, "%s: a budget of 0 recomputes no pre-BN map", cfg_path);
-    bad = differ(stored.head, again.head, stored.n_head, &first);
-    CHECK(bad == 0, "%s: %zu of %zu head values differ, first at %zu", cfg_path, bad, stored.n_head, first);
-    bad = differ(stored.grad, again.grad, stored.n, &first);
-    CHECK(bad == 0, "%s: %zu of %zu gradients differ, first at %zu: %g against %g", cfg_path, bad, stored.n, first,
-          bad ? again.grad[first] : 0.0, bad ? stored.grad[first] : 0.0);
-    bad = differ(stored.state, again.state, stored.n, &first);
+    bad = differ(stored->head, again->head, stored->n_head, &first);
+    CHECK(bad == 0, "%s: %zu of %zu head values differ, first at %zu", cfg_path, bad, stored->n_head, first);
+    bad = differ(stored->grad, again->grad, stored->n, &first);
+    CHECK(bad == 0, "%s: %zu of %zu gradients differ, first at %zu: %g against %g", cfg_path, bad, stored->n, first,
+          bad ? again->grad[first] : 0.0, bad ? stored->grad[first] : 0.0);
+    bad = differ(stored->state, again->state, stored->n, &first);
     CHECK(bad == 0, "%s: %zu of %zu state values (BN running statistics) differ, first at %zu", cfg_path, bad,
-          stored.n, first);
-    printf("    %s: %d pre-BN maps recomputed, the same bits\n", cfg_path, again.recomputed);
+          stored->n, first);
+}
+
+// Pre-BN maps recomputed (a budget of 2/3 of the stored plan: only values no backward reads left unkept, no node
+// run again), then with a budget of 0
+// every pre-BN map recomputed and every value that can be checkpointed (its writers run again by the backward):
+// each the same bits as storing everything.
+static void same_bits(const char *cfg_path) {
+    Run stored, again, ckpt;
+    if (run(cfg_path, SIZE_MAX, &stored) || run(cfg_path, stored.n_act * 2 / 3, &again) || run(cfg_path, 0, &ckpt)) {
+        CHECK(0, "%s: no model", cfg_path);
+        return;
+    }
+    CHECK(again.recomputed > 0 && again.replayed == 0, "%s: 2/3 of the arena: %d pre-BN maps recomputed, %d nodes "
+          "run again", cfg_path, again.recomputed, again.replayed);
+    compare(cfg_path, &stored, &again);
+    CHECK(ckpt.regen > 0 && ckpt.replayed > 0 && ckpt.n_act < again.n_act, "%s: a budget of 0: %d values "
+          "checkpointed, %d writers run again, %zu floats planned", cfg_path, ckpt.regen, ckpt.replayed, ckpt.n_act);
+    compare(cfg_path, &stored, &ckpt);
+    printf("    %s: %d pre-BN maps recomputed, the same bits; with %d values checkpointed (%d nodes run again, "
+           "%zu of %zu floats), the same bits\n", cfg_path, again.recomputed, ckpt.regen, ckpt.replayed, ckpt.n_act,
+           stored.n_act);
     run_free(&stored);
     run_free(&again);
+    run_free(&ckpt);
 }
 
 static void test_gelan_same_bits(void) { same_bits("cfg/t.ini"); }
@@ -141,6 +165,59 @@ static void test_plan_fits_budget(void) {
     model_free(&m);
 }
 
+// The least recompute that fits: values no backward reads go first (nothing runs again), then pre-BN maps, then
+// checkpointed values, as few as fit. A budget that the unread values fit recomputes nothing; one that every z
+// recomputed fits runs no node again; one between that and the least plan recomputes every z first, then
+// checkpoints fewer values than the least plan, and fits; the multiply-adds said grow with it.
+static void test_plan_checkpoints_after_z(void) {
+    static Config cfg;
+    Model m;
+    Err err;
+    if (config_load("cfg/s.ini", 0, NULL, &cfg, &err) || model_build(&cfg, 4, 160, &m, &err)) {
+        CHECK(0, "%s", err.msg);
+        return;
+    }
+    double *cost = xmalloc(2 * m.n_nodes * sizeof *cost);
+    int *again = xmalloc(2 * m.n_nodes * sizeof *again), n = 0;
+    model_plan_recompute(&m, 0);
+    size_t least = m.n_act + m.n_zre[0] + m.n_zre[1];
+    int most = m.n_regen;
+    double share_most = model_recompute_share(&m);
+    for (int v = 0; v < m.n_values; v++) m.values[v].regen = 0;
+    m.n_regen = 0;
+    size_t all_z = model_act_floats(&m, 0) + m.n_zre[0] + m.n_zre[1];   // every z recomputed, nothing checkpointed
+    CHECK(most > 0 && least < all_z, "a budget of 0: %d values checkpointed, %zu floats against %zu", most, least,
+          all_z);
+    for (int i = 0; i < m.n_nodes; i++) m.nodes[i].cv.z_recompute = m.nodes[i].cv2.z_recompute = 0;
+    size_t all = model_act_floats(&m, 0), unread;   // stored; then with the values no backward reads unkept
+    int k = model_plan_recompute(&m, all - 1);
+    unread = m.n_act;
+    CHECK(k == 0 && m.n_regen > 0 && unread < all && m.replay_first && m.replay_first[m.n_nodes] == 0 &&
+          model_recompute_share(&m) == 0, "a budget just below the stored plan: %d pre-BN maps recomputed, %d values "
+          "unkept, %d nodes run again", k, m.n_regen, m.replay_first ? m.replay_first[m.n_nodes] : -1);
+    k = model_plan_recompute(&m, all_z);
+    double share_z = model_recompute_share(&m);
+    CHECK(k > 0 && m.replay_first && m.replay_first[m.n_nodes] == 0 && m.n_act + m.n_zre[0] + m.n_zre[1] <= all_z,
+          "a budget every z recomputed fits: %d nodes run again", m.replay_first ? m.replay_first[m.n_nodes] : -1);
+    size_t mid = (least + all_z) / 2;
+    k = model_plan_recompute(&m, mid);
+    n = units(&m, cost, again);
+    CHECK(k == n, "a budget below every z recomputed: only %d of %d pre-BN maps recomputed", k, n);
+    CHECK(m.n_regen > 0 && m.n_regen < most && m.n_act + m.n_zre[0] + m.n_zre[1] <= mid,
+          "budget %zu floats: %d values checkpointed (%d at budget 0), %zu floats planned", mid, m.n_regen, most,
+          m.n_act + m.n_zre[0] + m.n_zre[1]);
+    double share = model_recompute_share(&m);
+    CHECK(share_z < share && share <= share_most, "multiply-adds: +%.3f every z, +%.3f checkpointing, +%.3f the most",
+          share_z, share, share_most);
+    printf("    gelan-s, batch 4 at 160: %zu floats stored, %zu with the unread values unkept, %zu at the budget of "
+           "every z recomputed (+%.0f%%), %zu with %d values checkpointed (+%.0f%%), %zu the least (%d, +%.0f%%)\n", all, unread,
+           all_z, 100 * share_z, m.n_act + m.n_zre[0] + m.n_zre[1], m.n_regen, 100 * share, least, most,
+           100 * share_most);
+    free(cost);
+    free(again);
+    model_free(&m);
+}
+
 // The trainer plans by itself: with the memory short it recomputes and says so (and trains); with too little even
 // for that it refuses, naming what it needs and what to change.
 static void test_trainer_plans(void) {
@@ -157,6 +234,52 @@ static void test_trainer_plans(void) {
     rc = test_shell(cmd, out, sizeof out);
     CHECK(rc != 0 && strstr(out, "needs") && strstr(out, "lower batch or imgsz") && strstr(out, "cfg/quick.ini"),
           "too little memory: exit %d:\n%s", rc, out);
+}
+
+// RUN's training state (project/RUN/weights/last_state.safetensors): weights, gradients, momentum, EMA, BN running
+// statistics and the loss sums of the steps, in *n bytes; the run's elapsed time, the one value two runs of the
+// same steps differ in, is cut out of the header with the header's padding. NULL if it cannot be read.
+static char *state_of(const char *project, const char *run, size_t *n) {
+    char path[4600];
+    snprintf(path, sizeof path, "%s/%s/weights/last_state.safetensors", project, run);
+    char *x = slurp(path, n);
+    uint64_t len = 0;
+    if (x && *n >= 8) memcpy(&len, x, 8);                 // safetensors: the header's length, little-endian
+    char *k = x && len && 8 + len <= *n ? memmem(x + 8, len, "\"elapsed_s\":\"", 13) : NULL;
+    char *q = k ? strchr(k + 13, '"') : NULL;
+    if (!q) { free(x); return NULL; }
+    char *out = xmalloc(*n), *o = out;
+    for (char *c = x + 8; c < x + 8 + len; c++)
+        if ((c < k || c >= q) && *c != ' ') *o++ = *c;
+    memcpy(o, x + 8 + len, *n - 8 - len);
+    *n = (size_t)(o - out) + (*n - 8 - len);
+    free(x);
+    return out;
+}
+
+// The trainer checkpoints by itself when every pre-BN map recomputed does not fit, says so, and trains to the
+// same bits: after two steps the state (weights, BN running statistics, momentum, EMA, the losses) is the
+// full-memory run's byte for byte.
+static void test_trainer_checkpoints_same_bits(void) {
+    char cmd[8192], out[16384];
+    const char *tmp = test_tmpdir("cpu-ckpt");
+    if (access("./yolotrain", X_OK)) SKIP("./yolotrain is not built");
+    const char *args = "YT_STOP_AFTER_STEPS=2 ./yolotrain cfg/t.ini imgsz=320 batch=16 epochs=1 workers=1";
+    snprintf(cmd, sizeof cmd, "%s project=%s name=full", args, tmp);
+    int rc = test_shell(cmd, out, sizeof out);
+    CHECK(rc == 0 && !strstr(out, "recomputed in the backward"), "all memory: exit %d:\n%s", rc, out);
+    snprintf(cmd, sizeof cmd, "YT_MEM_AVAILABLE_MB=550 %s project=%s name=low", args, tmp);
+    rc = test_shell(cmd, out, sizeof out);
+    const char *said = strstr(out, "of them checkpointed: ");
+    int layers = 0;
+    CHECK(rc == 0 && said && sscanf(said, "of them checkpointed: %d layers' forward run again", &layers) == 1 &&
+          layers > 0, "550 MB: exit %d, no checkpointing said:\n%s", rc, out);
+    size_t nf = 0, nl = 0;
+    char *full = state_of(tmp, "full", &nf), *low = state_of(tmp, "low", &nl);
+    CHECK(full && low && nf == nl && !memcmp(full, low, nf), "the checkpointing run's state differs from the "
+          "full-memory run's (%zu and %zu bytes)", nf, nl);
+    free(full);
+    free(low);
 }
 
 // The quick recipe (README.md): cfg/quick.ini parses and trains its first steps on the built-in set, and the run
@@ -224,7 +347,9 @@ int main(void) {
     RUN(test_dual_same_bits);
     RUN(test_yolo26_same_bits);
     RUN(test_plan_fits_budget);
+    RUN(test_plan_checkpoints_after_z);
     RUN(test_trainer_plans);
+    RUN(test_trainer_checkpoints_same_bits);
     RUN(test_quick_recipe_is_the_learning_test);
     RUN(test_quick_recipe_trains);
     RUN(test_small_set_checks);

@@ -74,7 +74,7 @@ static int grow_values(Builder *b) {
 static int new_value(Builder *b, int C, int h, int w) {
     int v = grow_values(b);
     Value *val = &b->m->values[v];
-    val->C = C; val->stride = b->max_hw / (h ? h : 1); val->parent = -1; val->c0 = 0; val->no_grad = 0; val->bf16 = 0;
+    val->C = C; val->stride = b->max_hw / (h ? h : 1); val->parent = -1; val->c0 = 0; val->no_grad = 0; val->bf16 = 0; val->regen = 0;
     val->offset = b->m->n_act;
     b->m->n_act += ((size_t)b->m->max_n * h * w * C + 15) & ~(size_t)15;
     b->vh[v] = h; b->vw[v] = w;
@@ -865,6 +865,7 @@ void model_free(Model *m) {
         free(m->act); free(m->dact); free(m->stats); free(m->ws); free(m->tmp_a); free(m->tmp_b);
         free(m->zre[0]); free(m->zre[1]);
     }
+    free(m->replay_first); free(m->replay_nodes);
     free(m->params); free(m->values); free(m->nodes); free(m->layers); free(m->vh); free(m->vw);
     model_free_grad_plan(m);
     memset(m, 0, sizeof *m);

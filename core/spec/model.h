@@ -47,6 +47,9 @@ typedef struct {
     size_t offset;          // owned: floats into the activation (and gradient) arena, for max batch
     int no_grad;            // 1: no gradient flows into it (the images; the outputs of OP_DETACH)
     int bf16;               // owned: stored as bfloat16 (core/spec/act_plan.c); slices read their owner's
+    int regen;              // owned, the CPU's plan only: not kept for the backward (activation checkpointing):
+                            // it shares a region with others while the forward needs it, and the backward
+                            // runs its writers again (Model.replay_*) before it is read (core/spec/act_plan.c)
 } Value;
 
 // The gradient writes of a node's backward that Model.grad_fresh marks: into `in` (the conv unit
@@ -146,6 +149,10 @@ typedef struct Model {
     size_t     n_act, n_stats, n_ws, n_tmp;   // tmp: two maps the size of the largest conv output
     float     *zre[2];             // where the units that recompute z keep it (n_zre[k] floats; 0: none does): [1]
     size_t     n_zre[2];           // for a RepConv's 1x1 branch (needed beside its 3x3 branch's), [0] for the rest
+    int       *replay_first, *replay_nodes;   // the CPU's checkpointing (Value.regen): before the backward of time T
+                                   // (node n_nodes-1-T) the nodes replay_nodes[replay_first[T] .. replay_first[T+1])
+                                   // run their training forward again, in node order; NULL: none (a GPU's plan)
+    int        n_regen;            // how many owned values are Value.regen
     // activation gradients (core/spec/grad_plan.c): an owned value's gradient sits at grad_offset[v] in
     // dact (n_dact floats), shared with gradients never live at the same time; the buffers whose
     // life starts at backward time T (node n_nodes-1-T; T = -1: the loss) are zero_list[zero_first[T+1]
@@ -218,8 +225,13 @@ size_t model_act_floats(const Model *m, int bf16);
 // The CPU's plan (its maps stay fp32: it is the reference). When n_act + n_zre[0] + n_zre[1] would pass
 // max_floats, the pre-BN maps z of conv units are recomputed by the backward (one more convolution forward each,
 // the same bits) instead of stored, the cheapest first (fewest multiply-adds per float of z: C/groups x R x S),
-// until the arena fits or every z is recomputed. Sets the units' z_recompute, n_act (with the offsets) and n_zre;
-// returns how many units recompute. The caller reserves the arenas again (model_reserve_act).
+// until the arena fits or every z is recomputed; before them the values no backward reads are not kept (they
+// share a region by their forward lives: nothing runs again). Where even that does not fit, values are checkpointed
+// (Value.regen: not kept; the backward runs their writers again from the nearest kept values, once each), the
+// cheapest per float first, while each lowers the plan, until it fits or none is left. Sets the units'
+// z_recompute, the values' regen, the replay lists, n_act (with the offsets) and n_zre; returns how many units
+// recompute z (m->n_regen: how many values are checkpointed). The caller reserves the arenas again
+// (model_reserve_act). A GPU's plan (model_plan_storage) never checkpoints.
 int    model_plan_recompute(Model *m, size_t max_floats);
 // The fraction of a training step's multiply-adds the recomputation adds (0: none planned).
 double model_recompute_share(const Model *m);

@@ -1,7 +1,8 @@
 // model_run.c: runs the model's node list on its backend (the CPU reference ops or the CUDA twins),
 // forward (training or evaluation BN; a unit with bn_frozen keeps evaluation BN in training, its
 // running statistics saved as the batch ones would be) and backward. Backward recomputes each BN output and its SiLU from the stored pre-BN map z instead of
-// keeping them (less activation memory). Every gradient accumulates (+=), so slices and values read
+// keeping them (less activation memory); under the CPU's checkpointing plan it also runs the writers of the
+// values not kept again (replay_at). Every gradient accumulates (+=), so slices and values read
 // by several nodes just work.
 #include <string.h>
 
@@ -471,9 +472,52 @@ static void node_backward(Model *m, const Node *nd, int n) {
     }
 }
 
+// ---- the CPU's checkpointing (Value.regen, core/spec/act_plan.c) ------------------------------------
+// A value the plan does not keep is computed again before the backward first reads it: its writers run their
+// training forward once more, in node order, from kept values or ones run again just before. A BN normalises
+// the same z with the statistics computed again by the forward's own code (the saved float statistics round
+// what it used), the running statistics and the saved batch statistics untouched: the same bits. A GPU's plan
+// never checkpoints (replay_first NULL).
+
+// A unit's BN output into out, as the training forward wrote it; z computed again where it is not stored.
+static void unit_replay(Model *m, const ConvUnit *cu, int in, Map out, int n) {
+    ConvDims d = unit_dims(m, cu, in, n);
+    Map z = unit_z(m, cu, &d);
+    if (cu->z_recompute) unit_conv(m, cu, &d, model_value(m, in, n), NULL, z);
+    m->be->ops.bn_forward_train(m->be_ctx, z, P(m, cu->bn_w), P(m, cu->bn_b), BN_EPS, BN_MOMENTUM, NULL, NULL, NULL,
+                                NULL, out);
+}
+
+// node_forward's training path on the CPU (no fused forms), without touching any statistics.
+static void node_replay(Model *m, const Node *nd, int n) {
+    Map y = model_value(m, nd->out, n);
+    switch (nd->op) {
+    case OP_CONV:
+        unit_replay(m, &nd->cv, nd->in, y, n);
+        if (nd->act) m->be->ops.silu_forward(m->be_ctx, y, y);
+        break;
+    case OP_REPCONV: {
+        Map t = map_make(m->tmp_a, n, y.H, y.W, y.C);
+        unit_replay(m, &nd->cv, nd->in, y, n);
+        unit_replay(m, &nd->cv2, nd->in, t, n);
+        m->be->ops.accumulate_map(m->be_ctx, t, y);
+        m->be->ops.silu_forward(m->be_ctx, y, y);
+        break;
+    }
+    default: node_forward(m, nd, n, 1); break;   // data movement (act_plan.c replayable)
+    }
+}
+
+static void replay_at(Model *m, int t, int n) {
+    if (!m->replay_first) return;
+    if (m->on_device) die("replay_at: checkpointing is the CPU's plan; a device's plan never asks for it");
+    for (int k = m->replay_first[t]; k < m->replay_first[t + 1]; k++) node_replay(m, &m->nodes[m->replay_nodes[k]], n);
+}
+
 static void backward_pass(Model *m, int n) {
     for (int i = m->n_nodes - 1; i >= 0; i--) {
         double t0 = prof_start(m);
+        replay_at(m, m->n_nodes - 1 - i, n);
         zero_grads_from(m, m->n_nodes - 1 - i, n);
         node_backward(m, &m->nodes[i], n);
         prof_stop(m, i, 1, t0);

@@ -55,8 +55,19 @@ static void cpu_print_plan(const Model *m, double need, MemBudget have) {
            "temporaries %.2f GB), the rest (optimizer, EMA, input, stacks) %.2f GB; total %.2f GB of %.1f GB available",
            2 * f * m->n_state / g, f * m->n_act / g, f * m->n_dact / g, f * temps / g, (need - model_host_bytes(m)) / g,
            need / g, have.bytes / g);
-    if (again) printf("; %d of %d pre-BN maps recomputed in the backward instead of stored (+%.0f%% multiply-adds a "
-                      "step, the same results)", again, units, 100 * model_recompute_share(m));
+    int replayed = m->replay_first ? m->replay_first[m->n_nodes] : 0, again_v = 0;
+    unsigned char *run_again = xcalloc(m->n_values, 1);   // the values whose writers the backward runs again
+    for (int k = 0; k < replayed; k++) {
+        int v = m->nodes[m->replay_nodes[k]].out;
+        run_again[m->values[v].parent < 0 ? v : m->values[v].parent] = 1;
+    }
+    for (int v = 0; v < m->n_values; v++) again_v += run_again[v];
+    free(run_again);
+    if (again) printf("; %d of %d pre-BN maps recomputed in the backward instead of stored", again, units);
+    if (m->n_regen && !again_v) printf("; %d maps not kept for the backward (none is read there)", m->n_regen);
+    if (again_v) printf("; %d maps not kept for the backward (%d of them checkpointed: %d layers' forward run again by "
+                        "the backward)", m->n_regen, again_v, replayed);
+    if (again || m->n_regen) printf(" (+%.0f%% multiply-adds a step, the same results)", 100 * model_recompute_share(m));
     printf("\n");
 }
 
@@ -64,7 +75,8 @@ static void cpu_print_plan(const Model *m, double need, MemBudget have) {
 // killed mid-epoch. The run's need (arenas, optimizer states, the input batch, thread stacks) against the least of
 // MemAvailable, the cgroup limit and ulimit -v (OpenBLAS's buffers taken first: it would spin where they do not
 // fit); where it does not fit, the pre-BN maps that cost least to recompute are recomputed by the backward
-// instead of stored (core/spec/act_plan.c: the same bits, more time), as few as fit. Says the plan.
+// instead of stored, then maps are checkpointed (core/spec/act_plan.c: the same bits, more time), as few as fit.
+// Says the plan.
 static int cpu_plan(Model *m, const Family *fam, const Config *cfg, int plan, int master, Err *err) {
     double states = fam->host_states;                  // YOLO26: two optimizer states (MuSGD s, m; AdamW m, v)
     if (m->opt_block && states < 4) states = 4;        // gelan's Adam: EMA, receive, m, v
@@ -83,7 +95,7 @@ static int cpu_plan(Model *m, const Family *fam, const Config *cfg, int plan, in
     double need = model_host_bytes(m) + other;
     if (have.bytes > 0 && need > room)
         return err_set(err, "training on the CPU at batch %d and imgsz %d%s needs %.1f GB of memory (with every pre-BN "
-                       "map recomputed instead of stored), %.1f GB are available (%s); lower batch or imgsz "
+                       "map recomputed and every map it can checkpointed), %.1f GB are available (%s); lower batch or imgsz "
                        "(cfg/quick.ini is a quick CPU run), raise the limit, or train on a GPU", m->max_n, cfg->imgsz,
                        plan > cfg->imgsz ? " (multi_scale: up to 1.5x)" : "", need / 1e9, have.bytes / 1e9, have.what);
     if (master) cpu_print_plan(m, need, have);
