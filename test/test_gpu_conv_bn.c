@@ -9,8 +9,8 @@
 //   (conv_forward_cpu, bn_forward_train_cpu, silu_forward_cpu on z rounded to bf16) and the unfused GPU path give;
 //   y within a few bf16 units;
 // - two runs the same bits; a shape it does not take (C 12) is the unfused composition bit for bit;
-// - YT_CONV_STATS=0 takes the slot out of the GPU's table (core/devices/backends.c), so the executor runs the
-//   unfused launches.
+// - the slot is in the GPU's table only with YT_CONV_STATS=1 (core/devices/backends.c; off by default until these
+//   tests have run on a GPU), so by default the executor runs the unfused launches.
 // A guard band after z and y must stay as it was. Failures print the case, the tensor, the worst index and both
 // values.
 // Legend: N batch, H,W size, C channels in, K channels out, P = N·H·W pixels, ld pixel stride.
@@ -317,16 +317,19 @@ static void test_fallback(void) {
     }
 }
 
-// YT_CONV_STATS=0: the GPU's table without the slot (the executor composes the unit); unset: with it
+// Unset or 0: the GPU's table without the slot (the executor composes the unit); YT_CONV_STATS=1: with it
 static void test_switch_off(void) {
+    test_switch(SW_CONV_STATS, "1");
+    const Backend *on = backend_gpu_get();
     test_switch(SW_CONV_STATS, "0");
     const Backend *off = backend_gpu_get();
     test_switch(SW_CONV_STATS, NULL);
-    const Backend *on = backend_gpu_get();
+    const Backend *dflt = backend_gpu_get();
     CHECK(off && !off->unit.conv_bn_silu_forward_train, "YT_CONV_STATS=0 leaves conv_bn_silu_forward_train in the table");
+    CHECK(dflt && !dflt->unit.conv_bn_silu_forward_train, "the default table has conv_bn_silu_forward_train");
     CHECK(off && off->unit.bn_silu_forward_train && off->fused.repconv_forward_train,
           "YT_CONV_STATS=0 took other fused forms out too");
-    CHECK(on && on->unit.conv_bn_silu_forward_train, "the GPU's table has no conv_bn_silu_forward_train by default");
+    CHECK(on && on->unit.conv_bn_silu_forward_train, "YT_CONV_STATS=1 gives no conv_bn_silu_forward_train");
 }
 
 GPU_MAIN()

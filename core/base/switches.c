@@ -12,8 +12,10 @@ static const SwitchInfo table[] = {
     [SW_FUSE] = { "YT_FUSE", SWITCH_VARIANT, "1, the fused forms",
         "0: a RepConv's BN, sum and SiLU passes and a conv's SiLU with the residual addition after it as the "
         "separate launches they replace (core/spec/model_run.c, gpu/backend_gpu.c)", "test_determinism" },
-    [SW_CONV_STATS] = { "YT_CONV_STATS", SWITCH_VARIANT, "1, a 1x1 conv's BN statistics from its own epilogue (bf16)",
-        "0: the convolution through cuBLAS, then the BN statistics' pass over z (gpu/conv_bn.cu, core/devices/backends.c)",
+    [SW_CONV_STATS] = { "YT_CONV_STATS", SWITCH_VARIANT,
+        "0, a 1x1 conv through cuDNN (or cuBLAS), then the BN statistics' pass over z",
+        "1: a 1x1 conv's BN statistics from its own epilogue under bf16 (gpu/conv_bn.cu, core/devices/backends.c; "
+        "off by default until its tests have run on a GPU)",
         "test_gpu_conv_bn" },
     [SW_GRAD_FRESH] = { "YT_GRAD_FRESH", SWITCH_VARIANT, "1, the gradient plan's fresh writes",
         "0: every gradient buffer zeroed and every write an addition (core/spec/grad_plan.c)",

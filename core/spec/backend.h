@@ -109,8 +109,8 @@ typedef struct BackendUnit {
     // (=) with bn's batch statistics saved and its running ones updated. Composed: conv_forward into z, then
     // bn_silu_forward_train (or its composition). A GPU under bf16 takes the statistics from a 1x1 convolution's
     // own epilogue (gpu/conv_bn.cu), so no pass re-reads z for them; its sums are added in another order than
-    // the composition's, so the statistics agree within rounding, not to the bit. YT_CONV_STATS=0 takes the slot
-    // out of the GPU's table (core/devices/backends.c).
+    // the composition's, so the statistics agree within rounding, not to the bit. The GPU's table has the slot only
+    // with YT_CONV_STATS=1 (core/devices/backends.c).
     void (*conv_bn_silu_forward_train)(void *ctx, const ConvDims *d, Map x, const float *w, Map z, const BnTrain *bn,
                                        float eps, float momentum, Map y, float *ws);
     // Backward, from dy (the gradient at y): dgamma, dbeta, dw (+=) and dx (+=; none when dx.data is NULL);
