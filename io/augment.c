@@ -225,8 +225,7 @@ static void draw_mosaic(const AugParams *p, int n_src, int index, Rng *rng, AugW
 
 static int mosaic_side(int s) { return 2 * s + 2 * (-s / 2); }
 
-// Get n sources; on failure put back those got and return -1.
-static int sources_get(const SampleSource *src, const int *idx, int n, Image *img, Box **b, int *nb, Err *err) {
+int augment_sources_get(const SampleSource *src, const int *idx, int n, Image *img, Box **b, int *nb, Err *err) {
     for (int k = 0; k < n; k++)
         if (src->get(src->ctx, idx[k], &img[k], &b[k], &nb[k], err)) {
             while (k-- > 0) source_put(src, idx[k], &img[k], b[k]);
@@ -268,7 +267,7 @@ int augment_load_mosaic(const AugParams *p, const SampleSource *src, int index, 
     AugWarp w;
     Image tile[4]; Box *tb[4]; int nb[4];
     draw_mosaic(p, src->n, index, rng, &w);
-    if (sources_get(src, w.idx, 4, tile, tb, nb, err)) return -1;
+    if (augment_sources_get(src, w.idx, 4, tile, tb, nb, err)) return -1;
     int W = mosaic_side(p->img_size);
     *out = image_new(W, W, 0);
     Plane pl = mosaic_plane(p->img_size, &w, tile);
@@ -380,7 +379,7 @@ void augment_draw(const AugParams *p, int n_src, int index, int w, int h, Rng *r
     r->fliplr = rng_uniform(rng, 0, 1) < p->fliplr;
 }
 
-int augment_recipe_sources(const AugRecipe *r, int idx[8]) {
+int augment_recipe_sources(const AugRecipe *r, int idx[AUG_MAX_SOURCES]) {
     if (!r->mosaic) { idx[0] = r->warp[0].idx[0]; return 1; }
     memcpy(idx, r->warp[0].idx, sizeof r->warp[0].idx);
     if (r->mixup) memcpy(idx + 4, r->warp[1].idx, sizeof r->warp[1].idx);
@@ -479,9 +478,9 @@ void augment_apply_boxes(const AugRecipe *r, const Image *tiles, Box *const *tb,
 
 int augment_apply(const AugRecipe *r, const SampleSource *src, AugScratch *scratch, Image *out,
                   Box **boxes, int *n, Err *err) {
-    int idx[8], nb[8], m = augment_recipe_sources(r, idx);
-    Image tile[8]; Box *tb[8];
-    if (sources_get(src, idx, m, tile, tb, nb, err)) return -1;
+    int idx[AUG_MAX_SOURCES], nb[AUG_MAX_SOURCES], m = augment_recipe_sources(r, idx);
+    Image tile[AUG_MAX_SOURCES]; Box *tb[AUG_MAX_SOURCES];
+    if (augment_sources_get(src, idx, m, tile, tb, nb, err)) return -1;
     augment_apply_pixels(r, tile, scratch, out);
     augment_apply_boxes(r, tile, tb, nb, boxes, n);
     sources_put(src, idx, m, tile, tb);

@@ -73,7 +73,10 @@ typedef struct {
 // p->rect the batch shape): exactly those augment_train_sample makes, in its order.
 void augment_draw(const AugParams *p, int n_src, int index, int w, int h, Rng *rng, AugRecipe *r);
 // The sources a recipe reads, in order (a mosaic's 4 tiles, then the mixup partner's 4): returns the count.
-int  augment_recipe_sources(const AugRecipe *r, int idx[8]);
+#define AUG_MAX_SOURCES 8
+int  augment_recipe_sources(const AugRecipe *r, int idx[AUG_MAX_SOURCES]);
+// src->get of the n sources idx into img, b, nb; on failure those got are handed back and it returns -1 with err.
+int  augment_sources_get(const SampleSource *src, const int *idx, int n, Image *img, Box **b, int *nb, Err *err);
 // The pixels alone: tiles[k] is the image src->get gives for source k of augment_recipe_sources. out is
 // r->w × r->h, the caller's memory; scratch holds the mixup partner.
 void augment_apply_pixels(const AugRecipe *r, const Image *tiles, AugScratch *scratch, Image *out);

@@ -14,7 +14,6 @@
 
 #define CACHE_MARGIN 0.10   // YOLOv9's: refuse unless bytes * (1 + margin) < available
 #define PAGE         4096
-#define AUG_TILES    8      // a recipe's sources at most: a mosaic's 4 and its mixup partner's 4
 
 typedef struct {
     Batch  b;
@@ -25,8 +24,8 @@ typedef struct {
     int   *stage_n;         // (N)
     int    pinned;          // b.images is page-locked (loader_pin_buffers)
     int    first;           // cfg.share: the batch position of b's first image (else 0)
-    // cfg.defer_pixels: b.aug's samples, their tiles (N, AUG_TILES) and, without the RAM cache, each
-    // sample's copy of its decoded sources (grown to the largest it held: at most AUG_TILES S x S images)
+    // cfg.defer_pixels: b.aug's samples, their tiles (N, AUG_MAX_SOURCES) and, without the RAM cache, each
+    // sample's copy of its decoded sources (grown to the largest it held: at most AUG_MAX_SOURCES S x S images)
     AugSample *aug;
     Image     *tiles;
     uint8_t  **tile_buf;    // (N)
@@ -181,7 +180,7 @@ static void keep_tiles(Loader *l, Slot *s, int i, Image *tile, const int *idx, i
         size_t bytes = (size_t)tile[k].w * tile[k].h * 3;
         Image kept = { tile[k].w, tile[k].h, p };
         memcpy(p, tile[k].px, bytes);
-        l->src.put(l, idx[k], &tile[k], NULL);   // frees (and clears) the decoder's image
+        l->src.put(l->src.ctx, idx[k], &tile[k], NULL);   // frees (and clears) the decoder's image
         tile[k] = kept;
         p += bytes;
     }
@@ -192,16 +191,12 @@ static void keep_tiles(Loader *l, Slot *s, int i, Image *tile, const int *idx, i
 // when a source cannot be loaded (nothing kept).
 static int defer_sample(Loader *l, Slot *s, int i, int index, Rng *rng, Box **box, int *n, Err *err) {
     AugSample *a = &s->aug[i];
-    Image *tile = s->tiles + (size_t)i * AUG_TILES;
-    int idx[AUG_TILES], nb[AUG_TILES];
-    Box *tb[AUG_TILES];
+    Image *tile = s->tiles + (size_t)i * AUG_MAX_SOURCES;
+    int idx[AUG_MAX_SOURCES], nb[AUG_MAX_SOURCES];
+    Box *tb[AUG_MAX_SOURCES];
     augment_draw(&l->cfg.aug, l->src.n, index, s->b.w, s->b.h, rng, &a->r);
     int m = augment_recipe_sources(&a->r, idx);
-    for (int k = 0; k < m; k++)
-        if (l->src.get(l, idx[k], &tile[k], &tb[k], &nb[k], err)) {
-            while (k-- > 0) l->src.put(l, idx[k], &tile[k], NULL);
-            return -1;
-        }
+    if (augment_sources_get(&l->src, idx, m, tile, tb, nb, err)) return -1;
     augment_apply_boxes(&a->r, tile, tb, nb, box, n);
     if (!l->cache) keep_tiles(l, s, i, tile, idx, m);   // cached tiles are the cache's, kept for the run
     a->tiles = tile, a->n_tiles = m, a->grey = 0;
@@ -361,7 +356,7 @@ static void slots_alloc(Loader *l) {
         s->stage_n = xcalloc(N, sizeof *s->stage_n);
         if (!l->cfg.train || !l->cfg.defer_pixels) continue;
         s->b.aug = s->aug = xcalloc(N, sizeof *s->aug);
-        s->tiles = xcalloc((size_t)N * AUG_TILES, sizeof *s->tiles);
+        s->tiles = xcalloc((size_t)N * AUG_MAX_SOURCES, sizeof *s->tiles);
         s->tile_buf = xcalloc(N, sizeof *s->tile_buf);
         s->tile_cap = xcalloc(N, sizeof *s->tile_cap);
     }

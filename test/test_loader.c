@@ -396,6 +396,44 @@ static void test_pinned_deferred(void) {
     CHECK(pin_deferred > 0, "no deferred batch was seen");
 }
 
+// augment=gpu (defer_pixels) when no image loads: every sample is the grey stand-in (AugSample.grey, no tiles,
+// no boxes), with and without the RAM cache, so a device makes 114s instead of reading sources that are not there.
+static void test_deferred_unreadable(void) {
+    Dataset bad = ds;
+    bad.s = xcalloc(ds.n, sizeof *bad.s);
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/no-such-image.jpg", data_dir);
+    for (int i = 0; i < ds.n; i++) bad.s[i] = ds.s[i], bad.s[i].image = path;
+    for (int cache = 0; cache < 2; cache++) {
+        LoaderConfig c = config(2, 1);
+        c.defer_pixels = 1, c.cache_ram = cache, c.mem_available = (size_t)1 << 30, c.report = tmpfile();
+        Loader *l;
+        Err err;
+        if (loader_open(&c, &bad, &l, &err)) { CHECK(0, "cache %d: %s", cache, err.msg); fclose(c.report); continue; }
+        loader_start_epoch(l, 0, 1);
+        Batch *b;
+        int grey = 0, samples = 0, wrong = 0;
+        uint8_t px[SIDE * SIDE * 3];
+        AugScratch scratch = { 0 };
+        while (loader_next(l, &b)) {
+            for (int i = 0; i < b->n; i++, samples++) {
+                grey += b->aug && b->aug[i].grey && b->aug[i].n_tiles == 0;
+                if (!b->aug || b->h != SIDE || b->w != SIDE) continue;
+                augment_sample_pixels(&b->aug[i], &scratch, &(Image){ b->w, b->h, px });
+                for (size_t k = 0; k < sizeof px; k++) wrong += px[k] != 114;
+            }
+            CHECK(b->nt == 0, "cache %d: %d boxes from no image", cache, b->nt);
+            loader_release(l, b);
+        }
+        augment_scratch_free(&scratch);
+        loader_close(l);
+        fclose(c.report);
+        CHECK(samples == N_IMAGES && grey == samples && wrong == 0,
+              "cache %d: %d of %d samples grey, %d bytes not 114", cache, grey, samples, wrong);
+    }
+    free(bad.s);
+}
+
 int main(void) {
     alarm(120);   // a hang (a worker never joined) fails the run instead of stalling CI
     if (make_dataset()) return 1;
@@ -410,6 +448,7 @@ int main(void) {
     RUN(test_pinned_batches);
     RUN(test_pinned_rect_batches);
     RUN(test_pinned_deferred);
+    RUN(test_deferred_unreadable);
     RUN(test_bad_image_mid_run);   // last: it breaks an image file
     return test_summary();
 }

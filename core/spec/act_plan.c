@@ -142,11 +142,12 @@ static int cross(const Life *a, const Life *b) {
     return a->bs >= 0 && b->bs >= 0 && a->bs <= b->be && b->bs <= a->be;
 }
 
-static int by_floats_desc(const void *a, const void *b, void *L_) {
-    const Life *L = L_;
-    int x = *(const int *)a, y = *(const int *)b;
-    if (L[x].floats != L[y].floats) return L[x].floats > L[y].floats ? -1 : 1;
-    return x - y;
+typedef struct { size_t floats; int v; } Sized;
+
+static int by_floats_desc(const void *a, const void *b) {   // ties: value order
+    const Sized *x = a, *y = b;
+    if (x->floats != y->floats) return x->floats > y->floats ? -1 : 1;
+    return x->v - y->v;
 }
 
 typedef struct { size_t at, end; } Span;
@@ -188,9 +189,12 @@ static void replay_lists(Model *m, const Life *L) {
 static size_t regen_layout(Model *m, size_t base, int assign) {
     Life *L = lives(m);
     int *order = xmalloc(m->n_values * sizeof *order), k = 0;
+    Sized *sized = xmalloc((m->n_values + 1) * sizeof *sized);   // qsort (C11), not GNU's qsort_r
     for (int v = 0; v < m->n_values; v++)
-        if (m->values[v].parent < 0 && m->values[v].regen) order[k++] = v;
-    qsort_r(order, k, sizeof *order, by_floats_desc, L);
+        if (m->values[v].parent < 0 && m->values[v].regen) sized[k++] = (Sized){ L[v].floats, v };
+    qsort(sized, k, sizeof *sized, by_floats_desc);
+    for (int j = 0; j < k; j++) order[j] = sized[j].v;
+    free(sized);
     size_t size = 0;
     Span *busy = xmalloc((k + 1) * sizeof *busy);
     for (int j = 0; j < k; j++) {

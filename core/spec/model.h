@@ -228,9 +228,10 @@ size_t model_act_floats(const Model *m, int bf16);
 // until the arena fits or every z is recomputed; before them the values no backward reads are not kept (they
 // share a region by their forward lives: nothing runs again). Where even that does not fit, values are checkpointed
 // (Value.regen: not kept; the backward runs their writers again from the nearest kept values, once each), the
-// cheapest per float first, while each lowers the plan, until it fits or none is left. Sets the units'
-// z_recompute, the values' regen, the replay lists, n_act (with the offsets) and n_zre; returns how many units
-// recompute z (m->n_regen: how many values are checkpointed). The caller reserves the arenas again
+// cheapest per float first, each kept only where it does not raise the plan, until it fits or none is left. Sets
+// the units' z_recompute, the values' regen, the replay lists, n_act (with the offsets) and n_zre; returns how many
+// units recompute z (m->n_regen: how many values are not kept, those no backward reads and those checkpointed;
+// the replay lists say which are run again). The caller reserves the arenas again
 // (model_reserve_act). A GPU's plan (model_plan_storage) never checkpoints.
 int    model_plan_recompute(Model *m, size_t max_floats);
 // The fraction of a training step's multiply-adds the recomputation adds (0: none planned).

@@ -417,13 +417,14 @@ static void step_picture_job(void *arg) {
 static void queue_step_picture(RunState *rs, const Batch *b, StepShape s) {
     StepPictureJob *j = xcalloc(1, sizeof *j);
     int n = b->n < TRAIN_TILES ? b->n : TRAIN_TILES;
-    size_t px = (size_t)(b->h ? b->h : b->S) * (b->w ? b->w : b->S) * 3;
+    int h = b->h ? b->h : b->S, w = b->w ? b->w : b->S;   // the pixels' size, for the copy and the recipes alike
+    size_t px = (size_t)h * w * 3;
     j->b = (Batch){ .n = n, .S = b->S, .h = b->h, .w = b->w };
     j->b.images = xmalloc(px * n + 1);
     if (b->aug) {                             // augment=gpu: these few on the host, from the same recipes
         AugScratch scratch = { 0 };
         for (int i = 0; i < n; i++)
-            augment_sample_pixels(&b->aug[i], &scratch, &(Image){ b->w, b->h, j->b.images + i * px });
+            augment_sample_pixels(&b->aug[i], &scratch, &(Image){ w, h, j->b.images + i * px });
         augment_scratch_free(&scratch);
     } else {
         memcpy(j->b.images, b->images, px * n);
