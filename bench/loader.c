@@ -190,12 +190,14 @@ static int parse(int argc, char **argv, Options *o) {
             o->n_cache = 0;
             for (char *t = strtok(v, ","); t; t = strtok(NULL, ","))
                 if (o->n_cache < 2) o->cache[o->n_cache++] = !strcmp(t, "ram");
+            if (o->n_cache == 0) { fprintf(stderr, "cache=: name off, ram or both\n"); return -1; }
         } else if (!strcmp(argv[i], "augment")) {
             o->n_augment = 0;
             for (char *t = strtok(v, ","); t; t = strtok(NULL, ",")) {
                 if (strcmp(t, "cpu") && strcmp(t, "gpu")) { fprintf(stderr, "augment=%s: cpu, gpu or both\n", t); return -1; }
                 if (o->n_augment < 2) o->augment[o->n_augment++] = !strcmp(t, "gpu");
             }
+            if (o->n_augment == 0) { fprintf(stderr, "augment=: name cpu, gpu or both\n"); return -1; }
         } else { fprintf(stderr, "unknown key %s\n", argv[i]); return -1; }
     }
     if (o->n_workers == 0) {

@@ -182,7 +182,9 @@ static uint8_t *upload_take(Device *dev, const void *host, size_t n) {
 
 // The sample of recipe r into out (bytes) or outf (floats / 255), both device memory of the recipe's
 // augment_recipe_size, (H,W,3): the tiles (host memory) are uploaded into dev's scratch, which is given
-// back before returning (the work stays queued on dev->stream; the host memory may be reused at once).
+// back before returning (the work stays queued on dev->stream, in order, so the next sample's uploads land after
+// this one's kernel). The tiles are pageable host memory, which cudaMemcpyAsync has copied out before it returns,
+// so the caller may reuse them at once; pinned tiles would have to stay until the stream passes their copies.
 static void apply_into(Device *dev, const AugRecipe *r, const Image *tiles, uint8_t *out, float *outf) {
     size_t mark = dev->scratch.used;
     int idx[8], m = augment_recipe_sources(r, idx);
