@@ -236,6 +236,20 @@ static void test_trainer_plans(void) {
           "too little memory: exit %d:\n%s", rc, out);
 }
 
+// device=cpu:N: the N trainers plan one after another before any touches its memory, so each plans within a 1/N
+// share (at 900 MB two devices of 8 images each would each plan 0.55 GB all stored: 1.1 GB in all).
+static void test_cpu_devices_share_memory(void) {
+    char cmd[8192], out[16384];
+    const char *tmp = test_tmpdir("cpu-plan-share");
+    if (access("./yolotrain", X_OK)) SKIP("./yolotrain is not built");
+    snprintf(cmd, sizeof cmd, "YT_STOP_AFTER_STEPS=1 YT_MEM_AVAILABLE_MB=900 ./yolotrain cfg/t.ini imgsz=320 batch=16 "
+             "epochs=1 workers=1 device=cpu:2 project=%s name=two", tmp);
+    int rc = test_shell(cmd, out, sizeof out);
+    CHECK(rc == 0 && strstr(out, "of 0.5 GB available (a 1/2 share of the machine's for each of 2 CPU devices)") &&
+          strstr(out, "pre-BN maps recomputed in the backward"),
+          "two CPU devices at 900 MB: exit %d, no half-share plan with recompute said:\n%s", rc, out);
+}
+
 // RUN's training state (project/RUN/weights/last_state.safetensors): weights, gradients, momentum, EMA, BN running
 // statistics and the loss sums of the steps, in *n bytes; the run's elapsed time, the one value two runs of the
 // same steps differ in, is cut out of the header with the header's padding. NULL if it cannot be read.
@@ -349,6 +363,7 @@ int main(void) {
     RUN(test_plan_fits_budget);
     RUN(test_plan_checkpoints_after_z);
     RUN(test_trainer_plans);
+    RUN(test_cpu_devices_share_memory);
     RUN(test_trainer_checkpoints_same_bits);
     RUN(test_quick_recipe_is_the_learning_test);
     RUN(test_quick_recipe_trains);

@@ -13,6 +13,7 @@
 
 #include "core/trainer/family.h"
 #include "core/base/memlimit.h"
+#include "cfg/devices.h"
 #include "core/spec/transfer.h"
 
 int trainer_anchors(Model *m) {
@@ -42,7 +43,7 @@ static int to_gpu(Trainer *t, const Config *cfg, int id, Err *err) {
 }
 
 // The CPU's plan as the GPU's is printed (gpu/model_gpu.c): the arenas, the rest, and what is recomputed.
-static void cpu_print_plan(const Model *m, double need, MemBudget have) {
+static void cpu_print_plan(const Model *m, double need, MemBudget have, int shares) {
     int units = 0, again = 0;
     for (int i = 0; i < m->n_nodes; i++)
         for (int k = 0; k < 2; k++) {
@@ -55,6 +56,7 @@ static void cpu_print_plan(const Model *m, double need, MemBudget have) {
            "temporaries %.2f GB), the rest (optimizer, EMA, input, stacks) %.2f GB; total %.2f GB of %.1f GB available",
            2 * f * m->n_state / g, f * m->n_act / g, f * m->n_dact / g, f * temps / g, (need - model_host_bytes(m)) / g,
            need / g, have.bytes / g);
+    if (shares > 1) printf(" (a 1/%d share of the machine's for each of %d CPU devices)", shares, shares);
     int replayed = m->replay_first ? m->replay_first[m->n_nodes] : 0, again_v = 0;
     unsigned char *run_again = xcalloc(m->n_values, 1);   // the values whose writers the backward runs again
     for (int k = 0; k < replayed; k++) {
@@ -83,6 +85,12 @@ static int cpu_plan(Model *m, const Family *fam, const Config *cfg, int plan, in
     double stacks = (cfg->workers + 4.0) * (8 << 20);  // loader and BLAS threads' stacks (address space)
     double other = stacks + sizeof(float) * (states * m->n_state + (double)cfg->batch * plan * plan * 3);
     MemBudget have = mem_budget(model_host_bytes(m));   // the arenas are mapped, not yet touched
+    // device=cpu:N: N trainers in this process plan one after another while none has touched its arenas, so each
+    // would see the whole machine; each plans within its share instead
+    DeviceList devs;
+    Err ignored;
+    int shares = !parse_devices(cfg->device, 0, &devs, &ignored) && devs.n > 1 && devs.gpu[0] < 0 ? devs.n : 1;
+    have.bytes /= shares;
     double room = 0.9 * have.bytes, all_stored = model_host_bytes(m) + other;
     if (have.bytes > 0 && all_stored > room) {
         double fixed = model_host_bytes(m) - sizeof(float) * (double)m->n_act;   // all but the activations
@@ -95,10 +103,11 @@ static int cpu_plan(Model *m, const Family *fam, const Config *cfg, int plan, in
     double need = model_host_bytes(m) + other;
     if (have.bytes > 0 && need > room)
         return err_set(err, "training on the CPU at batch %d and imgsz %d%s needs %.1f GB of memory (with every pre-BN "
-                       "map recomputed and every map it can checkpointed), %.1f GB are available (%s); lower batch or imgsz "
+                       "map recomputed and every map it can checkpointed), %.1f GB are available (%s%s); lower batch or imgsz "
                        "(cfg/quick.ini is a quick CPU run), raise the limit, or train on a GPU", m->max_n, cfg->imgsz,
-                       plan > cfg->imgsz ? " (multi_scale: up to 1.5x)" : "", need / 1e9, have.bytes / 1e9, have.what);
-    if (master) cpu_print_plan(m, need, have);
+                       plan > cfg->imgsz ? " (multi_scale: up to 1.5x)" : "", need / 1e9, have.bytes / 1e9, have.what,
+                       shares > 1 ? ", a share for each CPU device" : "");
+    if (master) cpu_print_plan(m, need, have, shares);
     return 0;
 }
 
