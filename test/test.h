@@ -73,6 +73,30 @@ static inline const char *shared_dir(void) {
             SKIP("no data/coco128/data.yaml in the shared folder"); \
     } while (0)
 
+// A bf16 value held in a float (its low 16 bits zero) as its 16 bits, and back: what a bf16-stored map holds
+static inline uint16_t bf16_top_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return (uint16_t)(u >> 16);
+}
+static inline float bf16_from_bits(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+// The shared coco128's train split opened quietly into ds (a Dataset; err, an Err, says why it could not), or a
+// skip as NEED_COCO128's; a failure to open it fails the test, which returns.
+#define NEED_COCO128_TRAIN(ds, err) do { \
+        char coco_yaml_[PATH_MAX + 64]; \
+        NEED_COCO128(coco_yaml_); \
+        DatasetOptions coco_opt_ = { .quiet = 1, .report = tmpfile() }; \
+        CHECK(dataset_open(coco_yaml_, NULL, "train", &coco_opt_, &(ds), &(err)) == 0, "%s", (err).msg); \
+        if (coco_opt_.report) fclose(coco_opt_.report); \
+        if (t_failed_now) return; \
+    } while (0)
+
 // A scratch folder for files a test writes: $TMPDIR/yt-test-<pid>-<tag>, created fresh. The folders
 // are removed when the binary exits with every test passed; after a failure (or with YT_KEEP_TMP=1) they
 // stay, and their paths are printed, for a look at what the test wrote.

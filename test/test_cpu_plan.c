@@ -131,16 +131,22 @@ static int units(const Model *m, double *cost, int *again) {
     return n;
 }
 
+// gelan-s (cfg/s.ini) for batch 4 at 160 px into m; -1 after a failed check
+static int build_s160(Model *m) {
+    static Config cfg;
+    Err err;
+    if (config_load("cfg/s.ini", 0, NULL, &cfg, &err) || model_build(&cfg, 4, 160, m, &err)) {
+        CHECK(0, "%s", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
 // A budget between all stored and all recomputed: the plan fits it, recomputes the cheapest, and leaves the
 // rest stored; a budget the stored plan fits recomputes nothing and keeps model_build's arena.
 static void test_plan_fits_budget(void) {
-    static Config cfg;
     Model m;
-    Err err;
-    if (config_load("cfg/s.ini", 0, NULL, &cfg, &err) || model_build(&cfg, 4, 160, &m, &err)) {
-        CHECK(0, "%s", err.msg);
-        return;
-    }
+    if (build_s160(&m)) return;
     size_t all = m.n_act;
     CHECK(model_plan_recompute(&m, all) == 0 && m.n_act == all && m.n_zre[0] + m.n_zre[1] == 0,
           "a budget of the stored plan's %zu floats: %zu floats planned, %zu in zre", all, m.n_act, m.n_zre[0]);
@@ -170,13 +176,8 @@ static void test_plan_fits_budget(void) {
 // recomputed fits runs no node again; one between that and the least plan recomputes every z first, then
 // checkpoints fewer values than the least plan, and fits; the multiply-adds said grow with it.
 static void test_plan_checkpoints_after_z(void) {
-    static Config cfg;
     Model m;
-    Err err;
-    if (config_load("cfg/s.ini", 0, NULL, &cfg, &err) || model_build(&cfg, 4, 160, &m, &err)) {
-        CHECK(0, "%s", err.msg);
-        return;
-    }
+    if (build_s160(&m)) return;
     double *cost = xmalloc(2 * m.n_nodes * sizeof *cost);
     int *again = xmalloc(2 * m.n_nodes * sizeof *again), n = 0;
     model_plan_recompute(&m, 0);

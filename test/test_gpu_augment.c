@@ -247,14 +247,9 @@ static void test_backend_slot(void) {
 // 64 training samples with hyp.scratch-high's augmentation plus rotation, shear and perspective.
 static void test_coco128_samples(void) {
     NEED_GPU();
-    char yaml[PATH_MAX + 64];
-    NEED_COCO128(yaml);
     Dataset coco;
     Err err;
-    DatasetOptions opt = { .quiet = 1, .report = tmpfile() };
-    CHECK(dataset_open(yaml, NULL, "train", &opt, &coco, &err) == 0, "%s", err.msg);
-    fclose(opt.report);
-    if (t_failed_now) return;
+    NEED_COCO128_TRAIN(coco, err);
     enum { M = 32, S = 640 };
     Image all[M];
     int n = coco.n < M ? coco.n : M, bad = 0;
@@ -351,14 +346,9 @@ static void test_batch_synthetic(void) {
 // coco128 at 320 (long-side resizes of real photographs), two epochs of 8-image batches.
 static void test_batch_coco128(void) {
     NEED_GPU();
-    char yaml[PATH_MAX + 64];
-    NEED_COCO128(yaml);
     Dataset coco;
     Err err;
-    DatasetOptions opt = { .quiet = 1, .report = tmpfile() };
-    CHECK(dataset_open(yaml, NULL, "train", &opt, &coco, &err) == 0, "%s", err.msg);
-    fclose(opt.report);
-    if (t_failed_now) return;
+    NEED_COCO128_TRAIN(coco, err);
     LoaderConfig c = batch_config(320, 0);
     c.batch = 8;
     CHECK(batches_differ(&coco, &c, 2, "coco128") == 0, "coco128 samples differ between the GPU and the CPU");

@@ -47,17 +47,6 @@ static int gpu_ready(void) {
 // each the channel slice [extra, extra + C) of a buffer with ld = C + 2 * extra.
 typedef struct { float *h; Map f, b; int extra; size_t total; } Twin;
 
-static uint16_t to_bits(float x) {   // x is already a bf16 value: its top 16 bits
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    return (uint16_t)(u >> 16);
-}
-static float from_bits(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-}
 
 static Twin twin_new(int N, int H, int W, int C, int extra, Rng *g) {
     Twin t;
@@ -68,7 +57,7 @@ static Twin twin_new(int N, int H, int W, int C, int extra, Rng *g) {
     uint16_t *hb = xmalloc(t.total * sizeof(uint16_t));
     for (size_t i = 0; i < t.total; i++) {
         t.h[i] = g ? bf16_round((float)rng_uniform(g, -2.0, 2.0)) : 0.0f;
-        hb[i] = to_bits(t.h[i]);
+        hb[i] = bf16_top_bits(t.h[i]);
     }
     float *df = arena_take(&dev.acts, t.total * 4, 256);
     uint16_t *db = arena_take(&dev.acts, t.total * 2, 256);
@@ -117,13 +106,13 @@ static void rounded_equal(const char *what, Map f, Map b, int ulps) {
     int worst = 0;
     for (size_t j = 0; j < n; j++) {
         size_t px = j / f.C, c = j % f.C;
-        uint16_t want = to_bits(bf16_round(x[px * f.ld + c])), got = y[px * b.ld + c];
+        uint16_t want = bf16_top_bits(bf16_round(x[px * f.ld + c])), got = y[px * b.ld + c];
         int d = abs((int)want - (int)got);
         if (d > worst) worst = d;
         if (d > ulps && !bad++) { first = j; off = px * b.ld + c; }
     }
     CHECK(bad == 0, "%s: %zu of %zu differ by more than %d bf16 units; first [%zu] %.6g vs %.6g", what, bad, n, ulps,
-          first, bf16_round(x[first / f.C * f.ld + first % f.C]), from_bits(y[off]));
+          first, bf16_round(x[first / f.C * f.ld + first % f.C]), bf16_from_bits(y[off]));
     printf("#   %-36s worst %d bf16 units\n", what, worst);
     free(x); free(y);
 }

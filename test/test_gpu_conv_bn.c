@@ -51,17 +51,6 @@ static const Case CASES[] = {
 };
 enum { N_CASES = sizeof CASES / sizeof *CASES };
 
-static uint16_t to_bits(float x) {   // x is a bf16 value: its top 16 bits
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    return (uint16_t)(u >> 16);
-}
-static float from_bits(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-}
 
 static void *to_dev(const void *h, size_t bytes) {
     void *d = arena_take(&dev.acts, bytes, 256);
@@ -90,7 +79,7 @@ static Inputs inputs_new(const Case *c, Rng *g) {
     size_t nx = in.P * ld, nw = (size_t)c->K * c->C;
     in.x = xmalloc(nx * sizeof(float));
     uint16_t *xb = xmalloc(nx * sizeof(uint16_t));
-    for (size_t i = 0; i < nx; i++) in.x[i] = bf16_round((float)rng_uniform(g, c->lo, c->hi)), xb[i] = to_bits(in.x[i]);
+    for (size_t i = 0; i < nx; i++) in.x[i] = bf16_round((float)rng_uniform(g, c->lo, c->hi)), xb[i] = bf16_top_bits(in.x[i]);
     in.w = xmalloc(nw * sizeof(float));
     for (size_t i = 0; i < nw; i++) in.w[i] = bf16_round((float)rng_uniform(g, c->wlo, c->whi));
     in.gamma = xmalloc(c->K * sizeof(float)), in.beta = xmalloc(c->K * sizeof(float));
@@ -171,9 +160,9 @@ static Out run_gpu(const Inputs *in, int fused) {
     }
     free(guard);
     from_dev(h, zb, n * 2);
-    for (size_t i = 0; i < n; i++) o.z[i] = from_bits(h[i]);
+    for (size_t i = 0; i < n; i++) o.z[i] = bf16_from_bits(h[i]);
     from_dev(h, yb, n * 2);
-    for (size_t i = 0; i < n; i++) o.y[i] = from_bits(h[i]);
+    for (size_t i = 0; i < n; i++) o.y[i] = bf16_from_bits(h[i]);
     float *s = xmalloc(4 * K * sizeof(float));
     from_dev(s, st, 4 * K * sizeof(float));
     memcpy(o.mean, s, K * 4), memcpy(o.invstd, s + K, K * 4), memcpy(o.rm, s + 2 * K, K * 4), memcpy(o.rv, s + 3 * K, K * 4);
@@ -183,7 +172,7 @@ static Out run_gpu(const Inputs *in, int fused) {
 
 // bf16 units between two bf16 values (their bit patterns as ordered integers)
 static int ulps(float a, float b) {
-    int ia = to_bits(a), ib = to_bits(b);
+    int ia = bf16_top_bits(a), ib = bf16_top_bits(b);
     ia = ia & 0x8000 ? 0x8000 - ia : ia;
     ib = ib & 0x8000 ? 0x8000 - ib : ib;
     return abs(ia - ib);

@@ -261,14 +261,9 @@ static void test_picture(void) {
 // Real JPEGs of many sizes (coco128 through dataset_open): full batches with plausible targets,
 // then close while the workers are still busy.
 static void test_coco128(void) {
-    char yaml[PATH_MAX + 64];
-    NEED_COCO128(yaml);
     Dataset coco;
     Err err;
-    DatasetOptions opt = { .quiet = 1, .report = tmpfile() };
-    CHECK(dataset_open(yaml, NULL, "train", &opt, &coco, &err) == 0, "%s", err.msg);
-    fclose(opt.report);
-    if (t_failed_now) return;
+    NEED_COCO128_TRAIN(coco, err);
     LoaderConfig c = config(2, 1);
     c.batch = 8;
     Loader *l;
@@ -338,14 +333,9 @@ static void test_pinned_batches(void) {
     printf("    synthetic: %016llx\n", (unsigned long long)h);
     CHECK(h == PIN_SYNTH, "synthetic batches hash %016llx, pinned %016llx: augmentation changed its bytes",
           (unsigned long long)h, (unsigned long long)PIN_SYNTH);
-    char yaml[PATH_MAX + 64];
-    NEED_COCO128(yaml);
     Dataset coco;
     Err err;
-    DatasetOptions opt = { .quiet = 1, .report = tmpfile() };
-    CHECK(dataset_open(yaml, NULL, "train", &opt, &coco, &err) == 0, "%s", err.msg);
-    fclose(opt.report);
-    if (t_failed_now) return;
+    NEED_COCO128_TRAIN(coco, err);
     c.batch = 8;
     c.aug.img_size = 320;
     h = epochs_hash(&c, &coco, 2, 4);
