@@ -260,6 +260,14 @@ static void bn_frozen_bwd(void *c, Map z, const float *g, const float *mean, con
                           float *dg, float *db) {
     bn_frozen_backward_cpu(z, g, mean, invstd, du, dz, dg, db);
 }
+static void bn_train_sync(void *c, Map z, const float *g, const float *b, float eps, float mom, float *rm, float *rv,
+                          float *mean, float *invstd, Map u, const BnSync *sync) {
+    bn_forward_train_sync_cpu(z, g, b, eps, mom, rm, rv, mean, invstd, u, sync);
+}
+static void bn_bwd_sync(void *c, Map z, const float *g, const float *mean, const float *invstd, Map du, Map dz,
+                        float *dg, float *db, const BnSync *sync) {
+    bn_backward_sync_cpu(z, g, mean, invstd, du, dz, dg, db, sync);
+}
 
 // ---- what a trainer needs from a device: on the CPU, host memory and the reference loss and optimizers ----
 
@@ -383,6 +391,7 @@ const Backend backend_cpu = {
         .conv_forward = conv_fwd, .conv_backward = conv_bwd,
         .bn_forward_train = bn_train, .bn_forward_eval = bn_eval, .bn_backward = bn_bwd, .bn_apply = bn_apply,
         .bn_frozen_stats = bn_frozen_stats, .bn_frozen_backward = bn_frozen_bwd,
+        .bn_forward_train_sync = bn_train_sync, .bn_backward_sync = bn_bwd_sync,
         .silu_forward = silu_fwd, .silu_backward = silu_bwd, .add_forward = add_fwd,
         .copy_map = copy, .accumulate_map = accumulate,
         .maxpool_forward = maxpool_fwd, .maxpool_backward = maxpool_bwd,

@@ -63,6 +63,14 @@ typedef struct BackendOps {
                             float *mean, float *invstd);
     void (*bn_frozen_backward)(void *ctx, Map z, const float *gamma, const float *mean, const float *invstd, Map du,
                                Map dz, float *dgamma, float *dbeta);
+    // SyncBatchNorm (--sync-bn, several devices): core/spec/ops.h's bn_forward_train_sync_cpu and
+    // bn_backward_sync_cpu contracts; sync's sums are host doubles, so a device waits for its own sums
+    // before calling it (these passes are not recorded). z, u, du, dz may be bf16 on a device.
+    void (*bn_forward_train_sync)(void *ctx, Map z, const float *gamma, const float *beta, float eps, float momentum,
+                                  float *running_mean, float *running_var, float *mean, float *invstd, Map u,
+                                  const BnSync *sync);
+    void (*bn_backward_sync)(void *ctx, Map z, const float *gamma, const float *mean, const float *invstd, Map du,
+                             Map dz, float *dgamma, float *dbeta, const BnSync *sync);
     void (*silu_forward)(void *ctx, Map u, Map y);
     void (*silu_backward)(void *ctx, Map u, Map dy, Map du);
     void (*add_forward)(void *ctx, Map a, Map b, Map y);

@@ -5,6 +5,7 @@
 #include "core/base/util.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 enum { BLOCK = 64 };   // channels whose sums are accumulated in one pass over the pixels
 
@@ -156,4 +157,78 @@ void bn_frozen_backward_cpu(Map z, const float *gamma, const float *mean, const 
         float *out = dz.data + m * dz.ld;
         for (int c = 0; c < z.C; c++) out[c] = (float)((double)gamma[c] * invstd[c] * g[c]);
     }
+}
+
+// ---- synchronised BN: the whole batch's sums through BnSync (ops.h) ---------------------------------
+
+void bn_forward_train_sync_cpu(Map z, const float *gamma, const float *beta, float eps, float momentum,
+                               float *running_mean, float *running_var, float *mean, float *invstd, Map u,
+                               const BnSync *sync) {
+    bn_check(z, u, "bn_forward_train_sync_cpu");
+    if (!mean || !invstd) die("bn_forward_train_sync_cpu: the saved statistics are required (bn_apply reads them)");
+    int K = z.C;
+    size_t M = map_pixels(z);
+    double *a = xmalloc(sizeof(double) * (2 * (size_t)K + 1)), *sq = a + K + 1;
+    a[0] = (double)M;                              // [M, Σz], then Σ(z - mean)²: channel_stats' two passes
+    for (int c = 0; c < K; c++) a[1 + c] = sq[c] = 0.0;
+    for (size_t m = 0; m < M; m++) {
+        const float *row = z.data + m * z.ld;
+        for (int c = 0; c < K; c++) a[1 + c] += row[c];
+    }
+    sync->sum(sync->arg, a, K + 1);
+    double Mt = a[0], *mu = a + 1;
+    for (int c = 0; c < K; c++) mu[c] /= Mt;
+    for (size_t m = 0; m < M; m++) {
+        const float *row = z.data + m * z.ld;
+        for (int c = 0; c < K; c++) {
+            double e = row[c] - mu[c];
+            sq[c] += e * e;
+        }
+    }
+    sync->sum(sync->arg, sq, K);
+    double unbias = Mt > 1 ? Mt / (Mt - 1) : 1.0, keep = 1.0 - momentum;
+    for (int c = 0; c < K; c++) {
+        double var = sq[c] / Mt;
+        mean[c] = (float)mu[c];
+        invstd[c] = (float)(1.0 / sqrt(var + eps));
+        if (running_mean) running_mean[c] = (float)(keep * running_mean[c] + momentum * mu[c]);
+        if (running_var) running_var[c] = (float)(keep * running_var[c] + momentum * var * unbias);
+    }
+    free(a);
+    bn_apply_cpu(z, gamma, beta, mean, invstd, u);
+}
+
+void bn_backward_sync_cpu(Map z, const float *gamma, const float *mean, const float *invstd, Map du, Map dz,
+                          float *dgamma, float *dbeta, const BnSync *sync) {
+    bn_check(z, du, "bn_backward_sync_cpu");
+    if (dz.data) bn_check(z, dz, "bn_backward_sync_cpu");
+    int K = z.C;
+    size_t M = map_pixels(z);
+    double *a = xcalloc(2 * (size_t)K + 1, sizeof(double)), *sdu = a + 1, *sdux = a + 1 + K;
+    a[0] = (double)M;
+    for (size_t m = 0; m < M; m++) {               // bn_backward_cpu's sums, in its order
+        const float *zr = z.data + m * z.ld, *g = du.data + m * du.ld;
+        for (int c = 0; c < K; c++) {
+            sdu[c] += g[c];
+            sdux[c] += (double)g[c] * ((zr[c] - mean[c]) * (double)invstd[c]);
+        }
+    }
+    for (int c = 0; c < K; c++) {                  // this device's own parameter gradients
+        if (dbeta) dbeta[c] += (float)sdu[c];
+        if (dgamma) dgamma[c] += (float)sdux[c];
+    }
+    sync->sum(sync->arg, a, 2 * K + 1);
+    if (dz.data) {
+        double Mt = a[0];
+        for (int c = 0; c < K; c++) { sdu[c] /= Mt; sdux[c] /= Mt; }
+        for (size_t m = 0; m < M; m++) {           // dz may alias du
+            const float *zr = z.data + m * z.ld, *g = du.data + m * du.ld;
+            float *out = dz.data + m * dz.ld;
+            for (int c = 0; c < K; c++) {
+                double k = (double)gamma[c] * invstd[c], xhat = (zr[c] - mean[c]) * (double)invstd[c];
+                out[c] = (float)(k * (g[c] - sdu[c] - xhat * sdux[c]));
+            }
+        }
+    }
+    free(a);
 }

@@ -44,6 +44,24 @@ void bn_frozen_stats_cpu(int C, const float *running_mean, const float *running_
 void bn_frozen_backward_cpu(Map z, const float *gamma, const float *mean, const float *invstd, Map du,
                             Map dz, float *dgamma, float *dbeta);
 
+// Synchronised BN (SyncBatchNorm: --sync-bn with several devices): the statistics of the whole batch, which
+// several devices hold in parts. BnSync's sum makes v[0, n) (host doubles) the sum of every device's v, added
+// in device order, so each device gets the same doubles; every device calls it in the same order (one device
+// alone: v unchanged).
+typedef struct BnSync { void (*sum)(void *arg, double *v, int n); void *arg; } BnSync;
+// bn_forward_train's contract over the whole batch: [M, Σz] summed (M: this device's pixels), the mean, then
+// Σ(z - mean)² summed (two passes, as bn_forward_train_cpu's), var = that / ΣM; mean and invstd saved as floats
+// (both required) and u = bn_apply_cpu's formula with them, so a replay is bn_apply; running statistics with
+// ΣM's unbiased variance. With one device it saves bn_forward_train_cpu's statistics and running statistics.
+void bn_forward_train_sync_cpu(Map z, const float *gamma, const float *beta, float eps, float momentum,
+                               float *running_mean, float *running_var, float *mean, float *invstd, Map u,
+                               const BnSync *sync);
+// bn_backward_cpu over the whole batch: [M, Σdu, Σdu·xhat] summed; dz (=) from the sums of them all;
+// dgamma, dbeta += this device's own sums (the devices' gradients are added later, as every other).
+// With one device: bn_backward_cpu's bits.
+void bn_backward_sync_cpu(Map z, const float *gamma, const float *mean, const float *invstd, Map du, Map dz,
+                          float *dgamma, float *dbeta, const BnSync *sync);
+
 // ---- elementwise --------------------------------------------------------------------------
 void silu_forward_cpu(Map u, Map y);              // y = u * sigmoid(u); y may alias u
 void silu_backward_cpu(Map u, Map dy, Map du);     // du = dy * silu'(u)  (=)
