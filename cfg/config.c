@@ -262,26 +262,12 @@ static const struct { const char *from, *to; } key_alias[] = {
 static const struct { const char *name, *note; } noted_flag[] = {
     { "view_img", "--view-img: there is no display here; the pictures are saved to the run folder instead" },
     { "noautoanchor", "--noautoanchor: the model is anchor-free; there are no anchors to check" },
-    { "sync_bn", NULL },                            // sync_bn_note: it depends on device=
 };
 
 static int noted_index(const char *name) {
     for (size_t i = 0; i < sizeof noted_flag / sizeof noted_flag[0]; i++)
         if (!strcmp(name, noted_flag[i].name)) return (int)i;
     return -1;
-}
-
-// --sync-bn: nothing to do on one device; several devices normalise each over its own part of the
-// batch, which is not synchronised BN: said, not pretended.
-static void sync_bn_note(const Config *cfg) {
-    const char *d = cfg->device;
-    int several = strchr(d, ',') || (!strncmp(d, "cpu:", 4) && atoi(d + 4) > 1);
-    if (several)
-        fprintf(stderr, "yolotrain: --sync-bn: not implemented yet: with device=%s each device's BN uses the "
-                "statistics of its own part of the batch\n", d);
-    else
-        fprintf(stderr, "yolotrain: --sync-bn: on one device it changes nothing%s\n", d[0] ? "" :
-                " (device= empty: on a machine with several GPUs synchronised BN is not implemented yet)");
 }
 
 // Keys that are not booleans but still work as a bare flag, and the value the flag means.
@@ -385,7 +371,7 @@ static int override_one(Config *cfg, const Override *o, Err *err) {
 static int overrides_apply(Config *cfg, int argc, char **argv, Err *err) {
     static int noted[sizeof noted_flag / sizeof noted_flag[0]];   // once a process (export loads twice)
     Override o, prev;
-    int have_prev = 0, sync_bn = 0;
+    int have_prev = 0;
     for (int i = 0; i < argc;) {
         if (override_next(argc, argv, &i, &o, err, have_prev ? &prev : NULL)) return -1;
         if (strpbrk(o.value, "\r\n"))      // args.ini could not hold it (config_print writes lines)
@@ -400,15 +386,13 @@ static int overrides_apply(Config *cfg, int argc, char **argv, Err *err) {
                       !strcasecmp(o.value, "on");
             if (yes && !noted[k]) {
                 noted[k] = 1;
-                if (noted_flag[k].note) fprintf(stderr, "yolotrain: %s\n", noted_flag[k].note);
-                else sync_bn = 1;
+                fprintf(stderr, "yolotrain: %s\n", noted_flag[k].note);
             }
             continue;
         }
         if (override_one(cfg, &o, err)) return -1;
         prev = o, have_prev = 1;
     }
-    if (sync_bn) sync_bn_note(cfg);
     return 0;
 }
 

@@ -77,6 +77,7 @@ typedef struct {
     char   reduce[16];               // device0 | sharded
     char   loss_on[16];              // local | device0
     char   split[256];               // even | auto | w0,w1,...
+    int    sync_bn;                  // 1: SyncBatchNorm across the devices (yolov9's --sync-bn)
     // [val] (yolotrain val; the validation inside training keeps val.py's 0.001, 0.7, 300)
     double conf, iou;                // NMS: candidate score > conf, suppress IoU > iou
     int    max_det, save_json, save_txt, save_conf;   // save_conf: labels/STEM.txt rows end with the score

@@ -122,6 +122,8 @@ const Key cfg_keys[] = {
          "several GPUs: the loss on each device, or on device0"),
     STR ("parallel", "split",   split,   check_split, "even",
          "several GPUs: the batch split: even, auto or w0,w1,..."),
+    BOOL("parallel", "sync_bn", sync_bn, "0",
+         "several devices: every BN normalises over the whole batch, not each device's part (--sync-bn)"),
 
     DBL ("val", "conf",      conf,      0, 1, "0.001",
          "score threshold of NMS (val.py's and detect.py's --conf-thres)"),

@@ -274,27 +274,36 @@ static char *state_of(const char *project, const char *run, size_t *n) {
 
 // The trainer checkpoints by itself when every pre-BN map recomputed does not fit, says so, and trains to the
 // same bits: after two steps the state (weights, BN running statistics, momentum, EMA, the losses) is the
-// full-memory run's byte for byte.
-static void test_trainer_checkpoints_same_bits(void) {
-    char cmd[8192], out[16384];
+// full-memory run's byte for byte. The same on two CPU devices with sync_bn=1, whose replayed BN outputs come
+// from the whole batch's saved statistics.
+static void checkpoints_same_bits(const char *extra, const char *name) {
+    char cmd[8192], out[16384], args[512], full_name[64], low_name[64];
     const char *tmp = test_tmpdir("cpu-ckpt");
-    if (access("./yolotrain", X_OK)) SKIP("./yolotrain is not built");
-    const char *args = "YT_STOP_AFTER_STEPS=2 ./yolotrain cfg/t.ini imgsz=320 batch=16 epochs=1 workers=1";
-    snprintf(cmd, sizeof cmd, "%s project=%s name=full", args, tmp);
+    snprintf(args, sizeof args, "YT_STOP_AFTER_STEPS=2 ./yolotrain cfg/t.ini imgsz=320 batch=16 epochs=1 workers=1 %s",
+             extra);
+    snprintf(full_name, sizeof full_name, "full%s", name);
+    snprintf(low_name, sizeof low_name, "low%s", name);
+    snprintf(cmd, sizeof cmd, "%s project=%s name=%s", args, tmp, full_name);
     int rc = test_shell(cmd, out, sizeof out);
-    CHECK(rc == 0 && !strstr(out, "recomputed in the backward"), "all memory: exit %d:\n%s", rc, out);
-    snprintf(cmd, sizeof cmd, "YT_MEM_AVAILABLE_MB=550 %s project=%s name=low", args, tmp);
+    CHECK(rc == 0 && !strstr(out, "recomputed in the backward"), "%s all memory: exit %d:\n%s", extra, rc, out);
+    snprintf(cmd, sizeof cmd, "YT_MEM_AVAILABLE_MB=550 %s project=%s name=%s", args, tmp, low_name);
     rc = test_shell(cmd, out, sizeof out);
     const char *said = strstr(out, "of them checkpointed: ");
     int layers = 0;
     CHECK(rc == 0 && said && sscanf(said, "of them checkpointed: %d layers' forward run again", &layers) == 1 &&
-          layers > 0, "550 MB: exit %d, no checkpointing said:\n%s", rc, out);
+          layers > 0, "%s 550 MB: exit %d, no checkpointing said:\n%s", extra, rc, out);
     size_t nf = 0, nl = 0;
-    char *full = state_of(tmp, "full", &nf), *low = state_of(tmp, "low", &nl);
-    CHECK(full && low && nf == nl && !memcmp(full, low, nf), "the checkpointing run's state differs from the "
-          "full-memory run's (%zu and %zu bytes)", nf, nl);
+    char *full = state_of(tmp, full_name, &nf), *low = state_of(tmp, low_name, &nl);
+    CHECK(full && low && nf == nl && !memcmp(full, low, nf), "%s: the checkpointing run's state differs from the "
+          "full-memory run's (%zu and %zu bytes)", extra, nf, nl);
     free(full);
     free(low);
+}
+
+static void test_trainer_checkpoints_same_bits(void) {
+    if (access("./yolotrain", X_OK)) SKIP("./yolotrain is not built");
+    checkpoints_same_bits("", "");
+    checkpoints_same_bits("device=cpu:2 sync_bn=1", "_sync");
 }
 
 // The quick recipe (README.md): cfg/quick.ini parses and trains its first steps on the built-in set, and the run

@@ -93,9 +93,9 @@ static int n_targets;
 
 static void make_batch(void) { n_targets = synth_batch(B, S, images, targets); }
 
-typedef struct { const char *reduce, *loss_on; int host_copies; } Mode;
-static const Mode LOCAL = { "device0", "local", 0 }, SHARDED = { "sharded", "local", 0 }, LOSS0 = { "device0", "device0", 0 },
-                  BOTH = { "sharded", "device0", 0 }, STAGED = { "sharded", "device0", 1 };
+typedef struct { const char *reduce, *loss_on; int host_copies, sync_bn; } Mode;
+static const Mode LOCAL = { "device0", "local", 0, 0 }, SHARDED = { "sharded", "local", 0, 0 }, LOSS0 = { "device0", "device0", 0, 0 },
+                  BOTH = { "sharded", "device0", 0, 0 }, STAGED = { "sharded", "device0", 1, 0 };
 
 static void host_waits_per_step(const char *spec, int n_gpus, Mode mode);
 
@@ -103,14 +103,15 @@ static void host_waits_per_step(const char *spec, int n_gpus, Mode mode);
 static int targets_of_first(int n, float *tg) { return micro_targets(targets, n_targets, 0, n, tg); }
 
 static int load_cfg_mode(Config *cfg, int batch, const char *split, Mode mode) {
-    char b[32], s[64], r[64], l[64];
+    char b[32], s[64], r[64], l[64], y[32];
     snprintf(b, sizeof b, "batch=%d", batch);
+    snprintf(y, sizeof y, "sync_bn=%d", mode.sync_bn);
     snprintf(s, sizeof s, "split=%s", split);
     snprintf(r, sizeof r, "reduce=%s", mode.reduce);
     snprintf(l, sizeof l, "loss_on=%s", mode.loss_on);
-    char *ov[] = { b, s, r, l, "imgsz=64", "epochs=1", "nc=6", "seed=3", "precision=fp32" };
+    char *ov[] = { b, s, r, l, y, "imgsz=64", "epochs=1", "nc=6", "seed=3", "precision=fp32" };
     Err err;
-    if (config_load("cfg/t.ini", 9, ov, cfg, &err)) { printf("    %s\n", err.msg); return -1; }
+    if (config_load("cfg/t.ini", 10, ov, cfg, &err)) { printf("    %s\n", err.msg); return -1; }
     return 0;
 }
 
@@ -212,7 +213,7 @@ static void test_equivalence_loss_on_device0(void) {
 }
 static void test_equivalence_host_copies(void) {
     equivalence_in(2, 5, "even", STAGED);
-    equivalence_in(3, 5, "even", (Mode){ "device0", "device0", 1 });
+    equivalence_in(3, 5, "even", (Mode){ "device0", "device0", 1, 0 });
 }
 
 static void init_weights_only(const Config *cfg, Trainer *t) {
@@ -376,6 +377,68 @@ static void test_split_auto(void) {
     trainer_free(&t);
 }
 
+// ---- sync_bn=1: BN over the whole batch across the devices ----
+
+// One step of `spec` against one device running the whole batch of n at once (not micro-batch by micro-batch):
+// with sync_bn=1 the same loss, gradients and BN running statistics, up to the rounding of the other batch
+// shapes (each GEMM sums in its own order), which the network amplifies to a relative L2 of about 1e-3 in the
+// gradients; each device normalising over its own part differs by about 1. Returns that relative L2.
+static double sync_bn_step(const char *spec, int n, Mode mode) {
+    static Config cfg;
+    if (load_cfg_mode(&cfg, n, "even", mode)) { CHECK(0, "config"); return 1e9; }
+    DeviceList devs;
+    Err err;
+    CHECK(!parse_devices(spec, 0, &devs, &err), "%s", err.msg);
+    Trainer t;
+    if (trainer_init_devices(&t, &cfg, 1, &devs, &err)) { CHECK(0, "%s", err.msg); return 1e9; }
+    static float tg[MAX_T * 6];
+    int nt = targets_of_first(n, tg);
+    memcpy(t.input, images, (size_t)n * S * S * 3 * sizeof(float));
+    LossOut lo, ref;
+    CHECK(multi_forward_backward(t.multi, n, S, tg, nt, &lo, &err) == 0, "%s", err.msg);
+    multi_gather_state(t.multi);
+    size_t ns = t.m.n_state;
+    float *mg = xmalloc(ns * sizeof(float)), *ms = xmalloc(ns * sizeof(float));
+    float *g = xmalloc(ns * sizeof(float)), *rs = xmalloc(ns * sizeof(float));
+    t.m.be->dev.download(t.m.be_ctx, mg, t.m.grad, ns);
+    t.m.be->dev.download(t.m.be_ctx, ms, t.m.state, ns);
+    size_t b0 = t.m.buffers, nb = t.m.n_buffers;
+    trainer_free(&t);
+    Trainer r;                                     // one device, the whole batch in one forward and backward
+    if (trainer_init(&r, &cfg, 1, devs.gpu[0], &err)) { CHECK(0, "%s", err.msg); return 1e9; }
+    double tss;                                    // micro_reference's two passes would move the running statistics twice
+    micro_forward(&r, S, images, targets, n_targets, 0, n, &tss, &err);
+    trainer_compute_backward(&r, n, tss > 1 ? tss : 1, n, &ref);
+    r.m.be->dev.download(r.m.be_ctx, g, r.m.grad, ns);
+    r.m.be->dev.download(r.m.be_ctx, rs, r.m.state, ns);
+    double rel_l2, worst = grad_worst(&r.m, mg, g, &rel_l2), run_worst = 0;
+    for (size_t i = b0; i < b0 + nb; i++) {        // the running statistics: the whole batch's
+        double d = fabs((double)ms[i] - rs[i]) / (1e-5 + 1e-3 * fabs(rs[i]));
+        if (d > run_worst) run_worst = d;
+    }
+    printf("    %s sync_bn=%d %s/%s, batch %d: loss %.7g vs %.7g (one device, whole batch); gradients worst %.2f of "
+           "tolerance (relative L2 %.2g); running statistics worst %.2f of 1e-5 + 1e-3 of each\n", spec, mode.sync_bn, mode.reduce,
+           mode.loss_on, n, lo.total, ref.total, worst, rel_l2, run_worst);
+    if (mode.sync_bn) {
+        CHECK(close_enough(lo.total, ref.total, 0, 1e-3), "loss %.9g, one device %.9g", lo.total, ref.total);
+        CHECK(rel_l2 < 1e-2, "gradients differ from the whole batch's on one device (relative L2 %.2g)", rel_l2);
+        CHECK(run_worst <= 1, "running statistics differ from the whole batch's (worst %.2f)", run_worst);
+    }
+    trainer_free(&r);
+    free(mg); free(ms); free(g); free(rs);
+    return rel_l2;
+}
+
+static void test_sync_bn_whole_batch(void) {
+    Mode sync_local = { "device0", "local", 0, 1 }, sync_d0 = { "sharded", "device0", 0, 1 };
+    sync_bn_step("cpu:2", 8, sync_local);
+    sync_bn_step("cpu:2", 7, sync_d0);             // uneven parts: the counts are summed too
+    sync_bn_step("cpu:3", 8, sync_local);
+    double off = sync_bn_step("cpu:2", 8, LOCAL);  // each device's own statistics: not the whole batch's
+    CHECK(off > 0.1, "without sync_bn two devices still match the whole batch (relative L2 %.2g): the test cannot tell",
+          off);
+}
+
 // ---- failures and the report -------------------------------------------------------------------
 
 static int fail_device1(int device, const char *phase, void *arg) {
@@ -392,9 +455,10 @@ static void test_failure_stops_without_hang(void) {
     alarm(60);
     static float tg[MAX_T * 6];
     int nt = targets_of_first(2, tg);
-    for (int m = 0; m < 2; m++) {
+    Mode sync = { "device0", "local", 0, 1 };     // sync_bn=1: a device that stops leaves none waiting in a BN sum
+    for (int m = 0; m < 3; m++) {
         static Config cfg;
-        if (load_cfg_mode(&cfg, 2, "even", m ? SHARDED : LOSS0)) { CHECK(0, "config"); break; }
+        if (load_cfg_mode(&cfg, 2, "even", m == 2 ? sync : m ? SHARDED : LOSS0)) { CHECK(0, "config"); break; }
         DeviceList devs;
         Err err;
         parse_devices("cpu:2", 0, &devs, &err);
@@ -402,7 +466,7 @@ static void test_failure_stops_without_hang(void) {
         if (trainer_init_devices(&t, &cfg, 1, &devs, &err)) { CHECK(0, "%s", err.msg); break; }
         memcpy(t.input, images, (size_t)2 * S * S * 3 * sizeof(float));
         LossOut lo;
-        for (int p = 0; p < (m ? 5 : 2); p++) {
+        for (int p = 0; p < (m == 1 ? 5 : 2); p++) {
             multi_set_fail_hook(t.multi, fail_device1, (void *)phases[p]);
             int rc = trainer_step(&t, 2, S, tg, nt, 0, p + 1, &lo, &err);
             CHECK(rc == -1 && strstr(err.msg, "device 1 (cpu 1)") && strstr(err.msg, phases[p]), "%s: rc %d, %s",
@@ -514,6 +578,7 @@ int main(void) {
     RUN(test_sharded_checkpoint_resumes);
     RUN(test_split_by_speed);
     RUN(test_split_auto);
+    RUN(test_sync_bn_whole_batch);
     RUN(test_failure_stops_without_hang);
     RUN(test_epoch_report);
     RUN(test_one_host_wait_per_step);

@@ -1,6 +1,8 @@
 // test_ops.c: the CPU ops of core/spec/ops.h. Gradient checks (central differences of a random-weighted sum, in double) for every op with a
 // backward, the GEMM conv path against the plain loops on channel slices with guard values, and
 // BatchNorm against a double-precision computation. Legend: N batch, C/K channels, H,W in, P,Q out.
+#include <pthread.h>
+
 #include "core/spec/ops.h"
 #include "core/base/util.h"
 #include "test/test.h"
@@ -321,6 +323,107 @@ static void test_bn_backward(void) {
     free(dgamma), free(dbeta), free(gamma0), free(beta0);
 }
 
+// ---- synchronised BN: the whole batch's statistics from parts (core/spec/ops.h BnSync) -------------------
+
+static void sum_alone(void *arg, double *v, int n) { (void)arg; (void)v; (void)n; }
+
+// Two threads, each with its part of the batch, meeting at every sum (as core/devices/multi.c's devices do)
+typedef struct { pthread_barrier_t b; double *v[2], acc[64]; int calls; } Pair;
+typedef struct { Pair *p; int k; } PairArg;
+static void sum_pair(void *arg, double *v, int n) {
+    PairArg *a = arg;
+    a->p->v[a->k] = v;
+    pthread_barrier_wait(&a->p->b);
+    if (a->k == 0) { for (int i = 0; i < n; i++) a->p->acc[i] = a->p->v[0][i] + a->p->v[1][i]; a->p->calls++; }
+    pthread_barrier_wait(&a->p->b);
+    memcpy(v, a->p->acc, sizeof(double) * n);
+    pthread_barrier_wait(&a->p->b);
+}
+
+enum { SB_N = 4, SB_C = 5, SB_H = 3, SB_W = 3 };
+typedef struct {
+    PairArg arg; Map z, u, du, dz; const float *gamma, *beta;
+    float mean[SB_C], invstd[SB_C], rm[SB_C], rv[SB_C], dgamma[SB_C], dbeta[SB_C];
+} SyncPart;
+
+static Map part_of(Map m, int first, int n) {   // images first .. first+n-1 of m
+    Map p = m;
+    p.data += (size_t)first * m.H * m.W * m.ld;
+    p.N = n;
+    return p;
+}
+
+static void *sync_part_run(void *arg) {
+    SyncPart *q = arg;
+    BnSync s = { sum_pair, &q->arg };
+    bn_forward_train_sync_cpu(q->z, q->gamma, q->beta, BN_EPS, 0.1f, q->rm, q->rv, q->mean, q->invstd, q->u, &s);
+    bn_backward_sync_cpu(q->z, q->gamma, q->mean, q->invstd, q->du, q->dz, q->dgamma, q->dbeta, &s);
+    return NULL;
+}
+
+static int same_floats(const float *a, const float *b, int n) { return !memcmp(a, b, sizeof(float) * n); }
+
+// One device alone: bn_forward_train_cpu's statistics and bn_backward_cpu's bits. Two devices with a batch's
+// parts (1 + 3 images): the whole batch's statistics, normalised output and gradients; dgamma, dbeta are each
+// device's own (their sum the whole batch's).
+static void test_bn_sync(void) {
+    int N = SB_N, C = SB_C, H = SB_H, W = SB_W;
+    Rng g = rng_for(4, 0, 0);
+    Map z = map_new(N, H, W, C, BN_EXTRA), u = map_new(N, H, W, C, 0), du = map_new(N, H, W, C, 0);
+    map_rand(z, &g, -1, 3);
+    map_rand(du, &g, -1, 1);
+    float *gamma = vec_rand(C, &g, 0.5, 1.5), *beta = vec_rand(C, &g, -0.5, 0.5);
+    float mean[SB_C], invstd[SB_C], rm[SB_C] = { 0 }, rv[SB_C] = { 1, 1, 1, 1, 1 }, dgamma[SB_C] = { 0 }, dbeta[SB_C] = { 0 };
+    bn_forward_train_cpu(z, gamma, beta, BN_EPS, 0.1f, rm, rv, mean, invstd, u);
+    Map dz = map_new(N, H, W, C, 0);
+    bn_backward_cpu(z, gamma, mean, invstd, du, dz, dgamma, dbeta);
+
+    SyncPart one = { .z = z, .u = map_new(N, H, W, C, 0), .du = du, .dz = map_new(N, H, W, C, 0), .gamma = gamma,
+                     .beta = beta, .rv = { 1, 1, 1, 1, 1 } };
+    BnSync alone = { sum_alone, NULL };
+    bn_forward_train_sync_cpu(z, gamma, beta, BN_EPS, 0.1f, one.rm, one.rv, one.mean, one.invstd, one.u, &alone);
+    bn_backward_sync_cpu(z, gamma, one.mean, one.invstd, du, one.dz, one.dgamma, one.dbeta, &alone);
+    CHECK(same_floats(one.mean, mean, C) && same_floats(one.invstd, invstd, C) && same_floats(one.rm, rm, C) &&
+          same_floats(one.rv, rv, C), "one device: not bn_forward_train_cpu's statistics");
+    Map applied = map_new(N, H, W, C, 0);
+    bn_apply_cpu(z, gamma, beta, mean, invstd, applied);
+    CHECK(!memcmp(one.u.data, applied.data, map_floats(u) * sizeof(float)), "one device: u is not bn_apply's");
+    CHECK(!memcmp(one.dz.data, dz.data, map_floats(dz) * sizeof(float)) && same_floats(one.dgamma, dgamma, C) &&
+          same_floats(one.dbeta, dbeta, C), "one device: not bn_backward_cpu's bits");
+
+    Pair pair = { .calls = 0 };
+    pthread_barrier_init(&pair.b, NULL, 2);
+    SyncPart part[2];
+    Map pu = map_new(N, H, W, C, 0), pdz = map_new(N, H, W, C, 0);
+    pthread_t th[2];
+    for (int k = 0; k < 2; k++) {
+        int first = k ? 1 : 0, n = k ? 3 : 1;
+        part[k] = (SyncPart){ { &pair, k }, part_of(z, first, n), part_of(pu, first, n), part_of(du, first, n),
+                              part_of(pdz, first, n), gamma, beta, .rv = { 1, 1, 1, 1, 1 } };
+        pthread_create(&th[k], NULL, sync_part_run, &part[k]);
+    }
+    for (int k = 0; k < 2; k++) pthread_join(th[k], NULL);
+    pthread_barrier_destroy(&pair.b);
+    CHECK(pair.calls == 3, "%d sums: the forward's two and the backward's one", pair.calls);
+    for (int k = 0; k < 2; k++)
+        for (int c = 0; c < C; c++) {
+            CHECK(close_enough(part[k].mean[c], mean[c], 1e-7, 1e-6) && close_enough(part[k].invstd[c], invstd[c], 0, 1e-6),
+                  "device %d channel %d: mean %g invstd %g, the whole batch's %g %g", k, c, part[k].mean[c],
+                  part[k].invstd[c], mean[c], invstd[c]);
+            CHECK(close_enough(part[k].rm[c], rm[c], 1e-7, 1e-6) && close_enough(part[k].rv[c], rv[c], 0, 1e-6),
+                  "device %d channel %d: running statistics", k, c);
+        }
+    compare("synced u vs the whole batch's", pu, applied, NULL, 1e-5);
+    compare("synced dz vs the whole batch's", pdz, dz, NULL, 1e-5);
+    for (int c = 0; c < C; c++)
+        CHECK(close_enough(part[0].dgamma[c] + part[1].dgamma[c], dgamma[c], 1e-6, 1e-5) &&
+              close_enough(part[0].dbeta[c] + part[1].dbeta[c], dbeta[c], 1e-6, 1e-5) &&
+              !close_enough(part[0].dbeta[c], dbeta[c], 1e-6, 1e-5), "channel %d: dgamma, dbeta are each device's own", c);
+    map_free(z), map_free(u), map_free(du), map_free(dz), map_free(one.u), map_free(one.dz), map_free(applied);
+    map_free(pu), map_free(pdz);
+    free(gamma), free(beta);
+}
+
 // ---- elementwise --------------------------------------------------------------------------
 
 typedef struct { Map u, y; float *r; } SiluCase;
@@ -497,6 +600,7 @@ int main(void) {
     RUN(test_conv);
     RUN(test_bn_forward);
     RUN(test_bn_backward);
+    RUN(test_bn_sync);
     RUN(test_silu);
     RUN(test_silu_extremes);
     RUN(test_add_copy_accumulate_zero);

@@ -282,6 +282,20 @@ static void rank_disagree(const char *what) {
     }
 }
 
+// sync_bn=1 under mpirun: refused on every rank with the reason (SyncBatchNorm is within one process's devices).
+static void rank_sync_bn(void) {
+    static Config cfg;
+    Err err;
+    Trainer t;
+    DeviceList devs;
+    if (load_cfg(&cfg, 8, "device0", "local", "sync_bn=1")) return;
+    if (parse_devices("cpu:2", 0, &devs, &err)) { RCHECK(0, "%s", err.msg); return; }
+    int rc = trainer_init_devices(&t, &cfg, 1, &devs, &err);
+    RCHECK(rc == -1 && strstr(err.msg, "across processes"), "sync_bn=1 under mpirun: %s", rc ? err.msg : "accepted");
+    if (!rc) trainer_free(&t);
+    else if (comm_rank() == 0) printf("    refused: %s\n", err.msg);
+}
+
 // Steps until rank 1 dies (SIGKILL) or fails (comm_abort) at its third; the others would go on for minutes.
 static void rank_fault(const char *how) {
     static Config cfg;
@@ -440,6 +454,8 @@ static int rank_main(int argc, char **argv) {
         rank_steps(&c);
     } else if (!strcmp(what, "disagree") && argc >= 4) {
         rank_disagree(argv[3]);
+    } else if (!strcmp(what, "syncbn")) {
+        rank_sync_bn();
     } else if (!strcmp(what, "fault") && argc >= 4) {
         rank_fault(argv[3]);
     } else if (!strcmp(what, "val") && argc >= 5) {
@@ -564,6 +580,15 @@ static void test_disagreement_refused(void) {
         print_indented(out);
         CHECK(rc == 0 && strstr(out, "ranks: all passed"), "%s: status %d", what[k], rc);
     }
+}
+
+static void test_sync_bn_refused(void) {
+    if (!have_mpirun()) SKIP("%s", skip_why);
+    char out[1 << 14];
+    double secs;
+    int rc = run_ranks(2, "syncbn", 120, out, sizeof out, &secs);
+    print_indented(out);
+    CHECK(rc == 0 && strstr(out, "ranks: all passed"), "status %d", rc);
 }
 
 // A rank killed (SIGKILL) or failing (comm_abort) mid-run ends every rank within seconds, named.
@@ -1120,6 +1145,7 @@ int main(int argc, char **argv) {
     RUN(test_three_processes);
     RUN(test_processes_without_images);
     RUN(test_disagreement_refused);
+    RUN(test_sync_bn_refused);
     RUN(test_dead_rank_stops_all);
     RUN(test_validation_shared);
     RUN(test_validation_fault_everywhere);

@@ -141,6 +141,53 @@ static void do_phase(Multi *mt, int k) {
     }
 }
 
+// ---- sync_bn=1: the BN sums of the devices with images (BnMeet) ----------------------------------
+
+static void bn_meet_sum(void *arg, double *v, int n) {
+    HookArg *a = arg;
+    Multi *mt = a->mt;
+    BnMeet *me = &mt->meet;
+    pthread_mutex_lock(&me->mu);
+    if (me->left) me->broken = 1;                  // a device is gone: this sum can never complete
+    if (me->arrived && n != me->len)
+        die("sync_bn: device %d sums %d values where the others sum %d (the devices ran different models)", a->k, n,
+            me->len);
+    if (me->broken) { pthread_cond_broadcast(&me->cv); pthread_mutex_unlock(&me->mu); return; }
+    me->v[a->k] = v;
+    me->len = n;
+    if (++me->arrived < me->n) {
+        long r = me->round;
+        while (me->round == r && !me->broken) pthread_cond_wait(&me->cv, &me->mu);
+        pthread_mutex_unlock(&me->mu);
+        return;
+    }
+    if (n > me->cap) { me->cap = n; me->acc = xrealloc(me->acc, sizeof(double) * n); }
+    int first = 1;
+    for (int k = 0; k < mt->n; k++) {              // device order: the same doubles on every device
+        if (!mt->job[k].n) continue;
+        for (int i = 0; i < n; i++) me->acc[i] = first ? me->v[k][i] : me->acc[i] + me->v[k][i];
+        first = 0;
+    }
+    for (int k = 0; k < mt->n; k++)
+        if (mt->job[k].n) memcpy(me->v[k], me->acc, sizeof(double) * n);
+    me->arrived = 0;
+    me->round++;
+    pthread_cond_broadcast(&me->cv);
+    pthread_mutex_unlock(&me->mu);
+}
+
+// Device k is done with the phase's sums (or failed before them): a sum still waiting for it never completes.
+static void bn_meet_leave(Multi *mt) {
+    BnMeet *me = &mt->meet;
+    pthread_mutex_lock(&me->mu);
+    me->left++;
+    if (me->arrived) { me->broken = 1; pthread_cond_broadcast(&me->cv); }
+    pthread_mutex_unlock(&me->mu);
+}
+
+// A phase with BN sums: forward and backward, in training
+static int phase_syncs(const Multi *mt) { return mt->sync_bn && mt->phase <= PH_BACKWARD_D0; }
+
 // The event each phase records when its work is queued: what the other devices wait for.
 static const int PHASE_EVENT[] = { EV_ASSIGNED, EV_ASSIGNED, EV_DONE, EV_DONE, EV_REDUCED, EV_UPDATED, EV_GATHERED };
 
@@ -160,7 +207,7 @@ static void order_before_forward(Multi *mt, int k) {
 static void run_phase(Multi *mt, int k) {
     Job *j = &mt->job[k];
     Trainer *t = j->t;
-    j->rc = 0;
+    j->rc = j->bystander = 0;
     if (mt->phase == PH_FORWARD || mt->phase == PH_FORWARD_ONLY) {   // before any gradient of the step
         order_before_forward(mt, k);
         if (mt->zero_first) model_zero_grad(&t->m);
@@ -172,9 +219,19 @@ static void run_phase(Multi *mt, int k) {
     }
     if (mt->hook && mt->hook(k, PHASE_NAMES[mt->phase], mt->hook_arg)) {
         j->rc = err_set(&j->err, "failed in its %s phase (injected)", PHASE_NAMES[mt->phase]);
+        if (phase_syncs(mt)) bn_meet_leave(mt);
         return;
     }
+    t->m.bn_sync = phase_syncs(mt) ? &mt->bn_sync[k] : NULL;
     do_phase(mt, k);
+    if (t->m.bn_sync) {
+        t->m.bn_sync = NULL;
+        bn_meet_leave(mt);
+        if (!j->rc && mt->meet.broken) {           // another device failed mid-phase: its error is the step's
+            j->rc = err_set(&j->err, "another device stopped before its BN sums in the %s phase", PHASE_NAMES[mt->phase]);
+            j->bystander = 1;
+        }
+    }
     mt_record(mt, k, PHASE_EVENT[mt->phase]);
     char msg[256];
     if (!j->rc && t->m.be->dev.check(t->m.be_ctx, msg, sizeof msg))
@@ -203,10 +260,21 @@ static void *worker(void *arg) {
 // worker is back at the start barrier either way, so a failure leaves no thread waiting.
 int mt_run_all(Multi *mt, int phase, Err *err) {
     mt->phase = phase;
+    if (phase_syncs(mt)) {                         // every worker waits at the start barrier: no sum is open
+        BnMeet *me = &mt->meet;
+        me->n = mt_used_devices(mt);
+        me->arrived = me->left = me->broken = 0;
+        me->round = 0;
+    }
     if (phase == PH_BACKWARD || phase == PH_BACKWARD_D0) mt_buckets_reset(mt);
     pthread_barrier_wait(&mt->start);
     if (phase == PH_QUIT) return 0;
     pthread_barrier_wait(&mt->done);
+    for (int k = 0; k < mt->n; k++) {               // a device that failed first, before those it left waiting
+        if (!mt->job[k].rc || mt->job[k].bystander) continue;
+        char name[32];
+        return err_set(err, "device %d (%s): %s", k, mt_dev_name(mt, k, name, sizeof name), mt->job[k].err.msg);
+    }
     for (int k = 0; k < mt->n; k++) {
         if (!mt->job[k].rc) continue;
         char name[32];
@@ -520,8 +588,9 @@ void multi_use_host_copies(Multi *mt) {
 int multi_host_copies(const Multi *mt) { return mt->staged; }
 
 static void print_plan(const Multi *mt, const char *copies) {
-    printf("parallel: %d devices, reduce=%s, loss_on=%s, split=%s; %s\n", mt->n, mt->sharded ? "sharded" : "device0",
-           mt->loss_d0 ? "device0" : "local", mt->split, copies);
+    printf("parallel: %d devices, reduce=%s, loss_on=%s, split=%s%s; %s\n", mt->n, mt->sharded ? "sharded" : "device0",
+           mt->loss_d0 ? "device0" : "local", mt->split, mt->sync_bn ? ", sync_bn=1 (BN over the whole batch)" : "",
+           copies);
     for (int k = 0; k < mt->n; k++) {
         char name[32];
         printf("  %-7s micro-batch up to %d images", mt_dev_name(mt, k, name, sizeof name), mt->cap[k]);
@@ -565,6 +634,9 @@ static void release(Multi *mt) {
     mt_buckets_free(mt);
     for (int k = 0; k < mt->n; k++) mt_shard_free(&mt->shard[k]);
     mt_loss_dev0_free(mt);
+    pthread_mutex_destroy(&mt->meet.mu);
+    pthread_cond_destroy(&mt->meet.cv);
+    free(mt->meet.acc);
     for (int k = 1; k <= mt->n_reps; k++) trainer_free(&mt->rep[k]);
     for (int k = 0; k < mt->n; k++) { free(mt->job[k].targets); free(mt->job[k].stage); }
     mt->master->multi = NULL;
@@ -588,6 +660,13 @@ int multi_init(Trainer *master, const Config *cfg, const DeviceList *devs, int m
     mt->sharded = !strcmp(cfg->reduce, "sharded");
     mt->loss_d0 = !strcmp(cfg->loss_on, "device0");
     snprintf(mt->split, sizeof mt->split, "%s", cfg->split);
+    mt->sync_bn = cfg->sync_bn;
+    pthread_mutex_init(&mt->meet.mu, NULL);
+    pthread_cond_init(&mt->meet.cv, NULL);
+    for (int k = 0; k < mt->n; k++) {
+        mt->sync_args[k] = (HookArg){ mt, k };
+        mt->bn_sync[k] = (BnSync){ bn_meet_sum, &mt->sync_args[k] };
+    }
     master->multi = mt;
     master->release = multi_free;                     // trainer_free(master) frees the replicas first
     for (int k = 0; k < mt->n; k++) {

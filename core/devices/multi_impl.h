@@ -21,6 +21,7 @@ typedef struct {             // one device's share of the step
     double   compute;        // seconds of forward + loss + backward in the last step
     Err      err;
     float   *stage;          // host staging for copies when peer access is off
+    int      bystander;      // sync_bn: stopped because another device left its BN sums (rc set too)
 } Job;
 
 // What a device's queue has done, for the others to wait on (recorded each step, after the work):
@@ -65,6 +66,20 @@ typedef struct {
 } Buckets;
 typedef struct { struct Multi *mt; int k; } HookArg;
 
+// sync_bn=1: the devices of a step meet in every training BN's sums (core/spec/ops.h BnSync). Each device
+// with images this step calls the sum in the same order; the last to arrive adds the vectors in device
+// order and gives every one the result. A device that leaves the phase while another waits (it failed, so
+// its sums will not come) breaks the meeting: the waiting ones go on with their own sums and the step fails
+// with that device's error.
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t  cv;
+    int             n, arrived, left, broken;   // devices with images this step; at the current sum; gone
+    long            round;                      // sums completed this phase
+    double         *v[MULTI_MAX], *acc;         // each waiting device's vector; the sum (cap doubles)
+    int             len, cap;
+} BnMeet;
+
 struct Multi {
     int              n, n_reps, sizes[MULTI_MAX], cap[MULTI_MAX], last_B;   // n_reps: replicas built
     char             split[256];
@@ -93,6 +108,10 @@ struct Multi {
     int              procs, procs_reduce;       // several processes (core/procs/procs.h); sum the gradients this step
     int              procs_overlap;             // ... bucket by bucket as device 0 gathers them (procs_overlap)
     int              n_step;                    // images of the step in flight (0: none in this process)
+    int              sync_bn;                   // SyncBatchNorm across this process's devices (cfg sync_bn)
+    BnMeet           meet;
+    BnSync           bn_sync[MULTI_MAX];        // device k's: bn_meet_sum with sync_args[k]
+    HookArg          sync_args[MULTI_MAX];
 };
 
 // ---- core/devices/multi.c: device helpers -------------------------------------------------------------

@@ -144,6 +144,10 @@ typedef struct Model {
     void     (*backward_hook)(void *arg, int node);
     void      *backward_arg;
     int        hook_queues;
+    // --sync-bn on several devices (core/devices/multi.c sets it for a step's forward and backward): each training
+    // BN's statistics and gradient sums are the whole batch's, through bn_sync (ops.h; the fused unit forms step
+    // aside for the composed ones, and these passes are not recorded); NULL: this device's part alone.
+    const BnSync *bn_sync;
     // activations: arenas sized for (max_n, imgsz), in the backend's memory like state and grad
     float     *act, *dact, *stats, *ws, *tmp_a, *tmp_b;
     size_t     n_act, n_stats, n_ws, n_tmp;   // tmp: two maps the size of the largest conv output

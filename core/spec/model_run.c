@@ -64,6 +64,10 @@ static void unit_conv(Model *m, const ConvUnit *cu, const ConvDims *d, Map x, co
     m->be->ops.dwconv_forward(m->be_ctx, &dd, x, P(m, cu->w), b, y);
 }
 
+// A unit whose training BN takes the whole batch's statistics across devices (Model.bn_sync): the backend's
+// fused forms, which make their own sums, step aside for it.
+static int unit_bn_synced(const Model *m, const ConvUnit *cu) { return m->bn_sync && cu->bn_w >= 0 && !cu->bn_frozen; }
+
 static BnTrain unit_bn_train(Model *m, const ConvUnit *cu) {
     float *mean = m->stats + cu->stats;
     return (BnTrain){ P(m, cu->bn_w), P(m, cu->bn_b), P(m, cu->bn_mean), P(m, cu->bn_var), mean, mean + cu->d.K };
@@ -79,7 +83,8 @@ static int unit_forward(Model *m, const ConvUnit *cu, int in, Map out, int n, in
     const Backend *be = m->be;
     if (cu->bn_w < 0) { unit_conv(m, cu, &d, x, P(m, cu->b), out); return 0; }
     Map z = unit_z(m, cu, &d);
-    if (train && act && unit_bn_trains(cu) && be->unit.conv_bn_silu_forward_train) {
+    int synced = train && unit_bn_synced(m, cu);
+    if (train && act && unit_bn_trains(cu) && !synced && be->unit.conv_bn_silu_forward_train) {
         BnTrain b = unit_bn_train(m, cu);   // the conv and its BN + SiLU in the backend's one form
         be->unit.conv_bn_silu_forward_train(m->be_ctx, &d, x, P(m, cu->w), z, &b, BN_EPS, BN_MOMENTUM, out, m->ws);
         return 1;
@@ -91,7 +96,7 @@ static int unit_forward(Model *m, const ConvUnit *cu, int in, Map out, int n, in
         return 1;
     }
     float *mean = m->stats + cu->stats, *invstd = mean + d.K;
-    if (train && act && !cu->bn_frozen && be->unit.bn_silu_forward_train) {
+    if (train && act && !cu->bn_frozen && !synced && be->unit.bn_silu_forward_train) {
         be->unit.bn_silu_forward_train(m->be_ctx, z, P(m, cu->bn_w), P(m, cu->bn_b), BN_EPS, BN_MOMENTUM,
                                        P(m, cu->bn_mean), P(m, cu->bn_var), mean, invstd, out);
         return 1;
@@ -104,6 +109,9 @@ static int unit_forward(Model *m, const ConvUnit *cu, int in, Map out, int n, in
     } else if (cu->bn_frozen) {   // BatchNorm.eval() in training: the running statistics, left as they are
         be->ops.bn_frozen_stats(m->be_ctx, d.K, P(m, cu->bn_mean), P(m, cu->bn_var), BN_EPS, mean, invstd);
         be->ops.bn_apply(m->be_ctx, z, P(m, cu->bn_w), P(m, cu->bn_b), mean, invstd, u);   // as bn_recompute
+    } else if (synced) {
+        be->ops.bn_forward_train_sync(m->be_ctx, z, P(m, cu->bn_w), P(m, cu->bn_b), BN_EPS, BN_MOMENTUM,
+                                      P(m, cu->bn_mean), P(m, cu->bn_var), mean, invstd, u, m->bn_sync);
     } else {
         be->ops.bn_forward_train(m->be_ctx, z, P(m, cu->bn_w), P(m, cu->bn_b), BN_EPS, BN_MOMENTUM,
                                  P(m, cu->bn_mean), P(m, cu->bn_var), mean, invstd, u);
@@ -117,7 +125,7 @@ static int unit_forward(Model *m, const ConvUnit *cu, int in, Map out, int n, in
 // tmp are the backend's). Returns 0 (nothing done) where the backend or the units do not allow it.
 static int repconv_forward_fused(Model *m, const Node *nd, Map u, Map tmp, Map y, int n) {
     const ConvUnit *c1 = &nd->cv, *c2 = &nd->cv2;
-    if (!m->be->fused.repconv_forward_train || !unit_bn_trains(c1) || !unit_bn_trains(c2)) return 0;
+    if (!m->be->fused.repconv_forward_train || !unit_bn_trains(c1) || !unit_bn_trains(c2) || m->bn_sync) return 0;
     ConvDims d1 = unit_dims(m, c1, nd->in, n), d2 = unit_dims(m, c2, nd->in, n);
     Map x = model_value(m, nd->in, n), z1 = unit_z(m, c1, &d1), z2 = unit_z(m, c2, &d2);
     unit_conv(m, c1, &d1, x, NULL, z1);
@@ -134,7 +142,7 @@ static void bn_recompute(const Model *m, const ConvUnit *cu, Map z, Map u) {
 }
 
 // Whether unit_backward may take a unit's BN and conv to the backend's conv_bn_backward
-static int unit_conv_bn(const ConvUnit *cu) { return unit_bn_trains(cu) && cu->b < 0; }
+static int unit_conv_bn(const Model *m, const ConvUnit *cu) { return unit_bn_trains(cu) && cu->b < 0 && !m->bn_sync; }
 
 // A unit's BN parameters, the statistics its forward saved, and its parameter gradients (+=)
 static BnSaved unit_bn_saved(Model *m, const ConvUnit *cu) {
@@ -148,7 +156,7 @@ static void unit_backward(Model *m, const ConvUnit *cu, int in, Map du, int n, i
     Map x = model_value(m, in, n), dx = model_grad(m, in, n), dz = du;
     if (m->values[in].no_grad) dx.data = NULL;   // no gradient for the images or detached features
     dx.fresh = fresh;                             // the first write into an unzeroed buffer (grad_plan.c)
-    if (unit_conv_bn(cu) && m->be->unit.conv_bn_backward) {   // BN + conv, fused by the backend
+    if (unit_conv_bn(m, cu) && m->be->unit.conv_bn_backward) {   // BN + conv, fused by the backend
         Map z = unit_z(m, cu, &d);
         BnSaved bn = unit_bn_saved(m, cu);
         m->be->unit.conv_bn_backward(m->be_ctx, &d, x, P(m, cu->w), z, &bn, du, map_make(m->tmp_b, d.N, d.P, d.Q, d.K), dx,
@@ -162,6 +170,9 @@ static void unit_backward(Model *m, const ConvUnit *cu, int in, Map du, int n, i
         if (cu->bn_frozen)   // the statistics are constants: no batch-mean terms
             m->be->ops.bn_frozen_backward(m->be_ctx, z, P(m, cu->bn_w), mean, mean + d.K, du, dz, G(m, cu->bn_w),
                                       G(m, cu->bn_b));
+        else if (m->bn_sync)
+            m->be->ops.bn_backward_sync(m->be_ctx, z, P(m, cu->bn_w), mean, mean + d.K, du, dz, G(m, cu->bn_w),
+                                        G(m, cu->bn_b), m->bn_sync);
         else
             m->be->ops.bn_backward(m->be_ctx, z, P(m, cu->bn_w), mean, mean + d.K, du, dz, G(m, cu->bn_w),
                                G(m, cu->bn_b));
@@ -178,7 +189,7 @@ static void unit_backward(Model *m, const ConvUnit *cu, int in, Map du, int n, i
 // unit_backward twice; 0 (nothing done) where the backend or the units do not allow it.
 static int repconv_backward_fused(Model *m, const Node *nd, Map du, int n, int fresh) {
     const ConvUnit *c1 = &nd->cv, *c2 = &nd->cv2;
-    if (!m->be->fused.repconv_bn_backward || !unit_conv_bn(c1) || !unit_conv_bn(c2)) return 0;
+    if (!m->be->fused.repconv_bn_backward || !unit_conv_bn(m, c1) || !unit_conv_bn(m, c2)) return 0;
     ConvDims d1 = unit_dims(m, c1, nd->in, n), d2 = unit_dims(m, c2, nd->in, n);
     Map x = model_value(m, nd->in, n), dx1 = model_grad(m, nd->in, n);
     if (m->values[nd->in].no_grad) dx1.data = NULL;
@@ -292,6 +303,7 @@ typedef void (*PassFn)(Model *m, int n);
 static void run_pass(Model *m, int kind, int n, PassFn pass) {
     const Backend *be = m->be;
     if (kind == REC_BACKWARD && m->backward_hook) kind = m->hook_queues ? REC_BACKWARD_HOOKED : -1;
+    if (m->bn_sync && kind != REC_EVAL) kind = -1;   // the BN sums wait on the host and the other devices
     int recordable = be->dev.rec_begin && !m->prof && kind >= 0;
     ModelRecording *r = recordable ? rec_find(m, kind, n) : NULL;
     if (r && r->state == REC_SEEN) {               // the second time: record, then replay below
@@ -331,7 +343,8 @@ static void forward_pass(Model *m, int n, int train) {
         if (!train && m->nodes[i].train_only) continue;   // the auxiliary head is for training only
         double t0 = prof_start(m);
         const Node *nd = &m->nodes[i];   // a residual pair whose conv's BN trains (not frozen): one pass
-        int add = train && m->be->fused.bn_silu_add_forward_train && unit_bn_trains(&nd->cv) ? m->residual_add[i] : -1;
+        int add = train && m->be->fused.bn_silu_add_forward_train && unit_bn_trains(&nd->cv) && !m->bn_sync
+                      ? m->residual_add[i] : -1;
         if (add >= 0) conv_residual_forward(m, &m->nodes[i], &m->nodes[add], n);
         else node_forward(m, &m->nodes[i], n, train);
         prof_stop(m, i, 0, t0);
@@ -440,7 +453,7 @@ static void node_backward(Model *m, const Node *nd, int n) {
             z_again(m, &nd->cv, nd->in, n);
             if (nd->op == OP_REPCONV) z_again(m, &nd->cv2, nd->in, n);
             if (!nd->act) { unit_backward(m, &nd->cv, nd->in, dy, n, fresh & FRESH_IN); break; }
-            if (nd->op == OP_CONV && nd->cv.bn_w >= 0 && !unit_is_dw(&nd->cv) && !nd->cv.bn_frozen &&
+            if (nd->op == OP_CONV && nd->cv.bn_w >= 0 && !unit_is_dw(&nd->cv) && !nd->cv.bn_frozen && !m->bn_sync &&
                 m->be->unit.conv_bn_silu_backward) {
                 unit_backward_silu(m, &nd->cv, nd->in, dy, n, fresh & FRESH_IN);
                 break;
@@ -484,6 +497,7 @@ static void unit_replay(Model *m, const ConvUnit *cu, int in, Map out, int n) {
     ConvDims d = unit_dims(m, cu, in, n);
     Map z = unit_z(m, cu, &d);
     if (cu->z_recompute) unit_conv(m, cu, &d, model_value(m, in, n), NULL, z);
+    if (unit_bn_synced(m, cu)) { bn_recompute(m, cu, z, out); return; }   // the synced forward's own formula
     m->be->ops.bn_forward_train(m->be_ctx, z, P(m, cu->bn_w), P(m, cu->bn_b), BN_EPS, BN_MOMENTUM, NULL, NULL, NULL,
                                 NULL, out);
 }

@@ -8,6 +8,11 @@
 #include "core/trainer/family.h"
 
 int trainer_init_devices(Trainer *t, const Config *cfg, int nb, const DeviceList *devs, Err *err) {
+    if (cfg->sync_bn && procs_active())
+        return err_set(err, "sync_bn=1 across processes (mpirun) is not built: it synchronises the devices of one "
+                            "process; run one process with device=0,1,... or leave sync_bn off");
+    if (devs->n == 1 && cfg->sync_bn)
+        printf("sync_bn=1: one device's BN already normalises over the whole batch; nothing to synchronise\n");
     if (devs->n == 1) return trainer_init(t, cfg, nb, devs->gpu[0], err);
     int micro = multi_plan_micro(cfg->split, cfg->batch, devs->n, err);
     if (micro < 0) return -1;
