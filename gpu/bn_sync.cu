@@ -58,7 +58,7 @@ static SyncWork *sync_work(Device *dev, int K, size_t M) {
     }
     size_t k = (size_t)K, need = (size_t)sync_chunks(M) * 2 * k + 3 * k, host_need = 2 * k + 1;
     if (need > w->dev_cap) {
-        checkCuda(cudaStreamSynchronize(dev->stream));
+        device_sync(dev);
         if (w->part) checkCuda(cudaFree(w->part));
         w->part = (double *)device_try_alloc(sizeof(double) * need);
         if (!w->part) die("out of GPU memory on GPU %d for SyncBatchNorm's sums (%zu bytes): lower batch", dev->id,
@@ -66,7 +66,7 @@ static SyncWork *sync_work(Device *dev, int K, size_t M) {
         w->dev_cap = need;
     }
     if (host_need > w->host_cap) {
-        checkCuda(cudaStreamSynchronize(dev->stream));
+        device_sync(dev);
         if (w->host) checkCuda(cudaFreeHost(w->host));
         w->host = (double *)device_host_alloc(sizeof(double) * host_need);
         w->host_cap = host_need;
@@ -178,7 +178,7 @@ static void chunks_to_host(Device *dev, SyncWork *w, int G, int n, double *sums,
                                                                                             dgamma, dbeta);
     checkLaunch(dev);
     checkCuda(cudaMemcpyAsync(host, sums, sizeof(double) * n, cudaMemcpyDeviceToHost, dev->stream));
-    checkCuda(cudaStreamSynchronize(dev->stream));
+    device_sync(dev);
 }
 
 static void sync_check(Map a, Map b, const char *who) { same_shape_gpu(a, b, who); }

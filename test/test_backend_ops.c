@@ -565,17 +565,20 @@ static double max_diff(Map a, Map b) {
     return e;
 }
 
-// A second call of the same shape on the GPU allocates nothing (its buffers are kept on the Device); run after
-// the checks, since it adds to the outputs again
+// A second call of the same shape on the GPU allocates nothing (its buffers are kept on the Device) and waits on
+// the host `waits` times (the forward twice, the backward once: before each BnSync sum); run after the checks,
+// since it adds to the outputs again
 #ifdef USE_CUDA
-#define SYNC_ALLOCS_ONCE(tg, op, call) do { \
+#define SYNC_SECOND_CALL(tg, op, waits, call) do { \
         if ((tg)->ctx != &dev || perf_reps) break; \
         size_t n0_ = gpu_alloc_count(); \
+        long w0_ = host_wait_count(); \
         call; \
         CHECK(gpu_alloc_count() == n0_, "%s: a second call allocated %zu times", op, gpu_alloc_count() - n0_); \
+        CHECK(host_wait_count() - w0_ == (waits), "%s: %ld host waits, not %d", op, host_wait_count() - w0_, (waits)); \
     } while (0)
 #else
-#define SYNC_ALLOCS_ONCE(tg, op, call) do { } while (0)
+#define SYNC_SECOND_CALL(tg, op, waits, call) do { } while (0)
 #endif
 
 // Which maps of sync case i are bf16-stored on a target that takes them (the CPU runs the same shape in fp32)
@@ -611,8 +614,9 @@ static void case_bn_forward_train_sync(const Target *tg, Rng *g, int i) {
     }
     CHECK_OUT(iu, "u", u16 ? BF16 : FP32);
     check_bn_stats(tg, &s, op, sh, b, !perf_reps);
-    SYNC_ALLOCS_ONCE(tg, op, tg->be->ops.bn_forward_train_sync(tg->ctx, D(b.z), DP(b.ga), DP(b.be), EPS, MOMENTUM,
-                                                               DP(b.rm), DP(b.rv), DP(b.mean), DP(b.invstd), D(iu), &son));
+    SYNC_SECOND_CALL(tg, op, 2, tg->be->ops.bn_forward_train_sync(tg->ctx, D(b.z), DP(b.ga), DP(b.be), EPS, MOMENTUM,
+                                                                  DP(b.rm), DP(b.rv), DP(b.mean), DP(b.invstd), D(iu),
+                                                                  &son));
     free(local.base); free(lmean.base); free(linv.base);
     other_free(o);
     set_free(&s);
@@ -655,8 +659,8 @@ static void case_bn_backward_sync(const Target *tg, Rng *g, int i) {
     if (!in_place) CHECK_OUT(idu, "du untouched", FP32);
     if (no_dz) CHECK_OUT(idz, "dz untouched (none given)", FP32);
     CHECK_OUT(dga, "dgamma", FP32); CHECK_OUT(dbe, "dbeta", FP32);
-    SYNC_ALLOCS_ONCE(tg, op, tg->be->ops.bn_backward_sync(tg->ctx, D(b.z), DP(b.ga), DP(b.mean), DP(b.invstd), D(idu),
-                                                          dzd, DP(dga), DP(dbe), &son));
+    SYNC_SECOND_CALL(tg, op, 1, tg->be->ops.bn_backward_sync(tg->ctx, D(b.z), DP(b.ga), DP(b.mean), DP(b.invstd),
+                                                             D(idu), dzd, DP(dga), DP(dbe), &son));
     free(local.base);
     other_free(o);
     set_free(&s);
