@@ -28,11 +28,11 @@ static int sync_chunks(size_t M) {
 //   SUM_DU: Σ du and Σ du·xhat, xhat = (z - mean)·(double)invstd with z - mean rounded in float (S = 2)
 enum SyncKind { SUM_Z, SUM_SQ, SUM_DU };
 
-// The device buffers kept on the Device between calls (dev->kept[DEVICE_KEPT_BNSYNC]), grown when a larger
-// map comes, and the page-locked host doubles BnSync sums.
+// The device buffers kept on the Device between calls (dev->kept[DEVICE_KEPT_BNSYNC]), grown when a BN of more
+// channels comes (sync_work), and the page-locked host doubles BnSync sums.
 struct SyncWork {
     double *part;   // (G, S·K) partial sums
-    double *sums;   // (S·K) this device's sums, then the whole batch's means (backward) or mean (forward)
+    double *sums;   // (2K) backward: this device's sums, then the batch's means; forward: the mean, Σ(z - mu)²
     double *var;    // (K) the whole batch's variance (forward)
     size_t dev_cap; // doubles of the one device allocation the three above share
     double *host;   // (1 + 2K) [M, sums] (forward: [M, Σz, Σ(z - mu)²], the CPU's layout)
@@ -46,9 +46,10 @@ static void sync_work_free(void *p) {
     free(w);
 }
 
-// dev's kept work with room for K channels of M pixels; a larger one replaces it (after the stream's work,
-// which may still read the old one, is done)
-static SyncWork *sync_work(Device *dev, int K, size_t M) {
+// dev's kept work with room for K channels of any map (MAX_CHUNKS chunks), so only a larger K than any before
+// replaces it (after the stream's work, which may still read the old one, is done): a model's first step sees
+// every K, and later steps allocate nothing whatever their image size
+static SyncWork *sync_work(Device *dev, int K) {
     SyncWork *w = (SyncWork *)dev->kept[DEVICE_KEPT_BNSYNC];
     if (!w) {
         w = (SyncWork *)calloc(1, sizeof *w);
@@ -56,7 +57,7 @@ static SyncWork *sync_work(Device *dev, int K, size_t M) {
         dev->kept[DEVICE_KEPT_BNSYNC] = w;
         dev->kept_free[DEVICE_KEPT_BNSYNC] = sync_work_free;
     }
-    size_t k = (size_t)K, need = (size_t)sync_chunks(M) * 2 * k + 3 * k, host_need = 2 * k + 1;
+    size_t k = (size_t)K, need = (size_t)MAX_CHUNKS * 2 * k + 3 * k, host_need = 2 * k + 1;
     if (need > w->dev_cap) {
         device_sync(dev);
         if (w->part) checkCuda(cudaFree(w->part));
@@ -192,7 +193,7 @@ extern "C" void bn_forward_train_sync_gpu(Device *dev, Map z, const float *gamma
     int K = z.C;
     size_t M = map_pixels(z);
     int G = sync_chunks(M);
-    SyncWork *w = sync_work(dev, K, M);
+    SyncWork *w = sync_work(dev, K);
     double *a = w->host, *sq = a + K + 1;   // [M, Σz], then Σ(z - mean)²: the CPU's layout
     Map none = { NULL, 0, 0, 0, 0, 0, 0, 0 };
     sync_sums_kernel<SUM_Z><<<sums_grid(K, G), dim3(CH, ROWS), 0, dev->stream>>>(z, none, NULL, NULL, NULL, w->part);
@@ -227,7 +228,7 @@ extern "C" void bn_backward_sync_gpu(Device *dev, Map z, const float *gamma, con
     int K = z.C;
     size_t M = map_pixels(z);
     int G = sync_chunks(M);
-    SyncWork *w = sync_work(dev, K, M);
+    SyncWork *w = sync_work(dev, K);
     double *a = w->host;   // [M, Σdu, Σdu·xhat]
     sync_sums_kernel<SUM_DU><<<sums_grid(K, G), dim3(CH, ROWS), 0, dev->stream>>>(z, du, NULL, mean, invstd, w->part);
     checkLaunch(dev);
