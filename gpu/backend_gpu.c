@@ -45,6 +45,14 @@ static void bn_apply(void *ctx, Map z, const float *g, const float *b, const flo
                      Map u) {
     bn_apply_gpu(DEV, z, g, b, mean, invstd, u);
 }
+static void bn_train_sync(void *ctx, Map z, const float *g, const float *b, float eps, float mom, float *rm, float *rv,
+                          float *mean, float *invstd, Map u, const BnSync *sync) {
+    bn_forward_train_sync_gpu(DEV, z, g, b, eps, mom, rm, rv, mean, invstd, u, sync);
+}
+static void bn_bwd_sync(void *ctx, Map z, const float *g, const float *mean, const float *invstd, Map du, Map dz,
+                        float *dg, float *db, const BnSync *sync) {
+    bn_backward_sync_gpu(DEV, z, g, mean, invstd, du, dz, dg, db, sync);
+}
 static void bn_silu_eval(void *ctx, Map z, const float *g, const float *b, float eps, const float *rm, const float *rv,
                          Map y) {
     bn_silu_forward_eval_gpu(DEV, z, g, b, eps, rm, rv, y);
@@ -390,6 +398,7 @@ const Backend backend_gpu = {
         .conv_forward = conv_fwd, .conv_backward = conv_bwd,
         .bn_forward_train = bn_train, .bn_forward_eval = bn_eval, .bn_backward = bn_bwd, .bn_apply = bn_apply,
         .bn_frozen_stats = bn_frozen_stats, .bn_frozen_backward = bn_frozen_bwd,
+        .bn_forward_train_sync = bn_train_sync, .bn_backward_sync = bn_bwd_sync,
         .silu_forward = silu_fwd, .silu_backward = silu_bwd, .add_forward = add_fwd,
         .copy_map = copy, .accumulate_map = accumulate,
         .maxpool_forward = maxpool_fwd, .maxpool_backward = maxpool_bwd,

@@ -75,8 +75,9 @@ typedef struct {
 } InputStage;
 
 // Work a validation pass needs beyond the memory plan (decode + NMS, top-k, the losses' gathered maps) is
-// made by the first pass and kept on the Device for the next ones, so later passes allocate nothing.
-enum { DEVICE_KEPT_NMS, DEVICE_KEPT_TOPK, DEVICE_KEPT_VLOSS, DEVICE_KEPT };
+// made by the first pass and kept on the Device for the next ones, so later passes allocate nothing; so are
+// SyncBatchNorm's sums (gpu/bn_sync.cu), grown when a BN of more channels comes.
+enum { DEVICE_KEPT_NMS, DEVICE_KEPT_TOPK, DEVICE_KEPT_VLOSS, DEVICE_KEPT_BNSYNC, DEVICE_KEPT };
 
 typedef struct {
     int id;                   // cudaSetDevice(id) once, on this device's own thread
@@ -101,7 +102,7 @@ typedef struct {
     // segments {start, end, Cg, R·S} in floats of the state, by start; in the params arena (wperm) and on
     // the host (wperm_host). conv_prepare_weights_gpu writes their bf16 copies in that order.
     int *wperm, *wperm_host, wperm_n;
-    void *kept[DEVICE_KEPT];  // validation's work between passes (gpu/backend_gpu.c: NMS, top-k, losses)
+    void *kept[DEVICE_KEPT];  // work kept between passes (gpu/backend_gpu.c: NMS, top-k, losses; gpu/bn_sync.cu)
     void (*kept_free[DEVICE_KEPT])(void *);   // how device_free frees each
 } Device;
 

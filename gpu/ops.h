@@ -124,6 +124,15 @@ void bn_frozen_stats_gpu(Device *dev, int C, const float *running_mean, const fl
                          float *mean, float *invstd);
 void bn_frozen_backward_gpu(Device *dev, Map z, const float *gamma, const float *mean, const float *invstd,
                             Map du, Map dz, float *dgamma, float *dbeta);
+// SyncBatchNorm (gpu/bn_sync.cu): core/spec/ops.h's bn_forward_train_sync_cpu and bn_backward_sync_cpu, in
+// their steps. Unlike the ops above they wait on the host for this device's sums before sync->sum (forward
+// twice, backward once), so they are never recorded in a CUDA graph. z, u, du, dz may each be bf16-stored;
+// dz may alias du (same storage). Their small buffers are kept on the Device (DEVICE_KEPT_BNSYNC).
+void bn_forward_train_sync_gpu(Device *dev, Map z, const float *gamma, const float *beta, float eps, float momentum,
+                               float *running_mean, float *running_var, float *mean, float *invstd, Map u,
+                               const BnSync *sync);
+void bn_backward_sync_gpu(Device *dev, Map z, const float *gamma, const float *mean, const float *invstd, Map du,
+                          Map dz, float *dgamma, float *dbeta, const BnSync *sync);
 
 // ---- elementwise (gpu/elementwise.cu) ----------------------------------------------------------
 // dst (n floats, device) = src (n bytes, host) / 255.0f: a share queued by device_prefetch_u8 is waited

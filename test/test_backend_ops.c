@@ -28,9 +28,13 @@ static const float EPS = 1e-3f, MOMENTUM = 0.03f;
 
 // ---- backends ---------------------------------------------------------------------------------
 
-typedef struct { const char *name; const Backend *be; void *ctx; int exact; } Target;
+// bf16: the backend's ops take bf16-stored maps (Map.bf16; the GPU's), so the cases that have them run there
+typedef struct { const char *name; const Backend *be; void *ctx; int exact, bf16; } Target;
 typedef struct { double rtol, arel; } Tol;
 static const Tol FP32 = { 1e-4, 1e-5 };
+// A bf16-stored output: FP32's, plus one rounding to bf16 (at most half a unit, 2^-8 of the value), which a
+// value within FP32's of the reference may take to the neighbour on the other side
+static const Tol BF16 = { 1.0 / 256 + 1e-4, 1e-5 };
 
 static Target targets[2];
 static int n_targets;
@@ -39,14 +43,14 @@ static Device dev;
 #endif
 
 static void targets_init(void) {
-    targets[n_targets++] = (Target){ "cpu", &backend_cpu, NULL, 1 };
+    targets[n_targets++] = (Target){ "cpu", &backend_cpu, NULL, 1, 0 };
 #ifdef USE_CUDA
     GpuInfo info;
     Err err;
     size_t bytes[ARENA_COUNT] = { 0, 0, 0, (size_t)256 << 20, (size_t)256 << 20 };   // as test_gpu_ops
     if (gpu_list(&info, 1) > 0 && device_init(&dev, 0, bytes, &err) == 0) {
         dev.precision = GPU_FP32;                  // the reference precision (TF32 off)
-        targets[n_targets++] = (Target){ "cuda", backend_gpu_get(), &dev, 0 };
+        targets[n_targets++] = (Target){ "cuda", backend_gpu_get(), &dev, 0, 1 };
     } else {
         printf("# no GPU: the GPU backend skipped\n");
     }
@@ -93,17 +97,55 @@ static T t_on(const Target *tg, T h) {
 }
 static void t_drop(const Target *tg, T d) { tg->be->dev.buffer_free(tg->ctx, d.base); }
 
+// bf16_round (core/spec/musgd.h): to the nearest bf16, ties to even, as __float2bfloat16
+static void t_round_bf16(T t) {
+    for (size_t j = 0; j < map_floats(t.m); j++) *at(t.m, j) = bf16_round(*at(t.m, j));
+}
+// Floats that hold a buffer of n bf16 values
+static size_t bf16_floats(size_t n) { return n / 2 + 1; }
+
+// h's buffer copied into tg's memory as a bf16-stored map (Map.bf16; every value rounded, guards included)
+static T t_on_bf16(const Target *tg, T h) {
+    T d = h;
+    size_t nf = bf16_floats(h.total);
+    uint16_t *p = xcalloc(nf, sizeof(float));
+    for (size_t i = 0; i < h.total; i++) p[i] = bf16_top_bits(bf16_round(h.base[i]));
+    d.base = tg->be->dev.buffer_new(tg->ctx, nf);
+#ifdef USE_CUDA
+    if (tg->ctx == &dev) checkCuda(cudaDeviceSynchronize());
+#endif
+    tg->be->dev.upload(tg->ctx, d.base, (const float *)p, nf);
+    d.m.data = (float *)((uint16_t *)d.base + h.extra);
+    d.m.bf16 = 1;
+    free(p);
+    return d;
+}
+
+// d's whole buffer (guards included) from tg's memory as floats (a bf16-stored one widened)
+static float *t_fetch(const Target *tg, T d) {
+    float *got = xmalloc((d.total + 1) * sizeof(float));
+    if (!d.m.bf16) {
+        tg->be->dev.download(tg->ctx, got, d.base, d.total);
+        return got;
+    }
+    size_t nf = bf16_floats(d.total);
+    uint16_t *p = xmalloc(nf * sizeof(float));
+    tg->be->dev.download(tg->ctx, (float *)p, d.base, nf);
+    for (size_t i = 0; i < d.total; i++) got[i] = bf16_from_bits(p[i]);
+    free(p);
+    return got;
+}
+
 // d (in tg's memory) against the reference ref: every guard kept, each element within tol (the CPU: the
 // same bits). Failures print the worst element and the first five pairs.
 static void t_check(const Target *tg, const char *what, T d, T ref, Tol tol) {
-    float *got = xmalloc((d.total + 1) * sizeof(float));
-    tg->be->dev.download(tg->ctx, got, d.base, d.total);
+    float *got = t_fetch(tg, d), guard = d.m.bf16 ? bf16_round(GUARD) : GUARD;
     Map g = ref.m;
     g.data = got + ref.extra;
     size_t bad_guards = 0, bad = 0, worst = 0, n = map_floats(ref.m);
     for (size_t i = 0; i < d.total; i++) {
         int c = (int)(i % ref.m.ld);
-        if ((c < ref.extra || c >= ref.extra + ref.m.C) && got[i] != GUARD) bad_guards++;
+        if ((c < ref.extra || c >= ref.extra + ref.m.C) && got[i] != guard) bad_guards++;
     }
     double maxref = 0.0, worst_err = -1.0;
     for (size_t j = 0; j < n; j++) maxref = fmax(maxref, fabs(*at(ref.m, j)));
@@ -145,6 +187,14 @@ typedef struct { const Target *tg; T h[MAX_T], d[MAX_T]; int n; } Set;
 static int set_add(Set *s, T h) {
     s->h[s->n] = h;
     s->d[s->n] = t_on(s->tg, h);
+    return s->n++;
+}
+// bf16: the target's copy bf16-stored, and the host's values rounded to bf16 first (the reference reads them)
+static int set_add_as(Set *s, T h, int bf16) {
+    if (!bf16) return set_add(s, h);
+    t_round_bf16(h);
+    s->h[s->n] = h;
+    s->d[s->n] = t_on_bf16(s->tg, h);
     return s->n++;
 }
 static void set_free(Set *s) {
@@ -233,7 +283,7 @@ static const Backend ref_be = {
     .dev = { .upload = r_upload, .download = r_upload, .buffer_new = r_buffer_new, .buffer_free = r_buffer_free,
              .sync = r_sync },
 };
-static const Target REF = { "reference", &ref_be, NULL, 1 };
+static const Target REF = { "reference", &ref_be, NULL, 1, 0 };
 
 static void compose_bn_silu_train(const Target *tg, Map z, const BnTrain *b, Map y) {
     const BackendOps *o = &tg->be->ops;
@@ -343,17 +393,20 @@ static void case_conv_backward(const Target *tg, Rng *g, int i) { conv_case(tg, 
 
 // A BN's inputs: z (mean far from 0: a one-pass variance would show it), gamma, beta, running statistics,
 // and saved statistics from the CPU's forward (the same for every backend's backward).
+// z16: z bf16-stored on the target (its values rounded to bf16 before anything reads them).
 typedef struct { int z, ga, be, rm, rv, mean, invstd; } Bn;
-static Bn bn_inputs(Set *s, Shape sh, Rng *g) {
+static Bn bn_inputs_as(Set *s, Shape sh, Rng *g, int z16) {
     T z = map_of(sh, sh.extra), ga = t_vec(sh.C), be = t_vec(sh.C), rm = t_vec(sh.C), rv = t_vec(sh.C);
     T mean = t_vec(sh.C), invstd = t_vec(sh.C), u = map_of(sh, 0);
     t_rand(z, g, 0.5, 3.5); t_rand(ga, g, 0.5, 1.5); t_rand(be, g, -1, 1); t_rand(rm, g, -1, 1);
     t_rand(rv, g, 0.5, 1.5);
+    if (z16) t_round_bf16(z);
     bn_forward_train_cpu(z.m, ga.m.data, be.m.data, EPS, MOMENTUM, NULL, NULL, mean.m.data, invstd.m.data, u.m);
     free(u.base);
-    return (Bn){ set_add(s, z), set_add(s, ga), set_add(s, be), set_add(s, rm), set_add(s, rv), set_add(s, mean),
-                 set_add(s, invstd) };
+    return (Bn){ set_add_as(s, z, z16), set_add(s, ga), set_add(s, be), set_add(s, rm), set_add(s, rv),
+                 set_add(s, mean), set_add(s, invstd) };
 }
+static Bn bn_inputs(Set *s, Shape sh, Rng *g) { return bn_inputs_as(s, sh, g, 0); }
 static void check_bn_stats(const Target *tg, Set *sp, const char *op, Shape sh, Bn b, int running) {
     Set s = *sp;
     if (running) { CHECK_OUT(b.rm, "running_mean", FP32); CHECK_OUT(b.rv, "running_var", FP32); }
@@ -440,6 +493,176 @@ static void case_bn_frozen_stats(const Target *tg, Rng *g, int i) {
     bn_frozen_stats_cpu(sh.C, HP(b.rm), HP(b.rv), EPS, HP(b.mean), HP(b.invstd));
     OP_RUN(tg, tg->be->ops.bn_frozen_stats(tg->ctx, sh.C, DP(b.rm), DP(b.rv), EPS, DP(b.mean), DP(b.invstd)));
     check_bn_stats(tg, &s, op, sh, b, 0);
+    set_free(&s);
+}
+
+// ---- SyncBatchNorm: the whole batch's statistics through a BnSync --------------------------------
+
+// The BnSync of the sync cases: another device, holding its own maps (z, and du for the backward), adds what it
+// would contribute by the CPU reference's formulas (core/spec/bn.c, the sync twins) after this device's v
+// (device order: this one first). Forward: [M, Σz], then Σ(z - mu)² with the whole batch's mu, which it takes
+// from the first sum's totals as the caller does; backward: [M, Σdu, Σdu·xhat] with the saved statistics.
+// It counts its calls and notes their lengths, and contributes nothing to a call of an unexpected length.
+typedef struct {
+    Map z, du;                                     // du.data NULL: a forward's
+    const float *mean, *invstd;                    // the saved statistics (backward)
+    double *mu;                                    // (K) the batch's mean, from the forward's first call
+    int calls, n[4];
+} OtherDevice;
+
+static void other_sum(void *arg, double *v, int n) {
+    OtherDevice *o = arg;
+    int K = o->z.C, phase = o->du.data ? 2 : o->calls % 2;   // 0: [M, Σz], 1: Σ(z - mu)², 2: the backward's
+    size_t M = map_pixels(o->z);
+    if (o->calls < 4) o->n[o->calls] = n;
+    o->calls++;
+    if (n != (phase == 0 ? K + 1 : phase == 1 ? K : 2 * K + 1)) return;
+    double *add = xcalloc((size_t)n, sizeof(double));
+    if (phase != 1) add[0] = (double)M;
+    for (size_t m = 0; m < M; m++) {
+        const float *zr = o->z.data + m * o->z.ld, *g = o->du.data ? o->du.data + m * o->du.ld : NULL;
+        for (int c = 0; c < K; c++) {
+            if (phase == 0) {
+                add[1 + c] += zr[c];
+            } else if (phase == 1) {
+                double e = zr[c] - o->mu[c];
+                add[c] += e * e;
+            } else {
+                add[1 + c] += g[c];
+                add[1 + K + c] += (double)g[c] * ((zr[c] - o->mean[c]) * (double)o->invstd[c]);
+            }
+        }
+    }
+    for (int j = 0; j < n; j++) v[j] += add[j];
+    if (phase == 0)
+        for (int c = 0; c < K; c++) o->mu[c] = v[1 + c] / v[0];
+    free(add);
+}
+
+// The other device's maps: N of its own, z's channels; values whose means differ from this device's (z in
+// [0.5, 3.5], du in [-1, 1]), so statistics from this device's sums alone are far from the whole batch's.
+// One for the reference's BnSync and one for the target's (each its own mean and counts).
+typedef struct { T z, du; double *mu[2]; } Other;
+static Other other_new(Shape sh, Rng *g, int backward) {
+    Other o = { map_of((Shape){ sh.N % 2 + 1, sh.H, sh.W, sh.C, 1 }, 1), { 0 },
+                { xcalloc((size_t)sh.C, sizeof(double)), xcalloc((size_t)sh.C, sizeof(double)) } };
+    t_rand(o.z, g, 2.0, 6.0);
+    if (backward) {
+        o.du = map_of((Shape){ sh.N % 2 + 1, sh.H, sh.W, sh.C, 0 }, 0);
+        t_rand(o.du, g, -0.5, 1.5);
+    }
+    return o;
+}
+static void other_free(Other o) { free(o.z.base); free(o.du.base); free(o.mu[0]); free(o.mu[1]); }
+static OtherDevice other_device(Other o, int k, const float *mean, const float *invstd) {
+    return (OtherDevice){ o.z.m, o.du.base ? o.du.m : (Map){ 0 }, mean, invstd, o.mu[k], 0, { 0 } };
+}
+
+// The largest |a - b| over two maps' elements (how far the whole batch's result is from this device's alone)
+static double max_diff(Map a, Map b) {
+    double e = 0.0;
+    for (size_t j = 0; j < map_floats(a); j++) e = fmax(e, fabs((double)*at(a, j) - *at(b, j)));
+    return e;
+}
+
+// A second call of the same shape on the GPU allocates nothing (its buffers are kept on the Device) and waits on
+// the host `waits` times (the forward twice, the backward once: before each BnSync sum); run after the checks,
+// since it adds to the outputs again
+#ifdef USE_CUDA
+#define SYNC_SECOND_CALL(tg, op, waits, call) do { \
+        if ((tg)->ctx != &dev || perf_reps) break; \
+        size_t n0_ = gpu_alloc_count(); \
+        long w0_ = host_wait_count(); \
+        call; \
+        CHECK(gpu_alloc_count() == n0_, "%s: a second call allocated %zu times", op, gpu_alloc_count() - n0_); \
+        CHECK(host_wait_count() - w0_ == (waits), "%s: %ld host waits, not %d", op, host_wait_count() - w0_, (waits)); \
+    } while (0)
+#else
+#define SYNC_SECOND_CALL(tg, op, waits, call) do { } while (0)
+#endif
+
+// Which maps of sync case i are bf16-stored on a target that takes them (the CPU runs the same shape in fp32)
+static int sync_bf16(const Target *tg, int i, int which) { return tg->bf16 && i % which == 1; }
+
+// z (fp32 or bf16, a channel slice in the fixed shapes) -> u, the whole batch's saved and running statistics;
+// the other device's sums through BnSync, called twice (K + 1, then K) on the reference and on the target
+static void case_bn_forward_train_sync(const Target *tg, Rng *g, int i) {
+    Shape sh = shape_at(i, g);
+    int z16 = sync_bf16(tg, i, 2), u16 = sync_bf16(tg, i, 3);
+    char op[64];
+    snprintf(op, sizeof op, "bn_forward_train_sync z %s u %s", z16 ? "bf16" : "fp32", u16 ? "bf16" : "fp32");
+    Set s = { .tg = tg };
+    Bn b = bn_inputs_as(&s, sh, g, z16);
+    T u = map_of(sh, 3);
+    t_rand(u, g, -1, 1);
+    int iu = set_add_as(&s, u, u16);
+    Other o = other_new(sh, g, 0);
+    OtherDevice ref = other_device(o, 0, NULL, NULL), on = other_device(o, 1, NULL, NULL);
+    BnSync sref = { other_sum, &ref }, son = { other_sum, &on };
+    T local = map_of(sh, 0), lmean = t_vec(sh.C), linv = t_vec(sh.C);   // this device's statistics alone
+    bn_forward_train_cpu(H(b.z), HP(b.ga), HP(b.be), EPS, MOMENTUM, NULL, NULL, lmean.m.data, linv.m.data, local.m);
+    bn_forward_train_sync_cpu(H(b.z), HP(b.ga), HP(b.be), EPS, MOMENTUM, HP(b.rm), HP(b.rv), HP(b.mean), HP(b.invstd),
+                              H(iu), &sref);
+    OP_RUN(tg, tg->be->ops.bn_forward_train_sync(tg->ctx, D(b.z), DP(b.ga), DP(b.be), EPS, MOMENTUM, DP(b.rm),
+                                                 DP(b.rv), DP(b.mean), DP(b.invstd), D(iu), &son));
+    if (!perf_reps) {
+        CHECK(ref.calls == 2 && ref.n[0] == sh.C + 1 && ref.n[1] == sh.C, "%s: the reference's BnSync calls", op);
+        CHECK(on.calls == 2 && on.n[0] == sh.C + 1 && on.n[1] == sh.C,
+              "%s %s: BnSync called %d times (n %d, %d), not twice with K + 1 = %d then K", tg->name, op, on.calls,
+              on.n[0], on.n[1], sh.C + 1);
+        CHECK(max_diff(local.m, H(iu)) > 0.1, "%s: the other device's sums barely move u: the case cannot tell", op);
+    }
+    CHECK_OUT(iu, "u", u16 ? BF16 : FP32);
+    check_bn_stats(tg, &s, op, sh, b, !perf_reps);
+    SYNC_SECOND_CALL(tg, op, 2, tg->be->ops.bn_forward_train_sync(tg->ctx, D(b.z), DP(b.ga), DP(b.be), EPS, MOMENTUM,
+                                                                  DP(b.rm), DP(b.rv), DP(b.mean), DP(b.invstd), D(iu),
+                                                                  &son));
+    free(local.base); free(lmean.base); free(linv.base);
+    other_free(o);
+    set_free(&s);
+}
+
+// du -> dz (=) from the whole batch's means, dgamma and dbeta (+= priors) from this device's own sums; the
+// other device's [M, Σdu, Σdu·xhat] through BnSync, called once (2K + 1). du and dz each fp32 or bf16 (all four
+// pairs on a GPU); shapes 2, 3 and 6 write dz over du (fp32, bf16, fp32), shapes 4 and 9 have no dz.
+static void case_bn_backward_sync(const Target *tg, Rng *g, int i) {
+    Shape sh = shape_at(i, g);
+    int du16 = sync_bf16(tg, i, 2), dz16 = tg->bf16 && i % 3 == 2, in_place = i % 4 == 2 || i == 3;
+    int no_dz = i % 5 == 4 && !in_place;
+    if (in_place) dz16 = du16;
+    char op[80];
+    snprintf(op, sizeof op, "bn_backward_sync du %s dz %s%s", du16 ? "bf16" : "fp32", dz16 ? "bf16" : "fp32",
+             in_place ? " over du" : no_dz ? " (none)" : "");
+    Set s = { .tg = tg };
+    Bn b = bn_inputs(&s, sh, g);
+    T du = map_of(sh, 2), dz = map_of(sh, 1);
+    t_rand(du, g, -1, 1); t_rand(dz, g, -1, 1);
+    int idu = set_add_as(&s, du, du16), idz = set_add_as(&s, dz, dz16);
+    int dga = out_vec(&s, sh.C, g), dbe = out_vec(&s, sh.C, g);
+    int out = in_place ? idu : idz;
+    Map none = { 0 }, hz = no_dz ? none : H(out), dzd = no_dz ? none : D(out);
+    Other o = other_new(sh, g, 1);
+    OtherDevice ref = other_device(o, 0, HP(b.mean), HP(b.invstd)), on = other_device(o, 1, HP(b.mean), HP(b.invstd));
+    BnSync sref = { other_sum, &ref }, son = { other_sum, &on };
+    T local = map_of(sh, 0);                       // dz from this device's sums alone
+    bn_backward_cpu(H(b.z), HP(b.ga), HP(b.mean), HP(b.invstd), H(idu), local.m, NULL, NULL);
+    bn_backward_sync_cpu(H(b.z), HP(b.ga), HP(b.mean), HP(b.invstd), H(idu), hz, HP(dga), HP(dbe), &sref);
+    OP_RUN(tg, tg->be->ops.bn_backward_sync(tg->ctx, D(b.z), DP(b.ga), DP(b.mean), DP(b.invstd), D(idu), dzd, DP(dga),
+                                            DP(dbe), &son));
+    if (!perf_reps) {
+        CHECK(ref.calls == 1 && ref.n[0] == 2 * sh.C + 1, "%s: the reference's BnSync calls", op);
+        CHECK(on.calls == 1 && on.n[0] == 2 * sh.C + 1, "%s %s: BnSync called %d times (n %d), not once with 2K + 1 = %d",
+              tg->name, op, on.calls, on.n[0], 2 * sh.C + 1);
+        if (!no_dz) CHECK(max_diff(local.m, hz) > 0.1, "%s: the other device's sums barely move dz: the case cannot tell", op);
+    }
+    if (!no_dz) CHECK_OUT(out, in_place ? "dz over du" : "dz", dz16 ? BF16 : FP32);
+    if (!in_place) CHECK_OUT(idu, "du untouched", FP32);
+    if (no_dz) CHECK_OUT(idz, "dz untouched (none given)", FP32);
+    CHECK_OUT(dga, "dgamma", FP32); CHECK_OUT(dbe, "dbeta", FP32);
+    SYNC_SECOND_CALL(tg, op, 1, tg->be->ops.bn_backward_sync(tg->ctx, D(b.z), DP(b.ga), DP(b.mean), DP(b.invstd),
+                                                             D(idu), dzd, DP(dga), DP(dbe), &son));
+    free(local.base);
+    other_free(o);
     set_free(&s);
 }
 
@@ -835,6 +1058,7 @@ static const Entry ENTRIES[] = {
     UNIT(conv_bn_backward),
     FUSED(repconv_forward_train), FUSED(repconv_silu_backward), FUSED(repconv_bn_backward),
     FUSED(bn_silu_add_forward_train),
+    OPS(bn_forward_train_sync), OPS(bn_backward_sync),   // last: the entries before keep their seeds
 };
 enum { N_ENTRIES = sizeof ENTRIES / sizeof *ENTRIES };
 // Every slot of the three sub-tables has its entry: a new op fails to build until it has a case.
