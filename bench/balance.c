@@ -46,7 +46,7 @@ typedef struct {
 
 typedef struct {             // one configuration
     const char *name, *reduce, *loss_on, *split;
-    int  all_devices, batch_minus, loader;
+    int  all_devices, batch_minus, loader, sync_bn;
 } Setup;
 
 typedef struct {
@@ -60,13 +60,14 @@ typedef struct {
 } Result;
 
 static const Setup SETUPS[] = {
-    { "1 device",        "device0", "local",   "even", 0, 0, 0 },
-    { "reduce=device0",  "device0", "local",   "even", 1, 0, 0 },
-    { "loss_on=device0", "device0", "device0", "even", 1, 0, 0 },
-    { "reduce=sharded",  "sharded", "local",   "even", 1, 0, 0 },
-    { "odd batch",       "device0", "local",   "even", 1, 1, 0 },
-    { "split=auto",      "device0", "local",   "auto", 1, 0, 0 },
-    { "few workers",     "device0", "local",   "even", 1, 0, 1 },
+    { "1 device",        "device0", "local",   "even", 0, 0, 0, 0 },
+    { "reduce=device0",  "device0", "local",   "even", 1, 0, 0, 0 },
+    { "loss_on=device0", "device0", "device0", "even", 1, 0, 0, 0 },
+    { "reduce=sharded",  "sharded", "local",   "even", 1, 0, 0, 0 },
+    { "odd batch",       "device0", "local",   "even", 1, 1, 0, 0 },
+    { "split=auto",      "device0", "local",   "auto", 1, 0, 0, 0 },
+    { "sync_bn=1",       "device0", "local",   "even", 1, 0, 0, 1 },   // SyncBatchNorm: the BN sums' host waits
+    { "few workers",     "device0", "local",   "even", 1, 0, 1, 0 },
 };
 enum { N_SETUPS = sizeof SETUPS / sizeof SETUPS[0], AUTO_STEPS = 7 };   // split=auto decides after 6 steps
 
@@ -117,7 +118,7 @@ static void random_batch(Trainer *t, int n, int S, float *targets, int *nt, Rng 
 }
 
 static int load_config(const Options *o, const Setup *s, const char *device, int B, Config *cfg, Err *err) {
-    char ov[8][300];
+    char ov[9][300];
     snprintf(ov[0], sizeof ov[0], "batch=%d", B);
     snprintf(ov[1], sizeof ov[1], "imgsz=%d", o->imgsz);
     snprintf(ov[2], sizeof ov[2], "device=%s", device);
@@ -126,9 +127,10 @@ static int load_config(const Options *o, const Setup *s, const char *device, int
     snprintf(ov[5], sizeof ov[5], "split=%s", s->split);
     snprintf(ov[6], sizeof ov[6], "precision=%s", o->precision);
     snprintf(ov[7], sizeof ov[7], "workers=%d", o->workers);
-    char *argv[8];
-    for (int i = 0; i < 8; i++) argv[i] = ov[i];
-    return config_load(o->cfg, 8, argv, cfg, err);
+    snprintf(ov[8], sizeof ov[8], "sync_bn=%d", s->sync_bn);
+    char *argv[9];
+    for (int i = 0; i < 9; i++) argv[i] = ov[i];
+    return config_load(o->cfg, 9, argv, cfg, err);
 }
 
 // Device k's times: the driver's, or for one device the trainer's own phase times.

@@ -18,7 +18,7 @@
 #define CPU_TESTS(X) X(test_parse_same_gpu)
 #define GPU_TESTS(X) X(test_equivalence_two_on_one_gpu) X(test_equivalence_three_on_one_gpu) \
                      X(test_equivalence_bf16) X(test_steps_device0) X(test_steps_sharded) X(test_split_auto) \
-                     X(test_one_host_wait_per_step) X(test_yolo26_two_on_one_gpu)
+                     X(test_one_host_wait_per_step) X(test_yolo26_two_on_one_gpu) X(test_sync_bn_on_one_gpu)
 
 // device=0,0 is refused (a GPU named twice) unless the test hook is set to exactly 1.
 static void test_parse_same_gpu(void) {
@@ -303,6 +303,62 @@ static void test_yolo26_two_on_one_gpu(void) {
     }
     t.m.be->dev.bind(t.m.be_ctx);
     trainer_free(&t);
+}
+
+// sync_bn=1 on devices of one GPU (config `cfg` under `precision`) against one GPU device running the whole batch
+// of n at once: test_multi's bounds (loss within 1e-3 relative, gradients within 1e-2 relative L2; without the
+// sync they differ by about 1); the replica's BN running statistics are the master's. Returns the relative L2.
+static double sync_bn_gpu(const char *cfg_path, const char *spec, int n, const char *precision, int sync) {
+    static Config cfg;
+    char b[32], p[64], y[32];
+    snprintf(b, sizeof b, "batch=%d", n);
+    snprintf(p, sizeof p, "precision=%s", precision);
+    snprintf(y, sizeof y, "sync_bn=%d", sync);
+    char *ov[] = { b, p, y, "imgsz=64", "epochs=1", "nc=6", "seed=3" };
+    Err err;
+    if (config_load(cfg_path, 7, ov, &cfg, &err)) { CHECK(0, "%s", err.msg); return 1e9; }
+    Trainer t, r;
+    if (init_devices(&t, &cfg, spec)) return 1e9;
+    static float tg[MAX_T * 6];
+    int nt = micro_targets(targets, n_targets, 0, n, tg);
+    memcpy(t.input, images, (size_t)n * S * S * 3 * sizeof(float));
+    LossOut lo, ref;
+    CHECK(multi_forward_backward(t.multi, n, S, tg, nt, &lo, &err) == 0, "%s", err.msg);
+    multi_gather_state(t.multi);
+    size_t N = t.m.n_state, b0 = t.m.buffers, nb = t.m.n_buffers;
+    float *mg = fetch(&t, t.m.grad, N), *ms = fetch(&t, t.m.state, N);
+    const Trainer *rep = multi_replica(t.multi, 1);
+    float *rs1 = fetch(rep, rep->m.state, N);
+    CHECK(!sync || !memcmp(ms + b0, rs1 + b0, nb * sizeof(float)), "%s: the replica's BN running statistics are not "
+          "the master's", spec);
+    t.m.be->dev.bind(t.m.be_ctx);
+    trainer_free(&t);
+    if (trainer_init(&r, &cfg, 1, 0, &err)) { CHECK(0, "%s", err.msg); free(mg); free(ms); free(rs1); return 1e9; }
+    double tss;
+    micro_forward(&r, S, images, targets, n_targets, 0, n, &tss, &err);
+    trainer_compute_backward(&r, n, tss > 1 ? tss : 1, n, &ref);
+    float *g = fetch(&r, r.m.grad, N);
+    double rel_l2;
+    grad_worst(&r.m, mg, g, &rel_l2);
+    printf("    %s device=%s %s sync_bn=%d, batch %d: loss %.7g vs %.7g (one device, whole batch); gradients relative "
+           "L2 %.2g\n", cfg_path, spec, precision, sync, n, lo.total, ref.total, rel_l2);
+    if (sync) {
+        CHECK(close_enough(lo.total, ref.total, 0, 1e-3), "loss %.9g, one device %.9g", lo.total, ref.total);
+        CHECK(rel_l2 < 1e-2, "gradients: relative L2 %.2g from the whole batch's on one device", rel_l2);
+    }
+    free(g); free(mg); free(ms); free(rs1);
+    trainer_free(&r);
+    return rel_l2;
+}
+
+static void test_sync_bn_on_one_gpu(void) {
+    NEED_GPU();
+    sync_bn_gpu("cfg/t.ini", "0,0", 8, "fp32", 1);
+    sync_bn_gpu("cfg/t.ini", "0,0,0", 7, "fp32", 1);
+    sync_bn_gpu("cfg/t.ini", "0,0", 8, "bf16", 1);    // bf16 maps through the synced BN
+    sync_bn_gpu("cfg/yolo26n.ini", "0,0", 8, "bf16", 1);   // depthwise units' BN too
+    double off = sync_bn_gpu("cfg/t.ini", "0,0", 8, "fp32", 0);
+    CHECK(off > 0.1, "without sync_bn two devices match the whole batch (relative L2 %.2g): the test cannot tell", off);
 }
 
 #define RUN_ONE(fn) RUN(fn);
