@@ -3,7 +3,8 @@
 // the whole batch's normaliser (as DataParallel; core/README.md), for even, odd and weighted splits, in every
 // mode (reduce=device0|sharded, loss_on=local|device0, host-staged copies); whole steps leave the
 // weights, momentum and EMA of one device; a checkpoint of a sharded run resumes exactly;
-// split=auto moves images off a slow device; a failing device stops the step without a hang.
+// split=auto moves images off a slow device; a failing device stops the step without a hang; sync_bn=1 gives
+// the loss, gradients and BN running statistics of one device running the whole batch at once.
 #include "test/test.h"
 #include "test/synth_batch.h"
 #include "test/trainer_host.h"

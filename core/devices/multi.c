@@ -168,6 +168,7 @@ static void bn_meet_sum(void *arg, double *v, int n) {
         for (int i = 0; i < n; i++) me->acc[i] = first ? me->v[k][i] : me->acc[i] + me->v[k][i];
         first = 0;
     }
+    if (mt->procs) procs_bn_sum(me->acc, n);       // then over the processes (from this worker: MPI SERIALIZED)
     for (int k = 0; k < mt->n; k++)
         if (mt->job[k].n) memcpy(me->v[k], me->acc, sizeof(double) * n);
     me->arrived = 0;
@@ -270,6 +271,10 @@ int mt_run_all(Multi *mt, int phase, Err *err) {
     pthread_barrier_wait(&mt->start);
     if (phase == PH_QUIT) return 0;
     pthread_barrier_wait(&mt->done);
+    int failed = 0;
+    for (int k = 0; k < mt->n; k++) failed |= mt->job[k].rc != 0;
+    if (phase_syncs(mt) && mt->procs && !failed)   // the phase's BN sums end in every process (a failed step
+        procs_bn_end(mt->meet.n > 0);              // ends them all through comm_abort instead)
     for (int k = 0; k < mt->n; k++) {               // a device that failed first, before those it left waiting
         if (!mt->job[k].rc || mt->job[k].bystander) continue;
         char name[32];

@@ -68,7 +68,7 @@ typedef struct { struct Multi *mt; int k; } HookArg;
 
 // sync_bn=1: the devices of a step meet in every training BN's sums (core/spec/ops.h BnSync). Each device
 // with images this step calls the sum in the same order; the last to arrive adds the vectors in device
-// order and gives every one the result. A device that leaves the phase while another waits (it failed, so
+// order (then over the processes, core/procs/procs.h procs_bn_sum) and gives every one the result. A device that leaves the phase while another waits (it failed, so
 // its sums will not come) breaks the meeting: the waiting ones go on with their own sums and the step fails
 // with that device's error.
 typedef struct {

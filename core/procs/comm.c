@@ -57,6 +57,7 @@ void comm_finalize(void) {
 
 int comm_rank(void) { return rank_; }
 int comm_size(void) { return size_; }
+int comm_threads_serialized(void) { return !ops || size_ < 2 || ops->serialized(); }
 const char *comm_host(void) {
     if (!host_[0] && gethostname(host_, sizeof host_)) snprintf(host_, sizeof host_, "?");
     return host_;

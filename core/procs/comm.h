@@ -25,6 +25,7 @@ typedef struct {
     void (*bcast)(void *p, size_t bytes);                 // from rank 0
     void (*barrier)(void);
     void (*abort)(int code) __attribute__((noreturn));    // every rank ends
+    int  (*serialized)(void);                             // 1: any thread may call, one at a time
 } CommOps;
 
 // Join the other processes when a launcher started several and the build has MPI; 0, or -1 with err
@@ -37,6 +38,9 @@ const char *comm_host(void);      // this process's host name
 int  comm_built(void);            // 1 when this yolotrain was built with MPI
 // 1 when a launcher's variables say this process is one of several (whether or not MPI is built in)
 int  comm_launched(void);
+// 1 when a thread other than the host thread may call the transport, one thread at a time (MPI_THREAD_SERIALIZED:
+// sync_bn=1's sums of several devices per process); one process: 1.
+int  comm_threads_serialized(void);
 void comm_sum_floats(float *p, size_t n);
 void comm_sum_doubles(double *p, size_t n);   // in rank order, the same doubles on every rank
 void comm_allgather(const void *mine, void *all, size_t bytes);

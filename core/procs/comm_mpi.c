@@ -8,17 +8,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int rank_, size_, we_init;
+static int rank_, size_, we_init, serialized;
 
 static int init(int *rank, int *size, char *host, size_t host_size, Err *err) {
     int up = 0, provided;
     MPI_Initialized(&up);
     if (!up) {
-        // The host thread alone calls MPI (the device workers never do): FUNNELED is enough.
-        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        // The host thread calls MPI, and under sync_bn=1 the device worker that completes a BN sum of several
+        // devices, one thread at a time: SERIALIZED is asked; FUNNELED (host thread only) is enough without it.
+        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
             return err_set(err, "MPI_Init failed: the launcher's environment is set (mpirun/srun) but MPI did not start");
         we_init = 1;
+    } else {
+        MPI_Query_thread(&provided);
     }
+    serialized = provided >= MPI_THREAD_SERIALIZED;
     // A failing collective ends every rank (the default) rather than return to a caller that cannot
     // go on without the others.
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
@@ -93,8 +97,10 @@ static __attribute__((noreturn)) void abort_all(int code) {
     exit(code);
 }
 
+static int threads_serialized(void) { return serialized; }
+
 const CommOps comm_mpi = { "mpi", init, finalize, sum_floats, allgather, allgatherv, bcast, barrier,
-                          abort_all };
+                          abort_all, threads_serialized };
 #else
 typedef int comm_mpi_not_built;   // an empty file is not C
 #endif

@@ -285,16 +285,50 @@ static SumHook *sums_arm(Trainer *t) {
 
 int procs_bucket_count(Trainer *t) { return sums_arm(t)->n; }
 
+// ---- sync_bn=1: the BN sums of a phase over the processes -------------------------------------------
+// Each sum is a header and the values: a process with images sends [1, n], then its n doubles; at the phase's
+// end [0, 0]. A process without images sends [0, 0], then zeros of the length the header says, until a header
+// adds up to 0 (every process with images has ended): every rank makes the same collectives in the same order.
+
+void procs_bn_sum(double *v, int n) {
+    double h[2] = { 1, n };
+    comm_sum_doubles(h, 2);
+    if (h[1] != h[0] * n)
+        comm_abort(1, "sync_bn: the processes' BN sums differ (%d values here, %.0f over %.0f processes): do they train "
+                      "the same model?", n, h[1], h[0]);
+    comm_sum_doubles(v, (size_t)n);
+}
+
+void procs_bn_end(int active) {
+    for (;;) {
+        double h[2] = { 0, 0 };
+        comm_sum_doubles(h, 2);
+        if (h[0] == 0) return;
+        if (active) comm_abort(1, "sync_bn: this process ended its BN sums while %.0f others go on", h[0]);
+        size_t len = (size_t)(h[1] / h[0]);
+        double *zeros = xcalloc(len ? len : 1, sizeof(double));
+        comm_sum_doubles(zeros, len);
+        free(zeros);
+    }
+}
+
+static void bn_sum_procs(void *arg, double *v, int n) { (void)arg; procs_bn_sum(v, n); }
+const BnSync procs_bn_sync = { bn_sum_procs, NULL };
+
 int procs_forward_backward(Trainer *t, const float *images, const uint8_t *images_u8, int n, int S,
                            const float *targets, int nt, int sum_grads, double global[2], Err *err) {
     const Backend *be = t->m.be;
     double local[2] = { 0, 0 };
     int overlap = sum_grads && procs_overlap(t);        // first in the step, as the multi-device driver asks it:
                                                          // the same MPI calls in the same order in every process
+    if (t->sync_bn) overlap = 0;                         // the BN sums end before any gradient's (a process without
+                                                         // images cannot tell them apart)
+    t->m.bn_sync = t->sync_bn && n > 0 ? &procs_bn_sync : NULL;   // sync_bn=1: the BN sums of every process
     if (n > 0 && trainer_phase_forward(t, n, S, images, images_u8, targets, nt, err)) {
         be->dev.sync(t->m.be_ctx);
         comm_abort(1, "%s", err->msg);                   // the others wait in the next sum: end them all
     }
+    if (t->sync_bn) procs_bn_end(n > 0);
     global[0] = global[1] = NAN;                         // the sums stay in scal[SC_ALL] (NCCL), or:
     int N = procs_normaliser_queued(t, t->scal + SC_TSS, n > 0, n, t->scal + SC_ALL);
     if (N < 0) {                                         // through the host: a wait for the device
@@ -311,6 +345,8 @@ int procs_forward_backward(Trainer *t, const float *images, const uint8_t *image
     } else if (h) {
         for (int k = 0; k < h->n; k++) sum_hook(h, h->b[k].node);
     }
+    t->m.bn_sync = NULL;
+    if (t->sync_bn) procs_bn_end(n > 0);
     procs_mean_buffers(t, t->m.state + t->m.buffers, t->m.n_buffers, n > 0);
     if (sum_grads && !overlap) procs_sum(t, t->m.grad, t->m.buffers);
     return N;

@@ -83,6 +83,14 @@ void procs_sum_items(LossOut *out);
 int  procs_forward_backward(Trainer *t, const float *images, const uint8_t *images_u8, int n, int S,
                             const float *targets, int nt, int sum_grads, double global[2], Err *err);
 void procs_items(Trainer *t, int n, const double global[2], LossOut *out);
+// sync_bn=1 over the processes (core/spec/ops.h BnSync): procs_bn_sum makes v[0, n) the sum over the processes
+// with images this step (rank order, the same doubles on each), called by them in the same order; procs_bn_end
+// closes a forward or backward phase's sums in every process (active: this one had images), so a process
+// without images, which adds zeros to every sum the others make, knows when they are done. procs_bn_sync: a
+// BnSync of procs_bn_sum (one device per process).
+void procs_bn_sum(double *v, int n);
+void procs_bn_end(int active);
+extern const BnSync procs_bn_sync;
 // trainer_step_batch (core/train/step.c) of one device in a process of several.
 int  procs_step_one(Trainer *t, const float *images, const uint8_t *images_u8, int n, int S, const float *targets,
                     int nt, int epoch, int i, LossOut *out, Err *err);

@@ -8,12 +8,17 @@
 #include "core/trainer/family.h"
 
 int trainer_init_devices(Trainer *t, const Config *cfg, int nb, const DeviceList *devs, Err *err) {
-    if (cfg->sync_bn && procs_active())
-        return err_set(err, "sync_bn=1 across processes (mpirun) is not built: it synchronises the devices of one "
-                            "process; run one process with device=0,1,... or leave sync_bn off");
-    if (devs->n == 1 && cfg->sync_bn)
+    if (cfg->sync_bn && procs_active() && devs->n > 1 && !comm_threads_serialized())
+        return err_set(err, "sync_bn=1 with %d devices in each of several processes needs an MPI with "
+                            "MPI_THREAD_SERIALIZED (the device that completes a BN sum calls it); this one has less: "
+                            "run one device per process or leave sync_bn off", devs->n);
+    if (devs->n == 1 && cfg->sync_bn && !procs_active())
         printf("sync_bn=1: one device's BN already normalises over the whole batch; nothing to synchronise\n");
-    if (devs->n == 1) return trainer_init(t, cfg, nb, devs->gpu[0], err);
+    if (devs->n == 1) {
+        if (trainer_init(t, cfg, nb, devs->gpu[0], err)) return -1;
+        t->sync_bn = cfg->sync_bn && procs_active();
+        return 0;
+    }
     int micro = multi_plan_micro(cfg->split, cfg->batch, devs->n, err);
     if (micro < 0) return -1;
     if (trainer_init_master(t, cfg, nb, devs->gpu[0], micro, err)) return -1;

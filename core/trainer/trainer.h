@@ -64,6 +64,7 @@ typedef struct Trainer {
     const struct Family *fam;    // the model family's loss and optimizer (core/trainer/family.h)
     struct Train26 *y26;         // YOLO26 (m.end2end): its loss, optimizer and schedule (core/trainer/family_yolo26.h)
     struct GelanAdam *gadam;     // gelan under optimizer=Adam|AdamW (core/trainer/family_gelan.c), else NULL
+    int         sync_bn;         // sync_bn=1, one device in a process of several: BN over every process's images
     struct SumHook *sums;        // several processes, one device: its overlapped sums (core/procs/procs.c), or NULL
 } Trainer;
 
