@@ -446,6 +446,13 @@ static int fail_device1(int device, const char *phase, void *arg) {
     return device == 1 && !strcmp(phase, (const char *)arg);
 }
 
+// The same, after device 0 has had the time to reach its first BN sum and wait there (sync_bn=1)
+static int fail_device1_late(int device, const char *phase, void *arg) {
+    if (!fail_device1(device, phase, arg)) return 0;
+    usleep(200000);
+    return 1;
+}
+
 static void on_alarm(int sig) { (void)sig; fprintf(stderr, "test_multi: a device failure hung the driver\n"); _exit(1); }
 
 // An error on one device's thread, in any phase, comes back to the trainer naming the device;
@@ -468,7 +475,7 @@ static void test_failure_stops_without_hang(void) {
         memcpy(t.input, images, (size_t)2 * S * S * 3 * sizeof(float));
         LossOut lo;
         for (int p = 0; p < (m == 1 ? 5 : 2); p++) {
-            multi_set_fail_hook(t.multi, fail_device1, (void *)phases[p]);
+            multi_set_fail_hook(t.multi, m == 2 ? fail_device1_late : fail_device1, (void *)phases[p]);
             int rc = trainer_step(&t, 2, S, tg, nt, 0, p + 1, &lo, &err);
             CHECK(rc == -1 && strstr(err.msg, "device 1 (cpu 1)") && strstr(err.msg, phases[p]), "%s: rc %d, %s",
                   phases[p], rc, rc ? err.msg : "");

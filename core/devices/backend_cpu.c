@@ -104,7 +104,8 @@ static void augment_batch(void *c, const AugSample *s, int n, int h, int w, floa
 // them (one list: the process has one transport) and does them at the end, in the order begun, through the
 // process transport (rank order: the floats of one whole-arena sum). A begin may come from device 0's
 // worker thread (the multi-device driver's hook) while the host thread waits; the end runs in the host
-// thread, which alone may call MPI (MPI_THREAD_FUNNELED).
+// thread, which makes the MPI calls (sync_bn=1's BN sums are the one call a worker makes, in a phase, while the
+// host thread waits).
 static struct { float **p; size_t *n; int count, cap; } begun;
 
 static int comm_sum_begin(void *c, float *p, size_t n) {

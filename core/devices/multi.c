@@ -149,10 +149,10 @@ static void bn_meet_sum(void *arg, double *v, int n) {
     BnMeet *me = &mt->meet;
     pthread_mutex_lock(&me->mu);
     if (me->left) me->broken = 1;                  // a device is gone: this sum can never complete
+    if (me->broken) { pthread_cond_broadcast(&me->cv); pthread_mutex_unlock(&me->mu); return; }
     if (me->arrived && n != me->len)
         die("sync_bn: device %d sums %d values where the others sum %d (the devices ran different models)", a->k, n,
             me->len);
-    if (me->broken) { pthread_cond_broadcast(&me->cv); pthread_mutex_unlock(&me->mu); return; }
     me->v[a->k] = v;
     me->len = n;
     if (++me->arrived < me->n) {
