@@ -178,17 +178,23 @@ static int ulps(float a, float b) {
     return abs(ia - ib);
 }
 
+// Each of n within max bf16 units, or, where the sum cancelled to near zero (its fp32 terms added in another
+// order move it by more units there), within 2^-20 of the largest |ref| (measured on an H100: 2-8 units at
+// |z| ~ 1e-5 .. 5e-7, 2.4e-7 apart at most, against a kernel bit for bit the unfused GPU path's)
 static void within_ulps(const char *what, const char *part, const float *got, const float *ref, size_t n, int max) {
     size_t bad = 0, worst = 0, differ = 0;
     int wu = 0;
+    float big = 0;
+    for (size_t i = 0; i < n; i++) big = fmaxf(big, fabsf(ref[i]));
+    double floor_abs = ldexp(big, -20);
     for (size_t i = 0; i < n; i++) {
         int u = ulps(got[i], ref[i]);
         differ += u > 0;
         if (u > wu) wu = u, worst = i;
-        bad += u > max;
+        bad += u > max && !(fabs((double)got[i] - ref[i]) <= floor_abs);
     }
-    CHECK(bad == 0, "%s %s: %zu of %zu more than %d bf16 units apart; worst [%zu] got %.8g ref %.8g (%d units)", what,
-          part, bad, n, max, worst, got[worst], ref[worst], wu);
+    CHECK(bad == 0, "%s %s: %zu of %zu more than %d bf16 units (and 2^-20 of the largest) apart; worst [%zu] got %.8g "
+          "ref %.8g (%d units)", what, part, bad, n, max, worst, got[worst], ref[worst], wu);
     printf("#   %-52s %-2s %zu of %zu differ, worst %d bf16 units\n", what, part, differ, n, wu);
 }
 

@@ -18,7 +18,7 @@
 #define CPU_TESTS(X) X(test_parse_same_gpu)
 #define GPU_TESTS(X) X(test_equivalence_two_on_one_gpu) X(test_equivalence_three_on_one_gpu) \
                      X(test_equivalence_bf16) X(test_steps_device0) X(test_steps_sharded) X(test_split_auto) \
-                     X(test_one_host_wait_per_step) X(test_yolo26_two_on_one_gpu) X(test_sync_bn_on_one_gpu)
+                     X(test_one_host_wait_per_step) X(test_yolo26_two_on_one_gpu) X(test_sync_bn_alone) X(test_sync_bn_on_one_gpu)
 
 // device=0,0 is refused (a GPU named twice) unless the test hook is set to exactly 1.
 static void test_parse_same_gpu(void) {
@@ -349,6 +349,60 @@ static double sync_bn_gpu(const char *cfg_path, const char *spec, int n, const c
     free(g); free(mg); free(ms); free(rs1);
     trainer_free(&r);
     return rel_l2;
+}
+
+// One device, the whole batch: the synced BN path with a sum that adds nothing (bn_sync set on the model: the
+// composed unit forms, bn_forward_train_sync and bn_backward_sync) against the model's own path; `phases`: 1
+// forward only synced, 2 backward only, 3 both. Returns the gradients' relative L2 distance.
+static void sum_alone(void *arg, double *v, int n) { (void)arg; (void)v; (void)n; }
+static double synced_alone(const char *cfg_path, const char *precision, int phases) {
+    static Config cfg;
+    char p[64];
+    snprintf(p, sizeof p, "precision=%s", precision);
+    char *ov[] = { "batch=8", p, "imgsz=64", "epochs=1", "nc=6", "seed=3" };
+    Err err;
+    if (config_load(cfg_path, 6, ov, &cfg, &err)) { CHECK(0, "%s", err.msg); return 1e9; }
+    static const BnSync alone = { sum_alone, NULL };
+    float *g[2];
+    LossOut lo[2];
+    size_t N = 0;
+    for (int k = 0; k < 2; k++) {
+        Trainer r;
+        if (trainer_init(&r, &cfg, 1, 0, &err)) { CHECK(0, "%s", err.msg); return 1e9; }
+        double tss;
+        r.m.bn_sync = k && (phases & 1) ? &alone : NULL;
+        micro_forward(&r, S, images, targets, n_targets, 0, B, &tss, &err);
+        r.m.bn_sync = k && (phases & 2) ? &alone : NULL;
+        trainer_compute_backward(&r, B, tss > 1 ? tss : 1, B, &lo[k]);
+        r.m.bn_sync = NULL;
+        N = r.m.n_state;
+        g[k] = fetch(&r, r.m.grad, N);
+        if (k) {
+            double rel_l2;
+            grad_worst(&r.m, g[1], g[0], &rel_l2);
+            printf("    %s %s one device, synced %s alone: loss %.7g vs %.7g; gradients relative L2 %.2g\n", cfg_path,
+                   precision, phases == 3 ? "forward and backward" : phases == 1 ? "forward" : "backward", lo[1].total,
+                   lo[0].total, rel_l2);
+            trainer_free(&r);
+            free(g[0]); free(g[1]);
+            return rel_l2;
+        }
+        trainer_free(&r);
+    }
+    return 1e9;
+}
+
+// The synced path on one device is the device's own path within the order of its sums, in fp32 and bf16
+static void test_sync_bn_alone(void) {
+    NEED_GPU();
+    const char *prec[] = { "fp32", "bf16" };
+    for (int p = 0; p < 2; p++)
+        for (int ph = 1; ph <= 3; ph++) {
+            double d = synced_alone("cfg/t.ini", prec[p], ph);
+            CHECK(d < 1e-2, "%s, synced phases %d: gradients relative L2 %.2g from the device's own path", prec[p], ph, d);
+        }
+    double d = synced_alone("cfg/yolo26n.ini", "bf16", 3);
+    CHECK(d < 1e-2, "YOLO26 bf16: gradients relative L2 %.2g from the device's own path", d);
 }
 
 static void test_sync_bn_on_one_gpu(void) {

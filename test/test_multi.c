@@ -404,6 +404,9 @@ static double sync_bn_step(const char *spec, int n, Mode mode) {
     t.m.be->dev.download(t.m.be_ctx, mg, t.m.grad, ns);
     t.m.be->dev.download(t.m.be_ctx, ms, t.m.state, ns);
     size_t b0 = t.m.buffers, nb = t.m.n_buffers;
+    const Trainer *rep = multi_replica(t.multi, multi_count(t.multi) - 1);   // the last device's statistics:
+    CHECK(!mode.sync_bn || !memcmp(rep->m.state + b0, ms + b0, nb * sizeof(float)),   // the master's, bit for bit
+          "%s: the last device's BN running statistics are not the master's", spec);
     trainer_free(&t);
     Trainer r;                                     // one device, the whole batch in one forward and backward
     if (trainer_init(&r, &cfg, 1, devs.gpu[0], &err)) { CHECK(0, "%s", err.msg); return 1e9; }
