@@ -63,8 +63,7 @@ const Key cfg_keys[] = {
          "ram: keep decoded images in memory"),
     ENUM("train", "augment",      augment,      "cpu|gpu", "cpu",
          "where training samples' pixels are made: cpu (the loader's workers) or gpu (the workers decode and draw, "
-         "each device makes its micro-batch's pixels; the CPU backend makes them in the step; the GPU's path has not "
-         "yet run on a GPU)"),
+         "each device makes its micro-batch's pixels, the same bytes; the CPU backend makes them in the step)"),
     DBL ("train", "val_cache_mb", val_cache_mb, 0, 1e9, "1024",   // core/eval/val_batch.c's ValCache budget
          "megabytes of validation batches kept as loaded between validation passes (0: none)"),
     STR ("train", "project",      project,      check_project, "runs/train",

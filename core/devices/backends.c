@@ -11,7 +11,7 @@
 extern const Backend backend_gpu;
 
 // The switches of the GPU's fused forms: YT_FUSE=0 gives its table with Backend.fused cleared, and the unit slot
-// conv_bn_silu_forward_train is there only with YT_CONV_STATS=1 (not yet run on a GPU); without them the executor
+// conv_bn_silu_forward_train is there only with YT_CONV_STATS=1 (correct, and slower: bench/RESULTS.md); without them the executor
 // composes those forms from the ops, as it does for the CPU (to measure what they save; test_determinism compares
 // YT_FUSE=0 runs to the byte, test_gpu_conv_bn the convolution with its statistics against the composition).
 static Backend gpu_variant;
