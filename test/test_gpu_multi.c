@@ -334,9 +334,7 @@ static double sync_bn_gpu(const char *cfg_path, const char *spec, int n, const c
     t.m.be->dev.bind(t.m.be_ctx);
     trainer_free(&t);
     if (trainer_init(&r, &cfg, 1, 0, &err)) { CHECK(0, "%s", err.msg); free(mg); free(ms); free(rs1); return 1e9; }
-    double tss;
-    micro_forward(&r, S, images, targets, n_targets, 0, n, &tss, &err);
-    trainer_compute_backward(&r, n, tss > 1 ? tss : 1, n, &ref);
+    whole_batch_step(&r, S, images, targets, n_targets, n, &ref);
     float *g = fetch(&r, r.m.grad, N);
     double rel_l2;
     grad_worst(&r.m, mg, g, &rel_l2);
@@ -402,10 +400,8 @@ static float *own_step(const char *cfg_path, const char *precision, double *loss
     Err err;
     Trainer r;
     if (config_load(cfg_path, 6, ov, &cfg, &err) || trainer_init(&r, &cfg, 1, 0, &err)) { CHECK(0, "%s", err.msg); return NULL; }
-    double tss;
     LossOut lo;
-    micro_forward(&r, S, images, targets, n_targets, 0, B, &tss, &err);
-    trainer_compute_backward(&r, B, tss > 1 ? tss : 1, B, &lo);
+    whole_batch_step(&r, S, images, targets, n_targets, B, &lo);
     *loss = lo.total;
     *N = r.m.n_state;
     float *g = fetch(&r, r.m.grad, r.m.n_state);

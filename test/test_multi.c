@@ -410,9 +410,7 @@ static double sync_bn_step(const char *spec, int n, Mode mode) {
     trainer_free(&t);
     Trainer r;                                     // one device, the whole batch in one forward and backward
     if (trainer_init(&r, &cfg, 1, devs.gpu[0], &err)) { CHECK(0, "%s", err.msg); return 1e9; }
-    double tss;                                    // micro_reference's two passes would move the running statistics twice
-    micro_forward(&r, S, images, targets, n_targets, 0, n, &tss, &err);
-    trainer_compute_backward(&r, n, tss > 1 ? tss : 1, n, &ref);
+    whole_batch_step(&r, S, images, targets, n_targets, n, &ref);
     r.m.be->dev.download(r.m.be_ctx, g, r.m.grad, ns);
     r.m.be->dev.download(r.m.be_ctx, rs, r.m.state, ns);
     double rel_l2, worst = grad_worst(&r.m, mg, g, &rel_l2), run_worst = 0;

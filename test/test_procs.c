@@ -318,9 +318,7 @@ static void rank_sync_bn(int M, int n, int sync, double tol) {
         Trainer r;
         if (trainer_init(&r, &cfg, 1, -1, &err)) { RCHECK(0, "%s", err.msg); trainer_free(&t); return; }
         LossOut ref;
-        double tss;
-        micro_forward(&r, S, images, targets, n_targets, 0, n, &tss, &err);
-        trainer_compute_backward(&r, n, tss > 1 ? tss : 1, n, &ref);
+        whole_batch_step(&r, S, images, targets, n_targets, n, &ref);
         grad_worst(&t.m, t.m.grad, r.m.grad, &rel_l2);
         printf("    %d processes x cpu:%d sync_bn=%d, batch %d: loss %.7g vs %.7g (one device, whole batch); gradients "
                "relative L2 %.2g\n", comm_size(), M, sync, n, lo.total, ref.total, rel_l2);

@@ -75,6 +75,18 @@ static inline int micro_forward(Trainer *t, int S, const float *images, const fl
     return rc;
 }
 
+// One device taking the first n images as one batch: forward, assignment, loss and backward once, so its BN
+// statistics and running statistics are the whole batch's (what sync_bn=1 over devices or processes must
+// equal; micro_reference's two passes would move the running statistics twice). Returns the target-score sum.
+static inline double whole_batch_step(Trainer *t, int S, const float *images, const float *targets, int nt, int n,
+                                      LossOut *out) {
+    Err err;
+    double tss;
+    micro_forward(t, S, images, targets, nt, 0, n, &tss, &err);
+    trainer_compute_backward(t, n, tss > 1 ? tss : 1, n, out);
+    return tss;
+}
+
 // One device taking the micro-batches sizes[0..nd) (n images in all, empty ones skipped) one after the
 // other with the whole batch's normaliser, which a split over devices or processes must equal: the
 // gradients accumulate in t's, the loss items add up in *total. Returns the batch's target-score sum

@@ -17,6 +17,13 @@ void mt_zero_outside(Trainer *t, size_t lo, size_t hi) {
     m->be->dev.zero(m->be_ctx, m->grad + hi, m->n_state - hi);
 }
 
+// The first device with images this step (-1: none)
+static int first_used(const Multi *mt) {
+    for (int k = 0; k < mt->n; k++)
+        if (mt->job[k].n) return k;
+    return -1;
+}
+
 // reduce=sharded, device k: the others' gradients of its shard summed into its own, its BN
 // running statistics averaged over the devices that ran images (sync_bn=1: its own, or the first's that ran
 // when it ran nothing), and its gradients' sum of squares
@@ -29,25 +36,23 @@ void mt_reduce_shard(Multi *mt, int k) {
     size_t blo = sh->lo > m->buffers ? sh->lo : m->buffers, bhi = sh->hi < m->buffers + m->n_buffers ? sh->hi : m->buffers + m->n_buffers;
     int used = mt_used_devices(mt);
     trainer_mark(t, TM_G0);
-    int mean = !mt->sync_bn;                       // sync_bn=1: every device that ran holds the batch's already
-    if (bhi > blo && !mt->job[k].n && mean) m->be->dev.zero(m->be_ctx, m->state + blo, bhi - blo);   // it ran nothing
+    int mean = !mt->sync_bn, ran = mt->job[k].n > 0;   // sync_bn=1: each device that ran holds the batch's already
+    if (bhi > blo && !ran && mean) m->be->dev.zero(m->be_ctx, m->state + blo, bhi - blo);   // it ran nothing
     for (int j = 0; j < mt->n; j++) {
         if (j == k || !mt->job[j].n) continue;
         Trainer *o = mt->job[j].t;
         mt_wait_for(mt, k, j, EV_DONE);
         mt_copy_floats(mt, t, sh->recv, o, o->m.grad + sh->lo, n, mt->job[k].stage);
         mt_add_into(t, m->grad + sh->lo, sh->recv, n);
-        if (bhi <= blo || (!mean && mt->job[k].n)) continue;
-        if (!mean) {                               // it ran nothing: the statistics of the first that did
-            mt_copy_floats(mt, t, m->state + blo, o, o->m.state + blo, bhi - blo, mt->job[k].stage);
-            mean = -1;                             // taken once
-            continue;
-        }
-        if (mean < 0) continue;
+        if (bhi <= blo || !mean) continue;
         mt_copy_floats(mt, t, sh->recv, o, o->m.state + blo, bhi - blo, mt->job[k].stage);
         mt_add_into(t, m->state + blo, sh->recv, bhi - blo);
     }
-    if (bhi > blo && used > 1 && !mt->sync_bn) m->be->optim.scale(m->be_ctx, m->state + blo, bhi - blo, 1.0f / used);
+    if (bhi > blo && used > 1 && mean) m->be->optim.scale(m->be_ctx, m->state + blo, bhi - blo, 1.0f / used);
+    if (bhi > blo && !mean && !ran && used) {      // waited for above: the statistics of the first that ran
+        Trainer *f = mt->job[first_used(mt)].t;
+        mt_copy_floats(mt, t, m->state + blo, f, f->m.state + blo, bhi - blo, mt->job[k].stage);
+    }
     if (sh->has_sgd) m->be->optim.grad_sumsq_to(m->be_ctx, sh->sgd.prep, t->scal + SC_SUMSQ);
     else m->be->dev.zero(m->be_ctx, (float *)(t->scal + SC_SUMSQ), 2);   // one double
     trainer_mark(t, TM_G1);
@@ -188,7 +193,7 @@ void mt_buckets_free(Multi *mt) {
 void mt_gather(Multi *mt) {
     Trainer *m0 = mt->master;
     Model *m = &m0->m;
-    int used = mt_used_devices(mt), took = mt->job[0].n > 0;
+    int used = mt_used_devices(mt);
     m->be->dev.bind(m->be_ctx);
     trainer_mark(m0, TM_G0);
     for (int b = mt->bk.pulled; b < mt->bk.n; b++) pull_bucket(mt, b);   // those device 0's backward did not reach
@@ -196,16 +201,15 @@ void mt_gather(Multi *mt) {
         if (!mt->job[k].n) continue;
         Trainer *r = &mt->rep[k];
         mt_wait_for(mt, 0, k, EV_DONE);
-        if (mt->sync_bn) {                         // every device that ran holds the batch's statistics already;
-            if (!took) mt_copy_floats(mt, m0, m->state + m->buffers, r, r->m.state + m->buffers, m->n_buffers,
-                                      mt->job[0].stage);   // device 0 ran nothing: the first replica that did
-            took = 1;
-            continue;
-        }
+        if (mt->sync_bn) continue;                 // every device that ran holds the batch's statistics already
         mt_copy_floats(mt, m0, m0->recv, r, r->m.state + m->buffers, m->n_buffers, mt->job[0].stage);
         mt_add_into(m0, m->state + m->buffers, m0->recv, m->n_buffers);
     }
     if (used > 1 && !mt->sync_bn) m->be->optim.scale(m->be_ctx, m->state + m->buffers, m->n_buffers, 1.0f / used);
+    if (mt->sync_bn && !mt->job[0].n && used) {    // device 0 ran nothing: the first replica's that did
+        Trainer *r = mt->job[first_used(mt)].t;
+        mt_copy_floats(mt, m0, m->state + m->buffers, r, r->m.state + m->buffers, m->n_buffers, mt->job[0].stage);
+    }
     trainer_mark(m0, TM_G1);
 }
 
