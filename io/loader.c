@@ -24,12 +24,18 @@ typedef struct {
     int   *stage_n;         // (N)
     int    pinned;          // b.images is page-locked (loader_pin_buffers)
     int    first;           // cfg.share: the batch position of b's first image (else 0)
-    // cfg.defer_pixels: b.aug's samples, their tiles (N, AUG_MAX_SOURCES) and, without the RAM cache, each
-    // sample's copy of its decoded sources (grown to the largest it held: at most AUG_MAX_SOURCES S x S images)
+    // cfg.defer_pixels: b.aug's samples, their tiles (N, AUG_MAX_SOURCES) and every sample's copy of its decoded
+    // sources in one arena (tile_arena), so a device uploads a batch's sources with one copy. Workers reserve
+    // each sample's bytes in the order they finish (arena_used, under arena_lock held to write) and copy into
+    // them holding it to read, so a growth (grow-only, page-locked through cfg pinning) never moves bytes
+    // mid-copy; tile_off keeps each tile's offset, made into pointers once the batch is complete.
     AugSample *aug;
     Image     *tiles;
-    uint8_t  **tile_buf;    // (N)
-    size_t    *tile_cap;    // (N)
+    size_t    *tile_off;    // (N, AUG_MAX_SOURCES)
+    uint8_t   *tile_arena;
+    size_t     arena_cap, arena_used;
+    int        arena_pinned;
+    pthread_rwlock_t arena_lock;
 } Slot;
 
 typedef struct {            // decode + long-side resize once per image, by whichever worker needs it first
@@ -165,25 +171,60 @@ static void cache_free(Cache *c, int n) {
 
 // ---- one sample ----
 
-// defer_pixels without the RAM cache: the m decoded tiles move into sample i's own buffer (the decoder's
-// images are given back), so they live as long as the batch.
+static void *page_alloc(size_t bytes);
+
+static void arena_pin(Slot *s, LoaderPinning pin) {   // under s->arena_lock, held to write
+    if (s->tile_arena && !s->arena_pinned && pin.pin)
+        s->arena_pinned = pin.pin(s->tile_arena, s->arena_cap, pin.arg) == 0;
+}
+
+// Under s->arena_lock, held to write: room for `need` bytes, the arena_used kept so far moved along. A quarter more
+// than asked, so a batch of larger images than the last grows it once, not per sample.
+static void arena_grow(Loader *l, Slot *s, size_t need) {
+    size_t cap = (need + need / 4 + PAGE - 1) & ~(size_t)(PAGE - 1);
+    uint8_t *p = page_alloc(cap);
+    if (s->tile_arena) memcpy(p, s->tile_arena, s->arena_used);
+    if (s->arena_pinned) l->pinning.unpin(s->tile_arena, l->pinning.arg);
+    free(s->tile_arena);
+    s->tile_arena = p, s->arena_cap = cap, s->arena_pinned = 0;
+    pthread_mutex_lock(&l->mu);                  // loader_pin_buffers may be setting it
+    LoaderPinning pin = l->pinning;
+    pthread_mutex_unlock(&l->mu);
+    arena_pin(s, pin);
+}
+
+// defer_pixels: the m decoded tiles are copied into the slot's arena (the decoder's images are given back; a
+// RAM cache's are only views, copied too so the arena alone holds the batch's sources); their offsets go to
+// tile_off until the batch is complete (slot_arena_done), as the arena may still grow.
 static void keep_tiles(Loader *l, Slot *s, int i, Image *tile, const int *idx, int m) {
-    size_t need = 0;
+    size_t need = 0, *off = s->tile_off + (size_t)i * AUG_MAX_SOURCES;
     for (int k = 0; k < m; k++) need += (size_t)tile[k].w * tile[k].h * 3;
-    if (need > s->tile_cap[i]) {
-        free(s->tile_buf[i]);
-        s->tile_buf[i] = xmalloc(need);
-        s->tile_cap[i] = need;
-    }
-    uint8_t *p = s->tile_buf[i];
+    pthread_rwlock_wrlock(&s->arena_lock);
+    size_t at = s->arena_used;
+    if (at + need > s->arena_cap) arena_grow(l, s, at + need);
+    s->arena_used = at + need;
+    pthread_rwlock_unlock(&s->arena_lock);
+    pthread_rwlock_rdlock(&s->arena_lock);       // others may copy beside it; a growth waits for them
     for (int k = 0; k < m; k++) {
         size_t bytes = (size_t)tile[k].w * tile[k].h * 3;
-        Image kept = { tile[k].w, tile[k].h, p };
-        memcpy(p, tile[k].px, bytes);
+        memcpy(s->tile_arena + at, tile[k].px, bytes);
+        Image kept = { tile[k].w, tile[k].h, NULL };    // px: set by slot_arena_done
         l->src.put(l->src.ctx, idx[k], &tile[k], NULL);   // frees (and clears) the decoder's image
         tile[k] = kept;
-        p += bytes;
+        off[k] = at;
+        at += bytes;
     }
+    pthread_rwlock_unlock(&s->arena_lock);
+}
+
+// Under mu, every sample of the batch written: the tiles point into the arena, which no longer moves.
+static void slot_arena_done(Slot *s) {
+    if (!s->aug) return;
+    for (int i = 0; i < s->b.n; i++)
+        for (int k = 0; !s->aug[i].grey && k < s->aug[i].n_tiles; k++)
+            s->tiles[(size_t)i * AUG_MAX_SOURCES + k].px = s->tile_arena + s->tile_off[(size_t)i * AUG_MAX_SOURCES + k];
+    s->b.tile_arena = s->tile_arena;
+    s->b.tile_bytes = s->arena_used;
 }
 
 // defer_pixels: sample `index`'s draws (those augment_train_sample_into makes, in its order), its sources
@@ -198,7 +239,7 @@ static int defer_sample(Loader *l, Slot *s, int i, int index, Rng *rng, Box **bo
     int m = augment_recipe_sources(&a->r, idx);
     if (augment_sources_get(&l->src, idx, m, tile, tb, nb, err)) return -1;
     augment_apply_boxes(&a->r, tile, tb, nb, box, n);
-    if (!l->cache) keep_tiles(l, s, i, tile, idx, m);   // cached tiles are the cache's, kept for the run
+    keep_tiles(l, s, i, tile, idx, m);
     a->tiles = tile, a->n_tiles = m, a->grey = 0;
     return 0;
 }
@@ -269,6 +310,7 @@ static void take_share(Loader *l, Slot *s) {
     s->b.n = n;
     if (n) return;
     gather_targets(s, l->t_max);
+    slot_arena_done(s);
     s->ready = 1;
     pthread_cond_broadcast(&l->done);
 }
@@ -282,7 +324,7 @@ static int claim(Loader *l, Claim *c) {
             int b = l->next_sample / N;
             Slot *s = &l->slot[b % l->n_slots];
             if (s->id == -1) {
-                s->id = b, s->filled = 0, s->ready = 0;
+                s->id = b, s->filled = 0, s->ready = 0, s->arena_used = 0;   // no worker is in it
                 s->b.n = l->ds->n - b * N < N ? l->ds->n - b * N : N;
                 s->b.epoch = l->epoch, s->b.number = b;
                 s->b.h = l->rect_shape ? l->rect_shape[b][0] : l->cfg.aug.img_size;
@@ -321,6 +363,7 @@ static void *worker(void *arg) {
             l->t_last = now_seconds();
             if (++c.slot->filled == c.slot->b.n) {
                 gather_targets(c.slot, l->t_max);
+                slot_arena_done(c.slot);
                 c.slot->ready = 1;
             }
         }
@@ -357,8 +400,8 @@ static void slots_alloc(Loader *l) {
         if (!l->cfg.train || !l->cfg.defer_pixels) continue;
         s->b.aug = s->aug = xcalloc(N, sizeof *s->aug);
         s->tiles = xcalloc((size_t)N * AUG_MAX_SOURCES, sizeof *s->tiles);
-        s->tile_buf = xcalloc(N, sizeof *s->tile_buf);
-        s->tile_cap = xcalloc(N, sizeof *s->tile_cap);
+        s->tile_off = xcalloc((size_t)N * AUG_MAX_SOURCES, sizeof *s->tile_off);
+        pthread_rwlock_init(&s->arena_lock, NULL);
     }
 }
 
@@ -458,8 +501,9 @@ void loader_close(Loader *l) {
         if (s->pinned) l->pinning.unpin(s->b.images, l->pinning.arg);
         free(s->b.images), free(s->b.targets), free(s->b.index), free(s->b.info);
         free(s->stage), free(s->stage_n);
-        for (int i = 0; s->tile_buf && i < l->cfg.batch; i++) free(s->tile_buf[i]);
-        free(s->aug), free(s->tiles), free(s->tile_buf), free(s->tile_cap);
+        if (s->arena_pinned) l->pinning.unpin(s->tile_arena, l->pinning.arg);
+        if (s->aug) pthread_rwlock_destroy(&s->arena_lock);
+        free(s->aug), free(s->tiles), free(s->tile_off), free(s->tile_arena);
     }
     cache_free(l->cache, l->ds->n);
     pthread_cond_destroy(&l->done), pthread_cond_destroy(&l->work), pthread_mutex_destroy(&l->mu);
@@ -540,11 +584,17 @@ LoaderStats loader_stats(Loader *l) {
 int loader_pin_buffers(Loader *l, const LoaderPinning *p) {
     size_t bytes = (size_t)l->cfg.batch * l->cfg.aug.img_size * l->cfg.aug.img_size * 3;
     int n = 0;
+    pthread_mutex_lock(&l->mu);                  // workers growing a tile arena read it
     l->pinning = *p;
+    pthread_mutex_unlock(&l->mu);
     for (int k = 0; k < l->n_slots; k++) {
         Slot *s = &l->slot[k];
         if (!s->pinned) s->pinned = p->pin(s->b.images, bytes, p->arg) == 0;
         n += s->pinned;
+        if (!s->aug) continue;
+        pthread_rwlock_wrlock(&s->arena_lock);   // those not allocated yet are pinned when they are
+        arena_pin(s, *p);
+        pthread_rwlock_unlock(&s->arena_lock);
     }
     return n;
 }

@@ -49,9 +49,17 @@ typedef struct {
     int           *index;     // (n) dataset index of each image
     LetterboxInfo *info;      // (n) validation: letterbox of the long-side-resized image (see
                               // augment_val_sample); training: zeros
-    const AugSample *aug;     // (n) defer_pixels: each image's recipe and decoded sources (in the RAM
-                              // cache, else in the batch slot's own buffers), its pixels not in images
-                              // (a device makes them: Backend.dev.augment_batch); NULL: images holds them
+    const AugSample *aug;     // (n) defer_pixels: each image's recipe and decoded sources (in tile_arena),
+                              // its pixels not in images (a device makes them: Backend.dev.augment_batch);
+                              // NULL: images holds them
+    // defer_pixels: every tile of aug lies in tile_arena[0, tile_bytes), the batch slot's one host buffer
+    // (with cache=ram too: the cached images are copied in), page-locked once loader_pin_buffers ran, so a
+    // device uploads a share with one copy (Backend.dev.prefetch_aug). The samples' tiles are in the order
+    // the workers finished them, each sample's tiles together: sample order give or take a few, so the span
+    // of samples [a, b) holds few of the others'. Grown (grow-only) when a batch needs more; NULL, 0 without
+    // defer_pixels.
+    const uint8_t *tile_arena;
+    size_t         tile_bytes;
     int            epoch, number;   // number: 0.. within the epoch
     int            slot;      // private to the loader
 } Batch;
@@ -102,7 +110,10 @@ typedef struct {
     void  *arg;
 } LoaderPinning;
 // Pin every image buffer of the ring not pinned yet; loader_close unpins them before freeing. Call
-// it before the batches are given to a device. Returns how many buffers are pinned now.
+// it before the batches are given to a device. Returns how many image buffers are pinned now. With
+// defer_pixels the slots' tile arenas are pinned too, now or when allocated, and unpinned before a growth
+// frees one (its batch was released: a device no longer copies from it) and at close. These host buffers
+// are not in the trainer's memory plan (core/trainer/trainer.c counts the model's arenas only).
 int  loader_pin_buffers(Loader *l, const LoaderPinning *p);
 // The model's input (CPU path): nhwc_out (n,h,w,3) = images / 255.
 void loader_batch_to_float(const Batch *b, float *nhwc_out);

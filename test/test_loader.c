@@ -424,6 +424,88 @@ static void test_deferred_unreadable(void) {
     free(bad.s);
 }
 
+// augment=gpu's one host arena per batch slot (Batch.tile_arena), with and without the RAM cache: every
+// sample's tiles lie inside [tile_arena, tile_arena + tile_bytes), each sample's together and none overlapping
+// another's, so one copy uploads a share; the arena is page-locked through the pinning hooks (before it
+// exists too: pinned when allocated, and again when grown) and unpinned before it is freed.
+typedef struct { int pins, unpins; const void *live[64]; int n_live; } FakePins;
+
+static int fake_pin(void *p, size_t bytes, void *arg) {
+    FakePins *f = arg;
+    f->pins++;
+    if (f->n_live < 64) f->live[f->n_live++] = p;
+    return 0;
+}
+
+static void fake_unpin(void *p, void *arg) {
+    FakePins *f = arg;
+    f->unpins++;
+    for (int k = 0; k < f->n_live; k++)
+        if (f->live[k] == p) { f->live[k] = f->live[--f->n_live]; return; }
+    CHECK(0, "unpinned %p, which was not pinned", p);
+}
+
+static int pinned_live(const FakePins *f, const void *p) {
+    for (int k = 0; k < f->n_live; k++) if (f->live[k] == p) return 1;
+    return 0;
+}
+
+// The tiles of batch b in its arena: inside, samples disjoint. Returns the bytes the tiles cover.
+static size_t arena_tiles_bytes(const Batch *b, int *outside, int *overlaps) {
+    size_t total = 0;
+    for (int i = 0; i < b->n; i++) {
+        const AugSample *a = &b->aug[i];
+        size_t lo = SIZE_MAX, hi = 0, bytes = 0;
+        for (int k = 0; !a->grey && k < a->n_tiles; k++) {
+            size_t n = (size_t)a->tiles[k].w * a->tiles[k].h * 3;
+            const uint8_t *p = a->tiles[k].px;
+            if (!b->tile_arena || p < b->tile_arena || p + n > b->tile_arena + b->tile_bytes) { (*outside)++; continue; }
+            size_t at = (size_t)(p - b->tile_arena);
+            lo = at < lo ? at : lo, hi = at + n > hi ? at + n : hi, bytes += n;
+        }
+        if (hi && hi - lo != bytes) (*overlaps)++;      // a sample's tiles are one run of bytes
+        for (int j = 0; j < i && hi; j++)               // that no other sample's tiles enter
+            for (int k = 0; !b->aug[j].grey && k < b->aug[j].n_tiles; k++) {
+                size_t at = (size_t)(b->aug[j].tiles[k].px - b->tile_arena);
+                if (at >= lo && at < hi) (*overlaps)++;
+            }
+        total += bytes;
+    }
+    return total;
+}
+
+static void test_deferred_arena(void) {
+    for (int cache = 0; cache < 2; cache++) {
+        FakePins f = { 0 };
+        LoaderConfig c = config(3, 1);
+        c.defer_pixels = 1, c.cache_ram = cache, c.mem_available = (size_t)1 << 30;
+        Loader *l;
+        Err err;
+        if (loader_open(&c, &ds, &l, &err)) { CHECK(0, "cache %d: %s", cache, err.msg); continue; }
+        loader_pin_buffers(l, &(LoaderPinning){ fake_pin, fake_unpin, &f });
+        int slots_pinned = f.pins, batches = 0, outside = 0, overlaps = 0, unpinned = 0, short_arena = 0;
+        for (int e = 0; e < 2; e++) {
+            loader_start_epoch(l, e, e == 0);
+            Batch *b;
+            while (loader_next(l, &b)) {
+                batches++;
+                size_t bytes = arena_tiles_bytes(b, &outside, &overlaps);
+                short_arena += bytes != b->tile_bytes;   // no gaps: the arena holds this batch's tiles alone
+                unpinned += b->tile_bytes && !pinned_live(&f, b->tile_arena);
+                loader_release(l, b);
+            }
+        }
+        int pins = f.pins;
+        loader_close(l);
+        CHECK(batches == 2 * ((N_IMAGES + 5) / 6) && outside == 0 && overlaps == 0 && short_arena == 0,
+              "cache %d: %d batches, %d tiles outside the arena, %d overlaps, %d arenas with bytes of no tile", cache,
+              batches, outside, overlaps, short_arena);
+        CHECK(unpinned == 0 && pins > slots_pinned, "cache %d: %d batches' arenas not page-locked (%d pins, %d of "
+              "them image buffers)", cache, unpinned, pins, slots_pinned);
+        CHECK(f.n_live == 0 && f.unpins == f.pins, "cache %d: %d pinned, %d unpinned after close", cache, f.pins, f.unpins);
+    }
+}
+
 int main(void) {
     alarm(120);   // a hang (a worker never joined) fails the run instead of stalling CI
     if (make_dataset()) return 1;
@@ -439,6 +521,7 @@ int main(void) {
     RUN(test_pinned_rect_batches);
     RUN(test_pinned_deferred);
     RUN(test_deferred_unreadable);
+    RUN(test_deferred_arena);
     RUN(test_bad_image_mid_run);   // last: it breaks an image file
     return test_summary();
 }
