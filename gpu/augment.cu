@@ -1,5 +1,6 @@
 // augment.cu: the device twin of io/augment.c's augment_apply_pixels (issue 37): a training sample's
-// bytes from its recipe (drawn on the host) and its decoded uint8 sources, uploaded per sample. Same
+// bytes from its recipe (drawn on the host) and its decoded uint8 sources; augment=gpu's micro-batch in
+// one launch from its tiles, copied as one span of the loader's tile arena (ahead, on the copy stream). Same
 // integer and fixed-point arithmetic as the CPU path, byte for byte: OpenCV's 1/32 px bilinear warp
 // (positions as warpAffine / warpPerspective compute them), image_resize's INTER_LINEAR for a letterbox
 // body, mixup's truncated blend, HSV through the same folded tables, then the flips. Every double and
@@ -101,28 +102,40 @@ __device__ static inline void hsv_pixel_d(int c[3], const AugHsvTables *t) {
     for (int k = 0; k < 3; k++) c[k] = (uint8_t)(all >> t->shift[h][k]);
 }
 
-// One output pixel: the flips say which pre-flip pixel it shows; that pixel is warp 0 (mixed with warp
+// One output pixel i: the flips say which pre-flip pixel it shows; that pixel is warp 0 (mixed with warp
 // 1), then HSV. Into bytes (out), or into the model's input as byte / 255.0f (outf: gpu/input.cu's
 // conversion, the CPU's x / 255.0f).
+__device__ static inline void sample_pixel(const DevAug &a, size_t i, uint8_t *out, float *outf) {
+    int x = (int)(i % a.W), y = (int)(i / a.W);
+    int sx = a.fliplr ? a.W - 1 - x : x, sy = a.flipud ? a.H - 1 - y : y;
+    int c[3];
+    warp_pixel(a.warp[0], sx, sy, c);
+    if (a.mixup) {
+        int d[3];
+        warp_pixel(a.warp[1], sx, sy, d);
+        for (int k = 0; k < 3; k++)
+            c[k] = (uint8_t)__double2int_rz(__dadd_rn(__dmul_rn((double)c[k], a.mix_r), __dmul_rn((double)d[k], a.mix_q)));
+    }
+    if (a.hsv) hsv_pixel_d(c, a.t);
+    for (int k = 0; k < 3; k++) {
+        if (outf) outf[3 * i + k] = __fdiv_rn((float)(uint8_t)c[k], 255.0f);
+        else out[3 * i + k] = (uint8_t)c[k];
+    }
+}
+
 __global__ void augment_sample_kernel(DevAug a, uint8_t *out, float *outf) {
     pdl_entry();
-    GRID_STRIDE(i, (size_t)a.W * a.H) {
-        int x = (int)(i % a.W), y = (int)(i / a.W);
-        int sx = a.fliplr ? a.W - 1 - x : x, sy = a.flipud ? a.H - 1 - y : y;
-        int c[3];
-        warp_pixel(a.warp[0], sx, sy, c);
-        if (a.mixup) {
-            int d[3];
-            warp_pixel(a.warp[1], sx, sy, d);
-            for (int k = 0; k < 3; k++)
-                c[k] = (uint8_t)__double2int_rz(__dadd_rn(__dmul_rn((double)c[k], a.mix_r), __dmul_rn((double)d[k], a.mix_q)));
-        }
-        if (a.hsv) hsv_pixel_d(c, a.t);
-        for (int k = 0; k < 3; k++) {
-            if (outf) outf[3 * i + k] = __fdiv_rn((float)(uint8_t)c[k], 255.0f);
-            else out[3 * i + k] = (uint8_t)c[k];
-        }
-    }
+    GRID_STRIDE(i, (size_t)a.W * a.H) sample_pixel(a, i, out, outf);
+}
+
+// A run of samples in one launch: blockIdx.y is the sample, a[blockIdx.y] its descriptor (device memory),
+// dst + blockIdx.y · W·H·3 its floats.
+__global__ void augment_batch_kernel(const DevAug *a, float *dst) {
+    pdl_entry();
+    const DevAug &d = a[blockIdx.y];
+    size_t px = (size_t)d.W * d.H;
+    float *out = dst + blockIdx.y * px * 3;
+    GRID_STRIDE(i, px) sample_pixel(d, i, NULL, out);
 }
 
 // io/image_resize.c's linear_taps for output o: the first tap i and the weights (a0, a1) in 1/2048.
@@ -231,15 +244,176 @@ extern "C" void augment_apply_gpu(Device *dev, const AugRecipe *r, const Image *
     apply_into(dev, r, tiles, out, NULL);
 }
 
-// A grey sample (the loader's stand-in when no image loads): an affine warp of an empty (0x0) plane, its
-// inverse all zeros, puts every tap at (0, 0), outside the plane: PAD_VALUE everywhere.
-static void grey_into(Device *dev, int W, int H, float *outf) {
-    DevAug a;
-    memset(&a, 0, sizeof a);
-    a.W = W, a.H = H, a.warp[0].affine = 1;
-    size_t n = (size_t)W * H;
-    augment_sample_kernel<<<blocks_for(n), THREADS, 0, dev->stream>>>(a, NULL, outf);
+// ---- augment=gpu's batches: a run of samples' tiles in one device buffer, one launch ----------------
+
+static size_t r256(size_t n) { return (n + 255) & ~(size_t)255; }
+static size_t tile_bytes(const Image *t) { return (size_t)t->w * t->h * 3; }
+
+// The host bytes of samples s[0..n)'s tiles: the span [lo, lo + bytes) of the arena they all lie in
+// (shared), else (tiles anywhere) the sum of their sizes, copied tile by tile.
+struct Span { const uint8_t *lo; size_t bytes; int shared; };
+
+static Span span_of(const AugSample *s, int n) {
+    Span sp = { NULL, 0, 1 };
+    const uint8_t *arena = NULL, *hi = NULL;
+    size_t sum = 0;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; !s[i].grey && k < s[i].n_tiles; k++) {
+            const uint8_t *p = s[i].tiles[k].px, *e = p + tile_bytes(&s[i].tiles[k]);
+            sum += tile_bytes(&s[i].tiles[k]);
+            if (!s[i].arena || (arena && s[i].arena != arena) || p < s[i].arena || e > s[i].arena + s[i].arena_bytes)
+                sp.shared = 0;
+            arena = s[i].arena;
+            if (!sp.lo || p < sp.lo) sp.lo = p;
+            if (!hi || e > hi) hi = e;
+        }
+    sp.bytes = !sp.shared ? sum : sp.lo ? (size_t)(hi - sp.lo) : 0;
+    return sp;
+}
+
+// Sample s's letterbox body size when it needs a resize (0 otherwise: a mosaic, grey, or the tile as it is).
+static size_t body_bytes(const AugSample *s, int *uw, int *uh) {
+    if (s->grey || s->r.mosaic) return 0;
+    augment_recipe_body(&s->r, &s->tiles[0], uw, uh);
+    return *uw != s->tiles[0].w || *uh != s->tiles[0].h ? (size_t)*uw * *uh * 3 : 0;
+}
+
+// The scratch of a run of n samples beside its tiles: the descriptors, the HSV tables, the resized bodies.
+static size_t run_scratch(const AugSample *s, int n) {
+    size_t b = r256((size_t)n * sizeof(DevAug));
+    for (int i = 0; i < n; i++) {
+        int uw, uh;
+        b += !s[i].grey && s[i].r.hsv ? r256(sizeof(AugHsvTables)) : 0;
+        b += r256(body_bytes(&s[i], &uw, &uh));
+    }
+    return b;
+}
+
+// The longest run from s[0] (at least one sample) whose scratch fits `room`, its tiles with it when
+// tile_cap is 0, else its tiles' bytes within tile_cap (SIZE_MAX: already on the device).
+static int run_end(const AugSample *s, int n, size_t tile_cap, size_t room) {
+    int j = 1;
+    for (; j < n; j++) {
+        size_t tiles = tile_cap == SIZE_MAX ? 0 : span_of(s, j + 1).bytes;
+        size_t need = run_scratch(s, j + 1) + (tile_cap ? 0 : r256(tiles)) + 256;   // + the first take's alignment
+        if ((tile_cap && tile_cap != SIZE_MAX && tiles > tile_cap) || need > room) break;
+    }
+    return j;
+}
+
+// The device images of the run's tiles in buf, (n, AUG_MAX_SOURCES): at their offset from lo in the shared
+// arena's span, else packed in order.
+static void tiles_on_device(const AugSample *s, int n, const Span *sp, const uint8_t *lo, uint8_t *buf, Image *dt) {
+    size_t at = 0;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; !s[i].grey && k < s[i].n_tiles; k++) {
+            const Image *t = &s[i].tiles[k];
+            dt[i * AUG_MAX_SOURCES + k] = Image{ t->w, t->h, buf + (sp->shared ? (size_t)(t->px - lo) : at) };
+            at += tile_bytes(t);
+        }
+}
+
+// Queue on `stream` the copy of the run's tiles into buf (dt): the span at once, or tile by tile.
+static void copy_tiles(const AugSample *s, int n, const Span *sp, uint8_t *buf, const Image *dt, cudaStream_t stream) {
+    if (sp->shared) {
+        if (sp->bytes) checkCuda(cudaMemcpyAsync(buf, sp->lo, sp->bytes, cudaMemcpyHostToDevice, stream));
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        for (int k = 0; !s[i].grey && k < s[i].n_tiles; k++)
+            checkCuda(cudaMemcpyAsync(dt[i * AUG_MAX_SOURCES + k].px, s[i].tiles[k].px, tile_bytes(&s[i].tiles[k]),
+                                      cudaMemcpyHostToDevice, stream));
+}
+
+// One run's descriptors (host memory `host`, device copy at dmeta) and its bodies' resizes, queued after the
+// tiles. A grey sample (the loader's stand-in when no image loads) is an affine warp of an empty (0x0) plane:
+// its inverse all zeros puts every tap at (0, 0), outside the plane, so PAD_VALUE everywhere.
+struct Resize { const uint8_t *src; int w, h; uint8_t *dst; int uw, uh; };
+
+static void describe(Device *dev, const AugSample *s, int n, int H, int W, const Image *dt, uint8_t *host,
+                     uint8_t *dmeta, Resize *rs) {
+    DevAug *a = (DevAug *)host;
+    size_t at = r256((size_t)n * sizeof(DevAug));
+    for (int i = 0; i < n; i++) {
+        const AugRecipe *r = &s[i].r;
+        const Image *t = dt + (size_t)i * AUG_MAX_SOURCES;
+        memset(&a[i], 0, sizeof a[i]);
+        rs[i].dst = NULL;
+        a[i].W = W, a[i].H = H, a[i].warp[0].affine = 1;
+        if (s[i].grey) continue;
+        if (r->mosaic) {
+            for (int k = 0; k < 1 + r->mixup; k++) {
+                Plane pl = augment_recipe_plane(r, k, t);
+                a[i].warp[k] = dev_warp(&pl, r->warp[k].M);
+            }
+        } else {
+            int uw = 0, uh = 0;
+            Image body = t[0];
+            if (body_bytes(&s[i], &uw, &uh)) {
+                body = Image{ uw, uh, (uint8_t *)arena_take(&dev->scratch, (size_t)uw * uh * 3, 256) };
+                rs[i] = Resize{ t[0].px, t[0].w, t[0].h, body.px, uw, uh };
+            }
+            Plane pl = augment_recipe_plane(r, 0, &body);
+            a[i].warp[0] = dev_warp(&pl, r->warp[0].M);
+        }
+        a[i].mixup = r->mixup, a[i].mix_r = r->mix_r, a[i].mix_q = 1 - r->mix_r;
+        a[i].flipud = r->flipud, a[i].fliplr = r->fliplr, a[i].hsv = r->hsv;
+        if (r->hsv) {
+            augment_hsv_tables(r->hsv_r, (AugHsvTables *)(host + at));
+            a[i].t = (const AugHsvTables *)(dmeta + at);
+            at += r256(sizeof(AugHsvTables));
+        }
+    }
+}
+
+static size_t meta_bytes(const AugSample *s, int n) {
+    size_t b = r256((size_t)n * sizeof(DevAug));
+    for (int i = 0; i < n; i++) b += !s[i].grey && s[i].r.hsv ? r256(sizeof(AugHsvTables)) : 0;
+    return b;
+}
+
+// Where a run's tiles come from: `stage` holds them already (prefetched: wait for its copy), or they are
+// copied now into `stage` (when given) or scratch.
+struct RunTiles { AugStage *stage; int prefetched; const uint8_t *lo; };
+
+// Samples s[0..n) into dst on dev->stream: descriptors first (a pageable copy, which waits for the stream's
+// earlier work, so before the tiles' wait), then the tiles, the resizes and the one launch.
+static void make_run(Device *dev, const AugSample *s, int n, int H, int W, float *dst, const RunTiles *rt) {
+    size_t mark = dev->scratch.used, mb = meta_bytes(s, n);
+    Span sp = span_of(s, n);
+    uint8_t *host = (uint8_t *)xmalloc(mb), *dmeta = (uint8_t *)arena_take(&dev->scratch, mb, 256);
+    uint8_t *buf = rt->stage ? rt->stage->buf : (uint8_t *)arena_take(&dev->scratch, sp.bytes ? sp.bytes : 1, 256);
+    Image *dt = (Image *)xcalloc((size_t)n * AUG_MAX_SOURCES, sizeof *dt);
+    Resize *rs = (Resize *)xcalloc(n, sizeof *rs);
+    tiles_on_device(s, n, &sp, rt->prefetched ? rt->lo : sp.lo, buf, dt);
+    describe(dev, s, n, H, W, dt, host, dmeta, rs);
+    checkCuda(cudaMemcpyAsync(dmeta, host, mb, cudaMemcpyHostToDevice, dev->stream));   // staged before it returns
+    free(host);
+    if (rt->stage) checkCuda(cudaStreamWaitEvent(dev->stream, rt->stage->copied, 0));   // the prefetch, or a stale one
+    if (!rt->prefetched) copy_tiles(s, n, &sp, buf, dt, dev->stream);
+    for (int i = 0; i < n; i++) {
+        if (!rs[i].dst) continue;
+        size_t nb = (size_t)rs[i].uw * rs[i].uh * 3;
+        double step_x = 1.0 / ((double)rs[i].uw / rs[i].w), step_y = 1.0 / ((double)rs[i].uh / rs[i].h);
+        augment_resize_kernel<<<blocks_for(nb), THREADS, 0, dev->stream>>>(rs[i].src, rs[i].w, rs[i].h, rs[i].dst,
+                                                                            rs[i].uw, rs[i].uh, step_x, step_y);
+        checkLaunch(dev);
+    }
+    dim3 grid(blocks_for((size_t)W * H), (unsigned)n);
+    augment_batch_kernel<<<grid, THREADS, 0, dev->stream>>>((const DevAug *)dmeta, dst);
     checkLaunch(dev);
+    if (rt->stage) checkCuda(cudaEventRecord(rt->stage->used, dev->stream));   // a prefetch into it waits for this
+    free(dt), free(rs);
+    dev->scratch.used = mark;
+}
+
+// The aug stage holding the prefetched tiles of exactly s[0..n), or NULL.
+static AugStage *prefetched(Device *dev, const AugSample *s, int n, const Span *sp) {
+    for (int k = 0; k < 2; k++) {
+        AugStage *st = &dev->aug_stage[k];
+        if (st->s == s && st->n == n && sp->shared && st->host == sp->lo && st->bytes == sp->bytes) return st;
+    }
+    return NULL;
 }
 
 extern "C" void augment_batch_gpu(Device *dev, const AugSample *s, int n, int H, int W, float *dst) {
@@ -248,14 +422,57 @@ extern "C" void augment_batch_gpu(Device *dev, const AugSample *s, int n, int H,
         int w = W, h = H;
         if (!s[i].grey) augment_recipe_size(&s[i].r, &w, &h);
         if (w != W || h != H) die("augment_batch_gpu: sample %d's recipe makes %dx%d, the batch is %dx%d", i, w, h, W, H);
-        if (s[i].grey) grey_into(dev, W, H, dst + i * px);
-        else apply_into(dev, &s[i].r, s[i].tiles, NULL, dst + i * px);
     }
+    Span all = span_of(s, n);
+    AugStage *pre = n > 0 ? prefetched(dev, s, n, &all) : NULL, *next = &dev->aug_stage[dev->aug_next];
+    for (int i = 0; i < n;) {
+        size_t room = dev->scratch.size - dev->scratch.used;
+        RunTiles rt = { pre, pre != NULL, all.lo };
+        int m;
+        if (pre) {
+            m = run_end(s + i, n - i, SIZE_MAX, room);
+        } else {                                   // through the stage a prefetch would fill next, or scratch
+            m = next->buf ? run_end(s + i, n - i, next->cap, room) : 0;
+            if (m && span_of(s + i, m).bytes <= next->cap) rt.stage = next;
+            else m = run_end(s + i, n - i, 0, room);   // no stage, or one sample larger than it
+        }
+        make_run(dev, s + i, m, H, W, dst + i * px, &rt);
+        i += m;
+    }
+    if (pre) pre->s = NULL;                        // used once: the loader reuses the samples' memory
+    if (!pre && n > 0 && next->buf) next->s = NULL;   // any stale prefetch it held is overwritten
 }
 
-extern "C" size_t augment_scratch_bytes_gpu(int S) {
-    size_t image = ((size_t)S * S * 3 + 255) & ~(size_t)255;
-    return (8 + 1 + 1) * image + ((sizeof(AugHsvTables) + 255) & ~(size_t)255);   // tiles, body, out; tables
+extern "C" void augment_prefetch_gpu(Device *dev, const AugSample *s, int n) {
+    AugStage *st = &dev->aug_stage[dev->aug_next];
+    Span sp = span_of(s, n);
+    if (!st->buf || n < 1 || !sp.shared || !sp.bytes || sp.bytes > st->cap) return;   // the step copies them
+    int cur;
+    checkCuda(cudaGetDevice(&cur));
+    checkCuda(cudaSetDevice(dev->id));
+    checkCuda(cudaStreamWaitEvent(dev->copy_stream, st->used, 0));   // the last kernel that read buf
+    checkCuda(cudaMemcpyAsync(st->buf, sp.lo, sp.bytes, cudaMemcpyHostToDevice, dev->copy_stream));
+    checkCuda(cudaEventRecord(st->copied, dev->copy_stream));
+    checkCuda(cudaSetDevice(cur));
+    st->s = s, st->n = n, st->host = sp.lo, st->bytes = sp.bytes;
+    dev->aug_next ^= 1;                            // now the stage of the coming step: free once it ran
+}
+
+extern "C" void augment_stage_cap_gpu(Device *dev, size_t bytes) {
+    size_t planned = (dev->aug.size / 2) & ~(size_t)255;   // as input_init split the arena
+    for (int k = 0; k < 2; k++) dev->aug_stage[k].cap = dev->aug_stage[k].buf && bytes < planned ? bytes : planned;
+}
+
+extern "C" size_t augment_stage_bytes_gpu(int max_n, int S) {
+    return 2 * r256((size_t)max_n * AUG_STAGE_IMAGES * S * S * 3);
+}
+
+extern "C" size_t augment_scratch_bytes_gpu(int S, int S_aug, int max_n) {
+    size_t image = r256((size_t)S * S * 3), tables = r256(sizeof(AugHsvTables));
+    size_t one = (8 + 1 + 1) * image + tables;     // augment_pixels_gpu's sample: tiles, body, out; tables
+    size_t body = r256((size_t)S_aug * S_aug * 3);
+    size_t run = max_n > 0 ? r256((size_t)max_n * sizeof(DevAug)) + (size_t)max_n * (body + tables) : 0;
+    return one > run ? one : run;                  // never at once: the step's runs, or the backend's dev.augment
 }
 
 // The same into host memory (the backend table's augment slot): waits for the bytes.

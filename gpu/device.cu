@@ -54,11 +54,11 @@ extern "C" int gpu_list(GpuInfo *out, int max) {
 }
 
 static Arena *arena_of(Device *dev, int k) {
-    Arena *all[ARENA_COUNT] = { &dev->params, &dev->grads, &dev->optim, &dev->acts, &dev->scratch, &dev->input };
+    Arena *all[ARENA_COUNT] = { &dev->params, &dev->grads, &dev->optim, &dev->acts, &dev->scratch, &dev->input, &dev->aug };
     return all[k];
 }
 
-static const char *ARENA_NAMES[ARENA_COUNT] = { "params", "grads", "optim", "acts", "scratch", "input" };
+static const char *ARENA_NAMES[ARENA_COUNT] = { "params", "grads", "optim", "acts", "scratch", "input", "augment" };
 
 static double mib(size_t bytes) { return bytes / 1048576.0; }
 
@@ -73,9 +73,9 @@ static int check_fits(int id, const size_t bytes[ARENA_COUNT], Err *err) {
     }
     if (want <= free_b) return 0;
     return err_set(err, "out of GPU memory on GPU %d: the plan needs %.0f MiB (params %.0f, grads "
-                   "%.0f, optim %.0f, acts %.0f, scratch %.0f, input %.0f, cuBLAS %.0f) but %.0f of "
+                   "%.0f, optim %.0f, acts %.0f, scratch %.0f, input %.0f, augment %.0f, cuBLAS %.0f) but %.0f of "
                    "%.0f MiB are free; lower batch or imgsz", id, mib(want), mib(bytes[0]),
-                   mib(bytes[1]), mib(bytes[2]), mib(bytes[3]), mib(bytes[4]), mib(bytes[5]),
+                   mib(bytes[1]), mib(bytes[2]), mib(bytes[3]), mib(bytes[4]), mib(bytes[5]), mib(bytes[6]),
                    mib(BLAS_WORKSPACE_BYTES), mib(free_b), mib(total_b));
 }
 
@@ -89,16 +89,22 @@ static void reserve_for_test(int id) {
     if (bytes && cudaMalloc(&reserved[id], bytes) != cudaSuccess) cudaGetLastError();   // too much: none
 }
 
-// The input arena as two staging buffers, with the copy stream and the events that order them.
+// The input arena as two staging buffers, with the copy stream and the events that order them; the aug
+// arena likewise.
 static void input_init(Device *dev) {
     checkCuda(cudaStreamCreateWithFlags(&dev->copy_stream, cudaStreamNonBlocking));
-    size_t cap = (dev->input.size / 2) & ~(size_t)255;
+    size_t cap = (dev->input.size / 2) & ~(size_t)255, aug_cap = (dev->aug.size / 2) & ~(size_t)255;
     for (int k = 0; k < 2; k++) {
         InputStage *s = &dev->stage[k];
         s->cap = cap;
         s->buf = cap ? (uint8_t *)arena_take(&dev->input, cap, 256) : NULL;
         checkCuda(cudaEventCreateWithFlags(&s->copied, cudaEventDisableTiming));
         checkCuda(cudaEventCreateWithFlags(&s->used, cudaEventDisableTiming));
+        AugStage *a = &dev->aug_stage[k];
+        a->cap = aug_cap;
+        a->buf = aug_cap ? (uint8_t *)arena_take(&dev->aug, aug_cap, 256) : NULL;
+        checkCuda(cudaEventCreateWithFlags(&a->copied, cudaEventDisableTiming));
+        checkCuda(cudaEventCreateWithFlags(&a->used, cudaEventDisableTiming));
     }
 }
 
@@ -107,6 +113,8 @@ static void input_free(Device *dev) {
     for (int k = 0; k < 2; k++) {
         checkCuda(cudaEventDestroy(dev->stage[k].copied));
         checkCuda(cudaEventDestroy(dev->stage[k].used));
+        checkCuda(cudaEventDestroy(dev->aug_stage[k].copied));
+        checkCuda(cudaEventDestroy(dev->aug_stage[k].used));
     }
     checkCuda(cudaStreamDestroy(dev->copy_stream));
 }

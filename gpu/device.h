@@ -60,8 +60,10 @@ typedef struct { char *base; size_t size, used; const char *name; } Arena;
 typedef enum { GPU_FP32, GPU_TF32, GPU_BF16 } GpuPrecision;
 
 // ARENA_INPUT holds the two uint8 staging buffers of the input (device_input_arena_bytes); a plan
-// that gives it 0 bytes leaves the input to be staged in scratch, synchronously, as before.
-enum { ARENA_PARAMS, ARENA_GRADS, ARENA_OPTIM, ARENA_ACTS, ARENA_SCRATCH, ARENA_INPUT, ARENA_COUNT };
+// that gives it 0 bytes leaves the input to be staged in scratch, synchronously, as before. ARENA_AUG
+// holds augment=gpu's two stages of the samples' decoded tiles (augment_stage_bytes_gpu); 0: none, the
+// tiles go through scratch.
+enum { ARENA_PARAMS, ARENA_GRADS, ARENA_OPTIM, ARENA_ACTS, ARENA_SCRATCH, ARENA_INPUT, ARENA_AUG, ARENA_COUNT };
 
 // One uint8 batch share copied ahead of its step (gpu/input.cu): the copy runs on the device's copy
 // stream while the previous step computes; the step's conversion waits for `copied` on the GPU.
@@ -73,6 +75,19 @@ typedef struct {
     cudaEvent_t    copied;    // recorded on copy_stream after the copy
     cudaEvent_t    used;      // recorded on stream after the conversion that read buf
 } InputStage;
+
+// augment=gpu's like of it (gpu/augment.cu): the tiles of a run of samples, one copy of the span of the
+// loader's tile arena they use, queued on copy_stream behind the previous step (augment_prefetch_gpu).
+typedef struct {
+    uint8_t         *buf;     // (cap) device memory, in the aug arena
+    size_t           cap;
+    const void      *s;       // the samples (AugSample *) whose tiles it holds or is receiving; NULL: free
+    int              n;
+    const uint8_t   *host;    // the span copied: host bytes [host, host + bytes)
+    size_t           bytes;
+    cudaEvent_t      copied;  // recorded on copy_stream after the copy
+    cudaEvent_t      used;    // recorded on stream after the kernel that read buf
+} AugStage;
 
 // Work a validation pass needs beyond the memory plan (decode + NMS, top-k, the losses' gathered maps) is
 // made by the first pass and kept on the Device for the next ones, so later passes allocate nothing; so are
@@ -91,6 +106,9 @@ typedef struct {
     cudaStream_t copy_stream; // host-to-device copies of the next batch, beside `stream`
     InputStage stage[2];      // the batch of the coming step and the one after it
     int stage_next;           // the stage the next prefetch fills (the older of the two)
+    Arena aug;                // augment=gpu's tile stages below
+    AugStage aug_stage[2];
+    int aug_next;             // the aug stage the next prefetch fills
     double *scal;             // (DEVICE_SCALARS) the step's small values on the device (core/trainer/trainer.h SC_*)
     void *cudnn;              // cuDNN handle and plans (gpu/cudnn_conv.h); NULL: convs use im2col + cuBLAS
     // Under GPU_BF16, the weights a pass reads rounded to bf16 once (conv_prepare_weights_gpu): wbf16
@@ -109,7 +127,7 @@ typedef struct {
 enum { DEVICE_SCALARS = 256 };
 
 // Select GPU `id`, create its streams and cuBLAS handle, and make one cudaMalloc per arena of
-// arena_bytes[ARENA_PARAMS..ARENA_INPUT] bytes (0 is allowed). Returns -1 with a message naming
+// arena_bytes[ARENA_PARAMS..ARENA_AUG] bytes (0 is allowed). Returns -1 with a message naming
 // the sizes and the free memory when they do not fit, or when the GPU cannot be used.
 // YT_GPU_RESERVE_GB=G (tests): first cudaMalloc G GiB that stay taken, so the plan's failure
 // message can be seen on a large GPU.

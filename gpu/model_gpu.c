@@ -73,11 +73,13 @@ GpuPlan model_gpu_plan(const Model *m, GpuPrecision prec, int optim_states) {
     p.arena[ARENA_GRADS] = fl(m->n_state);
     p.arena[ARENA_OPTIM] = optim_states ? optim_states * fl(m->n_state) + ((size_t)1 << 20) : 0;
     p.arena[ARENA_ACTS] = p.acts + p.grads_of_acts + p.stats + p.temps;
-    // + room for the loss and small reductions, and for augment=gpu's samples (made before the forward, one
-    // at a time, so never beside an op's scratch; counted on top all the same: the plan stays a plain sum)
-    p.augment = augment_scratch_bytes_gpu(m->imgsz);
+    // + room for the loss and small reductions, and for augmentation on the device (made before the forward,
+    // so never beside an op's scratch; counted on top all the same: the plan stays a plain sum): one sample's
+    // (the backend's dev.augment), or with augment=gpu a micro-batch's bodies and tables, in one launch
+    p.augment = augment_scratch_bytes_gpu(m->imgsz, m->augment_side, m->augment_side ? m->max_n : 0);
     p.arena[ARENA_SCRATCH] = scratch + ((size_t)64 << 20) + p.augment;
     p.arena[ARENA_INPUT] = device_input_arena_bytes((size_t)m->max_n * m->imgsz * m->imgsz * 3);   // two uint8 batches in flight
+    p.arena[ARENA_AUG] = m->augment_side ? augment_stage_bytes_gpu(m->max_n, m->augment_side) : 0;   // and their tiles
     return p;
 }
 
@@ -90,10 +92,10 @@ void model_gpu_print_plan(const GpuPlan *p, int id, FILE *f) {
     for (int k = 0; k < ARENA_COUNT; k++) total += p->arena[k];
     fprintf(f, "GPU %d memory plan: weights %.2f GiB, grads %.2f GiB, optimizer+EMA %.2f GiB, activations %.2f GiB "
                "(+ their gradients %.2f GiB, BN stats and temporaries %.2f GiB), op scratch %.2f GiB (augmentation %.3f GiB of it), "
-               "input staging %.2f GiB; total %.2f GiB\n",
+               "input staging %.2f GiB, augmentation's tile stages %.2f GiB; total %.2f GiB\n",
             id, p->arena[ARENA_PARAMS] / g, p->arena[ARENA_GRADS] / g, p->arena[ARENA_OPTIM] / g, p->acts / g,
             p->grads_of_acts / g, (p->stats + p->temps) / g, p->arena[ARENA_SCRATCH] / g, p->augment / g,
-            p->arena[ARENA_INPUT] / g, total / g);
+            p->arena[ARENA_INPUT] / g, p->arena[ARENA_AUG] / g, total / g);
 }
 
 int model_to_gpu(Model *m, Device *dev, int id, const GpuPlan *plan, GpuPrecision prec, Err *err) {

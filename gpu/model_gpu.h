@@ -11,7 +11,7 @@ extern const Backend backend_gpu;
 typedef struct {                 // bytes per arena, and the parts of the activation arena
     size_t arena[ARENA_COUNT];
     size_t acts, grads_of_acts, stats, temps;
-    size_t augment;              // of the scratch arena: one training sample's tiles, body and tables (augment=gpu)
+    size_t augment;              // of the scratch arena: augmentation's (augment_scratch_bytes_gpu)
 } GpuPlan;
 
 // The memory a model needs on a GPU at its planned batch and size; the optimizer arena holds

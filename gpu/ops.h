@@ -164,11 +164,27 @@ void augment_apply_gpu(Device *dev, const AugRecipe *r, const Image *tiles, uint
 // The same into host memory, waited for (the backend table's dev.augment).
 void augment_pixels_gpu(Device *dev, const AugRecipe *r, const Image *tiles, uint8_t *host_out);
 // augment=gpu's batch (the backend table's dev.augment_batch): dst (device, (n,H,W,3) floats, the model's
-// input) = each sample's bytes / 255.0f, queued on dev->stream, one sample at a time through dev->scratch.
+// input) = each sample's bytes / 255.0f, queued on dev->stream: the tiles as augment_prefetch_gpu queued them
+// for exactly these s and n (waited for on the device), else copied now (one span of the samples' shared
+// arena, through an aug stage, or scratch when none); then one kernel for the samples, each letterbox body
+// that needs a resize resized before it. Samples whose tiles (or bodies and tables in scratch) do not fit
+// at once are made in runs that do. The tiles must stay unchanged until dev->stream passes the kernel.
 void augment_batch_gpu(Device *dev, const AugSample *s, int n, int H, int W, float *dst);
-// The scratch one sample takes at img_size S at most (its 8 tiles, a letterbox body, the bytes of
-// augment_pixels_gpu, the HSV tables): the memory plan's room for augmentation.
-size_t augment_scratch_bytes_gpu(int S);
+// Queue on dev->copy_stream the copy of samples s[0..n)'s tiles (one span of their shared arena, page-locked
+// for the copy to be asynchronous) into the older aug stage, behind the kernel that last read it; nothing
+// when there is no stage, the span does not fit it, or the tiles share no arena.
+void augment_prefetch_gpu(Device *dev, const AugSample *s, int n);
+// The scratch augmentation takes at most: one sample's at img_size S (its 8 tiles, a letterbox body, the
+// bytes of augment_pixels_gpu, the HSV tables), or with max_n > 0 (augment=gpu) the bodies, tables and
+// descriptors of max_n samples of side S_aug made at once. The memory plan's room for augmentation.
+size_t augment_scratch_bytes_gpu(int S, int S_aug, int max_n);
+// ARENA_AUG's bytes for micro-batches of max_n samples at img_size S: two stages of AUG_STAGE_IMAGES S x S
+// images a sample (a mosaic's 4 tiles of long side S, mixup's 4 more in some: larger runs go in parts).
+enum { AUG_STAGE_IMAGES = 6 };
+size_t augment_stage_bytes_gpu(int max_n, int S);
+// Tests: cap each aug stage of dev at `bytes` (at most what the plan gave, which SIZE_MAX restores), so
+// batches go in runs; 0: the tiles go through scratch.
+void augment_stage_cap_gpu(Device *dev, size_t bytes);
 
 #ifdef __cplusplus
 }

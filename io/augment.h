@@ -92,8 +92,15 @@ int  augment_apply(const AugRecipe *r, const SampleSource *src, AugScratch *scra
 // A training sample whose pixels are made later, by a device (augment=gpu, issue 37): its recipe and its
 // decoded sources (tiles[k] is source k of augment_recipe_sources, n_tiles of them; host memory that lives
 // as long as the batch holding it). grey: no source could be loaded, the sample is grey 114 (the loader's
-// stand-in) and has no tiles.
-typedef struct { AugRecipe r; const Image *tiles; int n_tiles, grey; } AugSample;
+// stand-in) and has no tiles. arena: the one host buffer every tile lies in, arena_bytes long (the loader's
+// Batch.tile_arena), so a device may copy the span a run of samples uses at once; NULL: tiles anywhere.
+typedef struct {
+    AugRecipe      r;
+    const Image   *tiles;
+    int            n_tiles, grey;
+    const uint8_t *arena;
+    size_t         arena_bytes;
+} AugSample;
 // Its pixels on the host into out (w×h the recipe's size: a mismatch is a bug and dies): grey, or
 // augment_apply_pixels; scratch as there.
 void augment_sample_pixels(const AugSample *s, AugScratch *scratch, Image *out);

@@ -220,9 +220,11 @@ static void keep_tiles(Loader *l, Slot *s, int i, Image *tile, const int *idx, i
 // Under mu, every sample of the batch written: the tiles point into the arena, which no longer moves.
 static void slot_arena_done(Slot *s) {
     if (!s->aug) return;
-    for (int i = 0; i < s->b.n; i++)
+    for (int i = 0; i < s->b.n; i++) {
+        s->aug[i].arena = s->tile_arena, s->aug[i].arena_bytes = s->arena_used;
         for (int k = 0; !s->aug[i].grey && k < s->aug[i].n_tiles; k++)
             s->tiles[(size_t)i * AUG_MAX_SOURCES + k].px = s->tile_arena + s->tile_off[(size_t)i * AUG_MAX_SOURCES + k];
+    }
     s->b.tile_arena = s->tile_arena;
     s->b.tile_bytes = s->arena_used;
 }

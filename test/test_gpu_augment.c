@@ -21,7 +21,8 @@
 #define CPU_TESTS(X) X(test_cpu_slot_is_apply) X(test_cpu_batch_slot)
 #define GPU_TESTS(X) X(test_random_recipes) X(test_letterbox_bodies) X(test_backend_slot) X(test_coco128_samples) \
                      X(test_batch_synthetic) X(test_batch_coco128)
-#define GPU_ARENAS { 0, 0, 0, (size_t)64 << 20, (size_t)256 << 20 }   // acts: the batch tests' input
+// acts: the batch tests' input; aug: two tile stages of 32 MiB
+#define GPU_ARENAS { 0, 0, 0, (size_t)64 << 20, (size_t)256 << 20, 0, (size_t)64 << 20 }
 
 // ---- shared by both builds ---------------------------------------------------------------------------
 
@@ -277,9 +278,50 @@ static void test_coco128_samples(void) {
     dataset_free(&coco);
 }
 
+// How the GPU gets a batch's tiles (gpu/augment.cu): through scratch (no stage), through an aug stage copied
+// in the step, prefetched on the copy stream, prefetched as two shares (two devices' on one: the stages in
+// turn, each share's span holding bytes of the other's samples), through a stage too small for the batch
+// (in runs, a sample larger than it through scratch).
+enum { VIA_SCRATCH, VIA_STAGE, VIA_PREFETCH, VIA_SHARES, VIA_SMALL_STAGE, VIA_COUNT };
+static const char *VIA_NAMES[VIA_COUNT] = { "scratch", "stage", "prefetched", "two prefetched shares", "small stage" };
+
+// The bytes samples s[0..n) span in their arena (what one stage copy takes).
+static size_t span_bytes(const AugSample *s, int n) {
+    const uint8_t *lo = NULL, *hi = NULL;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; !s[i].grey && k < s[i].n_tiles; k++) {
+            const uint8_t *p = s[i].tiles[k].px, *e = p + (size_t)s[i].tiles[k].w * s[i].tiles[k].h * 3;
+            lo = !lo || p < lo ? p : lo, hi = !hi || e > hi ? e : hi;
+        }
+    return lo ? (size_t)(hi - lo) : 0;
+}
+
+// The GPU's augment_batch of s[0..n) into d (device), queued the way `via` says; 0, or 1 when a prefetch
+// was not used as it should be.
+static int gpu_batch(const AugSample *s, int n, int h, int w, float *d, int via) {
+    size_t px = (size_t)h * w * 3;
+    int half = n / 2, bad = 0;
+    augment_stage_cap_gpu(&dev, via == VIA_SCRATCH ? 0 : via == VIA_SMALL_STAGE ? span_bytes(s, n) / 3 : SIZE_MAX);
+    if (via == VIA_PREFETCH) augment_prefetch_gpu(&dev, s, n);
+    if (via == VIA_SHARES) augment_prefetch_gpu(&dev, s, half), augment_prefetch_gpu(&dev, s + half, n - half);
+    int queued = 0;
+    for (int k = 0; k < 2; k++) queued += dev.aug_stage[k].s != NULL;
+    bad += (via == VIA_PREFETCH && queued != 1) || (via == VIA_SHARES && queued != 2 - (half == 0));
+    if (via == VIA_SHARES) {
+        augment_batch_gpu(&dev, s, half, h, w, d);
+        augment_batch_gpu(&dev, s + half, n - half, h, w, d + half * px);
+    } else {
+        augment_batch_gpu(&dev, s, n, h, w, d);
+    }
+    for (int k = 0; k < 2; k++) bad += via >= VIA_PREFETCH && dev.aug_stage[k].s != NULL;   // each used once
+    augment_stage_cap_gpu(&dev, SIZE_MAX);
+    return bad;
+}
+
 // Every batch of `epochs` epochs (the last with mosaic closed: the letterbox path) made by the GPU's
-// augment_batch into a device input, against the CPU backend's, float for float; a grey sample added to
-// the first. Returns the samples that differ (printing the first byte of each).
+// augment_batch into a device input, every way of getting the tiles (VIA_*), against the CPU backend's,
+// float for float; a grey sample added to the first. Returns the samples that differ (printing the first
+// byte of each).
 static int batches_differ(const Dataset *ds, const LoaderConfig *c, int epochs, const char *what) {
     Loader *l;
     Err err;
@@ -298,25 +340,30 @@ static int batches_differ(const Dataset *ds, const LoaderConfig *c, int epochs, 
             if (batches == 0) s[n++] = (AugSample){ .grey = 1 };
             size_t px = (size_t)b->h * b->w * 3;
             backend_cpu.dev.augment_batch(NULL, s, n, b->h, b->w, want);
-            augment_batch_gpu(&dev, s, n, b->h, b->w, d);
-            device_sync(&dev);
-            checkCuda(cudaMemcpy(got, d, n * px * sizeof(float), cudaMemcpyDeviceToHost));
-            for (int i = 0; i < n; i++) {
-                size_t k = 0;
-                while (k < px && want[i * px + k] == got[i * px + k]) k++;
-                if (k == px) continue;
-                const AugRecipe *r = &s[i].r;
-                if (bad++ < 5)
-                    printf("    %s epoch %d batch %d sample %d (grey %d mosaic %d mixup %d hsv %d flips %d%d, %dx%d): "
-                           "float %zu (x %zu, y %zu) is %.9g, the CPU's %.9g\n", what, e, b->number, i, s[i].grey,
-                           r->mosaic, r->mixup, r->hsv, r->flipud, r->fliplr, b->w, b->h, k, k / 3 % b->w,
-                           k / 3 / b->w, got[i * px + k], want[i * px + k]);
+            for (int via = 0; via < VIA_COUNT; via++) {
+                checkCuda(cudaMemset(d, 0xff, n * px * sizeof(float)));   // NaNs: a sample left unwritten differs
+                if (gpu_batch(s, n, b->h, b->w, d, via) && bad++ < 5)
+                    printf("    %s epoch %d batch %d, %s: the prefetched tiles were not used once\n", what, e, b->number,
+                           VIA_NAMES[via]);
+                device_sync(&dev);
+                checkCuda(cudaMemcpy(got, d, n * px * sizeof(float), cudaMemcpyDeviceToHost));
+                for (int i = 0; i < n; i++) {
+                    size_t k = 0;
+                    while (k < px && want[i * px + k] == got[i * px + k]) k++;
+                    if (k == px) continue;
+                    const AugRecipe *r = &s[i].r;
+                    if (bad++ < 5)
+                        printf("    %s epoch %d batch %d sample %d, %s (grey %d mosaic %d mixup %d hsv %d flips %d%d, "
+                               "%dx%d): float %zu (x %zu, y %zu) is %.9g, the CPU's %.9g\n", what, e, b->number, i,
+                               VIA_NAMES[via], s[i].grey, r->mosaic, r->mixup, r->hsv, r->flipud, r->fliplr, b->w, b->h,
+                               k, k / 3 % b->w, k / 3 / b->w, got[i * px + k], want[i * px + k]);
+                }
             }
             batches++;
             loader_release(l, b);
         }
     }
-    printf("    %s: %d batches compared\n", what, batches);
+    printf("    %s: %d batches compared, %d ways each\n", what, batches, VIA_COUNT);
     loader_close(l);
     free(want), free(got), free(s);
     arena_reset(&dev.acts);

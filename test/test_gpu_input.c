@@ -2,7 +2,8 @@
 // paths (issue #8). The loader pins each batch buffer once and unpins it at close (any build). A
 // prefetched share converts to the bytes / 255 without a host wait; a share that was not prefetched
 // is still right, with or without an input arena; the uploads allocate nothing; a trainer's steps on
-// one GPU (and on two) see exactly their shares of prefetched batches and use the prefetched copies.
+// one GPU (and on two) see exactly their shares of prefetched batches and use the prefetched copies; so do
+// augment=gpu's steps, from the tiles of the loader's batches (on GPU 0, and as two devices on it).
 // Through ./yolotrain: a CUDA error mid-run (YT_FAIL_CUDA) saves last.safetensors, or after a sticky
 // error names the intact checkpoints; a plan that does not fit the free memory (YT_GPU_RESERVE_GB) is
 // refused naming the plan and the free memory, with exit status 2. These skip without CUDA or a GPU.
@@ -249,6 +250,85 @@ static void steps_with_prefetch(const char *device) {
     free_pinned(y);
 }
 
+// augment=gpu: the loader's batches (defer_pixels, their tile arenas pinned through gpu_host_pin) as the
+// trainer's loop runs them, y's tiles queued (multi_prefetch_aug) before x's step. Each device's input is its
+// share of the samples' bytes / 255 (made on the host by augment_sample_pixels), the steps allocate nothing and
+// use the prefetched copies (gpu/augment.cu's aug stages).
+static void steps_with_prefetch_aug(const char *device) {
+    enum { B = 4, S = 64 };
+    if (!data_yaml[0] && make_data()) { CHECK(0, "no data"); return; }
+    static Config cfg;
+    Err err;
+    char dv[64], d[P + 8];
+    snprintf(dv, sizeof dv, "device=%s", device);
+    snprintf(d, sizeof d, "data=%s", data_yaml);
+    char *ov[] = { d, "batch=4", "imgsz=64", "epochs=1", "seed=0", "workers=2", "augment=gpu", dv };
+    Dataset ds;
+    DatasetOptions opt = { .report = stderr };
+    if (config_load("cfg/t.ini", 8, ov, &cfg, &err) || dataset_open(NULL, &cfg, "train", &opt, &ds, &err)) {
+        CHECK(0, "%s", err.msg);
+        return;
+    }
+    DeviceList devs;
+    Trainer t;
+    if (parse_devices(cfg.device, have_gpu(), &devs, &err) || trainer_init_devices(&t, &cfg, 1, &devs, &err)) {
+        CHECK(0, "%s", err.msg);
+        dataset_free(&ds);
+        return;
+    }
+    LoaderConfig lc = loader_config(&cfg, 1);
+    Loader *l;
+    if (loader_open(&lc, &ds, &l, &err)) { CHECK(0, "%s", err.msg); trainer_free(&t); dataset_free(&ds); return; }
+    loader_pin_buffers(l, &(LoaderPinning){ gpu_host_pin, gpu_host_unpin, NULL });
+    loader_start_epoch(l, 0, 1);
+    Batch *b[2];
+    CHECK(loader_next(l, &b[0]) && loader_next(l, &b[1]) && b[0]->aug && b[1]->aug && b[0]->n == B && b[1]->n == B,
+          "device=%s: two batches of %d samples with recipes", device, B);
+    int n = t.multi ? multi_count(t.multi) : 1;
+    size_t px = (size_t)S * S * 3, allocs = 0;
+    uint8_t *want = malloc(B * px);
+    AugScratch scratch = { 0 };
+    for (int step = 0; step < 2 && !t_failed_now; step++) {
+        if (step == 0) {
+            multi_prefetch_aug(&t, b[0]->aug, B);
+            multi_prefetch_aug(&t, b[1]->aug, B);
+            for (int k = 0; k < n; k++) {              // both batches' shares are on their way
+                const Device *dv_k = (t.multi ? multi_replica(t.multi, k) : &t)->m.be_ctx;
+                CHECK(dv_k->aug.size > 0, "device=%s: device %d has no aug arena (model_gpu_plan: ARENA_AUG)", device, k);
+                CHECK(dv_k->aug_stage[0].s && dv_k->aug_stage[1].s, "device=%s: device %d has not both shares queued",
+                      device, k);
+            }
+            allocs = gpu_alloc_count();
+        }
+        for (int i = 0; i < B; i++) augment_sample_pixels(&b[step]->aug[i], &scratch, &(Image){ S, S, want + i * px });
+        LossOut lo;
+        t.input_u8 = b[step]->images, t.input_aug = b[step]->aug;
+        CHECK(!trainer_step(&t, B, S, b[step]->targets, b[step]->nt, 0, step, &lo, &err), "%s", err.msg);
+        t.input_u8 = NULL, t.input_aug = NULL;
+        CHECK(inputs_are(&t, want, B, S) == 0, "device=%s: step %d's inputs are not its samples' bytes", device, step);
+    }
+    CHECK(gpu_alloc_count() == allocs, "device=%s: the steps allocated", device);
+    for (int k = 0; k < n; k++) {                  // a share the step did not find would still be staged
+        const Device *dv_k = (t.multi ? multi_replica(t.multi, k) : &t)->m.be_ctx;
+        CHECK(!dv_k->aug_stage[0].s && !dv_k->aug_stage[1].s, "device=%s: device %d did not use its prefetched share",
+              device, k);
+    }
+    augment_scratch_free(&scratch);
+    free(want);
+    loader_release(l, b[0]), loader_release(l, b[1]);
+    trainer_free(&t);
+    loader_close(l);
+    dataset_free(&ds);
+}
+
+static void test_steps_use_prefetched_aug(void) {
+    if (!have_gpu()) SKIP("no GPU");
+    steps_with_prefetch_aug("0");
+    test_switch(SW_TEST_SAME_GPU, "1");            // two devices on GPU 0: each its own stages and copy stream
+    steps_with_prefetch_aug("0,0");
+    test_switch(SW_TEST_SAME_GPU, NULL);
+}
+
 static void test_steps_use_prefetched_batches(void) {
     int n = have_gpu();
     if (!n) SKIP("no GPU");
@@ -322,6 +402,7 @@ static void test_plan_that_does_not_fit(void) {
 #else
 static void test_prefetch_converts_without_host_wait(void) { SKIP("no CUDA in this build"); }
 static void test_steps_use_prefetched_batches(void) { SKIP("no CUDA in this build"); }
+static void test_steps_use_prefetched_aug(void) { SKIP("no CUDA in this build"); }
 static void test_cuda_error_saves_or_names_checkpoints(void) { SKIP("no CUDA in this build"); }
 static void test_plan_that_does_not_fit(void) { SKIP("no CUDA in this build"); }
 #endif
@@ -330,6 +411,7 @@ int main(void) {
     RUN(test_loader_pins_each_buffer_once);
     RUN(test_prefetch_converts_without_host_wait);
     RUN(test_steps_use_prefetched_batches);
+    RUN(test_steps_use_prefetched_aug);
     RUN(test_cuda_error_saves_or_names_checkpoints);
     RUN(test_plan_that_does_not_fit);
     return test_summary();

@@ -463,6 +463,7 @@ static size_t arena_tiles_bytes(const Batch *b, int *outside, int *overlaps) {
             size_t at = (size_t)(p - b->tile_arena);
             lo = at < lo ? at : lo, hi = at + n > hi ? at + n : hi, bytes += n;
         }
+        if (!a->grey && (a->arena != b->tile_arena || a->arena_bytes != b->tile_bytes)) (*outside)++;
         if (hi && hi - lo != bytes) (*overlaps)++;      // a sample's tiles are one run of bytes
         for (int j = 0; j < i && hi; j++)               // that no other sample's tiles enter
             for (int k = 0; !b->aug[j].grey && k < b->aug[j].n_tiles; k++) {

@@ -279,6 +279,7 @@ static double *scalars(void *c) { return NULL; }              // the trainer's o
 static float *buffer_new(void *c, size_t n) { return xcalloc(n, sizeof(float)); }
 static void buffer_free(void *c, float *p) { free(p); }
 static void prefetch_u8(void *c, const uint8_t *host, size_t n) {}   // the step converts the bytes
+static void prefetch_aug(void *c, const AugSample *s, int n) {}     // the step makes the pixels
 static size_t mem_used(void *c) { return 0; }
 static int usable(void *c) { return 1; }
 static int check(void *c, char *msg, size_t size) { return 0; }
@@ -408,7 +409,7 @@ const Backend backend_cpu = {
         .timer_new = timer_new, .timer_free = timer_free, .timer_record = timer_record,
         .timer_seconds = timer_seconds,
         .device_list = device_list, .device_id = device_id, .device_close = device_close, .scalars = scalars,
-        .buffer_new = buffer_new, .buffer_free = buffer_free, .prefetch_u8 = prefetch_u8, .mem_used = mem_used,
+        .buffer_new = buffer_new, .buffer_free = buffer_free, .prefetch_u8 = prefetch_u8, .prefetch_aug = prefetch_aug, .mem_used = mem_used,
         .usable = usable, .check = check, .inject_fault = inject_fault,
     },
     .loss = {

@@ -512,6 +512,23 @@ void multi_prefetch(Trainer *t, const uint8_t *images, int n, int H, int W) {
     }
 }
 
+// augment=gpu: the same for the tiles of each device's samples, the shares model_forward_aug will get.
+void multi_prefetch_aug(Trainer *t, const AugSample *s, int n) {
+    Multi *mt = t->multi;
+    if (!mt) {
+        t->m.be->dev.prefetch_aug(t->m.be_ctx, s, n);
+        return;
+    }
+    int sizes[MULTI_MAX], first = 0;
+    Err err;
+    if (split_sizes(mt, n, sizes, &err)) return;   // the step reports it
+    for (int k = 0; k < mt->n; k++) {
+        Trainer *d = mt->job[k].t;
+        if (sizes[k]) d->m.be->dev.prefetch_aug(d->m.be_ctx, s + first, sizes[k]);
+        first += sizes[k];
+    }
+}
+
 void multi_set_bucket_floats(Multi *mt, size_t floats) {
     if (!mt_bucketed(mt)) return;
     mt->bk.floats = floats ? floats : BUCKET_FLOATS;

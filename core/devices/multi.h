@@ -54,6 +54,9 @@ int  multi_host_copies(const Multi *mt);   // 1 when they do (the fallback taken
 // runs with t->input_u8 == images waits for these copies on the GPUs, not on the host. The bytes
 // must stay unchanged until that step has returned.
 void multi_prefetch(Trainer *t, const uint8_t *images, int n, int H, int W);
+// augment=gpu: the same for a batch of n samples made on the devices (io/loader.h's Batch.aug): each GPU
+// queues the copy of its share's tiles from the loader's page-locked tile arena; unchanged until that step.
+void multi_prefetch_aug(Trainer *t, const AugSample *s, int n);
 
 // Device k's trainer (0: the master).
 const Trainer *multi_replica(const Multi *mt, int k);

@@ -180,7 +180,9 @@ typedef struct BackendDev {
     // augment=gpu (issue 37): dst ((n,h,w,3) floats in ctx's memory: the model's input) = the bytes of
     // samples s[0..n) (io/augment.h's augment_sample_pixels, each h×w) / 255.0f, as upload_u8 of those bytes
     // gives; queued on ctx's stream (the tiles' host memory stays unchanged until the step's wait). The CPU
-    // makes them with augment_sample_pixels; a GPU uploads each sample's tiles and writes dst directly.
+    // makes them with augment_sample_pixels; a GPU uploads the samples' tiles (one copy of the span of the
+    // loader's tile arena they use, or the copy prefetch_aug queued for exactly s[0..n)) and writes dst in
+    // one launch.
     void (*augment_batch)(void *ctx, const AugSample *s, int n, int h, int w, float *dst);
     void (*download)(void *ctx, float *host, const float *src, size_t n);
     // Order between devices without a host wait (the bucketed gradient exchange): an event marks the
@@ -227,7 +229,9 @@ typedef struct BackendDev {
     // aligned, not zeroed; dies when the plan was wrong); reserve: give ctx an optimizer arena of `bytes`
     // when its plan had none (0, or -1: no room); buffer_new / buffer_free: n zeroed floats outside the
     // plan (NULL: no room); prefetch_u8: queue the copy of the next batch's n bytes so the step's
-    // upload_u8 of the same bytes only converts; mem_used: bytes in use on the device (0: not known);
+    // upload_u8 of the same bytes only converts; prefetch_aug: the same for augment=gpu, the tiles of samples
+    // s[0..n) (one copy of the bytes they span) so the step's augment_batch of the same s and n only waits
+    // for it on the device (the CPU's: nothing; tiles must stay unchanged until that step); mem_used: bytes in use on the device (0: not known);
     // usable: 0 once a failure ended the device's context; check: 0, or -1 with the calling thread's
     // pending device error in msg; inject_fault (YT_FAIL_CUDA, YT_GPU_HANG_AT, tests): a failing call
     // through the fatal path (BACKEND_FAULT_ERROR, or BACKEND_FAULT_STICKY: one that ends the context), or
@@ -241,6 +245,7 @@ typedef struct BackendDev {
     float *(*buffer_new)(void *ctx, size_t n_floats);
     void   (*buffer_free)(void *ctx, float *p);
     void   (*prefetch_u8)(void *ctx, const uint8_t *host, size_t n);
+    void   (*prefetch_aug)(void *ctx, const AugSample *s, int n);
     size_t (*mem_used)(void *ctx);
     int    (*usable)(void *ctx);
     int    (*check)(void *ctx, char *msg, size_t size);

@@ -797,6 +797,7 @@ int model_build(const Config *cfg, int max_n, int imgsz, Model *m, Err *err) {
     m->reg_max = cfg->reg_max > 0 ? cfg->reg_max : 16;
     m->max_n = max_n;
     m->imgsz = imgsz;
+    m->augment_side = !strcmp(cfg->augment, "gpu") ? cfg->imgsz : 0;
     m->be = &backend_cpu;
     m->bn_batches = 0;
     m->layers = xcalloc(cfg->n_layers, sizeof *m->layers);

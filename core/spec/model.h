@@ -109,6 +109,8 @@ typedef struct {         // what `info` prints per config layer
 typedef struct Model {
     int       nc, reg_max, n_levels;
     int       max_n, imgsz;        // planned largest batch and (square) input size
+    int       augment_side;        // cfg augment=gpu: the samples' side (cfg imgsz; imgsz above may be multi_scale's
+                                   // larger plan), for a GPU's memory plan of their tiles; 0: augment=cpu
     // parameters and their gradients: one array each, same layout
     ParamInfo *params;  int n_params;
     float     *state, *grad;  size_t n_state;

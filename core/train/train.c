@@ -591,6 +591,13 @@ static void save_after_failure(const char *what, void *arg) {
             "./yolotrain resume=%s continues from there\n", why, last, f->dir, when, f->dir);
 }
 
+// Queue batch b's upload to the devices behind the step that runs now: its bytes, or with augment=gpu the
+// tiles its samples are made from (core/devices/multi.h).
+static void prefetch_batch(Trainer *t, const Batch *b) {
+    if (b->aug) multi_prefetch_aug(t, b->aug, b->n);
+    else multi_prefetch(t, b->images, b->n, b->h, b->w);
+}
+
 // The shape of batch i: the loader's images (S x S, or the rect batch's), resized under multi_scale
 // to the size drawn for (seed, epoch, i).
 static StepShape batch_shape(const Config *cfg, const Batch *b, int epoch, int i) {
@@ -626,11 +633,11 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
         double tw = line.t0;
         // Two batches in hand: the next one's upload runs on the GPUs' copy streams behind this step.
         Batch *b = NULL, *next = NULL;
-        if (loader_next(ld, &b) && !b->aug) multi_prefetch(t, b->images, b->n, b->h, b->w);
+        if (loader_next(ld, &b)) prefetch_batch(t, b);
         for (t->t.data += now_seconds() - tw; !stopping(halt) && b; b = next, i++) {
             tw = now_seconds();
             if (!loader_next(ld, &next)) next = NULL;
-            else if (!next->aug) multi_prefetch(t, next->images, next->n, next->h, next->w);   // augment=gpu: no bytes
+            else prefetch_batch(t, next);
             t->t.data += now_seconds() - tw;
             fault_before_step(t, ++steps);              // YT_FAIL_CUDA, YT_NAN_AT_STEP (tests)
             t->input_u8 = b->images;                   // converted on the device: a quarter of the bytes
