@@ -15,12 +15,14 @@
 #include "test/synth_batch.h"
 #include "test/test.h"
 #ifdef USE_CUDA
+#include "cfg/config.h"
+#include "gpu/model_gpu.h"
 #include "gpu/ops.h"
 #endif
 
 #define CPU_TESTS(X) X(test_cpu_slot_is_apply) X(test_cpu_batch_slot)
 #define GPU_TESTS(X) X(test_random_recipes) X(test_letterbox_bodies) X(test_backend_slot) X(test_coco128_samples) \
-                     X(test_batch_synthetic) X(test_batch_coco128)
+                     X(test_batch_synthetic) X(test_batch_coco128) X(test_plan_counts_tile_stages)
 // acts: the batch tests' input; aug: two tile stages of 32 MiB
 #define GPU_ARENAS { 0, 0, 0, (size_t)64 << 20, (size_t)256 << 20, 0, (size_t)64 << 20 }
 
@@ -400,6 +402,33 @@ static void test_batch_coco128(void) {
     c.batch = 8;
     CHECK(batches_differ(&coco, &c, 2, "coco128") == 0, "coco128 samples differ between the GPU and the CPU");
     dataset_free(&coco);
+}
+
+// The GPU's memory plan (arithmetic: no GPU needed) under augment=gpu holds two tile stages of the micro-batch
+// at the samples' side (cfg imgsz, not the larger multi_scale plan size the model is built for) and a
+// micro-batch's run in scratch; under augment=cpu no stage.
+static void test_plan_counts_tile_stages(void) {
+    enum { N = 4, S = 64, PLAN = 96 };
+    for (int gpu = 0; gpu < 2; gpu++) {
+        static Config cfg;
+        Err err;
+        char *ov[] = { "imgsz=64", gpu ? "augment=gpu" : "augment=cpu" };
+        Model m;
+        if (config_load("cfg/t.ini", 2, ov, &cfg, &err) || model_build(&cfg, N, PLAN, &m, &err)) {
+            CHECK(0, "%s", err.msg);
+            return;
+        }
+        GpuPlan p = model_gpu_plan(&m, GPU_FP32, 0);
+        size_t stage = (size_t)N * AUG_STAGE_IMAGES * S * S * 3, body = (size_t)S * S * 3;
+        if (gpu)
+            CHECK(p.arena[ARENA_AUG] == augment_stage_bytes_gpu(N, S) && p.arena[ARENA_AUG] >= 2 * stage &&
+                  p.arena[ARENA_AUG] < 2 * stage + 1024 && p.augment >= N * body,
+                  "augment=gpu: %zu bytes of tile stages (want 2 x %zu), %zu of scratch for augmentation", p.arena[ARENA_AUG],
+                  stage, p.augment);
+        else
+            CHECK(p.arena[ARENA_AUG] == 0, "augment=cpu: %zu bytes of tile stages", p.arena[ARENA_AUG]);
+        model_free(&m);
+    }
 }
 
 GPU_MAIN()

@@ -69,6 +69,7 @@ int infer_models_open(const Config *cfg, const DeviceList *devs, int max_n, Infe
     for (int k = 0; k < devs->n; k++) {
         Model *m = &im->models[k];
         if (model_build(cfg, max_n, cfg->imgsz, m, err)) { infer_models_free(im); return -1; }
+        m->augment_side = 0;                       // validation and detection make no training samples
         im->ptr[k] = m;
         im->n = k + 1;
         if (k == 0 && model_load(m, cfg->weights, "", err)) { infer_models_free(im); return -1; }
