@@ -428,7 +428,8 @@ const Backend backend_gpu = {
         .plan_bytes = trainer_gpu_plan_bytes, .peer_setup = peer_setup, .host_pin = gpu_host_pin,
         .host_unpin = gpu_host_unpin,
         .device_id = device_id, .device_close = device_close, .scalars = scalars, .take = take, .reserve = reserve,
-        .buffer_new = buffer_new, .buffer_free = buffer_free, .prefetch_u8 = prefetch_u8, .prefetch_aug = prefetch_aug, .mem_used = mem_used,
+        .buffer_new = buffer_new, .buffer_free = buffer_free, .prefetch_u8 = prefetch_u8, .prefetch_aug = prefetch_aug,
+        .mem_used = mem_used,
         .usable = usable, .check = check, .inject_fault = inject_fault,
     },
     .loss = {

@@ -423,8 +423,8 @@ static void test_plan_counts_tile_stages(void) {
         if (gpu)
             CHECK(p.arena[ARENA_AUG] == augment_stage_bytes_gpu(N, S) && p.arena[ARENA_AUG] >= 2 * stage &&
                   p.arena[ARENA_AUG] < 2 * stage + 1024 && p.augment >= N * body,
-                  "augment=gpu: %zu bytes of tile stages (want 2 x %zu), %zu of scratch for augmentation", p.arena[ARENA_AUG],
-                  stage, p.augment);
+                  "augment=gpu: %zu bytes of tile stages (want 2 x %zu), %zu of scratch for augmentation",
+                  p.arena[ARENA_AUG], stage, p.augment);
         else
             CHECK(p.arena[ARENA_AUG] == 0, "augment=cpu: %zu bytes of tile stages", p.arena[ARENA_AUG]);
         model_free(&m);

@@ -486,7 +486,8 @@ static void test_deferred_arena(void) {
         Err err;
         if (loader_open(&c, &ds, &l, &err)) { CHECK(0, "cache %d: %s", cache, err.msg); continue; }
         LoaderPinning hooks = { fake_pin, fake_unpin, &f };
-        int slots_pinned = late ? 0 : loader_pin_buffers(l, &hooks), batches = 0, outside = 0, overlaps = 0, unpinned = 0, short_arena = 0;
+        int slots_pinned = late ? 0 : loader_pin_buffers(l, &hooks);
+        int batches = 0, outside = 0, overlaps = 0, unpinned = 0, short_arena = 0;
         for (int e = 0; e < 2; e++) {
             if (late && e == 1) slots_pinned = loader_pin_buffers(l, &hooks);   // image buffers; + the arenas
             loader_start_epoch(l, e, e == 0);

@@ -409,7 +409,8 @@ const Backend backend_cpu = {
         .timer_new = timer_new, .timer_free = timer_free, .timer_record = timer_record,
         .timer_seconds = timer_seconds,
         .device_list = device_list, .device_id = device_id, .device_close = device_close, .scalars = scalars,
-        .buffer_new = buffer_new, .buffer_free = buffer_free, .prefetch_u8 = prefetch_u8, .prefetch_aug = prefetch_aug, .mem_used = mem_used,
+        .buffer_new = buffer_new, .buffer_free = buffer_free, .prefetch_u8 = prefetch_u8, .prefetch_aug = prefetch_aug,
+        .mem_used = mem_used,
         .usable = usable, .check = check, .inject_fault = inject_fault,
     },
     .loss = {

@@ -231,7 +231,8 @@ typedef struct BackendDev {
     // plan (NULL: no room); prefetch_u8: queue the copy of the next batch's n bytes so the step's
     // upload_u8 of the same bytes only converts; prefetch_aug: the same for augment=gpu, the tiles of samples
     // s[0..n) (one copy of the bytes they span) so the step's augment_batch of the same s and n only waits
-    // for it on the device (the CPU's: nothing; tiles must stay unchanged until that step); mem_used: bytes in use on the device (0: not known);
+    // for it on the device (the CPU's: nothing; tiles must stay unchanged until that step); mem_used: bytes
+    // in use on the device (0: not known);
     // usable: 0 once a failure ended the device's context; check: 0, or -1 with the calling thread's
     // pending device error in msg; inject_fault (YT_FAIL_CUDA, YT_GPU_HANG_AT, tests): a failing call
     // through the fatal path (BACKEND_FAULT_ERROR, or BACKEND_FAULT_STICKY: one that ends the context), or
