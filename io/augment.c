@@ -23,10 +23,18 @@ static Image image_copy(const Image *src) {
 
 // ---- load_image and letterbox ---------------------------------------------------------------------
 
+void augment_load_size(int w, int h, int img_size, int *w2, int *h2) {
+    double r = (double)img_size / imax(w, h);
+    *w2 = w, *h2 = h;
+    if (r == 1) return;
+    *w2 = imax(1, (int)(w * r)), *h2 = imax(1, (int)(h * r));   // int() truncates, as the reference
+}
+
 Image augment_load_resize(const Image *src, int img_size, int augment) {
     double r = (double)img_size / imax(src->w, src->h);
     if (r == 1) return image_copy(src);
-    int w = imax(1, (int)(src->w * r)), h = imax(1, (int)(src->h * r));   // int() truncates, as the reference
+    int w, h;
+    augment_load_size(src->w, src->h, img_size, &w, &h);
     return image_resize(src, w, h, !augment && r < 1);
 }
 
@@ -487,13 +495,60 @@ int augment_apply(const AugRecipe *r, const SampleSource *src, AugScratch *scrat
     return 0;
 }
 
+// One deferred source as the loader would have loaded it: decoded, then (when its long side is not s)
+// augment_load_resize for training. 0, or -1 with err when it does not decode to its header's size.
+static int decode_source(const AugJpeg *j, int s, int tw, int th, Image *out, Err *err) {
+    Image raw;
+    if (image_decode_mem(j->data, j->len, j->name ? j->name : "(deferred JPEG)", &raw, err)) return -1;
+    if (raw.w != j->w || raw.h != j->h) {
+        err_set(err, "%s: decoded %dx%d, its header said %dx%d", j->name, raw.w, raw.h, j->w, j->h);
+        image_free(&raw);
+        return -1;
+    }
+    if (imax(raw.w, raw.h) == s) *out = raw;       // r = 1: the loader keeps the decoded image
+    else *out = augment_load_resize(&raw, s, 1), image_free(&raw);
+    if (out->w != tw || out->h != th)
+        die("augment_sample_decode: %s came out %dx%d, its tile is %dx%d", j->name, out->w, out->h, tw, th);
+    return 0;
+}
+
+int augment_sample_decode(const AugSample *s, Image *tiles_out, Err *err) {
+    int rc = 0;
+    for (int k = 0; k < s->n_tiles; k++) {
+        const Image *t = &s->tiles[k];
+        tiles_out[k] = *t;
+        if (!s->jpeg || !s->jpeg[k].data) continue;
+        Err e;
+        if (decode_source(&s->jpeg[k], s->r.s, t->w, t->h, &tiles_out[k], &e) == 0) continue;
+        tiles_out[k] = image_new(t->w, t->h, 114);
+        if (rc == 0 && err) *err = e;
+        rc = -1;
+    }
+    return rc;
+}
+
+void augment_sample_decoded_free(const AugSample *s, Image *tiles) {
+    for (int k = 0; s->jpeg && k < s->n_tiles; k++)
+        if (s->jpeg[k].data) image_free(&tiles[k]);
+}
+
 void augment_sample_pixels(const AugSample *s, AugScratch *scratch, Image *out) {
     int w, h;
     augment_recipe_size(&s->r, &w, &h);
     if (!s->grey && (out->w != w || out->h != h))
         die("augment_sample_pixels: the recipe makes %dx%d, the output is %dx%d", w, h, out->w, out->h);
-    if (s->grey) memset(out->px, 114, (size_t)out->w * out->h * 3);
-    else augment_apply_pixels(&s->r, s->tiles, scratch, out);
+    if (s->grey) {
+        memset(out->px, 114, (size_t)out->w * out->h * 3);
+    } else if (!s->jpeg) {
+        augment_apply_pixels(&s->r, s->tiles, scratch, out);
+    } else {                                    // some sources are still JPEG bytes: decode them here
+        Image tiles[AUG_MAX_SOURCES];
+        Err e;
+        if (augment_sample_decode(s, tiles, &e))
+            fprintf(stderr, "warning: %s; a grey tile stands in for it\n", e.msg);
+        augment_apply_pixels(&s->r, tiles, scratch, out);
+        augment_sample_decoded_free(s, tiles);
+    }
 }
 
 // The whole sample into out (see out_prepare); on error out may hold a buffer the caller frees.

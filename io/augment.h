@@ -89,21 +89,37 @@ void augment_apply_boxes(const AugRecipe *r, const Image *tiles, Box *const *tb,
 int  augment_apply(const AugRecipe *r, const SampleSource *src, AugScratch *scratch, Image *out,
                    Box **boxes, int *n, Err *err);
 
+// A source a device decodes (the loader's defer_decode, issue 37): a JPEG of 1 or 3 components whose EXIF
+// orientation changes nothing, so its pixels are the file's stored w×h. data[0, len) is the whole file, host
+// memory in the batch's jpeg arena (Batch.jpeg_arena), valid while the batch is held; name is the file's
+// path (the Dataset's), for messages. data NULL: a source decoded on the host (its tile has pixels).
+typedef struct { const uint8_t *data; size_t len; int w, h; const char *name; } AugJpeg;
+
 // A training sample whose pixels are made later, by a device (augment=gpu, issue 37): its recipe and its
-// decoded sources (tiles[k] is source k of augment_recipe_sources, n_tiles of them; host memory that lives
-// as long as the batch holding it). grey: no source could be loaded, the sample is grey 114 (the loader's
-// stand-in) and has no tiles. arena: the one host buffer every tile lies in, arena_bytes long (the loader's
+// sources (tiles[k] is source k of augment_recipe_sources, n_tiles of them; host memory that lives as long
+// as the batch holding it). grey: no source could be loaded, the sample is grey 114 (the loader's stand-in)
+// and has no tiles. arena: the one host buffer every decoded tile lies in, arena_bytes long (the loader's
 // Batch.tile_arena), so a device may copy the span a run of samples uses at once; NULL: tiles anywhere.
+// jpeg: NULL when every source is decoded; else (n_tiles) entries, and a tile whose jpeg[k].data is set has
+// px NULL and the size augment_load_size gives its stored size (the tile it stands for once decoded).
 typedef struct {
     AugRecipe      r;
     const Image   *tiles;
     int            n_tiles, grey;
     const uint8_t *arena;
     size_t         arena_bytes;
+    const AugJpeg *jpeg;
 } AugSample;
 // Its pixels on the host into out (w×h the recipe's size: a mismatch is a bug and dies): grey, or
-// augment_apply_pixels; scratch as there.
+// augment_apply_pixels (of augment_sample_decode's tiles when some are deferred); scratch as there.
 void augment_sample_pixels(const AugSample *s, AugScratch *scratch, Image *out);
+// The host twin of a device's decode: tiles_out[k] (n_tiles) is s->tiles[k] (a view) for a source decoded on the
+// host, else jpeg[k] decoded (image_decode_mem) and long-side resized as the loader resizes a loaded image, the
+// same bytes. A deferred source that fails to decode (its header was read, its data is damaged) becomes a
+// grey 114 tile of its size: returns -1 with err naming the first such file, else 0. Free with
+// augment_sample_decoded_free.
+int  augment_sample_decode(const AugSample *s, Image *tiles_out, Err *err);
+void augment_sample_decoded_free(const AugSample *s, Image *tiles);
 
 // Letterbox geometry: the scale r, the float half-paddings the labels move by, and the integer borders.
 typedef struct { double r, padw, padh; int top, bottom, left, right; } LetterboxInfo;
@@ -118,6 +134,8 @@ int augment_val_sample(const SampleSource *src, int index, int shape_w, int shap
 // load_image's resize (§3.3): r = s/max(w,h); if r != 1 resize to (int(w·r), int(h·r)) with INTER_LINEAR
 // when augmenting or enlarging, INTER_AREA otherwise. Always returns a new image.
 Image augment_load_resize(const Image *src, int img_size, int augment);
+// The size augment_load_resize gives a w×h image (*w2, *h2; w×h itself when r = 1).
+void  augment_load_size(int w, int h, int img_size, int *w2, int *h2);
 
 // letterbox (§3.4): r = min(new_h/h, new_w/w) (≤ 1 unless scaleup), new_unpad = round-half-even(w·r, h·r),
 // padding dw = new_w − unpad_w (mod stride when stride > 0, YOLOv9's auto) split as round(dw/2 ∓ 0.1),

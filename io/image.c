@@ -79,35 +79,62 @@ static FILE *open_image_file(const char *path, size_t *n, Err *err) {
     return f;
 }
 
+int image_read_file(const char *path, uint8_t **buf, size_t *n, Err *err) {
+    *buf = NULL, *n = 0;
+    size_t size;
+    FILE *f = open_image_file(path, &size, err);
+    if (!f) return -1;
+    uint8_t *b = xmalloc(size);
+    size_t got = fread(b, 1, size, f);
+    fclose(f);
+    if (got != size) {
+        free(b);
+        return err_set(err, "%s: read %zu of %zu bytes; the file changed or the disk failed", path, got, size);
+    }
+    *buf = b, *n = size;
+    return 0;
+}
+
 int image_load(const char *path, Image *out, Err *err) {
     *out = (Image){ 0, 0, NULL };
+    uint8_t *buf;
     size_t n;
-    FILE *f = open_image_file(path, &n, err);
-    if (!f) return -1;
-    uint8_t *buf = xmalloc(n);
-    size_t got = fread(buf, 1, n, f);
-    fclose(f);
-    int rc = got == n ? image_decode_mem(buf, n, path, out, err)
-                      : err_set(err, "%s: read %zu of %zu bytes; the file changed or the disk failed",
-                                path, got, n);
+    if (image_read_file(path, &buf, &n, err)) return -1;
+    int rc = image_decode_mem(buf, n, path, out, err);
     free(buf);
     return rc;
 }
 
-int image_info(const char *path, ImageInfo *info, Err *err) {
-    *info = (ImageInfo){ 0, 0, 0, NULL };
-    size_t n;
-    FILE *f = open_image_file(path, &n, err);
-    if (!f) return -1;
+// The header of the file f (at offset 0; `name` in messages), whichever format its first bytes say.
+static int info_of(FILE *f, const char *name, ImageInfo *info, Err *err) {
     uint8_t head[8];
     size_t got = fread(head, 1, sizeof head, f);
     rewind(f);
     Format fmt = format_of(head, got);
-    int rc = fmt == FORMAT_JPEG ? image_jpeg_info(f, path, info, err)
-           : fmt == FORMAT_PNG  ? image_png_info(f, path, info, err)
-           : unknown_format(path, head, got, err);
+    int rc = fmt == FORMAT_JPEG ? image_jpeg_info(f, name, info, err)
+           : fmt == FORMAT_PNG  ? image_png_info(f, name, info, err)
+           : unknown_format(name, head, got, err);
+    return rc ? rc : image_check_size(name, info->w, info->h, err);
+}
+
+int image_info(const char *path, ImageInfo *info, Err *err) {
+    *info = (ImageInfo){ 0, 0, 0, NULL, 0 };
+    size_t n;
+    FILE *f = open_image_file(path, &n, err);
+    if (!f) return -1;
+    int rc = info_of(f, path, info, err);
     fclose(f);
-    if (rc == 0) rc = image_check_size(path, info->w, info->h, err);
+    return rc;
+}
+
+// The bytes as a read-only stream (fmemopen), so both codecs' header readers serve files and memory alike.
+int image_info_mem(const uint8_t *buf, size_t n, const char *name, ImageInfo *info, Err *err) {
+    *info = (ImageInfo){ 0, 0, 0, NULL, 0 };
+    if (n == 0) return unknown_format(name, buf, n, err);
+    FILE *f = fmemopen((void *)buf, n, "rb");
+    if (!f) return err_set(err, "%s: cannot read its header from memory: %s", name, strerror(errno));
+    int rc = info_of(f, name, info, err);
+    fclose(f);
     return rc;
 }
 

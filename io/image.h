@@ -1,6 +1,7 @@
 // image.h: 8-bit RGB images in memory; JPEG (libjpeg-turbo) and PNG (libpng) decode and encode;
 // resizing and drawing. Pixels are HWC, row-major, 3 bytes per pixel, R G B.
 #pragma once
+#include <stddef.h>
 #include <stdint.h>
 #include "core/base/util.h"
 
@@ -24,9 +25,15 @@ int   image_decode_mem(const uint8_t *buf, size_t n, const char *name, Image *ou
 // the header alone: unknown format, zero size, more than IMAGE_MAX_PIXELS.
 int   image_probe(const char *path, int *w, int *h, Err *err);
 // image_probe plus the number of colour components stored in the file (1 gray, 2 gray+alpha,
-// 3 RGB/YCbCr/palette, 4 RGBA/CMYK) and the format name ("JPEG" or "PNG").
-typedef struct { int w, h, channels; const char *format; } ImageInfo;
+// 3 RGB/YCbCr/palette, 4 RGBA/CMYK; a JPEG's 4 is CMYK or YCCK), the format name ("JPEG" or "PNG") and
+// a JPEG's EXIF orientation (io/exif.h: 0 none; 2..8 change the picture; always 0 for PNG).
+typedef struct { int w, h, channels; const char *format; int orientation; } ImageInfo;
 int   image_info(const char *path, ImageInfo *info, Err *err);
+// The same from a file already in memory (buf, n bytes; name for messages), e.g. one image_read_file read.
+int   image_info_mem(const uint8_t *buf, size_t n, const char *name, ImageInfo *info, Err *err);
+// Read an image file whole, with image_load's checks (a regular file of 1 byte to 512 MB): *buf (free
+// it) and *n. Returns 0, or -1 with err naming the file ({NULL, 0} then).
+int   image_read_file(const char *path, uint8_t **buf, size_t *n, Err *err);
 // Save through `path.tmp` and a rename, so readers never see half a file. JPEG: quality 1..100
 // (clamped), 4:2:0 chroma. PNG: 8-bit RGB, lossless.
 int   image_save_jpeg(const char *path, const Image *im, int quality, Err *err);

@@ -169,9 +169,9 @@ int image_jpeg_info(FILE *f, const char *name, ImageInfo *info, Err *err) {
     jpeg_stdio_src(&d, f);
     jpeg_save_markers(&d, JPEG_APP0 + 1, 0xFFFF);
     jpeg_read_header(&d, TRUE);
-    int swap = exif_swaps_sides(orientation(&d));
+    int orient = orientation(&d), swap = exif_swaps_sides(orient);
     *info = (ImageInfo){ (int)(swap ? d.image_height : d.image_width), (int)(swap ? d.image_width : d.image_height),
-                         d.num_components, "JPEG" };
+                         d.num_components, "JPEG", orient };
     jpeg_destroy_decompress(&d);
     return 0;
 }

@@ -88,7 +88,7 @@ int image_png_info(FILE *f, const char *name, ImageInfo *info, Err *err) {
     if (type > 6 || channels_of_type[type] == 0)
         return err_set(err, "%s: corrupt PNG: colour type %d; re-export or remove it", name, type);
     *info = (ImageInfo){ (int)(w > INT32_MAX ? INT32_MAX : w), (int)(h > INT32_MAX ? INT32_MAX : h),
-                         channels_of_type[type], "PNG" };
+                         channels_of_type[type], "PNG", 0 };
     return 0;
 }
 

@@ -15,6 +15,12 @@
 #define CACHE_MARGIN 0.10   // YOLOv9's: refuse unless bytes * (1 + margin) < available
 #define PAGE         4096
 
+typedef struct {             // a grow-only host buffer of a slot, page-locked through cfg pinning
+    uint8_t *base;
+    size_t   cap, used;
+    int      pinned;
+} HostArena;
+
 typedef struct {
     Batch  b;
     int    id;              // batch number held, -1 when free
@@ -29,12 +35,15 @@ typedef struct {
     // each sample's bytes in the order they finish (arena_used, under arena_lock held to write) and copy into
     // them holding it to read, so a growth (grow-only, page-locked through cfg pinning) never moves bytes
     // mid-copy; tile_off keeps each tile's offset, made into pointers once the batch is complete.
+    // cfg.defer_decode: the deferred sources' file bytes likewise, in the second arena (jpeg, offsets in
+    // jpeg_off; a source is deferred when its jpegs entry has len > 0), under the same lock.
     AugSample *aug;
     Image     *tiles;
     size_t    *tile_off;    // (N, AUG_MAX_SOURCES)
-    uint8_t   *tile_arena;
-    size_t     arena_cap, arena_used;
-    int        arena_pinned;
+    HostArena  tile;
+    AugJpeg   *jpegs;       // (N, AUG_MAX_SOURCES) defer_decode, else NULL
+    size_t    *jpeg_off;    // (N, AUG_MAX_SOURCES)
+    HostArena  jpeg;
     pthread_rwlock_t arena_lock;
 } Slot;
 
@@ -72,16 +81,54 @@ struct Loader {
 
 // ---- sources: where a sample's long-side-resized image and boxes come from ----
 
+// A decoded image (consumed) resized so its long side is S (augment_sample_decode resizes deferred ones alike).
+static void keep_resized(const Loader *l, Image *raw, Image *out) {
+    if ((raw->w > raw->h ? raw->w : raw->h) == l->cfg.aug.img_size) {   // r = 1: the decoded image as it is
+        *out = *raw;
+        return;
+    }
+    *out = augment_load_resize(raw, l->cfg.aug.img_size, l->cfg.train);
+    image_free(raw);
+}
+
 static int load_resized(const Loader *l, int i, Image *out, Err *err) {
     Image raw;
     if (image_load(l->ds->s[i].image, &raw, err)) return -1;
-    if ((raw.w > raw.h ? raw.w : raw.h) == l->cfg.aug.img_size) {   // r = 1: the decoded image as it is
-        *out = raw;
+    keep_resized(l, &raw, out);
+    return 0;
+}
+
+// defer_decode: whether a device decodes the file whose bytes are buf[0, n) (see LoaderConfig.defer_decode).
+static int deferrable(const Loader *l, const uint8_t *buf, size_t n, const char *path, ImageInfo *info) {
+    Err e;                                       // a header that does not parse: the host decode reports it
+    int S = l->cfg.aug.img_size;
+    size_t max = l->cfg.defer_max_pixels ? l->cfg.defer_max_pixels : (size_t)4 * S * S;
+    if (image_info_mem(buf, n, path, info, &e) || strcmp(info->format, "JPEG")) return 0;
+    if ((info->channels != 1 && info->channels != 3) || (info->orientation >= 2 && info->orientation <= 8)) return 0;
+    if ((size_t)info->w * (size_t)info->h > max) return 0;
+    return !l->cfg.device_takes || l->cfg.device_takes(l->cfg.device_ctx, buf, n);
+}
+
+// defer_decode: image i read whole; a JPEG a device will decode becomes *out of the host path's size with px
+// NULL and *jpeg its bytes (malloc'd, the caller's), anything else is decoded and resized here (*jpeg zero).
+static int read_or_defer(const Loader *l, int i, Image *out, AugJpeg *jpeg, Err *err) {
+    const char *path = l->ds->s[i].image;
+    uint8_t *buf;
+    size_t n;
+    ImageInfo info;
+    *jpeg = (AugJpeg){ 0 };
+    if (image_read_file(path, &buf, &n, err)) return -1;
+    if (deferrable(l, buf, n, path, &info)) {
+        *out = (Image){ 0, 0, NULL };
+        augment_load_size(info.w, info.h, l->cfg.aug.img_size, &out->w, &out->h);
+        *jpeg = (AugJpeg){ buf, n, info.w, info.h, path };
         return 0;
     }
-    *out = augment_load_resize(&raw, l->cfg.aug.img_size, l->cfg.train);
-    image_free(&raw);
-    return 0;
+    Image raw;
+    int rc = image_decode_mem(buf, n, path, &raw, err);
+    free(buf);
+    if (rc == 0) keep_resized(l, &raw, out);
+    return rc;
 }
 
 static int cache_load(Loader *l, int i, Image *out, Err *err) {
@@ -100,15 +147,17 @@ static int cache_load(Loader *l, int i, Image *out, Err *err) {
 }
 
 // The first failure of an image is reported (once, by whichever worker meets it); from then on the
-// next readable index stands in for it, so a file that vanishes mid-run never stops training.
-static int source_get(void *ctx, int index, Image *img, Box **boxes, int *nbox, Err *err) {
-    Loader *l = ctx;
+// next readable index stands in for it, so a file that vanishes mid-run never stops training. jpeg: NULL, or
+// (defer_decode) where a deferred source's bytes go (read_or_defer).
+static int source_find(Loader *l, int index, Image *img, AugJpeg *jpeg, Box **boxes, int *nbox, Err *err) {
     int n = l->ds->n;
     for (int k = 0; k < n; k++) {
         int j = (index + k) % n;
         if (atomic_load(&l->bad[j])) continue;
         Err e;
-        if ((l->cache ? cache_load(l, j, img, &e) : load_resized(l, j, img, &e)) == 0) {
+        int rc = jpeg ? read_or_defer(l, j, img, jpeg, &e) : l->cache ? cache_load(l, j, img, &e)
+                                                                      : load_resized(l, j, img, &e);
+        if (rc == 0) {
             *boxes = l->ds->s[j].box;
             *nbox = l->ds->s[j].nbox;
             return 0;
@@ -120,6 +169,21 @@ static int source_get(void *ctx, int index, Image *img, Box **boxes, int *nbox, 
         }
     }
     return err_set(err, "every one of the %d images failed to load; check the dataset folder", n);
+}
+
+static int source_get(void *ctx, int index, Image *img, Box **boxes, int *nbox, Err *err) {
+    return source_find(ctx, index, img, NULL, boxes, nbox, err);
+}
+
+// defer_decode: augment_sources_get with deferral: the m sources idx into tile, jpeg, tb, nb; on failure those
+// got are freed and it returns -1 with err.
+static int sources_read(Loader *l, const int *idx, int m, Image *tile, AugJpeg *jpeg, Box **tb, int *nb, Err *err) {
+    for (int k = 0; k < m; k++) {
+        if (source_find(l, idx[k], &tile[k], &jpeg[k], &tb[k], &nb[k], err) == 0) continue;
+        while (k--) free((void *)jpeg[k].data), image_free(&tile[k]);
+        return -1;
+    }
+    return 0;
 }
 
 static void source_put(void *ctx, int index, Image *img, Box *boxes) {
@@ -173,41 +237,63 @@ static void cache_free(Cache *c, int n) {
 
 static void *page_alloc(size_t bytes);
 
-static void arena_pin(Slot *s, LoaderPinning pin) {   // under s->arena_lock, held to write
-    if (s->tile_arena && !s->arena_pinned && pin.pin)
-        s->arena_pinned = pin.pin(s->tile_arena, s->arena_cap, pin.arg) == 0;
+static void arena_pin(HostArena *a, LoaderPinning pin) {   // under the slot's arena_lock, held to write
+    if (a->base && !a->pinned && pin.pin) a->pinned = pin.pin(a->base, a->cap, pin.arg) == 0;
 }
 
-// Under s->arena_lock, held to write: room for `need` bytes, the arena_used kept so far moved along. A quarter more
-// than asked, so a batch of larger images than the last grows it once, not per sample.
-static void arena_grow(Loader *l, Slot *s, size_t need) {
+static void arena_unpin(Loader *l, HostArena *a) {
+    if (a->pinned) l->pinning.unpin(a->base, l->pinning.arg);
+    a->pinned = 0;
+}
+
+// Under s->arena_lock, held to write: room for `need` bytes in a, the bytes used so far moved along. A quarter
+// more than asked, so a batch of larger images than the last grows it once, not per sample.
+static void arena_grow(Loader *l, HostArena *a, size_t need) {
     size_t cap = (need + need / 4 + PAGE - 1) & ~(size_t)(PAGE - 1);
     uint8_t *p = page_alloc(cap);
-    if (s->tile_arena) memcpy(p, s->tile_arena, s->arena_used);
-    if (s->arena_pinned) l->pinning.unpin(s->tile_arena, l->pinning.arg);
-    free(s->tile_arena);
-    s->tile_arena = p, s->arena_cap = cap, s->arena_pinned = 0;
+    if (a->base) memcpy(p, a->base, a->used);
+    arena_unpin(l, a);
+    free(a->base);
+    a->base = p, a->cap = cap;
     pthread_mutex_lock(&l->mu);                  // loader_pin_buffers may be setting it
     LoaderPinning pin = l->pinning;
     pthread_mutex_unlock(&l->mu);
-    arena_pin(s, pin);
+    arena_pin(a, pin);
+}
+
+// Under s->arena_lock, held to write: `need` bytes of a reserved, returning their offset.
+static size_t arena_reserve(Loader *l, HostArena *a, size_t need) {
+    size_t at = a->used;
+    if (at + need > a->cap) arena_grow(l, a, at + need);
+    a->used = at + need;
+    return at;
 }
 
 // defer_pixels: the m decoded tiles are copied into the slot's arena (the decoder's images are given back; a
 // RAM cache's are only views, copied too so the arena alone holds the batch's sources); their offsets go to
-// tile_off until the batch is complete (slot_arena_done), as the arena may still grow.
-static void keep_tiles(Loader *l, Slot *s, int i, Image *tile, const int *idx, int m) {
-    size_t need = 0, *off = s->tile_off + (size_t)i * AUG_MAX_SOURCES;
-    for (int k = 0; k < m; k++) need += (size_t)tile[k].w * tile[k].h * 3;
+// tile_off until the batch is complete (slot_arena_done), as the arena may still grow. defer_decode: a
+// deferred source (jpeg[k].len > 0) has no pixels; its file bytes go to the jpeg arena (freed here).
+static void keep_tiles(Loader *l, Slot *s, int i, Image *tile, AugJpeg *jpeg, const int *idx, int m) {
+    size_t need = 0, need_j = 0, *off = s->tile_off + (size_t)i * AUG_MAX_SOURCES;
+    size_t *off_j = s->jpeg_off ? s->jpeg_off + (size_t)i * AUG_MAX_SOURCES : NULL;
+    for (int k = 0; k < m; k++)
+        if (jpeg && jpeg[k].len) need_j += jpeg[k].len;
+        else need += (size_t)tile[k].w * tile[k].h * 3;
     pthread_rwlock_wrlock(&s->arena_lock);
-    size_t at = s->arena_used;
-    if (at + need > s->arena_cap) arena_grow(l, s, at + need);
-    s->arena_used = at + need;
+    size_t at = arena_reserve(l, &s->tile, need), at_j = need_j ? arena_reserve(l, &s->jpeg, need_j) : 0;
     pthread_rwlock_unlock(&s->arena_lock);
     pthread_rwlock_rdlock(&s->arena_lock);       // others may copy beside it; a growth waits for them
     for (int k = 0; k < m; k++) {
+        if (jpeg && jpeg[k].len) {               // the tile stays {w, h, NULL}
+            memcpy(s->jpeg.base + at_j, jpeg[k].data, jpeg[k].len);
+            free((void *)jpeg[k].data);
+            jpeg[k].data = NULL;                 // set by slot_arena_done
+            off_j[k] = at_j;
+            at_j += jpeg[k].len;
+            continue;
+        }
         size_t bytes = (size_t)tile[k].w * tile[k].h * 3;
-        memcpy(s->tile_arena + at, tile[k].px, bytes);
+        memcpy(s->tile.base + at, tile[k].px, bytes);
         Image kept = { tile[k].w, tile[k].h, NULL };    // px: set by slot_arena_done
         l->src.put(l->src.ctx, idx[k], &tile[k], NULL);   // frees (and clears) the decoder's image
         tile[k] = kept;
@@ -217,16 +303,20 @@ static void keep_tiles(Loader *l, Slot *s, int i, Image *tile, const int *idx, i
     pthread_rwlock_unlock(&s->arena_lock);
 }
 
-// Under mu, every sample of the batch written: the tiles point into the arena, which no longer moves.
+// Under mu, every sample of the batch written: the tiles (and deferred bytes) point into the arenas, which no
+// longer move.
 static void slot_arena_done(Slot *s) {
     if (!s->aug) return;
     for (int i = 0; i < s->b.n; i++) {
-        s->aug[i].arena = s->tile_arena, s->aug[i].arena_bytes = s->arena_used;
-        for (int k = 0; !s->aug[i].grey && k < s->aug[i].n_tiles; k++)
-            s->tiles[(size_t)i * AUG_MAX_SOURCES + k].px = s->tile_arena + s->tile_off[(size_t)i * AUG_MAX_SOURCES + k];
+        s->aug[i].arena = s->tile.base, s->aug[i].arena_bytes = s->tile.used;
+        for (int k = 0; !s->aug[i].grey && k < s->aug[i].n_tiles; k++) {
+            size_t at = (size_t)i * AUG_MAX_SOURCES + k;
+            if (s->jpegs && s->jpegs[at].len) s->jpegs[at].data = s->jpeg.base + s->jpeg_off[at];
+            else s->tiles[at].px = s->tile.base + s->tile_off[at];
+        }
     }
-    s->b.tile_arena = s->tile_arena;
-    s->b.tile_bytes = s->arena_used;
+    s->b.tile_arena = s->tile.base, s->b.tile_bytes = s->tile.used;
+    s->b.jpeg_arena = s->jpeg.base, s->b.jpeg_bytes = s->jpeg.used;
 }
 
 // defer_pixels: sample `index`'s draws (those augment_train_sample_into makes, in its order), its sources
@@ -237,12 +327,16 @@ static int defer_sample(Loader *l, Slot *s, int i, int index, Rng *rng, Box **bo
     Image *tile = s->tiles + (size_t)i * AUG_MAX_SOURCES;
     int idx[AUG_MAX_SOURCES], nb[AUG_MAX_SOURCES];
     Box *tb[AUG_MAX_SOURCES];
+    AugJpeg *jpeg = s->jpegs ? s->jpegs + (size_t)i * AUG_MAX_SOURCES : NULL;
     augment_draw(&l->cfg.aug, l->src.n, index, s->b.w, s->b.h, rng, &a->r);
     int m = augment_recipe_sources(&a->r, idx);
-    if (augment_sources_get(&l->src, idx, m, tile, tb, nb, err)) return -1;
-    augment_apply_boxes(&a->r, tile, tb, nb, box, n);
-    keep_tiles(l, s, i, tile, idx, m);
-    a->tiles = tile, a->n_tiles = m, a->grey = 0;
+    if (jpeg ? sources_read(l, idx, m, tile, jpeg, tb, nb, err) : augment_sources_get(&l->src, idx, m, tile, tb, nb, err))
+        return -1;
+    augment_apply_boxes(&a->r, tile, tb, nb, box, n);   // the tiles' sizes alone: deferred ones have them
+    int deferred = 0;
+    for (int k = 0; jpeg && k < m; k++) deferred += jpeg[k].len > 0;
+    keep_tiles(l, s, i, tile, jpeg, idx, m);
+    a->tiles = tile, a->n_tiles = m, a->grey = 0, a->jpeg = deferred ? jpeg : NULL;
     return 0;
 }
 
@@ -326,7 +420,7 @@ static int claim(Loader *l, Claim *c) {
             int b = l->next_sample / N;
             Slot *s = &l->slot[b % l->n_slots];
             if (s->id == -1) {
-                s->id = b, s->filled = 0, s->ready = 0, s->arena_used = 0;   // no worker is in it
+                s->id = b, s->filled = 0, s->ready = 0, s->tile.used = s->jpeg.used = 0;   // no worker is in it
                 s->b.n = l->ds->n - b * N < N ? l->ds->n - b * N : N;
                 s->b.epoch = l->epoch, s->b.number = b;
                 s->b.h = l->rect_shape ? l->rect_shape[b][0] : l->cfg.aug.img_size;
@@ -404,6 +498,9 @@ static void slots_alloc(Loader *l) {
         s->tiles = xcalloc((size_t)N * AUG_MAX_SOURCES, sizeof *s->tiles);
         s->tile_off = xcalloc((size_t)N * AUG_MAX_SOURCES, sizeof *s->tile_off);
         pthread_rwlock_init(&s->arena_lock, NULL);
+        if (!l->cfg.defer_decode) continue;
+        s->jpegs = xcalloc((size_t)N * AUG_MAX_SOURCES, sizeof *s->jpegs);
+        s->jpeg_off = xcalloc((size_t)N * AUG_MAX_SOURCES, sizeof *s->jpeg_off);
     }
 }
 
@@ -455,6 +552,7 @@ int loader_open(const LoaderConfig *cfg, const Dataset *ds, Loader **out, Err *e
     malloc_keep_memory();
     Loader *l = xcalloc(1, sizeof *l);
     l->cfg = *cfg, l->ds = ds;
+    l->cfg.defer_decode = cfg->defer_decode && cfg->defer_pixels && cfg->train && !cfg->cache_ram;
     if (cfg->cache_ram && cache_open(l, err)) {
         free(l);
         return -1;
@@ -503,9 +601,10 @@ void loader_close(Loader *l) {
         if (s->pinned) l->pinning.unpin(s->b.images, l->pinning.arg);
         free(s->b.images), free(s->b.targets), free(s->b.index), free(s->b.info);
         free(s->stage), free(s->stage_n);
-        if (s->arena_pinned) l->pinning.unpin(s->tile_arena, l->pinning.arg);
+        arena_unpin(l, &s->tile), arena_unpin(l, &s->jpeg);
         if (s->aug) pthread_rwlock_destroy(&s->arena_lock);
-        free(s->aug), free(s->tiles), free(s->tile_off), free(s->tile_arena);
+        free(s->aug), free(s->tiles), free(s->tile_off), free(s->tile.base);
+        free(s->jpegs), free(s->jpeg_off), free(s->jpeg.base);
     }
     cache_free(l->cache, l->ds->n);
     pthread_cond_destroy(&l->done), pthread_cond_destroy(&l->work), pthread_mutex_destroy(&l->mu);
@@ -595,7 +694,7 @@ int loader_pin_buffers(Loader *l, const LoaderPinning *p) {
         n += s->pinned;
         if (!s->aug) continue;
         pthread_rwlock_wrlock(&s->arena_lock);   // those not allocated yet are pinned when they are
-        arena_pin(s, *p);
+        arena_pin(&s->tile, *p), arena_pin(&s->jpeg, *p);
         pthread_rwlock_unlock(&s->arena_lock);
     }
     return n;

@@ -22,6 +22,17 @@ typedef struct {
     int       cache_ram;      // 1: decode and resize each image once, keep it for every epoch
     int       defer_pixels;   // train = 1 (augment=gpu, issue 37): workers only decode and draw; each
                               // batch carries its samples' recipes and sources (Batch.aug), not pixels
+    // defer_pixels, train and no cache_ram (issue 37, the GPU decode): a JPEG source a device can decode is only
+    // read and its header parsed; its bytes go to the batch (Batch.jpeg_arena, AugSample.jpeg) and its tile keeps
+    // only the size the host path would give it. Deferred: a JPEG of 1 or 3 components, no EXIF orientation that
+    // changes the picture, at most defer_max_pixels stored pixels (0 = 4·S·S), and device_takes(device_ctx,
+    // bytes, n) != 0 when that is set (the device's own veto). Every other source (PNG, rotated, CMYK, larger,
+    // a header that does not parse) is decoded on the host as without it. With cache_ram it is ignored: the
+    // cache keeps decoded tiles. The boxes and recipes are the same as without it.
+    int       defer_decode;
+    size_t    defer_max_pixels;
+    int     (*device_takes)(void *ctx, const uint8_t *data, size_t n);
+    void     *device_ctx;
     size_t    mem_available;  // bytes the RAM cache may use; 0 = MemAvailable of /proc/meminfo
     FILE     *report;         // where unreadable images are reported; NULL = stderr
     // rect training (train = 1, aug.rect; core/train/train.c fills both from val_plan with pad 0): every
@@ -60,6 +71,10 @@ typedef struct {
     // defer_pixels.
     const uint8_t *tile_arena;
     size_t         tile_bytes;
+    // defer_decode: the deferred sources' file bytes (AugSample.jpeg[k].data) lie in jpeg_arena[0, jpeg_bytes), a
+    // second grow-only host buffer of the slot, pinned and laid out as tile_arena; NULL, 0 without defer_decode.
+    const uint8_t *jpeg_arena;
+    size_t         jpeg_bytes;
     int            epoch, number;   // number: 0.. within the epoch
     int            slot;      // private to the loader
 } Batch;
@@ -111,7 +126,7 @@ typedef struct {
 } LoaderPinning;
 // Pin every image buffer of the ring not pinned yet; loader_close unpins them before freeing. Call
 // it before the batches are given to a device. Returns how many image buffers are pinned now. With
-// defer_pixels the slots' tile arenas are pinned too, now or when allocated, and unpinned before a growth
+// defer_pixels the slots' tile arenas (and jpeg arenas) are pinned too, now or when allocated, and unpinned before a growth
 // frees one (its batch was released: a device no longer copies from it) and at close. These host buffers
 // are not in the trainer's memory plan (core/trainer/trainer.c counts the model's arenas only).
 int  loader_pin_buffers(Loader *l, const LoaderPinning *p);
