@@ -1,0 +1,349 @@
+// test_loader_defer.c: the loader's defer_decode (issue 37's GPU decode, loader side). JPEG sources a device can
+// decode are only read: their bytes and stored size go with the batch, in a second pinned arena; PNG, EXIF-rotated
+// and larger sources are decoded on the host, and the device's veto sends a file there too. The targets are those
+// of the same batches without defer_decode, and the host twin (augment_sample_pixels, the CPU backend's
+// augment_batch) gives their pixels byte for byte. Data: the synthetic set with a PNG and a rotated JPEG put in;
+// coco128 (skipped when absent). Legend: N batch, SIDE the sample side.
+#include <limits.h>
+#include <stdint.h>
+
+#include "core/spec/backend.h"
+#include "io/loader.h"
+#include "io/synth.h"
+#include "test/synth_batch.h"
+#include "test/test.h"
+
+#define N_IMAGES 20
+#define SIDE     96
+#define PNG_AT   1            // the synthetic image re-saved as PNG
+#define ROT_AT   2            // the synthetic image given EXIF orientation 6 (rotate 90)
+#define VETO_AT  4            // the image test_device_veto's predicate refuses
+
+static Dataset ds;
+static char dir[PATH_MAX];
+static char png_path[PATH_MAX + 16], rot_path[PATH_MAX + 16];
+
+// An APP1 segment holding a big-endian TIFF block whose IFD0 has one entry: orientation o.
+static size_t exif_app1(uint8_t *seg, int o) {
+    static const uint8_t tiff[] = { 'M', 'M', 0, 42, 0, 0, 0, 8, 0, 1,       // header, IFD0 at 8, 1 entry
+                                    0x01, 0x12, 0, 3, 0, 0, 0, 1, 0, 0, 0, 0, // 0x0112 SHORT x1, value below
+                                    0, 0, 0, 0 };                             // no next IFD
+    size_t n = 2 + 6 + sizeof tiff;                                           // length field counts itself
+    seg[0] = 0xFF, seg[1] = 0xE1, seg[2] = (uint8_t)(n >> 8), seg[3] = (uint8_t)n;
+    memcpy(seg + 4, "Exif\0\0", 6);
+    memcpy(seg + 10, tiff, sizeof tiff);
+    seg[10 + 19] = (uint8_t)o;                                               // the entry's value, big-endian
+    return 2 + n;
+}
+
+// The file at src with an orientation segment after its SOI, written to dst.
+static int write_rotated(const char *src, const char *dst, int o) {
+    uint8_t *b, seg[64];
+    size_t n;
+    Err err;
+    if (image_read_file(src, &b, &n, &err)) { printf("    %s\n", err.msg); return -1; }
+    size_t k = exif_app1(seg, o);
+    FILE *f = fopen(dst, "wb");
+    int rc = !f || fwrite(b, 1, 2, f) != 2 || fwrite(seg, 1, k, f) != k || fwrite(b + 2, 1, n - 2, f) != n - 2;
+    if (f && fclose(f)) rc = 1;
+    free(b);
+    return rc ? -1 : 0;
+}
+
+// The synthetic set of test_loader, with image PNG_AT re-saved as a PNG and ROT_AT as a rotated JPEG.
+static int make_dataset(void) {
+    snprintf(dir, sizeof dir, "%s", test_tmpdir("loader_defer"));
+    SynthConfig c = synth_defaults();
+    c.n_train = N_IMAGES, c.n_val = 0, c.min_side = 60, c.max_side = 180, c.seed = 3;
+    if (synth_dataset(dir, &c, &ds)) return -1;
+    Image im;
+    Err err;
+    snprintf(png_path, sizeof png_path, "%s/as.png", dir);
+    snprintf(rot_path, sizeof rot_path, "%s/rotated.jpg", dir);
+    if (image_load(ds.s[PNG_AT].image, &im, &err) || image_save_png(png_path, &im, &err)) {
+        printf("    %s\n", err.msg);
+        return -1;
+    }
+    image_free(&im);
+    if (write_rotated(ds.s[ROT_AT].image, rot_path, 6)) return -1;
+    ds.s[PNG_AT].image = png_path, ds.s[ROT_AT].image = rot_path;   // synth_dataset's names are its own
+    return 0;
+}
+
+static LoaderConfig config(int S, int defer) {
+    LoaderConfig c = { .batch = 6, .workers = 2, .seed = 11, .train = 1, .defer_pixels = 1, .defer_decode = defer,
+                       .mem_available = (size_t)1 << 30 };
+    c.aug = (AugParams){ .img_size = S, .hsv_h = 0.015, .hsv_s = 0.7, .hsv_v = 0.4, .degrees = 10, .translate = 0.1,
+                         .scale = 0.9, .shear = 2, .perspective = 2e-4, .flipud = 0.5, .fliplr = 0.5, .mosaic = 1,
+                         .mixup = 0.5 };
+    return c;
+}
+
+// ---- checks on one deferred batch ---------------------------------------------------------------------
+
+typedef struct {
+    int sources, deferred, wrong_rule, wrong_bytes, outside, wrong_targets, wrong_pixels, wrong_floats;
+    const Dataset *d;
+    size_t max_pixels;         // the rule's limit (config's defer_max_pixels, or 4·S·S)
+    int veto;                  // a dataset index the device refuses, or -1
+} Tally;
+
+// Whether source j must be deferred: a JPEG of 1 or 3 components, not rotated, small enough, not vetoed.
+static int should_defer(const Tally *t, int j) {
+    ImageInfo info;
+    Err err;
+    if (image_info(t->d->s[j].image, &info, &err)) return 0;
+    return !strcmp(info.format, "JPEG") && (info.channels == 1 || info.channels == 3) &&
+           (info.orientation < 2 || info.orientation > 8) && (size_t)info.w * info.h <= t->max_pixels && j != t->veto;
+}
+
+// Each source of each sample: deferred as the rule says, its bytes the file's and inside the jpeg arena, its
+// tile without pixels and of the host path's size.
+static void check_sources(const Batch *b, Tally *t) {
+    for (int i = 0; i < b->n; i++) {
+        const AugSample *a = &b->aug[i];
+        int idx[AUG_MAX_SOURCES], m = a->grey ? 0 : augment_recipe_sources(&a->r, idx);
+        for (int k = 0; k < m; k++, t->sources++) {
+            const AugJpeg *j = a->jpeg ? &a->jpeg[k] : NULL;
+            int deferred = j && j->data;
+            t->deferred += deferred;
+            t->wrong_rule += deferred != should_defer(t, idx[k]);
+            if (!deferred) continue;
+            uint8_t *file;
+            size_t n;
+            Err err;
+            ImageInfo info;
+            int tw, th;
+            if (image_read_file(t->d->s[idx[k]].image, &file, &n, &err) || image_info(t->d->s[idx[k]].image, &info, &err)) {
+                t->wrong_bytes++;
+                continue;
+            }
+            augment_load_size(info.w, info.h, a->r.s, &tw, &th);
+            t->wrong_bytes += n != j->len || memcmp(file, j->data, n) || j->w != info.w || j->h != info.h ||
+                              a->tiles[k].px || a->tiles[k].w != tw || a->tiles[k].h != th;
+            t->outside += j->data < b->jpeg_arena || j->data + j->len > b->jpeg_arena + b->jpeg_bytes;
+            free(file);
+        }
+    }
+}
+
+// The deferred batch d against the same batch made without defer_decode (h): same targets; the host twin's
+// pixels (augment_sample_pixels) equal h's, and so do the CPU backend's augment_batch floats.
+static void check_same(const Batch *d, const Batch *h, Tally *t) {
+    t->wrong_targets += d->n != h->n || d->nt != h->nt || memcmp(d->index, h->index, d->n * sizeof(int)) ||
+                        memcmp(d->targets, h->targets, (size_t)d->nt * 6 * sizeof(float));
+    if (d->n != h->n) return;
+    size_t px = (size_t)d->h * d->w * 3;
+    uint8_t *want = xmalloc(px), *got = xmalloc(px);
+    float *f = xmalloc(px * d->n * sizeof(float));
+    AugScratch scratch = { 0 };
+    backend_cpu.dev.augment_batch(NULL, d->aug, d->n, d->h, d->w, f);
+    for (int i = 0; i < d->n; i++) {
+        augment_sample_pixels(&h->aug[i], &scratch, &(Image){ h->w, h->h, want });
+        augment_sample_pixels(&d->aug[i], &scratch, &(Image){ d->w, d->h, got });
+        t->wrong_pixels += memcmp(want, got, px) != 0;
+        size_t bad = 0;
+        for (size_t k = 0; k < px; k++) bad += f[i * px + k] != want[k] / 255.0f;
+        t->wrong_floats += bad != 0;
+    }
+    augment_scratch_free(&scratch);
+    free(want), free(got), free(f);
+}
+
+// Up to max_batches batches of epochs 0 (mosaic) and 1 (mosaic closed: letterbox) with and without defer_decode,
+// in lockstep, checked batch by batch. Returns the batches compared.
+static int compare_runs(const Dataset *d, LoaderConfig c, int max_batches, Tally *t, const LoaderPinning *pins) {
+    LoaderConfig ch = c;
+    ch.defer_decode = 0;
+    Loader *ld, *lh;
+    Err err;
+    if (loader_open(&c, d, &ld, &err)) { CHECK(0, "%s", err.msg); return 0; }
+    if (loader_open(&ch, d, &lh, &err)) { CHECK(0, "%s", err.msg); loader_close(ld); return 0; }
+    if (pins) loader_pin_buffers(ld, pins);
+    int batches = 0;
+    for (int e = 0; e < 2; e++) {
+        loader_start_epoch(ld, e, e == 0), loader_start_epoch(lh, e, e == 0);
+        Batch *bd, *bh;
+        for (int k = 0; k < max_batches && loader_next(ld, &bd) && loader_next(lh, &bh); k++, batches++) {
+            check_sources(bd, t);
+            check_same(bd, bh, t);
+            loader_release(ld, bd), loader_release(lh, bh);
+        }
+    }
+    loader_close(ld), loader_close(lh);
+    return batches;
+}
+
+static void report(const char *what, int batches, const Tally *t) {
+    printf("    %s: %d batches, %d sources, %d deferred\n", what, batches, t->sources, t->deferred);
+    CHECK(t->wrong_rule == 0, "%s: %d of %d sources deferred against the rule", what, t->wrong_rule, t->sources);
+    CHECK(t->wrong_bytes == 0 && t->outside == 0, "%s: %d deferred sources with the wrong bytes, size or tile, %d "
+          "outside the jpeg arena", what, t->wrong_bytes, t->outside);
+    CHECK(t->wrong_targets == 0, "%s: %d batches' targets differ from those without defer_decode", what,
+          t->wrong_targets);
+    CHECK(t->wrong_pixels == 0 && t->wrong_floats == 0, "%s: %d samples' host-twin pixels, %d samples' CPU-backend "
+          "floats differ from those without defer_decode", what, t->wrong_pixels, t->wrong_floats);
+}
+
+// ---- tests ----------------------------------------------------------------------------------------------
+
+// The synthetic set (JPEGs, a PNG, a rotated JPEG): the rule, the bytes, the targets and the twin's pixels, with
+// the default limit (every JPEG fits) and a limit under the larger images (those go to the host).
+static void test_synthetic(void) {
+    for (int v = 0; v < 2; v++) {
+        Tally t = { .d = &ds, .veto = -1 };
+        LoaderConfig c = config(SIDE, 1);
+        c.defer_max_pixels = v ? 120 * 120 : 0;
+        t.max_pixels = v ? c.defer_max_pixels : (size_t)4 * SIDE * SIDE;
+        int batches = compare_runs(&ds, c, 4, &t, NULL);
+        report(v ? "limit 120x120" : "default limit", batches, &t);
+        CHECK(batches >= 4 && t.deferred > 0 && t.deferred < t.sources, "%d batches, %d of %d sources deferred: "
+              "expected some of each", batches, t.deferred, t.sources);
+    }
+}
+
+// coco128 (all JPEG): every JPEG source that fits the rule is deferred, the rest as without it.
+static void test_coco128(void) {
+    Dataset coco;
+    Err err;
+    NEED_COCO128_TRAIN(coco, err);
+    Tally t = { .d = &coco, .veto = -1, .max_pixels = (size_t)4 * 320 * 320 };
+    LoaderConfig c = config(320, 1);
+    c.batch = 8;
+    int batches = compare_runs(&coco, c, 2, &t, NULL);
+    report("coco128", batches, &t);
+    CHECK(batches == 4 && t.deferred > 0, "%d batches, %d deferred", batches, t.deferred);
+    dataset_free(&coco);
+}
+
+// The device's veto: a predicate refusing one file sends it to the host path; the others stay deferred.
+static uint8_t *veto_bytes;
+static size_t veto_n;
+static int veto_calls;
+
+static int device_takes(void *ctx, const uint8_t *data, size_t n) {
+    __atomic_add_fetch(&veto_calls, 1, __ATOMIC_RELAXED);
+    return !(n == veto_n && !memcmp(data, veto_bytes, n));
+}
+
+static void test_device_veto(void) {
+    Err err;
+    if (image_read_file(ds.s[VETO_AT].image, &veto_bytes, &veto_n, &err)) { CHECK(0, "%s", err.msg); return; }
+    Tally t = { .d = &ds, .veto = VETO_AT, .max_pixels = (size_t)4 * SIDE * SIDE };
+    LoaderConfig c = config(SIDE, 1);
+    c.device_takes = device_takes, c.device_ctx = NULL;
+    veto_calls = 0;
+    int batches = compare_runs(&ds, c, 4, &t, NULL);
+    report("veto", batches, &t);
+    CHECK(veto_calls > 0 && t.deferred > 0, "the predicate was called %d times, %d deferred", veto_calls, t.deferred);
+    free(veto_bytes);
+}
+
+// The jpeg arena is page-locked through the pinning hooks (with the tile arena: when allocated, or by
+// loader_pin_buffers when the hooks come after an epoch, late) and unpinned at close; with cache_ram
+// defer_decode is ignored (no jpeg arena, no deferred source).
+typedef struct { int pins, unpins, n_live; const void *live[64]; } FakePins;
+
+static int fake_pin(void *p, size_t bytes, void *arg) {
+    FakePins *f = arg;
+    f->pins++;
+    if (f->n_live < 64) f->live[f->n_live++] = p;
+    return 0;
+}
+
+static void fake_unpin(void *p, void *arg) {
+    FakePins *f = arg;
+    f->unpins++;
+    for (int k = 0; k < f->n_live; k++)
+        if (f->live[k] == p) { f->live[k] = f->live[--f->n_live]; return; }
+    CHECK(0, "unpinned %p, which was not pinned", p);
+}
+
+static int live(const FakePins *f, const void *p) {
+    for (int k = 0; k < f->n_live; k++) if (f->live[k] == p) return 1;
+    return 0;
+}
+
+static void test_arena_pinned(void) {
+    for (int v = 0; v < 3; v++) {
+        int cache = v == 1, late = v == 2;
+        FakePins f = { 0 };
+        LoaderPinning hooks = { fake_pin, fake_unpin, &f };
+        LoaderConfig c = config(SIDE, 1);
+        c.cache_ram = cache;
+        Loader *l;
+        Err err;
+        if (loader_open(&c, &ds, &l, &err)) { CHECK(0, "%s", err.msg); continue; }
+        if (!late) loader_pin_buffers(l, &hooks);
+        int batches = 0, with_bytes = 0, unpinned = 0, deferred = 0;
+        for (int e = 0; e < 2; e++) {
+            if (late && e == 1) loader_pin_buffers(l, &hooks);
+            loader_start_epoch(l, e, 1);
+            Batch *b;
+            while (loader_next(l, &b)) {
+                batches++;
+                with_bytes += b->jpeg_bytes > 0;
+                unpinned += (!late || e == 1) && b->jpeg_bytes && !live(&f, b->jpeg_arena);
+                for (int i = 0; i < b->n; i++) deferred += b->aug[i].jpeg != NULL;
+                loader_release(l, b);
+            }
+        }
+        loader_close(l);
+        if (cache)
+            CHECK(with_bytes == 0 && deferred == 0, "cache=ram: %d batches with jpeg bytes, %d deferred samples",
+                  with_bytes, deferred);
+        else
+            CHECK(batches == 8 && with_bytes == batches && unpinned == 0, "late %d: %d batches, %d with jpeg bytes, %d "
+                  "of those not page-locked", late, batches, with_bytes, unpinned);
+        CHECK(f.n_live == 0 && f.unpins == f.pins, "cache %d: %d pinned, %d unpinned after close", cache, f.pins,
+              f.unpins);
+    }
+}
+
+// A deferred source whose header read but whose data is damaged: the twin makes a grey tile and names the file
+// (never a crash), and augment_sample_pixels still fills the sample.
+static void test_damaged_bytes(void) {
+    LoaderConfig c = config(SIDE, 1);
+    Loader *l;
+    Err err;
+    if (loader_open(&c, &ds, &l, &err)) { CHECK(0, "%s", err.msg); return; }
+    loader_start_epoch(l, 0, 1);
+    Batch *b;
+    int tried = 0;
+    while (!tried && loader_next(l, &b)) {
+        for (int i = 0; i < b->n && !tried; i++) {
+            const AugSample *a = &b->aug[i];
+            for (int k = 0; a->jpeg && k < a->n_tiles && !tried; k++) {
+                if (!a->jpeg[k].data) continue;
+                AugJpeg bad[AUG_MAX_SOURCES];
+                memcpy(bad, a->jpeg, a->n_tiles * sizeof *bad);
+                bad[k].len = bad[k].len / 2;               // cut inside the entropy-coded data
+                AugSample s = *a;
+                s.jpeg = bad;
+                Image tiles[AUG_MAX_SOURCES];
+                Err e = { "" };
+                int rc = augment_sample_decode(&s, tiles, &e);
+                int grey = 1;
+                for (size_t p = 0; p < (size_t)tiles[k].w * tiles[k].h * 3; p++) grey &= tiles[k].px[p] == 114;
+                CHECK(rc == -1 && strstr(e.msg, a->jpeg[k].name) && grey && tiles[k].w == a->tiles[k].w,
+                      "rc %d, message \"%s\", tile grey %d", rc, e.msg, grey);
+                augment_sample_decoded_free(&s, tiles);
+                tried = 1;
+            }
+        }
+        loader_release(l, b);
+    }
+    loader_close(l);
+    CHECK(tried, "no deferred source met");
+}
+
+int main(void) {
+    alarm(300);   // a hang (a worker never joined) fails the run instead of stalling CI
+    if (make_dataset()) return 1;
+    RUN(test_synthetic);
+    RUN(test_device_veto);
+    RUN(test_arena_pinned);
+    RUN(test_damaged_bytes);
+    RUN(test_coco128);
+    return test_summary();
+}
