@@ -188,8 +188,12 @@ static void test_eight_orientations(void) {
             ImageInfo info;
             const char *path = write_file("o.jpg", f, m);
             CHECK(image_info(path, &info, &err) == 0, "%s", err.msg);
-            CHECK(info.w == got.w && info.h == got.h, "orientation %d: image_info %dx%d, decoded %dx%d", o, info.w,
-                  info.h, got.w, got.h);
+            CHECK(info.w == got.w && info.h == got.h && info.orientation == o, "orientation %d: image_info %dx%d "
+                  "orientation %d, decoded %dx%d", o, info.w, info.h, info.orientation, got.w, got.h);
+            ImageInfo mem;                        // the same header from the bytes in memory (the loader's defer_decode)
+            CHECK(image_info_mem(f, m, "oriented", &mem, &err) == 0 && mem.w == info.w && mem.h == info.h &&
+                  mem.orientation == o && mem.channels == info.channels && !strcmp(mem.format, "JPEG"),
+                  "orientation %d: image_info_mem %dx%d orientation %d", o, mem.w, mem.h, mem.orientation);
             Image loaded;
             CHECK(image_load(path, &loaded, &err) == 0 && same(&loaded, &got), "orientation %d: image_load differs", o);
             image_free(&loaded);

@@ -330,6 +330,38 @@ static void test_bad_files(void) {
           "%s", e.msg);
 }
 
+// image_info_mem (the loader's header probe of a file it read) agrees with image_info on every layout, and refuses
+// what image_info refuses from the bytes, naming the file; image_read_file refuses what image_load refuses.
+static void test_info_from_memory(void) {
+    const char *files[] = { "gray.jpg", "cmyk.jpg", "prog.jpg", "full.jpg", "full.png" };
+    static const int channels[] = { 1, 4, 3, 3, 3 };
+    Err e = { "" };
+    for (int f = 0; f < 5; f++) {
+        uint8_t *b;
+        size_t n;
+        ImageInfo want, got;
+        if (image_read_file(tmp_path(files[f]), &b, &n, &e)) { CHECK(0, "%s", e.msg); continue; }
+        CHECK(image_info(tmp_path(files[f]), &want, &e) == 0, "%s", e.msg);
+        CHECK(image_info_mem(b, n, files[f], &got, &e) == 0 && got.w == want.w && got.h == want.h &&
+              got.channels == want.channels && got.channels == channels[f] && !strcmp(got.format, want.format) &&
+              got.orientation == 0, "%s: image_info_mem %dx%d %d channels, image_info %dx%d %d", files[f], got.w,
+              got.h, got.channels, want.w, want.h, want.channels);
+        for (size_t cut = 1; cut < (f == 4 ? 33 : 200) && cut < n; cut *= 3)   // inside the header (PNG's: 33 bytes)
+            CHECK(image_info_mem(b, cut, "cut-header", &got, &e) == -1 && strstr(e.msg, "cut-header"),
+                  "%s cut at %zu: %s", files[f], cut, e.msg);
+        free(b);
+    }
+    CHECK(image_info_mem((const uint8_t *)"", 0, "none.jpg", &(ImageInfo){ 0 }, &e) == -1 && strstr(e.msg, "none.jpg") &&
+          strstr(e.msg, "empty"), "%s", e.msg);
+    CHECK(image_info_mem((const uint8_t *)"GIF89a", 6, "x.gif", &(ImageInfo){ 0 }, &e) == -1 && strstr(e.msg, "GIF"),
+          "%s", e.msg);
+    uint8_t *b = (uint8_t *)1;
+    size_t n = 1;
+    CHECK(image_read_file(tmp_path("empty.jpg"), &b, &n, &e) == -1 && !b && !n && strstr(e.msg, "empty.jpg"),
+          "%s", e.msg);
+    CHECK(image_read_file(tmp_path("missing.png"), &b, &n, &e) == -1 && strstr(e.msg, "missing.png"), "%s", e.msg);
+}
+
 static void put_chunk(uint8_t *p, const char *type, const uint8_t *data, uint32_t len) {
     uint8_t be[4] = { len >> 24, len >> 16, len >> 8, len };
     memcpy(p, be, 4);
@@ -563,6 +595,7 @@ int main(void) {
     RUN(test_truncated);
     RUN(test_corrupt_bytes);
     RUN(test_bad_files);
+    RUN(test_info_from_memory);
     RUN(test_huge_headers);
     RUN(test_resize_constant);
     RUN(test_resize_vs_reference);
