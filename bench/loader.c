@@ -1,13 +1,15 @@
 // bench/loader.c: augmented training samples per second of io/loader against worker count, with and
 // without cache=ram, and (profile=1) the single-thread CPU cost of each stage of one sample.
 //   make benches && ./bench/loader [data=FILE.yaml] [imgsz=640] [batch=16] [epochs=3] [workers=1,2,4,...]
-//                                  [cache=off,ram] [augment=cpu,gpu] [repeat=1] [profile=1]
+//                                  [cache=off,ram] [augment=cpu,gpu,gpu-decode] [repeat=1] [profile=1]
 //   defaults: data=../shared/data/coco128/data.yaml, workers 1,2,4,.. up to the CPU count, both caches;
 //   hyp.scratch-high (mosaic 1, mixup 0.15). The consumer does no work, so this is the loader's ceiling.
 //   repeat=K lists every image K times (an epoch of coco128 is 4 samples per worker on 32 cores: its
 //   start and drain would dominate). Bare arguments are read as data, imgsz, batch, epochs.
 //   augment=gpu: the workers only decode and draw (the loader's defer_pixels, train's augment=gpu): what
 //   they cost when a device makes the pixels (the consumer makes none, so this is their ceiling too).
+//   augment=gpu-decode: the same with the loader's defer_decode: the workers read the JPEGs a device would
+//   decode (nvJPEG) and parse their headers only; the decode is left to the device (not timed here).
 // CPU ms per sample (process CPU time of later epochs / samples) holds even on a busy machine: 1000 / it
 // per core. The profile times with the thread's CPU clock, so it too is robust to other load.
 #include <stdio.h>
@@ -26,7 +28,8 @@ typedef struct {
     int img_size, batch, epochs, profile, repeat;
     int workers[32], n_workers;          // n_workers 0: 1, 2, 4, ... and the CPU count
     int cache[2], n_cache;
-    int augment[2], n_augment;           // 0 cpu: workers make the pixels; 1 gpu: they decode and draw
+    int augment[3], n_augment;           // 0 cpu: workers make the pixels; 1 gpu: they decode and draw;
+                                         // 2 gpu-decode: they read (defer_decode) and draw
 } Options;
 
 static double cpu_seconds(void) {
@@ -48,9 +51,11 @@ static AugParams scratch_high(int img_size) {
 
 // ---- throughput of the threaded loader ----
 
-static int measure(const Dataset *ds, int workers, int cache, int defer, const Options *o, Result *r) {
+static const char *const augment_names[3] = { "cpu", "gpu", "gpu-decode" };
+
+static int measure(const Dataset *ds, int workers, int cache, int augment, const Options *o, Result *r) {
     LoaderConfig c = { .batch = o->batch, .workers = workers, .train = 1, .cache_ram = cache,
-                       .defer_pixels = defer, .aug = scratch_high(o->img_size) };
+                       .defer_pixels = augment >= 1, .defer_decode = augment == 2, .aug = scratch_high(o->img_size) };
     Loader *l;
     Err err;
     if (loader_open(&c, ds, &l, &err)) { fprintf(stderr, "%s\n", err.msg); return -1; }
@@ -73,14 +78,14 @@ static int measure(const Dataset *ds, int workers, int cache, int defer, const O
 }
 
 static int throughput(const Dataset *ds, const Options *o) {
-    printf("| augment | workers | cache | samples/s epoch 1 | samples/s later | wait per batch (ms) | CPU ms per sample |\n");
-    printf("|:--------|--------:|:------|------------------:|----------------:|--------------------:|------------------:|\n");
+    printf("| augment    | workers | cache | samples/s epoch 1 | samples/s later | wait per batch (ms) | CPU ms per sample |\n");
+    printf("|:-----------|--------:|:------|------------------:|----------------:|--------------------:|------------------:|\n");
     for (int a = 0; a < o->n_augment; a++)
         for (int c = 0; c < o->n_cache; c++)
             for (int i = 0; i < o->n_workers; i++) {
                 Result r = { 0 };
                 if (measure(ds, o->workers[i], o->cache[c], o->augment[a], o, &r)) return 1;
-                printf("| %-7s | %7d | %-5s | %17.1f | %15.1f | %19.1f | %17.1f |\n", o->augment[a] ? "gpu" : "cpu",
+                printf("| %-10s | %7d | %-5s | %17.1f | %15.1f | %19.1f | %17.2f |\n", augment_names[o->augment[a]],
                        o->workers[i], o->cache[c] ? "ram" : "off", r.first, r.rest, r.wait_ms, r.cpu_ms);
                 fflush(stdout);
             }
@@ -171,7 +176,7 @@ static int parse_list(const char *v, int *out, int max) {
 
 static int parse(int argc, char **argv, Options *o) {
     *o = (Options){ .data = "../shared/data/coco128/data.yaml", .img_size = 640, .batch = 16, .epochs = 3,
-                    .cache = { 0, 1 }, .n_cache = 2, .augment = { 0, 1 }, .n_augment = 2, .repeat = 1 };
+                    .cache = { 0, 1 }, .n_cache = 2, .augment = { 0, 1, 2 }, .n_augment = 3, .repeat = 1 };
     static const char *positional[] = { "data", "imgsz", "batch", "epochs" };
     for (int i = 1, bare = 0; i < argc; i++) {
         char *v = strchr(argv[i], '=');
@@ -194,10 +199,12 @@ static int parse(int argc, char **argv, Options *o) {
         } else if (!strcmp(argv[i], "augment")) {
             o->n_augment = 0;
             for (char *t = strtok(v, ","); t; t = strtok(NULL, ",")) {
-                if (strcmp(t, "cpu") && strcmp(t, "gpu")) { fprintf(stderr, "augment=%s: cpu, gpu or both\n", t); return -1; }
-                if (o->n_augment < 2) o->augment[o->n_augment++] = !strcmp(t, "gpu");
+                int k = 0;
+                while (k < 3 && strcmp(t, augment_names[k])) k++;
+                if (k == 3) { fprintf(stderr, "augment=%s: cpu, gpu or gpu-decode\n", t); return -1; }
+                if (o->n_augment < 3) o->augment[o->n_augment++] = k;
             }
-            if (o->n_augment == 0) { fprintf(stderr, "augment=: name cpu, gpu or both\n"); return -1; }
+            if (o->n_augment == 0) { fprintf(stderr, "augment=: name cpu, gpu, gpu-decode or several\n"); return -1; }
         } else { fprintf(stderr, "unknown key %s\n", argv[i]); return -1; }
     }
     if (o->n_workers == 0) {
