@@ -66,7 +66,8 @@ static int make_dataset(void) {
     }
     image_free(&im);
     if (write_rotated(ds.s[ROT_AT].image, rot_path, 6)) return -1;
-    ds.s[PNG_AT].image = png_path, ds.s[ROT_AT].image = rot_path;   // synth_dataset's names are its own
+    free(ds.s[PNG_AT].image), free(ds.s[ROT_AT].image);             // synth_dataset's names, malloc'd
+    ds.s[PNG_AT].image = png_path, ds.s[ROT_AT].image = rot_path;
     return 0;
 }
 
@@ -301,7 +302,7 @@ static void test_arena_pinned(void) {
 }
 
 // A deferred source whose header read but whose data is damaged: the twin makes a grey tile and names the file
-// (never a crash), and augment_sample_pixels still fills the sample.
+// (never a crash), and augment_sample_pixels makes the sample of those tiles (with a warning on stderr).
 static void test_damaged_bytes(void) {
     LoaderConfig c = config(SIDE, 1);
     Loader *l;
@@ -327,6 +328,15 @@ static void test_damaged_bytes(void) {
                 for (size_t p = 0; p < (size_t)tiles[k].w * tiles[k].h * 3; p++) grey &= tiles[k].px[p] == 114;
                 CHECK(rc == -1 && strstr(e.msg, a->jpeg[k].name) && grey && tiles[k].w == a->tiles[k].w,
                       "rc %d, message \"%s\", tile grey %d", rc, e.msg, grey);
+                size_t px = (size_t)b->w * b->h * 3;   // augment_sample_pixels makes the sample of those tiles
+                Image want = { b->w, b->h, xcalloc(px, 1) }, got = { b->w, b->h, xcalloc(px, 1) };
+                AugScratch scratch = { 0 };
+                augment_apply_pixels(&s.r, tiles, &scratch, &want);
+                augment_sample_pixels(&s, &scratch, &got);
+                CHECK(!memcmp(want.px, got.px, px), "augment_sample_pixels of the damaged sample differs from its "
+                      "grey-tiled apply");
+                augment_scratch_free(&scratch);
+                free(want.px), free(got.px);
                 augment_sample_decoded_free(&s, tiles);
                 tried = 1;
             }
