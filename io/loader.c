@@ -32,7 +32,7 @@ typedef struct {
     int    first;           // cfg.share: the batch position of b's first image (else 0)
     // cfg.defer_pixels: b.aug's samples, their tiles (N, AUG_MAX_SOURCES) and every sample's copy of its decoded
     // sources in one arena (tile_arena), so a device uploads a batch's sources with one copy. Workers reserve
-    // each sample's bytes in the order they finish (arena_used, under arena_lock held to write) and copy into
+    // each sample's bytes in the order they finish (tile.used, under arena_lock held to write) and copy into
     // them holding it to read, so a growth (grow-only, page-locked through cfg pinning) never moves bytes
     // mid-copy; tile_off keeps each tile's offset, made into pointers once the batch is complete.
     // cfg.defer_decode: the deferred sources' file bytes likewise, in the second arena (jpeg, offsets in

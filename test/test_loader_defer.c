@@ -87,6 +87,7 @@ typedef struct {
     const Dataset *d;
     size_t max_pixels;         // the rule's limit (config's defer_max_pixels, or 4·S·S)
     int veto;                  // a dataset index the device refuses, or -1
+    int replaced;              // 1: some file is missing, so a source may come from another index than its recipe's
 } Tally;
 
 // Whether source j must be deferred: a JPEG of 1 or 3 components, not rotated, small enough, not vetoed.
@@ -108,6 +109,7 @@ static void check_sources(const Batch *b, Tally *t) {
             const AugJpeg *j = a->jpeg ? &a->jpeg[k] : NULL;
             int deferred = j && j->data;
             t->deferred += deferred;
+            if (t->replaced) continue;           // the source may be another index's file
             t->wrong_rule += deferred != should_defer(t, idx[k]);
             if (!deferred) continue;
             uint8_t *file;
@@ -201,6 +203,40 @@ static void test_synthetic(void) {
         CHECK(batches >= 4 && t.deferred > 0 && t.deferred < t.sources, "%d batches, %d of %d sources deferred: "
               "expected some of each", batches, t.deferred, t.sources);
     }
+}
+
+// Rect training (aug.rect: no mosaic, each batch letterboxed to its shape) and a missing file (the usual
+// warning, another image in its place): the same targets and twin pixels as without defer_decode.
+static void test_rect_and_missing(void) {
+    static const int shape[4][2] = { { 64, 96 }, { 96, 64 }, { 32, 96 }, { 96, 96 } };
+    int order[N_IMAGES];
+    for (int i = 0; i < N_IMAGES; i++) order[i] = N_IMAGES - 1 - i;
+    Tally t = { .d = &ds, .veto = -1, .max_pixels = (size_t)4 * SIDE * SIDE };
+    LoaderConfig c = config(SIDE, 1);
+    c.aug.rect = 1, c.rect_order = order, c.rect_shape = shape;
+    int batches = compare_runs(&ds, c, 4, &t, NULL);
+    report("rect", batches, &t);
+    CHECK(batches == 8 && t.deferred > 0, "rect: %d batches, %d deferred", batches, t.deferred);
+
+    Dataset gap = ds;
+    gap.s = xmalloc(ds.n * sizeof *gap.s);
+    memcpy(gap.s, ds.s, ds.n * sizeof *gap.s);
+    char missing[PATH_MAX + 32];
+    snprintf(missing, sizeof missing, "%s/no-such-image.jpg", dir);
+    gap.s[5].image = missing;
+    Tally g = { .d = &gap, .veto = -1, .replaced = 1 };
+    c = config(SIDE, 1);
+    c.report = tmpfile();
+    batches = compare_runs(&gap, c, 4, &g, NULL);
+    report("missing file", batches, &g);
+    char line[2048] = "";
+    rewind(c.report);
+    int warned = 0;
+    while (fgets(line, sizeof line, c.report)) warned += strstr(line, "no-such-image.jpg") != NULL;
+    CHECK(batches == 8 && warned == 2 && g.deferred > 0, "missing file: %d batches, %d warnings naming it (one per "
+          "loader), %d deferred", batches, warned, g.deferred);
+    fclose(c.report);
+    free(gap.s);
 }
 
 // coco128 (all JPEG): every JPEG source that fits the rule is deferred, the rest as without it.
@@ -352,6 +388,7 @@ int main(void) {
     if (make_dataset()) return 1;
     RUN(test_synthetic);
     RUN(test_device_veto);
+    RUN(test_rect_and_missing);
     RUN(test_arena_pinned);
     RUN(test_damaged_bytes);
     RUN(test_coco128);
