@@ -1,0 +1,181 @@
+// test_gpu_jpeg.c: JPEG decoding on the GPU through nvJPEG (gpu/nvjpeg.h, issue 37) against the host's
+// libjpeg-turbo, on coco128's photographs: the same sizes, and pixels within a few levels (nvJPEG's IDCT and
+// chroma upsampling are its own, so the bytes are close, not equal); a damaged file is refused or reported,
+// never a crash. It prints each backend's decoding rate. Skips without CUDA, a GPU, nvJPEG or coco128.
+// Legend: n images; d a pixel's absolute difference from the host's.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/dataset.h"
+#include "io/image.h"
+#include "test/test.h"
+
+#define GPU_TESTS(X) X(test_coco128_close_to_host) X(test_damaged_files)
+#define GPU_ARENAS { 0 }
+#include "test/gpu_harness.h"
+
+#ifdef USE_CUDA
+#include "gpu/nvjpeg.h"
+
+enum { MAX_FILES = 256 };
+
+typedef struct { uint8_t *bytes; size_t n; const char *name; } File;
+
+static int read_file(const char *path, File *f) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return -1;
+    fseek(fp, 0, SEEK_END);
+    long n = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    f->bytes = xmalloc(n > 0 ? (size_t)n : 1);
+    f->n = n > 0 && fread(f->bytes, 1, (size_t)n, fp) == (size_t)n ? (size_t)n : 0;
+    f->name = path;
+    fclose(fp);
+    return f->n ? 0 : -1;
+}
+
+// coco128's JPEG files into f (at most MAX_FILES); their count.
+static int coco_files(const Dataset *ds, File *f) {
+    int n = 0;
+    for (int i = 0; i < ds->n && n < MAX_FILES; i++) {
+        const char *p = ds->s[i].image;
+        size_t L = strlen(p);
+        if (L > 4 && !strcmp(p + L - 4, ".jpg") && read_file(p, &f[n]) == 0) n++;
+    }
+    return n;
+}
+
+// Decode files f[0..n) with j into host images (their sizes from nvjpeg_takes); the seconds the decoding took
+// (reps passes, after one untimed), or -1 with the reason printed.
+static double gpu_decode(NvJpeg *j, const File *f, int n, Image *host, int reps) {
+    const uint8_t **data = xmalloc(sizeof *data * n);
+    size_t *len = xmalloc(sizeof *len * n);
+    Image *d = xcalloc(n, sizeof *d);
+    double secs = -1;
+    for (int k = 0; k < n; k++) {
+        data[k] = f[k].bytes, len[k] = f[k].n;
+        if (!nvjpeg_takes(j, f[k].bytes, f[k].n, 1L << 26, &d[k].w, &d[k].h)) { printf("  # not taken: %s\n", f[k].name); goto out; }
+        if (cudaMalloc((void **)&d[k].px, (size_t)d[k].w * d[k].h * 3) != cudaSuccess) goto out;
+    }
+    char why[256];
+    int bad = -1;
+    for (int r = 0; r <= reps; r++) {
+        double t0 = now_seconds();
+        if (nvjpeg_decode(j, data, len, n, d, dev.stream, &bad, why, sizeof why)) {
+            printf("  # %s: %s\n", bad >= 0 ? f[bad].name : "?", why);
+            goto out;
+        }
+        if (cudaStreamSynchronize(dev.stream) != cudaSuccess) { printf("  # the decode failed on the GPU\n"); goto out; }
+        if (r == 1) secs = 0;
+        if (r >= 1) secs += now_seconds() - t0;
+    }
+    for (int k = 0; k < n; k++) {
+        host[k] = image_new(d[k].w, d[k].h, 0);
+        cudaMemcpy(host[k].px, d[k].px, (size_t)d[k].w * d[k].h * 3, cudaMemcpyDeviceToHost);
+    }
+    if (reps == 0) secs = 0;
+out:
+    for (int k = 0; k < n; k++) if (d[k].px) cudaFree(d[k].px);
+    free(d), free(data), free(len);
+    return secs;
+}
+
+// Every coco128 JPEG decoded by each backend: the host's size, mean |d| per image at most 3 levels and over the
+// set at most 1.5, and under 2% of the values more than 16 levels off (a wrong layout or pitch is far past all).
+static void test_coco128_close_to_host(void) {
+    NEED_GPU();
+    Dataset coco;
+    Err err;
+    NEED_COCO128_TRAIN(coco, err);
+    static File f[MAX_FILES];
+    int n = coco_files(&coco, f);
+    CHECK(n > 100, "only %d JPEG files read from coco128", n);
+    Image *want = xcalloc(n, sizeof *want), *got = xcalloc(n, sizeof *got);
+    double t0 = now_seconds();
+    for (int k = 0; k < n && !t_failed_now; k++)
+        CHECK(image_decode_mem(f[k].bytes, f[k].n, f[k].name, &want[k], &err) == 0, "%s", err.msg);
+    printf("  # host (libjpeg-turbo, one thread): %.0f images/s\n", n / (now_seconds() - t0));
+    int opened = 0;
+    for (int hw = 1; hw >= 0 && !t_failed_now; hw--) {
+        NvJpeg *j;
+        char why[256];
+        if (nvjpeg_open(hw, &j, why, sizeof why)) { printf("  # %s\n", why); continue; }
+        if (hw && strcmp(nvjpeg_backend(j), "hardware")) printf("  # no hardware decoder here\n");
+        opened++;
+        double secs = gpu_decode(j, f, n, got, 5);
+        CHECK(secs >= 0, "%s: the decode failed", nvjpeg_backend(j));
+        if (secs > 0) printf("  # nvJPEG %s: %.0f images/s (%d a call)\n", nvjpeg_backend(j), 5.0 * n / secs, n);
+        double sum = 0, worst = 0;
+        size_t values = 0, far = 0;
+        for (int k = 0; k < n && !t_failed_now; k++) {
+            CHECK(got[k].w == want[k].w && got[k].h == want[k].h, "%s: %dx%d on the GPU, %dx%d on the host", f[k].name,
+                  got[k].w, got[k].h, want[k].w, want[k].h);
+            if (t_failed_now) break;
+            size_t m = (size_t)want[k].w * want[k].h * 3;
+            double s = 0;
+            for (size_t i = 0; i < m; i++) {
+                int d = abs((int)got[k].px[i] - want[k].px[i]);
+                s += d, far += d > 16;
+            }
+            sum += s, values += m;
+            worst = fmax(worst, s / m);
+            CHECK(s / m <= 3.0, "%s (%s): mean |d| %.2f levels from libjpeg-turbo", f[k].name, nvjpeg_backend(j), s / m);
+        }
+        if (values) {
+            printf("  # %s: mean |d| %.3f levels (worst image %.3f), %.3f%% of values more than 16 off\n",
+                   nvjpeg_backend(j), sum / values, worst, 100.0 * far / values);
+            CHECK(sum / values <= 1.5 && far <= values / 50, "%s: mean |d| %.3f, %zu values far off", nvjpeg_backend(j),
+                  sum / values, far);
+        }
+        for (int k = 0; k < n; k++) image_free(&got[k]);
+        nvjpeg_close(j);
+    }
+    if (!opened) printf("  # no nvJPEG: nothing compared\n");
+    for (int k = 0; k < n; k++) image_free(&want[k]), free(f[k].bytes);
+    free(want), free(got);
+    dataset_free(&coco);
+    if (!opened && !t_failed_now) SKIP("no nvJPEG on this machine");
+}
+
+// A truncated file and one with its entropy-coded data overwritten: refused by nvjpeg_takes, or the decode
+// returns -1 (or writes some pixels); the process goes on and the decoder still decodes a good file after.
+static void test_damaged_files(void) {
+    NEED_GPU();
+    Dataset coco;
+    Err err;
+    NEED_COCO128_TRAIN(coco, err);
+    NvJpeg *j;
+    char why[256];
+    if (nvjpeg_open(1, &j, why, sizeof why)) { dataset_free(&coco); SKIP("%s", why); }
+    File good;
+    CHECK(read_file(coco.s[0].image, &good) == 0, "cannot read %s", coco.s[0].image);
+    File cut = { xmalloc(good.n), good.n / 3, "truncated" }, junk = { xmalloc(good.n), good.n, "overwritten" };
+    memcpy(cut.bytes, good.bytes, cut.n);
+    memcpy(junk.bytes, good.bytes, good.n);
+    for (size_t i = good.n / 2; i + 2 < good.n; i++) junk.bytes[i] = (uint8_t)(i * 7919u >> 3);
+    const File *tries[2] = { &cut, &junk };
+    for (int t = 0; t < 2; t++) {
+        int w, h, bad;
+        if (!nvjpeg_takes(j, tries[t]->bytes, tries[t]->n, 1L << 26, &w, &h)) { printf("  # %s: refused\n", tries[t]->name); continue; }
+        uint8_t *px;
+        CHECK(cudaMalloc((void **)&px, (size_t)w * h * 3) == cudaSuccess, "cudaMalloc");
+        Image d = { w, h, px };
+        const uint8_t *data = tries[t]->bytes;
+        int rc = nvjpeg_decode(j, &data, &tries[t]->n, 1, &d, dev.stream, &bad, why, sizeof why);
+        cudaError_t ce = cudaStreamSynchronize(dev.stream);
+        printf("  # %s: taken, decode %s%s\n", tries[t]->name, rc ? "refused: " : "ran", rc ? why : "");
+        CHECK(ce == cudaSuccess, "%s: the GPU failed: %s", tries[t]->name, cudaGetErrorString(ce));
+        cudaFree(px);
+    }
+    Image got;
+    CHECK(gpu_decode(j, &good, 1, &got, 0) >= 0, "the good file no longer decodes after the damaged ones");
+    if (!t_failed_now) image_free(&got);
+    free(good.bytes), free(cut.bytes), free(junk.bytes);
+    nvjpeg_close(j);
+    dataset_free(&coco);
+}
+
+GPU_MAIN()
+#endif
