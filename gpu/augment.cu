@@ -11,6 +11,8 @@
 #include <limits.h>
 
 #include "gpu/kernel_util.h"
+#include "gpu/nvjpeg.h"
+#include "core/base/switches.h"
 
 #define PAD_VALUE 114
 #define TAB_BITS  5
@@ -253,12 +255,30 @@ static size_t tile_bytes(const Image *t) { return (size_t)t->w * t->h * 3; }
 // (shared), else (tiles anywhere) the sum of their sizes, copied tile by tile.
 struct Span { const uint8_t *lo; size_t bytes; int shared; };
 
+// Source k of s is still JPEG bytes (the loader's defer_decode): the device decodes it (decode_deferred).
+static int is_deferred(const AugSample *s, int k) { return s->jpeg && s->jpeg[k].data; }
+static int needs_resize(const AugSample *s, int k) {
+    return s->jpeg[k].w != s->tiles[k].w || s->jpeg[k].h != s->tiles[k].h;
+}
+
+// The device bytes the deferred sources of s[0..n) take: their tiles, then the stored-size images of those a
+// long-side resize makes their tile from.
+static size_t deferred_bytes(const AugSample *s, int n) {
+    size_t b = 0;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; !s[i].grey && k < s[i].n_tiles; k++)
+            if (is_deferred(&s[i], k))
+                b += r256(tile_bytes(&s[i].tiles[k])) + (needs_resize(&s[i], k) ? r256((size_t)s[i].jpeg[k].w * s[i].jpeg[k].h * 3) : 0);
+    return b;
+}
+
 static Span span_of(const AugSample *s, int n) {
     Span sp = { NULL, 0, 1 };
     const uint8_t *arena = NULL, *hi = NULL;
     size_t sum = 0;
     for (int i = 0; i < n; i++)
         for (int k = 0; !s[i].grey && k < s[i].n_tiles; k++) {
+            if (is_deferred(&s[i], k)) continue;  // decoded on the device (deferred_bytes)
             const uint8_t *p = s[i].tiles[k].px, *e = p + tile_bytes(&s[i].tiles[k]);
             sum += tile_bytes(&s[i].tiles[k]);
             if (!s[i].arena || (arena && s[i].arena != arena) || p < s[i].arena || e > s[i].arena + s[i].arena_bytes)
@@ -286,7 +306,7 @@ static size_t run_scratch(const AugSample *s, int n) {
         b += !s[i].grey && s[i].r.hsv ? r256(sizeof(AugHsvTables)) : 0;
         b += r256(body_bytes(&s[i], &uw, &uh));
     }
-    return b;
+    return b + deferred_bytes(s, n);
 }
 
 // The longest run from s[0] (at least one sample) whose scratch fits `room`, its tiles with it when
@@ -303,11 +323,17 @@ static int run_end(const AugSample *s, int n, size_t tile_cap, size_t room) {
 
 // The device images of the run's tiles in buf, (n, AUG_MAX_SOURCES): at their offset from lo in the shared
 // arena's span, else packed in order.
-static void tiles_on_device(const AugSample *s, int n, const Span *sp, const uint8_t *lo, uint8_t *buf, Image *dt) {
+static void tiles_on_device(const AugSample *s, int n, const Span *sp, const uint8_t *lo, uint8_t *buf, Image *dt,
+                            uint8_t *dbuf) {
     size_t at = 0;
     for (int i = 0; i < n; i++)
         for (int k = 0; !s[i].grey && k < s[i].n_tiles; k++) {
             const Image *t = &s[i].tiles[k];
+            if (is_deferred(&s[i], k)) {              // decoded into dbuf
+                dt[i * AUG_MAX_SOURCES + k] = Image{ t->w, t->h, dbuf };
+                dbuf += r256(tile_bytes(t));
+                continue;
+            }
             dt[i * AUG_MAX_SOURCES + k] = Image{ t->w, t->h, buf + (sp->shared ? (size_t)(t->px - lo) : at) };
             at += tile_bytes(t);
         }
@@ -321,6 +347,7 @@ static void copy_tiles(const AugSample *s, int n, const Span *sp, uint8_t *buf, 
     }
     for (int i = 0; i < n; i++)
         for (int k = 0; !s[i].grey && k < s[i].n_tiles; k++)
+            if (!is_deferred(&s[i], k))
             checkCuda(cudaMemcpyAsync(dt[i * AUG_MAX_SOURCES + k].px, s[i].tiles[k].px, tile_bytes(&s[i].tiles[k]),
                                       cudaMemcpyHostToDevice, stream));
 }
@@ -372,6 +399,109 @@ static size_t meta_bytes(const AugSample *s, int n) {
     return b;
 }
 
+// ---- deferred sources (the loader's defer_decode): decoded here -------------------------------------
+
+static void nvjpeg_free_kept(void *p) { nvjpeg_close((NvJpeg *)p); }
+static void nothing_kept(void *p) {}
+static char no_decoder;                            // dev->kept's mark: nvJPEG did not open on this device
+
+// dev's nvJPEG decoder, opened at its first use (on the calling thread, dev's current device); NULL when it
+// does not open (said once).
+static NvJpeg *device_nvjpeg(Device *dev) {
+    void *k = dev->kept[DEVICE_KEPT_NVJPEG];
+    if (k) return k == &no_decoder ? NULL : (NvJpeg *)k;
+    NvJpeg *j;
+    char why[256];
+    if (nvjpeg_open(1, &j, why, sizeof why)) {
+        fprintf(stderr, "note: GPU %d: %s; the JPEGs it was to decode are decoded on the host\n", dev->id, why);
+        dev->kept[DEVICE_KEPT_NVJPEG] = &no_decoder, dev->kept_free[DEVICE_KEPT_NVJPEG] = nothing_kept;
+        return NULL;
+    }
+    dev->kept[DEVICE_KEPT_NVJPEG] = j, dev->kept_free[DEVICE_KEPT_NVJPEG] = nvjpeg_free_kept;
+    return j;
+}
+
+extern "C" int augment_nvjpeg_gpu(Device *dev, int on) {
+    void *k = dev->kept[DEVICE_KEPT_NVJPEG];
+    if (k) {
+        device_sync(dev);
+        dev->kept_free[DEVICE_KEPT_NVJPEG](k);
+        dev->kept[DEVICE_KEPT_NVJPEG] = NULL;
+    }
+    if (!on) {
+        dev->kept[DEVICE_KEPT_NVJPEG] = &no_decoder, dev->kept_free[DEVICE_KEPT_NVJPEG] = nothing_kept;
+        return 0;
+    }
+    return device_nvjpeg(dev) != NULL;
+}
+
+extern "C" int augment_gpu_decodes(Device *dev) {
+    if (switch_is(SW_NVJPEG, "0")) return 0;
+    int cur;
+    checkCuda(cudaGetDevice(&cur));
+    checkCuda(cudaSetDevice(dev->id));
+    int ok = device_nvjpeg(dev) != NULL;
+    checkCuda(cudaSetDevice(cur));
+    return ok;
+}
+
+// The run's deferred sources into their tiles dt, queued on dev->stream: nvJPEG decodes each at its stored
+// size, into its tile or, where the loader's long-side resize makes the tile, into `temps` and
+// image_resize's linear twin (augment_resize_kernel) from there. Without nvJPEG, or when it refuses the
+// run, the host decodes them (augment_sample_decode: the CPU's bytes) and they are uploaded.
+static void decode_deferred(Device *dev, const AugSample *s, int n, const Image *dt, uint8_t *temps) {
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; !s[i].grey && k < s[i].n_tiles; k++) m += is_deferred(&s[i], k);
+    const uint8_t **data = (const uint8_t **)xmalloc(sizeof *data * m);
+    size_t *len = (size_t *)xmalloc(sizeof *len * m);
+    Image *out = (Image *)xmalloc(sizeof *out * m);
+    int *from = (int *)xmalloc(sizeof *from * m);    // i * AUG_MAX_SOURCES + k of each
+    m = 0;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; !s[i].grey && k < s[i].n_tiles; k++) {
+            if (!is_deferred(&s[i], k)) continue;
+            const AugJpeg *jp = &s[i].jpeg[k];
+            const Image *t = &dt[i * AUG_MAX_SOURCES + k];
+            data[m] = jp->data, len[m] = jp->len, from[m] = i * AUG_MAX_SOURCES + k;
+            out[m] = needs_resize(&s[i], k) ? Image{ jp->w, jp->h, temps } : *t;
+            if (needs_resize(&s[i], k)) temps += r256((size_t)jp->w * jp->h * 3);
+            m++;
+        }
+    NvJpeg *j = device_nvjpeg(dev);
+    int bad = -1, done = 0;
+    char why[256];
+    if (j && nvjpeg_decode(j, data, len, m, out, dev->stream, &bad, why, sizeof why) == 0) {
+        done = 1;
+        for (int q = 0; q < m; q++) {
+            const Image *t = &dt[from[q]];
+            if (out[q].px == t->px) continue;
+            size_t nb = tile_bytes(t);
+            double step_x = 1.0 / ((double)t->w / out[q].w), step_y = 1.0 / ((double)t->h / out[q].h);
+            augment_resize_kernel<<<blocks_for(nb), THREADS, 0, dev->stream>>>(out[q].px, out[q].w, out[q].h, t->px,
+                                                                                t->w, t->h, step_x, step_y);
+            checkLaunch(dev);
+        }
+    } else if (j) {
+        const AugJpeg *jp = NULL;
+        for (int q = 0; q < m && bad >= 0; q++) if (q == bad) jp = &s[from[q] / AUG_MAX_SOURCES].jpeg[from[q] % AUG_MAX_SOURCES];
+        fprintf(stderr, "note: GPU %d: %s: %s; this run of samples is decoded on the host\n", dev->id,
+                jp && jp->name ? jp->name : "a JPEG", why);
+    }
+    for (int i = 0; i < n && !done; i++) {          // the host's decode, uploaded
+        if (s[i].grey || !s[i].jpeg) continue;
+        Image tiles[AUG_MAX_SOURCES];
+        Err err;
+        if (augment_sample_decode(&s[i], tiles, &err)) fprintf(stderr, "warning: %s\n", err.msg);
+        for (int k = 0; k < s[i].n_tiles; k++)
+            if (is_deferred(&s[i], k))              // pageable: staged before the call returns
+                checkCuda(cudaMemcpyAsync(dt[i * AUG_MAX_SOURCES + k].px, tiles[k].px, tile_bytes(&tiles[k]),
+                                          cudaMemcpyHostToDevice, dev->stream));
+        augment_sample_decoded_free(&s[i], tiles);
+    }
+    free(data), free(len), free(out), free(from);
+}
+
 // Where a run's tiles come from: `stage` holds them already (prefetched: wait for its copy), or they are
 // copied now into `stage` (when given) or scratch.
 struct RunTiles { AugStage *stage; int prefetched; const uint8_t *lo; };
@@ -383,14 +513,17 @@ static void make_run(Device *dev, const AugSample *s, int n, int H, int W, float
     Span sp = span_of(s, n);
     uint8_t *host = (uint8_t *)xmalloc(mb), *dmeta = (uint8_t *)arena_take(&dev->scratch, mb, 256);
     uint8_t *buf = rt->stage ? rt->stage->buf : (uint8_t *)arena_take(&dev->scratch, sp.bytes ? sp.bytes : 1, 256);
+    size_t db = deferred_bytes(s, n);
+    uint8_t *dbuf = db ? (uint8_t *)arena_take(&dev->scratch, db, 256) : NULL;
     Image *dt = (Image *)xcalloc((size_t)n * AUG_MAX_SOURCES, sizeof *dt);
     Resize *rs = (Resize *)xcalloc(n, sizeof *rs);
-    tiles_on_device(s, n, &sp, rt->prefetched ? rt->lo : sp.lo, buf, dt);
+    tiles_on_device(s, n, &sp, rt->prefetched ? rt->lo : sp.lo, buf, dt, dbuf);
     describe(dev, s, n, H, W, dt, host, dmeta, rs);
     checkCuda(cudaMemcpyAsync(dmeta, host, mb, cudaMemcpyHostToDevice, dev->stream));   // staged before it returns
     free(host);
     if (rt->stage) checkCuda(cudaStreamWaitEvent(dev->stream, rt->stage->copied, 0));   // the prefetch, or a stale one
     if (!rt->prefetched) copy_tiles(s, n, &sp, buf, dt, dev->stream);
+    if (db) decode_deferred(dev, s, n, dt, dbuf);
     for (int i = 0; i < n; i++) {
         if (!rs[i].dst) continue;
         size_t nb = (size_t)rs[i].uw * rs[i].uh * 3;
@@ -472,6 +605,9 @@ extern "C" size_t augment_scratch_bytes_gpu(int S, int S_aug, int max_n) {
     size_t one = (8 + 1 + 1) * image + tables;     // augment_pixels_gpu's sample: tiles, body, out; tables
     size_t body = r256((size_t)S_aug * S_aug * 3);
     size_t run = max_n > 0 ? r256((size_t)max_n * sizeof(DevAug)) + (size_t)max_n * (body + tables) : 0;
+    // + one sample's deferred sources (the loader's defer_decode: at most 4 S² stored pixels each), so a run of
+    // one always fits; longer runs take what the step's scratch has free
+    if (max_n > 0) run += AUG_MAX_SOURCES * (body + r256((size_t)4 * S_aug * S_aug * 3));
     return one > run ? one : run;                  // never at once: the step's runs, or the backend's dev.augment
 }
 

@@ -339,6 +339,7 @@ static float *buffer_new(void *ctx, size_t n) { return peer_alloc(DEV->id, n); }
 static void buffer_free(void *ctx, float *p) { peer_free(DEV->id, p); }
 static void prefetch_u8(void *ctx, const uint8_t *host, size_t n) { device_prefetch_u8(DEV, host, n); }
 static void prefetch_aug(void *ctx, const AugSample *s, int n) { augment_prefetch_gpu(DEV, s, n); }
+static int decodes_jpeg(void *ctx) { return augment_gpu_decodes(DEV); }
 static size_t mem_used(void *ctx) { return device_mem_used(DEV); }
 static int usable(void *ctx) { return device_usable(DEV); }
 static int check(void *ctx, char *msg, size_t size) { return peer_check(msg, size); }
@@ -429,6 +430,7 @@ const Backend backend_gpu = {
         .host_unpin = gpu_host_unpin,
         .device_id = device_id, .device_close = device_close, .scalars = scalars, .take = take, .reserve = reserve,
         .buffer_new = buffer_new, .buffer_free = buffer_free, .prefetch_u8 = prefetch_u8, .prefetch_aug = prefetch_aug,
+        .decodes_jpeg = decodes_jpeg,
         .mem_used = mem_used,
         .usable = usable, .check = check, .inject_fault = inject_fault,
     },

@@ -92,7 +92,7 @@ typedef struct {
 // Work a validation pass needs beyond the memory plan (decode + NMS, top-k, the losses' gathered maps) is
 // made by the first pass and kept on the Device for the next ones, so later passes allocate nothing; so are
 // SyncBatchNorm's sums (gpu/bn_sync.cu), grown when a BN of more channels comes.
-enum { DEVICE_KEPT_NMS, DEVICE_KEPT_TOPK, DEVICE_KEPT_VLOSS, DEVICE_KEPT_BNSYNC, DEVICE_KEPT };
+enum { DEVICE_KEPT_NMS, DEVICE_KEPT_TOPK, DEVICE_KEPT_VLOSS, DEVICE_KEPT_BNSYNC, DEVICE_KEPT_NVJPEG, DEVICE_KEPT };
 
 typedef struct {
     int id;                   // cudaSetDevice(id) once, on this device's own thread

@@ -174,6 +174,12 @@ void augment_batch_gpu(Device *dev, const AugSample *s, int n, int H, int W, flo
 // for the copy to be asynchronous) into the older aug stage, behind the kernel that last read it; nothing
 // when there is no stage, the span does not fit it, or the tiles share no arena.
 void augment_prefetch_gpu(Device *dev, const AugSample *s, int n);
+// 1 when dev decodes the JPEG sources the loader left as bytes (AugSample.jpeg) with nvJPEG (opened here, once:
+// a note when it does not open), else 0; augment_batch_gpu decodes them either way (on the host without it).
+int  augment_gpu_decodes(Device *dev);
+// Tests: dev decodes the deferred sources with nvJPEG (on: opened again; returns whether it opened) or on the
+// host (0).
+int  augment_nvjpeg_gpu(Device *dev, int on);
 // The scratch augmentation takes at most: one sample's at img_size S (its 8 tiles, a letterbox body, the
 // bytes of augment_pixels_gpu, the HSV tables), or with max_n > 0 (augment=gpu) the bodies, tables and
 // descriptors of max_n samples of side S_aug made at once. The memory plan's room for augmentation.

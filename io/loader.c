@@ -589,6 +589,19 @@ int loader_open(const LoaderConfig *cfg, const Dataset *ds, Loader **out, Err *e
     return 0;
 }
 
+void loader_set_defer_decode(Loader *l, int on) {
+    pthread_mutex_lock(&l->mu);
+    int was = l->cfg.defer_decode;
+    if (!l->active && l->epoch == 0 && !l->next_batch)   // before the first epoch: no worker reads it yet
+        l->cfg.defer_decode = on && l->cfg.defer_pixels && l->cfg.train && !l->cfg.cache_ram;
+    for (int k = 0; k < l->n_slots && l->cfg.defer_decode && !was; k++) {
+        Slot *s = &l->slot[k];
+        if (!s->jpegs) s->jpegs = xcalloc((size_t)l->cfg.batch * AUG_MAX_SOURCES, sizeof *s->jpegs);
+        if (!s->jpeg_off) s->jpeg_off = xcalloc((size_t)l->cfg.batch * AUG_MAX_SOURCES, sizeof *s->jpeg_off);
+    }
+    pthread_mutex_unlock(&l->mu);
+}
+
 void loader_close(Loader *l) {
     if (!l) return;
     pthread_mutex_lock(&l->mu);

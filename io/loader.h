@@ -97,6 +97,9 @@ LoaderConfig loader_config(const Config *cfg, int train);
 // that the resized images fit: returns -1 with err stating both numbers when loader_cache_bytes()
 // plus a 10% margin exceeds the available memory. Returns 0 with *out set, or -1 with err.
 int  loader_open(const LoaderConfig *cfg, const Dataset *ds, Loader **out, Err *err);
+// defer_decode decided once the devices exist (they are made after the loader): before the first epoch
+// starts; ignored, as in loader_open, without defer_pixels and train or with cache_ram.
+void loader_set_defer_decode(Loader *l, int on);
 // Stop the workers (even mid-epoch: each finishes at most its current sample), join, free all.
 void loader_close(Loader *l);
 int  loader_batches(const Loader *l);   // batches per epoch: ceil(n / N)

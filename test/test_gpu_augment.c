@@ -5,6 +5,7 @@
 // (every build); the GPU tests skip without CUDA or a GPU.
 // Legend: s img_size; W,H a sample's size; tiles: a recipe's decoded sources.
 #include <limits.h>
+#include <math.h>
 #include <string.h>
 
 #include "core/spec/backend.h"
@@ -22,7 +23,8 @@
 
 #define CPU_TESTS(X) X(test_cpu_slot_is_apply) X(test_cpu_batch_slot)
 #define GPU_TESTS(X) X(test_random_recipes) X(test_letterbox_bodies) X(test_backend_slot) X(test_coco128_samples) \
-                     X(test_batch_synthetic) X(test_batch_coco128) X(test_plan_counts_tile_stages)
+                     X(test_batch_synthetic) X(test_batch_coco128) \
+                     X(test_batch_deferred) X(test_plan_counts_tile_stages)
 // acts: the batch tests' input; aug: two tile stages of 32 MiB
 #define GPU_ARENAS { 0, 0, 0, (size_t)64 << 20, (size_t)256 << 20, 0, (size_t)64 << 20 }
 
@@ -429,6 +431,68 @@ static void test_plan_counts_tile_stages(void) {
             CHECK(p.arena[ARENA_AUG] == 0, "augment=cpu: %zu bytes of tile stages", p.arena[ARENA_AUG]);
         model_free(&m);
     }
+}
+
+// The device's batch of deferred samples against the CPU twin's at side S (coco128 at 640 is each JPEG's stored
+// size; at 320 a resize makes each tile): mean |d| per sample at most 2 levels, under 3% of the values more
+// than 16 levels off (nvJPEG's IDCT and chroma upsampling are not libjpeg-turbo's). 0 when within.
+static int deferred_close(const Dataset *ds, int S) {
+    LoaderConfig c = batch_config(S, 0);
+    c.batch = 4, c.defer_decode = 1;
+    Loader *l;
+    Err err;
+    if (loader_open(&c, ds, &l, &err)) { CHECK(0, "%s", err.msg); return 1; }
+    size_t px = (size_t)S * S * 3;
+    float *want = xmalloc(4 * px * sizeof(float)), *got = xmalloc(4 * px * sizeof(float));
+    float *d = (float *)arena_take(&dev.acts, 4 * px * sizeof(float), 256);
+    int bad = 0, deferred = 0;
+    loader_start_epoch(l, 0, 1);
+    Batch *b;
+    for (int batches = 0; batches < 3 && loader_next(l, &b); batches++) {
+        for (int i = 0; i < b->n; i++) deferred += b->aug[i].jpeg != NULL;
+        backend_cpu.dev.augment_batch(NULL, b->aug, b->n, b->h, b->w, want);
+        augment_batch_gpu(&dev, b->aug, b->n, b->h, b->w, d);
+        device_sync(&dev);
+        checkCuda(cudaMemcpy(got, d, b->n * px * sizeof(float), cudaMemcpyDeviceToHost));
+        for (int i = 0; i < b->n; i++) {
+            double sum = 0;
+            size_t far = 0;
+            for (size_t k = 0; k < px; k++) {
+                double e = fabs((double)got[i * px + k] - want[i * px + k]) * 255;
+                sum += e, far += e > 16;
+            }
+            printf("    %d px, batch %d sample %d: mean |d| %.3f levels, %.3f%% more than 16 off\n", S, batches, i,
+                   sum / px, 100.0 * far / px);
+            bad += sum / px > 2 || far > px * 3 / 100;
+        }
+        loader_release(l, b);
+    }
+    CHECK(deferred > 0, "no sample came with deferred sources at %d px", S);
+    loader_close(l);
+    free(want), free(got);
+    arena_reset(&dev.acts);
+    return bad;
+}
+
+// coco128 with the loader's defer_decode (the workers leave the JPEGs as bytes): decoded by the device's host
+// fallback, the CPU twin's bytes exactly, every way test_batch_coco128 checks; decoded by nvJPEG, close to them.
+static void test_batch_deferred(void) {
+    NEED_GPU();
+    Dataset coco;
+    Err err;
+    NEED_COCO128_TRAIN(coco, err);
+    LoaderConfig c = batch_config(320, 0);
+    c.batch = 8, c.defer_decode = 1;
+    augment_nvjpeg_gpu(&dev, 0);
+    CHECK(batches_differ(&coco, &c, 1, "coco128, deferred, the host's decode") == 0,
+          "deferred samples decoded on the host differ between the GPU and the CPU");
+    if (augment_nvjpeg_gpu(&dev, 1)) {
+        for (int S = 640; S >= 320 && !t_failed_now; S -= 320)
+            CHECK(deferred_close(&coco, S) == 0, "nvJPEG-decoded samples at %d px are further from the CPU's than allowed", S);
+    } else {
+        printf("    no nvJPEG here: the device's own decode not compared\n");
+    }
+    dataset_free(&coco);
 }
 
 GPU_MAIN()

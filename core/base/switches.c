@@ -83,6 +83,8 @@ static const SwitchInfo table[] = {
         "gemm: every convolution through im2col + cuBLAS, as without cuDNN (gpu/cudnn_conv.c)", "" },
     [SW_NCCL] = { "YT_NCCL", SWITCH_USER, "NCCL where found",
         "0: the GPUs' sums over processes through host memory and MPI, as without NCCL (gpu/comm_nccl.c)", "" },
+    [SW_NVJPEG] = { "YT_NVJPEG", SWITCH_USER, "nvJPEG where found",
+        "0: augment=gpu's JPEG files decoded by the loader's workers, as without nvJPEG (gpu/augment.cu)", "" },
     [SW_NCCL_TIMEOUT] = { "YT_NCCL_TIMEOUT", SWITCH_USER, "600",
         "S: seconds one wait on the other processes may last before the run stops; 0: forever (gpu/comm_nccl.c)",
         "test_procs" },

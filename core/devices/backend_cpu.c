@@ -280,6 +280,7 @@ static float *buffer_new(void *c, size_t n) { return xcalloc(n, sizeof(float)); 
 static void buffer_free(void *c, float *p) { free(p); }
 static void prefetch_u8(void *c, const uint8_t *host, size_t n) {}   // the step converts the bytes
 static void prefetch_aug(void *c, const AugSample *s, int n) {}     // the step makes the pixels
+static int decodes_jpeg(void *c) { return 0; }                      // the loader's workers decode
 static size_t mem_used(void *c) { return 0; }
 static int usable(void *c) { return 1; }
 static int check(void *c, char *msg, size_t size) { return 0; }
@@ -410,6 +411,7 @@ const Backend backend_cpu = {
         .timer_seconds = timer_seconds,
         .device_list = device_list, .device_id = device_id, .device_close = device_close, .scalars = scalars,
         .buffer_new = buffer_new, .buffer_free = buffer_free, .prefetch_u8 = prefetch_u8, .prefetch_aug = prefetch_aug,
+        .decodes_jpeg = decodes_jpeg,
         .mem_used = mem_used,
         .usable = usable, .check = check, .inject_fault = inject_fault,
     },

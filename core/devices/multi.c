@@ -529,6 +529,16 @@ void multi_prefetch_aug(Trainer *t, const AugSample *s, int n) {
     }
 }
 
+int multi_decodes_jpeg(Trainer *t) {
+    Multi *mt = t->multi;
+    if (!mt) return t->m.be->dev.decodes_jpeg(t->m.be_ctx);
+    for (int k = 0; k < mt->n; k++) {
+        Trainer *d = mt->job[k].t;
+        if (!d->m.be->dev.decodes_jpeg(d->m.be_ctx)) return 0;
+    }
+    return 1;
+}
+
 void multi_set_bucket_floats(Multi *mt, size_t floats) {
     if (!mt_bucketed(mt)) return;
     mt->bk.floats = floats ? floats : BUCKET_FLOATS;

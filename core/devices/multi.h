@@ -57,6 +57,8 @@ void multi_prefetch(Trainer *t, const uint8_t *images, int n, int H, int W);
 // augment=gpu: the same for a batch of n samples made on the devices (io/loader.h's Batch.aug): each GPU
 // queues the copy of its share's tiles from the loader's page-locked tile arena; unchanged until that step.
 void multi_prefetch_aug(Trainer *t, const AugSample *s, int n);
+// 1 when every device of t decodes JPEG files itself (Backend.dev.decodes_jpeg: a GPU with nvJPEG), else 0.
+int  multi_decodes_jpeg(Trainer *t);
 
 // Device k's trainer (0: the master).
 const Trainer *multi_replica(const Multi *mt, int k);

@@ -247,6 +247,9 @@ typedef struct BackendDev {
     void   (*buffer_free)(void *ctx, float *p);
     void   (*prefetch_u8)(void *ctx, const uint8_t *host, size_t n);
     void   (*prefetch_aug)(void *ctx, const AugSample *s, int n);
+    // decodes_jpeg: 1 when ctx's device decodes JPEG files itself (augment=gpu's samples whose sources the
+    // loader left as bytes, AugSample.jpeg; a GPU with nvJPEG), else 0: the loader's workers decode them.
+    int    (*decodes_jpeg)(void *ctx);
     size_t (*mem_used)(void *ctx);
     int    (*usable)(void *ctx);
     int    (*check)(void *ctx, char *msg, size_t size);

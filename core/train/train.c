@@ -987,6 +987,11 @@ static int train_run_(Config *cfg) {
         loader_close(ld); dataset_free(&ds); dataset_free(&vds);
         return 2;
     }
+    if (!strcmp(cfg->augment, "gpu") && strcmp(cfg->cache, "ram") && multi_decodes_jpeg(&t)) {
+        loader_set_defer_decode(ld, 1);
+        printf("augment=gpu: the GPU%s decode%s the JPEG files (nvJPEG); the workers read them and draw\n",
+               devs.n > 1 ? "s" : "", devs.n > 1 ? "" : "s");
+    }
     char dir[CFG_PATH * 2];                        // made only once the run can start
     int lock = -1;
     if (!procs_writer()) snprintf(dir, sizeof dir, "%s/%s", cfg->project, cfg->name);   // read on resume only
