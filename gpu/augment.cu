@@ -253,7 +253,10 @@ static size_t tile_bytes(const Image *t) { return (size_t)t->w * t->h * 3; }
 
 // The host bytes of samples s[0..n)'s tiles: the span [lo, lo + bytes) of the arena they all lie in
 // (shared), else (tiles anywhere) the sum of their sizes, copied tile by tile.
-struct Span { const uint8_t *lo; size_t bytes; int shared; };
+// A device's share of a batch may lie scattered through the arena (the workers' finishing order) with other
+// devices' samples between its own: when its span would not fit a stage but its tiles do, it is copied
+// packed, tile by tile (span_fit).
+struct Span { const uint8_t *lo; size_t bytes, sum; int shared; };
 
 // Source k of s is still JPEG bytes (the loader's defer_decode): the device decodes it (decode_deferred).
 static int is_deferred(const AugSample *s, int k) { return s->jpeg && s->jpeg[k].data; }
@@ -261,19 +264,21 @@ static int needs_resize(const AugSample *s, int k) {
     return s->jpeg[k].w != s->tiles[k].w || s->jpeg[k].h != s->tiles[k].h;
 }
 
-// The device bytes the deferred sources of s[0..n) take: their tiles, then the stored-size images of those a
-// long-side resize makes their tile from.
-static size_t deferred_bytes(const AugSample *s, int n) {
+// The device bytes the deferred sources of s[0..n) take: their tiles (temps 0), or the stored-size images of
+// those a long-side resize makes their tile from (temps 1), which follow the tiles.
+static size_t deferred_part(const AugSample *s, int n, int temps) {
     size_t b = 0;
     for (int i = 0; i < n; i++)
         for (int k = 0; !s[i].grey && k < s[i].n_tiles; k++)
             if (is_deferred(&s[i], k))
-                b += r256(tile_bytes(&s[i].tiles[k])) + (needs_resize(&s[i], k) ? r256((size_t)s[i].jpeg[k].w * s[i].jpeg[k].h * 3) : 0);
+                b += !temps ? r256(tile_bytes(&s[i].tiles[k]))
+                     : needs_resize(&s[i], k) ? r256((size_t)s[i].jpeg[k].w * s[i].jpeg[k].h * 3) : 0;
     return b;
 }
+static size_t deferred_bytes(const AugSample *s, int n) { return deferred_part(s, n, 0) + deferred_part(s, n, 1); }
 
 static Span span_of(const AugSample *s, int n) {
-    Span sp = { NULL, 0, 1 };
+    Span sp = { NULL, 0, 0, 1 };
     const uint8_t *arena = NULL, *hi = NULL;
     size_t sum = 0;
     for (int i = 0; i < n; i++)
@@ -287,7 +292,14 @@ static Span span_of(const AugSample *s, int n) {
             if (!sp.lo || p < sp.lo) sp.lo = p;
             if (!hi || e > hi) hi = e;
         }
+    sp.sum = sum;
     sp.bytes = !sp.shared ? sum : sp.lo ? (size_t)(hi - sp.lo) : 0;
+    return sp;
+}
+
+static Span span_fit(const AugSample *s, int n, size_t cap) {
+    Span sp = span_of(s, n);
+    if (sp.shared && sp.bytes > cap && sp.sum <= cap) sp.shared = 0, sp.bytes = sp.sum;
     return sp;
 }
 
@@ -299,23 +311,24 @@ static size_t body_bytes(const AugSample *s, int *uw, int *uh) {
 }
 
 // The scratch of a run of n samples beside its tiles: the descriptors, the HSV tables, the resized bodies.
-static size_t run_scratch(const AugSample *s, int n) {
+static size_t run_scratch(const AugSample *s, int n, int deferred) {
     size_t b = r256((size_t)n * sizeof(DevAug));
     for (int i = 0; i < n; i++) {
         int uw, uh;
         b += !s[i].grey && s[i].r.hsv ? r256(sizeof(AugHsvTables)) : 0;
         b += r256(body_bytes(&s[i], &uw, &uh));
     }
-    return b + deferred_bytes(s, n);
+    return b + (deferred ? deferred_bytes(s, n) : 0);   // + the deferred sources the run decodes
 }
 
 // The longest run from s[0] (at least one sample) whose scratch fits `room`, its tiles with it when
-// tile_cap is 0, else its tiles' bytes within tile_cap (SIZE_MAX: already on the device).
+// tile_cap is 0, else its tiles' bytes within tile_cap (SIZE_MAX: already on the device, deferred sources
+// decoded).
 static int run_end(const AugSample *s, int n, size_t tile_cap, size_t room) {
     int j = 1;
     for (; j < n; j++) {
         size_t tiles = tile_cap == SIZE_MAX ? 0 : span_of(s, j + 1).bytes;
-        size_t need = run_scratch(s, j + 1) + (tile_cap ? 0 : r256(tiles)) + 256;   // + the first take's alignment
+        size_t need = run_scratch(s, j + 1, tile_cap != SIZE_MAX) + (tile_cap ? 0 : r256(tiles)) + 256;   // + alignment
         if ((tile_cap && tile_cap != SIZE_MAX && tiles > tile_cap) || need > room) break;
     }
     return j;
@@ -348,8 +361,8 @@ static void copy_tiles(const AugSample *s, int n, const Span *sp, uint8_t *buf, 
     for (int i = 0; i < n; i++)
         for (int k = 0; !s[i].grey && k < s[i].n_tiles; k++)
             if (!is_deferred(&s[i], k))
-            checkCuda(cudaMemcpyAsync(dt[i * AUG_MAX_SOURCES + k].px, s[i].tiles[k].px, tile_bytes(&s[i].tiles[k]),
-                                      cudaMemcpyHostToDevice, stream));
+                checkCuda(cudaMemcpyAsync(dt[i * AUG_MAX_SOURCES + k].px, s[i].tiles[k].px, tile_bytes(&s[i].tiles[k]),
+                                          cudaMemcpyHostToDevice, stream));
 }
 
 // One run's descriptors (host memory `host`, device copy at dmeta) and its bodies' resizes, queued after the
@@ -405,34 +418,32 @@ static void nvjpeg_free_kept(void *p) { nvjpeg_close((NvJpeg *)p); }
 static void nothing_kept(void *p) {}
 static char no_decoder;                            // dev->kept's mark: nvJPEG did not open on this device
 
-// dev's nvJPEG decoder, opened at its first use (on the calling thread, dev's current device); NULL when it
-// does not open (said once).
-static NvJpeg *device_nvjpeg(Device *dev) {
-    void *k = dev->kept[DEVICE_KEPT_NVJPEG];
+// dev's nvJPEG decoders, opened at their first use (on the calling thread, dev's current device), one for the
+// step's thread (DEVICE_KEPT_NVJPEG) and one for the prefetch's (DEVICE_KEPT_NVJPEG_PRE: a decoder's state is
+// not shared between threads); NULL when it does not open (said once).
+static NvJpeg *device_nvjpeg(Device *dev, int slot) {
+    void *k = dev->kept[slot];
     if (k) return k == &no_decoder ? NULL : (NvJpeg *)k;
     NvJpeg *j;
     char why[256];
     if (nvjpeg_open(1, &j, why, sizeof why)) {
-        fprintf(stderr, "note: GPU %d: %s; the JPEGs it was to decode are decoded on the host\n", dev->id, why);
-        dev->kept[DEVICE_KEPT_NVJPEG] = &no_decoder, dev->kept_free[DEVICE_KEPT_NVJPEG] = nothing_kept;
+        if (slot == DEVICE_KEPT_NVJPEG)
+            fprintf(stderr, "note: GPU %d: %s; the JPEGs it was to decode are decoded on the host\n", dev->id, why);
+        dev->kept[slot] = &no_decoder, dev->kept_free[slot] = nothing_kept;
         return NULL;
     }
-    dev->kept[DEVICE_KEPT_NVJPEG] = j, dev->kept_free[DEVICE_KEPT_NVJPEG] = nvjpeg_free_kept;
+    dev->kept[slot] = j, dev->kept_free[slot] = nvjpeg_free_kept;
     return j;
 }
 
 extern "C" int augment_nvjpeg_gpu(Device *dev, int on) {
-    void *k = dev->kept[DEVICE_KEPT_NVJPEG];
-    if (k) {
-        device_sync(dev);
-        dev->kept_free[DEVICE_KEPT_NVJPEG](k);
-        dev->kept[DEVICE_KEPT_NVJPEG] = NULL;
+    device_sync(dev);
+    checkCuda(cudaStreamSynchronize(dev->copy_stream));
+    for (int slot = DEVICE_KEPT_NVJPEG; slot <= DEVICE_KEPT_NVJPEG_PRE; slot++) {
+        if (dev->kept[slot]) dev->kept_free[slot](dev->kept[slot]);
+        dev->kept[slot] = on ? NULL : &no_decoder, dev->kept_free[slot] = nothing_kept;
     }
-    if (!on) {
-        dev->kept[DEVICE_KEPT_NVJPEG] = &no_decoder, dev->kept_free[DEVICE_KEPT_NVJPEG] = nothing_kept;
-        return 0;
-    }
-    return device_nvjpeg(dev) != NULL;
+    return on && device_nvjpeg(dev, DEVICE_KEPT_NVJPEG) != NULL;
 }
 
 extern "C" int augment_gpu_decodes(Device *dev) {
@@ -440,16 +451,17 @@ extern "C" int augment_gpu_decodes(Device *dev) {
     int cur;
     checkCuda(cudaGetDevice(&cur));
     checkCuda(cudaSetDevice(dev->id));
-    int ok = device_nvjpeg(dev) != NULL;
+    int ok = device_nvjpeg(dev, DEVICE_KEPT_NVJPEG) != NULL;
     checkCuda(cudaSetDevice(cur));
     return ok;
 }
 
-// The run's deferred sources into their tiles dt, queued on dev->stream: nvJPEG decodes each at its stored
-// size, into its tile or, where the loader's long-side resize makes the tile, into `temps` and
-// image_resize's linear twin (augment_resize_kernel) from there. Without nvJPEG, or when it refuses the
-// run, the host decodes them (augment_sample_decode: the CPU's bytes) and they are uploaded.
-static void decode_deferred(Device *dev, const AugSample *s, int n, const Image *dt, uint8_t *temps) {
+// The deferred sources of s[0..n) into their tiles dt, queued on `stream`: nvJPEG (j) decodes each at its
+// stored size, into its tile or, where the loader's long-side resize makes the tile, into `temps` and
+// image_resize's linear twin (augment_resize_kernel) from there. Without nvJPEG (j NULL), or when it refuses
+// them, the host decodes them (augment_sample_decode: the CPU's bytes) and they are uploaded.
+static void decode_deferred(Device *dev, NvJpeg *j, const AugSample *s, int n, const Image *dt, uint8_t *temps,
+                            cudaStream_t stream) {
     int m = 0;
     for (int i = 0; i < n; i++)
         for (int k = 0; !s[i].grey && k < s[i].n_tiles; k++) m += is_deferred(&s[i], k);
@@ -468,17 +480,16 @@ static void decode_deferred(Device *dev, const AugSample *s, int n, const Image 
             if (needs_resize(&s[i], k)) temps += r256((size_t)jp->w * jp->h * 3);
             m++;
         }
-    NvJpeg *j = device_nvjpeg(dev);
     int bad = -1, done = 0;
     char why[256];
-    if (j && nvjpeg_decode(j, data, len, m, out, dev->stream, &bad, why, sizeof why) == 0) {
+    if (j && nvjpeg_decode(j, data, len, m, out, stream, &bad, why, sizeof why) == 0) {
         done = 1;
         for (int q = 0; q < m; q++) {
             const Image *t = &dt[from[q]];
             if (out[q].px == t->px) continue;
             size_t nb = tile_bytes(t);
             double step_x = 1.0 / ((double)t->w / out[q].w), step_y = 1.0 / ((double)t->h / out[q].h);
-            augment_resize_kernel<<<blocks_for(nb), THREADS, 0, dev->stream>>>(out[q].px, out[q].w, out[q].h, t->px,
+            augment_resize_kernel<<<blocks_for(nb), THREADS, 0, stream>>>(out[q].px, out[q].w, out[q].h, t->px,
                                                                                 t->w, t->h, step_x, step_y);
             checkLaunch(dev);
         }
@@ -496,34 +507,35 @@ static void decode_deferred(Device *dev, const AugSample *s, int n, const Image 
         for (int k = 0; k < s[i].n_tiles; k++)
             if (is_deferred(&s[i], k))              // pageable: staged before the call returns
                 checkCuda(cudaMemcpyAsync(dt[i * AUG_MAX_SOURCES + k].px, tiles[k].px, tile_bytes(&tiles[k]),
-                                          cudaMemcpyHostToDevice, dev->stream));
+                                          cudaMemcpyHostToDevice, stream));
         augment_sample_decoded_free(&s[i], tiles);
     }
     free(data), free(len), free(out), free(from);
 }
 
-// Where a run's tiles come from: `stage` holds them already (prefetched: wait for its copy), or they are
-// copied now into `stage` (when given) or scratch.
-struct RunTiles { AugStage *stage; int prefetched; const uint8_t *lo; };
+// Where a run's tiles come from: `stage` holds them already (prefetched: wait for its copy; the deferred
+// sources decoded after the span, laid out for the samples `all` covers), or they are copied now into `stage`
+// (when given) or scratch and the deferred ones decoded into scratch.
+struct RunTiles { AugStage *stage; int prefetched; const Span *all; };
 
 // Samples s[0..n) into dst on dev->stream: descriptors first (a pageable copy, which waits for the stream's
 // earlier work, so before the tiles' wait), then the tiles, the resizes and the one launch.
 static void make_run(Device *dev, const AugSample *s, int n, int H, int W, float *dst, const RunTiles *rt) {
     size_t mark = dev->scratch.used, mb = meta_bytes(s, n);
-    Span sp = span_of(s, n);
+    Span sp = rt->prefetched ? *rt->all : span_of(s, n);
     uint8_t *host = (uint8_t *)xmalloc(mb), *dmeta = (uint8_t *)arena_take(&dev->scratch, mb, 256);
     uint8_t *buf = rt->stage ? rt->stage->buf : (uint8_t *)arena_take(&dev->scratch, sp.bytes ? sp.bytes : 1, 256);
-    size_t db = deferred_bytes(s, n);
-    uint8_t *dbuf = db ? (uint8_t *)arena_take(&dev->scratch, db, 256) : NULL;
+    size_t db = rt->prefetched ? 0 : deferred_bytes(s, n);
+    uint8_t *dbuf = rt->prefetched ? buf + r256(sp.bytes) : db ? (uint8_t *)arena_take(&dev->scratch, db, 256) : NULL;
     Image *dt = (Image *)xcalloc((size_t)n * AUG_MAX_SOURCES, sizeof *dt);
     Resize *rs = (Resize *)xcalloc(n, sizeof *rs);
-    tiles_on_device(s, n, &sp, rt->prefetched ? rt->lo : sp.lo, buf, dt, dbuf);
+    tiles_on_device(s, n, &sp, sp.lo, buf, dt, dbuf);
     describe(dev, s, n, H, W, dt, host, dmeta, rs);
     checkCuda(cudaMemcpyAsync(dmeta, host, mb, cudaMemcpyHostToDevice, dev->stream));   // staged before it returns
     free(host);
     if (rt->stage) checkCuda(cudaStreamWaitEvent(dev->stream, rt->stage->copied, 0));   // the prefetch, or a stale one
     if (!rt->prefetched) copy_tiles(s, n, &sp, buf, dt, dev->stream);
-    if (db) decode_deferred(dev, s, n, dt, dbuf);
+    if (db) decode_deferred(dev, device_nvjpeg(dev, DEVICE_KEPT_NVJPEG), s, n, dt, dbuf + deferred_part(s, n, 0), dev->stream);
     for (int i = 0; i < n; i++) {
         if (!rs[i].dst) continue;
         size_t nb = (size_t)rs[i].uw * rs[i].uh * 3;
@@ -544,7 +556,7 @@ static void make_run(Device *dev, const AugSample *s, int n, int H, int W, float
 static AugStage *prefetched(Device *dev, const AugSample *s, int n, const Span *sp) {
     for (int k = 0; k < 2; k++) {
         AugStage *st = &dev->aug_stage[k];
-        if (st->s == s && st->n == n && sp->shared && st->host == sp->lo && st->bytes == sp->bytes) return st;
+        if (st->s == s && st->n == n && st->shared == sp->shared && st->host == sp->lo && st->bytes == sp->bytes) return st;
     }
     return NULL;
 }
@@ -556,11 +568,14 @@ extern "C" void augment_batch_gpu(Device *dev, const AugSample *s, int n, int H,
         if (!s[i].grey) augment_recipe_size(&s[i].r, &w, &h);
         if (w != W || h != H) die("augment_batch_gpu: sample %d's recipe makes %dx%d, the batch is %dx%d", i, w, h, W, H);
     }
-    Span all = span_of(s, n);
+    Span all = span_fit(s, n, dev->aug_stage[0].cap);
     AugStage *pre = n > 0 ? prefetched(dev, s, n, &all) : NULL, *next = &dev->aug_stage[dev->aug_next];
+    // a packed share, or deferred sources decoded in the stage, are laid out for the whole set: one run
+    if (pre && (!all.shared || pre->decoded) && run_end(s, n, SIZE_MAX, dev->scratch.size - dev->scratch.used) < n)
+        pre = NULL;
     for (int i = 0; i < n;) {
         size_t room = dev->scratch.size - dev->scratch.used;
-        RunTiles rt = { pre, pre != NULL, all.lo };
+        RunTiles rt = { pre, pre != NULL, &all };
         int m;
         if (pre) {
             m = run_end(s + i, n - i, SIZE_MAX, room);
@@ -576,18 +591,31 @@ extern "C" void augment_batch_gpu(Device *dev, const AugSample *s, int n, int H,
     if (!pre && n > 0 && next->buf) next->s = NULL;   // any stale prefetch it held is overwritten
 }
 
+// The tiles of s[0..n) into the next stage on the copy stream, behind the step now running: the span (or the
+// share's tiles packed), then the deferred sources decoded after it by the prefetch's own nvJPEG decoder, so
+// the decode too runs beside the step. Nothing when they do not fit a stage, or deferred sources would have
+// no nvJPEG: the step does it all then.
 extern "C" void augment_prefetch_gpu(Device *dev, const AugSample *s, int n) {
     AugStage *st = &dev->aug_stage[dev->aug_next];
-    Span sp = span_of(s, n);
-    if (!st->buf || n < 1 || !sp.shared || !sp.bytes || sp.bytes > st->cap) return;   // the step copies them
+    if (!st->buf || n < 1) return;
+    Span sp = span_fit(s, n, st->cap);
+    size_t dtiles = deferred_part(s, n, 0);
+    if (sp.bytes > st->cap || r256(sp.bytes) + deferred_bytes(s, n) > st->cap) return;   // the step copies them
     int cur;
     checkCuda(cudaGetDevice(&cur));
     checkCuda(cudaSetDevice(dev->id));
+    NvJpeg *j = dtiles ? device_nvjpeg(dev, DEVICE_KEPT_NVJPEG_PRE) : NULL;
+    if (dtiles && !j) { checkCuda(cudaSetDevice(cur)); return; }
     checkCuda(cudaStreamWaitEvent(dev->copy_stream, st->used, 0));   // the last kernel that read buf
-    checkCuda(cudaMemcpyAsync(st->buf, sp.lo, sp.bytes, cudaMemcpyHostToDevice, dev->copy_stream));
+    Image *dt = (Image *)xcalloc((size_t)n * AUG_MAX_SOURCES, sizeof *dt);
+    uint8_t *dbuf = st->buf + r256(sp.bytes);
+    tiles_on_device(s, n, &sp, sp.lo, st->buf, dt, dbuf);
+    copy_tiles(s, n, &sp, st->buf, dt, dev->copy_stream);
+    if (dtiles) decode_deferred(dev, j, s, n, dt, dbuf + dtiles, dev->copy_stream);
+    free(dt);
     checkCuda(cudaEventRecord(st->copied, dev->copy_stream));
     checkCuda(cudaSetDevice(cur));
-    st->s = s, st->n = n, st->host = sp.lo, st->bytes = sp.bytes;
+    st->s = s, st->n = n, st->host = sp.lo, st->bytes = sp.bytes, st->shared = sp.shared, st->decoded = dtiles > 0;
     dev->aug_next ^= 1;                            // now the stage of the coming step: free once it ran
 }
 

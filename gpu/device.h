@@ -83,8 +83,10 @@ typedef struct {
     size_t           cap;
     const void      *s;       // the samples (AugSample *) whose tiles it holds or is receiving; NULL: free
     int              n;
-    const uint8_t   *host;    // the span copied: host bytes [host, host + bytes)
+    const uint8_t   *host;    // the span copied: host bytes [host, host + bytes), or (shared 0) the tiles packed
     size_t           bytes;
+    int              shared;  // 1: the span as it lies in the arena; 0: the tiles packed in order
+    int              decoded; // the deferred sources (AugSample.jpeg) decoded after r256(bytes)
     cudaEvent_t      copied;  // recorded on copy_stream after the copy
     cudaEvent_t      used;    // recorded on stream after the kernel that read buf
 } AugStage;
@@ -92,7 +94,7 @@ typedef struct {
 // Work a validation pass needs beyond the memory plan (decode + NMS, top-k, the losses' gathered maps) is
 // made by the first pass and kept on the Device for the next ones, so later passes allocate nothing; so are
 // SyncBatchNorm's sums (gpu/bn_sync.cu), grown when a BN of more channels comes.
-enum { DEVICE_KEPT_NMS, DEVICE_KEPT_TOPK, DEVICE_KEPT_VLOSS, DEVICE_KEPT_BNSYNC, DEVICE_KEPT_NVJPEG, DEVICE_KEPT };
+enum { DEVICE_KEPT_NMS, DEVICE_KEPT_TOPK, DEVICE_KEPT_VLOSS, DEVICE_KEPT_BNSYNC, DEVICE_KEPT_NVJPEG, DEVICE_KEPT_NVJPEG_PRE, DEVICE_KEPT };
 
 typedef struct {
     int id;                   // cudaSetDevice(id) once, on this device's own thread

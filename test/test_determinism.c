@@ -184,7 +184,9 @@ static void test_same_seed_same_bits_gpu(void) {
     // gradients stored as bf16 where they are bf16 values anyway (core/spec/grad_plan.c plan_grad_types) against
     // every gradient fp32
     if (same_with("YT_GRAD_BF16=0", "gpu_grads_fp32", "gpu1")) return;
-    // augment=gpu: each step's pixels made on the GPU (gpu/augment.cu) from the workers' recipes
+    // augment=gpu: each step's pixels made on the GPU (gpu/augment.cu) from the workers' recipes, the workers
+    // decoding (YT_NVJPEG=0: nvJPEG's pixels are its own, close to libjpeg-turbo's, not the same bytes)
+    child_env = "YT_NVJPEG=0";
     same_as("gpu1", "gpu_augment", 1, "0", "augment=gpu", NULL);
     same_as("gpu1", "gpu_augment_w3_ram", 3, "0", "augment=gpu", "cache=ram");
     child_more[0] = "multi_scale=1";               // the samples made into the raw input, resized on the GPU
@@ -192,6 +194,13 @@ static void test_same_seed_same_bits_gpu(void) {
     child_more[0] = NULL;
     if (ms) CHECK(0, "the GPU multi_scale run failed: status %d", ms);
     else same_as("gpu_ms", "gpu_ms_augment", 1, "0", "multi_scale=1", "augment=gpu");
+    child_env = NULL;
+    // and with the GPU decoding the JPEG files where it has nvJPEG: the run trains, twice to the same bits
+    child_more[0] = "augment=gpu";
+    int d1 = train_in_child("gpu_decode", 1, "0"), d3 = train_in_child("gpu_decode_w3", 3, "0");
+    child_more[0] = NULL;
+    if (d1 || d3) CHECK(0, "an augment=gpu run decoding on the GPU failed: status %d, %d", d1, d3);
+    else compare("gpu_decode", "gpu_decode_w3");
     // YOLO26-n: depthwise convs (fresh too), attention, the detached one-to-one head, MuSGD; YT_FUSE=0 for its
     // bottlenecks' residual additions
     child_cfg = "cfg/yolo26n.ini";
