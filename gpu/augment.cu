@@ -593,8 +593,8 @@ extern "C" void augment_batch_gpu(Device *dev, const AugSample *s, int n, int H,
 
 // The tiles of s[0..n) into the next stage on the copy stream, behind the step now running: the span (or the
 // share's tiles packed), then the deferred sources decoded after it by the prefetch's own nvJPEG decoder, so
-// the decode too runs beside the step. Nothing when they do not fit a stage, or deferred sources would have
-// no nvJPEG: the step does it all then.
+// the decode too runs beside the step (without nvJPEG the host decodes them here). Nothing when they do not fit
+// a stage: the step does it all then.
 extern "C" void augment_prefetch_gpu(Device *dev, const AugSample *s, int n) {
     AugStage *st = &dev->aug_stage[dev->aug_next];
     if (!st->buf || n < 1) return;
@@ -604,8 +604,7 @@ extern "C" void augment_prefetch_gpu(Device *dev, const AugSample *s, int n) {
     int cur;
     checkCuda(cudaGetDevice(&cur));
     checkCuda(cudaSetDevice(dev->id));
-    NvJpeg *j = dtiles ? device_nvjpeg(dev, DEVICE_KEPT_NVJPEG_PRE) : NULL;
-    if (dtiles && !j) { checkCuda(cudaSetDevice(cur)); return; }
+    NvJpeg *j = dtiles ? device_nvjpeg(dev, DEVICE_KEPT_NVJPEG_PRE) : NULL;   // NULL: decode_deferred's host path
     checkCuda(cudaStreamWaitEvent(dev->copy_stream, st->used, 0));   // the last kernel that read buf
     Image *dt = (Image *)xcalloc((size_t)n * AUG_MAX_SOURCES, sizeof *dt);
     uint8_t *dbuf = st->buf + r256(sp.bytes);
