@@ -167,6 +167,7 @@ extern "C" void device_free(Device *dev) {
     if (!dev->stream) return;
     checkCuda(cudaSetDevice(dev->id));
     checkCuda(cudaStreamSynchronize(dev->stream));
+    if (dev->copy_stream) checkCuda(cudaStreamSynchronize(dev->copy_stream));   // a prefetch's decode may still run
     for (int k = 0; k < DEVICE_KEPT; k++)
         if (dev->kept[k]) dev->kept_free[k](dev->kept[k]);
     if (dev->copy_stream) input_free(dev);

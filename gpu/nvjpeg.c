@@ -161,6 +161,14 @@ int nvjpeg_decode(NvJpeg *j, const uint8_t *const *data, const size_t *len, int 
     int m = 0;
     grow(j, n);
     for (int k = 0; k < n; k++) {
+        // nvJPEG writes the size it parses, whatever out[k] holds: a file it reads otherwise than the caller's
+        // header parse (damaged, crafted) is refused here, before anything is written
+        int comp = 0, sub = 0, ws[4] = { 0 }, hs[4] = { 0 };
+        if (fn.image_info(j->gpu, data[k], len[k], &comp, &sub, ws, hs) || ws[0] != out[k].w || hs[0] != out[k].h) {
+            *bad = k;
+            snprintf(why, size, "nvJPEG reads its size as %dx%d, not %dx%d", ws[0], hs[0], out[k].w, out[k].h);
+            return -1;
+        }
         j->to_hw[k] = hw_supports(j, data[k], len[k]);
         if (!j->to_hw[k]) continue;
         j->hw_data[m] = data[k], j->hw_len[m] = len[k], j->hw_out[m] = dest(&out[k]);
@@ -173,10 +181,15 @@ int nvjpeg_decode(NvJpeg *j, const uint8_t *const *data, const size_t *len, int 
             return -1;
         }
         j->hw_batch = m;
-        if ((st = fn.batched(j->hw, j->hw_state, (const unsigned char *const *)j->hw_data, j->hw_len, j->hw_out, s))) {
+        // the hardware backend has been seen to start writing before the stream's earlier work ended: wait for it
+        if (cudaStreamSynchronize(s) != cudaSuccess) {
             *bad = 0;
-            for (int k = 0; k < n; k++) if (j->to_hw[k]) { *bad = k; break; }
-            snprintf(why, size, "nvJPEG's hardware decoder failed on a batch of %d (status %d)", m, st);
+            snprintf(why, size, "the GPU failed before the decode: %s", cudaGetErrorString(cudaGetLastError()));
+            return -1;
+        }
+        if ((st = fn.batched(j->hw, j->hw_state, (const unsigned char *const *)j->hw_data, j->hw_len, j->hw_out, s))) {
+            *bad = -1;                             // some file of the batch: nvJPEG does not say which
+            snprintf(why, size, "nvJPEG's hardware decoder failed on a batch of %d files (status %d)", m, st);
             return -1;
         }
     }

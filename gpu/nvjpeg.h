@@ -27,7 +27,8 @@ const char *nvjpeg_backend(const NvJpeg *j);     // "hardware" or "GPU-hybrid"
 int  nvjpeg_takes(NvJpeg *j, const uint8_t *data, size_t n, long max_pixels, int *w, int *h);
 
 // Decode n JPEGs that nvjpeg_takes took (host bytes) into out[k].px, device memory of out[k].w x out[k].h
-// RGB bytes (w,h as nvjpeg_takes said), queued on `stream`. 0, or -1 with why naming image *bad.
+// RGB bytes (w,h as nvjpeg_takes said), queued on `stream`. 0, or -1 with why and *bad the image (-1: some file
+// of a hardware batch). A file whose size nvJPEG reads otherwise than out[k] says is refused before any write.
 int  nvjpeg_decode(NvJpeg *j, const uint8_t *const *data, const size_t *len, int n, Image *out, void *stream,
                    int *bad, char *why, size_t size);
 
