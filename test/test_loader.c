@@ -9,6 +9,7 @@
 #include "io/synth.h"
 #include "test/synth_batch.h"
 #include "test/test.h"
+#include "test/fake_pins.h"
 
 #define N_IMAGES 20
 #define SIDE     96
@@ -424,32 +425,6 @@ static void test_deferred_unreadable(void) {
     free(bad.s);
 }
 
-// augment=gpu's one host arena per batch slot (Batch.tile_arena), with and without the RAM cache: every
-// sample's tiles lie inside [tile_arena, tile_arena + tile_bytes), each sample's together and none overlapping
-// another's, so one copy uploads a share; the arena is page-locked through the pinning hooks (before it
-// exists too: pinned when allocated, and again when grown) and unpinned before it is freed.
-typedef struct { int pins, unpins; const void *live[64]; int n_live; } FakePins;
-
-static int fake_pin(void *p, size_t bytes, void *arg) {
-    FakePins *f = arg;
-    f->pins++;
-    if (f->n_live < 64) f->live[f->n_live++] = p;
-    return 0;
-}
-
-static void fake_unpin(void *p, void *arg) {
-    FakePins *f = arg;
-    f->unpins++;
-    for (int k = 0; k < f->n_live; k++)
-        if (f->live[k] == p) { f->live[k] = f->live[--f->n_live]; return; }
-    CHECK(0, "unpinned %p, which was not pinned", p);
-}
-
-static int pinned_live(const FakePins *f, const void *p) {
-    for (int k = 0; k < f->n_live; k++) if (f->live[k] == p) return 1;
-    return 0;
-}
-
 // The tiles of batch b in its arena: inside, samples disjoint. Returns the bytes the tiles cover.
 static size_t arena_tiles_bytes(const Batch *b, int *outside, int *overlaps) {
     size_t total = 0;
@@ -475,7 +450,11 @@ static size_t arena_tiles_bytes(const Batch *b, int *outside, int *overlaps) {
     return total;
 }
 
-// late: the hooks given after an epoch, when the arenas exist (loader_pin_buffers pins them then).
+// augment=gpu's one host arena per batch slot (Batch.tile_arena), with and without the RAM cache: every
+// sample's tiles lie inside [tile_arena, tile_arena + tile_bytes), each sample's together and none overlapping
+// another's, so one copy uploads a share; the arena is page-locked through the pinning hooks (before it
+// exists too: pinned when allocated, and again when grown) and unpinned before it is freed. late: the hooks
+// given after an epoch, when the arenas exist (loader_pin_buffers pins them then).
 static void test_deferred_arena(void) {
     for (int v = 0; v < 3; v++) {
         int cache = v == 1, late = v == 2;

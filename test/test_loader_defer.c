@@ -12,6 +12,7 @@
 #include "io/synth.h"
 #include "test/synth_batch.h"
 #include "test/test.h"
+#include "test/fake_pins.h"
 
 #define N_IMAGES 20
 #define SIDE     96
@@ -279,28 +280,6 @@ static void test_device_veto(void) {
 // The jpeg arena is page-locked through the pinning hooks (with the tile arena: when allocated, or by
 // loader_pin_buffers when the hooks come after an epoch, late) and unpinned at close; with cache_ram
 // defer_decode is ignored (no jpeg arena, no deferred source).
-typedef struct { int pins, unpins, n_live; const void *live[64]; } FakePins;
-
-static int fake_pin(void *p, size_t bytes, void *arg) {
-    FakePins *f = arg;
-    f->pins++;
-    if (f->n_live < 64) f->live[f->n_live++] = p;
-    return 0;
-}
-
-static void fake_unpin(void *p, void *arg) {
-    FakePins *f = arg;
-    f->unpins++;
-    for (int k = 0; k < f->n_live; k++)
-        if (f->live[k] == p) { f->live[k] = f->live[--f->n_live]; return; }
-    CHECK(0, "unpinned %p, which was not pinned", p);
-}
-
-static int live(const FakePins *f, const void *p) {
-    for (int k = 0; k < f->n_live; k++) if (f->live[k] == p) return 1;
-    return 0;
-}
-
 static void test_arena_pinned(void) {
     for (int v = 0; v < 3; v++) {
         int cache = v == 1, late = v == 2;
@@ -320,7 +299,7 @@ static void test_arena_pinned(void) {
             while (loader_next(l, &b)) {
                 batches++;
                 with_bytes += b->jpeg_bytes > 0;
-                unpinned += (!late || e == 1) && b->jpeg_bytes && !live(&f, b->jpeg_arena);
+                unpinned += (!late || e == 1) && b->jpeg_bytes && !pinned_live(&f, b->jpeg_arena);
                 for (int i = 0; i < b->n; i++) deferred += b->aug[i].jpeg != NULL;
                 loader_release(l, b);
             }

@@ -493,41 +493,43 @@ int multi_step(Multi *mt, const float *images, const uint8_t *images_u8, int n, 
     return 0;
 }
 
-// Each GPU's share is the bytes its step will pass to model_forward_u8 (scatter's), so the step
-// finds the copy; a split that changes in between (split=auto) only makes that step copy again.
-void multi_prefetch(Trainer *t, const uint8_t *images, int n, int H, int W) {
-    size_t per = (size_t)H * W * 3;               // CPU devices convert the bytes in the step (no-op)
+// share(d, first, count, arg) for each device d of t with a share of a batch of n: the shares the step will
+// scatter (split_sizes), so each device's step finds its copy; a split that changes in between (split=auto)
+// only makes that step copy again. One device: all n.
+static void each_share(Trainer *t, int n, void (*share)(Trainer *d, int first, int count, const void *arg),
+                       const void *arg) {
     Multi *mt = t->multi;
     if (!mt) {
-        t->m.be->dev.prefetch_u8(t->m.be_ctx, images, n * per);
+        share(t, 0, n, arg);
         return;
     }
     int sizes[MULTI_MAX], first = 0;
     Err err;
     if (split_sizes(mt, n, sizes, &err)) return;   // the step reports it
     for (int k = 0; k < mt->n; k++) {
-        Trainer *d = mt->job[k].t;
-        if (sizes[k]) d->m.be->dev.prefetch_u8(d->m.be_ctx, images + first * per, sizes[k] * per);
+        if (sizes[k]) share(mt->job[k].t, first, sizes[k], arg);
         first += sizes[k];
     }
 }
 
-// augment=gpu: the same for the tiles of each device's samples, the shares model_forward_aug will get.
-void multi_prefetch_aug(Trainer *t, const AugSample *s, int n) {
-    Multi *mt = t->multi;
-    if (!mt) {
-        t->m.be->dev.prefetch_aug(t->m.be_ctx, s, n);
-        return;
-    }
-    int sizes[MULTI_MAX], first = 0;
-    Err err;
-    if (split_sizes(mt, n, sizes, &err)) return;   // the step reports it
-    for (int k = 0; k < mt->n; k++) {
-        Trainer *d = mt->job[k].t;
-        if (sizes[k]) d->m.be->dev.prefetch_aug(d->m.be_ctx, s + first, sizes[k]);
-        first += sizes[k];
-    }
+typedef struct { const uint8_t *images; size_t per; } U8Batch;
+
+static void share_u8(Trainer *d, int first, int count, const void *arg) {
+    const U8Batch *b = arg;                       // CPU devices convert the bytes in the step (no-op)
+    d->m.be->dev.prefetch_u8(d->m.be_ctx, b->images + first * b->per, count * b->per);
 }
+
+// Each GPU's share is the bytes its step will pass to model_forward_u8 (scatter's).
+void multi_prefetch(Trainer *t, const uint8_t *images, int n, int H, int W) {
+    each_share(t, n, share_u8, &(U8Batch){ images, (size_t)H * W * 3 });
+}
+
+static void share_aug(Trainer *d, int first, int count, const void *arg) {
+    d->m.be->dev.prefetch_aug(d->m.be_ctx, (const AugSample *)arg + first, count);
+}
+
+// augment=gpu: the same for the tiles of each device's samples, the shares model_forward_aug will get.
+void multi_prefetch_aug(Trainer *t, const AugSample *s, int n) { each_share(t, n, share_aug, s); }
 
 int multi_decodes_jpeg(Trainer *t) {
     Multi *mt = t->multi;
