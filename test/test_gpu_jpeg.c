@@ -23,17 +23,10 @@ enum { MAX_FILES = 256 };
 
 typedef struct { uint8_t *bytes; size_t n; const char *name; } File;
 
-static int read_file(const char *path, File *f) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return -1;
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    f->bytes = xmalloc(n > 0 ? (size_t)n : 1);
-    f->n = n > 0 && fread(f->bytes, 1, (size_t)n, fp) == (size_t)n ? (size_t)n : 0;
+static int read_file(const char *path, File *f) {   // image_read_file's bytes (freed with free)
+    Err err;
     f->name = path;
-    fclose(fp);
-    return f->n ? 0 : -1;
+    return image_read_file(path, &f->bytes, &f->n, &err);
 }
 
 // coco128's JPEG files into f (at most MAX_FILES); their count.
