@@ -568,8 +568,12 @@ extern "C" void augment_batch_gpu(Device *dev, const AugSample *s, int n, int H,
         if (!s[i].grey) augment_recipe_size(&s[i].r, &w, &h);
         if (w != W || h != H) die("augment_batch_gpu: sample %d's recipe makes %dx%d, the batch is %dx%d", i, w, h, W, H);
     }
+    pthread_mutex_lock(&dev->aug_lock);           // a prefetch of the next batch may be running beside
     Span all = span_fit(s, n, dev->aug_stage[0].cap);
     AugStage *pre = n > 0 ? prefetched(dev, s, n, &all) : NULL, *next = &dev->aug_stage[dev->aug_next];
+    if (pre || next->busy || !next->buf) next = NULL;   // no stage to copy into: scratch
+    else next->busy = 1;
+    pthread_mutex_unlock(&dev->aug_lock);
     // a packed share, or deferred sources decoded in the stage, are laid out for the whole set: one run
     if (pre && (!all.shared || pre->decoded) && run_end(s, n, SIZE_MAX, dev->scratch.size - dev->scratch.used) < n)
         pre = NULL;
@@ -580,15 +584,17 @@ extern "C" void augment_batch_gpu(Device *dev, const AugSample *s, int n, int H,
         if (pre) {
             m = run_end(s + i, n - i, SIZE_MAX, room);
         } else {                                   // through the stage a prefetch would fill next, or scratch
-            m = next->buf ? run_end(s + i, n - i, next->cap, room) : 0;
+            m = next ? run_end(s + i, n - i, next->cap, room) : 0;
             if (m && span_of(s + i, m).bytes <= next->cap) rt.stage = next;
             else m = run_end(s + i, n - i, 0, room);   // no stage, or one sample larger than it
         }
         make_run(dev, s + i, m, H, W, dst + i * px, &rt);
         i += m;
     }
+    pthread_mutex_lock(&dev->aug_lock);
     if (pre) pre->s = NULL;                        // used once: the loader reuses the samples' memory
-    if (!pre && n > 0 && next->buf) next->s = NULL;   // any stale prefetch it held is overwritten
+    if (next) next->s = NULL, next->busy = 0;      // any stale prefetch it held is overwritten
+    pthread_mutex_unlock(&dev->aug_lock);
 }
 
 // The tiles of s[0..n) into the next stage on the copy stream, behind the step now running: the span (or the
@@ -596,11 +602,17 @@ extern "C" void augment_batch_gpu(Device *dev, const AugSample *s, int n, int H,
 // the decode too runs beside the step (without nvJPEG the host decodes them here). Nothing when they do not fit
 // a stage: the step does it all then.
 extern "C" void augment_prefetch_gpu(Device *dev, const AugSample *s, int n) {
+    pthread_mutex_lock(&dev->aug_lock);
     AugStage *st = &dev->aug_stage[dev->aug_next];
-    if (!st->buf || n < 1) return;
     Span sp = span_fit(s, n, st->cap);
     size_t dtiles = deferred_part(s, n, 0);
-    if (sp.bytes > st->cap || r256(sp.bytes) + deferred_bytes(s, n) > st->cap) return;   // the step copies them
+    if (!st->buf || n < 1 || st->busy || sp.bytes > st->cap || r256(sp.bytes) + deferred_bytes(s, n) > st->cap) {
+        pthread_mutex_unlock(&dev->aug_lock);     // the step copies them
+        return;
+    }
+    st->s = NULL, st->busy = 1;                    // filled outside the lock
+    dev->aug_next ^= 1;                            // now the stage of the coming step: free once it ran
+    pthread_mutex_unlock(&dev->aug_lock);
     int cur;
     checkCuda(cudaGetDevice(&cur));
     checkCuda(cudaSetDevice(dev->id));
@@ -614,8 +626,10 @@ extern "C" void augment_prefetch_gpu(Device *dev, const AugSample *s, int n) {
     free(dt);
     checkCuda(cudaEventRecord(st->copied, dev->copy_stream));
     checkCuda(cudaSetDevice(cur));
+    pthread_mutex_lock(&dev->aug_lock);
     st->s = s, st->n = n, st->host = sp.lo, st->bytes = sp.bytes, st->shared = sp.shared, st->decoded = dtiles > 0;
-    dev->aug_next ^= 1;                            // now the stage of the coming step: free once it ran
+    st->busy = 0;
+    pthread_mutex_unlock(&dev->aug_lock);
 }
 
 extern "C" void augment_stage_cap_gpu(Device *dev, size_t bytes) {

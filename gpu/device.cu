@@ -93,6 +93,7 @@ static void reserve_for_test(int id) {
 // arena likewise.
 static void input_init(Device *dev) {
     checkCuda(cudaStreamCreateWithFlags(&dev->copy_stream, cudaStreamNonBlocking));
+    pthread_mutex_init(&dev->aug_lock, NULL);
     size_t cap = (dev->input.size / 2) & ~(size_t)255, aug_cap = (dev->aug.size / 2) & ~(size_t)255;
     for (int k = 0; k < 2; k++) {
         InputStage *s = &dev->stage[k];
@@ -117,6 +118,7 @@ static void input_free(Device *dev) {
         checkCuda(cudaEventDestroy(dev->aug_stage[k].used));
     }
     checkCuda(cudaStreamDestroy(dev->copy_stream));
+    pthread_mutex_destroy(&dev->aug_lock);
 }
 
 extern "C" size_t device_input_arena_bytes(size_t max_bytes) {

@@ -2,6 +2,7 @@
 // buffers), CUDA error checking ending in core/base/fatal.h's device_fatal, and the list of GPUs present.
 // Includable from C; everything but gpu_list needs a CUDA build (USE_CUDA).
 #pragma once
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #ifdef USE_CUDA
@@ -87,6 +88,7 @@ typedef struct {
     size_t           bytes;
     int              shared;  // 1: the span as it lies in the arena; 0: the tiles packed in order
     int              decoded; // the deferred sources (AugSample.jpeg) decoded after r256(bytes)
+    int              busy;    // a prefetch is filling it, or a step copies into it (under Device.aug_lock)
     cudaEvent_t      copied;  // recorded on copy_stream after the copy
     cudaEvent_t      used;    // recorded on stream after the kernel that read buf
 } AugStage;
@@ -111,6 +113,7 @@ typedef struct {
     Arena aug;                // augment=gpu's tile stages below
     AugStage aug_stage[2];
     int aug_next;             // the aug stage the next prefetch fills
+    pthread_mutex_t aug_lock; // the stages' bookkeeping: a prefetch may run on a thread beside the step's
     double *scal;             // (DEVICE_SCALARS) the step's small values on the device (core/trainer/trainer.h SC_*)
     void *cudnn;              // cuDNN handle and plans (gpu/cudnn_conv.h); NULL: convs use im2col + cuBLAS
     // Under GPU_BF16, the weights a pass reads rounded to bf16 once (conv_prepare_weights_gpu): wbf16

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -598,6 +599,28 @@ static void prefetch_batch(Trainer *t, const Batch *b) {
     else multi_prefetch(t, b->images, b->n, b->h, b->w);
 }
 
+// augment=gpu's prefetch on a thread of its own, beside the step: queuing the copies is quick, but nvJPEG parses
+// each file on the host as it queues its decode (a batch of 64 mosaics: about 300 files).
+typedef struct { Trainer *t; const Batch *b; pthread_t th; int running; } Prefetch;
+
+static void *prefetch_main(void *arg) {
+    Prefetch *p = arg;
+    prefetch_batch(p->t, p->b);
+    return NULL;
+}
+
+static void prefetch_begin(Prefetch *p, Trainer *t, const Batch *b) {
+    p->t = t, p->b = b, p->running = 0;
+    // one device (several split the batch by sizes the step may change: they prefetch here, before it)
+    if (b->aug && !t->multi && pthread_create(&p->th, NULL, prefetch_main, p) == 0) p->running = 1;
+    else prefetch_batch(t, b);                     // the bytes (quick), or no thread to be had
+}
+
+static void prefetch_end(Prefetch *p) {
+    if (p->running) pthread_join(p->th, NULL);
+    p->running = 0;
+}
+
 // The shape of batch i: the loader's images (S x S, or the rect batch's), resized under multi_scale
 // to the size drawn for (seed, epoch, i).
 static StepShape batch_shape(const Config *cfg, const Batch *b, int epoch, int i) {
@@ -636,8 +659,9 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
         if (loader_next(ld, &b)) prefetch_batch(t, b);
         for (t->t.data += now_seconds() - tw; !stopping(halt) && b; b = next, i++) {
             tw = now_seconds();
+            Prefetch pf = { 0 };
             if (!loader_next(ld, &next)) next = NULL;
-            else prefetch_batch(t, next);
+            else prefetch_begin(&pf, t, next);
             t->t.data += now_seconds() - tw;
             fault_before_step(t, ++steps);              // YT_FAIL_CUDA, YT_NAN_AT_STEP (tests)
             t->input_u8 = b->images;                   // converted on the device: a quarter of the bytes
@@ -646,6 +670,9 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
             if (epoch == 0 && i == 0 && !cfg->noplots && procs_writer()) queue_step_picture(rs, b, t->shape);
             LossOut lo;                                // (several processes: this one's share of the batch)
             int bad = trainer_step(t, b->n, S, b->targets, b->nt, epoch, i, &lo, &err);
+            tw = now_seconds();
+            prefetch_end(&pf);                         // (a wait for it is the data's)
+            t->t.data += now_seconds() - tw;
             t->input_u8 = NULL, t->input_aug = NULL;   // the batch goes back to the loader below
             line.size = t->shape.w;                    // imgs.shape[-1], as the reference logs it
             t->shape = (StepShape){ 0 };
