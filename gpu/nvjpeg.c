@@ -1,8 +1,19 @@
 // nvjpeg.c: gpu/nvjpeg.h through nvJPEG's C API, reached with dlopen/dlsym. The few declarations it needs
 // are written here (nvjpeg.h's C ABI as NVIDIA documents it), so no header is needed to build.
-// The hardware backend decodes only in batches (nvjpegDecodeBatched), one call per batch of the size it was
-// initialised for; images it does not support, and every image when it does not open, go to a GPU-hybrid
-// handle one by one (nvjpegDecode). Both write interleaved RGB (NVJPEG_OUTPUT_RGBI) at a pitch of 3w.
+// The hardware backend decodes only in batches (nvjpegDecodeBatched) of the size it was initialised for: one
+// size (HW_BATCH), set once, the last batch of a call padded; images it does not support, and every image when
+// it does not open, go to a GPU-hybrid handle one by one (nvjpegDecode). Both write interleaved RGB
+// (NVJPEG_OUTPUT_RGBI) at a pitch of 3w.
+// The hardware backend's buffers are allocated for the largest image seen in each slot of the batch; a larger
+// one frees and allocates them again, and cudaFree waits for the whole device, a step running beside included
+// (test_gpu_jpeg's busy-GPU case: 100 ms for a 13 ms decode). So the batch size never changes (a new
+// size reallocates too) and nvjpegDecodeBatchedPreAllocate sizes every slot for the largest image seen so far,
+// at least PRE_MIN x PRE_MIN (a growth is itself a reallocation), rounded up (PRE_ROUND), at most PRE_MAX_PIXELS:
+// past that, or where the library lacks the call, larger images cost that wait, nothing else.
+// The hardware backend also waits for the whole device at its first batch from host memory it has not read
+// before (seen in the same test; the loader's slots are grow-only and reused, so after the first batches a run
+// meets it only when a slot grows; a copy into one buffer of the decoder's cost the end-to-end run 8%).
+// The pre-allocation is outside the memory plan: HW_BATCH slots of PRE_MIN² 4:4:4 pictures, about 200 MB.
 #include "gpu/nvjpeg.h"
 
 #include <cuda_runtime.h>
@@ -21,6 +32,8 @@ typedef struct nvjpegJpegStream *nvjpegJpegStream_t;
 typedef struct { unsigned char *channel[4]; size_t pitch[4]; } nvjpegImage_t;
 enum { NVJPEG_BACKEND_GPU_HYBRID = 2, NVJPEG_BACKEND_HARDWARE = 3 };
 enum { NVJPEG_OUTPUT_RGBI = 5 };
+enum { NVJPEG_CSS_444 = 0 };                      // the largest planes: every subsampling fits
+enum { HW_BATCH = 64, PRE_MIN = 1024, PRE_ROUND = 256, PRE_MAX_PIXELS = 2048 * 2048 };
 
 static struct {
     nvjpegStatus_t (*create_ex)(int backend, void *dev_alloc, void *pinned_alloc, unsigned flags, nvjpegHandle_t *h);
@@ -39,6 +52,7 @@ static struct {
     nvjpegStatus_t (*stream_parse)(nvjpegHandle_t, const unsigned char *, size_t, int save_metadata, int save_stream,
                                    nvjpegJpegStream_t);
     nvjpegStatus_t (*batched_supported)(nvjpegHandle_t, nvjpegJpegStream_t, int *is_supported);
+    nvjpegStatus_t (*prealloc)(nvjpegHandle_t, nvjpegJpegState_t, int batch, int w, int h, int css, int format);
 } fn;
 
 static int loaded = -1;                           // -1: not tried; 1: opened; 0: absent
@@ -62,6 +76,7 @@ static void load(void) {
     *(void **)&fn.stream_destroy = dlsym(h, "nvjpegJpegStreamDestroy");
     *(void **)&fn.stream_parse = dlsym(h, "nvjpegJpegStreamParse");
     *(void **)&fn.batched_supported = dlsym(h, "nvjpegDecodeBatchedSupported");
+    *(void **)&fn.prealloc = dlsym(h, "nvjpegDecodeBatchedPreAllocate");   // optional
     loaded = fn.create_ex && fn.destroy && fn.state_create && fn.state_destroy && fn.image_info && fn.decode &&
              fn.batched_init && fn.batched && fn.stream_create && fn.stream_destroy && fn.stream_parse &&
              fn.batched_supported;
@@ -72,10 +87,14 @@ struct NvJpeg {
     nvjpegJpegState_t  hw_state, gpu_state;
     nvjpegJpegStream_t probe;                 // parses a file for batched_supported
     int                hw_batch;              // the batch size hw_state was initialised for (0: none)
+    int                pre_w, pre_h;          // the size every slot's buffers were allocated for (0: none)
+    uint8_t           *pad;                   // device memory the padding images decode into
+    size_t             pad_bytes;
     // per call: which images go to the hardware, their pointers and lengths, their destinations
     int               *to_hw;
     const uint8_t    **hw_data;
     size_t            *hw_len;
+    Image             *hw_img;                // (their sizes)
     nvjpegImage_t     *hw_out;
     int                cap;
 };
@@ -87,7 +106,8 @@ void nvjpeg_close(NvJpeg *j) {
     if (j->gpu_state) fn.state_destroy(j->gpu_state);
     if (j->hw) fn.destroy(j->hw);
     if (j->gpu) fn.destroy(j->gpu);
-    free(j->to_hw), free(j->hw_data), free(j->hw_len), free(j->hw_out);
+    if (j->pad) cudaFree(j->pad);
+    free(j->to_hw), free(j->hw_data), free(j->hw_len), free(j->hw_out), free(j->hw_img);
     free(j);
 }
 
@@ -144,6 +164,7 @@ static void grow(NvJpeg *j, int n) {
     j->hw_data = xrealloc(j->hw_data, sizeof *j->hw_data * n);
     j->hw_len = xrealloc(j->hw_len, sizeof *j->hw_len * n);
     j->hw_out = xrealloc(j->hw_out, sizeof *j->hw_out * n);
+    j->hw_img = xrealloc(j->hw_img, sizeof *j->hw_img * n);
 }
 
 static nvjpegImage_t dest(const Image *im) {
@@ -154,12 +175,47 @@ static nvjpegImage_t dest(const Image *im) {
     return d;
 }
 
+static int round_up(int v, int to) { return (v + to - 1) / to * to; }
+
+// The hardware state ready for images up to w x h: initialised once at HW_BATCH, every slot allocated for the
+// largest size seen (see the top of the file); 0, or an nvJPEG status.
+static nvjpegStatus_t hw_ready(NvJpeg *j, int w, int h) {
+    nvjpegStatus_t st;
+    if (!j->hw_batch) {
+        if ((st = fn.batched_init(j->hw, j->hw_state, HW_BATCH, 1, NVJPEG_OUTPUT_RGBI))) return st;
+        j->hw_batch = HW_BATCH;
+    }
+    if (!fn.prealloc || (w <= j->pre_w && h <= j->pre_h)) return 0;
+    int pw = w > j->pre_w ? w : j->pre_w, ph = h > j->pre_h ? h : j->pre_h;
+    pw = round_up(pw > PRE_MIN ? pw : PRE_MIN, PRE_ROUND), ph = round_up(ph > PRE_MIN ? ph : PRE_MIN, PRE_ROUND);
+    if ((long)pw * ph > PRE_MAX_PIXELS) return 0;  // that large: nvJPEG reallocates as it needs
+    if (fn.prealloc(j->hw, j->hw_state, HW_BATCH, pw, ph, NVJPEG_CSS_444, NVJPEG_OUTPUT_RGBI) == 0)
+        j->pre_w = pw, j->pre_h = ph;              // (refused: as without the call)
+    return 0;
+}
+
+// Device memory for the padding of a batch: one image of `bytes` (the batch's smallest), grown as needed.
+static uint8_t *pad_memory(NvJpeg *j, size_t bytes) {
+    if (bytes <= j->pad_bytes) return j->pad;
+    if (j->pad) cudaFree(j->pad);
+    j->pad = NULL, j->pad_bytes = 0;
+    size_t want = bytes > (size_t)j->pre_w * j->pre_h * 3 ? bytes : (size_t)j->pre_w * j->pre_h * 3;
+    if (cudaMalloc((void **)&j->pad, want) != cudaSuccess) {
+        cudaGetLastError();
+        j->pad = NULL;
+        return NULL;
+    }
+    j->pad_bytes = want;
+    return j->pad;
+}
+
 int nvjpeg_decode(NvJpeg *j, const uint8_t *const *data, const size_t *len, int n, Image *out, void *stream,
                   int *bad, char *why, size_t size) {
     cudaStream_t s = (cudaStream_t)stream;
     nvjpegStatus_t st;
     int m = 0;
-    grow(j, n);
+    grow(j, round_up(n, HW_BATCH));                // (room for the padding)
+    int max_w = 0, max_h = 0;
     for (int k = 0; k < n; k++) {
         // nvJPEG writes the size it parses, whatever out[k] holds: a file it reads otherwise than the caller's
         // header parse (damaged, crafted) is refused here, before anything is written
@@ -171,25 +227,44 @@ int nvjpeg_decode(NvJpeg *j, const uint8_t *const *data, const size_t *len, int 
         }
         j->to_hw[k] = hw_supports(j, data[k], len[k]);
         if (!j->to_hw[k]) continue;
-        j->hw_data[m] = data[k], j->hw_len[m] = len[k], j->hw_out[m] = dest(&out[k]);
+        j->hw_data[m] = data[k], j->hw_len[m] = len[k], j->hw_img[m] = out[k], j->hw_out[m] = dest(&out[k]);
+        if (out[k].w > max_w) max_w = out[k].w;
+        if (out[k].h > max_h) max_h = out[k].h;
         m++;
     }
-    if (m) {
-        if (m != j->hw_batch && (st = fn.batched_init(j->hw, j->hw_state, m, 1, NVJPEG_OUTPUT_RGBI))) {
-            *bad = 0;
-            snprintf(why, size, "nvJPEG's hardware decoder refused a batch of %d (status %d)", m, st);
-            return -1;
+    if (m && (st = hw_ready(j, max_w, max_h))) {
+        *bad = 0;
+        snprintf(why, size, "nvJPEG's hardware decoder refused a batch of %d (status %d)", HW_BATCH, st);
+        return -1;
+    }
+    for (int q0 = 0; q0 < m; q0 += HW_BATCH) {    // batches of HW_BATCH, the last padded
+        int cnt = m - q0 < HW_BATCH ? m - q0 : HW_BATCH;
+        if (cnt < HW_BATCH) {
+            int small = q0;                        // the batch's smallest image, decoded again into `pad`
+            for (int q = q0; q < q0 + cnt; q++)
+                if ((long)j->hw_img[q].w * j->hw_img[q].h < (long)j->hw_img[small].w * j->hw_img[small].h) small = q;
+            int sw = j->hw_img[small].w, sh = j->hw_img[small].h;
+            uint8_t *pad = pad_memory(j, (size_t)sw * sh * 3);
+            if (!pad) {
+                *bad = -1;
+                snprintf(why, size, "no device memory for the hardware decoder's padding (%dx%d)", sw, sh);
+                return -1;
+            }
+            for (int q = q0 + cnt; q < q0 + HW_BATCH; q++) {
+                j->hw_data[q] = j->hw_data[small], j->hw_len[q] = j->hw_len[small], j->hw_img[q] = (Image){ sw, sh, pad };
+                j->hw_out[q] = dest(&j->hw_img[q]);
+            }
         }
-        j->hw_batch = m;
         // the hardware backend has been seen to start writing before the stream's earlier work ended: wait for it
         if (cudaStreamSynchronize(s) != cudaSuccess) {
             *bad = 0;
             snprintf(why, size, "the GPU failed before the decode: %s", cudaGetErrorString(cudaGetLastError()));
             return -1;
         }
-        if ((st = fn.batched(j->hw, j->hw_state, (const unsigned char *const *)j->hw_data, j->hw_len, j->hw_out, s))) {
+        if ((st = fn.batched(j->hw, j->hw_state, (const unsigned char *const *)j->hw_data + q0, j->hw_len + q0,
+                             j->hw_out + q0, s))) {
             *bad = -1;                             // some file of the batch: nvJPEG does not say which
-            snprintf(why, size, "nvJPEG's hardware decoder failed on a batch of %d files (status %d)", m, st);
+            snprintf(why, size, "nvJPEG's hardware decoder failed on a batch of %d files (status %d)", cnt, st);
             return -1;
         }
     }

@@ -1,18 +1,20 @@
 // test_gpu_jpeg.c: JPEG decoding on the GPU through nvJPEG (gpu/nvjpeg.h, issue 37) against the host's
 // libjpeg-turbo, on coco128's photographs: the same sizes, and pixels within a few levels (nvJPEG's IDCT and
 // chroma upsampling are its own, so the bytes are close, not equal); a damaged file is refused or reported,
-// never a crash. It prints each backend's decoding rate. Skips without CUDA, a GPU, nvJPEG or coco128.
+// never a crash; the hardware decoder does not wait for other streams' work. It prints each backend's decoding rate. Skips without CUDA, a GPU, nvJPEG or coco128.
 // Legend: n images; d a pixel's absolute difference from the host's.
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "io/dataset.h"
 #include "io/image.h"
 #include "test/test.h"
 
-#define GPU_TESTS(X) X(test_coco128_close_to_host) X(test_damaged_files)
+#define GPU_TESTS(X) X(test_coco128_close_to_host) X(test_damaged_files) X(test_decode_beside_busy_gpu)
 #define GPU_ARENAS { 0 }
 #include "test/gpu_harness.h"
 
@@ -166,6 +168,72 @@ static void test_damaged_files(void) {
     CHECK(gpu_decode(j, &good, 1, &got, 0) >= 0, "the good file no longer decodes after the damaged ones");
     if (!t_failed_now) image_free(&got);
     free(good.bytes), free(cut.bytes), free(junk.bytes);
+    nvjpeg_close(j);
+    dataset_free(&coco);
+}
+
+// Releases device_inject_hang's kernel after `arg` seconds (device_set_wait_watch(NULL) sets its flag).
+static void *release_after(void *arg) {
+    struct timespec ts = { (time_t)*(const double *)arg, 0 };
+    nanosleep(&ts, NULL);
+    device_set_wait_watch(NULL);
+    return NULL;
+}
+
+// The hardware decoder beside a busy GPU: with one block spinning on another stream (as a step keeps the GPU
+// busy), calls whose slots get other, larger files (the buffers nvJPEG sizes per slot) and another count each
+// time return in their own time, not once the other stream's work ends. nvJPEG reallocating a slot's buffers
+// calls cudaFree, which waits for the whole device (issue 37). The files stay in host memory the decoder has
+// read before: new memory makes it wait too (gpu/nvjpeg.c).
+static void test_decode_beside_busy_gpu(void) {
+    NEED_GPU();
+    Dataset coco;
+    Err err;
+    NEED_COCO128_TRAIN(coco, err);
+    NvJpeg *j;
+    char why[256];
+    if (nvjpeg_open(1, &j, why, sizeof why)) { dataset_free(&coco); SKIP("%s", why); }
+    if (strcmp(nvjpeg_backend(j), "hardware")) { nvjpeg_close(j); dataset_free(&coco); SKIP("no hardware decoder here"); }
+    static File f[MAX_FILES];
+    int n = coco_files(&coco, f);
+    CHECK(n > 100, "only %d JPEG files read from coco128", n);
+    const uint8_t **data = xmalloc(sizeof *data * n);
+    size_t *len = xmalloc(sizeof *len * n);
+    Image *d = xcalloc(n, sizeof *d);
+    for (int k = 0; k < n && !t_failed_now; k++) {
+        CHECK(nvjpeg_takes(j, f[k].bytes, f[k].n, 1L << 26, &d[k].w, &d[k].h), "%s: not taken", f[k].name);
+        CHECK(cudaMalloc((void **)&d[k].px, (size_t)d[k].w * d[k].h * 3) == cudaSuccess, "cudaMalloc");
+    }
+    // sorted small to large, so each call below puts larger files into the slots than the call before
+    for (int a = 1; a < n; a++)
+        for (int b = a; b > 0 && (long)f[b].n < (long)f[b - 1].n; b--) {
+            File t = f[b]; f[b] = f[b - 1], f[b - 1] = t;
+            Image u = d[b]; d[b] = d[b - 1], d[b - 1] = u;
+        }
+    for (int k = 0; k < n; k++) data[k] = f[k].bytes, len[k] = f[k].n;
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "cudaStreamCreateWithFlags");
+    int bad;
+    CHECK(nvjpeg_decode(j, data, len, n / 4, d, s, &bad, why, sizeof why) == 0, "%s", why);   // the smallest quarter
+    CHECK(cudaStreamSynchronize(s) == cudaSuccess, "the first decode failed on the GPU");
+    const double hold = 3.0;                       // the spinning block's seconds
+    device_inject_hang(&dev);
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, release_after, (void *)&hold) == 0, "pthread_create");
+    double t0 = now_seconds(), took = 0;
+    for (int c = 1; c <= 3 && !t_failed_now; c++) {   // larger files in every slot, and another count, each call
+        int first = c * n / 4 - 8 * c, count = n - first < n / 2 - 3 * c ? n - first : n / 2 - 3 * c;
+        CHECK(nvjpeg_decode(j, data + first, len + first, count, d + first, s, &bad, why, sizeof why) == 0, "%s", why);
+        CHECK(cudaStreamSynchronize(s) == cudaSuccess, "the decode failed on the GPU");
+    }
+    took = now_seconds() - t0;
+    pthread_join(th, NULL);
+    CHECK(cudaStreamSynchronize(dev.stream) == cudaSuccess, "the spinning kernel failed");
+    printf("  # three calls beside a spinning block: %.3f s (it spun %.1f s)\n", took, hold);
+    CHECK(took < hold / 2, "the decodes took %.2f s: they waited for the other stream's kernel (%.1f s)", took, hold);
+    cudaStreamDestroy(s);
+    for (int k = 0; k < n; k++) cudaFree(d[k].px), free(f[k].bytes);
+    free(d), free(data), free(len);
     nvjpeg_close(j);
     dataset_free(&coco);
 }
