@@ -600,25 +600,72 @@ static void prefetch_batch(Trainer *t, const Batch *b) {
 }
 
 // augment=gpu's prefetch on a thread of its own, beside the step: queuing the copies is quick, but nvJPEG parses
-// each file on the host as it queues its decode (a batch of 64 mosaics: about 300 files).
-typedef struct { Trainer *t; const Batch *b; pthread_t th; int running; } Prefetch;
+// each file on the host as it queues its decode (a batch of 64 mosaics: about 300 files). One thread for the run:
+// nvJPEG's hardware decoder waited for the whole device at the first decode of each new thread (the step's time,
+// bench/RESULTS.md).
+typedef struct {
+    Trainer *t;
+    const Batch *b;
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int started, pending, quit;   // pending: b is being prefetched
+} Prefetcher;
 
-static void *prefetch_main(void *arg) {
-    Prefetch *p = arg;
-    prefetch_batch(p->t, p->b);
+static void *prefetcher_main(void *arg) {
+    Prefetcher *p = arg;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (!p->pending && !p->quit) pthread_cond_wait(&p->cv, &p->mu);
+        if (!p->pending) break;                    // quit, nothing left
+        pthread_mutex_unlock(&p->mu);
+        prefetch_batch(p->t, p->b);
+        pthread_mutex_lock(&p->mu);
+        p->pending = 0;
+        pthread_cond_broadcast(&p->cv);
+    }
+    pthread_mutex_unlock(&p->mu);
     return NULL;
 }
 
-static void prefetch_begin(Prefetch *p, Trainer *t, const Batch *b) {
-    p->t = t, p->b = b, p->running = 0;
+static void prefetch_begin(Prefetcher *p, Trainer *t, const Batch *b) {
     // one device (several split the batch by sizes the step may change: they prefetch here, before it)
-    if (b->aug && !t->multi && pthread_create(&p->th, NULL, prefetch_main, p) == 0) p->running = 1;
-    else prefetch_batch(t, b);                     // the bytes (quick), or no thread to be had
+    if (!b->aug || t->multi) {
+        prefetch_batch(t, b);                      // the bytes: quick
+        return;
+    }
+    if (!p->started) {
+        pthread_mutex_init(&p->mu, NULL);
+        pthread_cond_init(&p->cv, NULL);
+        if (pthread_create(&p->th, NULL, prefetcher_main, p)) {
+            pthread_cond_destroy(&p->cv), pthread_mutex_destroy(&p->mu);
+            prefetch_batch(t, b);                  // no thread to be had
+            return;
+        }
+        p->started = 1;
+    }
+    pthread_mutex_lock(&p->mu);
+    p->t = t, p->b = b, p->pending = 1;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
 }
 
-static void prefetch_end(Prefetch *p) {
-    if (p->running) pthread_join(p->th, NULL);
-    p->running = 0;
+static void prefetch_end(Prefetcher *p) {
+    if (!p->started) return;
+    pthread_mutex_lock(&p->mu);
+    while (p->pending) pthread_cond_wait(&p->cv, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void prefetcher_stop(Prefetcher *p) {
+    if (!p->started) return;
+    pthread_mutex_lock(&p->mu);
+    p->quit = 1;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(p->th, NULL);
+    pthread_cond_destroy(&p->cv), pthread_mutex_destroy(&p->mu);
+    p->started = 0;
 }
 
 // The shape of batch i: the loader's images (S x S, or the rect batch's), resized under multi_scale
@@ -631,6 +678,7 @@ static StepShape batch_shape(const Config *cfg, const Batch *b, int epoch, int i
 
 static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
     int nb = loader_batches(ld), S = cfg->imgsz, rc = 0;
+    Prefetcher pf = { 0 };                          // augment=gpu: the next batch's prefetch beside the step
     const char *dir = rs->dir;
     char path[CFG_PATH * 2 + 64];
     Err err;
@@ -659,7 +707,6 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
         if (loader_next(ld, &b)) prefetch_batch(t, b);
         for (t->t.data += now_seconds() - tw; !stopping(halt) && b; b = next, i++) {
             tw = now_seconds();
-            Prefetch pf = { 0 };
             if (!loader_next(ld, &next)) next = NULL;
             else prefetch_begin(&pf, t, next);
             t->t.data += now_seconds() - tw;
@@ -754,6 +801,7 @@ static int train_epochs(Config *cfg, Trainer *t, Loader *ld, RunState *rs) {
         }
     }
 done:
+    prefetcher_stop(&pf);
     device_set_fatal_hook(NULL, NULL);
     return rc;
 }
