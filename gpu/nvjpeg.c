@@ -6,13 +6,11 @@
 // (NVJPEG_OUTPUT_RGBI) at a pitch of 3w.
 // The hardware backend's buffers are allocated for the largest image seen in each slot of the batch; a larger
 // one frees and allocates them again, and cudaFree waits for the whole device, a step running beside included
-// (test_gpu_jpeg's busy-GPU case: 100 ms for a 13 ms decode). So the batch size never changes (a new
-// size reallocates too) and nvjpegDecodeBatchedPreAllocate sizes every slot for the largest image seen so far,
+// (beside a spinning kernel: 106-110 ms for a 13 ms decode; test_gpu_jpeg's busy-GPU case). So
+// nvjpegDecodeBatchedPreAllocate sizes every slot for the largest image seen so far, for one batch size (the
+// state is initialised once, for HW_BATCH: a pre-allocation is for the batch size it names),
 // at least PRE_MIN x PRE_MIN (a growth is itself a reallocation), rounded up (PRE_ROUND), at most PRE_MAX_PIXELS:
 // past that, or where the library lacks the call, larger images cost that wait, nothing else.
-// The hardware backend also waits for the whole device at its first batch from host memory it has not read
-// before (seen in the same test; the loader's slots are grow-only and reused, so after the first batches a run
-// meets it only when a slot grows; a copy into one buffer of the decoder's cost the end-to-end run 8%).
 // The pre-allocation is outside the memory plan: HW_BATCH slots of PRE_MIN² 4:4:4 pictures, about 200 MB.
 #include "gpu/nvjpeg.h"
 

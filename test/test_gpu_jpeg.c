@@ -183,8 +183,7 @@ static void *release_after(void *arg) {
 // The hardware decoder beside a busy GPU: with one block spinning on another stream (as a step keeps the GPU
 // busy), calls whose slots get other, larger files (the buffers nvJPEG sizes per slot) and another count each
 // time return in their own time, not once the other stream's work ends. nvJPEG reallocating a slot's buffers
-// calls cudaFree, which waits for the whole device (issue 37). The files stay in host memory the decoder has
-// read before: new memory makes it wait too (gpu/nvjpeg.c).
+// calls cudaFree, which waits for the whole device (issue 37).
 static void test_decode_beside_busy_gpu(void) {
     NEED_GPU();
     Dataset coco;
