@@ -47,9 +47,13 @@ typedef struct {
     pthread_rwlock_t arena_lock;
 } Slot;
 
-typedef struct {            // decode + long-side resize once per image, by whichever worker needs it first
+// Each image loaded once, by whichever worker needs it first, under its lock: decoded and long-side resized; or,
+// with defer_decode, a file a device will decode kept as its bytes (jpeg[i], owned here; img[i] then has the host
+// path's size and px NULL). What a worker gets from it are views, never freed by the worker.
+typedef struct {
     pthread_mutex_t *lock;  // (n)
-    Image           *img;   // (n) px NULL until loaded
+    Image           *img;   // (n) px NULL until loaded (or kept as bytes)
+    AugJpeg         *jpeg;  // (n) len > 0: kept as bytes
     uint8_t         *failed;// (n)
 } Cache;
 
@@ -111,7 +115,9 @@ static int deferrable(const Loader *l, const uint8_t *buf, size_t n, const char 
 
 // defer_decode: image i read whole; a JPEG a device will decode becomes *out of the host path's size with px
 // NULL and *jpeg its bytes (malloc'd, the caller's), anything else is decoded and resized here (*jpeg zero).
-static int read_or_defer(const Loader *l, int i, Image *out, AugJpeg *jpeg, Err *err) {
+// For the RAM cache (cached = 1) a file larger than the tile it decodes to is decoded instead, so that no image
+// holds more than loader_cache_bytes counted for it and cache_open's check stays an upper bound.
+static int read_or_defer(const Loader *l, int i, int cached, Image *out, AugJpeg *jpeg, Err *err) {
     const char *path = l->ds->s[i].image;
     uint8_t *buf;
     size_t n;
@@ -121,8 +127,10 @@ static int read_or_defer(const Loader *l, int i, Image *out, AugJpeg *jpeg, Err 
     if (deferrable(l, buf, n, path, &info)) {
         *out = (Image){ 0, 0, NULL };
         augment_load_size(info.w, info.h, l->cfg.aug.img_size, &out->w, &out->h);
-        *jpeg = (AugJpeg){ buf, n, info.w, info.h, path };
-        return 0;
+        if (!cached || n <= (size_t)out->w * out->h * 3) {
+            *jpeg = (AugJpeg){ buf, n, info.w, info.h, path };
+            return 0;
+        }
     }
     Image raw;
     int rc = image_decode_mem(buf, n, path, &raw, err);
@@ -131,32 +139,37 @@ static int read_or_defer(const Loader *l, int i, Image *out, AugJpeg *jpeg, Err 
     return rc;
 }
 
-static int cache_load(Loader *l, int i, Image *out, Err *err) {
+// Image i from the cache, loaded on first use. jpeg: NULL, or (defer_decode) where a file kept as bytes goes, as
+// read_or_defer decides once for the run: *out and *jpeg are views into the cache (never freed by the worker).
+static int cache_load(Loader *l, int i, Image *out, AugJpeg *jpeg, Err *err) {
     Cache *c = l->cache;
     int rc = 0;
     pthread_mutex_lock(&c->lock[i]);
-    if (!c->img[i].px && !c->failed[i]) {
-        rc = load_resized(l, i, &c->img[i], err);
+    if (!c->img[i].px && !c->jpeg[i].len && !c->failed[i]) {
+        rc = jpeg ? read_or_defer(l, i, 1, &c->img[i], &c->jpeg[i], err) : load_resized(l, i, &c->img[i], err);
         c->failed[i] = rc != 0;
     } else if (c->failed[i]) {
         rc = err_set(err, "%s: unreadable (cached failure)", l->ds->s[i].image);
     }
     pthread_mutex_unlock(&c->lock[i]);
+    if (rc == 0 && !jpeg && c->jpeg[i].len)     // defer_decode is settled before the first epoch loads any
+        die("loader: image %d is cached as file bytes but asked for decoded", i);
     if (rc == 0) *out = c->img[i];   // a view: only read, never freed by put
+    if (rc == 0 && jpeg) *jpeg = c->jpeg[i];
     return rc;
 }
 
 // The first failure of an image is reported (once, by whichever worker meets it); from then on the
 // next readable index stands in for it, so a file that vanishes mid-run never stops training. jpeg: NULL, or
-// (defer_decode) where a deferred source's bytes go (read_or_defer).
+// (defer_decode) where a deferred source's bytes go (read_or_defer; with the cache, a view of its copy).
 static int source_find(Loader *l, int index, Image *img, AugJpeg *jpeg, Box **boxes, int *nbox, Err *err) {
     int n = l->ds->n;
     for (int k = 0; k < n; k++) {
         int j = (index + k) % n;
         if (atomic_load(&l->bad[j])) continue;
         Err e;
-        int rc = jpeg ? read_or_defer(l, j, img, jpeg, &e) : l->cache ? cache_load(l, j, img, &e)
-                                                                      : load_resized(l, j, img, &e);
+        int rc = l->cache ? cache_load(l, j, img, jpeg, &e)
+                 : jpeg   ? read_or_defer(l, j, 0, img, jpeg, &e) : load_resized(l, j, img, &e);
         if (rc == 0) {
             *boxes = l->ds->s[j].box;
             *nbox = l->ds->s[j].nbox;
@@ -175,20 +188,27 @@ static int source_get(void *ctx, int index, Image *img, Box **boxes, int *nbox, 
     return source_find(ctx, index, img, NULL, boxes, nbox, err);
 }
 
-// defer_decode: augment_sources_get with deferral: the m sources idx into tile, jpeg, tb, nb; on failure those
-// got are freed and it returns -1 with err.
-static int sources_read(Loader *l, const int *idx, int m, Image *tile, AugJpeg *jpeg, Box **tb, int *nb, Err *err) {
-    for (int k = 0; k < m; k++) {
-        if (source_find(l, idx[k], &tile[k], &jpeg[k], &tb[k], &nb[k], err) == 0) continue;
-        while (k--) free((void *)jpeg[k].data), image_free(&tile[k]);
-        return -1;
-    }
-    return 0;
-}
-
 static void source_put(void *ctx, int index, Image *img, Box *boxes) {
     Loader *l = ctx;
     if (!l->cache) image_free(img);   // boxes belong to the Dataset
+}
+
+// A deferred source's bytes given back: without a cache they are the worker's (read_or_defer's malloc), freed;
+// with one, a view of the cache's copy, which lives until loader_close.
+static void jpeg_put(const Loader *l, AugJpeg *jpeg) {
+    if (!l->cache) free((void *)jpeg->data);
+    jpeg->data = NULL;
+}
+
+// defer_decode: augment_sources_get with deferral: the m sources idx into tile, jpeg, tb, nb; on failure those
+// got are given back and it returns -1 with err.
+static int sources_read(Loader *l, const int *idx, int m, Image *tile, AugJpeg *jpeg, Box **tb, int *nb, Err *err) {
+    for (int k = 0; k < m; k++) {
+        if (source_find(l, idx[k], &tile[k], &jpeg[k], &tb[k], &nb[k], err) == 0) continue;
+        while (k--) jpeg_put(l, &jpeg[k]), source_put(l, idx[k], &tile[k], NULL);
+        return -1;
+    }
+    return 0;
 }
 
 size_t loader_cache_bytes(const Dataset *ds, int img_size) {
@@ -218,6 +238,7 @@ static int cache_open(Loader *l, Err *err) {
     Cache *c = xcalloc(1, sizeof *c);
     c->lock = xmalloc(l->ds->n * sizeof *c->lock);
     c->img = xcalloc(l->ds->n, sizeof *c->img);
+    c->jpeg = xcalloc(l->ds->n, sizeof *c->jpeg);
     c->failed = xcalloc(l->ds->n, 1);
     for (int i = 0; i < l->ds->n; i++) pthread_mutex_init(&c->lock[i], NULL);
     l->cache = c;
@@ -229,8 +250,9 @@ static void cache_free(Cache *c, int n) {
     for (int i = 0; i < n; i++) {
         pthread_mutex_destroy(&c->lock[i]);
         if (c->img[i].px) image_free(&c->img[i]);
+        free((void *)c->jpeg[i].data);
     }
-    free(c->lock), free(c->img), free(c->failed), free(c);
+    free(c->lock), free(c->img), free(c->jpeg), free(c->failed), free(c);
 }
 
 // ---- one sample ----
@@ -272,7 +294,7 @@ static size_t arena_reserve(Loader *l, HostArena *a, size_t need) {
 // defer_pixels: the m decoded tiles are copied into the slot's arena (the decoder's images are given back; a
 // RAM cache's are only views, copied too so the arena alone holds the batch's sources); their offsets go to
 // tile_off until the batch is complete (slot_arena_done), as the arena may still grow. defer_decode: a
-// deferred source (jpeg[k].len > 0) has no pixels; its file bytes go to the jpeg arena (freed here).
+// deferred source (jpeg[k].len > 0) has no pixels; its file bytes go to the jpeg arena (given back here).
 static void keep_tiles(Loader *l, Slot *s, int i, Image *tile, AugJpeg *jpeg, const int *idx, int m) {
     size_t need = 0, need_j = 0, *off = s->tile_off + (size_t)i * AUG_MAX_SOURCES;
     size_t *off_j = s->jpeg_off ? s->jpeg_off + (size_t)i * AUG_MAX_SOURCES : NULL;
@@ -286,8 +308,7 @@ static void keep_tiles(Loader *l, Slot *s, int i, Image *tile, AugJpeg *jpeg, co
     for (int k = 0; k < m; k++) {
         if (jpeg && jpeg[k].len) {               // the tile stays {w, h, NULL}
             memcpy(s->jpeg.base + at_j, jpeg[k].data, jpeg[k].len);
-            free((void *)jpeg[k].data);
-            jpeg[k].data = NULL;                 // set by slot_arena_done
+            jpeg_put(l, &jpeg[k]);               // data: set by slot_arena_done
             off_j[k] = at_j;
             at_j += jpeg[k].len;
             continue;
@@ -552,7 +573,7 @@ int loader_open(const LoaderConfig *cfg, const Dataset *ds, Loader **out, Err *e
     malloc_keep_memory();
     Loader *l = xcalloc(1, sizeof *l);
     l->cfg = *cfg, l->ds = ds;
-    l->cfg.defer_decode = cfg->defer_decode && cfg->defer_pixels && cfg->train && !cfg->cache_ram;
+    l->cfg.defer_decode = cfg->defer_decode && cfg->defer_pixels && cfg->train;
     if (cfg->cache_ram && cache_open(l, err)) {
         free(l);
         return -1;
@@ -593,7 +614,7 @@ void loader_set_defer_decode(Loader *l, int on) {
     pthread_mutex_lock(&l->mu);
     int was = l->cfg.defer_decode;
     if (!l->active && l->epoch == 0 && !l->next_batch)   // before the first epoch: no worker reads it yet
-        l->cfg.defer_decode = on && l->cfg.defer_pixels && l->cfg.train && !l->cfg.cache_ram;
+        l->cfg.defer_decode = on && l->cfg.defer_pixels && l->cfg.train;
     for (int k = 0; k < l->n_slots && l->cfg.defer_decode && !was; k++) {
         Slot *s = &l->slot[k];
         if (!s->jpegs) s->jpegs = xcalloc((size_t)l->cfg.batch * AUG_MAX_SOURCES, sizeof *s->jpegs);
@@ -693,6 +714,18 @@ LoaderStats loader_stats(Loader *l) {
                        atomic_load(&l->n_bad) };
     pthread_mutex_unlock(&l->mu);
     return st;
+}
+
+LoaderCacheHeld loader_cache_held(Loader *l) {
+    LoaderCacheHeld h = { 0 };
+    Cache *c = l->cache;
+    for (int i = 0; c && i < l->ds->n; i++) {
+        pthread_mutex_lock(&c->lock[i]);         // a worker may be loading it
+        if (c->jpeg[i].len) h.jpeg_bytes += c->jpeg[i].len, h.n_jpeg++;
+        else if (c->img[i].px) h.tile_bytes += (size_t)c->img[i].w * c->img[i].h * 3, h.n_tiles++;
+        pthread_mutex_unlock(&c->lock[i]);
+    }
+    return h;
 }
 
 int loader_pin_buffers(Loader *l, const LoaderPinning *p) {

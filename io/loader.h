@@ -19,16 +19,19 @@ typedef struct {
     uint64_t  seed;
     int       train;          // 1: shuffled, augmented (aug); 0: validation, in order, letterbox only
     AugParams aug;            // aug.img_size is S in both modes; the rest is read when train = 1
-    int       cache_ram;      // 1: decode and resize each image once, keep it for every epoch
+    int       cache_ram;      // 1: load each image once, keep it for every epoch: decoded and resized, or with
+                              // defer_decode a file a device decodes as its bytes (see defer_decode)
     int       defer_pixels;   // train = 1 (augment=gpu, issue 37): workers only decode and draw; each
                               // batch carries its samples' recipes and sources (Batch.aug), not pixels
-    // defer_pixels, train and no cache_ram (issue 37, the GPU decode): a JPEG source a device can decode is only
-    // read and its header parsed; its bytes go to the batch (Batch.jpeg_arena, AugSample.jpeg) and its tile keeps
-    // only the size the host path would give it. Deferred: a JPEG of 1 or 3 components, no EXIF orientation that
-    // changes the picture, at most defer_max_pixels stored pixels (0 = 4·S·S), and device_takes(device_ctx,
-    // bytes, n) != 0 when that is set (the device's own veto). Every other source (PNG, rotated, CMYK, larger,
-    // a header that does not parse) is decoded on the host as without it. With cache_ram it is ignored: the
-    // cache keeps decoded tiles. The boxes and recipes are the same as without it.
+    // defer_pixels and train (issue 37, the GPU decode): a JPEG source a device can decode is only read and its
+    // header parsed; its bytes go to the batch (Batch.jpeg_arena, AugSample.jpeg) and its tile keeps only the
+    // size the host path would give it. Deferred: a JPEG of 1 or 3 components, no EXIF orientation that changes
+    // the picture, at most defer_max_pixels stored pixels (0 = 4·S·S), and device_takes(device_ctx, bytes, n)
+    // != 0 when that is set (the device's own veto). Every other source (PNG, rotated, CMYK, larger, a header
+    // that does not parse) is decoded on the host as without it. With cache_ram the cache keeps a deferred
+    // file's bytes (read once, decided once; later epochs touch no file) and the other sources decoded; a file
+    // larger than the tile it decodes to is kept decoded (not deferred) so that loader_cache_bytes stays an
+    // upper bound. The boxes and recipes are the same as without it.
     int       defer_decode;
     size_t    defer_max_pixels;
     int     (*device_takes)(void *ctx, const uint8_t *data, size_t n);
@@ -95,10 +98,11 @@ LoaderConfig loader_config(const Config *cfg, int train);
 
 // Start cfg->workers threads over ds (which must outlive the loader). With cache_ram, first checks
 // that the resized images fit: returns -1 with err stating both numbers when loader_cache_bytes()
-// plus a 10% margin exceeds the available memory. Returns 0 with *out set, or -1 with err.
+// plus a 10% margin exceeds the available memory (with defer_decode an upper bound: files kept as
+// bytes take less). Returns 0 with *out set, or -1 with err.
 int  loader_open(const LoaderConfig *cfg, const Dataset *ds, Loader **out, Err *err);
 // defer_decode decided once the devices exist (they are made after the loader): before the first epoch
-// starts; ignored, as in loader_open, without defer_pixels and train or with cache_ram.
+// starts; ignored, as in loader_open, without defer_pixels and train.
 void loader_set_defer_decode(Loader *l, int on);
 // Stop the workers (even mid-epoch: each finishes at most its current sample), join, free all.
 void loader_close(Loader *l);
@@ -117,8 +121,13 @@ int  loader_next(Loader *l, Batch **b);
 void loader_release(Loader *l, Batch *b);   // its buffer goes back to the workers
 LoaderStats loader_stats(Loader *l);
 // Bytes the RAM cache would take: every image resized so its long side is img_size (from the sizes
-// validation read in the headers).
+// validation read in the headers). With defer_decode an upper bound (files kept as bytes are at most
+// their tile's size).
 size_t loader_cache_bytes(const Dataset *ds, int img_size);
+// What the RAM cache holds now: files kept as their bytes (defer_decode) and decoded, resized tiles, each
+// a count of images and their bytes. Zeros without cache_ram. Safe while the workers run.
+typedef struct { size_t jpeg_bytes, tile_bytes; int n_jpeg, n_tiles; } LoaderCacheHeld;
+LoaderCacheHeld loader_cache_held(Loader *l);
 // Page-locking of the batch image buffers, so a GPU build copies them to the device asynchronously
 // (gpu_host_pin / gpu_host_unpin) while io/ stays free of CUDA. pin returns 0, or -1 to leave that
 // buffer pageable (copies from it are slower, still right).

@@ -2,8 +2,10 @@
 // decode are only read: their bytes and stored size go with the batch, in a second pinned arena; PNG, EXIF-rotated
 // and larger sources are decoded on the host, and the device's veto sends a file there too. The targets are those
 // of the same batches without defer_decode, and the host twin (augment_sample_pixels, the CPU backend's
-// augment_batch) gives their pixels byte for byte. Data: the synthetic set with a PNG and a rotated JPEG put in;
-// coco128 (skipped when absent). Legend: N batch, SIDE the sample side.
+// augment_batch) gives their pixels byte for byte. With cache=ram the cache keeps the deferred files' bytes (and
+// the other sources decoded): the same batches as without the cache, no file read after the first epoch. Data:
+// the synthetic set with a PNG and a rotated JPEG put in; coco128 (skipped when absent). Legend: N batch, SIDE
+// the sample side.
 #include <limits.h>
 #include <stdint.h>
 
@@ -19,6 +21,7 @@
 #define PNG_AT   1            // the synthetic image re-saved as PNG
 #define ROT_AT   2            // the synthetic image given EXIF orientation 6 (rotate 90)
 #define VETO_AT  4            // the image test_device_veto's predicate refuses
+#define SMALL    48           // a side at which about half the synthetic JPEGs are larger than their tiles
 
 static Dataset ds;
 static char dir[PATH_MAX];
@@ -278,8 +281,8 @@ static void test_device_veto(void) {
 }
 
 // The jpeg arena is page-locked through the pinning hooks (with the tile arena: when allocated, or by
-// loader_pin_buffers when the hooks come after an epoch, late) and unpinned at close; with cache_ram
-// defer_decode is ignored (no jpeg arena, no deferred source).
+// loader_pin_buffers when the hooks come after an epoch, late) and unpinned at close; with cache_ram too (its
+// deferred sources are copies of the cache's bytes).
 static void test_arena_pinned(void) {
     for (int v = 0; v < 3; v++) {
         int cache = v == 1, late = v == 2;
@@ -305,12 +308,9 @@ static void test_arena_pinned(void) {
             }
         }
         loader_close(l);
-        if (cache)
-            CHECK(with_bytes == 0 && deferred == 0, "cache=ram: %d batches with jpeg bytes, %d deferred samples",
-                  with_bytes, deferred);
-        else
-            CHECK(batches == 8 && with_bytes == batches && unpinned == 0, "late %d: %d batches, %d with jpeg bytes, %d "
-                  "of those not page-locked", late, batches, with_bytes, unpinned);
+        CHECK(batches == 8 && with_bytes == batches && deferred > 0 && unpinned == 0, "cache %d late %d: %d batches, "
+              "%d with jpeg bytes, %d deferred samples, %d batches not page-locked", cache, late, batches, with_bytes,
+              deferred, unpinned);
         CHECK(f.n_live == 0 && f.unpins == f.pins, "cache %d: %d pinned, %d unpinned after close", cache, f.pins,
               f.unpins);
     }
@@ -362,6 +362,232 @@ static void test_damaged_bytes(void) {
     CHECK(tried, "no deferred source met");
 }
 
+// ---- cache=ram with defer_decode ----------------------------------------------------------------------------
+
+static int recipe_differs(const AugRecipe *a, const AugRecipe *b) {   // field by field: the struct has padding
+    int d = a->s != b->s || a->w != b->w || a->h != b->h || a->mosaic != b->mosaic || a->mixup != b->mixup ||
+            a->mix_r != b->mix_r || a->hsv != b->hsv || a->flipud != b->flipud || a->fliplr != b->fliplr;
+    for (int k = 0; k < 3; k++) d |= a->hsv_r[k] != b->hsv_r[k];
+    for (int w = 0; w < 2; w++) {
+        const AugWarp *x = &a->warp[w], *y = &b->warp[w];
+        d |= x->xc != y->xc || x->yc != y->yc || x->scale != y->scale || memcmp(x->idx, y->idx, sizeof x->idx);
+        for (int k = 0; k < 9; k++) d |= x->M[k] != y->M[k];
+    }
+    return d;
+}
+
+// The samples of batch a that differ from b's: index, recipe, each source's tile (size, pixels) and deferred bytes
+// (length, stored size, bytes); the targets count as one more. The file names may differ (a copy of the set).
+static int batch_differs(const Batch *a, const Batch *b) {
+    if (a->n != b->n) return 1 + a->n;
+    int bad = a->nt != b->nt || memcmp(a->targets, b->targets, (size_t)a->nt * 6 * sizeof(float));
+    for (int i = 0; i < a->n; i++) {
+        const AugSample *x = &a->aug[i], *y = &b->aug[i];
+        int d = a->index[i] != b->index[i] || x->grey != y->grey || x->n_tiles != y->n_tiles ||
+                !x->jpeg != !y->jpeg || recipe_differs(&x->r, &y->r);
+        for (int k = 0; !d && k < x->n_tiles; k++) {
+            const Image *p = &x->tiles[k], *q = &y->tiles[k];
+            d |= p->w != q->w || p->h != q->h || !p->px != !q->px ||
+                 (p->px && memcmp(p->px, q->px, (size_t)p->w * p->h * 3));
+            if (!x->jpeg || d) continue;
+            const AugJpeg *u = &x->jpeg[k], *v = &y->jpeg[k];
+            d |= u->len != v->len || u->w != v->w || u->h != v->h || !u->data != !v->data ||
+                 (u->data && memcmp(u->data, v->data, u->len));
+        }
+        bad += d;
+    }
+    return bad;
+}
+
+static size_t file_size(const char *path) {
+    uint8_t *b;
+    size_t n;
+    Err err;
+    if (image_read_file(path, &b, &n, &err)) return 0;
+    free(b);
+    return n;
+}
+
+// What a cache of d at side S must hold once every image was read: the deferrable files' bytes (those not larger
+// than their tile) and the others' tiles, as should_defer and the loader's long-side resize give them.
+static LoaderCacheHeld expected_held(const Dataset *d, int S, size_t max_pixels) {
+    LoaderCacheHeld h = { 0 };
+    Tally t = { .d = d, .veto = -1, .max_pixels = max_pixels };
+    for (int i = 0; i < d->n; i++) {
+        ImageInfo info;
+        Err err;
+        int w = 0, h2 = 0;
+        if (image_info(d->s[i].image, &info, &err) == 0) {
+            int sw = info.orientation >= 5 && info.orientation <= 8 ? info.h : info.w;   // as decoded
+            int sh = info.orientation >= 5 && info.orientation <= 8 ? info.w : info.h;
+            augment_load_size(sw, sh, S, &w, &h2);
+        }
+        size_t n = file_size(d->s[i].image), tile = (size_t)w * h2 * 3;
+        if (should_defer(&t, i) && n <= tile) h.jpeg_bytes += n, h.n_jpeg++;
+        else h.tile_bytes += tile, h.n_tiles++;
+    }
+    return h;
+}
+
+static int held_differs(LoaderCacheHeld a, LoaderCacheHeld b) {
+    return a.jpeg_bytes != b.jpeg_bytes || a.tile_bytes != b.tile_bytes || a.n_jpeg != b.n_jpeg || a.n_tiles != b.n_tiles;
+}
+
+// Epochs 0 (mosaic) and 1 (closed) of a loader with cache_ram on dc against one without on dn, in lockstep: every
+// batch the same (batch_differs), and the cached ones' sources by the rule, with the files' bytes (check_sources on
+// dn, the files of the same names). between: NULL, or called after epoch 0. Returns the batches compared; *held is
+// the cache's content after epoch 0.
+static int cached_runs(const Dataset *dc, const Dataset *dn, LoaderConfig c, Tally *t, int *differ,
+                       LoaderCacheHeld *held, void (*between)(void)) {
+    LoaderConfig cc = c;
+    cc.cache_ram = 1;
+    Loader *lc, *ln;
+    Err err;
+    if (loader_open(&cc, dc, &lc, &err)) { CHECK(0, "%s", err.msg); return 0; }
+    if (loader_open(&c, dn, &ln, &err)) { CHECK(0, "%s", err.msg); loader_close(lc); return 0; }
+    int batches = 0;
+    for (int e = 0; e < 2; e++) {
+        if (e == 1) {
+            *held = loader_cache_held(lc);
+            if (between) between();
+        }
+        loader_start_epoch(lc, e, e == 0), loader_start_epoch(ln, e, e == 0);
+        Batch *bc, *bn;
+        while (loader_next(lc, &bc) && loader_next(ln, &bn)) {
+            batches++;
+            *differ += batch_differs(bc, bn);
+            check_sources(bc, t);
+            loader_release(lc, bc), loader_release(ln, bn);
+        }
+    }
+    if (loader_stats(lc).n_bad) CHECK(0, "the cached loader met %d bad images", loader_stats(lc).n_bad);
+    loader_close(lc), loader_close(ln);
+    return batches;
+}
+
+// (a), (c), (d): two epochs with cache=ram are the batches without the cache (recipes, targets, tile bytes,
+// deferred bytes); after the first, the cache holds the JPEGs as their files' bytes and the PNG and the rotated
+// JPEG decoded (the tiles the host path makes: compared with the uncached loader's), far below the estimate.
+static void test_cache_keeps_bytes(void) {
+    Tally t = { .d = &ds, .veto = -1, .max_pixels = (size_t)4 * SIDE * SIDE };
+    LoaderCacheHeld held = { 0 };
+    int differ = 0, batches = cached_runs(&ds, &ds, config(SIDE, 1), &t, &differ, &held, NULL);
+    report("cache=ram", batches, &t);
+    LoaderCacheHeld want = expected_held(&ds, SIDE, (size_t)4 * SIDE * SIDE);
+    size_t estimate = loader_cache_bytes(&ds, SIDE);
+    printf("    cache=ram: %d files kept as bytes (%zu), %d decoded (%zu); estimate %zu\n", held.n_jpeg,
+           held.jpeg_bytes, held.n_tiles, held.tile_bytes, estimate);
+    CHECK(batches == 8 && differ == 0 && t.deferred > 0, "%d batches, %d samples differ from those without the cache, "
+          "%d deferred", batches, differ, t.deferred);
+    CHECK(!held_differs(held, want) && want.n_jpeg == N_IMAGES - 2 && want.n_tiles == 2, "the cache holds %d files "
+          "(%zu bytes) and %d tiles (%zu); expected %d (%zu) and %d (%zu)", held.n_jpeg, held.jpeg_bytes, held.n_tiles,
+          held.tile_bytes, want.n_jpeg, want.jpeg_bytes, want.n_tiles, want.tile_bytes);
+    CHECK(2 * (held.jpeg_bytes + held.tile_bytes) < estimate, "the cache holds %zu bytes, not far below the decoded "
+          "estimate %zu", held.jpeg_bytes + held.tile_bytes, estimate);
+}
+
+// (b): a copy of the set whose files are deleted after the first epoch: the second epoch is the same batches, with
+// no warning (no file read).
+static Dataset copy;
+
+static void delete_copy(void) {
+    for (int i = 0; i < copy.n; i++)
+        if (remove(copy.s[i].image)) CHECK(0, "cannot remove %s", copy.s[i].image);
+}
+
+static void test_cache_no_reads(void) {
+    const char *to = test_tmpdir("loader_defer_copy");
+    copy = ds;
+    copy.s = xmalloc(ds.n * sizeof *copy.s);
+    for (int i = 0; i < ds.n; i++) {
+        copy.s[i] = ds.s[i];
+        const char *base = strrchr(ds.s[i].image, '/');
+        char *path = xmalloc(strlen(to) + strlen(base) + 1);
+        sprintf(path, "%s%s", to, base);
+        uint8_t *b;
+        size_t n;
+        Err err;
+        FILE *f = NULL;
+        if (image_read_file(ds.s[i].image, &b, &n, &err) == 0) {
+            f = fopen(path, "wb");
+            CHECK(f && fwrite(b, 1, n, f) == n, "cannot write %s", path);
+            free(b);
+        }
+        if (f) fclose(f);
+        copy.s[i].image = path;
+    }
+    LoaderConfig c = config(SIDE, 1);
+    c.report = tmpfile();
+    Tally t = { .d = &ds, .veto = -1, .max_pixels = (size_t)4 * SIDE * SIDE };
+    LoaderCacheHeld held = { 0 };
+    int differ = 0, batches = cached_runs(&copy, &ds, c, &t, &differ, &held, delete_copy);
+    report("files deleted", batches, &t);
+    long warned = ftell(c.report);
+    FILE *gone = fopen(copy.s[0].image, "rb");
+    CHECK(!gone && batches == 8 && differ == 0 && warned == 0 && held.n_jpeg + held.n_tiles == N_IMAGES,
+          "files %s, %d batches, %d samples differ, %ld bytes of warnings, %d of %d images cached after epoch 0",
+          gone ? "still there" : "deleted", batches, differ, warned, held.n_jpeg + held.n_tiles, N_IMAGES);
+    if (gone) fclose(gone);
+    fclose(c.report);
+    for (int i = 0; i < copy.n; i++) free(copy.s[i].image);
+    free(copy.s);
+}
+
+// The memory bound: at side SMALL (the limit raised so every JPEG fits the rule) some files are larger than the
+// tile they decode to; those are kept decoded, so no image holds more than loader_cache_bytes counts. The pixels are
+// still those without the cache (the host twin decodes a deferred source as the loader does).
+static void test_cache_larger_files(void) {
+    LoaderConfig c = config(SMALL, 1);
+    c.defer_max_pixels = (size_t)1 << 20;
+    LoaderConfig cc = c;
+    cc.cache_ram = 1;
+    Loader *l;
+    Err err;
+    if (loader_open(&cc, &ds, &l, &err)) { CHECK(0, "%s", err.msg); return; }
+    loader_start_epoch(l, 0, 1);
+    Batch *b;
+    while (loader_next(l, &b)) loader_release(l, b);
+    LoaderCacheHeld held = loader_cache_held(l), want = expected_held(&ds, SMALL, c.defer_max_pixels);
+    loader_close(l);
+    printf("    side %d: %d files kept as bytes (%zu), %d decoded (%zu); estimate %zu\n", SMALL, held.n_jpeg,
+           held.jpeg_bytes, held.n_tiles, held.tile_bytes, loader_cache_bytes(&ds, SMALL));
+    CHECK(!held_differs(held, want) && want.n_tiles > 2 && want.n_jpeg > 0, "the cache holds %d files (%zu bytes) and "
+          "%d tiles (%zu); expected %d (%zu) and %d (%zu), some of each beyond the PNG and the rotated one", held.n_jpeg,
+          held.jpeg_bytes, held.n_tiles, held.tile_bytes, want.n_jpeg, want.jpeg_bytes, want.n_tiles, want.tile_bytes);
+    CHECK(held.jpeg_bytes + held.tile_bytes <= loader_cache_bytes(&ds, SMALL), "the cache holds %zu bytes, over the "
+          "estimate %zu", held.jpeg_bytes + held.tile_bytes, loader_cache_bytes(&ds, SMALL));
+    Tally t = { .d = &ds, .veto = -1 };   // the rule is the cache's here: check_same's pixels only
+    t.replaced = 1;
+    int batches = compare_runs(&ds, cc, 4, &t, NULL);
+    CHECK(batches == 8 && t.wrong_targets == 0 && t.wrong_pixels == 0 && t.wrong_floats == 0, "%d batches, %d targets, "
+          "%d pixels, %d floats differ from the host path's", batches, t.wrong_targets, t.wrong_pixels, t.wrong_floats);
+}
+
+// (d) on coco128 at 640 (every JPEG fits the rule): the cache holds the files' bytes, a fraction of the estimate.
+static void test_cache_coco128(void) {
+    Dataset coco;
+    Err err;
+    NEED_COCO128_TRAIN(coco, err);
+    LoaderConfig c = config(640, 1);
+    c.batch = 16, c.cache_ram = 1, c.aug.mixup = 0;
+    Loader *l;
+    if (loader_open(&c, &coco, &l, &err)) { CHECK(0, "%s", err.msg); dataset_free(&coco); return; }
+    loader_start_epoch(l, 0, 1);
+    Batch *b;
+    while (loader_next(l, &b)) loader_release(l, b);
+    LoaderCacheHeld held = loader_cache_held(l), want = expected_held(&coco, 640, (size_t)4 * 640 * 640);
+    loader_close(l);
+    size_t estimate = loader_cache_bytes(&coco, 640);
+    printf("    coco128 at 640: %d files kept as bytes (%.1f MB), %d decoded (%.1f MB); estimate %.1f MB\n",
+           held.n_jpeg, held.jpeg_bytes / 1e6, held.n_tiles, held.tile_bytes / 1e6, estimate / 1e6);
+    CHECK(!held_differs(held, want) && held.n_jpeg > 0, "the cache holds %d files (%zu bytes) and %d tiles (%zu); "
+          "expected %d (%zu) and %d (%zu)", held.n_jpeg, held.jpeg_bytes, held.n_tiles, held.tile_bytes, want.n_jpeg,
+          want.jpeg_bytes, want.n_tiles, want.tile_bytes);
+    CHECK(3 * (held.jpeg_bytes + held.tile_bytes) < estimate, "%zu bytes held against the estimate %zu",
+          held.jpeg_bytes + held.tile_bytes, estimate);
+    dataset_free(&coco);
+}
+
 int main(void) {
     alarm(300);   // a hang (a worker never joined) fails the run instead of stalling CI
     if (make_dataset()) return 1;
@@ -370,6 +596,10 @@ int main(void) {
     RUN(test_rect_and_missing);
     RUN(test_arena_pinned);
     RUN(test_damaged_bytes);
+    RUN(test_cache_keeps_bytes);
+    RUN(test_cache_no_reads);
+    RUN(test_cache_larger_files);
     RUN(test_coco128);
+    RUN(test_cache_coco128);
     return test_summary();
 }

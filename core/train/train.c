@@ -1062,7 +1062,7 @@ static int train_run_(Config *cfg) {
         loader_close(ld); dataset_free(&ds); dataset_free(&vds);
         return 2;
     }
-    if (!strcmp(cfg->augment, "gpu") && strcmp(cfg->cache, "ram") && multi_decodes_jpeg(&t)) {
+    if (!strcmp(cfg->augment, "gpu") && multi_decodes_jpeg(&t)) {   // cache=ram then keeps the JPEGs as bytes
         loader_set_defer_decode(ld, 1);
         printf("augment=gpu: the GPU%s decode%s the JPEG files (nvJPEG); the workers read them and draw\n",
                devs.n > 1 ? "s" : "", devs.n > 1 ? "" : "s");
