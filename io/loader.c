@@ -227,12 +227,16 @@ size_t loader_cache_bytes(const Dataset *ds, int img_size) {
 }
 
 
+// Refuses a cache that may not fit: the decoded estimate, checked before defer_decode is known (it is set once the
+// devices exist); with it the cache keeps files no larger than their tiles (read_or_defer), so it stays a bound.
 static int cache_open(Loader *l, Err *err) {
     size_t need = loader_cache_bytes(l->ds, l->cfg.aug.img_size);
     size_t have = l->cfg.mem_available ? l->cfg.mem_available : mem_budget(0).bytes;   // ulimit -v, cgroups too
     if (need * (1 + CACHE_MARGIN) >= (double)have)
-        return err_set(err, "cache=ram: %d images at imgsz %d need %.2f GB (+%.0f%% margin = %.2f GB) but "
-                       "only %.2f GB of memory is available; set cache= (off) or a smaller imgsz",
+        return err_set(err, "cache=ram: %d images at imgsz %d need %.2f GB decoded (+%.0f%% margin = %.2f GB) but "
+                       "only %.2f GB of memory is available; set cache= (off) or a smaller imgsz (with augment=gpu "
+                       "where the GPUs decode JPEGs the cache keeps the files, less, but this upper bound is checked "
+                       "before that is known)",
                        l->ds->n, l->cfg.aug.img_size, need / 1e9, 100 * CACHE_MARGIN,
                        need * (1 + CACHE_MARGIN) / 1e9, have / 1e9);
     Cache *c = xcalloc(1, sizeof *c);

@@ -179,7 +179,8 @@ static void test_ram_cache(void) {
     Loader *l = NULL;
     Err err = { "" };
     CHECK(loader_open(&c, &ds, &l, &err) == -1, "a cache larger than the memory was accepted");
-    CHECK(strstr(err.msg, "cache=ram") && strstr(err.msg, "GB") && strstr(err.msg, "smaller imgsz"),
+    CHECK(strstr(err.msg, "cache=ram") && strstr(err.msg, "GB") && strstr(err.msg, "smaller imgsz") &&
+          strstr(err.msg, "upper bound"),
           "refusal message: %s", err.msg);
     size_t need = loader_cache_bytes(&ds, SIDE);
     CHECK(need > 0 && need < (size_t)N_IMAGES * SIDE * SIDE * 3 + 1, "estimate %zu bytes", need);
