@@ -9,7 +9,9 @@
 //   augment=gpu: the workers only decode and draw (the loader's defer_pixels, train's augment=gpu): what
 //   they cost when a device makes the pixels (the consumer makes none, so this is their ceiling too).
 //   augment=gpu-decode: the same with the loader's defer_decode: the workers read the JPEGs a device would
-//   decode (nvJPEG) and parse their headers only; the decode is left to the device (not timed here).
+//   decode (nvJPEG) and parse their headers only; the decode is left to the device (not timed here). With
+//   cache=ram the cache then keeps those files' bytes, not their tiles: after the table, what each mode's cache
+//   held (files compressed and tiles decoded, MB; repeat=K holds each image K times) against the decoded estimate.
 // CPU ms per sample (process CPU time of later epochs / samples) holds even on a busy machine: 1000 / it
 // per core. The profile times with the thread's CPU clock, so it too is robust to other load.
 #include <stdio.h>
@@ -21,7 +23,10 @@
 
 #include "io/loader.h"
 
-typedef struct { double first, rest, wait_ms, cpu_ms; } Result;   // samples/s: first, later epochs
+typedef struct {                     // samples/s: first, later epochs; what a RAM cache held at the end
+    double first, rest, wait_ms, cpu_ms;
+    LoaderCacheHeld held;
+} Result;
 
 typedef struct {
     const char *data;
@@ -73,11 +78,13 @@ static int measure(const Dataset *ds, int workers, int cache, int augment, const
     r->rest = o->epochs > 1 ? rest : r->first;
     r->wait_ms = batches ? 1e3 * wait / batches : 0;
     r->cpu_ms = o->epochs > 1 ? 1e3 * cpu / ((double)ds->n * (o->epochs - 1)) : 0;
+    r->held = loader_cache_held(l);
     loader_close(l);
     return 0;
 }
 
 static int throughput(const Dataset *ds, const Options *o) {
+    char held[3][256] = { "", "", "" };  // per augment mode: what cache=ram held (the same for every worker count)
     printf("| augment    | workers | cache | samples/s epoch 1 | samples/s later | wait per batch (ms) | CPU ms per sample |\n");
     printf("|:-----------|--------:|:------|------------------:|----------------:|--------------------:|------------------:|\n");
     for (int a = 0; a < o->n_augment; a++)
@@ -88,7 +95,17 @@ static int throughput(const Dataset *ds, const Options *o) {
                 printf("| %-10s | %7d | %-5s | %17.1f | %15.1f | %19.1f | %17.2f |\n", augment_names[o->augment[a]],
                        o->workers[i], o->cache[c] ? "ram" : "off", r.first, r.rest, r.wait_ms, r.cpu_ms);
                 fflush(stdout);
+                if (o->cache[c])
+                    snprintf(held[o->augment[a]], sizeof held[0], "cache=ram, augment=%s: %d files kept compressed "
+                             "(%.1f MB), %d decoded tiles (%.1f MB): %.1f MB in all", augment_names[o->augment[a]],
+                             r.held.n_jpeg, r.held.jpeg_bytes / 1e6, r.held.n_tiles, r.held.tile_bytes / 1e6,
+                             (r.held.jpeg_bytes + r.held.tile_bytes) / 1e6);
             }
+    int any = 0;
+    for (int a = 0; a < 3; a++)
+        if (held[a][0]) printf("%s%s\n", any++ ? "" : "\n", held[a]);
+    if (any) printf("the decoded estimate (loader_cache_bytes, cache_open's check): %.1f MB\n",
+                    loader_cache_bytes(ds, o->img_size) / 1e6);
     return 0;
 }
 
