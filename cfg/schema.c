@@ -60,7 +60,8 @@ const Key cfg_keys[] = {
     ENUM("train", "precision",    precision,    "bf16|tf32|fp32", "bf16",
          "bf16, tf32 or fp32 arithmetic on the GPU; the CPU computes in fp32 (it changes nothing there)"),
     ENUM("train", "cache",        cache,        "|ram|none", "",
-         "ram: keep decoded images in memory"),
+         "ram: keep the training images in memory, decoded (with augment=gpu where the GPUs decode JPEGs: the "
+         "files, compressed)"),
     ENUM("train", "augment",      augment,      "cpu|gpu", "cpu",
          "where training samples' pixels are made: cpu (the loader's workers) or gpu (the workers decode and draw, "
          "each device makes its micro-batch's pixels, the same bytes; the CPU backend makes them in the step)"),
