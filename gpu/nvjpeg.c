@@ -6,12 +6,12 @@
 // (NVJPEG_OUTPUT_RGBI) at a pitch of 3w.
 // The hardware backend's buffers are allocated for the largest image seen in each slot of the batch; a larger
 // one frees and allocates them again, and cudaFree waits for the whole device, a step running beside included
-// (beside a spinning kernel: 106-110 ms for a 13 ms decode; test_gpu_jpeg's busy-GPU case). So
+// (test_gpu_jpeg's busy-GPU case; the figures are in bench/RESULTS.md). So
 // nvjpegDecodeBatchedPreAllocate sizes every slot for the largest image seen so far, for one batch size (the
 // state is initialised once, for HW_BATCH: a pre-allocation is for the batch size it names),
 // at least PRE_MIN x PRE_MIN (a growth is itself a reallocation), rounded up (PRE_ROUND), at most PRE_MAX_PIXELS:
 // past that, or where the library lacks the call, larger images cost that wait, nothing else.
-// The pre-allocation is outside the memory plan: HW_BATCH slots of PRE_MIN² 4:4:4 pictures, about 200 MB.
+// The pre-allocation is outside the memory plan: HW_BATCH slots of PRE_MIN² 4:4:4 pictures (gpu/README.md).
 #include "gpu/nvjpeg.h"
 
 #include <cuda_runtime.h>
