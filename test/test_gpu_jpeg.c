@@ -1,7 +1,9 @@
 // test_gpu_jpeg.c: JPEG decoding on the GPU through nvJPEG (gpu/nvjpeg.h, issue 37) against the host's
 // libjpeg-turbo, on coco128's photographs: the same sizes, and pixels within a few levels (nvJPEG's IDCT and
-// chroma upsampling are its own, so the bytes are close, not equal); a damaged file is refused or reported,
-// never a crash; the hardware decoder does not wait for other streams' work. It prints each backend's decoding rate. Skips without CUDA, a GPU, nvJPEG or coco128.
+// chroma upsampling are its own, so the bytes are close, not equal); the same for those photographs re-encoded
+// grey and progressive, as the loader hands them to the GPU too; a damaged file is refused or reported, never a
+// crash; the hardware decoder does not wait for other streams' work. It prints each backend's decoding rate.
+// Skips without CUDA, a GPU, nvJPEG or coco128.
 // Legend: n images; d a pixel's absolute difference from the host's.
 #include <math.h>
 #include <pthread.h>
@@ -14,11 +16,14 @@
 #include "io/image.h"
 #include "test/test.h"
 
-#define GPU_TESTS(X) X(test_coco128_close_to_host) X(test_damaged_files) X(test_decode_beside_busy_gpu)
+#define GPU_TESTS(X) X(test_coco128_close_to_host) X(test_grey_and_progressive) X(test_damaged_files) \
+                     X(test_decode_beside_busy_gpu)
 #define GPU_ARENAS { 0 }
 #include "test/gpu_harness.h"
 
 #ifdef USE_CUDA
+#include <jpeglib.h>
+
 #include "gpu/nvjpeg.h"
 
 enum { MAX_FILES = 256 };
@@ -31,10 +36,10 @@ static int read_file(const char *path, File *f) {   // image_read_file's bytes (
     return image_read_file(path, &f->bytes, &f->n, &err);
 }
 
-// coco128's JPEG files into f (at most MAX_FILES); their count.
-static int coco_files(const Dataset *ds, File *f) {
+// coco128's first JPEG files into f (at most max); their count.
+static int coco_files(const Dataset *ds, File *f, int max) {
     int n = 0;
-    for (int i = 0; i < ds->n && n < MAX_FILES; i++) {
+    for (int i = 0; i < ds->n && n < max; i++) {
         const char *p = ds->s[i].image;
         size_t L = strlen(p);
         if (L > 4 && !strcmp(p + L - 4, ".jpg") && read_file(p, &f[n]) == 0) n++;
@@ -77,15 +82,40 @@ out:
     return secs;
 }
 
-// Every coco128 JPEG decoded by each backend: the host's size, mean |d| per image at most 3 levels and over the
-// set at most 1.5, and under 2% of the values more than 16 levels off (a wrong layout or pitch is far past all).
+// got[0..n) against want, the host's decodes of files f: the host's sizes, mean |d| per image at most 3 levels
+// and over the set at most 1.5, and under 2% of the values more than 16 levels off (a wrong layout or pitch is
+// far past all); a line of figures headed `what`.
+static void check_close(const char *what, const File *f, const Image *got, const Image *want, int n) {
+    double sum = 0, worst = 0;
+    size_t values = 0, far = 0;
+    for (int k = 0; k < n; k++) {
+        CHECK(got[k].w == want[k].w && got[k].h == want[k].h, "%s: %dx%d on the GPU, %dx%d on the host", f[k].name,
+              got[k].w, got[k].h, want[k].w, want[k].h);
+        if (got[k].w != want[k].w || got[k].h != want[k].h) continue;
+        size_t m = (size_t)want[k].w * want[k].h * 3;
+        double s = 0;
+        for (size_t i = 0; i < m; i++) {
+            int d = abs((int)got[k].px[i] - want[k].px[i]);
+            s += d, far += d > 16;
+        }
+        sum += s, values += m;
+        worst = fmax(worst, s / m);
+        CHECK(s / m <= 3.0, "%s (%s): mean |d| %.2f levels from libjpeg-turbo", f[k].name, what, s / m);
+    }
+    if (!values) return;
+    printf("  # %s: mean |d| %.3f levels (worst image %.3f), %.3f%% of values more than 16 off\n", what,
+           sum / values, worst, 100.0 * far / values);
+    CHECK(sum / values <= 1.5 && far <= values / 50, "%s: mean |d| %.3f, %zu values far off", what, sum / values, far);
+}
+
+// Every coco128 JPEG decoded by each backend, close to the host's decode (check_close).
 static void test_coco128_close_to_host(void) {
     NEED_GPU();
     Dataset coco;
     Err err;
     NEED_COCO128_TRAIN(coco, err);
     static File f[MAX_FILES];
-    int n = coco_files(&coco, f);
+    int n = coco_files(&coco, f, MAX_FILES);
     CHECK(n > 100, "only %d JPEG files read from coco128", n);
     Image *want = xcalloc(n, sizeof *want), *got = xcalloc(n, sizeof *got);
     double t0 = now_seconds();
@@ -102,34 +132,113 @@ static void test_coco128_close_to_host(void) {
         double secs = gpu_decode(j, f, n, got, 5);
         CHECK(secs >= 0, "%s: the decode failed", nvjpeg_backend(j));
         if (secs > 0) printf("  # nvJPEG %s: %.0f images/s (%d a call)\n", nvjpeg_backend(j), 5.0 * n / secs, n);
-        double sum = 0, worst = 0;
-        size_t values = 0, far = 0;
-        for (int k = 0; k < n && !t_failed_now; k++) {
-            CHECK(got[k].w == want[k].w && got[k].h == want[k].h, "%s: %dx%d on the GPU, %dx%d on the host", f[k].name,
-                  got[k].w, got[k].h, want[k].w, want[k].h);
-            if (t_failed_now) break;
-            size_t m = (size_t)want[k].w * want[k].h * 3;
-            double s = 0;
-            for (size_t i = 0; i < m; i++) {
-                int d = abs((int)got[k].px[i] - want[k].px[i]);
-                s += d, far += d > 16;
-            }
-            sum += s, values += m;
-            worst = fmax(worst, s / m);
-            CHECK(s / m <= 3.0, "%s (%s): mean |d| %.2f levels from libjpeg-turbo", f[k].name, nvjpeg_backend(j), s / m);
-        }
-        if (values) {
-            printf("  # %s: mean |d| %.3f levels (worst image %.3f), %.3f%% of values more than 16 off\n",
-                   nvjpeg_backend(j), sum / values, worst, 100.0 * far / values);
-            CHECK(sum / values <= 1.5 && far <= values / 50, "%s: mean |d| %.3f, %zu values far off", nvjpeg_backend(j),
-                  sum / values, far);
-        }
+        if (secs >= 0) check_close(nvjpeg_backend(j), f, got, want, n);
         for (int k = 0; k < n; k++) image_free(&got[k]);
         nvjpeg_close(j);
     }
     if (!opened) printf("  # no nvJPEG: nothing compared\n");
     for (int k = 0; k < n; k++) image_free(&want[k]), free(f[k].bytes);
     free(want), free(got);
+    dataset_free(&coco);
+    if (!opened && !t_failed_now) SKIP("no nvJPEG on this machine");
+}
+
+enum { PHOTOS = 6 };                               // coco128 photographs test_grey_and_progressive re-encodes
+enum { BASELINE, GREY, PROGRESSIVE, PROGRESSIVE_GREY, FORMS };
+static const char *const form_names[FORMS] = { "baseline colour", "grey", "progressive colour", "progressive grey" };
+
+// im re-encoded in memory by libjpeg-turbo at quality 90 in `form`: colour (libjpeg's defaults: 4:2:0) or grey
+// (one component, libjpeg's RGB-to-Y), baseline or progressive (jpeg_simple_progression); named after `from`.
+// libjpeg's own error handler: encoding an image in memory fails only on a bug, which ends the binary.
+static File encode(const Image *im, int form, const char *from) {
+    struct jpeg_compress_struct c;
+    struct jpeg_error_mgr e;
+    c.err = jpeg_std_error(&e);
+    jpeg_create_compress(&c);
+    unsigned char *buf = NULL;
+    unsigned long len = 0;
+    jpeg_mem_dest(&c, &buf, &len);
+    c.image_width = (JDIMENSION)im->w;
+    c.image_height = (JDIMENSION)im->h;
+    c.input_components = 3;
+    c.in_color_space = JCS_RGB;
+    jpeg_set_defaults(&c);
+    jpeg_set_quality(&c, 90, TRUE);
+    if (form == GREY || form == PROGRESSIVE_GREY) jpeg_set_colorspace(&c, JCS_GRAYSCALE);
+    if (form == PROGRESSIVE || form == PROGRESSIVE_GREY) jpeg_simple_progression(&c);   // (after the colour space)
+    jpeg_start_compress(&c, TRUE);
+    while (c.next_scanline < c.image_height) {
+        JSAMPROW row = im->px + (size_t)c.next_scanline * im->w * 3;
+        jpeg_write_scanlines(&c, &row, 1);
+    }
+    jpeg_finish_compress(&c);
+    jpeg_destroy_compress(&c);
+    const char *base = strrchr(from, '/');
+    char name[256];
+    snprintf(name, sizeof name, "%s, %s", base ? base + 1 : from, form_names[form]);
+    return (File){ buf, len, xstrdup(name) };
+}
+
+// Whether every pixel of im has R = G = B.
+static int is_grey(const Image *im) {
+    for (size_t i = 0; i < (size_t)im->w * im->h; i++)
+        if (im->px[3 * i] != im->px[3 * i + 1] || im->px[3 * i] != im->px[3 * i + 2]) return 0;
+    return 1;
+}
+
+// The loader defers every JPEG of 1 or 3 components to the GPU (io/loader.c deferrable; nvjpeg_takes is not
+// asked), grey and progressive files too, so they must decode there as on the host. PHOTOS of coco128 re-encoded
+// in each form (encode); per backend, each form in a call of its own, then all four forms in one call,
+// baseline and progressive side by side, where the hardware handle sends what its decoder does not support
+// (progressive at least) to the GPU-hybrid one (gpu/nvjpeg.c); each close to the host's decode of the same bytes
+// (check_close). The host decodes a grey file to RGB with its grey value in all three channels (libjpeg's
+// grey-to-RGB), and the GPU's decode is compared with that layout, so it must do the same.
+static void test_grey_and_progressive(void) {
+    NEED_GPU();
+    Dataset coco;
+    Err err;
+    NEED_COCO128_TRAIN(coco, err);
+    File src[PHOTOS], enc[FORMS * PHOTOS] = { { 0 } }, mix[FORMS * PHOTOS];   // enc[q * PHOTOS + p]: photo p, form q
+    Image want[FORMS * PHOTOS] = { { 0 } }, got[FORMS * PHOTOS] = { { 0 } }, mix_want[FORMS * PHOTOS];
+    int n = coco_files(&coco, src, PHOTOS);
+    CHECK(n == PHOTOS, "only %d JPEG files read from coco128", n);
+    for (int p = 0; p < n && !t_failed_now; p++) {
+        Image im;
+        CHECK(image_decode_mem(src[p].bytes, src[p].n, src[p].name, &im, &err) == 0, "%s", err.msg);
+        if (t_failed_now) break;
+        for (int q = 0; q < FORMS; q++) {
+            File *e = &enc[q * PHOTOS + p];
+            *e = encode(&im, q, src[p].name);
+            CHECK(image_decode_mem(e->bytes, e->n, e->name, &want[q * PHOTOS + p], &err) == 0, "%s", err.msg);
+            if (!t_failed_now && (q == GREY || q == PROGRESSIVE_GREY))
+                CHECK(is_grey(&want[q * PHOTOS + p]), "%s: the host's decode is not R = G = B", e->name);
+        }
+        image_free(&im);
+    }
+    for (int k = 0; k < FORMS * PHOTOS; k++)        // interleaved: photo p's four forms side by side
+        mix[k] = enc[k % FORMS * PHOTOS + k / FORMS], mix_want[k] = want[k % FORMS * PHOTOS + k / FORMS];
+    int opened = 0;
+    for (int hw = 1; hw >= 0 && !t_failed_now; hw--) {
+        NvJpeg *j;
+        char why[256], what[96];
+        if (nvjpeg_open(hw, &j, why, sizeof why)) { printf("  # %s\n", why); continue; }
+        if (hw && strcmp(nvjpeg_backend(j), "hardware")) printf("  # no hardware decoder here\n");
+        opened++;
+        for (int q = 0; q <= FORMS; q++) {            // q == FORMS: the four forms in one call
+            const File *f = q < FORMS ? enc + q * PHOTOS : mix;
+            const Image *w = q < FORMS ? want + q * PHOTOS : mix_want;
+            int m = q < FORMS ? PHOTOS : FORMS * PHOTOS;
+            snprintf(what, sizeof what, "%s, %s", nvjpeg_backend(j),
+                     q < FORMS ? form_names[q] : "the four forms in one call");
+            double secs = gpu_decode(j, f, m, got, 0);   // (a file nvjpeg_takes refuses fails here)
+            CHECK(secs >= 0, "%s: the decode failed", what);
+            if (secs >= 0) check_close(what, f, got, w, m);
+            for (int k = 0; k < m; k++) image_free(&got[k]);
+        }
+        nvjpeg_close(j);
+    }
+    for (int k = 0; k < FORMS * PHOTOS; k++) free(enc[k].bytes), free((void *)enc[k].name), image_free(&want[k]);
+    for (int p = 0; p < n; p++) free(src[p].bytes);
     dataset_free(&coco);
     if (!opened && !t_failed_now) SKIP("no nvJPEG on this machine");
 }
@@ -194,7 +303,7 @@ static void test_decode_beside_busy_gpu(void) {
     if (nvjpeg_open(1, &j, why, sizeof why)) { dataset_free(&coco); SKIP("%s", why); }
     if (strcmp(nvjpeg_backend(j), "hardware")) { nvjpeg_close(j); dataset_free(&coco); SKIP("no hardware decoder here"); }
     static File f[MAX_FILES];
-    int n = coco_files(&coco, f);
+    int n = coco_files(&coco, f, MAX_FILES);
     CHECK(n > 100, "only %d JPEG files read from coco128", n);
     const uint8_t **data = xmalloc(sizeof *data * n);
     size_t *len = xmalloc(sizeof *len * n);
