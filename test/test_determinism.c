@@ -4,7 +4,10 @@
 // the weights rounded to bf16 once a pass or once a convolution (YT_WEIGHTS_ONCE=0, =unpermuted), and with
 // the fused forms of a RepConv and of a residual addition or without them (YT_FUSE=0), with the residual
 // gradients aliased or not (YT_GRAD_ALIAS=0), with the recorded kernels launched programmatically or
-// not (YT_PDL=0), and with some gradients stored as bf16 or all fp32 (YT_GRAD_BF16=0).
+// not (YT_PDL=0), and with some gradients stored as bf16 or all fp32 (YT_GRAD_BF16=0). augment=gpu (the
+// step makes the pixels) gives augment=cpu's bits where the host decodes; where a GPU decodes the JPEGs
+// (nvJPEG) it repeats to the bit for one loader worker or three, the files read each epoch or kept in the
+// RAM cache (cache=ram).
 // Compared: results.csv (per-epoch losses, metrics, learning rates), the EMA weights and the
 // whole training state (weights, gradients, momentum), byte for byte but for the wall time it records.
 #include "test/test.h"
@@ -195,12 +198,17 @@ static void test_same_seed_same_bits_gpu(void) {
     if (ms) CHECK(0, "the GPU multi_scale run failed: status %d", ms);
     else same_as("gpu_ms", "gpu_ms_augment", 1, "0", "multi_scale=1", "augment=gpu");
     child_env = NULL;
-    // and with the GPU decoding the JPEG files where it has nvJPEG: the run trains, twice to the same bits
+    // and with the GPU decoding the JPEG files where it has nvJPEG: the run trains, twice to the same bits, and
+    // again with the RAM cache keeping the files' bytes (every synthetic file is smaller than its tile, so the
+    // cache keeps them all as bytes and nvJPEG decodes the same files: io/loader.c read_or_defer)
     child_more[0] = "augment=gpu";
     int d1 = train_in_child("gpu_decode", 1, "0"), d3 = train_in_child("gpu_decode_w3", 3, "0");
     child_more[0] = NULL;
     if (d1 || d3) CHECK(0, "an augment=gpu run decoding on the GPU failed: status %d, %d", d1, d3);
-    else compare("gpu_decode", "gpu_decode_w3");
+    else {
+        compare("gpu_decode", "gpu_decode_w3");
+        same_as("gpu_decode", "gpu_decode_w3_ram", 3, "0", "augment=gpu", "cache=ram");
+    }
     // YOLO26-n: depthwise convs (fresh too), attention, the detached one-to-one head, MuSGD; YT_FUSE=0 for its
     // bottlenecks' residual additions
     child_cfg = "cfg/yolo26n.ini";
