@@ -19,12 +19,12 @@ typedef __nv_bfloat16 bf16;
 
 // ---- the tiling ------------------------------------------------------------------------------------------
 // In NHWC a 1x1 stride-1 conv is the GEMM Z[P, K] = X[P, C]·W[K, C]^T. A block of 4 warps makes tiles of
-// BM = 64 pixels by BN = 64 output channels (grid: x the groups of TB consecutive pixel tiles, y the 64-channel
-// slices of K), stepping through C in slices of BK = 32 channels: each step brings the X slice (64 x 32 bf16,
-// 4 KiB) and the W slice (64 x 32 bf16, 4 KiB) into shared memory with cp.async (16 bytes a copy, zero-filled
-// past P, C or K), the next slice's copies in flight while this one multiplies (two buffers). Each warp
-// multiplies a 32 x 32 quarter of the tile as 2 x 2 WMMA bf16 16x16x16 fragments with fp32 accumulators, two
-// k-steps a slice.
+// BM = 64 pixels by BN = 64 output channels (grid: x the 64-channel slices of K, y the groups of TB consecutive
+// pixel tiles; x varies fastest, so the blocks that read the same X tiles run together), stepping through C in
+// slices of BK = 32 channels: each step brings the X slice (64 x 32 bf16, 4 KiB) and the W slice (64 x 32 bf16,
+// 4 KiB) into shared memory with cp.async (16 bytes a copy, zero-filled past P, C or K), the next slice's copies
+// in flight while this one multiplies (two buffers). Each warp multiplies a 32 x 32 quarter of the tile as 2 x 2
+// WMMA bf16 16x16x16 fragments with fp32 accumulators, two k-steps a slice.
 // Epilogue of a tile: the fp32 tile goes through shared memory; each value is rounded to bf16 once (as cuBLAS
 // and cuDNN write a bf16 output) and stored to z, and for each channel the tile's mean and M2 = Σ (z - mean)² of
 // the rounded values (fp32, 64 values) are joined into the block's running count, mean and M2 (double, Chan's
@@ -33,7 +33,8 @@ typedef __nv_bfloat16 bf16;
 // operation is rounded alone (no FMA contraction) for the same reason.
 // Per tile: reads 64·C·2 bytes of X and 64·C·2 of W (from L2 after the first tile), writes 64·64·2 of z;
 // 2·64·64·C FLOPs; per group 64·16 bytes of partials. For K <= 64 every X tile is read once; a larger K reads
-// it once per 64-channel slice (grid.y), mostly from L2.
+// it once per 64-channel slice (grid.x); the slices of a group run side by side, so all but the first mostly
+// read it from L2.
 enum { BM = 64, BN = 64, BK = 32, LDS = BK + 8, LDC = BN + 4, WARPS = 4, TILE_THREADS = 32 * WARPS };
 enum { MAX_GROUPS = 4096, FINISH_THREADS = 128 };   // tile groups along P; a block per channel in the finish
 
@@ -115,7 +116,7 @@ conv1x1_stats_kernel(const bf16 *x, int ldx, const bf16 *w, int C, int K, size_t
     __shared__ __align__(128) bf16 as[2][BM][LDS];
     __shared__ __align__(128) bf16 bs[2][BN][LDS];
     __shared__ __align__(128) float cs[BM][LDC];
-    int g = blockIdx.x, k0 = blockIdx.y * BN, warp = threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
+    int g = blockIdx.y, k0 = blockIdx.x * BN, warp = threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
     int col = threadIdx.x, slices = (C + BK - 1) / BK, first = g * tl.TB, last = min(first + tl.TB, tl.T);
     bool stats = col < BN && k0 + col < K;   // the threads that keep a channel's moments
     Moments run = { 0.0, 0.0, 0.0 };
@@ -263,7 +264,7 @@ static void conv_stats(Device *dev, const ConvDims *d, Map x, const float *w, Ma
                        float momentum, const GroupStats &s) {
     size_t P = (size_t)d->N * d->P * d->Q;
     const bf16 *w16 = weights_bf16(dev, d, w);
-    dim3 grid((unsigned)s.t.G, (unsigned)((d->K + BN - 1) / BN));
+    dim3 grid((unsigned)((d->K + BN - 1) / BN), (unsigned)s.t.G);   // G <= MAX_GROUPS, within grid.y's 65535
     conv1x1_stats_kernel<<<grid, TILE_THREADS, 0, dev->stream>>>((const bf16 *)x.data, x.ld, w16, d->C, d->K, P, s.t,
                                                                  (bf16 *)z.data, z.ld, s.mean, s.m2);
     checkLaunch(dev);
