@@ -26,9 +26,10 @@ typedef __nv_bfloat16 bf16;
 // in flight while this one multiplies (two buffers). Each warp multiplies a 32 x 32 quarter of the tile as 2 x 2
 // WMMA bf16 16x16x16 fragments with fp32 accumulators, two k-steps a slice.
 // Epilogue of a tile: the fp32 tile goes through shared memory; each value is rounded to bf16 once (as cuBLAS
-// and cuDNN write a bf16 output) and stored to z, and for each channel the tile's mean and M2 = Σ (z - mean)² of
-// the rounded values (fp32, 64 values) are joined into the block's running count, mean and M2 (double, Chan's
-// formula); after its TB tiles the block writes them to the partials (G, K). TB depends on P alone (at most
+// and cuDNN write a bf16 output) and stored to z; two threads a channel, each over half the tile's rows, take the
+// mean and M2 = Σ (z - mean)² of the rounded values (fp32, 32 values) and join them into that thread's running
+// count, mean and M2 (double, Chan's formula); after its TB tiles the block joins each channel's two halves (the
+// first, then the second) and writes them to the partials (G, K). TB depends on P alone (at most
 // MAX_GROUPS groups), so the partials, and the finish's order over them, are the same on every GPU; each
 // operation is rounded alone (no FMA contraction) for the same reason.
 // Per tile: reads 64·C·2 bytes of X and 64·C·2 of W (from L2 after the first tile), writes 64·64·2 of z;
@@ -117,9 +118,11 @@ conv1x1_stats_kernel(const bf16 *x, int ldx, const bf16 *w, int C, int K, size_t
     __shared__ __align__(128) bf16 bs[2][BN][LDS];
     __shared__ __align__(128) float cs[BM][LDC];
     int g = blockIdx.y, k0 = blockIdx.x * BN, warp = threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
-    int col = threadIdx.x, slices = (C + BK - 1) / BK, first = g * tl.TB, last = min(first + tl.TB, tl.T);
-    bool stats = col < BN && k0 + col < K;   // the threads that keep a channel's moments
-    Moments run = { 0.0, 0.0, 0.0 };
+    int col = threadIdx.x % BN, half = threadIdx.x / BN;   // the channel of the tile, and which half of its rows
+    int slices = (C + BK - 1) / BK, first = g * tl.TB, last = min(first + tl.TB, tl.T);
+    bool stats = k0 + col < K;   // the threads that keep a channel's moments
+    Moments run = { 0.0, 0.0, 0.0 };   // of this thread's half of the rows of each tile
+    static_assert(TILE_THREADS == 2 * BN, "two threads a channel, one per half of the tile's rows");
     for (int tile = first; tile < last; tile++) {
         size_t p0 = (size_t)tile * BM;
         wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
@@ -158,20 +161,26 @@ conv1x1_stats_kernel(const bf16 *x, int ldx, const bf16 *w, int C, int K, size_t
             if (p0 + row < P && k0 + c8 < K) *(uint4 *)(z + (p0 + row) * ldz + k0 + c8) = *(const uint4 *)v;
         }
         __syncthreads();
-        if (stats) {   // the tile's mean, then M2 about it, joined into the group's
-            int rows = P - p0 < (size_t)BM ? (int)(P - p0) : BM;
+        int rows = P - p0 < (size_t)BM ? (int)(P - p0) : BM, r0 = half * (BM / 2), r1 = min(r0 + BM / 2, rows);
+        if (stats && r0 < r1) {   // the half's mean, then M2 about it, joined into the half's running moments
             float sum = 0.0f;
-            for (int r = 0; r < rows; r++) sum = __fadd_rn(sum, cs[r][col]);
-            float mean = __fdiv_rn(sum, (float)rows), m2 = 0.0f;
-            for (int r = 0; r < rows; r++) {
+            for (int r = r0; r < r1; r++) sum = __fadd_rn(sum, cs[r][col]);
+            float mean = __fdiv_rn(sum, (float)(r1 - r0)), m2 = 0.0f;
+            for (int r = r0; r < r1; r++) {
                 float e = __fsub_rn(cs[r][col], mean);
                 m2 = __fadd_rn(m2, __fmul_rn(e, e));
             }
-            run = moments_join(run, Moments{ (double)rows, (double)mean, (double)m2 });
+            run = moments_join(run, Moments{ (double)(r1 - r0), (double)mean, (double)m2 });
         }
         __syncthreads();         // cs read before the next tile's fragments overwrite it
     }
-    if (!stats) return;
+    // The second half's moments through shared memory (cs is free after the last tile), joined after the first's
+    Moments *second = (Moments *)&cs[0][0];
+    static_assert(BN * sizeof(Moments) <= sizeof cs, "the halves' moments fit in cs");
+    if (half == 1) second[col] = run;
+    __syncthreads();
+    if (half == 1 || !stats) return;
+    run = moments_join(run, second[col]);
     part_mean[(size_t)g * K + k0 + col] = run.mean;
     part_m2[(size_t)g * K + k0 + col] = run.m2;
 #endif
