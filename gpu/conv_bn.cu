@@ -38,6 +38,9 @@ typedef __nv_bfloat16 bf16;
 // read it from L2.
 enum { BM = 64, BN = 64, BK = 32, LDS = BK + 8, LDC = BN + 4, WARPS = 4, TILE_THREADS = 32 * WARPS };
 enum { MAX_GROUPS = 4096, FINISH_THREADS = 128 };   // tile groups along P; a block per channel in the finish
+// Blocks an SM holds at once: the most an sm_90 SM's 228 KiB of shared memory takes (37 KiB a block and 1 KiB the
+// system keeps), so the registers are held to what six blocks leave; more would make ptxas spill
+enum { TILE_BLOCKS_PER_SM = 6 };
 
 // How P pixels are dealt: T tiles of BM, in G groups of TB consecutive tiles (the last may have fewer)
 struct Tiling { int T, TB, G; };
@@ -106,7 +109,7 @@ __device__ static inline void load_slice(const bf16 *x, int ldx, const bf16 *w, 
 
 // z (P, K) bf16 with pixel stride ldz = x (P, C) bf16 with pixel stride ldx, times w (K, C) bf16 transposed;
 // each tile group's moments of each channel into part_mean, part_m2 (G, K).
-__global__ void __launch_bounds__(TILE_THREADS)
+__global__ void __launch_bounds__(TILE_THREADS, TILE_BLOCKS_PER_SM)
 conv1x1_stats_kernel(const bf16 *x, int ldx, const bf16 *w, int C, int K, size_t P, Tiling tl, bf16 *z, int ldz,
                      double *part_mean, double *part_m2) {
     pdl_entry();
