@@ -166,7 +166,7 @@ template <SumKind KIND, int V> struct LaneTerms {
 struct SumJob { Map a, b; BnSaved p; double *part0, *part1; };
 
 template <SumKind KIND, int V>
-__global__ void __launch_bounds__(LANE_BX * LANES, 2)
+__global__ void __launch_bounds__(LANE_BX * LANES, 3)
 lane_sums_kernel(SumJob j0, SumJob j1, unsigned nx0) {
     pdl_entry();
     extern __shared__ double sh[];   // (2, LANES, blockDim.x·V)
