@@ -217,6 +217,16 @@ static void test_same_seed_same_bits_gpu(void) {
     else if (!same_with("YT_GRAD_FRESH=0", "gpu26_zeroed", "gpu26") && !same_with("YT_FUSE=0", "gpu26_unfused", "gpu26"))
         same_with("YT_GRAD_BF16=0", "gpu26_grads_fp32", "gpu26");
     child_cfg = "cfg/t.ini";
+    // augment=gpu on two devices (both on GPU 0: YT_TEST_SAME_GPU), each device's share of the next batch
+    // prefetched (its tiles copied, its JPEGs decoded) on a thread of its own beside the step (core/train/train.c's
+    // Prefetcher): one loader worker or three, the same bits
+    child_env = "YT_TEST_SAME_GPU=1";
+    child_more[0] = "augment=gpu";
+    int m1 = train_in_child("gpu2_decode", 1, "0,0"), m3 = train_in_child("gpu2_decode_w3", 3, "0,0");
+    child_more[0] = NULL;
+    child_env = NULL;
+    if (m1 || m3) CHECK(0, "an augment=gpu run on device=0,0 failed: status %d, %d", m1, m3);
+    else compare("gpu2_decode", "gpu2_decode_w3");
 #endif
 }
 

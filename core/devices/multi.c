@@ -493,23 +493,31 @@ int multi_step(Multi *mt, const float *images, const uint8_t *images_u8, int n, 
     return 0;
 }
 
-// share(d, first, count, arg) for each device d of t with a share of a batch of n: the shares the step will
-// scatter (split_sizes), so each device's step finds its copy; a split that changes in between (split=auto)
-// only makes that step copy again. One device: all n.
-static void each_share(Trainer *t, int n, void (*share)(Trainer *d, int first, int count, const void *arg),
-                       const void *arg) {
+// The shares the step will scatter (split_sizes), so each device's step finds its copy; a split that changes in
+// between (split=auto) only makes that step copy again.
+int multi_shares(Trainer *t, int n, MultiShare share[MULTI_MAX]) {
     Multi *mt = t->multi;
     if (!mt) {
-        share(t, 0, n, arg);
-        return;
+        share[0] = (MultiShare){ t, 0, n };
+        return 1;
     }
     int sizes[MULTI_MAX], first = 0;
     Err err;
-    if (split_sizes(mt, n, sizes, &err)) return;   // the step reports it
+    if (split_sizes(mt, n, sizes, &err)) return 0;   // the step reports it
     for (int k = 0; k < mt->n; k++) {
-        if (sizes[k]) share(mt->job[k].t, first, sizes[k], arg);
+        share[k] = (MultiShare){ mt->job[k].t, first, sizes[k] };
         first += sizes[k];
     }
+    return mt->n;
+}
+
+// share(d, first, count, arg) for each device d of t with a share of a batch of n, one after another.
+static void each_share(Trainer *t, int n, void (*share)(Trainer *d, int first, int count, const void *arg),
+                       const void *arg) {
+    MultiShare sh[MULTI_MAX];
+    int n_dev = multi_shares(t, n, sh);
+    for (int k = 0; k < n_dev; k++)
+        if (sh[k].count) share(sh[k].dev, sh[k].first, sh[k].count, arg);
 }
 
 typedef struct { const uint8_t *images; size_t per; } U8Batch;

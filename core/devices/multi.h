@@ -57,6 +57,12 @@ void multi_prefetch(Trainer *t, const uint8_t *images, int n, int H, int W);
 // augment=gpu: the same for a batch of n samples made on the devices (io/loader.h's Batch.aug): each GPU
 // queues the copy of its share's tiles from the loader's page-locked tile arena; unchanged until that step.
 void multi_prefetch_aug(Trainer *t, const AugSample *s, int n);
+// The shares of a batch of n images that the next step will scatter: share[k] is device k's trainer, its first
+// image and its count (0: none). Returns how many devices (one device, t->multi NULL: t with all n), or 0 when no
+// split fits (the step reports it). Call it on the thread that runs the steps, between them: split=auto changes the
+// split at a step's end. train.c's Prefetcher hands each share to a thread of its device.
+typedef struct { Trainer *dev; int first, count; } MultiShare;
+int  multi_shares(Trainer *t, int n, MultiShare share[MULTI_MAX]);
 // 1 when every device of t decodes JPEG files itself (Backend.dev.decodes_jpeg: a GPU with nvJPEG), else 0.
 int  multi_decodes_jpeg(Trainer *t);
 

@@ -599,28 +599,43 @@ static void prefetch_batch(Trainer *t, const Batch *b) {
     else multi_prefetch(t, b->images, b->n, b->h, b->w);
 }
 
-// augment=gpu's prefetch on a thread of its own, beside the step: queuing the copies is quick, but nvJPEG parses
-// each file on the host as it queues its decode (a batch of 64 mosaics: about 300 files). One thread for the run,
-// handed each batch (a thread per batch ran the same end to end).
+// augment=gpu's prefetch beside the step, a thread per device: queuing the copies is quick, but nvJPEG parses each
+// file on the host as it queues its decode (a batch of 64 mosaics: about 300 files), and on this thread the devices'
+// shares would go one after another, before the step. Each device has one thread for the run (lane k serves device
+// k), handed its share of each batch (a thread per batch ran the same end to end). The shares are split here, on
+// the thread that runs the steps and before the step: under split=auto the step may change the split, which it
+// reads without a lock (a share that then no longer matches only makes that step copy again).
+typedef struct Prefetcher Prefetcher;
 typedef struct {
-    Trainer *t;
-    const Batch *b;
+    Prefetcher *p;
     pthread_t th;
-    pthread_mutex_t mu;
+    int started, pending;          // pending: share is being prefetched
+    MultiShare share;              // of the samples s
+    const AugSample *s;
+} PrefetchLane;
+struct Prefetcher {
+    pthread_mutex_t mu;            // guards every lane's pending, share and s, and quit
     pthread_cond_t cv;
-    int started, pending, quit;   // pending: b is being prefetched
-} Prefetcher;
+    int ready, quit;               // ready: mu and cv made
+    PrefetchLane lane[MULTI_MAX];
+};
 
-static void *prefetcher_main(void *arg) {
-    Prefetcher *p = arg;
+static void prefetch_share(const MultiShare *sh, const AugSample *s) {
+    Trainer *d = sh->dev;
+    d->m.be->dev.prefetch_aug(d->m.be_ctx, s + sh->first, sh->count);
+}
+
+static void *prefetch_lane_main(void *arg) {
+    PrefetchLane *l = arg;
+    Prefetcher *p = l->p;
     pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (!p->pending && !p->quit) pthread_cond_wait(&p->cv, &p->mu);
-        if (!p->pending) break;                    // quit, nothing left
+        while (!l->pending && !p->quit) pthread_cond_wait(&p->cv, &p->mu);
+        if (!l->pending) break;                    // quit, nothing left
         pthread_mutex_unlock(&p->mu);
-        prefetch_batch(p->t, p->b);
+        prefetch_share(&l->share, l->s);
         pthread_mutex_lock(&p->mu);
-        p->pending = 0;
+        l->pending = 0;
         pthread_cond_broadcast(&p->cv);
     }
     pthread_mutex_unlock(&p->mu);
@@ -628,43 +643,53 @@ static void *prefetcher_main(void *arg) {
 }
 
 static void prefetch_begin(Prefetcher *p, Trainer *t, const Batch *b) {
-    // one device (several split the batch by sizes the step may change: they prefetch here, before it)
-    if (!b->aug || t->multi) {
+    if (!b->aug) {
         prefetch_batch(t, b);                      // the bytes: quick
         return;
     }
-    if (!p->started) {
+    if (!p->ready) {
         pthread_mutex_init(&p->mu, NULL);
         pthread_cond_init(&p->cv, NULL);
-        if (pthread_create(&p->th, NULL, prefetcher_main, p)) {
-            pthread_cond_destroy(&p->cv), pthread_mutex_destroy(&p->mu);
-            prefetch_batch(t, b);                  // no thread to be had
-            return;
-        }
-        p->started = 1;
+        p->ready = 1;
+    }
+    MultiShare sh[MULTI_MAX];
+    int n_dev = multi_shares(t, b->n, sh);
+    for (int k = 0; k < n_dev; k++) {             // a lane starts on its device's first share
+        PrefetchLane *l = &p->lane[k];
+        if (!sh[k].count || l->started) continue;
+        l->p = p;
+        l->started = !pthread_create(&l->th, NULL, prefetch_lane_main, l);
     }
     pthread_mutex_lock(&p->mu);
-    p->t = t, p->b = b, p->pending = 1;
+    for (int k = 0; k < n_dev; k++) {
+        PrefetchLane *l = &p->lane[k];
+        if (!sh[k].count || !l->started) continue;
+        l->share = sh[k], l->s = b->aug, l->pending = 1;
+    }
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
+    for (int k = 0; k < n_dev; k++)
+        if (sh[k].count && !p->lane[k].started) prefetch_share(&sh[k], b->aug);   // no thread to be had
 }
 
 static void prefetch_end(Prefetcher *p) {
-    if (!p->started) return;
+    if (!p->ready) return;
     pthread_mutex_lock(&p->mu);
-    while (p->pending) pthread_cond_wait(&p->cv, &p->mu);
+    for (int k = 0; k < MULTI_MAX; k++)
+        while (p->lane[k].pending) pthread_cond_wait(&p->cv, &p->mu);
     pthread_mutex_unlock(&p->mu);
 }
 
 static void prefetcher_stop(Prefetcher *p) {
-    if (!p->started) return;
+    if (!p->ready) return;
     pthread_mutex_lock(&p->mu);
     p->quit = 1;
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
-    pthread_join(p->th, NULL);
+    for (int k = 0; k < MULTI_MAX; k++)
+        if (p->lane[k].started) pthread_join(p->lane[k].th, NULL);
     pthread_cond_destroy(&p->cv), pthread_mutex_destroy(&p->mu);
-    p->started = 0;
+    *p = (Prefetcher){ 0 };
 }
 
 // The shape of batch i: the loader's images (S x S, or the rect batch's), resized under multi_scale
