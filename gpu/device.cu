@@ -132,6 +132,13 @@ extern "C" void device_defaults(Device *dev, int id) {
     dev->col_cap_floats = IM2COL_CAP_FLOATS;
 }
 
+// CUDA feeds a process's streams to a GPU through CUDA_DEVICE_MAX_CONNECTIONS hardware queues, 8 unless set,
+// shared round robin as streams are made; work on a stream that shares a queue with another waits behind all of
+// that stream's queued launches. A step replayed as a CUDA graph queues hundreds, so the next batch's nvJPEG
+// decode, beside it on streams of its own, waited for the whole step (bench/RESULTS.md, issue 37). 32, the most
+// CUDA takes, set before the process's first CUDA call; a value the user set stays (8 gives the old behaviour).
+__attribute__((constructor)) static void more_connections(void) { setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0); }
+
 extern "C" int device_init(Device *dev, int id, const size_t arena_bytes[ARENA_COUNT], Err *err) {
     device_defaults(dev, id);
     if (cudaSetDevice(id) != cudaSuccess) {
@@ -339,6 +346,21 @@ extern "C" void device_inject_hang(Device *dev) {
     checkCuda(cudaHostGetDevicePointer((void **)&d, (void *)hang_release, 0));
     hang_kernel<<<1, 1, 0, dev->stream>>>(d);
     checkLaunch(dev);
+}
+
+__global__ void spin_kernel(unsigned long long ns) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    while (t - t0 < ns);
+}
+
+extern "C" void device_queue_spins(Device *dev, void *stream, int launches, int blocks, double seconds) {
+    checkCuda(cudaSetDevice(dev->id));
+    for (int i = 0; i < launches; i++) {
+        spin_kernel<<<blocks, 128, 0, (cudaStream_t)stream>>>((unsigned long long)(seconds * 1e9));
+        checkLaunch(dev);
+    }
 }
 
 extern "C" void device_inject_fault(Device *dev, int sticky) {

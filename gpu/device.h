@@ -155,6 +155,9 @@ void device_set_wait_watch(void (*watch)(Device *dev, double waited_s));
 // (YT_GPU_HANG_AT, the watchdog's tests), until the watch is removed (device_set_wait_watch(NULL): the
 // communicators aborted, as ncclCommAbort ends NCCL's kernels) or about 120 s pass.
 void device_inject_hang(Device *dev);
+// Tests: `launches` kernels on `stream` (a cudaStream_t of dev's GPU) of `blocks` blocks of 128 threads, each block
+// spinning `seconds`: work queued as a recorded step queues it.
+void device_queue_spins(Device *dev, void *stream, int launches, int blocks, double seconds);
 size_t device_mem_used(const Device *dev);     // bytes in use on the GPU (all processes), from the driver
 size_t gpu_free_bytes(int id);                 // bytes free on GPU id now, from the driver (0: unusable)
 // Whether GPU `id` can train or infer at `prec`: this build has code for its architecture (CUDA_ARCH in

@@ -2,7 +2,7 @@
 // libjpeg-turbo, on coco128's photographs: the same sizes, and pixels within a few levels (nvJPEG's IDCT and
 // chroma upsampling are its own, so the bytes are close, not equal); the same for those photographs re-encoded
 // grey and progressive, as the loader hands them to the GPU too; a damaged file is refused or reported, never a
-// crash; the hardware decoder does not wait for other streams' work. It prints each backend's decoding rate.
+// crash; the decoder does not wait for other streams' work, running or queued. It prints each backend's decoding rate.
 // Skips without CUDA, a GPU, nvJPEG or coco128.
 // Legend: n images; d a pixel's absolute difference from the host's.
 #include <math.h>
@@ -17,7 +17,7 @@
 #include "test/test.h"
 
 #define GPU_TESTS(X) X(test_coco128_close_to_host) X(test_grey_and_progressive) X(test_damaged_files) \
-                     X(test_decode_beside_busy_gpu)
+                     X(test_decode_beside_busy_gpu) X(test_decode_beside_queued_work)
 #define GPU_ARENAS { 0 }
 #include "test/gpu_harness.h"
 
@@ -339,6 +339,65 @@ static void test_decode_beside_busy_gpu(void) {
     CHECK(cudaStreamSynchronize(dev.stream) == cudaSuccess, "the spinning kernel failed");
     printf("  # three calls beside a spinning block: %.3f s (it spun %.1f s)\n", took, hold);
     CHECK(took < hold / 2, "the decodes took %.2f s: they waited for the other stream's kernel (%.1f s)", took, hold);
+    cudaStreamDestroy(s);
+    for (int k = 0; k < n; k++) cudaFree(d[k].px), free(f[k].bytes);
+    free(d), free(data), free(len);
+    nvjpeg_close(j);
+    dataset_free(&coco);
+}
+
+// The decode beside work queued on other streams, as a step replayed as a CUDA graph queues hundreds of launches:
+// BUSY streams made before the decoder's and the decode's own, each with LAUNCHES kernels queued (a block an SM,
+// spinning), take every hardware queue CUDA gives a process by default (8); the decode of every coco128 photograph
+// must end long before that work does, as it does beside one spinning block. gpu/device.cu raises the queues to 32
+// (CUDA_DEVICE_MAX_CONNECTIONS); with the variable set to 8 this test fails (issue 37).
+static void test_decode_beside_queued_work(void) {
+    NEED_GPU();
+    Dataset coco;
+    Err err;
+    NEED_COCO128_TRAIN(coco, err);
+    enum { BUSY = 8, LAUNCHES = 60 };
+    cudaStream_t busy[BUSY], s;
+    for (int k = 0; k < BUSY; k++)
+        CHECK(cudaStreamCreateWithFlags(&busy[k], cudaStreamNonBlocking) == cudaSuccess, "cudaStreamCreateWithFlags");
+    NvJpeg *j;                                     // nvJPEG's streams, and the decode's, made after the busy ones
+    char why[256];
+    if (nvjpeg_open(1, &j, why, sizeof why)) {
+        for (int k = 0; k < BUSY; k++) cudaStreamDestroy(busy[k]);
+        dataset_free(&coco);
+        SKIP("%s", why);
+    }
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "cudaStreamCreateWithFlags");
+    static File f[MAX_FILES];
+    int n = coco_files(&coco, f, MAX_FILES);
+    CHECK(n > 100, "only %d JPEG files read from coco128", n);
+    const uint8_t **data = xmalloc(sizeof *data * n);
+    size_t *len = xmalloc(sizeof *len * n);
+    Image *d = xcalloc(n, sizeof *d);
+    for (int k = 0; k < n && !t_failed_now; k++) {
+        data[k] = f[k].bytes, len[k] = f[k].n;
+        CHECK(nvjpeg_takes(j, f[k].bytes, f[k].n, 1L << 26, &d[k].w, &d[k].h), "%s: not taken", f[k].name);
+        CHECK(cudaMalloc((void **)&d[k].px, (size_t)d[k].w * d[k].h * 3) == cudaSuccess, "cudaMalloc");
+    }
+    int bad, sms = 0;
+    CHECK(nvjpeg_decode(j, data, len, n, d, s, &bad, why, sizeof why) == 0, "%s", why);   // sizes the decoder
+    CHECK(cudaStreamSynchronize(s) == cudaSuccess, "the first decode failed on the GPU");
+    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev.id) == cudaSuccess, "the SM count");
+    double t0 = now_seconds(), took = 0, busy_s = 0;
+    for (int k = 0; k < BUSY && !t_failed_now; k++) device_queue_spins(&dev, busy[k], LAUNCHES, sms, 0.002);
+    double t1 = now_seconds();
+    if (!t_failed_now) {
+        CHECK(nvjpeg_decode(j, data, len, n, d, s, &bad, why, sizeof why) == 0, "%s", why);
+        CHECK(cudaStreamSynchronize(s) == cudaSuccess, "the decode failed on the GPU");
+        took = now_seconds() - t1;
+    }
+    for (int k = 0; k < BUSY; k++) CHECK(cudaStreamSynchronize(busy[k]) == cudaSuccess, "the queued work failed");
+    busy_s = now_seconds() - t0;
+    const char *conn = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    printf("  # %d files decoded beside %d streams of queued work: %.3f s (the work: %.3f s; CUDA_DEVICE_MAX_CONNECTIONS %s)\n",
+           n, BUSY, took, busy_s, conn ? conn : "unset");
+    CHECK(took < busy_s / 2, "the decode took %.3f s of the queued work's %.3f s: it waited behind it", took, busy_s);
+    for (int k = 0; k < BUSY; k++) cudaStreamDestroy(busy[k]);
     cudaStreamDestroy(s);
     for (int k = 0; k < n; k++) cudaFree(d[k].px), free(f[k].bytes);
     free(d), free(data), free(len);
