@@ -349,6 +349,7 @@ extern "C" void device_inject_hang(Device *dev) {
 }
 
 __global__ void spin_kernel(unsigned long long ns) {
+    pdl_entry();
     unsigned long long t0, t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
     do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
