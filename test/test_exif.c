@@ -7,9 +7,8 @@
 // broken string entry ends the parse, a third byte order read big-endian).
 #include "io/exif.h"
 #include "io/dataset.h"
+#include "test/jpeg_encode.h"
 #include "test/test.h"
-
-#include <jpeglib.h>
 
 // ---- pictures and JPEG bytes ----------------------------------------------------------------------
 // 40x24, a gradient plus a white block at the top left: no flip or rotation maps it onto itself.
@@ -24,31 +23,6 @@ static Image make_picture(void) {
             p[2] = mark ? 255 : 40;
         }
     return im;
-}
-
-static uint8_t *encode(const Image *im, size_t *n) {
-    struct jpeg_compress_struct c;
-    struct jpeg_error_mgr e;
-    c.err = jpeg_std_error(&e);
-    jpeg_create_compress(&c);
-    unsigned char *buf = NULL;
-    unsigned long len = 0;
-    jpeg_mem_dest(&c, &buf, &len);
-    c.image_width = (JDIMENSION)im->w;
-    c.image_height = (JDIMENSION)im->h;
-    c.input_components = 3;
-    c.in_color_space = JCS_RGB;
-    jpeg_set_defaults(&c);
-    jpeg_set_quality(&c, 95, TRUE);
-    jpeg_start_compress(&c, TRUE);
-    while (c.next_scanline < c.image_height) {
-        JSAMPROW row = im->px + (size_t)c.next_scanline * im->w * 3;
-        jpeg_write_scanlines(&c, &row, 1);
-    }
-    jpeg_finish_compress(&c);
-    jpeg_destroy_compress(&c);
-    *n = len;
-    return buf;
 }
 
 // ---- EXIF segments --------------------------------------------------------------------------------
@@ -169,7 +143,7 @@ static void test_eight_orientations(void) {
     static const int corner[9] = { 0, 0, 1, 3, 2, 0, 1, 3, 2 };
     Image pic = make_picture();
     size_t n;
-    uint8_t *jpg = encode(&pic, &n);
+    uint8_t *jpg = jpeg_encode_mem(&pic, 95, 0, 0, &n);
     Image plain;
     Err err;
     CHECK(image_decode_mem(jpg, n, "plain", &plain, &err) == 0, "%s", err.msg);
@@ -213,7 +187,7 @@ static void test_label_check_size(void) {
     if (system(cmd)) { CHECK(0, "mkdir"); return; }
     Image pic = make_picture();
     size_t n, m;
-    uint8_t *jpg = encode(&pic, &n);
+    uint8_t *jpg = jpeg_encode_mem(&pic, 95, 0, 0, &n);
     for (int o = 1; o <= 8; o++) {
         Seg s = orientation_segment(o & 1, o);
         uint8_t *f = splice(jpg, n, &s, 1, &m);
@@ -250,7 +224,7 @@ out:
 static void test_first_app1_and_odd_values(void) {
     Image pic = make_picture(), plain, got;
     size_t n, m;
-    uint8_t *jpg = encode(&pic, &n);
+    uint8_t *jpg = jpeg_encode_mem(&pic, 95, 0, 0, &n);
     Err err;
     CHECK(image_decode_mem(jpg, n, "plain", &plain, &err) == 0, "%s", err.msg);
     Seg two[2] = { { .n = 40 }, orientation_segment(1, 6) };

@@ -22,9 +22,8 @@
 #include "test/gpu_harness.h"
 
 #ifdef USE_CUDA
-#include <jpeglib.h>
-
 #include "gpu/nvjpeg.h"
+#include "test/jpeg_encode.h"
 
 enum { MAX_FILES = 256 };
 
@@ -147,32 +146,11 @@ enum { PHOTOS = 6 };                               // coco128 photographs test_g
 enum { BASELINE, GREY, PROGRESSIVE, PROGRESSIVE_GREY, FORMS };
 static const char *const form_names[FORMS] = { "baseline colour", "grey", "progressive colour", "progressive grey" };
 
-// im re-encoded in memory by libjpeg-turbo at quality 90 in `form`: colour (libjpeg's defaults: 4:2:0) or grey
-// (one component, libjpeg's RGB-to-Y), baseline or progressive (jpeg_simple_progression); named after `from`.
-// libjpeg's own error handler: encoding an image in memory fails only on a bug, which ends the binary.
+// im re-encoded in memory at quality 90 in `form` (test/jpeg_encode.h); named after `from`.
 static File encode(const Image *im, int form, const char *from) {
-    struct jpeg_compress_struct c;
-    struct jpeg_error_mgr e;
-    c.err = jpeg_std_error(&e);
-    jpeg_create_compress(&c);
-    unsigned char *buf = NULL;
-    unsigned long len = 0;
-    jpeg_mem_dest(&c, &buf, &len);
-    c.image_width = (JDIMENSION)im->w;
-    c.image_height = (JDIMENSION)im->h;
-    c.input_components = 3;
-    c.in_color_space = JCS_RGB;
-    jpeg_set_defaults(&c);
-    jpeg_set_quality(&c, 90, TRUE);
-    if (form == GREY || form == PROGRESSIVE_GREY) jpeg_set_colorspace(&c, JCS_GRAYSCALE);
-    if (form == PROGRESSIVE || form == PROGRESSIVE_GREY) jpeg_simple_progression(&c);   // (after the colour space)
-    jpeg_start_compress(&c, TRUE);
-    while (c.next_scanline < c.image_height) {
-        JSAMPROW row = im->px + (size_t)c.next_scanline * im->w * 3;
-        jpeg_write_scanlines(&c, &row, 1);
-    }
-    jpeg_finish_compress(&c);
-    jpeg_destroy_compress(&c);
+    size_t len;
+    uint8_t *buf = jpeg_encode_mem(im, 90, form == GREY || form == PROGRESSIVE_GREY,
+                                   form == PROGRESSIVE || form == PROGRESSIVE_GREY, &len);
     const char *base = strrchr(from, '/');
     char name[256];
     snprintf(name, sizeof name, "%s, %s", base ? base + 1 : from, form_names[form]);
@@ -289,6 +267,25 @@ static void *release_after(void *arg) {
     return NULL;
 }
 
+// Files f[0..n) ready to decode together: their bytes and lengths as nvjpeg_decode takes them, and device memory
+// for each at the size nvjpeg_takes reads (a failed check when it refuses one or memory runs out).
+typedef struct { int n; const uint8_t **data; size_t *len; Image *d; } Decodes;
+
+static Decodes decodes_for(NvJpeg *j, const File *f, int n) {
+    Decodes x = { n, xmalloc(sizeof *x.data * n), xmalloc(sizeof *x.len * n), xcalloc(n, sizeof *x.d) };
+    for (int k = 0; k < n && !t_failed_now; k++) {
+        x.data[k] = f[k].bytes, x.len[k] = f[k].n;
+        CHECK(nvjpeg_takes(j, f[k].bytes, f[k].n, 1L << 26, &x.d[k].w, &x.d[k].h), "%s: not taken", f[k].name);
+        CHECK(cudaMalloc((void **)&x.d[k].px, (size_t)x.d[k].w * x.d[k].h * 3) == cudaSuccess, "cudaMalloc");
+    }
+    return x;
+}
+
+static void decodes_free(Decodes *x) {
+    for (int k = 0; k < x->n; k++) cudaFree(x->d[k].px);
+    free(x->d), free(x->data), free(x->len);
+}
+
 // The hardware decoder beside a busy GPU: with one block spinning on another stream (as a step keeps the GPU
 // busy), calls whose slots get other, larger files (the buffers nvJPEG sizes per slot) and another count each
 // time return in their own time, not once the other stream's work ends. nvJPEG reallocating a slot's buffers
@@ -305,24 +302,16 @@ static void test_decode_beside_busy_gpu(void) {
     static File f[MAX_FILES];
     int n = coco_files(&coco, f, MAX_FILES);
     CHECK(n > 100, "only %d JPEG files read from coco128", n);
-    const uint8_t **data = xmalloc(sizeof *data * n);
-    size_t *len = xmalloc(sizeof *len * n);
-    Image *d = xcalloc(n, sizeof *d);
-    for (int k = 0; k < n && !t_failed_now; k++) {
-        CHECK(nvjpeg_takes(j, f[k].bytes, f[k].n, 1L << 26, &d[k].w, &d[k].h), "%s: not taken", f[k].name);
-        CHECK(cudaMalloc((void **)&d[k].px, (size_t)d[k].w * d[k].h * 3) == cudaSuccess, "cudaMalloc");
-    }
     // sorted small to large, so each call below puts larger files into the slots than the call before
     for (int a = 1; a < n; a++)
         for (int b = a; b > 0 && (long)f[b].n < (long)f[b - 1].n; b--) {
             File t = f[b]; f[b] = f[b - 1], f[b - 1] = t;
-            Image u = d[b]; d[b] = d[b - 1], d[b - 1] = u;
         }
-    for (int k = 0; k < n; k++) data[k] = f[k].bytes, len[k] = f[k].n;
+    Decodes x = decodes_for(j, f, n);
     cudaStream_t s;
     CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "cudaStreamCreateWithFlags");
     int bad;
-    CHECK(nvjpeg_decode(j, data, len, n / 4, d, s, &bad, why, sizeof why) == 0, "%s", why);   // the smallest quarter
+    CHECK(nvjpeg_decode(j, x.data, x.len, n / 4, x.d, s, &bad, why, sizeof why) == 0, "%s", why);   // the smallest quarter
     CHECK(cudaStreamSynchronize(s) == cudaSuccess, "the first decode failed on the GPU");
     const double hold = 3.0;                       // the spinning block's seconds
     device_inject_hang(&dev);
@@ -331,7 +320,8 @@ static void test_decode_beside_busy_gpu(void) {
     double t0 = now_seconds(), took = 0;
     for (int c = 1; c <= 3 && !t_failed_now; c++) {   // larger files in every slot, and another count, each call
         int first = c * n / 4 - 8 * c, count = n - first < n / 2 - 3 * c ? n - first : n / 2 - 3 * c;
-        CHECK(nvjpeg_decode(j, data + first, len + first, count, d + first, s, &bad, why, sizeof why) == 0, "%s", why);
+        CHECK(nvjpeg_decode(j, x.data + first, x.len + first, count, x.d + first, s, &bad, why, sizeof why) == 0, "%s",
+              why);
         CHECK(cudaStreamSynchronize(s) == cudaSuccess, "the decode failed on the GPU");
     }
     took = now_seconds() - t0;
@@ -340,8 +330,8 @@ static void test_decode_beside_busy_gpu(void) {
     printf("  # three calls beside a spinning block: %.3f s (it spun %.1f s)\n", took, hold);
     CHECK(took < hold / 2, "the decodes took %.2f s: they waited for the other stream's kernel (%.1f s)", took, hold);
     cudaStreamDestroy(s);
-    for (int k = 0; k < n; k++) cudaFree(d[k].px), free(f[k].bytes);
-    free(d), free(data), free(len);
+    decodes_free(&x);
+    for (int k = 0; k < n; k++) free(f[k].bytes);
     nvjpeg_close(j);
     dataset_free(&coco);
 }
@@ -371,23 +361,16 @@ static void test_decode_beside_queued_work(void) {
     static File f[MAX_FILES];
     int n = coco_files(&coco, f, MAX_FILES);
     CHECK(n > 100, "only %d JPEG files read from coco128", n);
-    const uint8_t **data = xmalloc(sizeof *data * n);
-    size_t *len = xmalloc(sizeof *len * n);
-    Image *d = xcalloc(n, sizeof *d);
-    for (int k = 0; k < n && !t_failed_now; k++) {
-        data[k] = f[k].bytes, len[k] = f[k].n;
-        CHECK(nvjpeg_takes(j, f[k].bytes, f[k].n, 1L << 26, &d[k].w, &d[k].h), "%s: not taken", f[k].name);
-        CHECK(cudaMalloc((void **)&d[k].px, (size_t)d[k].w * d[k].h * 3) == cudaSuccess, "cudaMalloc");
-    }
+    Decodes x = decodes_for(j, f, n);
     int bad, sms = 0;
-    CHECK(nvjpeg_decode(j, data, len, n, d, s, &bad, why, sizeof why) == 0, "%s", why);   // sizes the decoder
+    CHECK(nvjpeg_decode(j, x.data, x.len, n, x.d, s, &bad, why, sizeof why) == 0, "%s", why);   // sizes the decoder
     CHECK(cudaStreamSynchronize(s) == cudaSuccess, "the first decode failed on the GPU");
     CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev.id) == cudaSuccess, "the SM count");
     double t0 = now_seconds(), took = 0, busy_s = 0;
     for (int k = 0; k < BUSY && !t_failed_now; k++) device_queue_spins(&dev, busy[k], LAUNCHES, sms, 0.002);
     double t1 = now_seconds();
     if (!t_failed_now) {
-        CHECK(nvjpeg_decode(j, data, len, n, d, s, &bad, why, sizeof why) == 0, "%s", why);
+        CHECK(nvjpeg_decode(j, x.data, x.len, n, x.d, s, &bad, why, sizeof why) == 0, "%s", why);
         CHECK(cudaStreamSynchronize(s) == cudaSuccess, "the decode failed on the GPU");
         took = now_seconds() - t1;
     }
@@ -399,8 +382,8 @@ static void test_decode_beside_queued_work(void) {
     CHECK(took < busy_s / 2, "the decode took %.3f s of the queued work's %.3f s: it waited behind it", took, busy_s);
     for (int k = 0; k < BUSY; k++) cudaStreamDestroy(busy[k]);
     cudaStreamDestroy(s);
-    for (int k = 0; k < n; k++) cudaFree(d[k].px), free(f[k].bytes);
-    free(d), free(data), free(len);
+    decodes_free(&x);
+    for (int k = 0; k < n; k++) free(f[k].bytes);
     nvjpeg_close(j);
     dataset_free(&coco);
 }
