@@ -7,7 +7,8 @@
 #
 # Usage: bench/accuracy_guard.sh [DATA]   (a data.yaml or a built-in set's name; default ../shared/data/coco128/data.yaml)
 # Environment: CONFIGS ("cfg/s.ini cfg/yolo26s.ini"), SEEDS (3), EPOCHS (60), BATCH (16), DEVICE (0; empty: none given),
-#   OUT (runs/accuracy_guard), YOLOTRAIN (./yolotrain), EXTRA (more key=value for every run, e.g. fraction=0.5).
+#   OUT (runs/accuracy_guard), YOLOTRAIN (./yolotrain), EXTRA (more key=value for every run, e.g. fraction=0.5),
+#   PARALLEL (1: runs one at a time; N: a model's runs N at a time on the one device, which changes their speed only).
 # On an H100 each gelan-s or YOLO26-s run of 60 epochs on coco128 takes 45-60 s (issue 34).
 set -u
 DATA=${1:-../shared/data/coco128/data.yaml}
@@ -19,6 +20,7 @@ DEVICE=${DEVICE-0}
 OUT=${OUT:-runs/accuracy_guard}
 YOLOTRAIN=${YOLOTRAIN:-./yolotrain}
 EXTRA=${EXTRA:-}
+PARALLEL=${PARALLEL:-1}
 [ -x "$YOLOTRAIN" ] || { echo "accuracy_guard: $YOLOTRAIN is not an executable; build it (make) or set YOLOTRAIN" >&2; exit 2; }
 case $DATA in *.yaml|*.yml) [ -f "$DATA" ] || { echo "accuracy_guard: $DATA: no such file; give a data.yaml" >&2; exit 2; } ;; esac
 mkdir -p "$OUT" || exit 2
@@ -45,10 +47,21 @@ echo "| --- | --- | --- | --- | --- |"
 for cfg in $CONFIGS; do
     model=$(basename "$cfg" .ini)
     declare -A m50=() m95=()
+    # every run of the model, PARALLEL at a time; each writes its result to its own file
+    queue=()
+    for path in default reference; do
+        for seed in $(seq 1 "$SEEDS"); do queue+=("$path $seed"); done
+    done
+    for job in "${queue[@]}"; do
+        read -r path seed <<< "$job"
+        ( run "$model-$path-seed$seed" "$cfg" "$seed" "$path" > "$OUT/$model-$path-seed$seed.result" ) &
+        while [ "$(jobs -rp | wc -l)" -ge "$PARALLEL" ]; do sleep 1; done
+    done
+    wait
     for path in default reference; do
         : > "$OUT/$model.$path.txt"
         for seed in $(seq 1 "$SEEDS"); do
-            r=$(run "$model-$path-seed$seed" "$cfg" "$seed" "$path")
+            r=$(cat "$OUT/$model-$path-seed$seed.result")
             if [ -z "$r" ]; then
                 echo "accuracy_guard: $model $path seed $seed failed or printed no best epoch; see $OUT/$model-$path-seed$seed.log" >&2
                 status=2

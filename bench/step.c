@@ -64,8 +64,8 @@ static double node_flops(const Model *m, const Node *nd, int n) {
     return f;
 }
 
-// With YT_PROFILE set: the 15 most expensive (node, direction) pairs of the profiled steps.
-static void print_profile(const Model *m, int n, int steps) {
+// With YT_PROFILE set: the 15 most expensive (node, direction) pairs of the profiled steps (YT_PROFILE=all: every pair).
+static void print_profile(const Model *m, int n, int steps, int rows) {
     static const char *ops[] = { "conv", "repconv", "maxpool", "avgpool", "upsample", "copy", "add", "attn", "detach" };
     _Static_assert(sizeof ops / sizeof *ops == OP_KINDS, "a name for every OpKind");
     int k = 2 * m->n_nodes, *order = xmalloc(k * sizeof *order);
@@ -76,7 +76,7 @@ static void print_profile(const Model *m, int n, int steps) {
     printf("profiled (a wait after every node): forward %.1f ms, backward %.1f ms per step\n", 1e3 * fwd / steps,
            1e3 * bwd / steps);
     printf("%4s %-9s %-8s %-44s %9s %9s %6s\n", "node", "dir", "op", "tensor", "ms/step", "TFLOP/s", "share");
-    for (int r = 0; r < 15 && r < k; r++) {
+    for (int r = 0; r < rows && r < k; r++) {
         int i = order[r] / 2, b = order[r] % 2;
         const Node *nd = &m->nodes[i];
         double t = m->prof[order[r]] / steps, f = node_flops(m, nd, n) * (b ? 2 : 1);
@@ -153,7 +153,7 @@ static int bench(const char *cfgfile, int S, int n, int steps, const char *devic
     if (switch_str(SW_PROFILE)) {
         t.m.prof = xcalloc(2 * (size_t)t.m.n_nodes, sizeof(double));
         for (int i = 0; i < steps; i++) step(&t, resident, n, S, targets, nt, steps + 2 + i, &lo, &err);
-        print_profile(&t.m, n, steps);
+        print_profile(&t.m, n, steps, strcmp(switch_str(SW_PROFILE), "all") ? 15 : 2 * t.m.n_nodes);
         free(t.m.prof);
         t.m.prof = NULL;
     }

@@ -46,7 +46,7 @@ static const SwitchInfo table[] = {
         "STEP: the device's queue stops before that step (a spinning kernel), to try the NCCL watchdog by hand "
         "(core/train/faults.c; test_procs injects the same fault directly)", "" },
     [SW_PROFILE] = { "YT_PROFILE", SWITCH_DIAGNOSTIC, "none",
-        "set: bench/step and bench/val time each node of a profiled pass", "" },
+        "set: bench/step and bench/val time each node of a profiled pass (bench/step: the 15 slowest; all: every node)", "" },
     [SW_VERBOSE] = { "YT_VERBOSE", SWITCH_DIAGNOSTIC, "the failures only",
         "set: the tests print every compared tensor's share of its tolerance", "" },
     [SW_KEEP_TMP] = { "YT_KEEP_TMP", SWITCH_DIAGNOSTIC, "0, a passing test binary removes its scratch folders",
