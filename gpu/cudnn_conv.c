@@ -1,7 +1,8 @@
 // cudnn_conv.c: convolutions through cuDNN 9's backend API (cudnn_conv.h says what and why).
 // A plan is built the first time a shape (dims, strides, types, alignment, beta) is met: the
 // operation graph of one convolution, cuDNN's heuristics (mode A, then the fallback list), and the
-// first engine configuration that is deterministic, finalizes and fits the workspace. Plans live
+// first engine configuration that is deterministic, finalizes and fits the workspace, or with
+// tuning (YT_CUDNN_TUNE, below) the one of the first few that ran fastest on the call's operands. Plans live
 // in a hash table per device; each keeps its last variant pack, which is rebuilt only when the
 // pointers change (they do not, step after step, since the memory plan is fixed).
 // The library is reached through dlopen/dlsym, so the binary does not depend on it.
@@ -120,6 +121,7 @@ enum { TABLE_SLOTS = 1 << 14 };
 
 typedef struct {
     cudnnHandle_t handle;
+    cudaStream_t stream;
     Plan *table;
     int plans, refused;
     double build_seconds;    // host time spent making plans (rect validation meets many shapes)
@@ -151,7 +153,8 @@ void *cudnn_conv_ctx_new(void *stream) {
         free(c);
         return NULL;
     }
-    check_exec(lib.set_stream(c->handle, (cudaStream_t)stream), "cudnnSetStream");
+    c->stream = (cudaStream_t)stream;
+    check_exec(lib.set_stream(c->handle, c->stream), "cudnnSetStream");
     return c;
 }
 
@@ -308,62 +311,175 @@ static int64_t engine_index(Held *h, cudnnBackendDescriptor_t cfg) {
 
 enum { MAX_CFGS = 64 };
 
-// The first acceptable engine configuration of heuristics mode `mode` that finalizes into a plan
-// needing at most ws_cap bytes; NULL when none.
-static cudnnBackendDescriptor_t plan_from_heuristics(Held *h, cudnnHandle_t handle, cudnnBackendDescriptor_t graph,
-                                                     cudnnBackendHeurMode_t mode, const PlanKey *k, size_t ws_cap,
-                                                     int64_t *ws, int64_t *engine) {
+// An execution plan made from one engine configuration, its workspace and engine index.
+typedef struct { cudnnBackendDescriptor_t plan; int64_t ws, engine; } Cand;
+
+// The acceptable engine configurations of heuristics mode `mode` that finalize into plans needing at most
+// ws_cap bytes, in the heuristics' order: at most `max` of them into out (the caller owns their plans).
+static int plans_from_heuristics(Held *h, cudnnHandle_t handle, cudnnBackendDescriptor_t graph,
+                                 cudnnBackendHeurMode_t mode, const PlanKey *k, size_t ws_cap, Cand *out, int max) {
     cudnnBackendDescriptor_t heur = held_new(h, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
     if (!heur || !SET(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph) ||
         !SET(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode) || failed(lib.finalize(heur)))
-        return NULL;
+        return 0;
     int64_t count = 0;
     if (failed(lib.get_attr(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, NULL)))
-        return NULL;
+        return 0;
     if (count > MAX_CFGS) count = MAX_CFGS;
-    if (count < 1 || h->n + 2 * count + 8 > HELD_MAX) return NULL;
+    if (count < 1 || h->n + 2 * count + 8 > HELD_MAX) return 0;
     cudnnBackendDescriptor_t cfgs[MAX_CFGS];
     for (int64_t i = 0; i < count; i++)
-        if (!(cfgs[i] = held_new(h, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR))) return NULL;
+        if (!(cfgs[i] = held_new(h, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR))) return 0;
     int64_t got = 0;
     if (failed(lib.get_attr(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, cfgs)))
-        return NULL;
+        return 0;
     // where tensor cores are allowed, only configurations that use them: without, the engines the
     // heuristics offered for channel slices and groups ran far slower than im2col + cuBLAS (bench/RESULTS.md)
-    for (int64_t i = 0; i < got; i++) {
+    int n = 0;
+    for (int64_t i = 0; i < got && n < max; i++) {
         if (!engine_acceptable(h, cfgs[i], k->tensor_cores, k->tensor_cores)) continue;
         cudnnBackendDescriptor_t plan = NULL;
-        if (failed(lib.create_desc(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan))) return NULL;
-        int64_t n = 0;
+        if (failed(lib.create_desc(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan))) return n;
+        int64_t m = 0, ws = 0;
         if (SET(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfgs[i]) &&
             SET(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle) && !failed(lib.finalize(plan)) &&
-            !failed(lib.get_attr(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, ws)) &&
-            *ws >= 0 && (size_t)*ws <= ws_cap) {
-            *engine = engine_index(h, cfgs[i]);
-            return plan;
+            !failed(lib.get_attr(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &m, &ws)) &&
+            ws >= 0 && (size_t)ws <= ws_cap) {
+            out[n++] = (Cand){ plan, ws, engine_index(h, cfgs[i]) };
+            continue;
         }
         lib.destroy_desc(plan);
     }
-    return NULL;
+    return n;
 }
 
-static void build_plan(Ctx *c, Plan *p, size_t ws_cap) {
-    double t0 = now_seconds();
-    Held h = { .n = 0 };
-    cudnnBackendDescriptor_t graph = op_graph(&h, c->handle, &p->key);
-    p->plan = NULL;
-    if (graph) {
-        p->plan = plan_from_heuristics(&h, c->handle, graph, CUDNN_HEUR_MODE_A, &p->key, ws_cap, &p->ws,
-                                       &p->engine);
-        if (!p->plan) {
-            held_free(&h);   // the fallback list gets a fresh set of descriptors
-            graph = op_graph(&h, c->handle, &p->key);
-            if (graph)
-                p->plan = plan_from_heuristics(&h, c->handle, graph, CUDNN_HEUR_MODE_FALLBACK, &p->key, ws_cap,
-                                               &p->ws, &p->engine);
+// ---- choosing among the engines by timing them (YT_CUDNN_TUNE) --------------------------------
+// cuDNN's heuristics put first, for channel counts that are not multiples of 64 (gelan-s's 32 and 48),
+// engines that convert the tensors' layout around the convolution, and split-K weight gradients with a
+// slow reduction. With tuning, the first TUNE_MAX acceptable plans are timed on the call's own operands
+// when a shape class (the shape without batch and size: kind, channels, kernel, stride, groups, types,
+// strides, alignment) is first met outside a stream capture with beta 0 (so a trial run only writes what
+// the real run overwrites); the engine kept is then the class's for every batch and size (a validation
+// pass's many letterboxed sizes time nothing), and each plan is kept like any other: deterministic
+// engines only, one per shape. Stable between runs: the heuristics' first plan stays unless one runs in
+// at most TUNE_GAIN of its time, and then the earliest (in the heuristics' order) within TUNE_NEAR of the
+// fastest is kept, so only engines timing near one of those two bounds could flip between runs. The
+// choices are the process's: its devices share them (a device taking the engine another timed), so N
+// devices run the engines one device runs.
+// An engine needing more workspace than the first plan and TUNE_WS is not timed: the scratch left for the
+// workspace differs between call sites, and a plan that does not fit one falls back to the GEMM path there.
+enum { TUNE_MAX = 8, TUNE_RUNS = 3, TUNE_CHOICES = 4096, TUNE_WS = 32 << 20 };
+static const double TUNE_GAIN = 0.8, TUNE_NEAR = 1.1;
+
+static struct {
+    pthread_mutex_t lock;
+    int n;
+    struct { PlanKey cls; int64_t engine; } choice[TUNE_CHOICES];
+} tuned = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static int tune_on(void) { return !switch_is(SW_CUDNN_TUNE, "0"); }
+
+// ms of one run of plan `p` on the operands (the mean of TUNE_RUNS after one warm-up); a failed run: -1
+static double time_plan(Ctx *c, const Cand *p, void *const ptrs[3], void *ws) {
+    int64_t uids[3] = { UID_X, UID_W, UID_Y };
+    void *data[3] = { ptrs[0], ptrs[1], ptrs[2] }, *wsp = p->ws ? ws : NULL;
+    cudnnBackendDescriptor_t pack = NULL;
+    if (failed(lib.create_desc(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack))) return -1;
+    double ms = -1;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    if (SET(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids) &&
+        SET(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, data) &&
+        SET(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &wsp) && !failed(lib.finalize(pack)) &&
+        cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess &&
+        !failed(lib.execute(c->handle, p->plan, pack))) {
+        int ok = cudaEventRecord(e0, c->stream) == cudaSuccess;
+        for (int r = 0; r < TUNE_RUNS && ok; r++) ok = !failed(lib.execute(c->handle, p->plan, pack));
+        float t = 0;
+        if (ok && cudaEventRecord(e1, c->stream) == cudaSuccess && cudaEventSynchronize(e1) == cudaSuccess &&
+            cudaEventElapsedTime(&t, e0, e1) == cudaSuccess)
+            ms = t / TUNE_RUNS;
+    }
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    lib.destroy_desc(pack);
+    (void)cudaGetLastError();   // a failed trial leaves no error behind for the next launch's check
+    return ms;
+}
+
+// The rank of the plan to keep among n timed ones (ms[i] < 0: failed or not timed), by the rule above.
+static int tune_pick(const double *ms, int n) {
+    if (ms[0] < 0) return 0;
+    int fastest = 0;
+    for (int i = 1; i < n; i++)
+        if (ms[i] >= 0 && ms[i] < ms[fastest]) fastest = i;
+    if (ms[fastest] > TUNE_GAIN * ms[0]) return 0;
+    for (int i = 1; i < n; i++)
+        if (ms[i] >= 0 && ms[i] <= TUNE_NEAR * ms[fastest]) return i;
+    return fastest;
+}
+
+// Whether a call may be timed: output overwritten (beta 0) and the stream not being captured
+static int timeable(Ctx *c, const PlanKey *k) {
+    enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    return k->beta == 0.0f && cudaStreamIsCapturing(c->stream, &st) == cudaSuccess && st == cudaStreamCaptureStatusNone;
+}
+
+// Of the n candidates (the heuristics' order), the rank to keep: the first with the engine the process chose
+// for the shape's class, or the timed choice when the class is new (rank 0 when it cannot be timed).
+static int choose(Ctx *c, const PlanKey *k, Cand *cand, int n, void *const ptrs[3], void *ws) {
+    if (n < 2) return 0;
+    PlanKey cls = *k;
+    cls.d.N = cls.d.H = cls.d.W = cls.d.P = cls.d.Q = 0;
+    pthread_mutex_lock(&tuned.lock);
+    int rank = -1;
+    for (int i = 0; i < tuned.n && rank < 0; i++) {
+        if (memcmp(&tuned.choice[i].cls, &cls, sizeof cls)) continue;
+        rank = 0;
+        for (int j = 0; j < n; j++)
+            if (cand[j].engine == tuned.choice[i].engine) { rank = j; break; }
+    }
+    if (rank < 0 && !timeable(c, k)) rank = 0;
+    if (rank < 0) {
+        double ms[TUNE_MAX];
+        int64_t ws_max = cand[0].ws > TUNE_WS ? cand[0].ws : TUNE_WS;   // other call sites may leave less
+        for (int i = 0; i < n; i++) ms[i] = cand[i].ws <= ws_max ? time_plan(c, &cand[i], ptrs, ws) : -1;
+        rank = tune_pick(ms, n);
+        if (tuned.n < TUNE_CHOICES) tuned.choice[tuned.n].cls = cls, tuned.choice[tuned.n++].engine = cand[rank].engine;
+        if (switch_str(SW_CUDNN_VERBOSE)) {
+            fprintf(stderr, "cudnn tune %s N%d C%d %dx%d K%d %dx%d s%d x_ld %d y_ld %d:",
+                    k->kind == CUDNN_FWD ? "fwd" : k->kind == CUDNN_DGRAD ? "dgrad" : "wgrad", k->d.N, k->d.C, k->d.H,
+                    k->d.W, k->d.K, k->d.R, k->d.S, k->d.stride, k->x_ld, k->y_ld);
+            for (int i = 0; i < n; i++)
+                fprintf(stderr, " %s%lld %.4f ms ws %lld,", i == rank ? "*" : "", (long long)cand[i].engine, ms[i],
+                        (long long)cand[i].ws);
+            fprintf(stderr, "\n");
         }
     }
+    pthread_mutex_unlock(&tuned.lock);
+    return rank;
+}
+
+// The plan for p's shape: the first plan of heuristics mode A (then of the fallback list), or with tuning
+// the one choose() keeps of the first TUNE_MAX.
+static void build_plan(Ctx *c, Plan *p, size_t ws_cap, void *const ptrs[3], void *ws) {
+    double t0 = now_seconds();
+    Held h = { .n = 0 };
+    Cand cand[TUNE_MAX];
+    int n = 0, max = tune_on() ? TUNE_MAX : 1;
+    cudnnBackendDescriptor_t graph = op_graph(&h, c->handle, &p->key);
+    if (graph) n = plans_from_heuristics(&h, c->handle, graph, CUDNN_HEUR_MODE_A, &p->key, ws_cap, cand, max);
+    if (!n) {
+        held_free(&h);   // the fallback list gets a fresh set of descriptors
+        graph = op_graph(&h, c->handle, &p->key);
+        if (graph) n = plans_from_heuristics(&h, c->handle, graph, CUDNN_HEUR_MODE_FALLBACK, &p->key, ws_cap, cand, max);
+    }
     held_free(&h);
+    int pick = choose(c, &p->key, cand, n, ptrs, ws);
+    for (int i = 0; i < n; i++)
+        if (i != pick) lib.destroy_desc(cand[i].plan);
+    p->plan = n ? cand[pick].plan : NULL;
+    p->ws = n ? cand[pick].ws : 0;
+    p->engine = n ? cand[pick].engine : -1;
     p->ok = p->plan != NULL;
     if (p->ok) c->plans++;
     else c->refused++;
@@ -418,13 +534,13 @@ int cudnn_conv_run(void *ctx, CudnnConvKind kind, const ConvDims *d, CudnnOperan
     k.beta = beta;
     Plan *p = slot_of(c, &k);
     if (!p) return -1;   // table full: the GEMM path for the shapes beyond
+    void *ptrs[3] = { x.p, w.p, y.p };
     if (!p->used) {
         p->used = 1;
         p->key = k;
-        build_plan(c, p, ws_cap);
+        build_plan(c, p, ws_cap, ptrs, ws);
     }
     if (!p->ok || (size_t)p->ws > ws_cap) return -1;
-    void *ptrs[3] = { x.p, w.p, y.p };
     void *wsp = p->ws ? ws : NULL;
     if (!p->pack || memcmp(ptrs, p->ptrs, sizeof ptrs) || wsp != p->ws_ptr) build_pack(c, p, ptrs, wsp);
     check_exec(lib.execute(c->handle, p->plan, p->pack), "cudnnBackendExecute");

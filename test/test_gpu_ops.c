@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/spec/ops.h"
+#include "core/base/switches.h"
 #include "core/base/util.h"
 #include "test/test.h"
 #ifdef USE_CUDA
@@ -16,7 +17,7 @@
 #include "gpu/ops.h"
 #endif
 
-#define GPU_TESTS(X) X(test_conv_fp32) X(test_conv_tf32) X(test_conv_bf16) X(test_conv_chunked) X(test_conv_bf16dy) X(test_conv_cudnn_bf16) X(test_conv_bf16_dx) \
+#define GPU_TESTS(X) X(test_conv_fp32) X(test_conv_tf32) X(test_conv_bf16) X(test_conv_chunked) X(test_conv_bf16dy) X(test_conv_cudnn_bf16) X(test_cudnn_tune) X(test_conv_bf16_dx) \
     X(test_bn_silu) X(test_bn_silu_backward) X(test_residual_fused) X(test_bn_offset_variance) X(test_zero_map)     \
     X(test_step_allocates_nothing) X(test_init_refuses)
 
@@ -300,6 +301,78 @@ static void test_conv_cudnn_bf16(void) {
     cudnn_conv_stats(dev.cudnn, &plans, &refused, NULL);
     printf("# cuDNN plans made %d, shapes refused %d\n", plans - plans0, refused - refused0);
     CHECK(plans > plans0, "cuDNN is in use but made no plan: every case went the GEMM path");
+}
+
+// The engines YT_CUDNN_TUNE times (gpu/cudnn_conv.c) on the shapes it exists for: gelan's 3x3 convs of 32 and
+// 48 channels, whose first heuristic engines convert layouts, and a 64-channel one. With tuning off and on, in
+// fresh plan caches, each direction against the CPU twin on the rounded operands; tuned twice (a second cache:
+// the process's choice taken again) the same bits.
+static int same_on_device(Pair a, Pair b);
+
+static void tune_case(int tune, int N, int C, int H, Rng *g, Pair out[3]) {
+    setenv("YT_CUDNN_TUNE", tune ? "1" : "0", 1);
+    switches_reload();
+    void *saved = dev.cudnn, *fresh = cudnn_conv_ctx_new(dev.stream);
+    dev.cudnn = fresh;
+    ConvDims d = conv_dims(N, C, H, H, C, 3, 1, 1, 1);
+    size_t nw = (size_t)d.K * d.C * 9;
+    Pair x = pair_new(N, H, H, C, 0), w = vec_new((int)nw), dy = pair_new(N, H, H, C, 0);
+    out[0] = pair_new(N, H, H, C, 0), out[1] = pair_new(N, H, H, C, 0), out[2] = vec_new((int)nw);
+    pair_rand(x, g, -1, 1); pair_rand(w, g, -0.5, 0.5); pair_rand(dy, g, -1, 1);
+    for (int i = 1; i < 3; i++) pair_rand(out[i], g, -1, 1);   // += priors
+    round_bf16(x);
+    round_bf16(dy);
+    float *ws = xmalloc((conv_workspace_floats(&d) + 1) * sizeof(float));
+    Map xb = bf16_twin(x.d), yb = bf16_twin(out[0].d), dyb = bf16_twin(dy.d);
+    conv_forward_cpu(&d, x.h, w.h.data, NULL, out[0].h, ws);
+    conv_forward_gpu(&dev, &d, xb, w.d.data, NULL, yb);
+    copy_map_gpu(&dev, yb, out[0].d);
+    conv_backward_cpu(&d, x.h, w.h.data, dy.h, out[1].h, out[2].h.data, NULL, ws);
+    conv_backward_bf16dy_gpu(&dev, &d, xb, w.d.data, dyb.data, out[1].d, out[2].d.data);
+    int plans, refused;
+    cudnn_conv_stats(fresh, &plans, &refused, NULL);
+    CHECK(plans >= 3 && refused == 0, "C%d: %d plans, %d shapes refused", C, plans, refused);
+    static const char *what[3] = { "y", "dx", "dw" };
+    for (int i = 0; i < 3; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "tune %d C%d %s", tune, C, what[i]);
+        compare(name, out[i], BF16);
+    }
+    checkCuda(cudaStreamSynchronize(dev.stream));
+    dev.cudnn = saved;
+    cudnn_conv_ctx_free(fresh);
+    free(ws);
+    pair_free(x), pair_free(w), pair_free(dy);
+}
+
+static void test_cudnn_tune(void) {
+    NEED_GPU();
+    if (!dev.cudnn) SKIP("cuDNN not in use (not found at run time, or YT_CONV=gemm)");
+    const char *was = getenv("YT_CUDNN_TUNE");
+    char *keep = was ? xstrdup(was) : NULL;
+    dev.precision = GPU_BF16;
+    static const int SHAPES[][3] = { { 8, 48, 40 }, { 4, 32, 80 }, { 4, 64, 40 } };   // N, C, H
+    for (size_t s = 0; s < sizeof SHAPES / sizeof *SHAPES; s++) {
+        Pair a[3], b[3];
+        for (int tune = 0; tune < 2; tune++) {
+            arena_reset(&dev.acts);
+            Rng g = rng_for(18, s, 0);
+            tune_case(tune, SHAPES[s][0], SHAPES[s][1], SHAPES[s][2], &g, a);
+            if (tune) {   // the same inputs again through a second plan cache
+                arena_reset(&dev.acts);
+                g = rng_for(18, s, 0);
+                tune_case(tune, SHAPES[s][0], SHAPES[s][1], SHAPES[s][2], &g, b);
+                for (int i = 0; i < 3; i++) CHECK(same_on_device(a[i], b[i]), "C%d: tuned twice, output %d differs", SHAPES[s][1], i);
+                for (int i = 0; i < 3; i++) pair_free(b[i]);
+            }
+            for (int i = 0; i < 3; i++) pair_free(a[i]);
+        }
+    }
+    if (keep) setenv("YT_CUDNN_TUNE", keep, 1);
+    else unsetenv("YT_CUDNN_TUNE");
+    switches_reload();
+    free(keep);
+    dev.precision = GPU_FP32;
 }
 
 // A bf16-stored input gradient (core/spec/grad_plan.c stores such where a conv's data gradient is bf16 values
