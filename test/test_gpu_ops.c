@@ -17,7 +17,8 @@
 #include "gpu/ops.h"
 #endif
 
-#define GPU_TESTS(X) X(test_conv_fp32) X(test_conv_tf32) X(test_conv_bf16) X(test_conv_chunked) X(test_conv_bf16dy) X(test_conv_cudnn_bf16) X(test_cudnn_tune) X(test_conv_bf16_dx) \
+#define GPU_TESTS(X) X(test_conv_fp32) X(test_conv_tf32) X(test_conv_bf16) X(test_conv_chunked) X(test_conv_stem_large) X(test_conv_bf16dy) \
+    X(test_conv_cudnn_bf16) X(test_cudnn_tune) X(test_conv_bf16_dx)                                                  \
     X(test_bn_silu) X(test_bn_silu_backward) X(test_repconv_silu_bn_backward) X(test_residual_fused)              \
     X(test_bn_offset_variance) X(test_zero_map)                                                                     \
     X(test_step_allocates_nothing) X(test_init_refuses)
@@ -194,6 +195,52 @@ static uint16_t bf16_bits(float f) {
     memcpy(&u, &f, 4);
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
 }
+
+static void round_bf16(Pair p);
+
+// The stem (gpu/conv_stem.cu) at a training size, 2 images of 640x640 in (fp32, as the model's input), K 32:
+// the forward's many chunks, the weight gradient's 1600 strips and their combine. fp32 against the CPU on the
+// same operands. bf16 (dy packed as training passes it) against the CPU on the operands rounded to bf16 first,
+// as the GPU rounds them: the products are then exact on both sides and only the order of the fp32 sums
+// differs (tensor-core steps of 16 and strips of pixels against the CPU's loops), which the FP32 bounds hold
+// with room (each sum's rounding error is far below 1e-5 of its terms' magnitudes).
+static void test_conv_stem_large(void) {
+    NEED_GPU();
+    Rng g = rng_for(18, 0, 0);
+    ConvDims d = conv_dims(2, 3, 640, 640, 32, 3, 2, 1, 1);
+    size_t nw = (size_t)d.K * d.C * d.R * d.S, ny = (size_t)d.N * d.P * d.Q * d.K;
+    Map none = { NULL, 0, 0, 0, 0, 0, 0, 0 };
+    for (int bf = 0; bf < 2; bf++) {
+        arena_reset(&dev.acts);
+        dev.precision = bf ? GPU_BF16 : GPU_FP32;
+        Pair x = pair_new(d.N, d.H, d.W, d.C, 0), y = pair_new(d.N, d.P, d.Q, d.K, 0), dy = pair_new(d.N, d.P, d.Q, d.K, 0);
+        Pair w = vec_new((int)nw), b = vec_new(d.K), dw = vec_new((int)nw);
+        pair_rand(x, &g, -1, 1); pair_rand(w, &g, -0.5, 0.5); pair_rand(b, &g, -1, 1); pair_rand(dy, &g, -1, 1);
+        pair_rand(dw, &g, -1, 1);   // a += prior
+        if (bf) { round_bf16(x); round_bf16(w); round_bf16(dy); }
+        float *ws = xmalloc((conv_workspace_floats(&d) + 1) * sizeof(float));
+        conv_forward_cpu(&d, x.h, w.h.data, b.h.data, y.h, ws);
+        conv_forward_gpu(&dev, &d, x.d, w.d.data, b.d.data, y.d);
+        conv_backward_cpu(&d, x.h, w.h.data, dy.h, none, dw.h.data, NULL, ws);
+        if (bf) {
+            uint16_t *h16 = xmalloc(ny * sizeof *h16);
+            for (size_t j = 0; j < ny; j++) h16[j] = bf16_bits(dy.h.data[j]);
+            void *d16 = arena_take(&dev.acts, ny * 2, 256);
+            checkCuda(cudaMemcpy(d16, h16, ny * 2, cudaMemcpyHostToDevice));
+            conv_backward_bf16dy_gpu(&dev, &d, x.d, w.d.data, d16, none, dw.d.data);
+            free(h16);
+        } else {
+            conv_backward_gpu(&dev, &d, x.d, w.d.data, dy.d, none, dw.d.data, NULL);
+        }
+        compare(bf ? "stem 640 y (bf16 operands)" : "stem 640 y", y, FP32);
+        compare(bf ? "stem 640 dw (bf16 operands)" : "stem 640 dw", dw, FP32);
+        free(ws);
+        Pair all[] = { x, y, dy, w, b, dw };
+        for (size_t k = 0; k < sizeof all / sizeof *all; k++) pair_free(all[k]);
+    }
+    dev.precision = GPU_FP32;
+}
+
 
 // The backward from a packed bf16 dy equals, bit for bit, the backward that converts an fp32 dy
 // itself (with a small im2col cap, so chunks index into the packed dy).
