@@ -139,18 +139,27 @@ __global__ void maxpool_bwd_kernel(Map x, Window win, Map dy, const int *arg, Ma
 // once from memory and each window's maximum costs 2k compares, not k².
 enum { POOL_CC = 8, POOL_SMEM = 48 * 1024, POOL_NONE = 255 };   // POOL_CC: a uint2 of bytes, two float4s
 
-// rows [h0, h0 + rows) of x, channels [c0, c0 + POOL_CC), into xs[row][w][POOL_CC] (absent channels 0)
+// rows [h0, h0 + rows) of x, channels [c0, c0 + POOL_CC), into xs[row][w][POOL_CC] (absent channels 0);
+// a thread's loads go out 4 at a time
 template <int V>
 __device__ static void pool_load_rows(Map x, int n, int c0, int h0, int rows, float *xs) {
-    const int G = POOL_CC / V;
+    const int G = POOL_CC / V, B = 4;
     int items = rows * x.W * G;
-    for (int i = threadIdx.x; i < items; i += blockDim.x) {
-        int g = i % G, t = i / G, c = c0 + g * V;
-        Vec<V> v;
-        if (c < x.C) v = map_vget<V>(x, off_at(x, n, h0 + t / x.W, t % x.W, c));
-        else
-            for (int j = 0; j < V; j++) v.v[j] = 0.0f;
-        for (int j = 0; j < V; j++) xs[t * POOL_CC + g * V + j] = v.v[j];
+    for (int i0 = threadIdx.x; i0 < items; i0 += B * blockDim.x) {
+        Vec<V> v[B];
+#pragma unroll
+        for (int u = 0; u < B; u++) {
+            int i = i0 + u * blockDim.x, g = i % G, t = i / G, c = c0 + g * V;
+            if (i < items && c < x.C) v[u] = map_vget<V>(x, off_at(x, n, h0 + t / x.W, t % x.W, c));
+            else
+                for (int j = 0; j < V; j++) v[u].v[j] = 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < B; u++) {
+            int i = i0 + u * blockDim.x, g = i % G, t = i / G;
+            if (i < items)
+                for (int j = 0; j < V; j++) xs[t * POOL_CC + g * V + j] = v[u].v[j];
+        }
     }
 }
 
@@ -255,7 +264,8 @@ template <int VD> __device__ static inline void vec_rw(float *p, float *a, int n
 
 // dx rows [h0, h1) of image blockIdx.z, channels from blockIdx.x * POOL_CC: the argmax of every window
 // covering them (as maxpool_route scans: the first valid tap, then beats), kept as r·k + s in shared
-// memory, then the gather of maxpool_bwd_kernel. Needs k² < POOL_NONE.
+// memory, then the gather of maxpool_bwd_kernel. A row's fold keeps only its s (its value is read back
+// from the copied rows). Needs k² < POOL_NONE.
 template <int V, int VD>
 __global__ void maxpool_tile_bwd_kernel(Map x, Window win, Map dy, Map dx, int band) {
     pdl_entry();
@@ -267,9 +277,9 @@ __global__ void maxpool_tile_bwd_kernel(Map x, Window win, Map dy, Map dx, int b
     if (phi <= plo) return;   // no window covers these rows (the same for the whole block)
     int ha = max(plo * st - win.pad, 0), hb = min((phi - 1) * st - win.pad + k, x.H);
     int rows = max(hb - ha, 0), wins = phi - plo;
-    float *xs = pool_smem, *hv = xs + (size_t)rows * x.W * POOL_CC;   // [rows][W][CC], [rows][Q][CC]
-    unsigned char *hs = (unsigned char *)(hv + (size_t)rows * Q * POOL_CC);   // [rows][Q][CC]: s of hv
-    unsigned char *am = hs + (size_t)rows * Q * POOL_CC;                    // [wins][Q][CC]: r·k + s
+    float *xs = pool_smem;                                                    // [rows][W][CC]
+    unsigned char *hs = (unsigned char *)(xs + (size_t)rows * x.W * POOL_CC);   // [rows][Q][CC]: a row's s
+    unsigned char *am = hs + (size_t)rows * Q * POOL_CC;                      // [wins][Q][CC]: r·k + s
     pool_load_rows<V>(x, n, c0, ha, rows, xs);
     __syncthreads();
     for (int t = threadIdx.x; t < rows * Q; t += blockDim.x) {
@@ -287,7 +297,6 @@ __global__ void maxpool_tile_bwd_kernel(Map x, Window win, Map dy, Map dx, int b
             for (int j = 0; j < POOL_CC; j++)
                 if (arg[j] == POOL_NONE || beats(v.v[j], best.v[j])) best.v[j] = v.v[j], arg[j] = (unsigned char)s;
         }
-        chans_store(hv + (size_t)t * POOL_CC, best);
         *(uint2 *)(hs + (size_t)t * POOL_CC) = bytes_pack(arg);
     }
     __syncthreads();
@@ -300,14 +309,15 @@ __global__ void maxpool_tile_bwd_kernel(Map x, Window win, Map dy, Map dx, int b
         for (int r = 0; r < k; r++) {
             int h = p * st - win.pad + r;
             if (h < 0 || h >= x.H) continue;
-            size_t o = ((size_t)(h - ha) * Q + q) * POOL_CC;
-            Chans v = chans_load(hv + o);
-            uint2 sb = *(const uint2 *)(hs + o);
+            uint2 sb = *(const uint2 *)(hs + ((size_t)(h - ha) * Q + q) * POOL_CC);
+            const float *row = xs + (size_t)(h - ha) * x.W * POOL_CC;
+            int w0 = q * st - win.pad;
 #pragma unroll
             for (int j = 0; j < POOL_CC; j++) {
                 unsigned sj = ((j < 4 ? sb.x : sb.y) >> 8 * (j & 3)) & 0xff;
-                if (sj != POOL_NONE && (arg[j] == POOL_NONE || beats(v.v[j], best.v[j])))
-                    best.v[j] = v.v[j], arg[j] = (unsigned char)(r * k + sj);
+                if (sj == POOL_NONE) continue;
+                float v = row[(w0 + (int)sj) * POOL_CC + j];   // the row's maximum, read back at its column
+                if (arg[j] == POOL_NONE || beats(v, best.v[j])) best.v[j] = v, arg[j] = (unsigned char)(r * k + sj);
             }
         }
         *(uint2 *)(am + (size_t)t * POOL_CC) = bytes_pack(arg);
@@ -462,17 +472,17 @@ static ChannelGrid pool_grid(Map x, Map y) {
     return channel_grid(y.C, map_pixels(y), min_int(map_vec_width(x), map_vec_width(y)));
 }
 
-// Shared memory of a tile block (maxpool_tile_*_kernel) owning `band` rows: of y (forward) or of dx
-// (backward, whose windows then span at most (band + k - 2) / stride + 1 rows of y).
+// Shared memory of a tile block (maxpool_tile_*_kernel) owning `band` rows: of y (forward: the rows
+// copied, fp32, and their row folds) or of dx (backward: the rows copied, their folds' s and the
+// windows' argmax codes, bytes; the windows then span at most (band + k - 2) / stride + 1 rows of y).
 static size_t pool_tile_bytes(Map x, Window win, Map y, int backward, int band) {
     int wins = backward ? (band + win.k - 2) / win.stride + 1 : band;
     if (wins > y.H) wins = y.H;
     int rows = (wins - 1) * win.stride + win.k;
     if (rows > x.H) rows = x.H;
     size_t pix = (size_t)rows * x.W, hpix = (size_t)rows * y.W;
-    size_t bytes = POOL_CC * (sizeof(float) * (pix + hpix));
-    if (backward) bytes += POOL_CC * (hpix + (size_t)wins * y.W);
-    return bytes;
+    if (backward) return POOL_CC * (sizeof(float) * pix + hpix + (size_t)wins * y.W);
+    return POOL_CC * sizeof(float) * (pix + hpix);
 }
 
 // The rows a tile block owns: the most within POOL_SMEM, halved while the launch has fewer than
