@@ -130,28 +130,282 @@ __global__ void maxpool_bwd_kernel(Map x, Window win, Map dy, const int *arg, Ma
     }
 }
 
+// ---- max pool by tiles ----------------------------------------------------------------------
+// A block owns POOL_CC channels of one image and a band of rows: it copies the input rows its
+// windows read into shared memory, folds each input row over a window's columns (s order), then
+// folds those row results over the window's rows (r order). Folding a scan in consecutive parts and
+// then folding the parts' results with the same rule gives the scan's own result (the first maximum,
+// or the last NaN), so values and argmaxes equal the CPU twin's row-major scan; each input is read
+// once from memory and each window's maximum costs 2k compares, not k².
+enum { POOL_CC = 8, POOL_SMEM = 48 * 1024, POOL_NONE = 255 };   // POOL_CC: a uint2 of bytes, two float4s
+
+// rows [h0, h0 + rows) of x, channels [c0, c0 + POOL_CC), into xs[row][w][POOL_CC] (absent channels 0);
+// a thread's loads go out 4 at a time
+template <int V>
+__device__ static void pool_load_rows(Map x, int n, int c0, int h0, int rows, float *xs) {
+    const int G = POOL_CC / V, B = 4;
+    int items = rows * x.W * G;
+    for (int i0 = threadIdx.x; i0 < items; i0 += B * blockDim.x) {
+        Vec<V> v[B];
+#pragma unroll
+        for (int u = 0; u < B; u++) {
+            int i = i0 + u * blockDim.x, g = i % G, t = i / G, c = c0 + g * V;
+            if (i < items && c < x.C) v[u] = map_vget<V>(x, off_at(x, n, h0 + t / x.W, t % x.W, c));
+            else
+                for (int j = 0; j < V; j++) v[u].v[j] = 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < B; u++) {
+            int i = i0 + u * blockDim.x, g = i % G, t = i / G;
+            if (i < items)
+                for (int j = 0; j < V; j++) xs[t * POOL_CC + g * V + j] = v[u].v[j];
+        }
+    }
+}
+
+// POOL_CC floats of shared memory at p (16-byte aligned), read or written as float4s
+struct Chans { float v[POOL_CC]; };
+__device__ static inline Chans chans_load(const float *p) {
+    Chans a;
+#pragma unroll
+    for (int j = 0; j < POOL_CC; j += 4) {
+        float4 f = *(const float4 *)(p + j);
+        a.v[j] = f.x, a.v[j + 1] = f.y, a.v[j + 2] = f.z, a.v[j + 3] = f.w;
+    }
+    return a;
+}
+__device__ static inline void chans_store(float *p, const Chans &a) {
+#pragma unroll
+    for (int j = 0; j < POOL_CC; j += 4) *(float4 *)(p + j) = make_float4(a.v[j], a.v[j + 1], a.v[j + 2], a.v[j + 3]);
+}
+
+// POOL_CC bytes packed in order (the first in the low byte)
+__device__ static inline uint2 bytes_pack(const unsigned char *b) {
+    uint2 u = make_uint2(0, 0);
+#pragma unroll
+    for (int j = 0; j < 4; j++) u.x |= (unsigned)b[j] << 8 * j, u.y |= (unsigned)b[j + 4] << 8 * j;
+    return u;
+}
+
+// y rows [pa, pb) of image blockIdx.z, channels from blockIdx.x * POOL_CC; band output rows a block.
+// After the copy a thread handles a pixel's POOL_CC channels; y is written VY channels at a time.
+template <int V, int VY>
+__global__ void maxpool_tile_fwd_kernel(Map x, Window win, Map y, int band) {
+    pdl_entry();
+    extern __shared__ __align__(16) float pool_smem[];
+    int n = blockIdx.z, c0 = blockIdx.x * POOL_CC, Q = y.W;
+    int pa = blockIdx.y * band, pb = min(pa + band, y.H);
+    int ha = max(pa * win.stride - win.pad, 0), hb = min((pb - 1) * win.stride - win.pad + win.k, x.H);
+    int rows = max(hb - ha, 0);
+    float *xs = pool_smem, *hv = pool_smem + (size_t)rows * x.W * POOL_CC;   // [rows][W][CC], [rows][Q][CC]
+    pool_load_rows<V>(x, n, c0, ha, rows, xs);
+    __syncthreads();
+    for (int t = threadIdx.x; t < rows * Q; t += blockDim.x) {
+        int q = t % Q, r = t / Q;
+        const float *row = xs + (size_t)r * x.W * POOL_CC;
+        Chans best;
+#pragma unroll
+        for (int j = 0; j < POOL_CC; j++) best.v[j] = -INFINITY;   // padding never wins
+        for (int s = 0; s < win.k; s++) {
+            int w = q * win.stride - win.pad + s;
+            if (w < 0 || w >= x.W) continue;
+            Chans v = chans_load(row + w * POOL_CC);
+#pragma unroll
+            for (int j = 0; j < POOL_CC; j++)
+                if (beats(v.v[j], best.v[j])) best.v[j] = v.v[j];
+        }
+        chans_store(hv + (size_t)t * POOL_CC, best);
+    }
+    __syncthreads();
+    int nc = min(POOL_CC, y.C - c0);
+    for (int t = threadIdx.x; t < (pb - pa) * Q; t += blockDim.x) {
+        int q = t % Q, p = pa + t / Q;
+        Chans best;
+#pragma unroll
+        for (int j = 0; j < POOL_CC; j++) best.v[j] = -INFINITY;
+        for (int r = 0; r < win.k; r++) {
+            int h = p * win.stride - win.pad + r;
+            if (h < 0 || h >= x.H) continue;
+            Chans v = chans_load(hv + ((size_t)(h - ha) * Q + q) * POOL_CC);
+#pragma unroll
+            for (int j = 0; j < POOL_CC; j++)
+                if (beats(v.v[j], best.v[j])) best.v[j] = v.v[j];
+        }
+        size_t o = off_at(y, n, p, q, c0);
+#pragma unroll
+        for (int j = 0; j < POOL_CC; j += VY)
+            if (j < nc) {
+                Vec<VY> v;
+#pragma unroll
+                for (int i = 0; i < VY; i++) v.v[i] = best.v[j + i];
+                map_vput<VY>(y, o + j, v);
+            }
+    }
+}
+
+// the first nc (<= POOL_CC) of POOL_CC fp32 values at p read into a, or written from it, VD at a time
+// (p and nc multiples of VD)
+template <int VD> __device__ static inline void vec_rw(float *p, float *a, int nc, bool store) {
+#pragma unroll
+    for (int j = 0; j < POOL_CC; j += VD)
+        if (j < nc) {
+            if (store) {
+                Vec<VD> v;
+#pragma unroll
+                for (int i = 0; i < VD; i++) v.v[i] = a[j + i];
+                vec_store<VD>(p + j, v);
+            } else {
+                Vec<VD> v = vec_load<VD>(p + j);
+#pragma unroll
+                for (int i = 0; i < VD; i++) a[j + i] = v.v[i];
+            }
+        }
+}
+
+// dx rows [h0, h1) of image blockIdx.z, channels from blockIdx.x * POOL_CC: the argmax of every window
+// covering them (as maxpool_route scans: the first valid tap, then beats), kept as r·k + s in shared
+// memory, then the gather of maxpool_bwd_kernel. A row's fold keeps only its s (its value is read back
+// from the copied rows). Needs k² < POOL_NONE.
+template <int V, int VD>
+__global__ void maxpool_tile_bwd_kernel(Map x, Window win, Map dy, Map dx, int band) {
+    pdl_entry();
+    extern __shared__ __align__(16) float pool_smem[];
+    int n = blockIdx.z, c0 = blockIdx.x * POOL_CC, Q = dy.W, k = win.k, st = win.stride;
+    int h0 = blockIdx.y * band, h1 = min(h0 + band, x.H), plo, phi, unused;
+    covering(h0, win, dy.H, &plo, &unused);
+    covering(h1 - 1, win, dy.H, &unused, &phi);
+    if (phi <= plo) return;   // no window covers these rows (the same for the whole block)
+    int ha = max(plo * st - win.pad, 0), hb = min((phi - 1) * st - win.pad + k, x.H);
+    int rows = max(hb - ha, 0), wins = phi - plo;
+    float *xs = pool_smem;                                                    // [rows][W][CC]
+    unsigned char *hs = (unsigned char *)(xs + (size_t)rows * x.W * POOL_CC);   // [rows][Q][CC]: a row's s
+    unsigned char *am = hs + (size_t)rows * Q * POOL_CC;                      // [wins][Q][CC]: r·k + s
+    pool_load_rows<V>(x, n, c0, ha, rows, xs);
+    __syncthreads();
+    for (int t = threadIdx.x; t < rows * Q; t += blockDim.x) {
+        int q = t % Q, r = t / Q;
+        const float *row = xs + (size_t)r * x.W * POOL_CC;
+        Chans best;
+        unsigned char arg[POOL_CC];
+#pragma unroll
+        for (int j = 0; j < POOL_CC; j++) best.v[j] = -INFINITY, arg[j] = POOL_NONE;
+        for (int s = 0; s < k; s++) {
+            int w = q * st - win.pad + s;
+            if (w < 0 || w >= x.W) continue;
+            Chans v = chans_load(row + w * POOL_CC);
+#pragma unroll
+            for (int j = 0; j < POOL_CC; j++)
+                if (arg[j] == POOL_NONE || beats(v.v[j], best.v[j])) best.v[j] = v.v[j], arg[j] = (unsigned char)s;
+        }
+        *(uint2 *)(hs + (size_t)t * POOL_CC) = bytes_pack(arg);
+    }
+    __syncthreads();
+    for (int t = threadIdx.x; t < wins * Q; t += blockDim.x) {
+        int q = t % Q, p = plo + t / Q;
+        Chans best;
+        unsigned char arg[POOL_CC];
+#pragma unroll
+        for (int j = 0; j < POOL_CC; j++) best.v[j] = -INFINITY, arg[j] = POOL_NONE;
+        for (int r = 0; r < k; r++) {
+            int h = p * st - win.pad + r;
+            if (h < 0 || h >= x.H) continue;
+            uint2 sb = *(const uint2 *)(hs + ((size_t)(h - ha) * Q + q) * POOL_CC);
+            const float *row = xs + (size_t)(h - ha) * x.W * POOL_CC;
+            int w0 = q * st - win.pad;
+#pragma unroll
+            for (int j = 0; j < POOL_CC; j++) {
+                unsigned sj = ((j < 4 ? sb.x : sb.y) >> 8 * (j & 3)) & 0xff;
+                if (sj == POOL_NONE) continue;
+                float v = row[(w0 + (int)sj) * POOL_CC + j];   // the row's maximum, read back at its column
+                if (arg[j] == POOL_NONE || beats(v, best.v[j])) best.v[j] = v, arg[j] = (unsigned char)(r * k + sj);
+            }
+        }
+        *(uint2 *)(am + (size_t)t * POOL_CC) = bytes_pack(arg);
+    }
+    __syncthreads();
+    // a thread gathers a pixel's POOL_CC channels: the windows' argmax codes of all of them are compared
+    // with the pixel's own code at once, and a window adds only to the channels whose argmax it is
+    for (int t = threadIdx.x; t < (h1 - h0) * x.W; t += blockDim.x) {
+        int w = t % x.W, h = h0 + t / x.W, p0, p1, q0, q1;
+        covering(h, win, dy.H, &p0, &p1);
+        covering(w, win, dy.W, &q0, &q1);
+        int nc = min(POOL_CC, x.C - c0);
+        float acc[POOL_CC];
+        float *o = at(dx, n, h, w, c0);
+        vec_rw<VD>(o, acc, nc, false);
+        for (int p = p0; p < p1; p++)
+            for (int q = q0; q < q1; q++) {
+                unsigned self = (unsigned)((h - p * st + win.pad) * k + w - q * st + win.pad) * 0x01010101u;
+                uint2 a = *(const uint2 *)(am + ((size_t)(p - plo) * Q + q) * POOL_CC);
+                unsigned lo = __vcmpeq4(a.x, self), hi = __vcmpeq4(a.y, self);
+                if (!(lo | hi)) continue;
+                const float *g = at(dy, n, p, q, c0);
+#pragma unroll
+                for (int j = 0; j < POOL_CC; j++)
+                    if (j < nc && ((j < 4 ? lo >> 8 * j : hi >> 8 * (j - 4)) & 1)) acc[j] += g[j];
+            }
+        vec_rw<VD>(o, acc, nc, true);
+    }
+}
+
 // In floor mode every window ends inside the padded input, so count_include_pad divides by k*k.
-template <int V, typename Pix>
+// K > 0: the kernel size known at compile time (win.k == K), so a batch of pixels' taps are loaded
+// before any is added (loads in flight together); K == 0: any k, one tap at a time. Both add a
+// window's taps in (r, s) order from 0, skipping those in the padding.
+template <int V, typename Pix, int K>
 __global__ void avgpool_fwd_kernel(size_t M, Map x, Window win, Map y) {
     pdl_entry();
     int c = vec_channel<V>();
     if (c >= y.C) return;
-    PIXEL_LOOP(Pix, p, M) {
-        Pos o = pixel_pos(y, p);
-        Vec<V> sum;
-        for (int j = 0; j < V; j++) sum.v[j] = 0.0f;
-        for (int r = 0; r < win.k; r++) {
-            int h = o.h * win.stride - win.pad + r;
-            if (h < 0 || h >= x.H) continue;
-            for (int s = 0; s < win.k; s++) {
-                int w = o.w * win.stride - win.pad + s;
-                if (w < 0 || w >= x.W) continue;
-                Vec<V> v = map_vget<V>(x, off_at(x, o.n, h, w, c));
-                for (int j = 0; j < V; j++) sum.v[j] += v.v[j];
+    if constexpr (K > 0) {
+        constexpr int PB = K <= 2 ? 2 : 1;
+        Vec<V> tap[PB][K * K];
+        unsigned valid[PB];
+        auto load = [&](Pix p, int i) {
+            Pos o = pixel_pos(y, p);
+            unsigned m = 0;
+#pragma unroll
+            for (int r = 0; r < K; r++)
+#pragma unroll
+                for (int s = 0; s < K; s++) {
+                    int h = o.h * win.stride - win.pad + r, w = o.w * win.stride - win.pad + s;
+                    if (h >= 0 && h < x.H && w >= 0 && w < x.W) {
+                        tap[i][r * K + s] = map_vget<V>(x, off_at(x, o.n, h, w, c));
+                        m |= 1u << (r * K + s);
+                    } else {
+                        for (int j = 0; j < V; j++) tap[i][r * K + s].v[j] = 0.0f;
+                    }
+                }
+            valid[i] = m;
+        };
+        pixel_batches<PB, Pix>(M, load, [&](Pix p, int i) {
+            Vec<V> sum;
+            for (int j = 0; j < V; j++) sum.v[j] = 0.0f;
+#pragma unroll
+            for (int t = 0; t < K * K; t++)
+                if (valid[i] >> t & 1)
+                    for (int j = 0; j < V; j++) sum.v[j] += tap[i][t].v[j];
+            for (int j = 0; j < V; j++) sum.v[j] = sum.v[j] / (float)(K * K);
+            map_vput<V>(y, pixel_off(y, p, c), sum);
+        });
+    } else {
+        PIXEL_LOOP(Pix, p, M) {
+            Pos o = pixel_pos(y, p);
+            Vec<V> sum;
+            for (int j = 0; j < V; j++) sum.v[j] = 0.0f;
+            for (int r = 0; r < win.k; r++) {
+                int h = o.h * win.stride - win.pad + r;
+                if (h < 0 || h >= x.H) continue;
+                for (int s = 0; s < win.k; s++) {
+                    int w = o.w * win.stride - win.pad + s;
+                    if (w < 0 || w >= x.W) continue;
+                    Vec<V> v = map_vget<V>(x, off_at(x, o.n, h, w, c));
+                    for (int j = 0; j < V; j++) sum.v[j] += v.v[j];
+                }
             }
+            for (int j = 0; j < V; j++) sum.v[j] = sum.v[j] / (float)(win.k * win.k);
+            map_vput<V>(y, pixel_off(y, p, c), sum);
         }
-        for (int j = 0; j < V; j++) sum.v[j] = sum.v[j] / (float)(win.k * win.k);
-        map_vput<V>(y, pixel_off(y, p, c), sum);
     }
 }
 
@@ -218,13 +472,53 @@ static ChannelGrid pool_grid(Map x, Map y) {
     return channel_grid(y.C, map_pixels(y), min_int(map_vec_width(x), map_vec_width(y)));
 }
 
+// Shared memory of a tile block (maxpool_tile_*_kernel) owning `band` rows: of y (forward: the rows
+// copied, fp32, and their row folds) or of dx (backward: the rows copied, their folds' s and the
+// windows' argmax codes, bytes; the windows then span at most (band + k - 2) / stride + 1 rows of y).
+static size_t pool_tile_bytes(Map x, Window win, Map y, int backward, int band) {
+    int wins = backward ? (band + win.k - 2) / win.stride + 1 : band;
+    if (wins > y.H) wins = y.H;
+    int rows = (wins - 1) * win.stride + win.k;
+    if (rows > x.H) rows = x.H;
+    size_t pix = (size_t)rows * x.W, hpix = (size_t)rows * y.W;
+    if (backward) return POOL_CC * (sizeof(float) * pix + hpix + (size_t)wins * y.W);
+    return POOL_CC * sizeof(float) * (pix + hpix);
+}
+
+// The rows a tile block owns: the most within POOL_SMEM, halved while the launch has fewer than
+// FILL_BLOCKS / 2 blocks (small maps: more blocks, each reading a larger share of halo rows); 0 where
+// the tile kernels do not apply (the per-element kernels then run): a window's argmax must fit r·k + s
+// in a byte.
+static int pool_band(Map x, Window win, Map y, int backward) {
+    if (win.k * win.k >= POOL_NONE || win.pad >= win.k) return 0;
+    int total = backward ? x.H : y.H, band = total;
+    while (band > 0 && pool_tile_bytes(x, win, y, backward, band) > POOL_SMEM) band--;
+    size_t tiles = (size_t)x.N * ((x.C + POOL_CC - 1) / POOL_CC);
+    while (band > 1 && tiles * ((total + band - 1) / band) < FILL_BLOCKS / 2) band = (band + 1) / 2;
+    return band;
+}
+
+// kernel<V, V2> of a tile kernel for the vector widths of its input (V) and of what it writes (V2)
+#define TILE_KERNEL(kernel, V, V2) \
+    ((V) == 4 ? TILE_KERNEL_(kernel, 4, V2) : (V) == 2 ? TILE_KERNEL_(kernel, 2, V2) : TILE_KERNEL_(kernel, 1, V2))
+#define TILE_KERNEL_(kernel, V, V2) \
+    ((V2) == 4 ? kernel<V, 4> : (V2) == 2 ? kernel<V, 2> : kernel<V, 1>)
+
 extern "C" size_t maxpool_workspace_bytes_gpu(Map y) { return sizeof(int) * map_floats(y) + 256; }
 
 extern "C" void maxpool_forward_gpu(Device *dev, Map x, int k, int stride, int pad, Map y) {
     Window win = { k, stride, pad };
     pool_check(x, win, y, "maxpool_forward_gpu");
-    ChannelGrid g = pool_grid(x, y);
-    CHANNEL_KERNEL(g, maxpool_fwd_kernel)<<<g.grid, g.block, 0, dev->stream>>>(g.M, x, win, y);
+    int band = pool_band(x, win, y, 0);
+    if (band) {
+        size_t smem = pool_tile_bytes(x, win, y, 0, band);
+        dim3 grid((unsigned)((x.C + POOL_CC - 1) / POOL_CC), (unsigned)((y.H + band - 1) / band), (unsigned)x.N);
+        TILE_KERNEL(maxpool_tile_fwd_kernel, map_vec_width(x), map_vec_width(y))
+            <<<grid, THREADS, smem, dev->stream>>>(x, win, y, band);
+    } else {
+        ChannelGrid g = pool_grid(x, y);
+        CHANNEL_KERNEL(g, maxpool_fwd_kernel)<<<g.grid, g.block, 0, dev->stream>>>(g.M, x, win, y);
+    }
     checkLaunch(dev);
 }
 
@@ -236,6 +530,15 @@ extern "C" void maxpool_backward_gpu(Device *dev, Map x, int k, int stride, int 
     require_fp32(dy, "maxpool_backward_gpu");
     require_fp32(dx, "maxpool_backward_gpu");
     same_shape_gpu(x, dx, "maxpool_backward_gpu");
+    int band = pool_band(x, win, dy, 1);
+    if (band) {
+        size_t smem = pool_tile_bytes(x, win, dy, 1, band);
+        dim3 grid((unsigned)((x.C + POOL_CC - 1) / POOL_CC), (unsigned)((x.H + band - 1) / band), (unsigned)x.N);
+        TILE_KERNEL(maxpool_tile_bwd_kernel, map_vec_width(x), min_int(map_vec_width(dy), map_vec_width(dx)))
+            <<<grid, THREADS, smem, dev->stream>>>(x, win, dy, dx, band);
+        checkLaunch(dev);
+        return;
+    }
     size_t mark = dev->scratch.used;
     int *arg = (int *)scratch_take(dev, maxpool_workspace_bytes_gpu(dy));
     maxpool_argmax_kernel<<<blocks_for(map_floats(dy)), THREADS, 0, dev->stream>>>(x, win, dy, arg);
@@ -249,7 +552,9 @@ extern "C" void avgpool_forward_gpu(Device *dev, Map x, int k, int stride, int p
     Window win = { k, stride, pad };
     pool_check(x, win, y, "avgpool_forward_gpu");
     ChannelGrid g = pool_grid(x, y);
-    CHANNEL_KERNEL(g, avgpool_fwd_kernel)<<<g.grid, g.block, 0, dev->stream>>>(g.M, x, win, y);
+    if (k == 2) CHANNEL_KERNEL(g, avgpool_fwd_kernel, 2)<<<g.grid, g.block, 0, dev->stream>>>(g.M, x, win, y);
+    else if (k == 3) CHANNEL_KERNEL(g, avgpool_fwd_kernel, 3)<<<g.grid, g.block, 0, dev->stream>>>(g.M, x, win, y);
+    else CHANNEL_KERNEL(g, avgpool_fwd_kernel, 0)<<<g.grid, g.block, 0, dev->stream>>>(g.M, x, win, y);
     checkLaunch(dev);
 }
 
