@@ -1,9 +1,9 @@
 // cudnn_conv.c: convolutions through cuDNN 9's backend API (cudnn_conv.h says what and why).
 // A plan is built the first time a shape (dims, strides, types, alignment, beta) is met: the
 // operation graph of one convolution, cuDNN's heuristics (mode A, then the fallback list), and the
-// first engine configuration that is deterministic, finalizes and fits the workspace, or with
-// tuning (YT_CUDNN_TUNE, below) the one of the first few that ran fastest on the call's operands. Plans live
-// in a hash table per device; each keeps its last variant pack, which is rebuilt only when the
+// first engine configuration that is deterministic, finalizes and fits the workspace (or, with
+// YT_CUDNN_TUNE=1, below, the one of the first few that ran fastest on the call's operands). Plans
+// live in a hash table per device; each keeps its last variant pack, which is rebuilt only when the
 // pointers change (they do not, step after step, since the memory plan is fixed).
 // The library is reached through dlopen/dlsym, so the binary does not depend on it.
 #include "gpu/cudnn_conv.h"
@@ -353,7 +353,7 @@ static int plans_from_heuristics(Held *h, cudnnHandle_t handle, cudnnBackendDesc
     return n;
 }
 
-// ---- choosing among the engines by timing them (YT_CUDNN_TUNE) --------------------------------
+// ---- choosing among the engines by timing them (YT_CUDNN_TUNE=1, off by default) ---------------
 // cuDNN's heuristics put first, for channel counts that are not multiples of 64 (gelan-s's 32 and 48),
 // engines that convert the tensors' layout around the convolution, and split-K weight gradients with a
 // slow reduction. With tuning, the first TUNE_MAX acceptable plans are timed on the call's own operands
@@ -361,10 +361,10 @@ static int plans_from_heuristics(Held *h, cudnnHandle_t handle, cudnnBackendDesc
 // strides, alignment) is first met outside a stream capture with beta 0 (so a trial run only writes what
 // the real run overwrites); the engine kept is then the class's for every batch and size (a validation
 // pass's many letterboxed sizes time nothing), and each plan is kept like any other: deterministic
-// engines only, one per shape. Stable between runs: the heuristics' first plan stays unless one runs in
-// at most TUNE_GAIN of its time, and then the earliest (in the heuristics' order) within TUNE_NEAR of the
-// fastest is kept, so only engines timing near one of those two bounds could flip between runs. The
-// choices are the process's: its devices share them (a device taking the engine another timed), so N
+// engines only, one per shape. The heuristics' first plan stays unless one runs in at most TUNE_GAIN of
+// its time, and then the earliest (in the heuristics' order) within TUNE_NEAR of the fastest is kept; still,
+// engines timing near one of those bounds flip between runs (on gelan-s several do), so a tuned run does not
+// repeat another's bits: hence off by default. The choices are the process's: its devices share them (a device taking the engine another timed), so N
 // devices run the engines one device runs.
 // An engine needing more workspace than the first plan and TUNE_WS is not timed: the scratch left for the
 // workspace differs between call sites, and a plan that does not fit one falls back to the GEMM path there.
@@ -377,7 +377,7 @@ static struct {
     struct { PlanKey cls; int64_t engine; } choice[TUNE_CHOICES];
 } tuned = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
-static int tune_on(void) { return !switch_is(SW_CUDNN_TUNE, "0"); }
+static int tune_on(void) { return switch_is(SW_CUDNN_TUNE, "1"); }
 
 // ms of one run of plan `p` on the operands (the mean of TUNE_RUNS after one warm-up); a failed run: -1
 static double time_plan(Ctx *c, const Cand *p, void *const ptrs[3], void *ws) {

@@ -8,7 +8,8 @@
 // filter is (K, R, S, C/G) ("KRSC"). Every op is out = alpha * conv + beta * out with alpha 1.
 // Only numerically deterministic engines are used (no NONDETERMINISTIC, FFT, Winograd,
 // down-converted inputs or reduced-precision reductions), one per shape, chosen by cuDNN's
-// heuristics when the shape is first met and kept: two runs give the same bits.
+// heuristics when the shape is first met and kept: two runs give the same bits (with YT_CUDNN_TUNE=1
+// the engine is timed instead, and they need not).
 #pragma once
 #include <stddef.h>
 
