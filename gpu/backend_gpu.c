@@ -106,30 +106,13 @@ static void repconv_bn_bwd(void *ctx, const ConvDims *d1, const float *w1, Map z
                            Map dx1, const ConvDims *d2, const float *w2, Map z2, const BnSaved *bn2, float *dw2, Map dx2,
                            Map x, Map du, Map dz, float *ws) {
     if (DEV->precision == GPU_BF16 && z1.ld == z1.C && z2.ld == z2.C) {
-        ConvBnBranch b1 = { d1, w1, dw1, z1, dx1, bn1->gamma, bn1->beta, bn1->mean, bn1->invstd, bn1->dgamma,
-                            bn1->dbeta };
-        ConvBnBranch b2 = { d2, w2, dw2, z2, dx2, bn2->gamma, bn2->beta, bn2->mean, bn2->invstd, bn2->dgamma,
-                            bn2->dbeta };
+        ConvBnBranch b1 = { d1, w1, dw1, z1, dx1, bn1->gamma, bn1->mean, bn1->invstd, bn1->dgamma, bn1->dbeta };
+        ConvBnBranch b2 = { d2, w2, dw2, z2, dx2, bn2->gamma, bn2->mean, bn2->invstd, bn2->dgamma, bn2->dbeta };
         repconv_bn_backward_bf16_gpu(DEV, &b1, &b2, x, du, dz.data);
         return;
     }
     conv_bn_bwd(ctx, d1, x, w1, z1, bn1, du, dz, dx1, dw1, ws);
     conv_bn_bwd(ctx, d2, x, w2, z2, bn2, du, dz, dx2, dw2, ws);
-}
-// Both from dy: under bf16 (contiguous z) du recomputed where read, never stored; else the two above, du in tmp
-static void repconv_silu_bn_bwd(void *ctx, const ConvDims *d1, const float *w1, Map z1, const BnSaved *bn1,
-                                float *dw1, Map dx1, const ConvDims *d2, const float *w2, Map z2, const BnSaved *bn2,
-                                float *dw2, Map dx2, Map x, Map dy, Map tmp, Map dz, float *ws) {
-    if (DEV->precision == GPU_BF16 && z1.ld == z1.C && z2.ld == z2.C) {
-        ConvBnBranch b1 = { d1, w1, dw1, z1, dx1, bn1->gamma, bn1->beta, bn1->mean, bn1->invstd, bn1->dgamma,
-                            bn1->dbeta };
-        ConvBnBranch b2 = { d2, w2, dw2, z2, dx2, bn2->gamma, bn2->beta, bn2->mean, bn2->invstd, bn2->dgamma,
-                            bn2->dbeta };
-        repconv_silu_bn_backward_bf16_gpu(DEV, &b1, &b2, x, dy, dz.data);
-        return;
-    }
-    repconv_silu_bwd(ctx, z1, bn1, z2, bn2, dy, dz, tmp);
-    repconv_bn_bwd(ctx, d1, w1, z1, bn1, dw1, dx1, d2, w2, z2, bn2, dw2, dx2, x, tmp, dz, ws);
 }
 static void silu_fwd(void *ctx, Map u, Map y) { silu_forward_gpu(DEV, u, y); }
 static void silu_bwd(void *ctx, Map u, Map dy, Map du) { silu_backward_gpu(DEV, u, dy, du); }
@@ -432,8 +415,7 @@ const Backend backend_gpu = {
     },
     .fused = {
         .repconv_forward_train = repconv_train, .repconv_silu_backward = repconv_silu_bwd,
-        .repconv_bn_backward = repconv_bn_bwd, .repconv_silu_bn_backward = repconv_silu_bn_bwd,
-        .bn_silu_add_forward_train = bn_silu_add_train,
+        .repconv_bn_backward = repconv_bn_bwd, .bn_silu_add_forward_train = bn_silu_add_train,
     },
     .dev = {
         .sync = sync, .bind = bind, .pull = pull, .zero = zero, .upload = upload, .upload_u8 = upload_u8, .augment = augment,

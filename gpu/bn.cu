@@ -16,10 +16,7 @@
 //              var = s1/M - (s0/M)² free of cancellation (k lies within the data), in double.
 //   GRAD:      s0 = Σ du, s1 = Σ du·xhat with du = b
 //   SILU_GRAD: the same with du = b·silu'(u), u recomputed from a (b is the gradient at the SiLU)
-//   REPCONV_GRAD: the same with du = b·silu'(u + u'), u' the other branch's BN output recomputed from its z:
-//              a RepConv branch's du as repconv_silu_bwd_kernel computes it, never stored (the pass's two
-//              jobs are the two branches: each job's a and p are the other's z and statistics)
-enum SumKind { MOMENTS, GRAD, SILU_GRAD, REPCONV_GRAD };
+enum SumKind { MOMENTS, GRAD, SILU_GRAD };
 
 // The saved statistics and affine parameters a backward pass recomputes u from.
 struct BnSaved { const float *gamma, *beta, *mean, *invstd; };
@@ -34,7 +31,7 @@ struct BnFinish {
     float eps, momentum;
     double unbias;
     float *running_mean, *running_var, *mean, *invstd, *shift, *scale;
-    // the gradient kinds
+    // GRAD, SILU_GRAD
     float *dgamma, *dbeta;
     double *mdu, *mdux;
 };
@@ -129,9 +126,7 @@ template <int V> __device__ static inline void load_channels(Map m, size_t off, 
 // at batches 64 and 16 (bench/RESULTS.md): shorter lanes leave each thread too little work on the
 // large maps, longer ones too few blocks on the small maps (the switch that set it, to measure, lost:
 // bench/lost/bn_lane_pixels.patch).
-// REPCONV_SUMS_V: REPCONV_GRAD's channels a thread (its three maps' RUN pixels and two branches' statistics
-// in registers; wider, it spills under the kernel's register cap).
-enum { LANES = 32, RUN = 4, LANE_PIXELS = 16, LANE_MAX_PARTS = 2048, LANE_BX = 8, REPCONV_SUMS_V = 2 };
+enum { LANES = 32, RUN = 4, LANE_PIXELS = 16, LANE_MAX_PARTS = 2048, LANE_BX = 8 };
 
 static int lane_parts(size_t M) {
     size_t per = (size_t)LANES * LANE_PIXELS, g = (M + per - 1) / per;
@@ -139,38 +134,27 @@ static int lane_parts(size_t M) {
 }
 
 // One pixel's two terms for V channels: (z - k, (z - k)²) for MOMENTS; (du, du·xhat) otherwise.
-// REPCONV_GRAD: u + u' added as repconv_silu_bwd_kernel adds branch 1's and branch 2's (one rounded
-// addition, the same bits in either order).
 template <SumKind KIND, int V> struct LaneTerms {
     float k[V], mean[V], invstd[V], gamma[V], beta[V];
-    float omean[V], oinvstd[V], ogamma[V], obeta[V];   // REPCONV_GRAD: the other branch's
-    __device__ void init(Map a, BnSaved p, BnSaved q, int c) {
+    __device__ void init(Map a, BnSaved p, int c) {
         if constexpr (KIND == MOMENTS) {
             load_channels<V>(a, c, k);
         } else {
             for (int j = 0; j < V; j++) {
                 mean[j] = p.mean[c + j], invstd[j] = p.invstd[c + j];
-                if (KIND != GRAD) gamma[j] = p.gamma[c + j], beta[j] = p.beta[c + j];
-                if (KIND == REPCONV_GRAD)
-                    omean[j] = q.mean[c + j], oinvstd[j] = q.invstd[c + j], ogamma[j] = q.gamma[c + j],
-                    obeta[j] = q.beta[c + j];
+                if (KIND == SILU_GRAD) gamma[j] = p.gamma[c + j], beta[j] = p.beta[c + j];
             }
         }
     }
-    __device__ void terms(const float (&v)[V], const float (&g)[V], const float (&o)[V], float (&t0)[V],
-                          float (&t1)[V]) const {
+    __device__ void terms(const float (&v)[V], const float (&g)[V], float (&t0)[V], float (&t1)[V]) const {
         for (int j = 0; j < V; j++) {
             if (KIND == MOMENTS) {
                 float e = __fsub_rn(v[j], k[j]);
                 t0[j] = e, t1[j] = __fmul_rn(e, e);
             } else {
                 float d = g[j], xhat = __fmul_rn(__fsub_rn(v[j], mean[j]), invstd[j]);
-                if (KIND != GRAD) {   // u = bn_affine(v): xhat·gamma + beta, rounded as there
-                    float u = __fadd_rn(__fmul_rn(xhat, gamma[j]), beta[j]);
-                    if (KIND == REPCONV_GRAD)
-                        u = __fadd_rn(u, bn_affine(o[j], omean[j], oinvstd[j], ogamma[j], obeta[j]));
-                    d = silu_grad(u, d);
-                }
+                if (KIND == SILU_GRAD)   // u = bn_affine(v): xhat·gamma + beta, rounded as there
+                    d = silu_grad(__fadd_rn(__fmul_rn(xhat, gamma[j]), beta[j]), d);
                 t0[j] = d, t1[j] = __fmul_rn(d, xhat);
             }
         }
@@ -178,8 +162,7 @@ template <SumKind KIND, int V> struct LaneTerms {
 };
 
 // One partial-sum pass's maps, statistics and partials (the lane and finish kernels take two: a RepConv's
-// branches in one launch; the second's blocks come after the first's nx0 along x). REPCONV_GRAD's other branch
-// is the other job, not a field of its own: a larger job pushes the other kinds' kernels past their register cap.
+// branches in one launch; the second's blocks come after the first's nx0 along x).
 struct SumJob { Map a, b; BnSaved p; double *part0, *part1; };
 
 template <SumKind KIND, int V>
@@ -188,8 +171,8 @@ lane_sums_kernel(SumJob j0, SumJob j1, unsigned nx0) {
     pdl_entry();
     extern __shared__ double sh[];   // (2, LANES, blockDim.x·V)
     bool second = blockIdx.x >= nx0;
-    Map a = second ? j1.a : j0.a, b = second ? j1.b : j0.b, o = second ? j0.a : j1.a;   // o: REPCONV_GRAD's
-    BnSaved p = second ? j1.p : j0.p, q = second ? j0.p : j1.p;                          // other branch
+    Map a = second ? j1.a : j0.a, b = second ? j1.b : j0.b;
+    BnSaved p = second ? j1.p : j0.p;
     double *part0 = second ? j1.part0 : j0.part0, *part1 = second ? j1.part1 : j0.part1;
     int bx = second ? blockIdx.x - nx0 : blockIdx.x;
     int width = blockDim.x * V, x = threadIdx.x * V, c = bx * width + x, lane = threadIdx.y;
@@ -198,20 +181,19 @@ lane_sums_kernel(SumJob j0, SumJob j1, unsigned nx0) {
     double s0[V] = {}, s1[V] = {};
     if (c < a.C) {
         LaneTerms<KIND, V> t;
-        t.init(a, p, q, c);
+        t.init(a, p, c);
         size_t m = blockIdx.y * (size_t)LANES + lane;
-        float v[RUN][V], g[RUN][V], w[RUN][V];
+        float v[RUN][V], g[RUN][V];
         for (; m + (RUN - 1) * S < M; m += RUN * S) {   // RUN pixels' loads in flight, then their terms
             for (int r = 0; r < RUN; r++) {
                 load_channels<V>(a, (m + r * S) * a.ld + c, v[r]);
                 if (KIND != MOMENTS) load_channels<V>(b, (m + r * S) * b.ld + c, g[r]);
-                if (KIND == REPCONV_GRAD) load_channels<V>(o, (m + r * S) * o.ld + c, w[r]);
             }
             float f0[V], f1[V];
-            t.terms(v[0], g[0], w[0], f0, f1);
+            t.terms(v[0], g[0], f0, f1);
             for (int r = 1; r < RUN; r++) {
                 float e0[V], e1[V];
-                t.terms(v[r], g[r], w[r], e0, e1);
+                t.terms(v[r], g[r], e0, e1);
                 for (int j = 0; j < V; j++) f0[j] = __fadd_rn(f0[j], e0[j]), f1[j] = __fadd_rn(f1[j], e1[j]);
             }
             for (int j = 0; j < V; j++) s0[j] += (double)f0[j], s1[j] += (double)f1[j];
@@ -219,9 +201,8 @@ lane_sums_kernel(SumJob j0, SumJob j1, unsigned nx0) {
         for (; m < M; m += S) {   // the lane's last pixels, one at a time
             load_channels<V>(a, m * a.ld + c, v[0]);
             if (KIND != MOMENTS) load_channels<V>(b, m * b.ld + c, g[0]);
-            if (KIND == REPCONV_GRAD) load_channels<V>(o, m * o.ld + c, w[0]);
             float e0[V], e1[V];
-            t.terms(v[0], g[0], w[0], e0, e1);
+            t.terms(v[0], g[0], e0, e1);
             for (int j = 0; j < V; j++) s0[j] += (double)e0[j], s1[j] += (double)e1[j];
         }
     }
@@ -397,25 +378,21 @@ __global__ void normalise_pair_kernel(size_t M, Map z1, const float *shift1, con
     });
 }
 
-// dz = gamma·invstd · (du - Σdu/M - xhat·Σ(du·xhat)/M), with du as the sums of kind KIND take it: g (GRAD),
-// g·silu'(u) (SILU_GRAD: g is the gradient at the SiLU, u recomputed) or g·silu'(u + u') (REPCONV_GRAD: u'
-// recomputed from the other branch's z o and statistics po); dz may alias g. With dz16 set, dz goes there
-// instead, packed (M, C) and rounded to bf16: the operand the conv's backward GEMMs read.
+// dz = gamma·invstd · (du - Σdu/M - xhat·Σ(du·xhat)/M), with du = g, or g·silu'(u) (SILU: g is
+// the gradient at the SiLU, u recomputed); dz may alias g. With dz16 set, dz goes there instead,
+// packed (M, C) and rounded to bf16: the operand the conv's backward GEMMs read.
 // mdu, mdux: the two means, divided once per channel (the same doubles as dividing here).
-// At most 64 registers (4 blocks of THREADS per SM): V = 4 with SILU_GRAD needs 70 otherwise, and the
+// At most 64 registers (4 blocks of THREADS per SM): V = 4 with SILU needs 70 otherwise, and the
 // lower occupancy would leave fewer loads in flight. Its pixels go one at a time: in batches
-// (pixel_batches) V = 4 spills under that cap. REPCONV_GRAD takes at most 2 channels a thread: with two
-// branches' statistics in registers, V = 4 spills.
-template <int V, typename Pix, SumKind KIND>
+// (pixel_batches) V = 4 spills under that cap.
+template <int V, typename Pix, bool SILU>
 __global__ void __launch_bounds__(THREADS, 4)
 bn_dz_kernel(size_t M, Map z, BnSaved p, const double *mdu, const double *mdux, Map g, Map dz,
-             __nv_bfloat16 *dz16, Map o, BnSaved po) {
+             __nv_bfloat16 *dz16) {
     pdl_entry();
-    static_assert(KIND != MOMENTS, "bn_dz_kernel: a gradient kind");
     int c = vec_channel<V>();
     if (c >= z.C) return;
-    BnChannels<V> b = bn_channels<V>(p, c, KIND != GRAD), r;
-    if constexpr (KIND == REPCONV_GRAD) r = bn_channels<V>(po, c, true);
+    BnChannels<V> b = bn_channels<V>(p, c, SILU);
     double k[V], m0[V], m1[V];
     for (int j = 0; j < V; j++) {
         k[j] = (double)b.gamma.v[j] * b.invstd.v[j];
@@ -424,13 +401,9 @@ bn_dz_kernel(size_t M, Map z, BnSaved p, const double *mdu, const double *mdux, 
     }
     PIXEL_LOOP(Pix, q, M) {
         Vec<V> v = map_vget<V>(z, pixel_off(z, q, c)), out;
-        Vec<V> du = map_vget<V>(g, pixel_off(g, q, c)), w;   // g: fp32, or a bf16-stored gradient
-        if constexpr (KIND == REPCONV_GRAD) w = map_vget<V>(o, pixel_off(o, q, c));
+        Vec<V> du = map_vget<V>(g, pixel_off(g, q, c));   // g: fp32, or a bf16-stored gradient
         for (int j = 0; j < V; j++) {
-            if (KIND == SILU_GRAD) du.v[j] = silu_grad(bn_affine_at<V>(v.v[j], b, j), du.v[j]);
-            if (KIND == REPCONV_GRAD)   // as repconv_silu_bwd_kernel (its one addition: the same bits either way)
-                du.v[j] = silu_grad(__fadd_rn(bn_affine_at<V>(v.v[j], b, j), bn_affine_at<V>(w.v[j], r, j)),
-                                    du.v[j]);
+            if (SILU) du.v[j] = silu_grad(bn_affine_at<V>(v.v[j], b, j), du.v[j]);
             double xhat = (v.v[j] - b.mean.v[j]) * (double)b.invstd.v[j];
             out.v[j] = (float)(k[j] * (du.v[j] - m0[j] - xhat * m1[j]));
         }
@@ -520,42 +493,26 @@ static void partial_sums(Device *dev, const SumJob &j0, const SumJob &j1, int G)
     checkLaunch(dev);
 }
 
-// The widest V of a job's loads: its maps' (the moments read a alone), at most SUMS_MAX_V[K] (the gradient
-// kinds hold two or three maps' RUN pixels and their statistics in registers)
-static constexpr int SUMS_MAX_V[] = { 8, 4, 4, REPCONV_SUMS_V };
-template <SumKind K> static int job_width(const SumJob &j) {
-    return min_int(sums_width(j.a, K == MOMENTS ? j.a : j.b), SUMS_MAX_V[K]);
-}
-
-// One partial-sum pass of kind K over job j0 (into its partials, G a channel), as wide as the maps allow,
-// then a launch that finishes its channels by f0; with a second job (j1.a.data: of j0's shape and G), its pass
-// and finish in the same two launches. (The pass's last block finishing the channels itself, one launch
-// fewer, lost: bench/lost/bn_fold.patch.)
-template <SumKind K>
-static void job_sums(Device *dev, const SumJob &j0, const BnFinish &f0, int G, const SumJob &j1 = SumJob{},
-                     const BnFinish &f1 = BnFinish{}) {
-    constexpr int VMAX = SUMS_MAX_V[K];
-    int v = job_width<K>(j0);
-    if (j1.a.data) v = min_int(v, job_width<K>(j1));
-    if (v >= 8) partial_sums<K, VMAX>(dev, j0, j1, G);
-    else if (v == 4) partial_sums<K, VMAX < 4 ? VMAX : 4>(dev, j0, j1, G);
-    else if (v == 2) partial_sums<K, VMAX < 2 ? VMAX : 2>(dev, j0, j1, G);
-    else partial_sums<K, 1>(dev, j0, j1, G);
-    FinishJob g0 = { j0.part0, j0.part1, j0.a, f0 }, g1 = {};
-    if (j1.a.data) g1 = FinishJob{ j1.part0, j1.part1, j1.a, f1 };
-    int C = j1.a.data ? 2 * j0.a.C : j0.a.C;
-    finish_kernel<K == MOMENTS ? MOMENTS : GRAD><<<C, COMBINE_THREADS, 0, dev->stream>>>(g0, g1, j0.a.C, C, G);
-    checkLaunch(dev);
-}
-
-// job_sums over (a, b) into s's partials, finished by f; with a second set (a2.data), its pass and finish in
-// the same two launches (a2, b2 of a's shape; s2 of a's G).
+// One partial-sum pass of kind K over (a, b) into s's partials, as wide as the maps allow, then a launch
+// that finishes the channels by f; with a second set (a2.data), its pass and finish in the same two
+// launches (a2, b2 of a's shape; s2 of a's G). (The pass's last block finishing the channels itself, one
+// launch fewer, lost: bench/lost/bn_fold.patch.)
 template <SumKind K>
 static void channel_sums(Device *dev, Map a, Map b, BnSaved p, const Sums *s, const BnFinish &f, Map a2 = Map{},
                          Map b2 = Map{}, BnSaved p2 = BnSaved{}, const Sums *s2 = NULL, const BnFinish &f2 = BnFinish{}) {
+    int v = sums_width(a, K == MOMENTS ? a : b);
+    if (a2.data) v = min_int(v, sums_width(a2, K == MOMENTS ? a2 : b2));
+    if (K != MOMENTS && v == 8) v = 4;
     SumJob j0 = { a, b, p, s->part0, s->part1 }, j1 = {};
-    if (a2.data) j1 = SumJob{ a2, b2, p2, s2->part0, s2->part1 };
-    job_sums<K>(dev, j0, f, s->G, j1, f2);
+    FinishJob f0 = { s->part0, s->part1, a, f }, f1 = {};
+    if (a2.data) j1 = SumJob{ a2, b2, p2, s2->part0, s2->part1 }, f1 = FinishJob{ s2->part0, s2->part1, a2, f2 };
+    if (v == 8) partial_sums<K, K == MOMENTS ? 8 : 4>(dev, j0, j1, s->G);
+    else if (v == 4) partial_sums<K, 4>(dev, j0, j1, s->G);
+    else if (v == 2) partial_sums<K, 2>(dev, j0, j1, s->G);
+    else partial_sums<K, 1>(dev, j0, j1, s->G);
+    int C = a2.data ? 2 * a.C : a.C;
+    finish_kernel<K><<<C, COMBINE_THREADS, 0, dev->stream>>>(f0, f1, a.C, C, s->G);
+    checkLaunch(dev);
 }
 
 // The grid of a per-element BN launch over z and the other maps it touches.
@@ -685,26 +642,16 @@ extern "C" void bn_silu_forward_eval_gpu(Device *dev, Map z, const float *gamma,
 // The backward of BN (SILU false: g = du) or of SiLU(BN) (SILU true: g = dy at the SiLU output):
 // Σ du and Σ du·xhat, dgamma/dbeta +=, then dz (=) unless dz.data is NULL. frozen: the statistics
 // are constants (evaluation mode), so the two means bn_dz_kernel subtracts are zero: dz = k·du.
-// dz (=) of a BN backward from its two means (or dz16: packed (M, C) bf16), du as the sums of kind K took it
-// (REPCONV_GRAD: o and po, the other branch's z and saved statistics)
-template <SumKind K>
+// dz (=) of a BN backward from its two means (or dz16: packed (M, C) bf16)
+template <bool SILU>
 static void bn_dz(Device *dev, Map z, BnSaved p, const double *mdu, const double *mdux, Map g, Map dz,
-                  __nv_bfloat16 *dz16, Map o = Map{}, BnSaved po = BnSaved{}) {
+                  __nv_bfloat16 *dz16) {
     ChannelGrid gr = bn_grid(z, g, dz);
-    int v = min_int(gr.V, map_vec_width(o));
     if (dz16) {   // packed (M, C) bf16: aligned as a contiguous bf16 map there would be
         Map packed = { (float *)dz16, z.N, z.H, z.W, z.C, z.C, 1, 0 };
-        v = min_int(v, map_vec_width(packed));
+        gr = channel_grid(z.C, map_pixels(z), min_int(gr.V, map_vec_width(packed)));
     }
-    if (K == REPCONV_GRAD) v = min_int(v, 2);
-    if (v != gr.V) gr = channel_grid(z.C, map_pixels(z), v);
-    void (*kernel)(size_t, Map, BnSaved, const double *, const double *, Map, Map, __nv_bfloat16 *, Map, BnSaved);
-    if constexpr (K == REPCONV_GRAD)   // no V = 4 (bn_dz_kernel)
-        kernel = gr.pix32 ? (gr.V == 2 ? bn_dz_kernel<2, unsigned, K> : bn_dz_kernel<1, unsigned, K>)
-                          : (gr.V == 2 ? bn_dz_kernel<2, size_t, K> : bn_dz_kernel<1, size_t, K>);
-    else
-        kernel = CHANNEL_KERNEL(gr, bn_dz_kernel, K);
-    kernel<<<gr.grid, gr.block, 0, dev->stream>>>(gr.M, z, p, mdu, mdux, g, dz, dz16, o, po);
+    CHANNEL_KERNEL(gr, bn_dz_kernel, SILU)<<<gr.grid, gr.block, 0, dev->stream>>>(gr.M, z, p, mdu, mdux, g, dz, dz16);
     checkLaunch(dev);
 }
 
@@ -726,7 +673,7 @@ static void bn_grad(Device *dev, Map z, BnSaved p, Map g, Map dz, __nv_bfloat16 
         checkCuda(cudaMemsetAsync(s.mean, 0, sizeof(double) * z.C, dev->stream));
         checkCuda(cudaMemsetAsync(s.var, 0, sizeof(double) * z.C, dev->stream));
     }
-    if (dz.data || dz16) bn_dz<SILU ? SILU_GRAD : GRAD>(dev, z, p, s.mean, s.var, g, dz, dz16);
+    if (dz.data || dz16) bn_dz<SILU>(dev, z, p, s.mean, s.var, g, dz, dz16);
     dev->scratch.used = mark;
 }
 
@@ -749,33 +696,7 @@ extern "C" void repconv_bn_backward_bf16_gpu(Device *dev, const ConvBnBranch *b1
     const Sums *s[2] = { &s1, &s2 };
     BnSaved p[2] = { p1, p2 };
     for (int i = 0; i < 2; i++) {   // the sums stay below the convs' scratch until both are done
-        bn_dz<GRAD>(dev, b[i]->z, p[i], s[i]->mean, s[i]->var, du, none, (__nv_bfloat16 *)dz16);
-        conv_backward_bf16dy_gpu(dev, b[i]->d, x, b[i]->w, dz16, b[i]->dx, b[i]->dw);
-    }
-    dev->scratch.used = mark;
-}
-
-// repconv_silu_backward_gpu then repconv_bn_backward_bf16_gpu from dy (fp32 or bf16-stored), bit for bit, with
-// du = dy·silu'(u1 + u2) recomputed from (z1, z2, dy) by the sums and by each branch's dz pass instead of
-// written in fp32 and read back (REPCONV_GRAD).
-extern "C" void repconv_silu_bn_backward_bf16_gpu(Device *dev, const ConvBnBranch *b1, const ConvBnBranch *b2, Map x,
-                                                  Map dy, void *dz16) {
-    bn_check(b1->z, b2->z, "repconv_silu_bn_backward_bf16_gpu");
-    bn_check(b1->z, dy, "repconv_silu_bn_backward_bf16_gpu");
-    if (b1->z.ld != b1->z.C || b2->z.ld != b2->z.C) die("repconv_silu_bn_backward_bf16_gpu: z must be contiguous");
-    size_t mark = dev->scratch.used, M = map_pixels(b1->z);
-    Sums s1 = sums_take(dev, b1->z.C, M), s2 = sums_take(dev, b2->z.C, M);
-    BnSaved p1 = { b1->gamma, b1->beta, b1->mean, b1->invstd }, p2 = { b2->gamma, b2->beta, b2->mean, b2->invstd };
-    SumJob j1 = { b1->z, dy, p1, s1.part0, s1.part1 }, j2 = { b2->z, dy, p2, s2.part0, s2.part1 };
-    job_sums<REPCONV_GRAD>(dev, j1, grad_finish_of(M, b1->dgamma, b1->dbeta, s1), s1.G, j2,
-                           grad_finish_of(M, b2->dgamma, b2->dbeta, s2));
-    Map none = { NULL, 0, 0, 0, 0, 0, 0, 0 };
-    const ConvBnBranch *b[2] = { b1, b2 };
-    const Sums *s[2] = { &s1, &s2 };
-    BnSaved p[2] = { p1, p2 };
-    for (int i = 0; i < 2; i++) {   // the sums stay below the convs' scratch until both are done
-        bn_dz<REPCONV_GRAD>(dev, b[i]->z, p[i], s[i]->mean, s[i]->var, dy, none, (__nv_bfloat16 *)dz16, b[1 - i]->z,
-                            p[1 - i]);
+        bn_dz<false>(dev, b[i]->z, p[i], s[i]->mean, s[i]->var, du, none, (__nv_bfloat16 *)dz16);
         conv_backward_bf16dy_gpu(dev, b[i]->d, x, b[i]->w, dz16, b[i]->dx, b[i]->dw);
     }
     dev->scratch.used = mark;

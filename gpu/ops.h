@@ -93,14 +93,14 @@ void bn_silu_backward_bf16_gpu(Device *dev, Map z, const float *gamma, const flo
 // outputs on the CPU (core/spec/model_run.c bn_recompute), bit for bit.
 void bn_apply_gpu(Device *dev, Map z, const float *gamma, const float *beta, const float *mean,
                   const float *invstd, Map u);
-// One RepConv branch's backward: its conv (d, w, dw +=, dx with its fresh bit) and BN (z, parameters, saved
-// statistics, dgamma, dbeta +=; beta only where its output is recomputed).
+// One RepConv branch's backward: its conv (d, w, dw +=, dx with its fresh bit) and BN (z, saved statistics,
+// dgamma, dbeta +=).
 typedef struct {
     const ConvDims *d;
     const float *w;
     float *dw;
     Map z, dx;
-    const float *gamma, *beta, *mean, *invstd;
+    const float *gamma, *mean, *invstd;
     float *dgamma, *dbeta;
 } ConvBnBranch;
 // Both branches' BN and conv backward from du (fp32) under bf16, dz16 (M·C bf16) between them: the two BNs'
@@ -108,11 +108,6 @@ typedef struct {
 // conv_backward_bf16dy_gpu per branch. z contiguous.
 void repconv_bn_backward_bf16_gpu(Device *dev, const ConvBnBranch *b1, const ConvBnBranch *b2, Map x, Map du,
                                   void *dz16);
-// The whole RepConv backward under bf16 from dy (at the SiLU; fp32 or bf16-stored): bit for bit
-// repconv_silu_backward_gpu into an fp32 du, then repconv_bn_backward_bf16_gpu from it, but du is recomputed
-// from (z1, z2, dy) where it is read, never stored. z contiguous; the branches' beta set.
-void repconv_silu_bn_backward_bf16_gpu(Device *dev, const ConvBnBranch *b1, const ConvBnBranch *b2, Map x, Map dy,
-                                       void *dz16);
 // A RepConv's du = dy·silu'(u1 + u2) (=), u1 and u2 recomputed from z1 and z2 as bn_apply_gpu, in one pass:
 // bit for bit bn_apply_gpu twice, accumulate_map_gpu, silu_backward_gpu.
 void repconv_silu_backward_gpu(Device *dev, Map z1, const float *gamma1, const float *beta1, const float *mean1,

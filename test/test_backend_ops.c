@@ -1018,64 +1018,6 @@ static void case_repconv_bn_backward(const Target *tg, Rng *g, int i) {
     set_free(&s);
 }
 
-// The same from dy at the SiLU: du = dy·silu'(BN1(z1) + BN2(z2)), then both branches from it; against the reference
-// composition, and to the bit against the backend's own two fused calls (or its ops, where it has not those)
-static void compose_repconv_silu_bn_bwd(const Target *tg, const ConvDims *d1, const float *w1, Map z1,
-                                        const BnSaved *b1, float *dw1, const ConvDims *d2, const float *w2, Map z2,
-                                        const BnSaved *b2, float *dw2, Map dx, Map x, Map dy, Map tmp, Map dz,
-                                        float *ws) {
-    const BackendFused *f = &tg->be->fused;
-    if (f->repconv_silu_backward && f->repconv_bn_backward) {
-        f->repconv_silu_backward(tg->ctx, z1, b1, z2, b2, dy, dz, tmp);
-        f->repconv_bn_backward(tg->ctx, d1, w1, z1, b1, dw1, dx, d2, w2, z2, b2, dw2, dx, x, tmp, dz, ws);
-        return;
-    }
-    compose_repconv_silu_bwd(tg, z1, b1, z2, b2, dy, dz, tmp);
-    compose_conv_bn_bwd(tg, d1, x, w1, z1, b1, tmp, dz, dx, dw1, ws);
-    compose_conv_bn_bwd(tg, d2, x, w2, z2, b2, tmp, dz, dx, dw2, ws);
-}
-static void case_repconv_silu_bn_backward(const Target *tg, Rng *g, int i) {
-    ConvCase c = conv_case_at(i, g);
-    ConvDims d1 = conv_dims(c.N, c.C, c.H, c.W, c.K, 3, c.stride, 1, 1), d2 = conv_dims(c.N, c.C, c.H, c.W, c.K, 1,
-                                                                                         c.stride, 0, 1);
-    size_t nw1 = (size_t)d1.K * d1.C * 9, nw2 = (size_t)d2.K * d2.C;
-    Shape sh = { d1.N, d1.P, d1.Q, d1.K, 0 }, sx = { d1.N, d1.H, d1.W, d1.C, c.x_extra };
-    const char *op = "repconv_silu_bn_backward";
-    Set s = { .tg = tg };
-    Bn b1 = bn_inputs(&s, sh, g), b2 = bn_inputs(&s, sh, g);
-    T x = map_of(sx, c.x_extra), w1 = t_vec((int)nw1), w2 = t_vec((int)nw2), dy = map_of(sh, 0);
-    t_rand(x, g, -1, 1); t_rand(w1, g, -0.5, 0.5); t_rand(w2, g, -0.5, 0.5); t_rand(dy, g, -1, 1);
-    int ix = set_add(&s, x), iw1 = set_add(&s, w1), iw2 = set_add(&s, w2), idy = set_add(&s, dy);
-    int dx = out_map(&s, sx, c.x_extra, g), dw1 = out_vec(&s, (int)nw1, g), dw2 = out_vec(&s, (int)nw2, g);
-    int g1 = out_vec(&s, d1.K, g), e1 = out_vec(&s, d1.K, g), g2 = out_vec(&s, d1.K, g), e2 = out_vec(&s, d1.K, g);
-    int tmp = out_map(&s, sh, 0, g), dz = out_map(&s, sh, 0, g);
-    int dx_ = twin(&s, dx), dw1_ = twin(&s, dw1), dw2_ = twin(&s, dw2), g1_ = twin(&s, g1), e1_ = twin(&s, e1);
-    int g2_ = twin(&s, g2), e2_ = twin(&s, e2);
-    float *ws = xmalloc((conv_workspace_floats(&d1) + conv_workspace_floats(&d2) + 1) * sizeof(float));
-    BnSaved h1 = { HP(b1.ga), HP(b1.be), HP(b1.mean), HP(b1.invstd), HP(g1), HP(e1) };
-    BnSaved h2 = { HP(b2.ga), HP(b2.be), HP(b2.mean), HP(b2.invstd), HP(g2), HP(e2) };
-    BnSaved q1 = { DP(b1.ga), DP(b1.be), DP(b1.mean), DP(b1.invstd), DP(g1), DP(e1) };
-    BnSaved q2 = { DP(b2.ga), DP(b2.be), DP(b2.mean), DP(b2.invstd), DP(g2), DP(e2) };
-    BnSaved r1 = { DP(b1.ga), DP(b1.be), DP(b1.mean), DP(b1.invstd), DP(g1_), DP(e1_) };
-    BnSaved r2 = { DP(b2.ga), DP(b2.be), DP(b2.mean), DP(b2.invstd), DP(g2_), DP(e2_) };
-    compose_repconv_silu_bn_bwd(&REF, &d1, HP(iw1), H(b1.z), &h1, HP(dw1), &d2, HP(iw2), H(b2.z), &h2, HP(dw2), H(dx),
-                                H(ix), H(idy), H(tmp), H(dz), ws);
-    OP_RUN(tg, tg->be->fused.repconv_silu_bn_backward(tg->ctx, &d1, DP(iw1), D(b1.z), &q1, DP(dw1), D(dx), &d2,
-                                                       DP(iw2), D(b2.z), &q2, DP(dw2), D(dx), D(ix), D(idy), D(tmp),
-                                                       D(dz), ws));
-    CHECK_OUT(dx, "dx", FP32); CHECK_OUT(dw1, "dw1", FP32); CHECK_OUT(dw2, "dw2", FP32);
-    CHECK_OUT(g1, "dgamma1", FP32); CHECK_OUT(e1, "dbeta1", FP32); CHECK_OUT(g2, "dgamma2", FP32);
-    CHECK_OUT(e2, "dbeta2", FP32);
-    OP_TIME(tg, perf_composed, compose_repconv_silu_bn_bwd(tg, &d1, DP(iw1), D(b1.z), &r1, DP(dw1_), &d2, DP(iw2),
-                                                           D(b2.z), &r2, DP(dw2_), D(dx_), D(ix), D(idy), D(tmp),
-                                                           D(dz), ws));
-    SAME_BITS(dx, dx_, "dx"); SAME_BITS(dw1, dw1_, "dw1"); SAME_BITS(dw2, dw2_, "dw2");
-    SAME_BITS(g1, g1_, "dgamma1"); SAME_BITS(e1, e1_, "dbeta1"); SAME_BITS(g2, g2_, "dgamma2");
-    SAME_BITS(e2, e2_, "dbeta2");
-    free(ws);
-    set_free(&s);
-}
-
 // A conv unit's output taken by the residual addition after it: out = a + silu(BN_train(z))
 static void case_bn_silu_add_forward_train(const Target *tg, Rng *g, int i) {
     Shape sh = shape_at(i, g);
@@ -1116,8 +1058,7 @@ static const Entry ENTRIES[] = {
     UNIT(conv_bn_backward),
     FUSED(repconv_forward_train), FUSED(repconv_silu_backward), FUSED(repconv_bn_backward),
     FUSED(bn_silu_add_forward_train),
-    OPS(bn_forward_train_sync), OPS(bn_backward_sync),   // these last: the entries before keep their seeds
-    FUSED(repconv_silu_bn_backward),
+    OPS(bn_forward_train_sync), OPS(bn_backward_sync),   // last: the entries before keep their seeds
 };
 enum { N_ENTRIES = sizeof ENTRIES / sizeof *ENTRIES };
 // Every slot of the three sub-tables has its entry: a new op fails to build until it has a case.

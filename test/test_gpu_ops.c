@@ -19,8 +19,7 @@
 
 #define GPU_TESTS(X) X(test_conv_fp32) X(test_conv_tf32) X(test_conv_bf16) X(test_conv_chunked) X(test_conv_stem_large) X(test_conv_bf16dy) \
     X(test_conv_cudnn_bf16) X(test_cudnn_tune) X(test_conv_bf16_dx)                                                  \
-    X(test_bn_silu) X(test_bn_silu_backward) X(test_repconv_silu_bn_backward) X(test_residual_fused)              \
-    X(test_bn_offset_variance) X(test_zero_map)                                                                     \
+    X(test_bn_silu) X(test_bn_silu_backward) X(test_residual_fused) X(test_bn_offset_variance) X(test_zero_map)     \
     X(test_step_allocates_nothing) X(test_init_refuses)
 
 #define GPU_ARENAS { 0, 0, 0, (size_t)256 << 20, (size_t)256 << 20 }
@@ -588,95 +587,6 @@ static void test_bn_silu_backward(void) {
         Pair all[] = { z, u, dy, dz, ga, be, mean, invstd, dga, dbe };
         for (size_t k = 0; k < sizeof all / sizeof *all; k++) pair_free(all[k]);
     }
-}
-
-// A new pair with p's shape and slice holding p's host values (a twin for the other call's += outputs)
-static Pair pair_copy(Pair p) {
-    Pair q = pair_new(p.h.N, p.h.H, p.h.W, p.h.C, p.extra);
-    memcpy(q.h.data - q.extra, p.h.data - p.extra, p.total * sizeof(float));
-    pair_upload(q);
-    return q;
-}
-
-// Whether two device buffers of n bytes hold the same bits
-static int same_bytes(const void *a, const void *b, size_t n) {
-    device_sync(&dev);
-    char *x = xmalloc(n), *y = xmalloc(n);
-    checkCuda(cudaMemcpy(x, a, n, cudaMemcpyDeviceToHost));
-    checkCuda(cudaMemcpy(y, b, n, cudaMemcpyDeviceToHost));
-    int same = !memcmp(x, y, n);
-    free(x); free(y);
-    return same;
-}
-
-// A RepConv's backward under bf16 from dy at its SiLU in one call (du recomputed, never stored) against the two
-// calls it replaces (du written in fp32, then both branches from it), bit for bit: dgamma, dbeta, dw of each
-// branch, dx and the last branch's packed dz; bf16-stored z and x as training keeps them, dy in fp32 and bf16.
-// Shapes: C = K of 13 (one channel a thread), 6 (two), 12 and 32, stride 2, and 33,800 pixels (many partials).
-typedef struct { int N, C, H, W, K, stride, x_extra; } RepCase;
-static const RepCase REP_CASES[] = { { 3, 13, 7, 7, 13, 1, 2 }, { 2, 8, 9, 9, 6, 1, 0 }, { 1, 16, 13, 13, 12, 2, 1 },
-                                     { 2, 32, 12, 12, 32, 1, 0 }, { 2, 8, 130, 130, 8, 1, 0 } };
-static void test_repconv_silu_bn_backward(void) {
-    NEED_GPU();
-    Rng g = rng_for(29, 0, 0);
-    GpuPrecision prec = dev.precision;
-    dev.precision = GPU_BF16;
-    for (size_t i = 0; i < sizeof REP_CASES / sizeof *REP_CASES; i++) {
-        for (int dy16 = 0; dy16 < 2; dy16++) {
-            const RepCase *rc = &REP_CASES[i];
-            arena_reset(&dev.acts);
-            ConvDims d1 = conv_dims(rc->N, rc->C, rc->H, rc->W, rc->K, 3, rc->stride, 1, 1);
-            ConvDims d2 = conv_dims(rc->N, rc->C, rc->H, rc->W, rc->K, 1, rc->stride, 0, 1);
-            int N = d1.N, P = d1.P, Q = d1.Q, K = d1.K;
-            size_t nw1 = (size_t)K * d1.C * 9, nw2 = (size_t)K * d1.C, nz = (size_t)N * P * Q * K;
-            Pair x = pair_new(N, d1.H, d1.W, d1.C, rc->x_extra), w1 = vec_new((int)nw1), w2 = vec_new((int)nw2);
-            Pair z1 = pair_new(N, P, Q, K, 0), z2 = pair_new(N, P, Q, K, 0), dy = pair_new(N, P, Q, K, 0);
-            Pair bn[2][4], dg[2], db[2], dw[2], dx = pair_new(N, d1.H, d1.W, d1.C, rc->x_extra);
-            pair_rand(x, &g, -1, 1); pair_rand(w1, &g, -0.5, 0.5); pair_rand(w2, &g, -0.5, 0.5);
-            pair_rand(z1, &g, -2, 3); pair_rand(z2, &g, -1, 2); pair_rand(dy, &g, -1, 1); pair_rand(dx, &g, -1, 1);
-            for (int b = 0; b < 2; b++) {   // gamma, beta, mean, invstd; then += priors
-                for (int k = 0; k < 4; k++) bn[b][k] = vec_new(K);
-                pair_rand(bn[b][0], &g, 0.5, 1.5); pair_rand(bn[b][1], &g, -1, 1);
-                pair_rand(bn[b][2], &g, -1, 1.5); pair_rand(bn[b][3], &g, 0.5, 2);
-                dg[b] = vec_new(K), db[b] = vec_new(K), dw[b] = vec_new((int)(b ? nw2 : nw1));
-                pair_rand(dg[b], &g, -1, 1); pair_rand(db[b], &g, -1, 1); pair_rand(dw[b], &g, -1, 1);
-            }
-            Pair dg2[2] = { pair_copy(dg[0]), pair_copy(dg[1]) }, db2[2] = { pair_copy(db[0]), pair_copy(db[1]) };
-            Pair dw2[2] = { pair_copy(dw[0]), pair_copy(dw[1]) }, dx2 = pair_copy(dx);
-            Map xb = bf16_twin(x.d), z1b = bf16_twin(z1.d), z2b = bf16_twin(z2.d), dyd = dy16 ? bf16_twin(dy.d) : dy.d;
-            Map du = map_make(arena_take(&dev.acts, nz * 4, 256), N, P, Q, K);
-            void *dz16 = arena_take(&dev.acts, nz * 2, 256), *dz16b = arena_take(&dev.acts, nz * 2, 256);
-            const ConvDims *dd[2] = { &d1, &d2 };
-            Pair w[2] = { w1, w2 };
-            Map zb[2] = { z1b, z2b };
-            ConvBnBranch a[2], c[2];
-            for (int b = 0; b < 2; b++) {
-                a[b] = (ConvBnBranch){ dd[b], w[b].d.data, dw[b].d.data, zb[b], dx.d, bn[b][0].d.data, bn[b][1].d.data,
-                                       bn[b][2].d.data, bn[b][3].d.data, dg[b].d.data, db[b].d.data };
-                c[b] = a[b];
-                c[b].dw = dw2[b].d.data, c[b].dx = dx2.d, c[b].dgamma = dg2[b].d.data, c[b].dbeta = db2[b].d.data;
-            }
-            repconv_silu_backward_gpu(&dev, z1b, bn[0][0].d.data, bn[0][1].d.data, bn[0][2].d.data, bn[0][3].d.data,
-                                      z2b, bn[1][0].d.data, bn[1][1].d.data, bn[1][2].d.data, bn[1][3].d.data, dyd,
-                                      du);
-            repconv_bn_backward_bf16_gpu(&dev, &a[0], &a[1], xb, du, dz16);
-            repconv_silu_bn_backward_bf16_gpu(&dev, &c[0], &c[1], xb, dyd, dz16b);
-            const char *dy_kind = dy16 ? "bf16 dy" : "fp32 dy";
-            for (int b = 0; b < 2; b++) {
-                CHECK(same_on_device(dg[b], dg2[b]), "case %zu (%s): branch %d's dgamma differs", i, dy_kind, b + 1);
-                CHECK(same_on_device(db[b], db2[b]), "case %zu (%s): branch %d's dbeta differs", i, dy_kind, b + 1);
-                CHECK(same_on_device(dw[b], dw2[b]), "case %zu (%s): branch %d's dw differs", i, dy_kind, b + 1);
-            }
-            CHECK(same_on_device(dx, dx2), "case %zu (%s): dx differs", i, dy_kind);
-            CHECK(same_bytes(dz16, dz16b, nz * 2), "case %zu (%s): branch 2's packed dz differs", i, dy_kind);
-            Pair all[] = { x, w1, w2, z1, z2, dy, dx, dx2, dg[0], dg[1], db[0], db[1], dw[0], dw[1], dg2[0], dg2[1],
-                           db2[0], db2[1], dw2[0], dw2[1] };
-            for (size_t k = 0; k < sizeof all / sizeof *all; k++) pair_free(all[k]);
-            for (int b = 0; b < 2; b++)
-                for (int k = 0; k < 4; k++) pair_free(bn[b][k]);
-        }
-    }
-    dev.precision = prec;
 }
 
 // A conv unit's SiLU(BN) output taken by the residual addition after it: out = a + silu(BN_train(z)) in one

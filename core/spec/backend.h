@@ -150,13 +150,6 @@ typedef struct BackendFused {
     void (*repconv_bn_backward)(void *ctx, const ConvDims *d1, const float *w1, Map z1, const BnSaved *bn1,
                                 float *dw1, Map dx1, const ConvDims *d2, const float *w2, Map z2,
                                 const BnSaved *bn2, float *dw2, Map dx2, Map x, Map du, Map dz, float *ws);
-    // The two backward forms as one call, from dy: repconv_silu_backward into tmp (du), then repconv_bn_backward
-    // from it (tmp and dz, of z1's shape, are the backend's). A GPU under bf16 recomputes du from (z1, z2, dy)
-    // where it reads it instead of storing it, the same bits.
-    void (*repconv_silu_bn_backward)(void *ctx, const ConvDims *d1, const float *w1, Map z1, const BnSaved *bn1,
-                                     float *dw1, Map dx1, const ConvDims *d2, const float *w2, Map z2,
-                                     const BnSaved *bn2, float *dw2, Map dx2, Map x, Map dy, Map tmp, Map dz,
-                                     float *ws);
     // A conv unit's y = silu(BN_train(z)) whose one reader is the residual addition after it (core/spec/model_run.c):
     // out = a + y (=) in the same pass; y need not be written (its storage, bf16 or not, rounds what is added).
     void (*bn_silu_add_forward_train)(void *ctx, Map z, const BnTrain *bn, float eps, float momentum, Map a, Map y,

@@ -185,28 +185,20 @@ static void unit_backward(Model *m, const ConvUnit *cu, int in, Map du, int n, i
     m->be->ops.conv_backward(m->be_ctx, &d, x, P(m, cu->w), dz, dx, G(m, cu->w), G(m, cu->b), m->ws);
 }
 
-// A RepConv's two branches' backward in one backend call: from du (the gradient at the sum of their BNs), as
-// unit_backward twice; or (silu) from dy at its SiLU, as act_grad then that (du in tmp_a). 0 (nothing done)
-// where the backend or the units do not allow it.
-static int repconv_backward_fused(Model *m, const Node *nd, Map g, int silu, int n, int fresh) {
+// A RepConv's two branches' backward from du (the gradient at the sum of their BNs) in one backend call, as
+// unit_backward twice; 0 (nothing done) where the backend or the units do not allow it.
+static int repconv_backward_fused(Model *m, const Node *nd, Map du, int n, int fresh) {
     const ConvUnit *c1 = &nd->cv, *c2 = &nd->cv2;
-    const BackendFused *f = &m->be->fused;
-    if (!(silu ? f->repconv_silu_bn_backward != NULL : f->repconv_bn_backward != NULL) || !unit_conv_bn(m, c1) ||
-        !unit_conv_bn(m, c2))
-        return 0;
+    if (!m->be->fused.repconv_bn_backward || !unit_conv_bn(m, c1) || !unit_conv_bn(m, c2)) return 0;
     ConvDims d1 = unit_dims(m, c1, nd->in, n), d2 = unit_dims(m, c2, nd->in, n);
     Map x = model_value(m, nd->in, n), dx1 = model_grad(m, nd->in, n);
     if (m->values[nd->in].no_grad) dx1.data = NULL;
     Map dx2 = dx1;
     dx1.fresh = fresh & FRESH_IN, dx2.fresh = fresh & FRESH_IN_CV2;   // as unit_backward's
     BnSaved b1 = unit_bn_saved(m, c1), b2 = unit_bn_saved(m, c2);
-    Map z1 = unit_z(m, c1, &d1), z2 = unit_z(m, c2, &d2), dz = map_make(m->tmp_b, n, d1.P, d1.Q, d1.K);
-    if (silu)
-        f->repconv_silu_bn_backward(m->be_ctx, &d1, P(m, c1->w), z1, &b1, G(m, c1->w), dx1, &d2, P(m, c2->w), z2, &b2,
-                                    G(m, c2->w), dx2, x, g, map_make(m->tmp_a, n, d1.P, d1.Q, d1.K), dz, m->ws);
-    else
-        f->repconv_bn_backward(m->be_ctx, &d1, P(m, c1->w), z1, &b1, G(m, c1->w), dx1, &d2, P(m, c2->w), z2, &b2,
-                               G(m, c2->w), dx2, x, g, dz, m->ws);
+    m->be->fused.repconv_bn_backward(m->be_ctx, &d1, P(m, c1->w), unit_z(m, c1, &d1), &b1, G(m, c1->w), dx1, &d2, P(m, c2->w),
+                               unit_z(m, c2, &d2), &b2, G(m, c2->w), dx2, x, du, map_make(m->tmp_b, n, d1.P, d1.Q, d1.K),
+                               m->ws);
     return 1;
 }
 
@@ -466,10 +458,9 @@ static void node_backward(Model *m, const Node *nd, int n) {
                 unit_backward_silu(m, &nd->cv, nd->in, dy, n, fresh & FRESH_IN);
                 break;
             }
-            if (nd->op == OP_REPCONV && repconv_backward_fused(m, nd, dy, 1, n, fresh)) break;
             Map du = act_grad(m, nd, dy, n);      // in tmp_a; unit_backward keeps dz in tmp_b (composed: the
                                                   // same ops as the backend's fused forms, in this order)
-            if (nd->op == OP_REPCONV && repconv_backward_fused(m, nd, du, 0, n, fresh)) break;
+            if (nd->op == OP_REPCONV && repconv_backward_fused(m, nd, du, n, fresh)) break;
             unit_backward(m, &nd->cv, nd->in, du, n, fresh & FRESH_IN);
             if (nd->op == OP_REPCONV) unit_backward(m, &nd->cv2, nd->in, du, n, fresh & FRESH_IN_CV2);
             break;
