@@ -46,20 +46,6 @@ static int bias_parts(size_t M) {
     return g < 1 ? 1 : g > BIAS_MAX_PARTS ? BIAS_MAX_PARTS : (int)g;
 }
 
-// A pointwise conv's weight gradient under bf16 is one GEMM whose inner dimension is the pixels (up to
-// millions) and whose output is a few thousand elements; cuBLAS's heuristics run some of those shapes on a
-// handful of blocks (the detection head's 64 x 64 at 80 x 80: 4 blocks). Such a GEMM (at most
-// WG_SMALL_OUT outputs, at least two slices of pixels) is split into slices of about WG_SLICE_ROWS rows, each
-// slice's product into scratch in one batched call, the slices then added in order onto dw: the split
-// depends on the shape alone, so the sums do too.
-enum { WG_SLICE_ROWS = 4096, WG_MAX_SLICES = 128, WG_SMALL_OUT = 64 * 128 };
-
-static int wgrad_slices(const Device *dev, const ConvDims *d, size_t rows) {
-    size_t out = (size_t)d->K * crs_of(d) / d->groups, s = rows / WG_SLICE_ROWS;
-    if (dev->precision != GPU_BF16 || !is_pointwise(d) || d->groups != 1 || out > WG_SMALL_OUT || s < 2) return 0;
-    return s > WG_MAX_SLICES ? WG_MAX_SLICES : (int)s;
-}
-
 extern "C" size_t conv_workspace_bytes_gpu(const Device *dev, const ConvDims *d) {
     bool bf = dev->precision == GPU_BF16;
     size_t rows = chunk_rows(dev, d), crs = crs_of(d), nw = (size_t)d->K * crs / d->groups;
@@ -70,7 +56,6 @@ extern "C" size_t conv_workspace_bytes_gpu(const Device *dev, const ConvDims *d)
     if (!is_pointwise(d) && bf) bytes += sizeof(float) * rows * crs;   // fp32 dcol
     if (bf) bytes += sizeof(bf16) * rows * d->K;                       // dy
     if (bf && is_pointwise(d)) bytes += sizeof(bf16) * rows * crs;     // x
-    bytes += sizeof(float) * wgrad_slices(dev, d, rows) * nw;          // the weight gradient's slices
     // the bias gradient's partials are given back before anything else is taken
     size_t bias = sizeof(double) * bias_parts(pixels_out(d)) * d->K + 256;
     if (bias > bytes) bytes = bias;
@@ -250,8 +235,9 @@ __global__ void weight_grad_from_cols_kernel(ConvDims d, const T *dwc, float *dw
 
 // Rows r (grid y) and columns c (grid x) of a row_launch grid, striding past the grid's size: no division
 // per element
-#define ROW_COL_LOOP(r, rows, c, cols)                                                                        \
-    for (size_t r = blockIdx.y * (size_t)blockDim.y + threadIdx.y; r < (rows); r += (size_t)gridDim.y * blockDim.y) \
+#define ROW_COL_LOOP(r, rows, c, cols)                                                   \
+    for (size_t r = blockIdx.y * (size_t)blockDim.y + threadIdx.y; r < (rows);           \
+         r += (size_t)gridDim.y * blockDim.y)                                             \
         for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < (cols); c += gridDim.x * blockDim.x)
 
 // rows m0..m0+rows-1 of y = bias, so the GEMM can accumulate onto them (a row_launch grid)
@@ -288,16 +274,6 @@ __global__ void bias_combine_kernel(const double *part, int G, int K, float *db)
     double s = 0.0;
     for (int g = 0; g < G; g++) s += part[(size_t)g * K + k];
     db[k] += (float)s;
-}
-
-// dw (n) = beta·dw + Σ_s part[s] (s = 0..S-1 in order): a split weight gradient's slices (wgrad_slices)
-__global__ void wgrad_slices_add_kernel(const float *part, int S, int n, float beta, float *dw) {
-    pdl_entry();
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float acc = part[i];
-    for (int s = 1; s < S; s++) acc += part[(size_t)s * n + i];
-    dw[i] = beta != 0.0f ? dw[i] + acc : acc;
 }
 
 // dst (rows, cols) packed = bf16(src (rows, cols) with row stride ld), round to nearest even (a row_launch grid)
@@ -369,24 +345,7 @@ static void gemm_forward(Device *dev, const ConvDims *d, Operand a, int rows, Op
 
 static void gemm_weight_grad(Device *dev, const ConvDims *d, Operand dy, int rows, Operand a,
                              float beta, float *dw) {
-    int G = d->groups, Kg = d->K / G, cgrs = (int)(crs_of(d) / G), S = wgrad_slices(dev, d, rows);
-    if (S) {   // slices of `per` rows (the last also the rows left over), each into part, then added in order
-        int per = rows / S, n = cgrs * Kg;
-        size_t mark = dev->scratch.used;
-        float *part = (float *)scratch_take(dev, sizeof(float) * S * n);
-        Gemm g = { CUBLAS_OP_N, CUBLAS_OP_T, cgrs, Kg, per, a, dy, (long long)per * a.ld, (long long)per * dy.ld, n };
-        gemm(dev, &g, S, 0.0f, part, cgrs);
-        if (rows > S * per) {
-            size_t m0 = (size_t)S * per;
-            Operand ar = { (const bf16 *)a.p + m0 * a.ld, a.ld }, dr = { (const bf16 *)dy.p + m0 * dy.ld, dy.ld };
-            Gemm r = { CUBLAS_OP_N, CUBLAS_OP_T, cgrs, Kg, rows - (int)m0, ar, dr, 0, 0, 0 };
-            gemm(dev, &r, 1, 1.0f, part + (size_t)(S - 1) * n, cgrs);
-        }
-        wgrad_slices_add_kernel<<<blocks_for(n), THREADS, 0, dev->stream>>>(part, S, n, beta, dw);
-        checkLaunch(dev);
-        dev->scratch.used = mark;
-        return;
-    }
+    int G = d->groups, Kg = d->K / G, cgrs = (int)(crs_of(d) / G);
     Gemm g = { CUBLAS_OP_N, CUBLAS_OP_T, cgrs, Kg, rows, a, dy, cgrs, Kg, (long long)Kg * cgrs };
     gemm(dev, &g, G, beta, dw, cgrs);
 }
