@@ -1,9 +1,10 @@
 // test_gpu_ops.c: the CUDA twins of gpu/ops.h beyond what test_backend_ops checks through the backend table:
-// the convolutions in every precision and path (TF32, bf16, cuDNN, chunked im2col, bf16 dy and dx), the
-// fused BN + SiLU forms' own outputs (a stored u, the packed bf16 dz), the residual with a bf16 output, BN
-// statistics far from zero, zero_map, and the memory discipline; against the CPU twins of core/spec/ops.h on the
-// same fresh random inputs, odd shapes and channel slices (ld > C) with guard values checked after each op
-// (|gpu - cpu| <= atol + rtol·|cpu|, test/test.h). Without CUDA in the build, or without a GPU, every test is a skip.
+// the convolutions in every precision and path (TF32, bf16, cuDNN with and without its engines timed, chunked
+// im2col, bf16 dy and dx, the stem at full size), the fused BN + SiLU forms' own outputs (a stored u, the packed
+// bf16 dz), the residual with a bf16 output, BN statistics far from zero, zero_map, and the memory discipline;
+// against the CPU twins of core/spec/ops.h on the same fresh random inputs, odd shapes and channel slices (ld > C)
+// with guard values checked after each op (|gpu - cpu| <= atol + rtol·|cpu|, test/test.h). Without CUDA in the
+// build, or without a GPU, every test is a skip.
 // Legend: N batch, C/K channels, H,W in, P,Q out, k kernel, G groups.
 #include <stdint.h>
 #include <string.h>
