@@ -233,17 +233,12 @@ __global__ void weight_grad_from_cols_kernel(ConvDims d, const T *dwc, float *dw
     }
 }
 
-// Rows r (grid y) and columns c (grid x) of a row_launch grid, striding past the grid's size: no division
-// per element
-#define ROW_COL_LOOP(r, rows, c, cols)                                                   \
-    for (size_t r = blockIdx.y * (size_t)blockDim.y + threadIdx.y; r < (rows);           \
-         r += (size_t)gridDim.y * blockDim.y)                                             \
-        for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < (cols); c += gridDim.x * blockDim.x)
-
-// rows m0..m0+rows-1 of y = bias, so the GEMM can accumulate onto them (a row_launch grid)
+// rows m0..m0+rows-1 of y = bias, so the GEMM can accumulate onto them (a row_launch grid: x the channels)
 __global__ void fill_bias_kernel(Map y, size_t m0, size_t rows, const float *b) {
     pdl_entry();
-    ROW_COL_LOOP(r, rows, c, y.C) y.data[(m0 + r) * y.ld + c] = b[c];
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= y.C) return;
+    ROW_LOOP(r, 0, rows) y.data[(m0 + r) * y.ld + c] = b[c];
 }
 
 // db (K) += column sums of dy over its M pixels, in double, in two levels as BN's statistics:
@@ -279,7 +274,9 @@ __global__ void bias_combine_kernel(const double *part, int G, int K, float *db)
 // dst (rows, cols) packed = bf16(src (rows, cols) with row stride ld), round to nearest even (a row_launch grid)
 __global__ void to_bf16_kernel(const float *src, size_t rows, int cols, int ld, bf16 *dst) {
     pdl_entry();
-    ROW_COL_LOOP(r, rows, c, cols) dst[r * cols + c] = __float2bfloat16(src[r * ld + c]);
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols) return;
+    ROW_LOOP(r, 0, rows) dst[(size_t)r * cols + c] = __float2bfloat16(src[(size_t)r * ld + c]);
 }
 
 // ---- GEMM operands and the one GEMM call ---------------------------------------------------
