@@ -1,8 +1,8 @@
 // cudnn_conv.c: convolutions through cuDNN 9's backend API (cudnn_conv.h says what and why).
 // A plan is built the first time a shape (dims, strides, types, alignment, beta) is met: the
-// operation graph of one convolution, cuDNN's heuristics (mode A, then the fallback list), and the
-// first engine configuration that is deterministic, finalizes and fits the workspace (or, with
-// YT_CUDNN_TUNE=1, below, the one of the first few that ran fastest on the call's operands). Plans
+// operation graph of one convolution, cuDNN's heuristics (mode A, then the fallback list), and of the
+// engine configurations that are deterministic, finalize and fit the workspace, the one chosen for the
+// shape's class: timed once per machine and kept in a file (below), or with YT_CUDNN_TUNE=0 the first. Plans
 // live in a hash table per device; each keeps its last variant pack, which is rebuilt only when the
 // pointers change (they do not, step after step, since the memory plan is fixed).
 // The library is reached through dlopen/dlsym, so the binary does not depend on it.
@@ -10,11 +10,16 @@
 
 #ifdef USE_CUDNN
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cudnn_graph.h>
 
@@ -299,20 +304,42 @@ static int engine_acceptable(Held *h, cudnnBackendDescriptor_t cfg, int tensor_c
     return 1;
 }
 
-// cuDNN's global index of the engine a configuration runs (-1 unknown), for the verbose log
-static int64_t engine_index(Held *h, cudnnBackendDescriptor_t cfg) {
-    cudnnBackendDescriptor_t eng = held_new(h, CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+// What names an engine configuration across processes: cuDNN's global index of its engine and its knobs'
+// choices (type, value; sorted by type). engine -1: not known. Zeroed before filling (compared bytewise).
+enum { KNOBS_MAX = CUDNN_KNOB_TYPE_COUNTS };
+typedef struct { int64_t engine; int n; int64_t knob[KNOBS_MAX][2]; } Finger;
+
+static void finger_of(cudnnBackendDescriptor_t cfg, Finger *f) {
+    memset(f, 0, sizeof *f);
+    f->engine = -1;
+    Held h = { .n = 0 };
+    cudnnBackendDescriptor_t eng = held_new(&h, CUDNN_BACKEND_ENGINE_DESCRIPTOR), ch[KNOBS_MAX];
     int64_t n = 0, index = -1;
-    if (!eng || failed(lib.get_attr(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &eng)) ||
-        failed(lib.get_attr(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &index)))
-        return -1;
-    return index;
+    int ok = eng && !failed(lib.get_attr(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &eng)) &&
+             !failed(lib.get_attr(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &index));
+    for (int i = 0; i < KNOBS_MAX && ok; i++) ok = (ch[i] = held_new(&h, CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR)) != NULL;
+    ok = ok && !failed(lib.get_attr(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR, KNOBS_MAX, &n,
+                                    ch)) && n >= 0 && n <= KNOBS_MAX;
+    int64_t knobs = ok ? n : 0;
+    for (int64_t i = 0; i < knobs && ok; i++) {
+        cudnnBackendKnobType_t type;
+        int64_t value = 0, m = 0;
+        ok = !failed(lib.get_attr(ch[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &m, &type)) &&
+             !failed(lib.get_attr(ch[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &m, &value));
+        int j = (int)i;   // insertion by type
+        for (; ok && j > 0 && f->knob[j - 1][0] > type; j--) f->knob[j][0] = f->knob[j - 1][0], f->knob[j][1] = f->knob[j - 1][1];
+        f->knob[j][0] = type, f->knob[j][1] = value;
+    }
+    held_free(&h);
+    if (!ok) memset(f->knob, 0, sizeof f->knob);
+    f->n = ok ? (int)knobs : 0;
+    f->engine = ok ? index : -1;
 }
 
 enum { MAX_CFGS = 64 };
 
 // An execution plan made from one engine configuration, its workspace and engine index.
-typedef struct { cudnnBackendDescriptor_t plan; int64_t ws, engine; } Cand;
+typedef struct { cudnnBackendDescriptor_t plan; int64_t ws; Finger fp; } Cand;
 
 // The acceptable engine configurations of heuristics mode `mode` that finalize into plans needing at most
 // ws_cap bytes, in the heuristics' order: at most `max` of them into out (the caller owns their plans).
@@ -345,7 +372,8 @@ static int plans_from_heuristics(Held *h, cudnnHandle_t handle, cudnnBackendDesc
             SET(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle) && !failed(lib.finalize(plan)) &&
             !failed(lib.get_attr(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &m, &ws)) &&
             ws >= 0 && (size_t)ws <= ws_cap) {
-            out[n++] = (Cand){ plan, ws, engine_index(h, cfgs[i]) };
+            out[n] = (Cand){ plan, ws, { 0 } };
+            finger_of(cfgs[i], &out[n++].fp);
             continue;
         }
         lib.destroy_desc(plan);
@@ -353,31 +381,214 @@ static int plans_from_heuristics(Held *h, cudnnHandle_t handle, cudnnBackendDesc
     return n;
 }
 
-// ---- choosing among the engines by timing them (YT_CUDNN_TUNE=1, off by default) ---------------
+// ---- choosing among the engines by timing them, once per machine (YT_CUDNN_TUNE) ------------------
 // cuDNN's heuristics put first, for channel counts that are not multiples of 64 (gelan-s's 32 and 48),
 // engines that convert the tensors' layout around the convolution, and split-K weight gradients with a
-// slow reduction. With tuning, the first TUNE_MAX acceptable plans are timed on the call's own operands
-// when a shape class (the shape without batch and size: kind, channels, kernel, stride, groups, types,
-// strides, alignment) is first met outside a stream capture with beta 0 (so a trial run only writes what
-// the real run overwrites); the engine kept is then the class's for every batch and size (a validation
-// pass's many letterboxed sizes time nothing), and each plan is kept like any other: deterministic
-// engines only, one per shape. The heuristics' first plan stays unless one runs in at most TUNE_GAIN of
-// its time, and then the earliest (in the heuristics' order) within TUNE_NEAR of the fastest is kept; still,
-// engines timing near one of those bounds flip between runs (on gelan-s several do), so a tuned run does not
-// repeat another's bits: hence off by default. The choices are the process's: its devices share them (a device taking the engine another timed), so N
-// devices run the engines one device runs.
+// slow reduction. So the first TUNE_MAX acceptable plans of a shape class (the shape without batch and size:
+// kind, channels, kernel, stride, groups, types, strides, alignment) are timed on the call's own
+// operands when the class is first met outside a stream capture with beta 0 (a trial run then only writes
+// what the real run overwrites). The heuristics' first stays unless one runs in at most TUNE_GAIN of its
+// time, and then the earliest (in the heuristics' order) within TUNE_NEAR of the fastest is kept.
+//
+// Timings differ between processes, so a choice is made once per machine and kept in the engine file
+// (YT_CUDNN_ENGINES; a line per class: the GPU, the cuDNN version, the class, the engine and its knobs). A
+// process reads the choices there before making its own, under the file's lock, and appends each one it makes
+// (timed, or the heuristics' first where the class's first call could not be timed) before running it: runs
+// that share the file run the same engine configuration for every shape and give the same bits, the first
+// run included. Without a file (none, or one that cannot be written) nothing is timed: the heuristics' first
+// for every new class, as with YT_CUDNN_TUNE=0. The choices are the process's, shared by its devices.
 // An engine needing more workspace than the first plan and TUNE_WS is not timed: the scratch left for the
 // workspace differs between call sites, and a plan that does not fit one falls back to the GEMM path there.
-enum { TUNE_MAX = 8, TUNE_RUNS = 3, TUNE_CHOICES = 4096, TUNE_WS = 32 << 20 };
+enum { TUNE_MAX = 8, TUNE_RUNS = 3, TUNE_CHOICES = 2048, TUNE_WS = 32 << 20, FILE_LINE = 2048,
+       FILE_MAX_BYTES = 8 << 20 };
 static const double TUNE_GAIN = 0.8, TUNE_NEAR = 1.1;
 
 static struct {
     pthread_mutex_t lock;
     int n;
-    struct { PlanKey cls; int64_t engine; } choice[TUNE_CHOICES];
+    struct { PlanKey cls; Finger fp; } choice[TUNE_CHOICES];
+    int file_state;           // 0 not looked for yet, 1 read and written, 2 read only, -1 none
+    char path[1024], gpu[160];
+    long long read_to, lines; // bytes of the file read (whole lines), lines seen
+    int bad_said, timed;      // a malformed line reported; classes timed by this process
 } tuned = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
-static int tune_on(void) { return switch_is(SW_CUDNN_TUNE, "1"); }
+static int tune_on(void) { return !switch_is(SW_CUDNN_TUNE, "0"); }
+
+static const Finger *choice_of(const PlanKey *cls) {
+    for (int i = 0; i < tuned.n; i++)
+        if (!memcmp(&tuned.choice[i].cls, cls, sizeof *cls)) return &tuned.choice[i].fp;
+    return NULL;
+}
+
+static void choice_add(const PlanKey *cls, const Finger *fp) {
+    if (tuned.n < TUNE_CHOICES && !choice_of(cls)) tuned.choice[tuned.n].cls = *cls, tuned.choice[tuned.n++].fp = *fp;
+}
+
+// The file's line for a class, without its newline: "yt-cudnn-engines 1 GPU CUDNN_VERSION KEY ENGINE N T=V ..."
+// (KEY: the class's bytes in hex, so a build whose PlanKey differs reads no line of another's).
+static void line_of(const PlanKey *cls, const Finger *fp, char *out, size_t size) {
+    const unsigned char *b = (const unsigned char *)cls;
+    int o = snprintf(out, size, "yt-cudnn-engines 1 %s %zu ", tuned.gpu, lib.version);
+    for (size_t i = 0; i < sizeof *cls && o + 3 < (int)size; i++) o += snprintf(out + o, size - o, "%02x", b[i]);
+    o += snprintf(out + o, size - o, " %lld %d", (long long)fp->engine, fp->n);
+    for (int i = 0; i < fp->n && o < (int)size; i++)
+        o += snprintf(out + o, size - o, " %lld=%lld", (long long)fp->knob[i][0], (long long)fp->knob[i][1]);
+}
+
+// One line of the file: 1 and the class and choice when it is a line of this GPU and cuDNN version, 0 when it
+// belongs to another, -1 when it is not a line of this format.
+static int parse_line(char *line, PlanKey *cls, Finger *fp) {
+    char *save = NULL, *tok[4 + 3 + KNOBS_MAX];
+    int n = 0;
+    for (char *t = strtok_r(line, " \t\r", &save); t; t = strtok_r(NULL, " \t\r", &save)) {
+        if (n == (int)(sizeof tok / sizeof *tok)) return -1;
+        tok[n++] = t;
+    }
+    if (n < 7 || strcmp(tok[0], "yt-cudnn-engines") || strcmp(tok[1], "1")) return -1;
+    char *end;
+    long long engine = strtoll(tok[5], &end, 10), knobs = *end ? -1 : strtoll(tok[6], &end, 10);
+    if (*end || engine < 0 || knobs < 0 || knobs > KNOBS_MAX || n != 7 + knobs) return -1;
+    memset(fp, 0, sizeof *fp);
+    fp->engine = engine, fp->n = (int)knobs;
+    for (int i = 0; i < fp->n; i++) {
+        char *eq = strchr(tok[7 + i], '=');
+        if (!eq) return -1;
+        *eq = 0;
+        fp->knob[i][0] = strtoll(tok[7 + i], &end, 10);
+        if (*end || !eq[1]) return -1;
+        fp->knob[i][1] = strtoll(eq + 1, &end, 10);
+        if (*end) return -1;
+    }
+    char version[32];
+    snprintf(version, sizeof version, "%zu", lib.version);
+    if (strcmp(tok[2], tuned.gpu) || strcmp(tok[3], version)) return 0;
+    if (strlen(tok[4]) != 2 * sizeof *cls) return 0;   // another build's class
+    unsigned char *b = (unsigned char *)cls;
+    for (size_t i = 0; i < sizeof *cls; i++) {
+        unsigned v;
+        if (sscanf(tok[4] + 2 * i, "%2x", &v) != 1) return -1;
+        b[i] = (unsigned char)v;
+    }
+    return 1;
+}
+
+// The lines appended to the file since it was last read (fd open and locked), into the choices. Returns 1
+// when the file ends with a newline (or is empty), 0 when its last line is incomplete.
+static int read_new_lines(int fd) {
+    struct stat st;
+    if (fstat(fd, &st) || st.st_size > FILE_MAX_BYTES) {
+        if (!tuned.bad_said++)
+            fprintf(stderr, "cuDNN engines: %s is larger than %d MB: not read; delete it (it is made again)\n",
+                    tuned.path, FILE_MAX_BYTES >> 20);
+        return 1;
+    }
+    if (st.st_size < tuned.read_to) tuned.read_to = 0, tuned.lines = 0;   // replaced: read it again
+    char buf[FILE_LINE + 1];
+    int len = 0, ends_line = 1;
+    ssize_t got;
+    off_t at = tuned.read_to;
+    while ((got = pread(fd, buf + len, FILE_LINE - len, at)) > 0) {
+        at += got, len += (int)got;
+        int start = 0;
+        for (int i = 0; i < len; i++) {
+            if (buf[i] != '\n') continue;
+            buf[i] = 0;
+            tuned.lines++;
+            PlanKey cls;
+            Finger fp;
+            int r = parse_line(buf + start, &cls, &fp);
+            if (r > 0) choice_add(&cls, &fp);
+            if (r < 0 && !tuned.bad_said++)
+                fprintf(stderr, "cuDNN engines: %s:%lld: not a line of this file's format; ignored (deleting the file "
+                                "makes it again)\n", tuned.path, tuned.lines);
+            start = i + 1;
+        }
+        tuned.read_to += start;
+        memmove(buf, buf + start, len - start);
+        len -= start;
+        if (len == FILE_LINE) {   // a line longer than any this program writes: skip to its end
+            tuned.read_to += len, len = 0;
+            if (!tuned.bad_said++)
+                fprintf(stderr, "cuDNN engines: %s: a line too long; ignored\n", tuned.path);
+        }
+    }
+    if (len > 0) ends_line = 0;
+    return ends_line;
+}
+
+// Finds the file's path and this GPU's name (once): 0, or -1 when there is no file to use.
+static int file_setup(void) {
+    if (tuned.file_state) return tuned.file_state < 0 ? -1 : 0;
+    tuned.file_state = -1;
+    const char *set = switch_str(SW_CUDNN_ENGINES), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (set && !strcmp(set, "none")) return -1;
+    if (set && *set) snprintf(tuned.path, sizeof tuned.path, "%s", set);
+    else if (xdg && *xdg == '/') snprintf(tuned.path, sizeof tuned.path, "%s/yolotrain/cudnn-engines.txt", xdg);
+    else if (home && *home == '/') snprintf(tuned.path, sizeof tuned.path, "%s/.cache/yolotrain/cudnn-engines.txt", home);
+    else return -1;
+    int dev = 0;
+    struct cudaDeviceProp prop;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) return -1;
+    int o = 0;
+    for (const char *c = prop.name; *c && o < (int)sizeof tuned.gpu - 16; c++)
+        tuned.gpu[o++] = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ? *c : '_';
+    snprintf(tuned.gpu + o, sizeof tuned.gpu - o, "-sm%d%d", prop.major, prop.minor);
+    char dir[sizeof tuned.path];
+    snprintf(dir, sizeof dir, "%s", tuned.path);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) *slash = 0, make_dirs(dir);   // a failure shows when the file is opened
+    tuned.file_state = 1;
+    return 0;
+}
+
+// Opens and locks the file, reads its new lines; -1 when there is none (the reason said once). *writable: 1
+// when choices may be appended.
+static int file_open(int *writable) {
+    *writable = 0;
+    if (file_setup()) return -1;
+    int fd = tuned.file_state == 1 ? open(tuned.path, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0644) : -1;
+    if (fd >= 0) *writable = 1;
+    else {
+        if (tuned.file_state == 1)
+            fprintf(stderr, "cuDNN engines: cannot write %s (%s): convolutions new to it take cuDNN's heuristics' "
+                            "first engine, untimed; set YT_CUDNN_ENGINES to a writable file\n", tuned.path, strerror(errno));
+        tuned.file_state = 2;
+        fd = open(tuned.path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            tuned.file_state = -1;
+            return -1;
+        }
+    }
+    flock(fd, *writable ? LOCK_EX : LOCK_SH);   // advisory; where unsupported, appends stay whole lines
+    if (!read_new_lines(fd) && *writable && write(fd, "\n", 1) != 1) *writable = 0;   // after a torn last line
+    return fd;
+}
+
+// Appends a choice to the file (open, locked, writable); the bytes it wrote count as read.
+static void file_append(int fd, const PlanKey *cls, const Finger *fp) {
+    char line[FILE_LINE];
+    line_of(cls, fp, line, sizeof line - 1);
+    size_t n = strlen(line);
+    line[n++] = '\n';
+    if (write(fd, line, n) != (ssize_t)n && !tuned.bad_said++)
+        fprintf(stderr, "cuDNN engines: cannot append to %s (%s)\n", tuned.path, strerror(errno));
+    struct stat st;
+    if (!fstat(fd, &st)) tuned.read_to = st.st_size, tuned.lines++;
+}
+
+void cudnn_conv_tune_forget(void) {
+    pthread_mutex_lock(&tuned.lock);
+    tuned.n = 0, tuned.file_state = 0, tuned.read_to = 0, tuned.lines = 0, tuned.bad_said = 0;
+    pthread_mutex_unlock(&tuned.lock);
+}
+
+int cudnn_conv_tune_timed(void) {
+    pthread_mutex_lock(&tuned.lock);
+    int n = tuned.timed;
+    pthread_mutex_unlock(&tuned.lock);
+    return n;
+}
 
 // ms of one run of plan `p` on the operands (the mean of TUNE_RUNS after one warm-up); a failed run: -1
 static double time_plan(Ctx *c, const Cand *p, void *const ptrs[3], void *ws) {
@@ -424,37 +635,47 @@ static int timeable(Ctx *c, const PlanKey *k) {
     return k->beta == 0.0f && cudaStreamIsCapturing(c->stream, &st) == cudaSuccess && st == cudaStreamCaptureStatusNone;
 }
 
-// Of the n candidates (the heuristics' order), the rank to keep: the first with the engine the process chose
-// for the shape's class, or the timed choice when the class is new (rank 0 when it cannot be timed).
+static void say_timings(const PlanKey *k, const Cand *cand, const double *ms, int n, int rank) {
+    fprintf(stderr, "cudnn tune %s N%d C%d %dx%d K%d %dx%d s%d x_ld %d y_ld %d:",
+            k->kind == CUDNN_FWD ? "fwd" : k->kind == CUDNN_DGRAD ? "dgrad" : "wgrad", k->d.N, k->d.C, k->d.H,
+            k->d.W, k->d.K, k->d.R, k->d.S, k->d.stride, k->x_ld, k->y_ld);
+    for (int i = 0; i < n; i++)
+        fprintf(stderr, " %s%lld %.4f ms ws %lld,", i == rank ? "*" : "", (long long)cand[i].fp.engine, ms[i],
+                (long long)cand[i].ws);
+    fprintf(stderr, "\n");
+}
+
+// Of the n candidates (the heuristics' order), the rank to keep: the first whose configuration is the one
+// chosen for the shape's class (in this process or the file), else the one chosen now; rank 0 where none is.
 static int choose(Ctx *c, const PlanKey *k, Cand *cand, int n, void *const ptrs[3], void *ws) {
     if (n < 2) return 0;
-    PlanKey cls = *k;
+    PlanKey cls = *k;   // beta left out too: an accumulating call runs the engine its class's fresh ones run
     cls.d.N = cls.d.H = cls.d.W = cls.d.P = cls.d.Q = 0;
+    cls.beta = 0;
     pthread_mutex_lock(&tuned.lock);
-    int rank = -1;
-    for (int i = 0; i < tuned.n && rank < 0; i++) {
-        if (memcmp(&tuned.choice[i].cls, &cls, sizeof cls)) continue;
-        rank = 0;
-        for (int j = 0; j < n; j++)
-            if (cand[j].engine == tuned.choice[i].engine) { rank = j; break; }
-    }
-    if (rank < 0 && !timeable(c, k)) rank = 0;
-    if (rank < 0) {
-        double ms[TUNE_MAX];
-        int64_t ws_max = cand[0].ws > TUNE_WS ? cand[0].ws : TUNE_WS;   // other call sites may leave less
-        for (int i = 0; i < n; i++) ms[i] = cand[i].ws <= ws_max ? time_plan(c, &cand[i], ptrs, ws) : -1;
-        rank = tune_pick(ms, n);
-        if (tuned.n < TUNE_CHOICES) tuned.choice[tuned.n].cls = cls, tuned.choice[tuned.n++].engine = cand[rank].engine;
-        if (switch_str(SW_CUDNN_VERBOSE)) {
-            fprintf(stderr, "cudnn tune %s N%d C%d %dx%d K%d %dx%d s%d x_ld %d y_ld %d:",
-                    k->kind == CUDNN_FWD ? "fwd" : k->kind == CUDNN_DGRAD ? "dgrad" : "wgrad", k->d.N, k->d.C, k->d.H,
-                    k->d.W, k->d.K, k->d.R, k->d.S, k->d.stride, k->x_ld, k->y_ld);
-            for (int i = 0; i < n; i++)
-                fprintf(stderr, " %s%lld %.4f ms ws %lld,", i == rank ? "*" : "", (long long)cand[i].engine, ms[i],
-                        (long long)cand[i].ws);
-            fprintf(stderr, "\n");
+    const Finger *fp = choice_of(&cls);
+    int writable = 0, fd = fp ? -1 : file_open(&writable);
+    if (!fp) fp = choice_of(&cls);   // another process's, read just now
+    if (!fp && writable && cand[0].fp.engine >= 0) {
+        int rank = 0;
+        if (timeable(c, k)) {
+            double ms[TUNE_MAX];
+            int64_t ws_max = cand[0].ws > TUNE_WS ? cand[0].ws : TUNE_WS;   // other call sites may leave less
+            for (int i = 0; i < n; i++) ms[i] = cand[i].ws <= ws_max && cand[i].fp.engine >= 0 ? time_plan(c, &cand[i], ptrs, ws) : -1;
+            rank = tune_pick(ms, n);
+            if (!tuned.timed++)
+                fprintf(stderr, "cuDNN engines: timing each new kind of convolution once, the choices kept in %s "
+                                "(YT_CUDNN_TUNE=0: cuDNN's heuristics' first, untimed)\n", tuned.path);
+            if (switch_str(SW_CUDNN_VERBOSE)) say_timings(k, cand, ms, n, rank);
         }
+        file_append(fd, &cls, &cand[rank].fp);
+        choice_add(&cls, &cand[rank].fp);
+        fp = choice_of(&cls);
     }
+    if (fd >= 0) close(fd);   // and unlocked
+    int rank = 0;
+    for (int i = 0; fp && i < n; i++)
+        if (!memcmp(&cand[i].fp, fp, sizeof *fp)) { rank = i; break; }
     pthread_mutex_unlock(&tuned.lock);
     return rank;
 }
@@ -479,7 +700,7 @@ static void build_plan(Ctx *c, Plan *p, size_t ws_cap, void *const ptrs[3], void
         if (i != pick) lib.destroy_desc(cand[i].plan);
     p->plan = n ? cand[pick].plan : NULL;
     p->ws = n ? cand[pick].ws : 0;
-    p->engine = n ? cand[pick].engine : -1;
+    p->engine = n ? cand[pick].fp.engine : -1;
     p->ok = p->plan != NULL;
     if (p->ok) c->plans++;
     else c->refused++;
@@ -560,4 +781,6 @@ void cudnn_conv_stats(void *ctx, int *plans, int *refused, double *seconds) {
     *plans = *refused = 0;
     if (seconds) *seconds = 0.0;
 }
+void cudnn_conv_tune_forget(void) {}
+int cudnn_conv_tune_timed(void) { return 0; }
 #endif

@@ -8,8 +8,9 @@
 // filter is (K, R, S, C/G) ("KRSC"). Every op is out = alpha * conv + beta * out with alpha 1.
 // Only numerically deterministic engines are used (no NONDETERMINISTIC, FFT, Winograd,
 // down-converted inputs or reduced-precision reductions), one per shape, chosen by cuDNN's
-// heuristics when the shape is first met and kept: two runs give the same bits (with YT_CUDNN_TUNE=1
-// the engine is timed instead, and they need not).
+// when the shape is first met and kept: by timing the heuristics' first few once per machine, the choice
+// kept in a file every later run reads (gpu/cudnn_conv.c), or (YT_CUDNN_TUNE=0) the heuristics' first.
+// Runs that share the file give the same bits.
 #pragma once
 #include <stddef.h>
 
@@ -46,6 +47,11 @@ int cudnn_conv_run(void *ctx, CudnnConvKind kind, const ConvDims *d, CudnnOperan
 // Plans made, shapes refused and the host seconds spent making them so far on ctx (seconds may be
 // NULL; bench/step, bench/conv_gpu and the tests print them).
 void cudnn_conv_stats(void *ctx, int *plans, int *refused, double *seconds);
+
+// For tests: the process's engine choices forgotten, as in a new process (the engine file is read again),
+// and the number of shape classes this process has timed.
+void cudnn_conv_tune_forget(void);
+int  cudnn_conv_tune_timed(void);
 
 #ifdef __cplusplus
 }

@@ -307,20 +307,9 @@ int synth_render(const SynthConfig *c, int split, int index, Image *out, SynthOb
 
 // ---- files ----
 
-static int make_dirs(const char *path, Err *err) {   // mkdir -p
-    char buf[PATH_MAX];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1;; p++) {
-        int end = *p == 0;
-        if (*p == '/' || end) {
-            *p = 0;
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-                return err_set(err, "%s: cannot create folder: %s; choose another dataset folder",
-                               buf, strerror(errno));
-            if (end) return 0;
-            *p = '/';
-        }
-    }
+static int dirs_for(const char *path, Err *err) {
+    if (make_dirs(path)) return err_set(err, "%s: cannot create folder: %s; choose another dataset folder", path, strerror(errno));
+    return 0;
 }
 
 static int write_labels(const char *path, const SynthObject *obj, int n, int W, int H, Err *err) {
@@ -391,10 +380,10 @@ static int prepare_dirs(const char *dir, const SynthConfig *c, Err *err) {
     for (int split = 0; split < 2; split++) {
         int keep = split ? c->n_val : c->n_train;
         snprintf(path, sizeof path, "%s/images/%s", dir, split_name(split));
-        if (make_dirs(path, err)) return -1;
+        if (dirs_for(path, err)) return -1;
         remove_stale(path, ".jpg", keep);
         snprintf(path, sizeof path, "%s/labels/%s", dir, split_name(split));
-        if (make_dirs(path, err)) return -1;
+        if (dirs_for(path, err)) return -1;
         remove_stale(path, ".txt", keep);
     }
     return 0;
@@ -439,7 +428,7 @@ int synth_generate(const char *dir, const SynthConfig *c, Err *err) {
                        c->min_diameter, c->max_diameter, SYNTH_MAX_OBJECTS, c->min_side);
     char marker[PATH_MAX];
     snprintf(marker, sizeof marker, "%s/" MARKER, dir);
-    if (make_dirs(dir, err)) return -1;
+    if (dirs_for(dir, err)) return -1;
     unlink(marker);     // an interrupted run must not look complete
     if (prepare_dirs(dir, c, err)) return -1;
     Job j = { .dir = dir, .c = c };

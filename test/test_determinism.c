@@ -8,6 +8,8 @@
 // step makes the pixels) gives augment=cpu's bits where the host decodes; where a GPU decodes the JPEGs
 // (nvJPEG) it repeats to the bit for one loader worker or three, the files read each epoch or kept in the
 // RAM cache (cache=ram).
+// On a GPU every run shares one cuDNN engine file (YT_CUDNN_ENGINES): the first run times each new kind of
+// convolution and writes its choices there, the later ones read them, so the first run's bits are repeated too.
 // Compared: results.csv (per-epoch losses, metrics, learning rates), the EMA weights and the
 // whole training state (weights, gradients, momentum), byte for byte but for the wall time it records.
 #include "test/test.h"
@@ -166,6 +168,10 @@ static void test_same_seed_same_bits_gpu(void) {
     if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 1)
         SKIP("no GPU");
     if (make_data()) { CHECK(0, "no data"); return; }
+    char engines[P + 32];
+    snprintf(engines, sizeof engines, "%s/cudnn-engines.txt", root);
+    setenv("YT_CUDNN_ENGINES", engines, 1);        // the children's file, new
+    switches_reload();
     int a = train_in_child("gpu1", 1, "0"), b = train_in_child("gpu3", 3, "0");
     if (a || b) { CHECK(0, "a GPU run failed: status %d, %d", a, b); return; }
     compare("gpu1", "gpu3");
@@ -227,6 +233,13 @@ static void test_same_seed_same_bits_gpu(void) {
     child_env = NULL;
     if (m1 || m3) CHECK(0, "an augment=gpu run on device=0,0 failed: status %d, %d", m1, m3);
     else compare("gpu2_decode", "gpu2_decode_w3");
+    FILE *f = fopen(engines, "r");
+    int lines = 0, ch;
+    while (f && (ch = fgetc(f)) != EOF) lines += ch == '\n';
+    if (f) fclose(f);
+    printf("# %s: %d engine choices\n", engines, lines);
+    unsetenv("YT_CUDNN_ENGINES");
+    switches_reload();
 #endif
 }
 

@@ -352,9 +352,10 @@ static void test_conv_cudnn_bf16(void) {
 }
 
 // The engines YT_CUDNN_TUNE times (gpu/cudnn_conv.c) on the shapes it exists for: gelan's 3x3 convs of 32 and
-// 48 channels, whose first heuristic engines convert layouts, and a 64-channel one. With tuning off and on, in
-// fresh plan caches, each direction against the CPU twin on the rounded operands; tuned twice (a second cache:
-// the process's choice taken again) the same bits.
+// 48 channels, whose first heuristic engines convert layouts, and a 64-channel one. Tuning off, on, and on again
+// as a new process would (the choices forgotten, read back from the engine file): each direction against the CPU
+// twin on the rounded operands, the second tuned run the first's bits with nothing timed. Then with no file
+// (YT_CUDNN_ENGINES=none: nothing timed, the untuned bits) and with a damaged file (still the CPU twin's results).
 static int same_on_device(Pair a, Pair b);
 
 static void tune_case(int tune, int N, int C, int H, Rng *g, Pair out[3]) {
@@ -393,33 +394,80 @@ static void tune_case(int tune, int N, int C, int H, Rng *g, Pair out[3]) {
     pair_free(x), pair_free(w), pair_free(dy);
 }
 
+// YT_CUDNN_ENGINES = path, read again, the process's choices forgotten
+static void engines_file(const char *path) {
+    setenv("YT_CUDNN_ENGINES", path, 1);
+    switches_reload();
+    cudnn_conv_tune_forget();
+}
+
+static int file_lines(const char *path) {
+    FILE *f = fopen(path, "r");
+    int n = 0, c;
+    while (f && (c = fgetc(f)) != EOF) n += c == '\n';
+    if (f) fclose(f);
+    return n;
+}
+
 static void test_cudnn_tune(void) {
     NEED_GPU();
     if (!dev.cudnn) SKIP("cuDNN not in use (not found at run time, or YT_CONV=gemm)");
-    const char *was = getenv("YT_CUDNN_TUNE");
-    char *keep = was ? xstrdup(was) : NULL;
+    const char *was = getenv("YT_CUDNN_TUNE"), *was_file = getenv("YT_CUDNN_ENGINES");
+    char *keep = was ? xstrdup(was) : NULL, *keep_file = was_file ? xstrdup(was_file) : NULL;
+    char path[4200], junk[4200];
+    const char *dir = test_tmpdir("cudnn_tune");
+    snprintf(path, sizeof path, "%s/engines.txt", dir);
+    snprintf(junk, sizeof junk, "%s/damaged.txt", dir);
+    engines_file(path);
     dev.precision = GPU_BF16;
     static const int SHAPES[][3] = { { 8, 48, 40 }, { 4, 32, 80 }, { 4, 64, 40 } };   // N, C, H
     for (size_t s = 0; s < sizeof SHAPES / sizeof *SHAPES; s++) {
-        Pair a[3], b[3];
-        for (int tune = 0; tune < 2; tune++) {
+        Pair off[3], a[3], b[3];
+        for (int run = 0; run < 3; run++) {   // off, tuned, tuned again from the file
             arena_reset(&dev.acts);
             Rng g = rng_for(18, s, 0);
-            tune_case(tune, SHAPES[s][0], SHAPES[s][1], SHAPES[s][2], &g, a);
-            if (tune) {   // the same inputs again through a second plan cache
-                arena_reset(&dev.acts);
-                g = rng_for(18, s, 0);
-                tune_case(tune, SHAPES[s][0], SHAPES[s][1], SHAPES[s][2], &g, b);
-                for (int i = 0; i < 3; i++) CHECK(same_on_device(a[i], b[i]), "C%d: tuned twice, output %d differs", SHAPES[s][1], i);
-                for (int i = 0; i < 3; i++) pair_free(b[i]);
-            }
-            for (int i = 0; i < 3; i++) pair_free(a[i]);
+            int timed = cudnn_conv_tune_timed();
+            if (run == 2) cudnn_conv_tune_forget();
+            tune_case(run > 0, SHAPES[s][0], SHAPES[s][1], SHAPES[s][2], &g, run == 0 ? off : run == 1 ? a : b);
+            if (run == 1) CHECK(cudnn_conv_tune_timed() > timed, "C%d: tuning on, nothing timed", SHAPES[s][1]);
+            if (run == 2) CHECK(cudnn_conv_tune_timed() == timed, "C%d: the file's choices timed again", SHAPES[s][1]);
         }
+        for (int i = 0; i < 3; i++) CHECK(same_on_device(a[i], b[i]), "C%d: tuned, then from the file: output %d differs", SHAPES[s][1], i);
+        // no file: nothing timed, the heuristics' first engine as with tuning off
+        engines_file("none");
+        arena_reset(&dev.acts);
+        Rng g = rng_for(18, s, 0);
+        int timed = cudnn_conv_tune_timed();
+        tune_case(1, SHAPES[s][0], SHAPES[s][1], SHAPES[s][2], &g, b + 0);
+        CHECK(cudnn_conv_tune_timed() == timed, "C%d: YT_CUDNN_ENGINES=none, yet timed", SHAPES[s][1]);
+        for (int i = 0; i < 3; i++) CHECK(same_on_device(off[i], b[i]), "C%d: no file: output %d differs from untuned", SHAPES[s][1], i);
+        for (int i = 0; i < 3; i++) pair_free(off[i]), pair_free(a[i]), pair_free(b[i]);
+        engines_file(path);
     }
+    CHECK(file_lines(path) >= 3, "%s: %d lines after three shapes tuned", path, file_lines(path));
+    // a damaged file: binary junk, a torn line, a line naming an engine no candidate has; the runs still match
+    // the CPU twin (tune_case compares) and new choices are appended after a newline of their own
+    FILE *f = fopen(junk, "w");
+    if (f) {
+        fputs("yt-cudnn-engines 1 x 1 zz\n\x01\x02garbage\nyt-cudnn-engines 1 ", f);
+        fclose(f);
+    }
+    engines_file(junk);
+    for (size_t s = 0; s < sizeof SHAPES / sizeof *SHAPES; s++) {
+        Pair c[3];
+        arena_reset(&dev.acts);
+        Rng g = rng_for(18, s, 0);
+        tune_case(1, SHAPES[s][0], SHAPES[s][1], SHAPES[s][2], &g, c);
+        for (int i = 0; i < 3; i++) pair_free(c[i]);
+    }
+    CHECK(file_lines(junk) >= 3 + 3, "%s: %d lines: the choices were not appended", junk, file_lines(junk));
     if (keep) setenv("YT_CUDNN_TUNE", keep, 1);
     else unsetenv("YT_CUDNN_TUNE");
+    if (keep_file) setenv("YT_CUDNN_ENGINES", keep_file, 1);
+    else unsetenv("YT_CUDNN_ENGINES");
     switches_reload();
-    free(keep);
+    cudnn_conv_tune_forget();
+    free(keep), free(keep_file);
     dev.precision = GPU_FP32;
 }
 

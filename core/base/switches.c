@@ -36,10 +36,11 @@ static const SwitchInfo table[] = {
         "0 (in any process): after the backward, in one call (core/procs/procs.c)", "test_procs" },
     [SW_DRAW_SYNC] = { "YT_DRAW_SYNC", SWITCH_VARIANT, "0, pictures and plots drawn by the background drawer",
         "1: drawn on the run's own thread (core/eval/drawer.c)", "test_drawer, test_train_options" },
-    [SW_CUDNN_TUNE] = { "YT_CUDNN_TUNE", SWITCH_VARIANT, "0, cuDNN's heuristics' first deterministic engine for every shape",
-        "1: each new shape class's engine timed among the heuristics' first 8 (gpu/cudnn_conv.c): faster, but the timing "
-        "picks, so two runs no longer give the same bits",
-        "test_gpu_ops" },
+    [SW_CUDNN_TUNE] = { "YT_CUDNN_TUNE", SWITCH_VARIANT,
+        "1, each new shape class's engine timed once per machine among the heuristics' first 8, the choice kept in the "
+        "engine file (YT_CUDNN_ENGINES) that every later run reads, so runs sharing it give the same bits",
+        "0: cuDNN's heuristics' first deterministic engine for every shape, untimed (gpu/cudnn_conv.c)",
+        "test_gpu_ops, test_determinism" },
 
     [SW_CUDNN_VERBOSE] = { "YT_CUDNN_VERBOSE", SWITCH_DIAGNOSTIC, "quiet",
         "set: each convolution shape's cuDNN plan (engine, workspace), or why it fell back, and each 1x1 conv + BN unit's "
@@ -93,6 +94,10 @@ static const SwitchInfo table[] = {
     [SW_NCCL_TIMEOUT] = { "YT_NCCL_TIMEOUT", SWITCH_USER, "600",
         "S: seconds one wait on the other processes may last before the run stops; 0: forever (gpu/comm_nccl.c)",
         "test_procs" },
+    [SW_CUDNN_ENGINES] = { "YT_CUDNN_ENGINES", SWITCH_USER,
+        "$XDG_CACHE_HOME/yolotrain/cudnn-engines.txt, else ~/.cache/yolotrain/cudnn-engines.txt",
+        "FILE: the cuDNN engine choices kept there; none: no file, so nothing is timed (gpu/cudnn_conv.c)",
+        "test_gpu_ops, test_determinism" },
     [SW_SHARED] = { "YT_SHARED", SWITCH_USER, "../shared",
         "DIR: the read-only fixtures and datasets the tests use (test/test.h)", "" },
 };

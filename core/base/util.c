@@ -1,11 +1,14 @@
 // util.c: see util.h.
 #include "core/base/util.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 static atomic_size_t n_allocs;
@@ -134,4 +137,16 @@ int yaml_quoted(const char *s, char *out, size_t n, const char **end) {
         if (o + 1 < n) out[o++] = *p;
     }
     return -1;
+}
+
+int make_dirs(const char *path) {
+    char buf[PATH_MAX];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return errno = ENAMETOOLONG, -1;
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, 0755) && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    return mkdir(buf, 0755) && errno != EEXIST ? -1 : 0;
 }

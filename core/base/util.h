@@ -26,6 +26,7 @@ double now_seconds(void);        // monotonic clock
 void host_wait_note(void);
 long host_wait_count(void);
 size_t mem_available_bytes(void); // MemAvailable of /proc/meminfo, 0 if unknown
+int make_dirs(const char *path);  // mkdir -p; 0, or -1 with errno set
 
 // Rng: splitmix64-seeded xoshiro128+-style generator. rng_for(seed, a, b) gives an independent
 // stream per (seed, epoch, index), so results do not depend on thread count or order.

@@ -5,18 +5,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-int make_dirs(const char *path) {
-    char buf[4 * CFG_PATH];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(buf, 0755) && errno != EEXIST) return -1;
-        *p = '/';
-    }
-    return mkdir(buf, 0755) && errno != EEXIST ? -1 : 0;
-}
-
 int outdir_make(const Config *cfg, const char *base, int labels, char *dir, size_t size, Err *err) {
     const Where *w = config_where(cfg, "project");
     const char *project = w && !strcmp(w->file, "command line") ? cfg->project : base;

@@ -8,5 +8,3 @@
 // then NAME2, NAME3, ... the first that does not exist yet; with exist_ok=1 NAME itself, reused.
 // Created, with labels/ inside when `labels`. Returns 0, or -1 with err naming the folder.
 int outdir_make(const Config *cfg, const char *base, int labels, char *dir, size_t size, Err *err);
-// mkdir -p; 0, or -1 with errno set
-int make_dirs(const char *path);
