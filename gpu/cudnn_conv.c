@@ -474,14 +474,14 @@ static int parse_line(char *line, PlanKey *cls, Finger *fp) {
 }
 
 // The lines appended to the file since it was last read (fd open and locked), into the choices. Returns 1
-// when the file ends with a newline (or is empty), 0 when its last line is incomplete.
+// when the file ends with a newline (or is empty), 0 when its last line is incomplete, -1 when it is not to be
+// used (larger than any this program makes).
 static int read_new_lines(int fd) {
     struct stat st;
     if (fstat(fd, &st) || st.st_size > FILE_MAX_BYTES) {
-        if (!tuned.bad_said++)
-            fprintf(stderr, "cuDNN engines: %s is larger than %d MB: not read; delete it (it is made again)\n",
-                    tuned.path, FILE_MAX_BYTES >> 20);
-        return 1;
+        fprintf(stderr, "cuDNN engines: %s is larger than %d MB: not used, so nothing is timed; delete it (it is "
+                        "made again)\n", tuned.path, FILE_MAX_BYTES >> 20);
+        return -1;
     }
     if (st.st_size < tuned.read_to) tuned.read_to = 0, tuned.lines = 0;   // replaced: read it again
     char buf[FILE_LINE + 1];
@@ -561,7 +561,13 @@ static int file_open(int *writable) {
         }
     }
     flock(fd, *writable ? LOCK_EX : LOCK_SH);   // advisory; where unsupported, appends stay whole lines
-    if (!read_new_lines(fd) && *writable && write(fd, "\n", 1) != 1) *writable = 0;   // after a torn last line
+    int whole = read_new_lines(fd);
+    if (whole < 0) {
+        close(fd);
+        tuned.file_state = -1, *writable = 0;
+        return -1;
+    }
+    if (!whole && *writable && write(fd, "\n", 1) != 1) *writable = 0;   // after a torn last line
     return fd;
 }
 
