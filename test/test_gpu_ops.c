@@ -556,7 +556,7 @@ static Map bf16_slice(Pair p) {
     return b;
 }
 
-// dw = prior + the case's weight gradient with YT_PW_WGRAD as given (NULL: unset), into out (K*C floats)
+// dw = prior + the case's weight gradient with YT_PW_WGRAD as given, into out (K*C floats)
 static void pw_run(const PwCase *pc, const ConvDims *d, Pair x, Map xb, Pair w, Pair dy, const void *d16, Pair dw,
                    const float *prior, const char *sw, float *out) {
     size_t n = (size_t)d->K * d->C;
@@ -588,9 +588,9 @@ static void pw_case(const PwCase *pc, Rng *g) {
     Map xb = bf16_slice(x);
     float *ws = xmalloc((conv_workspace_floats(&d) + 1) * sizeof(float));
     conv_backward_cpu(&d, x.h, w.h.data, dy.h, none, dw.h.data, NULL, ws);
-    pw_run(pc, &d, x, xb, w, dy, d16, dw, prior, NULL, got[0]);
+    pw_run(pc, &d, x, xb, w, dy, d16, dw, prior, "1", got[0]);
     pw_run(pc, &d, x, xb, w, dy, d16, dw, prior, "0", got[1]);    // cuBLAS
-    pw_run(pc, &d, x, xb, w, dy, d16, dw, prior, NULL, got[2]);   // dw.d keeps this one
+    pw_run(pc, &d, x, xb, w, dy, d16, dw, prior, "1", got[2]);   // dw.d keeps this one
     char name[64];
     CHECK(memcmp(got[0], got[2], n * 4) == 0, "pw K%d C%d dw: a second run gave other bits", d.K, d.C);
     snprintf(name, sizeof name, "pw K%d C%d dw%s", d.K, d.C, pc->bf16_x ? "" : " (fp32 maps)");
