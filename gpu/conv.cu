@@ -1,6 +1,5 @@
 // conv.cu: 2-D convolution on NHWC maps with PyTorch-layout weights, the CUDA twin of core/spec/conv.c.
-// A 1x1 stride-1 unpadded conv is one GEMM over all pixels (its weight gradient, where K and C are few, row
-// slices on the tensor cores: gpu/conv_pw_wgrad.cu), reading x and writing y through their
+// A 1x1 stride-1 unpadded conv is one GEMM over all pixels, reading x and writing y through their
 // ld (so y may be a channel slice of a concat buffer); other convs im2col a chunk of output pixels
 // into scratch and GEMM it, all groups in one strided-batched call. Forward writes y (=);
 // backward adds into dx, dw, db (+=). dev->precision picks fp32, tf32 or bf16 GEMM operands. Under
@@ -57,7 +56,6 @@ extern "C" size_t conv_workspace_bytes_gpu(const Device *dev, const ConvDims *d)
     if (!is_pointwise(d) && bf) bytes += sizeof(float) * rows * crs;   // fp32 dcol
     if (bf) bytes += sizeof(bf16) * rows * d->K;                       // dy
     if (bf && is_pointwise(d)) bytes += sizeof(bf16) * rows * crs;     // x
-    if (bf && conv_pw_wgrad_fits(d)) bytes += conv_pw_wgrad_workspace_bytes_gpu(d);   // its slices' partials
     // the bias gradient's partials are given back before anything else is taken
     size_t bias = sizeof(double) * bias_parts(pixels_out(d)) * d->K + 256;
     if (bias > bytes) bytes = bias;
@@ -347,16 +345,6 @@ static void gemm_weight_grad(Device *dev, const ConvDims *d, Operand dy, int row
     int G = d->groups, Kg = d->K / G, cgrs = (int)(crs_of(d) / G);
     Gemm g = { CUBLAS_OP_N, CUBLAS_OP_T, cgrs, Kg, rows, a, dy, cgrs, Kg, (long long)Kg * cgrs };
     gemm(dev, &g, G, beta, dw, cgrs);
-}
-
-// A chunk's weight gradient (dw = beta·dw + dy^T·a over its rows): a pointwise conv with few outputs by
-// gpu/conv_pw_wgrad.cu's slices (cuBLAS runs that long thin GEMM on a few blocks) where the bf16 operands' rows
-// are whole 16-byte runs, else the GEMM. YT_PW_WGRAD=0: always the GEMM.
-static void weight_grad(Device *dev, const ConvDims *d, Operand dy, int rows, Operand a, float beta, float *dw) {
-    bool pw = dev->precision == GPU_BF16 && conv_pw_wgrad_fits(d) && (size_t)rows == pixels_out(d) &&
-              dy.ld % 8 == 0 && a.ld % 8 == 0 && (size_t)dy.p % 16 == 0 && (size_t)a.p % 16 == 0;
-    if (pw && !switch_is(SW_PW_WGRAD, "0")) conv_pw_wgrad_gpu(dev, d, dy.p, dy.ld, a.p, a.ld, rows, beta, dw);
-    else gemm_weight_grad(dev, d, dy, rows, a, beta, dw);
 }
 
 static void gemm_input_grad(Device *dev, const ConvDims *d, Operand dy, int rows, Operand w,
@@ -788,7 +776,7 @@ static void conv_backward(Device *dev, const ConvDims *d, Map x, const float *w,
         if (dw) {
             Operand a = s.col ? col_operand(dev, d, x, m0, rows, s.col) : x_operand(dev, x, m0, rows, crs);
             float beta = s.dwc && m0 == 0 ? 0.0f : 1.0f;
-            weight_grad(dev, d, dyo, (int)rows, a, beta, s.dwc ? s.dwc : dw);
+            gemm_weight_grad(dev, d, dyo, (int)rows, a, beta, s.dwc ? s.dwc : dw);
         }
         if (dx.data && !s.col) {   // pointwise: dx += dy · W straight through dx's ld
             gemm_input_grad(dev, d, dyo, (int)rows, wo, dx_beta, dx.data, dx.ld);

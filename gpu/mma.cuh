@@ -1,7 +1,7 @@
-// mma.cuh: what the tensor-core weight gradients share (gpu/conv_stem.cu, gpu/conv_pw_wgrad.cu): ldmatrix,
-// mma.sync m16n8k16 (bf16 operands, fp32 sums) and cp.async wrappers (sm_80 and later: only bf16 devices come
-// here), and the sum of a weight gradient's per-strip partials in a fixed order (deterministic: the strips are
-// set by the shape alone, and so is the order of every sum).
+// mma.cuh: the tensor-core pieces of our own kernels (gpu/conv_stem.cu): ldmatrix and mma.sync m16n8k16 (bf16
+// operands, fp32 sums; sm_80 and later: only bf16 devices come here), and the sum of a weight gradient's
+// per-strip partials in a fixed order (deterministic: the strips are set by the shape alone, and so is the
+// order of every sum).
 // Legend: n outputs of a weight gradient, strips the partials summed into each.
 #pragma once
 #include <cuda_bf16.h>
@@ -43,28 +43,6 @@ __device__ static inline void mma_bf16(float c[4], const unsigned a[4], unsigned
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #else
     __trap();
-#endif
-}
-
-// 16 bytes from global src (16-byte aligned) to shared dst (16-byte aligned), asynchronously; with bytes 0
-// nothing is read and dst gets zeros. A thread's copies form groups (commit); wait<n> returns once at most n of
-// its groups are still in flight (the rest of the block's copies are visible after a __syncthreads).
-__device__ static inline void cp_async16(void *dst, const void *src, int bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    unsigned a = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(a), "l"(src), "r"(bytes) : "memory");
-#else
-    __trap();
-#endif
-}
-__device__ static inline void cp_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-template <int N> __device__ static inline void cp_async_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 #endif
 }
 

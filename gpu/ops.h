@@ -28,13 +28,6 @@ int    conv_stem_fits(const ConvDims *d);
 size_t conv_stem_workspace_bytes_gpu(const ConvDims *d);
 void   conv_stem_forward_gpu(Device *dev, const ConvDims *d, Map x, const float *w, const float *b, Map y);
 void   conv_stem_wgrad_gpu(Device *dev, const ConvDims *d, Map x, Map dy, float *dw);   // dw +=
-// A pointwise conv's weight gradient with K and C multiples of 8 up to 128 and many rows, under bf16, runs on the
-// tensor cores in row slices whose partials are added in order (gpu/conv_pw_wgrad.cu): conv_backward_gpu's
-// weight gradient takes that path by itself where the operands' rows are 16-byte aligned (YT_PW_WGRAD=0: cuBLAS).
-int    conv_pw_wgrad_fits(const ConvDims *d);
-size_t conv_pw_wgrad_workspace_bytes_gpu(const ConvDims *d);
-void   conv_pw_wgrad_gpu(Device *dev, const ConvDims *d, const void *dy, int lddy, const void *x, int ldx, size_t M,
-                         float beta, float *dw);   // dw (K, C) = beta·dw + dy^T·x over M rows, bf16 operands
 // 1 where the data gradient of conv d comes out rounded to bf16 (cuDNN's, under GPU_BF16): core/spec/grad_plan.c
 // stores the gradients such convs alone write as bf16 (model_plan_grad_storage)
 int conv_dgrad_bf16_gpu(const ConvDims *d);

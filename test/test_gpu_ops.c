@@ -1,8 +1,7 @@
 // test_gpu_ops.c: the CUDA twins of gpu/ops.h beyond what test_backend_ops checks through the backend table:
 // the convolutions in every precision and path (TF32, bf16, cuDNN with and without its engines timed, chunked
-// im2col, bf16 dy and dx, the stem at full size, the pointwise weight gradient's row slices), the fused BN + SiLU
-// forms' own outputs (a stored u, the packed bf16 dz), the residual with a bf16 output, BN statistics far from
-// zero, zero_map, and the memory discipline;
+// im2col, bf16 dy and dx, the stem at full size), the fused BN + SiLU forms' own outputs (a stored u, the packed
+// bf16 dz), the residual with a bf16 output, BN statistics far from zero, zero_map, and the memory discipline;
 // against the CPU twins of core/spec/ops.h on the same fresh random inputs, odd shapes and channel slices (ld > C)
 // with guard values checked after each op (|gpu - cpu| <= atol + rtol·|cpu|, test/test.h). Without CUDA in the
 // build, or without a GPU, every test is a skip.
@@ -20,7 +19,7 @@
 #endif
 
 #define GPU_TESTS(X) X(test_conv_fp32) X(test_conv_tf32) X(test_conv_bf16) X(test_conv_chunked) X(test_conv_stem_large) X(test_conv_bf16dy) \
-    X(test_conv_cudnn_bf16) X(test_cudnn_tune) X(test_conv_bf16_dx) X(test_conv_pw_wgrad)                           \
+    X(test_conv_cudnn_bf16) X(test_cudnn_tune) X(test_conv_bf16_dx)                                                  \
     X(test_bn_silu) X(test_bn_silu_backward) X(test_residual_fused) X(test_bn_offset_variance) X(test_zero_map)     \
     X(test_step_allocates_nothing) X(test_init_refuses)
 
@@ -527,96 +526,6 @@ static void test_conv_bf16_dx(void) {
     bf16_dx_cases(0);
     if (dev.cudnn) bf16_dx_cases(1);
     else printf("# cuDNN not in use: the bf16 input gradients went the GEMM path only\n");
-}
-
-// The pointwise weight gradient in row slices on the tensor cores (gpu/conv_pw_wgrad.cu), on shapes it takes,
-// onto random priors (dw accumulates): against the CPU twin on operands rounded to bf16 first, as the GPU rounds
-// them (the products are then exact on both sides and only the order of the fp32 sums differs, which the FP32
-// bounds hold, as in test_conv_stem_large); against cuBLAS's one GEMM (YT_PW_WGRAD=0) at the same bounds; and
-// run again, the same bits. A slice or a stage lost or counted twice moves each sum by the terms of 16 rows or
-// more, far outside the bounds.
-typedef struct { int N, C, H, W, K, x_extra, bf16_x; } PwCase;
-static const PwCase PW_CASES[] = {
-    { 2, 64, 96, 96, 64, 0, 1 },     // the detection head's 64 -> 64, bf16 x and packed bf16 dy as training passes them
-    { 2, 64, 96, 96, 64, 0, 0 },     // the same from fp32 maps (gpu/conv.cu's packed bf16 copies)
-    { 3, 48, 53, 61, 80, 8, 1 },     // warp tiles past K and C; x a channel slice (ld 64, 16 bytes in); the last
-                                     // slice and stage short (9699 rows)
-    { 1, 128, 97, 89, 128, 0, 1 },   // the widest: 16 warps, stages of 16 rows
-    { 2, 40, 71, 67, 24, 4, 1 },     // x's rows start 8 bytes off a 16-byte boundary: the GEMM takes it
-};
-
-// A bf16-stored copy of a pair's whole device buffer (its guards too), seen as the pair's channel slice
-static Map bf16_slice(Pair p) {
-    Map full = p.d;
-    full.data -= p.extra;
-    full.C = full.ld;
-    Map b = bf16_twin(full);
-    b.data = (float *)((uint16_t *)b.data + p.extra);
-    b.C = p.d.C;
-    return b;
-}
-
-// dw = prior + the case's weight gradient with YT_PW_WGRAD as given, into out (K*C floats)
-static void pw_run(const PwCase *pc, const ConvDims *d, Pair x, Map xb, Pair w, Pair dy, const void *d16, Pair dw,
-                   const float *prior, const char *sw, float *out) {
-    size_t n = (size_t)d->K * d->C;
-    Map none = { NULL, 0, 0, 0, 0, 0, 0, 0 };
-    test_switch(SW_PW_WGRAD, sw);
-    checkCuda(cudaMemcpy(dw.d.data, prior, n * 4, cudaMemcpyHostToDevice));
-    if (pc->bf16_x) conv_backward_bf16dy_gpu(&dev, d, xb, w.d.data, d16, none, dw.d.data);
-    else conv_backward_gpu(&dev, d, x.d, w.d.data, dy.d, none, dw.d.data, NULL);
-    checkCuda(cudaMemcpy(out, dw.d.data, n * 4, cudaMemcpyDeviceToHost));
-}
-
-static void pw_case(const PwCase *pc, Rng *g) {
-    ConvDims d = conv_dims(pc->N, pc->C, pc->H, pc->W, pc->K, 1, 1, 0, 1);
-    size_t n = (size_t)d.K * d.C, ny = (size_t)d.N * d.P * d.Q * d.K;
-    Map none = { NULL, 0, 0, 0, 0, 0, 0, 0 };
-    CHECK(conv_pw_wgrad_fits(&d), "K%d C%d, %d rows: not taken by gpu/conv_pw_wgrad.cu", d.K, d.C, d.N * d.P * d.Q);
-    Pair x = pair_new(d.N, d.H, d.W, d.C, pc->x_extra), dy = pair_new(d.N, d.P, d.Q, d.K, 0);
-    Pair w = vec_new((int)n), dw = vec_new((int)n);
-    pair_rand(x, g, -1, 1); pair_rand(dy, g, -1, 1); pair_rand(w, g, -0.5, 0.5);
-    pair_rand(dw, g, -1, 1);   // a += prior
-    round_bf16(x);
-    round_bf16(dy);
-    float *prior = xmalloc(n * 4), *got[3] = { xmalloc(n * 4), xmalloc(n * 4), xmalloc(n * 4) };
-    memcpy(prior, dw.h.data, n * 4);
-    uint16_t *h16 = xmalloc(ny * sizeof *h16);
-    for (size_t j = 0; j < ny; j++) h16[j] = bf16_bits(dy.h.data[j]);
-    void *d16 = arena_take(&dev.acts, ny * 2, 256);
-    checkCuda(cudaMemcpy(d16, h16, ny * 2, cudaMemcpyHostToDevice));
-    Map xb = bf16_slice(x);
-    float *ws = xmalloc((conv_workspace_floats(&d) + 1) * sizeof(float));
-    conv_backward_cpu(&d, x.h, w.h.data, dy.h, none, dw.h.data, NULL, ws);
-    pw_run(pc, &d, x, xb, w, dy, d16, dw, prior, "1", got[0]);
-    pw_run(pc, &d, x, xb, w, dy, d16, dw, prior, "0", got[1]);    // cuBLAS
-    pw_run(pc, &d, x, xb, w, dy, d16, dw, prior, "1", got[2]);   // dw.d keeps this one
-    char name[64];
-    CHECK(memcmp(got[0], got[2], n * 4) == 0, "pw K%d C%d dw: a second run gave other bits", d.K, d.C);
-    snprintf(name, sizeof name, "pw K%d C%d dw%s", d.K, d.C, pc->bf16_x ? "" : " (fp32 maps)");
-    compare(name, dw, FP32);
-    memcpy(dw.h.data, got[1], n * 4);   // now against cuBLAS's
-    snprintf(name, sizeof name, "pw K%d C%d dw vs cuBLAS", d.K, d.C);
-    compare(name, dw, FP32);
-    free(ws); free(h16); free(prior);
-    for (int i = 0; i < 3; i++) free(got[i]);
-    Pair all[] = { x, dy, w, dw };
-    for (size_t k = 0; k < sizeof all / sizeof *all; k++) pair_free(all[k]);
-}
-
-static void test_conv_pw_wgrad(void) {
-    NEED_GPU();
-    const char *was = switch_str(SW_PW_WGRAD);
-    char *keep = was ? xstrdup(was) : NULL;
-    Rng g = rng_for(19, 0, 0);
-    dev.precision = GPU_BF16;
-    for (size_t i = 0; i < sizeof PW_CASES / sizeof *PW_CASES; i++) {
-        arena_reset(&dev.acts);
-        pw_case(&PW_CASES[i], &g);
-    }
-    test_switch(SW_PW_WGRAD, keep);
-    free(keep);
-    dev.precision = GPU_FP32;
 }
 
 // ---- batch normalisation ------------------------------------------------------------------

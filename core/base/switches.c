@@ -41,10 +41,6 @@ static const SwitchInfo table[] = {
         "engine file (YT_CUDNN_ENGINES) that every later run reads, so runs sharing it give the same bits",
         "0: cuDNN's heuristics' first deterministic engine for every shape, untimed (gpu/cudnn_conv.c)",
         "test_gpu_ops, test_determinism" },
-    [SW_PW_WGRAD] = { "YT_PW_WGRAD", SWITCH_VARIANT,
-        "1, a pointwise conv's bf16 weight gradient with K, C multiples of 8 up to 128 over 8192 rows or more in row "
-        "slices on the tensor cores, added in order (gpu/conv_pw_wgrad.cu)",
-        "0: one cuBLAS GEMM over all the rows (gpu/conv.cu)", "test_gpu_ops" },
 
     [SW_CUDNN_VERBOSE] = { "YT_CUDNN_VERBOSE", SWITCH_DIAGNOSTIC, "quiet",
         "set: each convolution shape's cuDNN plan (engine, workspace), or why it fell back, and each 1x1 conv + BN unit's "
