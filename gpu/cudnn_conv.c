@@ -485,7 +485,7 @@ static int read_new_lines(int fd) {
     }
     if (st.st_size < tuned.read_to) tuned.read_to = 0, tuned.lines = 0;   // replaced: read it again
     char buf[FILE_LINE + 1];
-    int len = 0, ends_line = 1;
+    int len = 0;
     ssize_t got;
     off_t at = tuned.read_to;
     while ((got = pread(fd, buf + len, FILE_LINE - len, at)) > 0) {
@@ -513,8 +513,7 @@ static int read_new_lines(int fd) {
                 fprintf(stderr, "cuDNN engines: %s: a line too long; ignored\n", tuned.path);
         }
     }
-    if (len > 0) ends_line = 0;
-    return ends_line;
+    return len == 0;
 }
 
 // Finds the file's path and this GPU's name (once): 0, or -1 when there is no file to use.

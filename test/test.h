@@ -155,6 +155,16 @@ static inline char *slurp(const char *path, size_t *n) {
     return buf;
 }
 
+// The number of newlines in the file at path (0 if it cannot be read)
+static inline int file_lines(const char *path) {
+    size_t n = 0;
+    char *buf = slurp(path, &n);
+    int lines = 0;
+    for (size_t i = 0; buf && i < n; i++) lines += buf[i] == '\n';
+    free(buf);
+    return lines;
+}
+
 // Runs `cmdline 2>&1` through the shell: its output (as much as fits, 0-terminated) in out, the rest read
 // and dropped so the command never stops on a full pipe; returns the exit status (-1: not run or killed).
 static inline int test_shell(const char *cmdline, char *out, size_t size) {

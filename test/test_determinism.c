@@ -170,8 +170,7 @@ static void test_same_seed_same_bits_gpu(void) {
     if (make_data()) { CHECK(0, "no data"); return; }
     char engines[P + 32];
     snprintf(engines, sizeof engines, "%s/cudnn-engines.txt", root);
-    setenv("YT_CUDNN_ENGINES", engines, 1);        // the children's file, new
-    switches_reload();
+    test_switch(SW_CUDNN_ENGINES, engines);        // the children's file, new
     int a = train_in_child("gpu1", 1, "0"), b = train_in_child("gpu3", 3, "0");
     if (a || b) { CHECK(0, "a GPU run failed: status %d, %d", a, b); return; }
     compare("gpu1", "gpu3");
@@ -233,13 +232,8 @@ static void test_same_seed_same_bits_gpu(void) {
     child_env = NULL;
     if (m1 || m3) CHECK(0, "an augment=gpu run on device=0,0 failed: status %d, %d", m1, m3);
     else compare("gpu2_decode", "gpu2_decode_w3");
-    FILE *f = fopen(engines, "r");
-    int lines = 0, ch;
-    while (f && (ch = fgetc(f)) != EOF) lines += ch == '\n';
-    if (f) fclose(f);
-    printf("# %s: %d engine choices\n", engines, lines);
-    unsetenv("YT_CUDNN_ENGINES");
-    switches_reload();
+    printf("# %s: %d engine choices\n", engines, file_lines(engines));
+    test_switch(SW_CUDNN_ENGINES, NULL);
 #endif
 }
 

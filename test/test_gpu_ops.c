@@ -359,8 +359,7 @@ static void test_conv_cudnn_bf16(void) {
 static int same_on_device(Pair a, Pair b);
 
 static void tune_case(int tune, int N, int C, int H, Rng *g, Pair out[3]) {
-    setenv("YT_CUDNN_TUNE", tune ? "1" : "0", 1);
-    switches_reload();
+    test_switch(SW_CUDNN_TUNE, tune ? "1" : "0");
     void *saved = dev.cudnn, *fresh = cudnn_conv_ctx_new(dev.stream);
     dev.cudnn = fresh;
     ConvDims d = conv_dims(N, C, H, H, C, 3, 1, 1, 1);
@@ -394,25 +393,16 @@ static void tune_case(int tune, int N, int C, int H, Rng *g, Pair out[3]) {
     pair_free(x), pair_free(w), pair_free(dy);
 }
 
-// YT_CUDNN_ENGINES = path, read again, the process's choices forgotten
+// YT_CUDNN_ENGINES = path (NULL: unset), read again, the process's choices forgotten
 static void engines_file(const char *path) {
-    setenv("YT_CUDNN_ENGINES", path, 1);
-    switches_reload();
+    test_switch(SW_CUDNN_ENGINES, path);
     cudnn_conv_tune_forget();
-}
-
-static int file_lines(const char *path) {
-    FILE *f = fopen(path, "r");
-    int n = 0, c;
-    while (f && (c = fgetc(f)) != EOF) n += c == '\n';
-    if (f) fclose(f);
-    return n;
 }
 
 static void test_cudnn_tune(void) {
     NEED_GPU();
     if (!dev.cudnn) SKIP("cuDNN not in use (not found at run time, or YT_CONV=gemm)");
-    const char *was = getenv("YT_CUDNN_TUNE"), *was_file = getenv("YT_CUDNN_ENGINES");
+    const char *was = switch_str(SW_CUDNN_TUNE), *was_file = switch_str(SW_CUDNN_ENGINES);
     char *keep = was ? xstrdup(was) : NULL, *keep_file = was_file ? xstrdup(was_file) : NULL;
     char path[4200], junk[4200];
     const char *dir = test_tmpdir("cudnn_tune");
@@ -445,11 +435,12 @@ static void test_cudnn_tune(void) {
         engines_file(path);
     }
     CHECK(file_lines(path) >= 3, "%s: %d lines after three shapes tuned", path, file_lines(path));
-    // a damaged file: binary junk, a torn line, a line naming an engine no candidate has; the runs still match
+    // a damaged file: a malformed line, binary junk, another GPU's line, a torn last line; the runs still match
     // the CPU twin (tune_case compares) and new choices are appended after a newline of their own
     FILE *f = fopen(junk, "w");
     if (f) {
-        fputs("yt-cudnn-engines 1 x 1 zz\n\x01\x02garbage\nyt-cudnn-engines 1 ", f);
+        fputs("yt-cudnn-engines 1 x 1 zz\n\x01\x02garbage\nyt-cudnn-engines 1 Other_GPU-sm90 91900 00 62 0\n"
+              "yt-cudnn-engines 1 ", f);
         fclose(f);
     }
     engines_file(junk);
@@ -460,13 +451,9 @@ static void test_cudnn_tune(void) {
         tune_case(1, SHAPES[s][0], SHAPES[s][1], SHAPES[s][2], &g, c);
         for (int i = 0; i < 3; i++) pair_free(c[i]);
     }
-    CHECK(file_lines(junk) >= 3 + 3, "%s: %d lines: the choices were not appended", junk, file_lines(junk));
-    if (keep) setenv("YT_CUDNN_TUNE", keep, 1);
-    else unsetenv("YT_CUDNN_TUNE");
-    if (keep_file) setenv("YT_CUDNN_ENGINES", keep_file, 1);
-    else unsetenv("YT_CUDNN_ENGINES");
-    switches_reload();
-    cudnn_conv_tune_forget();
+    CHECK(file_lines(junk) >= 4 + 3, "%s: %d lines: the choices were not appended", junk, file_lines(junk));
+    test_switch(SW_CUDNN_TUNE, keep);
+    engines_file(keep_file);
     free(keep), free(keep_file);
     dev.precision = GPU_FP32;
 }
