@@ -46,7 +46,45 @@ static int bias_parts(size_t M) {
     return g < 1 ? 1 : g > BIAS_MAX_PARTS ? BIAS_MAX_PARTS : (int)g;
 }
 
+// A grouped conv of a few groups of several channels each (the detection head's box branch: 64 -> 64 in 4
+// groups) runs as the dense conv of its shape whose weight is zero outside each output channel's group: one
+// GEMM (or cuDNN call) where the groups' own are G thin ones (a pointwise weight gradient of 16 x 16 outputs a
+// group over all the pixels ran on one block a group). The dense form does G times the products; the others
+// add exact zeros. Its pointwise weight gradient is cut into slices of pixels (below). YT_GROUPED_DENSE=0:
+// each group's own GEMMs (and cuDNN's grouped engines); all: the grouped 3x3 convs dense too.
+enum { DENSE_MAX_GROUPS = 4 };
+
+static bool dense_grouped(const ConvDims *d) {
+    if (d->groups < 2 || d->groups > DENSE_MAX_GROUPS || d->C / d->groups < 2 || switch_is(SW_GROUPED_DENSE, "0"))
+        return false;
+    return is_pointwise(d) || switch_is(SW_GROUPED_DENSE, "all");
+}
+
+static ConvDims dense_dims(const ConvDims *d) {
+    ConvDims e = *d;
+    e.groups = 1;
+    return e;
+}
+
+// The dense pointwise weight gradient (K x C outputs, an inner dimension of all the pixels) in slices of about
+// WG_SLICE_ROWS pixels, each slice's product into scratch in one batched GEMM, then each weight's slices added
+// in order (dense_wgrad_add_kernel): the slices depend on the shape alone, so the sums do too.
+enum { WG_SLICE_ROWS = 2048, WG_MAX_SLICES = 256, WG_PART_FLOATS = 1 << 22 };
+
+// Slices of `rows` pixels for a weight gradient of n outputs: at most WG_PART_FLOATS floats of partials
+static int wgrad_slices(size_t rows, size_t n) {
+    size_t s = rows / WG_SLICE_ROWS, cap = WG_PART_FLOATS / n;
+    if (s > cap) s = cap;
+    return s < 1 ? 1 : s > WG_MAX_SLICES ? WG_MAX_SLICES : (int)s;
+}
+
 extern "C" size_t conv_workspace_bytes_gpu(const Device *dev, const ConvDims *d) {
+    if (dense_grouped(d)) {   // the dense weight (fp32, and its gradient or operand), the dense conv's scratch
+        ConvDims e = dense_dims(d);
+        size_t nd = (size_t)d->K * crs_of(d), M = pixels_out(d);
+        size_t slices = is_pointwise(d) ? sizeof(float) * wgrad_slices(M, nd) * nd + sizeof(bf16) * M * (d->K + d->C) : 0;
+        return conv_workspace_bytes_gpu(dev, &e) + 2 * sizeof(float) * nd + slices + 4 * 256;
+    }
     bool bf = dev->precision == GPU_BF16;
     size_t rows = chunk_rows(dev, d), crs = crs_of(d), nw = (size_t)d->K * crs / d->groups;
     size_t operand = bf ? sizeof(bf16) : sizeof(float), bytes = 8 * 256;
@@ -230,6 +268,44 @@ __global__ void weight_grad_from_cols_kernel(ConvDims d, const T *dwc, float *dw
     GRID_STRIDE(i, (size_t)d.K * cgrs) {
         int j = (int)(i % cgrs), cg = j / rs_n, rs = j - cg * rs_n;
         dw[i] += (float)dwc[i - j + (size_t)rs * Cg + cg];
+    }
+}
+
+// wd (K, C, R, S) of T: grouped conv d's weight w (K, Cg, R, S) in each output channel's group block, zeros
+// elsewhere (dense_grouped)
+template <typename T>
+__global__ void dense_weight_kernel(ConvDims d, const float *w, T *wd) {
+    pdl_entry();
+    int Cg = d.C / d.groups, Kg = d.K / d.groups, rs_n = d.R * d.S, crs = d.C * rs_n;
+    GRID_STRIDE(i, (size_t)d.K * crs) {
+        int k = (int)(i / crs), j = (int)(i - (size_t)k * crs), c = j / rs_n, rs = j - c * rs_n;
+        int cg = c - k / Kg * Cg;
+        float a[1] = { cg >= 0 && cg < Cg ? w[((size_t)k * Cg + cg) * rs_n + rs] : 0.0f };
+        store_v<1>(wd + i, a);
+    }
+}
+
+// dw (K, Cg, R, S) += the group blocks of the dense weight gradient dwd (K, C, R, S)
+__global__ void dense_weight_grad_kernel(ConvDims d, const float *dwd, float *dw) {
+    pdl_entry();
+    int Cg = d.C / d.groups, Kg = d.K / d.groups, rs_n = d.R * d.S, cgrs = Cg * rs_n;
+    GRID_STRIDE(i, (size_t)d.K * cgrs) {
+        int k = (int)(i / cgrs), j = (int)(i - (size_t)k * cgrs);
+        dw[i] += dwd[(size_t)k * d.C * rs_n + (size_t)(k / Kg * Cg) * rs_n + j];
+    }
+}
+
+// dw (K, Cg) += the group blocks of Σ_s part[s], part (S, K, C) the slices of a dense pointwise weight
+// gradient (wgrad_slices), added in slice order
+__global__ void dense_wgrad_add_kernel(const float *part, int S, ConvDims d, float *dw) {
+    pdl_entry();
+    int Cg = d.C / d.groups, Kg = d.K / d.groups;
+    GRID_STRIDE(i, (size_t)d.K * Cg) {
+        int k = (int)(i / Cg), cg = (int)(i - (size_t)k * Cg);
+        const float *p = part + (size_t)k * d.C + k / Kg * Cg + cg;
+        float acc = p[0];
+        for (int s = 1; s < S; s++) acc += p[(size_t)s * d.K * d.C];
+        dw[i] += acc;
     }
 }
 
@@ -524,6 +600,15 @@ static size_t operand_bytes(const Device *dev) {
     return dev->precision == GPU_BF16 ? sizeof(bf16) : sizeof(float);
 }
 
+// The dense (K, C, R, S) fp32 weight of grouped conv d in scratch (dense_grouped)
+static float *dense_weight(Device *dev, const ConvDims *d, const float *w) {
+    size_t nd = (size_t)d->K * crs_of(d);
+    float *wd = (float *)scratch_take(dev, sizeof(float) * nd);
+    dense_weight_kernel<float><<<blocks_for(nd), THREADS, 0, dev->stream>>>(*d, w, wd);
+    checkLaunch(dev);
+    return wd;
+}
+
 // ---- the cuDNN path (gpu/cudnn_conv.c) -------------------------------------------------------
 // Implicit-GEMM convolutions with no im2col or col2im. Under GPU_BF16 every operand is bf16 (maps
 // stored bf16, the packed dz of the fused BN backward, the weight converted to bf16 KRSC): a forward
@@ -656,6 +741,13 @@ extern "C" void conv_forward_gpu(Device *dev, const ConvDims *d, Map x, const fl
     conv_check(d, x, y, "conv_forward_gpu");
     if (b) require_fp32(y, "conv_forward_gpu (with a bias)");
     if (y.bf16 && dev->precision != GPU_BF16) die("conv_forward_gpu: a bf16 output without bf16 GEMMs");
+    if (dense_grouped(d)) {   // the dense conv with the group-block weight
+        size_t mark = dev->scratch.used;
+        ConvDims e = dense_dims(d);
+        conv_forward_gpu(dev, &e, x, dense_weight(dev, d, w), b, y);
+        dev->scratch.used = mark;
+        return;
+    }
     if (conv_stem_fits(d)) { conv_stem_forward_gpu(dev, d, x, w, b, y); return; }
     if (cudnn_forward(dev, d, x, w, b, y)) return;
     size_t mark = dev->scratch.used, M = pixels_out(d), chunk = chunk_rows(dev, d);
@@ -740,11 +832,59 @@ static void dgrad_into_bf16(Device *dev, const ConvDims *d, Map x, const float *
     dev->scratch.used = mark;
 }
 
+// dx, dw += of a grouped conv through its dense form (dense_grouped): a pointwise one's weight gradient in slices
+// of pixels straight into dw's group blocks; the others' by the dense conv's own backward into a dense gradient
+// in scratch, whose group blocks are then added to dw.
+static void dense_backward(Device *dev, const ConvDims *d, Map x, const float *w, Map dy, const bf16 *dy16, Map dx,
+                           float *dw) {
+    ConvDims e = dense_dims(d);
+    size_t mark = dev->scratch.used, nd = (size_t)d->K * crs_of(d), nw = nd / d->groups, M = pixels_out(d);
+    float *wd = dense_weight(dev, d, w);
+    if (!is_pointwise(d)) {
+        float *dwd = NULL;
+        if (dw) {
+            dwd = (float *)scratch_take(dev, sizeof(float) * nd);
+            checkCuda(cudaMemsetAsync(dwd, 0, sizeof(float) * nd, dev->stream));
+        }
+        conv_backward(dev, &e, x, wd, dy, dy16, dx, dwd);
+        if (dw) {
+            dense_weight_grad_kernel<<<blocks_for(nw), THREADS, 0, dev->stream>>>(*d, dwd, dw);
+            checkLaunch(dev);
+        }
+        dev->scratch.used = mark;
+        return;
+    }
+    if (dx.data && dx.bf16) die("conv_backward: a pointwise conv's input gradient is fp32 (conv_dgrad_bf16_gpu)");
+    Operand dyo = dy16 ? Operand{ dy16, d->K } : operand(dev, dy.data, M, d->K, dy.ld);
+    if (dw) {
+        Operand a = x_operand(dev, x, 0, M, d->C);
+        int S = wgrad_slices(M, nd), per = (int)(M / S), n = (int)nd;
+        float *part = (float *)scratch_take(dev, sizeof(float) * S * nd);
+        Gemm g = { CUBLAS_OP_N, CUBLAS_OP_T, d->C, d->K, per, a, dyo, (long long)per * a.ld, (long long)per * dyo.ld, n };
+        gemm(dev, &g, S, 0.0f, part, d->C);
+        size_t m0 = (size_t)S * per, eb = operand_bytes(dev);
+        if (M > m0) {   // the rows left over, onto the last slice
+            Operand ar = { (const char *)a.p + m0 * a.ld * eb, a.ld }, dr = { (const char *)dyo.p + m0 * dyo.ld * eb, dyo.ld };
+            Gemm r = { CUBLAS_OP_N, CUBLAS_OP_T, d->C, d->K, (int)(M - m0), ar, dr, 0, 0, 0 };
+            gemm(dev, &r, 1, 1.0f, part + (size_t)(S - 1) * nd, d->C);
+        }
+        dense_wgrad_add_kernel<<<blocks_for(nw), THREADS, 0, dev->stream>>>(part, S, *d, dw);
+        checkLaunch(dev);
+    }
+    if (dx.data)   // a first write (tensor.h): every row written once, beta 0
+        gemm_input_grad(dev, &e, dyo, (int)M, weight_operand(dev, &e, wd), dx.fresh ? 0.0f : 1.0f, dx.data, dx.ld);
+    dev->scratch.used = mark;
+}
+
 // dx, dw += from dy: the fp32 map, or (dy16 set) its packed bf16 copy. A bf16 dx is written (it must be fresh).
 static void conv_backward(Device *dev, const ConvDims *d, Map x, const float *w, Map dy,
                           const bf16 *dy16, Map dx, float *dw) {
     if (!dw && !dx.data) return;
     if (dx.data && dx.bf16 && !dx.fresh) die("conv_backward: a bf16 input gradient must be a fresh write");
+    if (dense_grouped(d)) {
+        dense_backward(dev, d, x, w, dy, dy16, dx, dw);
+        return;
+    }
     if (!conv_stem_fits(d)) {   // cuDNN takes what it can; the GEMM path below does the rest
         if (dw && cudnn_wgrad(dev, d, x, dy, dy16, dw)) dw = NULL;
         if (dx.data && cudnn_dgrad(dev, d, w, dy, dy16, dx)) dx.data = NULL;

@@ -19,7 +19,7 @@
 #endif
 
 #define GPU_TESTS(X) X(test_conv_fp32) X(test_conv_tf32) X(test_conv_bf16) X(test_conv_chunked) X(test_conv_stem_large) X(test_conv_bf16dy) \
-    X(test_conv_cudnn_bf16) X(test_cudnn_tune) X(test_conv_bf16_dx)                                                  \
+    X(test_conv_cudnn_bf16) X(test_conv_grouped_dense) X(test_cudnn_tune) X(test_conv_bf16_dx)                                               \
     X(test_bn_silu) X(test_bn_silu_backward) X(test_residual_fused) X(test_bn_offset_variance) X(test_zero_map)     \
     X(test_step_allocates_nothing) X(test_init_refuses)
 
@@ -307,48 +307,84 @@ static void round_bf16(Pair p) {
 // The training path under bf16 (bf16-stored x and y, the packed bf16 dz of the fused backward)
 // through cuDNN, against the CPU twin on the rounded operands: odd shapes, batch 1 to 3, stride 2,
 // groups, depthwise, channel slices in and out, dx and dw accumulating onto earlier values.
+static void cudnn_bf16_case(const ConvCase *cc, Rng *rng);
+
 static void test_conv_cudnn_bf16(void) {
     NEED_GPU();
     if (!dev.cudnn) SKIP("cuDNN not in use (not found at run time, or YT_CONV=gemm)");
     Rng g = rng_for(16, 0, 0);
     int plans0, refused0, plans, refused;
     cudnn_conv_stats(dev.cudnn, &plans0, &refused0, NULL);
-    dev.precision = GPU_BF16;
-    for (size_t i = 0; i < sizeof CONV_CASES / sizeof *CONV_CASES; i++) {
-        arena_reset(&dev.acts);
-        const ConvCase *cc = &CONV_CASES[i];
-        ConvDims d = conv_dims(cc->N, cc->C, cc->H, cc->W, cc->K, cc->k, cc->stride, cc->pad, cc->groups);
-        size_t nw = (size_t)d.K * (d.C / d.groups) * d.R * d.S, ny = (size_t)d.N * d.P * d.Q * d.K;
-        Pair x = pair_new(d.N, d.H, d.W, d.C, cc->x_extra), y = pair_new(d.N, d.P, d.Q, d.K, cc->y_extra);
-        Pair w = vec_new((int)nw), dy = pair_new(d.N, d.P, d.Q, d.K, 0);
-        Pair dx = pair_new(d.N, d.H, d.W, d.C, cc->x_extra), dw = vec_new((int)nw);
-        pair_rand(x, &g, -1, 1); pair_rand(w, &g, -0.5, 0.5); pair_rand(dy, &g, -1, 1);
-        pair_rand(dx, &g, -1, 1); pair_rand(dw, &g, -1, 1);   // += priors
-        round_bf16(x);
-        round_bf16(dy);
-        float *ws = xmalloc((conv_workspace_floats(&d) + 1) * sizeof(float));
-        Map xb = bf16_twin(x.d), yb = bf16_twin(y.d), dyb = bf16_twin(dy.d);
-        conv_forward_cpu(&d, x.h, w.h.data, NULL, y.h, ws);
-        conv_forward_gpu(&dev, &d, xb, w.d.data, NULL, yb);
-        copy_map_gpu(&dev, yb, y.d);
-        conv_backward_cpu(&d, x.h, w.h.data, dy.h, dx.h, dw.h.data, NULL, ws);
-        conv_backward_bf16dy_gpu(&dev, &d, xb, w.d.data, dyb.data, dx.d, dw.d.data);
-        char name[64];
-        snprintf(name, sizeof name, "cudnn k%d s%d g%d y", d.R, d.stride, d.groups);
-        compare(name, y, BF16);
-        snprintf(name, sizeof name, "cudnn k%d s%d g%d dx", d.R, d.stride, d.groups);
-        compare(name, dx, BF16);
-        snprintf(name, sizeof name, "cudnn k%d s%d g%d dw", d.R, d.stride, d.groups);
-        compare(name, dw, BF16);
-        (void)ny;
-        free(ws);
-        Pair all[] = { x, y, w, dy, dx, dw };
-        for (size_t k = 0; k < sizeof all / sizeof *all; k++) pair_free(all[k]);
-    }
-    dev.precision = GPU_FP32;
+    for (size_t i = 0; i < sizeof CONV_CASES / sizeof *CONV_CASES; i++) cudnn_bf16_case(&CONV_CASES[i], &g);
     cudnn_conv_stats(dev.cudnn, &plans, &refused, NULL);
     printf("# cuDNN plans made %d, shapes refused %d\n", plans - plans0, refused - refused0);
     CHECK(plans > plans0, "cuDNN is in use but made no plan: every case went the GEMM path");
+}
+
+// One case of test_conv_cudnn_bf16 (bf16-stored x and y, the packed bf16 dy) against the CPU twin
+static void cudnn_bf16_case(const ConvCase *cc, Rng *rng) {
+    Rng g = *rng;
+    dev.precision = GPU_BF16;
+    arena_reset(&dev.acts);
+    ConvDims d = conv_dims(cc->N, cc->C, cc->H, cc->W, cc->K, cc->k, cc->stride, cc->pad, cc->groups);
+    size_t nw = (size_t)d.K * (d.C / d.groups) * d.R * d.S;
+    Pair x = pair_new(d.N, d.H, d.W, d.C, cc->x_extra), y = pair_new(d.N, d.P, d.Q, d.K, cc->y_extra);
+    Pair w = vec_new((int)nw), dy = pair_new(d.N, d.P, d.Q, d.K, 0);
+    Pair dx = pair_new(d.N, d.H, d.W, d.C, cc->x_extra), dw = vec_new((int)nw);
+    pair_rand(x, &g, -1, 1); pair_rand(w, &g, -0.5, 0.5); pair_rand(dy, &g, -1, 1);
+    pair_rand(dx, &g, -1, 1); pair_rand(dw, &g, -1, 1);   // += priors
+    round_bf16(x);
+    round_bf16(dy);
+    float *ws = xmalloc((conv_workspace_floats(&d) + 1) * sizeof(float));
+    Map xb = bf16_twin(x.d), yb = bf16_twin(y.d), dyb = bf16_twin(dy.d);
+    conv_forward_cpu(&d, x.h, w.h.data, NULL, y.h, ws);
+    conv_forward_gpu(&dev, &d, xb, w.d.data, NULL, yb);
+    copy_map_gpu(&dev, yb, y.d);
+    conv_backward_cpu(&d, x.h, w.h.data, dy.h, dx.h, dw.h.data, NULL, ws);
+    conv_backward_bf16dy_gpu(&dev, &d, xb, w.d.data, dyb.data, dx.d, dw.d.data);
+    char name[64];
+    snprintf(name, sizeof name, "cudnn k%d s%d g%d y", d.R, d.stride, d.groups);
+    compare(name, y, BF16);
+    snprintf(name, sizeof name, "cudnn k%d s%d g%d dx", d.R, d.stride, d.groups);
+    compare(name, dx, BF16);
+    snprintf(name, sizeof name, "cudnn k%d s%d g%d dw", d.R, d.stride, d.groups);
+    compare(name, dw, BF16);
+    free(ws);
+    Pair all[] = { x, y, w, dy, dx, dw };
+    for (size_t k = 0; k < sizeof all / sizeof *all; k++) pair_free(all[k]);
+    dev.precision = GPU_FP32;
+    *rng = g;
+}
+
+// Grouped convs through their dense form (gpu/conv.cu dense_grouped, YT_GROUPED_DENSE): the head's 1x1 of 4
+// groups at 4,489 pixels (two slices of the weight gradient and a row left over) with channel slices in and out,
+// one of 2 groups (one slice), and a 3x3 of 4 groups (the head's other grouped conv). Each switch value (0: each
+// group's own GEMMs; unset: the 1x1 ones dense; all: the 3x3 one too) against the CPU twin, in fp32 and in bf16 on
+// the GEMM path, and with bf16-stored maps as training passes them (cuDNN where it takes the shape).
+static const ConvCase GROUPED_CASES[] = {
+    { 1, 16, 67, 67, 16, 1, 1, 0, 4, 3, 2 },
+    { 2, 8, 9, 9, 12, 1, 1, 0, 2, 0, 1 },
+    { 2, 16, 11, 11, 16, 3, 1, 1, 4, 2, 0 },
+};
+
+static void test_conv_grouped_dense(void) {
+    NEED_GPU();
+    const char *modes[] = { "0", NULL, "all" };
+    Rng g = rng_for(19, 0, 0);
+    for (int m = 0; m < 3; m++) {
+        test_switch(SW_GROUPED_DENSE, modes[m]);
+        printf("# YT_GROUPED_DENSE=%s\n", modes[m] ? modes[m] : "(unset)");
+        for (size_t i = 0; i < sizeof GROUPED_CASES / sizeof *GROUPED_CASES; i++) {
+            for (int p = 0; p < 2; p++) {
+                dev.precision = p ? GPU_BF16 : GPU_FP32;
+                arena_reset(&dev.acts);
+                conv_case(&GROUPED_CASES[i], p == 0, p ? BF16 : FP32, &g);
+            }
+            if (dev.cudnn) cudnn_bf16_case(&GROUPED_CASES[i], &g);
+        }
+    }
+    test_switch(SW_GROUPED_DENSE, NULL);
+    dev.precision = GPU_FP32;
 }
 
 // The engines YT_CUDNN_TUNE times (gpu/cudnn_conv.c) on the shapes it exists for: gelan's 3x3 convs of 32 and
