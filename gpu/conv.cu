@@ -46,18 +46,17 @@ static int bias_parts(size_t M) {
     return g < 1 ? 1 : g > BIAS_MAX_PARTS ? BIAS_MAX_PARTS : (int)g;
 }
 
-// A grouped conv of a few groups of several channels each (the detection head's box branch: 64 -> 64 in 4
+// A grouped 1x1 conv of a few groups of several channels each (the detection head's box branch: 64 -> 64 in 4
 // groups) runs as the dense conv of its shape whose weight is zero outside each output channel's group: one
-// GEMM (or cuDNN call) where the groups' own are G thin ones (a pointwise weight gradient of 16 x 16 outputs a
+// GEMM where the groups' own are G thin ones (a pointwise weight gradient of 16 x 16 outputs a
 // group over all the pixels ran on one block a group). The dense form does G times the products; the others
-// add exact zeros. Its pointwise weight gradient is cut into slices of pixels (below). YT_GROUPED_DENSE=0:
-// each group's own GEMMs (and cuDNN's grouped engines); all: the grouped 3x3 convs dense too.
+// add exact zeros. Its weight gradient is cut into slices of pixels (below). YT_GROUPED_DENSE=0: each group's
+// own GEMMs. (The grouped 3x3 convs dense through cuDNN gained nothing: bench/lost/grouped_dense_3x3.patch.)
 enum { DENSE_MAX_GROUPS = 4 };
 
 static bool dense_grouped(const ConvDims *d) {
-    if (d->groups < 2 || d->groups > DENSE_MAX_GROUPS || d->C / d->groups < 2 || switch_is(SW_GROUPED_DENSE, "0"))
-        return false;
-    return is_pointwise(d) || switch_is(SW_GROUPED_DENSE, "all");
+    return is_pointwise(d) && d->groups >= 2 && d->groups <= DENSE_MAX_GROUPS && d->C / d->groups >= 2 &&
+           !switch_is(SW_GROUPED_DENSE, "0");
 }
 
 static ConvDims dense_dims(const ConvDims *d) {
@@ -79,11 +78,11 @@ static int wgrad_slices(size_t rows, size_t n) {
 }
 
 extern "C" size_t conv_workspace_bytes_gpu(const Device *dev, const ConvDims *d) {
-    if (dense_grouped(d)) {   // the dense weight (fp32, and its gradient or operand), the dense conv's scratch
+    if (dense_grouped(d)) {   // the dense weight (fp32 and the operand), the slices, the operands x and dy
         ConvDims e = dense_dims(d);
-        size_t nd = (size_t)d->K * crs_of(d), M = pixels_out(d);
-        size_t slices = is_pointwise(d) ? sizeof(float) * wgrad_slices(M, nd) * nd + sizeof(bf16) * M * (d->K + d->C) : 0;
-        return conv_workspace_bytes_gpu(dev, &e) + 2 * sizeof(float) * nd + slices + 4 * 256;
+        size_t nd = (size_t)d->K * d->C, M = pixels_out(d);
+        return conv_workspace_bytes_gpu(dev, &e) + 2 * sizeof(float) * nd + sizeof(float) * wgrad_slices(M, nd) * nd +
+               sizeof(bf16) * M * (d->K + d->C) + 4 * 256;
     }
     bool bf = dev->precision == GPU_BF16;
     size_t rows = chunk_rows(dev, d), crs = crs_of(d), nw = (size_t)d->K * crs / d->groups;
@@ -271,27 +270,14 @@ __global__ void weight_grad_from_cols_kernel(ConvDims d, const T *dwc, float *dw
     }
 }
 
-// wd (K, C, R, S) of T: grouped conv d's weight w (K, Cg, R, S) in each output channel's group block, zeros
-// elsewhere (dense_grouped)
-template <typename T>
-__global__ void dense_weight_kernel(ConvDims d, const float *w, T *wd) {
+// wd (K, C): grouped pointwise conv d's weight w (K, Cg) in each output channel's group block, zeros elsewhere
+// (dense_grouped)
+__global__ void dense_weight_kernel(ConvDims d, const float *w, float *wd) {
     pdl_entry();
-    int Cg = d.C / d.groups, Kg = d.K / d.groups, rs_n = d.R * d.S, crs = d.C * rs_n;
-    GRID_STRIDE(i, (size_t)d.K * crs) {
-        int k = (int)(i / crs), j = (int)(i - (size_t)k * crs), c = j / rs_n, rs = j - c * rs_n;
-        int cg = c - k / Kg * Cg;
-        float a[1] = { cg >= 0 && cg < Cg ? w[((size_t)k * Cg + cg) * rs_n + rs] : 0.0f };
-        store_v<1>(wd + i, a);
-    }
-}
-
-// dw (K, Cg, R, S) += the group blocks of the dense weight gradient dwd (K, C, R, S)
-__global__ void dense_weight_grad_kernel(ConvDims d, const float *dwd, float *dw) {
-    pdl_entry();
-    int Cg = d.C / d.groups, Kg = d.K / d.groups, rs_n = d.R * d.S, cgrs = Cg * rs_n;
-    GRID_STRIDE(i, (size_t)d.K * cgrs) {
-        int k = (int)(i / cgrs), j = (int)(i - (size_t)k * cgrs);
-        dw[i] += dwd[(size_t)k * d.C * rs_n + (size_t)(k / Kg * Cg) * rs_n + j];
+    int Cg = d.C / d.groups, Kg = d.K / d.groups;
+    GRID_STRIDE(i, (size_t)d.K * d.C) {
+        int k = (int)(i / d.C), cg = (int)(i - (size_t)k * d.C) - k / Kg * Cg;
+        wd[i] = cg >= 0 && cg < Cg ? w[(size_t)k * Cg + cg] : 0.0f;
     }
 }
 
@@ -600,11 +586,11 @@ static size_t operand_bytes(const Device *dev) {
     return dev->precision == GPU_BF16 ? sizeof(bf16) : sizeof(float);
 }
 
-// The dense (K, C, R, S) fp32 weight of grouped conv d in scratch (dense_grouped)
+// The dense (K, C) fp32 weight of grouped pointwise conv d in scratch (dense_grouped)
 static float *dense_weight(Device *dev, const ConvDims *d, const float *w) {
-    size_t nd = (size_t)d->K * crs_of(d);
+    size_t nd = (size_t)d->K * d->C;
     float *wd = (float *)scratch_take(dev, sizeof(float) * nd);
-    dense_weight_kernel<float><<<blocks_for(nd), THREADS, 0, dev->stream>>>(*d, w, wd);
+    dense_weight_kernel<<<blocks_for(nd), THREADS, 0, dev->stream>>>(*d, w, wd);
     checkLaunch(dev);
     return wd;
 }
@@ -832,28 +818,13 @@ static void dgrad_into_bf16(Device *dev, const ConvDims *d, Map x, const float *
     dev->scratch.used = mark;
 }
 
-// dx, dw += of a grouped conv through its dense form (dense_grouped): a pointwise one's weight gradient in slices
-// of pixels straight into dw's group blocks; the others' by the dense conv's own backward into a dense gradient
-// in scratch, whose group blocks are then added to dw.
+// dx, dw += of a grouped pointwise conv through its dense form (dense_grouped): the weight gradient in slices of
+// pixels straight into dw's group blocks, the input gradient by the dense weight.
 static void dense_backward(Device *dev, const ConvDims *d, Map x, const float *w, Map dy, const bf16 *dy16, Map dx,
                            float *dw) {
     ConvDims e = dense_dims(d);
-    size_t mark = dev->scratch.used, nd = (size_t)d->K * crs_of(d), nw = nd / d->groups, M = pixels_out(d);
+    size_t mark = dev->scratch.used, nd = (size_t)d->K * d->C, nw = nd / d->groups, M = pixels_out(d);
     float *wd = dense_weight(dev, d, w);
-    if (!is_pointwise(d)) {
-        float *dwd = NULL;
-        if (dw) {
-            dwd = (float *)scratch_take(dev, sizeof(float) * nd);
-            checkCuda(cudaMemsetAsync(dwd, 0, sizeof(float) * nd, dev->stream));
-        }
-        conv_backward(dev, &e, x, wd, dy, dy16, dx, dwd);
-        if (dw) {
-            dense_weight_grad_kernel<<<blocks_for(nw), THREADS, 0, dev->stream>>>(*d, dwd, dw);
-            checkLaunch(dev);
-        }
-        dev->scratch.used = mark;
-        return;
-    }
     if (dx.data && dx.bf16) die("conv_backward: a pointwise conv's input gradient is fp32 (conv_dgrad_bf16_gpu)");
     Operand dyo = dy16 ? Operand{ dy16, d->K } : operand(dev, dy.data, M, d->K, dy.ld);
     if (dw) {

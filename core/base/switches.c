@@ -44,7 +44,7 @@ static const SwitchInfo table[] = {
     [SW_GROUPED_DENSE] = { "YT_GROUPED_DENSE", SWITCH_VARIANT,
         "1, a grouped 1x1 conv of up to 4 groups (the yolov9 head's box branch) as the dense conv with its weight zero "
         "outside each group, the weight gradient in slices of pixels",
-        "0: each group's own GEMMs; all: the grouped 3x3 convs dense too, through cuDNN (gpu/conv.cu)", "test_gpu_ops" },
+        "0: each group's own GEMMs (gpu/conv.cu)", "test_gpu_ops" },
 
     [SW_CUDNN_VERBOSE] = { "YT_CUDNN_VERBOSE", SWITCH_DIAGNOSTIC, "quiet",
         "set: each convolution shape's cuDNN plan (engine, workspace), or why it fell back, and each 1x1 conv + BN unit's "
