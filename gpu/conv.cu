@@ -78,11 +78,10 @@ static int wgrad_slices(size_t rows, size_t n) {
 }
 
 extern "C" size_t conv_workspace_bytes_gpu(const Device *dev, const ConvDims *d) {
-    if (dense_grouped(d)) {   // the dense weight (fp32 and the operand), the slices, the operands x and dy
+    if (dense_grouped(d)) {   // the dense conv's (its operands included), the fp32 dense weight and the slices
         ConvDims e = dense_dims(d);
-        size_t nd = (size_t)d->K * d->C, M = pixels_out(d);
-        return conv_workspace_bytes_gpu(dev, &e) + 2 * sizeof(float) * nd + sizeof(float) * wgrad_slices(M, nd) * nd +
-               sizeof(bf16) * M * (d->K + d->C) + 4 * 256;
+        size_t nd = (size_t)d->K * d->C;
+        return conv_workspace_bytes_gpu(dev, &e) + sizeof(float) * nd * (1 + wgrad_slices(pixels_out(d), nd)) + 2 * 256;
     }
     bool bf = dev->precision == GPU_BF16;
     size_t rows = chunk_rows(dev, d), crs = crs_of(d), nw = (size_t)d->K * crs / d->groups;
