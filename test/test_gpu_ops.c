@@ -307,7 +307,7 @@ static void round_bf16(Pair p) {
 // The training path under bf16 (bf16-stored x and y, the packed bf16 dz of the fused backward)
 // through cuDNN, against the CPU twin on the rounded operands: odd shapes, batch 1 to 3, stride 2,
 // groups, depthwise, channel slices in and out, dx and dw accumulating onto earlier values.
-static void cudnn_bf16_case(const ConvCase *cc, Rng *rng);
+static void stored_bf16_case(const ConvCase *cc, Rng *rng);
 
 static void test_conv_cudnn_bf16(void) {
     NEED_GPU();
@@ -315,14 +315,15 @@ static void test_conv_cudnn_bf16(void) {
     Rng g = rng_for(16, 0, 0);
     int plans0, refused0, plans, refused;
     cudnn_conv_stats(dev.cudnn, &plans0, &refused0, NULL);
-    for (size_t i = 0; i < sizeof CONV_CASES / sizeof *CONV_CASES; i++) cudnn_bf16_case(&CONV_CASES[i], &g);
+    for (size_t i = 0; i < sizeof CONV_CASES / sizeof *CONV_CASES; i++) stored_bf16_case(&CONV_CASES[i], &g);
     cudnn_conv_stats(dev.cudnn, &plans, &refused, NULL);
     printf("# cuDNN plans made %d, shapes refused %d\n", plans - plans0, refused - refused0);
     CHECK(plans > plans0, "cuDNN is in use but made no plan: every case went the GEMM path");
 }
 
-// One case of test_conv_cudnn_bf16 (bf16-stored x and y, the packed bf16 dy) against the CPU twin
-static void cudnn_bf16_case(const ConvCase *cc, Rng *rng) {
+// One case of test_conv_cudnn_bf16 (bf16-stored x and y, the packed bf16 dy: cuDNN where it takes the shape, else
+// the GEMM path) against the CPU twin
+static void stored_bf16_case(const ConvCase *cc, Rng *rng) {
     Rng g = *rng;
     dev.precision = GPU_BF16;
     arena_reset(&dev.acts);
@@ -343,11 +344,11 @@ static void cudnn_bf16_case(const ConvCase *cc, Rng *rng) {
     conv_backward_cpu(&d, x.h, w.h.data, dy.h, dx.h, dw.h.data, NULL, ws);
     conv_backward_bf16dy_gpu(&dev, &d, xb, w.d.data, dyb.data, dx.d, dw.d.data);
     char name[64];
-    snprintf(name, sizeof name, "cudnn k%d s%d g%d y", d.R, d.stride, d.groups);
+    snprintf(name, sizeof name, "bf16 maps k%d s%d g%d y", d.R, d.stride, d.groups);
     compare(name, y, BF16);
-    snprintf(name, sizeof name, "cudnn k%d s%d g%d dx", d.R, d.stride, d.groups);
+    snprintf(name, sizeof name, "bf16 maps k%d s%d g%d dx", d.R, d.stride, d.groups);
     compare(name, dx, BF16);
-    snprintf(name, sizeof name, "cudnn k%d s%d g%d dw", d.R, d.stride, d.groups);
+    snprintf(name, sizeof name, "bf16 maps k%d s%d g%d dw", d.R, d.stride, d.groups);
     compare(name, dw, BF16);
     free(ws);
     Pair all[] = { x, y, w, dy, dx, dw };
@@ -378,7 +379,7 @@ static void test_conv_grouped_dense(void) {
                 arena_reset(&dev.acts);
                 conv_case(&GROUPED_CASES[i], p == 0, p ? BF16 : FP32, &g);
             }
-            cudnn_bf16_case(&GROUPED_CASES[i], &g);
+            stored_bf16_case(&GROUPED_CASES[i], &g);
         }
     }
     test_switch(SW_GROUPED_DENSE, NULL);
