@@ -823,7 +823,6 @@ static void dense_backward(Device *dev, const ConvDims *d, Map x, const float *w
                            float *dw) {
     ConvDims e = dense_dims(d);
     size_t mark = dev->scratch.used, nd = (size_t)d->K * d->C, nw = nd / d->groups, M = pixels_out(d);
-    float *wd = dense_weight(dev, d, w);
     if (dx.data && dx.bf16) die("conv_backward: a pointwise conv's input gradient is fp32 (conv_dgrad_bf16_gpu)");
     Operand dyo = dy16 ? Operand{ dy16, d->K } : operand(dev, dy.data, M, d->K, dy.ld);
     if (dw) {
@@ -842,7 +841,8 @@ static void dense_backward(Device *dev, const ConvDims *d, Map x, const float *w
         checkLaunch(dev);
     }
     if (dx.data)   // a first write (tensor.h): every row written once, beta 0
-        gemm_input_grad(dev, &e, dyo, (int)M, weight_operand(dev, &e, wd), dx.fresh ? 0.0f : 1.0f, dx.data, dx.ld);
+        gemm_input_grad(dev, &e, dyo, (int)M, weight_operand(dev, &e, dense_weight(dev, d, w)), dx.fresh ? 0.0f : 1.0f,
+                        dx.data, dx.ld);
     dev->scratch.used = mark;
 }
 

@@ -126,6 +126,13 @@ static const ConvCase CONV_CASES[] = {
 };
 static const int CHUNKED_CASES[] = { 0, 1, 2, 6, 7, 8 };
 
+// compare() under the name "PATH kR sS gG WHICH" of conv d's output `which`
+static void compare_conv(const char *path, const ConvDims *d, const char *which, Pair p, Tol t) {
+    char name[64];
+    snprintf(name, sizeof name, "%s k%d s%d g%d %s", path, d->R, d->stride, d->groups, which);
+    compare(name, p, t);
+}
+
 static void conv_case(const ConvCase *cc, int with_bias, Tol t, Rng *g) {
     ConvDims d = conv_dims(cc->N, cc->C, cc->H, cc->W, cc->K, cc->k, cc->stride, cc->pad,
                            cc->groups);
@@ -143,15 +150,10 @@ static void conv_case(const ConvCase *cc, int with_bias, Tol t, Rng *g) {
     conv_forward_gpu(&dev, &d, x.d, w.d.data, bd, y.d);
     conv_backward_cpu(&d, x.h, w.h.data, dy.h, dx.h, dw.h.data, with_bias ? db.h.data : NULL, ws);
     conv_backward_gpu(&dev, &d, x.d, w.d.data, dy.d, dx.d, dw.d.data, with_bias ? db.d.data : NULL);
-    char name[64];
-    snprintf(name, sizeof name, "conv k%d s%d g%d y", d.R, d.stride, d.groups);
-    compare(name, y, t);
-    snprintf(name, sizeof name, "conv k%d s%d g%d dx", d.R, d.stride, d.groups);
-    compare(name, dx, t);
-    snprintf(name, sizeof name, "conv k%d s%d g%d dw", d.R, d.stride, d.groups);
-    compare(name, dw, t);
-    snprintf(name, sizeof name, "conv k%d s%d g%d db", d.R, d.stride, d.groups);
-    compare(name, db, FP32);   // a plain sum in double: no GEMM rounding
+    compare_conv("conv", &d, "y", y, t);
+    compare_conv("conv", &d, "dx", dx, t);
+    compare_conv("conv", &d, "dw", dw, t);
+    compare_conv("conv", &d, "db", db, FP32);   // a plain sum in double: no GEMM rounding
     free(ws);
     Pair all[] = { x, y, w, b, dy, dx, dw, db };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
@@ -343,13 +345,9 @@ static void stored_bf16_case(const ConvCase *cc, Rng *rng) {
     copy_map_gpu(&dev, yb, y.d);
     conv_backward_cpu(&d, x.h, w.h.data, dy.h, dx.h, dw.h.data, NULL, ws);
     conv_backward_bf16dy_gpu(&dev, &d, xb, w.d.data, dyb.data, dx.d, dw.d.data);
-    char name[64];
-    snprintf(name, sizeof name, "bf16 maps k%d s%d g%d y", d.R, d.stride, d.groups);
-    compare(name, y, BF16);
-    snprintf(name, sizeof name, "bf16 maps k%d s%d g%d dx", d.R, d.stride, d.groups);
-    compare(name, dx, BF16);
-    snprintf(name, sizeof name, "bf16 maps k%d s%d g%d dw", d.R, d.stride, d.groups);
-    compare(name, dw, BF16);
+    compare_conv("bf16 maps", &d, "y", y, BF16);
+    compare_conv("bf16 maps", &d, "dx", dx, BF16);
+    compare_conv("bf16 maps", &d, "dw", dw, BF16);
     free(ws);
     Pair all[] = { x, y, w, dy, dx, dw };
     for (size_t k = 0; k < sizeof all / sizeof *all; k++) pair_free(all[k]);
